@@ -1,0 +1,37 @@
+# Genesis — two commands on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: run test services venv bench image clean-state help
+
+help:
+	@echo "make run       start every service, then the worker and the API (Ctrl-C stops them)"
+	@echo "make test      start every service, then run the whole test suite"
+	@echo "make bench     run the benchmarks in bench/ (JSON on stdout)"
+	@echo "make services  only install/start Docker, Redis, Postgres, Temporal; migrate; build the sandbox image"
+
+venv: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	@touch $@
+
+services: venv
+	@bash scripts/services.sh
+
+run: services
+	$(PY) -m genesis.run
+
+test: services
+	$(PY) -m pytest
+
+bench: services
+	$(PY) bench/bench_gatekeeper.py
+	$(PY) bench/bench_pipeline.py
+
+image: venv
+	$(PY) -m sandbox.image build

@@ -1,0 +1,90 @@
+"""Mutation record activities: gatekeeper + dedupe (step 2-11) and status persistence."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities import names
+from genesis import gatekeeper
+from genesis.db.models import Mutation
+from genesis.dto import FailureCode, MutationInput, MutationStatus, StatusUpdate, ValidationOutcome
+
+
+class MutationRecordActivities:
+    def __init__(self, sessions: async_sessionmaker):
+        self._sessions = sessions
+
+    @activity.defn(name=names.VALIDATE_MUTATION)
+    async def validate_mutation(self, mutation: MutationInput) -> ValidationOutcome:
+        """Steps 2-10 (pure AST checks), then step 11: claim the code hash in Postgres.
+
+        A rejection is a non-retryable ApplicationError whose type is the failure code and whose
+        details carry the ValidationOutcome (with the validation log)."""
+        result = gatekeeper.validate(mutation.trait_name, mutation.code)
+        outcome = ValidationOutcome(
+            ok=result.ok,
+            failure_code=result.failure_code,
+            validation_log=list(result.validation_log),
+            class_name=result.class_name,
+            code_hash=result.code_hash,
+        )
+        if result.ok:
+            holder = await self._claim_code_hash(mutation.mutation_id, result.code_hash)
+            if holder is None:
+                outcome.validation_log.append("Deduplication: OK")
+            else:
+                outcome.ok = False
+                outcome.failure_code = FailureCode.DUPLICATE_CODE.value
+                outcome.validation_log.append(
+                    f"Deduplication: FAILED — identical code (SHA-256 {result.code_hash[:12]}…) "
+                    f"already belongs to mutation {holder.mutation_id} ({holder.status}); change the logic"
+                )
+        if not outcome.ok:
+            raise ApplicationError(
+                outcome.validation_log[-1], outcome.model_dump(), type=outcome.failure_code, non_retryable=True
+            )
+        return outcome
+
+    async def _claim_code_hash(self, mutation_id: str, code_hash: str) -> Mutation | None:
+        """Take the live slot for this code hash; return the other mutation holding it, if any."""
+        async with self._sessions() as session:
+            try:
+                await session.execute(
+                    update(Mutation)
+                    .where(Mutation.mutation_id == mutation_id)
+                    .values(code_hash=code_hash, holds_code_hash=True)
+                )
+                await session.commit()
+                return None
+            except IntegrityError:
+                await session.rollback()
+            holder = await session.scalar(
+                select(Mutation).where(Mutation.code_hash == code_hash, Mutation.holds_code_hash)
+            )
+            if holder is None or holder.mutation_id == mutation_id:  # released meanwhile: retry
+                raise ApplicationError("code hash slot changed while claiming it; retrying")
+            return holder
+
+    @activity.defn(name=names.RECORD_MUTATION_STATUS)
+    async def record_mutation_status(self, change: StatusUpdate) -> None:
+        """Persist one transition. Idempotent: replays write the same values."""
+        values: dict = {"status": change.status.value, "updated_at": datetime.now(timezone.utc)}
+        for field in ("failure_reason_code", "validation_log", "class_name", "sandbox_report"):
+            value = getattr(change, field)
+            if value is not None:
+                values[field] = value
+        if change.status in (MutationStatus.rejected, MutationStatus.failed):
+            values["holds_code_hash"] = False  # rejected code may be fixed and proposed again
+        async with self._sessions() as session:
+            updated = await session.execute(
+                update(Mutation).where(Mutation.mutation_id == change.mutation_id).values(**values)
+            )
+            await session.commit()
+        if updated.rowcount == 0:
+            raise ApplicationError(f"no mutation record {change.mutation_id}", non_retryable=True)

@@ -1,0 +1,192 @@
+"""Step 12: the sandbox test. The live architecture in miniature.
+
+The world core (trusted, ours) runs a seeded test world here in the worker; the trait runs in a
+fresh trait-host container speaking the same per-tick protocol as the live engine. The report
+compares tick time against a baseline run of the same world without the trait.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Callable
+
+import docker
+from docker.errors import ImageNotFound
+from temporalio import activity
+
+from activities import names
+from engine.world import World, WorldParams
+from genesis import entity_api, rules
+from genesis.config import Settings
+from genesis.dto import FailureCode, SandboxReport, SandboxRequest
+from sandbox import image
+from sandbox.container import (
+    HostCrashed,
+    HostDeadlineExceeded,
+    IsolationLimits,
+    TraitHostContainer,
+    remove_containers_of,
+)
+
+HOST_START_DEADLINE_S = 20.0  # first answer includes container start on a busy machine
+
+
+def test_world_params() -> WorldParams:
+    return WorldParams()
+
+
+def baseline_tick_ms(seed: int, ticks: int) -> float:
+    """Mean world-step time without any trait: what the trait's cost is compared against."""
+    world = World(test_world_params(), seed=seed)
+    started = time.perf_counter()
+    for _ in range(ticks):
+        world.step({})
+    return (time.perf_counter() - started) * 1000 / ticks
+
+
+def run_trial(
+    request: SandboxRequest,
+    settings: Settings,
+    client: docker.DockerClient,
+    heartbeat: Callable[[str], None] = lambda _: None,
+) -> SandboxReport:
+    """Run the trait for ``settings.sandbox_ticks`` ticks; return the verdict and measurements.
+
+    Raises only for infrastructure problems (Docker unavailable, image cannot be built), which
+    the workflow retries; anything the trait does becomes a verdict."""
+    owner = request.mutation_id
+    stale = remove_containers_of(client, owner)  # a killed earlier attempt may have left one
+    if stale:
+        heartbeat(f"removed {stale} container(s) of an earlier attempt")
+    tag = image.image_tag()
+    try:
+        client.images.get(tag)
+    except ImageNotFound:
+        heartbeat("building the trait-host image")
+        image.build(client)
+
+    ticks = settings.sandbox_ticks
+    baseline_ms = baseline_tick_ms(settings.sandbox_seed, ticks)
+    world = World(test_world_params(), seed=settings.sandbox_seed)
+    world.give_trait_to_all(request.trait_name)
+    report = SandboxReport(verdict="ok", summary="", ticks_run=0, baseline_tick_ms=round(baseline_ms, 3), image=tag)
+    call_us_total = call_us_max = 0.0
+    trait_us_per_tick: list[float] = []
+    roundtrip_ms: list[float] = []
+    world_ms: list[float] = []
+    rejected: Counter[str] = Counter()
+
+    def finish(verdict: str, summary: str) -> SandboxReport:
+        report.verdict, report.summary = verdict, summary
+        report.call_us_mean = round(call_us_total / report.calls, 2) if report.calls else 0.0
+        report.call_us_max = round(call_us_max, 1)
+        report.intents_rejected = dict(rejected)
+        if trait_us_per_tick:
+            report.trait_tick_ms = round(sum(trait_us_per_tick) / len(trait_us_per_tick) / 1000, 4)
+            report.roundtrip_ms = round(sum(roundtrip_ms) / len(roundtrip_ms), 3)
+            world_step_ms = sum(world_ms) / len(world_ms)
+            report.projected_fps = round(1000 / max(world_step_ms + report.trait_tick_ms, 1e-3), 1)
+        report.state_hash = world.state_hash()
+        return report
+
+    limits = IsolationLimits.from_settings(settings)
+    with TraitHostContainer(client, tag, limits, owner) as host:
+        report.container_id = host.id
+        heartbeat("trait host starting")
+        try:
+            hello = host.request(
+                {
+                    "op": "hello",
+                    "entity_api": entity_api.as_wire(),
+                    "allowed_imports": sorted(rules.ALLOWED_IMPORTS),
+                    "call_timeout_ms": settings.sandbox_call_timeout_ms,
+                },
+                HOST_START_DEADLINE_S,
+            )
+            if not hello.get("ok"):
+                raise RuntimeError(f"trait host refused hello: {hello}")
+            loaded = host.request(
+                {"op": "load", "trait": request.trait_name, "source": request.code, "class_name": request.class_name},
+                settings.sandbox_tick_deadline_s,
+            )
+        except HostDeadlineExceeded:
+            return finish(FailureCode.SANDBOX_TIMEOUT.value, "loading the trait did not finish in time")
+        except HostCrashed as exc:
+            return finish(FailureCode.SANDBOX_EXCEPTION.value, f"trait host crashed while loading: {exc}")
+        if not loaded.get("ok"):
+            report.exceptions = 1
+            report.first_error = loaded.get("error")
+            return finish(FailureCode.SANDBOX_EXCEPTION.value, f"loading the trait failed: {loaded.get('error')}")
+
+        for tick in range(ticks):
+            batches = world.trait_batches()
+            sent = time.perf_counter()
+            try:
+                reply = host.request(
+                    {"op": "tick", "tick": world.tick, "batches": batches}, settings.sandbox_tick_deadline_s
+                )
+            except HostDeadlineExceeded:
+                report.timeouts += 1
+                return finish(
+                    FailureCode.SANDBOX_TIMEOUT.value,
+                    f"tick {tick}: the trait host gave no answer within {settings.sandbox_tick_deadline_s}s "
+                    "and its container was killed",
+                )
+            except HostCrashed as exc:
+                return finish(FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: trait host crashed: {exc}")
+            elapsed_ms = (time.perf_counter() - sent) * 1000
+            result = reply.get("results", {}).get(request.trait_name, {})
+            report.calls += result.get("calls", 0)
+            call_us_total += result.get("total_us", 0.0)
+            call_us_max = max(call_us_max, result.get("max_us", 0.0))
+            trait_us_per_tick.append(result.get("total_us", 0.0))
+            roundtrip_ms.append(max(elapsed_ms - result.get("total_us", 0.0) / 1000, 0.0))
+            report.ticks_run = tick + 1
+            if result.get("timeouts"):
+                report.timeouts += len(result["timeouts"])
+                return finish(
+                    FailureCode.SANDBOX_TIMEOUT.value,
+                    f"tick {tick}: execute() exceeded {settings.sandbox_call_timeout_ms:g} ms of CPU "
+                    f"for {len(result['timeouts'])} entit{'y' if len(result['timeouts']) == 1 else 'ies'}",
+                )
+            if result.get("errors"):
+                report.exceptions += result.get("error_count", len(result["errors"]))
+                report.first_error = result["errors"][0]["error"]
+                return finish(FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: execute() raised {report.first_error}")
+            intents = {entity_id: entity_intents for entity_id, entity_intents in result.get("intents", [])}
+            stepped = time.perf_counter()
+            tick_report = world.step(intents)
+            world_ms.append((time.perf_counter() - stepped) * 1000)
+            for _entity_id, reason in tick_report.rejected_intents:
+                rejected[reason] += 1
+            report.intents_applied += sum(len(v) for v in intents.values()) - len(tick_report.rejected_intents)
+            if tick % 10 == 0:
+                heartbeat(f"tick {tick}/{ticks}")
+
+    finish("ok", "")
+    if report.projected_fps < settings.sandbox_min_fps:
+        report.verdict = FailureCode.SANDBOX_FPS_DROP.value
+        report.summary = (
+            f"the trait costs {report.trait_tick_ms:.2f} ms per tick for {len(world.entities)} entities: "
+            f"projected {report.projected_fps:.0f} fps, below the minimum of {settings.sandbox_min_fps:g}"
+        )
+    else:
+        report.summary = (
+            f"{report.ticks_run} ticks, {report.calls} calls, mean {report.call_us_mean:g} µs per call, "
+            f"projected {report.projected_fps:.0f} fps"
+        )
+    return report
+
+
+class SandboxActivities:
+    def __init__(self, settings: Settings):
+        self._settings = settings
+        self._client = docker.from_env(timeout=60)
+
+    @activity.defn(name=names.RUN_SANDBOX_TEST)
+    def run_sandbox_test(self, request: SandboxRequest) -> SandboxReport:
+        """Sync activity (the Docker SDK blocks) on the worker's thread pool, with heartbeats."""
+        info = activity.info()
+        activity.logger.info("sandbox test of %s, attempt %d", request.mutation_id, info.attempt)
+        return run_trial(request, self._settings, self._client, heartbeat=activity.heartbeat)

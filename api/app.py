@@ -1,0 +1,47 @@
+"""FastAPI app factory: ``uvicorn api.app:create_app --factory``."""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+import redis.asyncio as aioredis
+from fastapi import FastAPI
+
+from api import routes_context, routes_health, routes_mutations
+from api.deps import Services
+from api.errors import BodySizeLimit, install_error_handlers
+from genesis.config import Settings, get_settings
+from genesis.db.session import get_engine, get_sessionmaker
+
+MAX_BODY_BYTES = 96 * 1024  # 32 KB of code can grow when JSON-escaped
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        app.state.services = Services(
+            settings=settings,
+            sessions=get_sessionmaker(settings.database_url),
+            redis=aioredis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2),
+        )
+        yield
+        await app.state.services.redis.aclose()
+        await get_engine(settings.database_url).dispose()
+
+    app = FastAPI(
+        title="Genesis",
+        version="0.1.0",
+        description=(
+            "A self-evolving world. Propose trait code; every mutation runs through a durable "
+            f"Temporal workflow (validate → sandbox → verdict). Temporal UI: {settings.temporal_ui_url}"
+        ),
+        lifespan=lifespan,
+    )
+    install_error_handlers(app)
+    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
+    app.include_router(routes_mutations.router)
+    app.include_router(routes_context.router)
+    app.include_router(routes_health.router)
+    return app

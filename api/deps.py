@@ -1,0 +1,37 @@
+"""Process-wide clients of the API, created once in the app's lifespan."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import redis.asyncio as aioredis
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from temporalio.client import Client
+
+from api.errors import ApiError
+from genesis.config import Settings
+from genesis.temporal import connect
+
+
+@dataclass
+class Services:
+    settings: Settings
+    sessions: async_sessionmaker
+    redis: aioredis.Redis
+    _temporal: Client | None = None
+    _temporal_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    async def temporal(self) -> Client:
+        """Connect lazily so the API starts (and reports health) while Temporal is down."""
+        if self._temporal is None:
+            async with self._temporal_lock:
+                if self._temporal is None:
+                    try:
+                        self._temporal = await asyncio.wait_for(connect(self.settings), timeout=5)
+                    except Exception as exc:
+                        raise ApiError(
+                            503, "TEMPORAL_UNAVAILABLE",
+                            f"Temporal at {self.settings.temporal_address} is not reachable: {exc}",
+                        ) from exc
+        return self._temporal

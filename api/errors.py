@@ -1,0 +1,96 @@
+"""Every rejection says what was wrong: one error shape ``{"error", "detail"}`` for all 4xx/5xx."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+class ApiError(Exception):
+    def __init__(self, status_code: int, error: str, detail: str, headers: dict[str, str] | None = None):
+        super().__init__(detail)
+        self.status_code, self.error, self.detail, self.headers = status_code, error, detail, headers
+
+
+def _field_name(loc: tuple) -> str:
+    parts = [str(p) for p in loc if p not in ("body",)]
+    return ".".join(parts) or "body"
+
+
+def _describe(err: dict) -> str:
+    message = err.get("msg", "invalid")
+    if message.startswith("Value error, "):
+        message = message[len("Value error, ") :]
+    if err.get("type") == "missing":
+        message = "field required"
+    elif err.get("type") == "extra_forbidden":
+        message = "unknown field (not part of the request schema)"
+    return f"{_field_name(err.get('loc', ()))}: {message}"
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(ApiError)
+    async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
+        return JSONResponse({"error": exc.error, "detail": exc.detail}, exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = list(exc.errors())
+        if any(e.get("type") == "json_invalid" for e in errors):
+            ctx = next(e for e in errors if e.get("type") == "json_invalid").get("ctx", {})
+            detail = f"request body is not valid JSON: {ctx.get('error', 'parse error')}"
+            return JSONResponse({"error": "INVALID_JSON", "detail": detail}, 400)
+        if any(e.get("type") == "model_attributes_type" or e.get("loc") == ("body",) for e in errors):
+            return JSONResponse({"error": "INVALID_BODY", "detail": "request body must be a JSON object"}, 422)
+        simplified = [{"field": _field_name(e.get("loc", ())), "message": _describe(e).split(": ", 1)[-1]} for e in errors]
+        return JSONResponse(
+            {"error": "VALIDATION_ERROR", "detail": "; ".join(_describe(e) for e in errors), "errors": simplified}, 422
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        error = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
+        return JSONResponse({"error": error, "detail": str(exc.detail)}, exc.status_code)
+
+
+class BodySizeLimit:
+    """Pure ASGI middleware: refuse bodies over ``max_bytes`` before they are buffered."""
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or ()).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            return await self._too_large(send, int(declared))
+        received = 0
+
+        async def counting_receive():
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_bytes:
+                    raise _BodyTooLarge()
+            return message
+
+        try:
+            await self.app(scope, counting_receive, send)
+        except _BodyTooLarge:
+            await self._too_large(send, received)
+
+    async def _too_large(self, send, size: int) -> None:
+        response = JSONResponse(
+            {"error": "PAYLOAD_TOO_LARGE", "detail": f"request body is {size:,} bytes; the limit is {self.max_bytes:,}"},
+            413,
+        )
+        await send({"type": "http.response.start", "status": 413, "headers": response.raw_headers})
+        await send({"type": "http.response.body", "body": response.body})
+
+
+class _BodyTooLarge(Exception):
+    pass

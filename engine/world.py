@@ -1,0 +1,891 @@
+"""The pure world core: Molbots, resources and one deterministic tick.
+
+No I/O, no asyncio, no wall clock; standard library only. Behaviour from traits arrives as
+*intents* (plain, untrusted data produced by the trait host) which :meth:`World.step` checks
+against the Entity API (``genesis.entity_api``) and applies; anything malformed is rejected
+and counted by reason, never raised.
+
+Determinism: every tick draws from one ``random.Random`` derived from ``(seed, tick)``,
+entities are processed in ascending id order, resources are picked by (distance, id), and
+nothing iterates over a set or depends on string hashing. Same seed + same intents gives the
+same :meth:`World.state_hash`. :meth:`World.snapshot` / :meth:`World.from_snapshot` let a
+world be saved and resumed (replay from a snapshot reproduces the hash).
+
+Tick order (see :meth:`World.step`): intents -> movement -> eating -> metabolism ->
+collisions -> aging -> births -> deaths -> population floor -> resource respawn -> tick + 1.
+Phases 1-4 and 6 only touch the entity itself (eating takes resources lowest id first), so
+they run in one pass per entity; the result is identical to running them phase by phase.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+from genesis.entity_api import MAX_SPEED, MAX_STATE_LENGTH, READABLE_ATTRS, WRITABLE_ATTRS
+
+from .spatial import SpatialGrid
+
+__all__ = [
+    "DEATH_CAUSES",
+    "REJECT_REASONS",
+    "Entity",
+    "Resource",
+    "TickReport",
+    "World",
+    "WorldParams",
+]
+
+_PI = math.pi
+_TWO_PI = 2.0 * math.pi
+
+_MISSING = object()
+
+DEATH_CAUSES = ("starvation", "age", "collision")
+
+# Why an intent (or a whole intent list) was rejected. ``rejected_intents`` counts these.
+REJECT_REASONS = (
+    "bad_intents",  # the intents argument is not a mapping
+    "bad_entity_id",  # a key that is not an int (reported with entity id -1)
+    "unknown_entity",  # no such entity ever existed
+    "dead_entity",  # the entity existed but has died
+    "bad_intent_list",  # an entity's intents are not a list/tuple
+    "too_many_intents",  # more than max_intents_per_entity; the excess is dropped
+    "malformed_intent",  # an intent that is not a non-empty list/tuple starting with a str
+    "unknown_kind",  # first element not in entity_api.INTENT_KINDS
+    "bad_arity",  # wrong number of elements for its kind
+    "unknown_attr",  # set of a name that is not an entity attribute
+    "read_only_attr",  # set of a readable but not writable attribute (energy, x, age, ...)
+    "bad_type",  # wrong exact type (bool, str for a number, list, ...)
+    "not_finite",  # NaN, inf, or an int too large for a float
+    "bad_state",  # state string too long or not printable
+)
+
+@dataclass(frozen=True)
+class WorldParams:
+    width: float = 800.0
+    height: float = 600.0
+    initial_population: int = 40
+    initial_resources: int = 60
+    max_resources: int = 120
+    resource_energy: float = 25.0
+    resource_spawn_chance: float = 0.5  # chance per tick that one resource appears (below max)
+    max_energy: float = 100.0
+    initial_energy: float = 60.0
+    initial_speed_min: float = 1.0
+    initial_speed_max: float = 2.0
+    wander_turn: float = 0.3  # max random turn (radians) per tick of instinctive wandering
+    base_metabolism: float = 0.05  # energy per tick, times energy_consumption_rate
+    move_cost: float = 0.02  # energy per distance unit moved
+    max_age: int = 3000  # ticks
+    max_age_jitter: float = 0.2  # each entity's max_age is max_age * (1 +- jitter)
+    maturity_age: int = 300
+    reproduction_threshold: float = 85.0
+    reproduction_cost: float = 40.0  # paid by the parent
+    birth_energy_fraction: float = 0.75  # the newborn starts with this part of the cost
+    eat_radius: float = 6.0
+    sense_radius: float = 80.0  # also the grid cell size
+    collision_radius: float = 2.0
+    collision_damage: float = 5.0  # per colliding pair per tick, to both
+    hunger_fraction: float = 0.7  # instinct eats only below this fraction of max_energy
+    min_population: int = 0  # if > 0, fresh entities are spawned to keep at least this many
+    max_population: int = 1000  # births stop at this population
+    max_traits_per_entity: int = 5
+    max_intents_per_entity: int = 32  # the excess of an entity's intents in a tick is dropped
+
+    def __post_init__(self) -> None:
+        for name in ("width", "height", "sense_radius"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if type(v) is bool or type(v) not in (int, float) or not math.isfinite(v):
+                raise ValueError(f"{f.name} must be a finite number")
+            if v < 0:
+                raise ValueError(f"{f.name} must be >= 0")
+        if self.initial_speed_min > self.initial_speed_max:
+            raise ValueError("initial_speed_min must be <= initial_speed_max")
+        if not 0.0 <= self.max_age_jitter < 1.0:
+            raise ValueError("max_age_jitter must be in [0, 1)")
+        if self.max_age < 1:
+            raise ValueError("max_age must be >= 1")
+
+
+@dataclass(slots=True)
+class Entity:
+    id: int
+    x: float
+    y: float
+    energy: float
+    max_energy: float
+    speed: float
+    direction: float
+    age: int
+    max_age: int
+    state: str = ""
+    traits: tuple[str, ...] = ()
+    energy_consumption_rate: float = 1.0
+    generation: int = 0
+    parent_id: int | None = None
+
+
+@dataclass(slots=True)
+class Resource:
+    id: int
+    x: float
+    y: float
+    energy: float
+
+
+# The writable attributes of the Entity API that this world stores (all of v1's).
+_WRITABLE = {
+    name: spec for name, spec in WRITABLE_ATTRS.items() if name in Entity.__dataclass_fields__
+}
+
+
+@dataclass
+class TickReport:
+    tick: int  # the tick that was simulated (World.tick before it advanced)
+    births: list[int] = field(default_factory=list)  # ids of newborns (parent via parent_id)
+    deaths: list[tuple[int, str]] = field(default_factory=list)  # (entity_id, cause)
+    rejected_intents: list[tuple[int, str]] = field(default_factory=list)  # (entity_id, reason)
+    respawned: list[int] = field(default_factory=list)  # fresh entities from min_population
+
+
+def _wrap_angle(a: float) -> float:
+    """Wrap a finite angle into [-pi, pi]."""
+    if -_PI <= a <= _PI:
+        return a
+    return math.remainder(a, _TWO_PI)
+
+
+def _check_number(v: Any) -> float | str:
+    """The value as a finite float, or the rejection reason."""
+    t = type(v)
+    if t is float:
+        if v - v != 0.0:  # NaN or +-inf
+            return "not_finite"
+        return v
+    if t is int:
+        try:
+            return float(v)
+        except OverflowError:
+            return "not_finite"
+    return "bad_type"
+
+
+class World:
+    def __init__(self, params: WorldParams = WorldParams(), seed: int = 0) -> None:
+        if type(params) is not WorldParams:
+            raise TypeError("params must be a WorldParams")
+        if type(seed) is not int:
+            raise TypeError("seed must be an int")
+        self.params = params
+        self.seed = seed
+        self.tick = 0
+        self.entities: dict[int, Entity] = {}
+        self.resources: dict[int, Resource] = {}
+        self._next_entity_id = 1
+        self._next_resource_id = 1
+        self._deaths = {cause: 0 for cause in DEATH_CAUSES}
+        self._births = 0
+        self._respawns = 0
+        self._collisions = 0
+        self._rejected: dict[str, int] = {}
+        self._set_bounds(params)
+        self._egrid = SpatialGrid(params.width, params.height, params.sense_radius)
+        self._rgrid = SpatialGrid(params.width, params.height, params.sense_radius)
+
+        rng = self._rng("init")
+        for _ in range(params.initial_population):
+            self._spawn_fresh(rng)
+        for _ in range(min(params.initial_resources, params.max_resources)):
+            self._spawn_resource(rng)
+        self._egrid.rebuild(self.entities.values())
+
+    def _set_bounds(self, params: WorldParams) -> None:
+        # Positions satisfy 0 <= x < width: the largest allowed value is just below width.
+        self._xmax = math.nextafter(float(params.width), 0.0)
+        self._ymax = math.nextafter(float(params.height), 0.0)
+
+    # -- randomness -------------------------------------------------------------------------
+
+    def _rng(self, label: int | str) -> random.Random:
+        digest = hashlib.sha256(f"genesis-world:{self.seed}:{label}".encode()).digest()
+        return random.Random(int.from_bytes(digest[:16], "big"))
+
+    # -- spawning ---------------------------------------------------------------------------
+
+    def _new_max_age(self, rng: random.Random) -> int:
+        p = self.params
+        jitter = p.max_age_jitter
+        return max(1, int(round(p.max_age * (1.0 + (rng.random() * 2.0 - 1.0) * jitter))))
+
+    def _spawn_fresh(self, rng: random.Random) -> Entity:
+        p = self.params
+        eid = self._next_entity_id
+        self._next_entity_id += 1
+        e = Entity(
+            id=eid,
+            x=min(rng.random() * p.width, self._xmax),
+            y=min(rng.random() * p.height, self._ymax),
+            energy=float(min(p.initial_energy, p.max_energy)),
+            max_energy=float(p.max_energy),
+            speed=min(MAX_SPEED, p.initial_speed_min + rng.random() * (p.initial_speed_max - p.initial_speed_min)),
+            direction=rng.random() * _TWO_PI - _PI,
+            age=0,
+            max_age=self._new_max_age(rng),
+        )
+        self.entities[eid] = e
+        return e
+
+    def _spawn_resource(self, rng: random.Random) -> Resource:
+        p = self.params
+        return self.add_resource(rng.random() * p.width, rng.random() * p.height)
+
+    def add_entity(self, x: float, y: float, **attrs: Any) -> Entity:
+        """Place a new entity (trusted callers: tests, scenario set-up, the sandbox test world).
+
+        ``attrs`` may override any Entity field except ``id``; defaults are a fresh gen-0
+        entity with ``params.initial_energy``, mid initial speed and the un-jittered max_age.
+        """
+        if "id" in attrs:
+            raise ValueError("ids are assigned by the world")
+        p = self.params
+        eid = self._next_entity_id
+        values: dict[str, Any] = {
+            "energy": float(min(p.initial_energy, p.max_energy)),
+            "max_energy": float(p.max_energy),
+            "speed": min(MAX_SPEED, (p.initial_speed_min + p.initial_speed_max) / 2.0),
+            "direction": 0.0,
+            "age": 0,
+            "max_age": int(p.max_age),
+        }
+        values.update(attrs)
+        values["traits"] = tuple(values.get("traits", ()))
+        e = Entity(
+            id=eid,
+            x=min(max(float(x), 0.0), self._xmax),
+            y=min(max(float(y), 0.0), self._ymax),
+            **values,
+        )
+        self._next_entity_id += 1
+        self.entities[eid] = e
+        self._egrid.insert(e)
+        return e
+
+    def add_resource(self, x: float, y: float, energy: float | None = None) -> Resource:
+        """Place a resource (trusted callers). Resources must not be moved afterwards."""
+        rid = self._next_resource_id
+        self._next_resource_id += 1
+        r = Resource(
+            id=rid,
+            x=min(max(float(x), 0.0), self._xmax),
+            y=min(max(float(y), 0.0), self._ymax),
+            energy=float(self.params.resource_energy if energy is None else energy),
+        )
+        self.resources[rid] = r
+        self._rgrid.insert(r)
+        return r
+
+    # -- traits -----------------------------------------------------------------------------
+
+    def give_trait(self, entity_id: int, trait_name: str) -> None:
+        """Add a trait to one entity (no-op if it is gone, already has it, or is full)."""
+        if type(trait_name) is not str or not trait_name:
+            raise ValueError("trait_name must be a non-empty str")
+        e = self.entities.get(entity_id)
+        if e is None or trait_name in e.traits:
+            return
+        if len(e.traits) >= self.params.max_traits_per_entity:
+            return
+        e.traits = e.traits + (trait_name,)
+
+    def give_trait_to_all(self, trait_name: str) -> None:
+        for eid in sorted(self.entities):
+            self.give_trait(eid, trait_name)
+
+    def remove_trait(self, trait_name: str) -> None:
+        """Take a trait away from every entity (rollback)."""
+        for eid in sorted(self.entities):
+            e = self.entities[eid]
+            if trait_name in e.traits:
+                e.traits = tuple(t for t in e.traits if t != trait_name)
+
+    # -- views ------------------------------------------------------------------------------
+
+    def _views(self, ents: list[Entity]) -> dict[int, dict[str, Any]]:
+        """Entity views for ``ents``, keyed by id.
+
+        Carriers are grouped by grid cell; each group scans the 3x3 block of entity and
+        resource cells around it once (the cell size is sense_radius, so the block holds
+        everything within sensing range). Results do not depend on the grouping.
+        """
+        p = self.params
+        r2 = p.sense_radius * p.sense_radius
+        width = float(p.width)
+        height = float(p.height)
+        egrid = self._egrid
+        rgrid = self._rgrid
+        groups: dict[tuple[int, int], list[Entity]] = {}
+        for e in ents:
+            k = egrid.cell_of(e.x, e.y)
+            g = groups.get(k)
+            if g is None:
+                groups[k] = [e]
+            else:
+                g.append(e)
+        out: dict[int, dict[str, Any]] = {}
+        sqrt = math.sqrt
+        for (cx, cy), members in groups.items():
+            pts = [(o.x, o.y) for o in egrid.block(cx, cy)]
+            rblock = [(r.x, r.y, r.id) for r in rgrid.block(cx, cy)]
+            for e in members:
+                x = e.x
+                y = e.y
+                n = -1  # the entity itself is in the block at distance 0
+                for ox, oy in pts:
+                    dx = ox - x
+                    dy = oy - y
+                    if dx * dx + dy * dy <= r2:
+                        n += 1
+                nearest = None
+                best = r2
+                best_id = 0
+                for rx, ry, rid in rblock:
+                    dx = rx - x
+                    dy = ry - y
+                    d2 = dx * dx + dy * dy
+                    if d2 < best or (d2 == best and (nearest is None or rid < best_id)):
+                        best = d2
+                        best_id = rid
+                        nearest = [dx, dy, 0.0]
+                if nearest is not None:
+                    nearest[2] = sqrt(best)
+                out[e.id] = {
+                    "id": e.id,
+                    "x": x,
+                    "y": y,
+                    "energy": e.energy,
+                    "max_energy": e.max_energy,
+                    "speed": e.speed,
+                    "direction": e.direction,
+                    "age": e.age,
+                    "max_age": e.max_age,
+                    "state": e.state,
+                    "traits": list(e.traits),
+                    "energy_consumption_rate": e.energy_consumption_rate,
+                    "generation": e.generation,
+                    "neighbors": n if n > 0 else 0,
+                    "world_width": width,
+                    "world_height": height,
+                    "nearest_resource": nearest,
+                }
+        return out
+
+    def view(self, entity_id: int) -> dict[str, Any] | None:
+        """The entity view (plain JSON-safe dict) of one entity, or None if it is gone."""
+        e = self.entities.get(entity_id)
+        return None if e is None else self._views([e])[entity_id]
+
+    def trait_batches(self) -> dict[str, list[dict[str, Any]]]:
+        """Trait name (sorted) -> views of its carriers, ids ascending.
+
+        The views are fresh on every call; an entity carrying several traits appears as the
+        same dict object in each of its traits' lists.
+        """
+        entities = self.entities
+        carriers = [entities[eid] for eid in sorted(entities) if entities[eid].traits]
+        views = self._views(carriers)
+        batches: dict[str, list[dict[str, Any]]] = {}
+        for e in carriers:
+            v = views[e.id]
+            for name in e.traits:
+                lst = batches.get(name)
+                if lst is None:
+                    batches[name] = [v]
+                else:
+                    lst.append(v)
+        return {name: batches[name] for name in sorted(batches)}
+
+    # -- intents ----------------------------------------------------------------------------
+
+    def _collect_intents(self, intents: Any, rejected: list[tuple[int, str]]) -> dict[int, Any]:
+        if intents is None:
+            return {}
+        if not isinstance(intents, Mapping):
+            rejected.append((-1, "bad_intents"))
+            return {}
+        out: dict[int, Any] = {}
+        entities = self.entities
+        try:
+            items = list(intents.items())
+        except Exception:
+            rejected.append((-1, "bad_intents"))
+            return {}
+        for k, v in items:
+            if type(k) is not int:
+                rejected.append((-1, "bad_entity_id"))
+            elif k not in entities:
+                rejected.append((k, "dead_entity" if 1 <= k < self._next_entity_id else "unknown_entity"))
+            else:
+                out[k] = v
+        return out
+
+    def _apply_intents(self, e: Entity, lst: Any, rejected: list[tuple[int, str]]) -> tuple[Any, bool]:
+        """Apply ``set`` intents to ``e``; return (last move intent or None, eat requested)."""
+        eid = e.id
+        if type(lst) not in (list, tuple):
+            rejected.append((eid, "bad_intent_list"))
+            return None, False
+        limit = self.params.max_intents_per_entity
+        if len(lst) > limit:
+            rejected.append((eid, "too_many_intents"))
+            lst = lst[:limit]
+        move = None
+        eat = False
+        for it in lst:
+            if type(it) not in (list, tuple) or not it or type(it[0]) is not str:
+                rejected.append((eid, "malformed_intent"))
+                continue
+            kind = it[0]
+            n = len(it)
+            if kind == "set":
+                if n != 3:
+                    rejected.append((eid, "bad_arity"))
+                    continue
+                attr = it[1]
+                if type(attr) is not str:
+                    rejected.append((eid, "malformed_intent"))
+                    continue
+                spec = _WRITABLE.get(attr)
+                if spec is None:
+                    rejected.append((eid, "read_only_attr" if attr in READABLE_ATTRS else "unknown_attr"))
+                    continue
+                value = it[2]
+                if spec[0] == "str":
+                    if type(value) is not str:
+                        rejected.append((eid, "bad_type"))
+                    elif len(value) > MAX_STATE_LENGTH or not value.isprintable():
+                        rejected.append((eid, "bad_state"))
+                    else:
+                        setattr(e, attr, value)
+                    continue
+                v = _check_number(value)
+                if type(v) is str:
+                    rejected.append((eid, v))
+                    continue
+                if attr == "direction":
+                    e.direction = _wrap_angle(v)
+                else:
+                    lo = spec[1]
+                    hi = spec[2]
+                    if v < lo:
+                        v = lo
+                    elif v > hi:
+                        v = hi
+                    setattr(e, attr, float(v))
+            elif kind == "move" or kind == "move_towards":
+                if n != 3:
+                    rejected.append((eid, "bad_arity"))
+                    continue
+                a = _check_number(it[1])
+                b = _check_number(it[2])
+                if type(a) is str or type(b) is str:
+                    rejected.append((eid, a if type(a) is str else b))
+                    continue
+                move = (kind == "move_towards", a, b)
+            elif kind == "eat":
+                if n != 1:
+                    rejected.append((eid, "bad_arity"))
+                    continue
+                eat = True
+            else:
+                rejected.append((eid, "unknown_kind"))
+        return move, eat
+
+    # -- the tick ---------------------------------------------------------------------------
+
+    def step(self, intents: Mapping[int, Sequence[Sequence[Any]]] | None = None) -> TickReport:
+        """Advance one tick, applying (checked) intents. Never raises on bad intents."""
+        p = self.params
+        tick = self.tick
+        rng = self._rng(tick)
+        rnd = rng.random
+        report = TickReport(tick=tick)
+        rejected = report.rejected_intents
+        by_entity = self._collect_intents(intents, rejected)
+
+        entities = self.entities
+        order = [entities[eid] for eid in sorted(entities)]
+
+        width_max = self._xmax
+        height_max = self._ymax
+        turn = p.wander_turn
+        base_met = p.base_metabolism
+        move_cost = p.move_cost
+        hunger = p.hunger_fraction
+        eat_r = p.eat_radius
+        eat_r2 = eat_r * eat_r
+        rgrid = self._rgrid
+        rcells = rgrid.cells
+        resources = self.resources
+        egrid = self._egrid
+        egrid.clear()
+        cells = egrid.cells
+        inv = egrid.inv
+        cols = egrid.cols
+        rows = egrid.rows
+        cos = math.cos
+        sin = math.sin
+        hypot = math.hypot
+
+        # (1) intents, (2) movement, (3) eating, (4) metabolism, (6) aging — per entity.
+        for e in order:
+            move = None
+            eat = False
+            if by_entity:
+                lst = by_entity.get(e.id, _MISSING)
+                if lst is not _MISSING:
+                    move, eat = self._apply_intents(e, lst, rejected)
+
+            x = e.x
+            y = e.y
+            rate = e.energy_consumption_rate
+            cap = MAX_SPEED * rate if rate < 1.0 else MAX_SPEED
+            sp = e.speed
+            if sp > cap:
+                sp = cap
+            if move is None:
+                # Instinct: wander with a small random turn, bouncing off the walls.
+                d = e.direction + (rnd() * 2.0 - 1.0) * turn
+                if d > _PI:
+                    d -= _TWO_PI
+                elif d < -_PI:
+                    d += _TWO_PI
+                nx = x + cos(d) * sp
+                ny = y + sin(d) * sp
+                if nx < 0.0 or nx > width_max:
+                    nx = 0.0 if nx < 0.0 else width_max
+                    d = _PI - d
+                    if d > _PI:
+                        d -= _TWO_PI
+                if ny < 0.0 or ny > height_max:
+                    ny = 0.0 if ny < 0.0 else height_max
+                    d = -d
+                e.direction = d
+            else:
+                towards, a, b = move
+                if towards:
+                    dx = a - x
+                    dy = b - y
+                else:
+                    dx = a
+                    dy = b
+                m = abs(dx)
+                if abs(dy) > m:
+                    m = abs(dy)
+                nx = x
+                ny = y
+                if m > 0.0:
+                    ux = dx / m
+                    uy = dy / m
+                    h = hypot(ux, uy)
+                    dist = sp
+                    if towards:
+                        full = m * h
+                        if full < dist:
+                            dist = full
+                    if dist > 0.0:
+                        nx = x + ux / h * dist
+                        ny = y + uy / h * dist
+                        if nx < 0.0:
+                            nx = 0.0
+                        elif nx > width_max:
+                            nx = width_max
+                        if ny < 0.0:
+                            ny = 0.0
+                        elif ny > height_max:
+                            ny = height_max
+                    e.direction = math.atan2(uy, ux)
+            moved = hypot(nx - x, ny - y)
+            e.x = nx
+            e.y = ny
+
+            cx = int(nx * inv)
+            cy = int(ny * inv)
+            if cx >= cols:
+                cx = cols - 1
+            if cy >= rows:
+                cy = rows - 1
+            k = cy * cols + cx
+            bucket = cells.get(k)
+            if bucket is None:
+                cells[k] = [e]
+            else:
+                bucket.append(e)
+
+            energy = e.energy
+            if resources and (eat or energy < hunger * e.max_energy):
+                # Nearest resource within eat_radius, ties by lower id.
+                cx0 = int((nx - eat_r) * inv)
+                cy0 = int((ny - eat_r) * inv)
+                if (
+                    cx0 == int((nx + eat_r) * inv) and cy0 == int((ny + eat_r) * inv)
+                    and cx0 < cols and cy0 < rows
+                ):
+                    res = None
+                    best = eat_r2
+                    for r in rcells.get(cy0 * cols + cx0, ()):
+                        dx = r.x - nx
+                        dy = r.y - ny
+                        d2 = dx * dx + dy * dy
+                        if d2 < best or (d2 == best and (res is None or r.id < res.id)):
+                            best = d2
+                            res = r
+                else:
+                    near = rgrid.nearest(nx, ny, eat_r)
+                    res = None if near is None else near[0]
+                if res is not None:
+                    energy += res.energy
+                    if energy > e.max_energy:
+                        energy = e.max_energy
+                    rgrid.remove(res)
+                    del resources[res.id]
+            e.energy = energy - base_met * rate - move_cost * moved
+            e.age += 1
+
+        # (5) collisions: every pair closer than collision_radius, each pair once.
+        pre_collision: dict[int, float] = {}
+        cr = p.collision_radius
+        dmg = p.collision_damage
+        if cr > 0.0 and dmg > 0.0 and len(order) > 1:
+            cr2 = cr * cr
+            candidates = egrid.candidates
+            for e in order:
+                eid = e.id
+                x = e.x
+                y = e.y
+                cx0 = int((x - cr) * inv)
+                cy0 = int((y - cr) * inv)
+                if (
+                    cx0 == int((x + cr) * inv) and cy0 == int((y + cr) * inv)
+                    and cx0 < cols and cy0 < rows
+                ):
+                    near_ents = cells[cy0 * cols + cx0]  # holds e itself
+                else:
+                    near_ents = candidates(x, y, cr)
+                for o in near_ents:
+                    if o.id <= eid:
+                        continue
+                    dx = o.x - x
+                    dy = o.y - y
+                    if dx * dx + dy * dy < cr2:
+                        if eid not in pre_collision:
+                            pre_collision[eid] = e.energy
+                        if o.id not in pre_collision:
+                            pre_collision[o.id] = o.energy
+                        e.energy -= dmg
+                        o.energy -= dmg
+                        self._collisions += 1
+
+        # (7) births and (8) deaths. Dying entities never reproduce; newborns are not in
+        # ``order``, so they neither die nor reproduce in the tick they are born.
+        threshold = p.reproduction_threshold
+        maturity = p.maturity_age
+        cost = p.reproduction_cost
+        child_energy = cost * p.birth_energy_fraction
+        offset = 2.0 * cr + 1.0
+        room = p.max_population - len(order)
+        dead: list[tuple[Entity, str]] = []
+        for e in order:
+            if e.energy <= 0.0:
+                pre = pre_collision.get(e.id)
+                dead.append((e, "collision" if pre is not None and pre > 0.0 else "starvation"))
+            elif e.age >= e.max_age:
+                dead.append((e, "age"))
+            elif e.energy >= threshold and e.age >= maturity and room > 0:
+                room -= 1
+                e.energy -= cost
+                angle = rnd() * _TWO_PI - _PI
+                bx = e.x + cos(angle) * offset
+                by = e.y + sin(angle) * offset
+                cid = self._next_entity_id
+                self._next_entity_id += 1
+                child = Entity(
+                    id=cid,
+                    x=min(max(bx, 0.0), width_max),
+                    y=min(max(by, 0.0), height_max),
+                    energy=min(child_energy, e.max_energy),
+                    max_energy=e.max_energy,
+                    speed=e.speed,
+                    direction=angle,
+                    age=0,
+                    max_age=self._new_max_age(rng),
+                    state="",
+                    traits=e.traits,
+                    energy_consumption_rate=e.energy_consumption_rate,
+                    generation=e.generation + 1,
+                    parent_id=e.id,
+                )
+                entities[cid] = child
+                egrid.insert(child)
+                report.births.append(cid)
+        self._births += len(report.births)
+
+        deaths = report.deaths
+        counts = self._deaths
+        for e, cause in dead:
+            del entities[e.id]
+            egrid.remove(e)
+            deaths.append((e.id, cause))
+            counts[cause] += 1
+
+        # Population floor (off by default).
+        while len(entities) < p.min_population:
+            fresh = self._spawn_fresh(rng)
+            egrid.insert(fresh)
+            report.respawned.append(fresh.id)
+        self._respawns += len(report.respawned)
+
+        # (9) resource respawn.
+        if len(resources) < p.max_resources and rnd() < p.resource_spawn_chance:
+            self._spawn_resource(rng)
+
+        if rejected:
+            counter = self._rejected
+            for _, reason in rejected:
+                counter[reason] = counter.get(reason, 0) + 1
+
+        # (10)
+        self.tick = tick + 1
+        return report
+
+    # -- inspection -------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        entities = self.entities
+        n = len(entities)
+        usage: dict[str, int] = {}
+        total = 0.0
+        for eid in sorted(entities):
+            e = entities[eid]
+            total += e.energy
+            for name in e.traits:
+                usage[name] = usage.get(name, 0) + 1
+        p = self.params
+        return {
+            "tick": self.tick,
+            "population": n,
+            "avg_energy": total / n if n else 0.0,
+            "resource_count": len(self.resources),
+            "resource_density": len(self.resources) / p.max_resources if p.max_resources else 0.0,
+            "deaths": dict(self._deaths),
+            "births": self._births,
+            "respawns": self._respawns,
+            "collisions": self._collisions,
+            "trait_usage": {name: usage[name] for name in sorted(usage)},
+            "rejected_intents": {r: self._rejected[r] for r in sorted(self._rejected)},
+        }
+
+    def _canonical(self) -> dict[str, Any]:
+        def f(v: float) -> float:
+            return round(v, 6) + 0.0  # + 0.0 turns -0.0 into 0.0
+
+        ents = []
+        for eid in sorted(self.entities):
+            e = self.entities[eid]
+            ents.append([
+                e.id, f(e.x), f(e.y), f(e.energy), f(e.max_energy), f(e.speed), f(e.direction),
+                e.age, e.max_age, e.state, list(e.traits), f(e.energy_consumption_rate),
+                e.generation, e.parent_id,
+            ])
+        res = []
+        for rid in sorted(self.resources):
+            r = self.resources[rid]
+            res.append([r.id, f(r.x), f(r.y), f(r.energy)])
+        return {"tick": self.tick, "entities": ents, "resources": res}
+
+    def state_hash(self) -> str:
+        """sha256 hex over a canonical, rounded serialisation of tick, entities, resources."""
+        data = json.dumps(self._canonical(), separators=(",", ":"), ensure_ascii=True)
+        return hashlib.sha256(data.encode("ascii")).hexdigest()
+
+    # -- save / resume ----------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything needed to resume this world exactly (plain JSON-safe data)."""
+        return {
+            "version": 1,
+            "params": asdict(self.params),
+            "seed": self.seed,
+            "tick": self.tick,
+            "next_entity_id": self._next_entity_id,
+            "next_resource_id": self._next_resource_id,
+            "counters": {
+                "deaths": dict(self._deaths),
+                "births": self._births,
+                "respawns": self._respawns,
+                "collisions": self._collisions,
+                "rejected_intents": {r: self._rejected[r] for r in sorted(self._rejected)},
+            },
+            "entities": [
+                {
+                    "id": e.id, "x": e.x, "y": e.y, "energy": e.energy, "max_energy": e.max_energy,
+                    "speed": e.speed, "direction": e.direction, "age": e.age, "max_age": e.max_age,
+                    "state": e.state, "traits": list(e.traits),
+                    "energy_consumption_rate": e.energy_consumption_rate,
+                    "generation": e.generation, "parent_id": e.parent_id,
+                }
+                for e in (self.entities[i] for i in sorted(self.entities))
+            ],
+            "resources": [
+                {"id": r.id, "x": r.x, "y": r.y, "energy": r.energy}
+                for r in (self.resources[i] for i in sorted(self.resources))
+            ],
+        }
+
+    @classmethod
+    def from_snapshot(cls, snap: Mapping[str, Any]) -> World:
+        """Rebuild a world from :meth:`snapshot` output (trusted data: our own snapshots)."""
+        params = WorldParams(**snap["params"])
+        w = cls.__new__(cls)
+        w.params = params
+        w.seed = int(snap["seed"])
+        w.tick = int(snap["tick"])
+        w._next_entity_id = int(snap["next_entity_id"])
+        w._next_resource_id = int(snap["next_resource_id"])
+        c = snap["counters"]
+        w._deaths = {cause: int(c["deaths"].get(cause, 0)) for cause in DEATH_CAUSES}
+        w._births = int(c["births"])
+        w._respawns = int(c["respawns"])
+        w._collisions = int(c["collisions"])
+        w._rejected = {str(k): int(v) for k, v in c["rejected_intents"].items()}
+        w._set_bounds(params)
+        w.entities = {}
+        for d in sorted(snap["entities"], key=lambda d: d["id"]):
+            e = Entity(
+                id=int(d["id"]), x=float(d["x"]), y=float(d["y"]), energy=float(d["energy"]),
+                max_energy=float(d["max_energy"]), speed=float(d["speed"]),
+                direction=float(d["direction"]), age=int(d["age"]), max_age=int(d["max_age"]),
+                state=str(d["state"]), traits=tuple(str(t) for t in d["traits"]),
+                energy_consumption_rate=float(d["energy_consumption_rate"]),
+                generation=int(d["generation"]),
+                parent_id=None if d["parent_id"] is None else int(d["parent_id"]),
+            )
+            w.entities[e.id] = e
+        w.resources = {}
+        w._egrid = SpatialGrid(params.width, params.height, params.sense_radius)
+        w._rgrid = SpatialGrid(params.width, params.height, params.sense_radius)
+        for d in sorted(snap["resources"], key=lambda d: d["id"]):
+            r = Resource(id=int(d["id"]), x=float(d["x"]), y=float(d["y"]), energy=float(d["energy"]))
+            w.resources[r.id] = r
+            w._rgrid.insert(r)
+        w._egrid.rebuild(w.entities.values())
+        return w
+

@@ -1,0 +1,117 @@
+"""Data shared by the API, workflows and activities (serialised by Temporal's pydantic converter).
+
+Plain pydantic models only: workflows import this module inside Temporal's sandbox."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+
+class MutationStatus(str, Enum):
+    queued = "queued"
+    validating = "validating"
+    sandbox_ok = "sandbox_ok"
+    rejected = "rejected"
+    activated = "activated"
+    rolled_back = "rolled_back"
+    # The workflow failed for an infrastructure reason (not a verdict on the code).
+    failed = "failed"
+
+
+class FailureCode(str, Enum):
+    SYNTAX_ERROR = "SYNTAX_ERROR"
+    AST_IMPORT_FORBIDDEN = "AST_IMPORT_FORBIDDEN"
+    AST_BANNED_CALL = "AST_BANNED_CALL"
+    AST_BANNED_ATTR = "AST_BANNED_ATTR"
+    AST_NO_TRAIT_CLASS = "AST_NO_TRAIT_CLASS"
+    AST_ENTITY_ATTR_FORBIDDEN = "AST_ENTITY_ATTR_FORBIDDEN"
+    AST_INIT_REQUIRED_ARGS = "AST_INIT_REQUIRED_ARGS"
+    AST_UNBOUND_VARIABLE = "AST_UNBOUND_VARIABLE"
+    AST_AWAIT_ON_SYNC = "AST_AWAIT_ON_SYNC"
+    DUPLICATE_CODE = "DUPLICATE_CODE"
+    SANDBOX_TIMEOUT = "SANDBOX_TIMEOUT"
+    SANDBOX_EXCEPTION = "SANDBOX_EXCEPTION"
+    SANDBOX_FPS_DROP = "SANDBOX_FPS_DROP"
+    RATE_LIMIT_EXCEEDED = "RATE_LIMIT_EXCEEDED"
+    # Step 2 failing inside the workflow (only when a workflow is started without the API).
+    SCHEMA_INVALID = "SCHEMA_INVALID"
+
+
+class MutationInput(BaseModel):
+    """What a MutationWorkflow is started with."""
+
+    mutation_id: str
+    agent_id: str
+    trait_name: str
+    code: str
+    goal: str = ""
+    task_id: str | None = None
+
+
+class ValidationOutcome(BaseModel):
+    """Result of steps 2-11 (gatekeeper + dedupe)."""
+
+    ok: bool
+    failure_code: str | None = None
+    validation_log: list[str] = Field(default_factory=list)
+    class_name: str | None = None
+    code_hash: str | None = None
+
+
+class SandboxRequest(BaseModel):
+    mutation_id: str
+    trait_name: str
+    class_name: str
+    code: str
+
+
+class SandboxReport(BaseModel):
+    """What the sandbox test observed. ``verdict`` is "ok" or a SANDBOX_* failure code."""
+
+    verdict: str
+    summary: str
+    ticks_run: int
+    calls: int = 0
+    call_us_mean: float = 0.0
+    call_us_max: float = 0.0
+    timeouts: int = 0
+    exceptions: int = 0
+    first_error: str | None = None
+    baseline_tick_ms: float = 0.0
+    trait_tick_ms: float = 0.0
+    roundtrip_ms: float = 0.0
+    projected_fps: float = 0.0
+    intents_applied: int = 0
+    intents_rejected: dict[str, int] = Field(default_factory=dict)
+    state_hash: str | None = None
+    image: str | None = None
+    container_id: str | None = None
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "ok"
+
+
+class StatusUpdate(BaseModel):
+    """One persisted transition of the mutation record."""
+
+    mutation_id: str
+    status: MutationStatus
+    failure_reason_code: str | None = None
+    validation_log: list[str] | None = None
+    class_name: str | None = None
+    code_hash: str | None = None
+    sandbox_report: dict[str, Any] | None = None
+
+
+class MutationResult(BaseModel):
+    """What a MutationWorkflow returns (and its ``status`` query answers)."""
+
+    mutation_id: str
+    status: MutationStatus
+    failure_reason_code: str | None = None
+    validation_log: list[str] = Field(default_factory=list)
+    sandbox_report: dict[str, Any] | None = None

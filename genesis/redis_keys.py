@@ -1,0 +1,52 @@
+"""Redis key and channel names from the seeds, in one place."""
+
+from __future__ import annotations
+
+# World telemetry (logic-flow.md)
+WORLD_TICK = "ws:tick"
+
+
+def world_snapshot(tick: int) -> str:
+    return f"ws:snapshot:{tick}"
+
+
+# External-agent tasks (open-mutation-api.md)
+AGENT_TASKS_QUEUE = "agent:tasks:queue"
+
+
+def agent_task(task_id: str) -> str:
+    return f"agent:task:{task_id}"
+
+
+# Rate limits (open-mutation-api.md)
+def ratelimit_active(agent_id: str) -> str:
+    return f"ratelimit:active:{agent_id}"
+
+
+def ratelimit_ip_minute(ip: str) -> str:
+    return f"ratelimit:ip:min:{ip}"
+
+
+def ratelimit_agent_hour(agent_id: str) -> str:
+    return f"ratelimit:agent:hr:{agent_id}"
+
+
+# Trait registry (logic-flow.md)
+REGISTRY_TRAITS = "meta:registry:traits"
+REGISTRY_VERSION = "meta:registry:version"
+
+# Watcher (logic-flow.md)
+WATCHER_TRIGGER_COUNTER = "watcher:trigger_counter"
+WATCHER_CIRCUIT_BREAKER = "watcher:circuit_breaker"
+
+
+def evolution_trigger(trigger_id: str) -> str:
+    return f"evo:trigger:{trigger_id}"
+
+
+class Channels:
+    TELEMETRY = "ch:telemetry"
+    AGENT_TASKS = "ch:agent:tasks"
+    MUTATION_APPLIED = "ch:mutation:applied"
+    MUTATION_ROLLBACK = "ch:mutation:rollback"
+    FEED = "ch:feed"

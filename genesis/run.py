@@ -1,0 +1,63 @@
+"""``make run``: start the worker and the API in the foreground; Ctrl-C stops both.
+
+Services (Postgres, Redis, Temporal, Docker) are started before this by scripts/services.sh."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+from genesis.config import PROJECT_ROOT, get_settings
+
+
+def main() -> int:
+    settings = get_settings()
+    children = {
+        "worker": subprocess.Popen([sys.executable, str(PROJECT_ROOT / "worker.py")], cwd=PROJECT_ROOT),
+        "api": subprocess.Popen(
+            [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
+             "--host", settings.api_host, "--port", str(settings.api_port), "--log-level", "info"],
+            cwd=PROJECT_ROOT,
+        ),
+    }
+    base = f"http://{settings.api_host}:{settings.api_port}"
+    print(
+        "\n  Genesis is starting\n"
+        f"    API           {base}\n"
+        f"    API docs      {base}/docs\n"
+        f"    Health        {base}/api/health\n"
+        f"    Temporal UI   {settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows\n"
+        "  Ctrl-C stops the worker and the API (services keep running).\n",
+        flush=True,
+    )
+    stopping = False
+
+    def stop(*_: object) -> None:
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGINT, stop)
+    signal.signal(signal.SIGTERM, stop)
+    exit_code = 0
+    while not stopping:
+        for name, child in children.items():
+            if child.poll() is not None:
+                print(f"{name} exited with code {child.returncode}; stopping the rest", file=sys.stderr)
+                exit_code, stopping = child.returncode or 1, True
+        time.sleep(0.2)
+    for child in children.values():
+        if child.poll() is None:
+            child.send_signal(signal.SIGTERM)
+    for child in children.values():
+        try:
+            child.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            child.kill()
+    print("Genesis stopped", flush=True)
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

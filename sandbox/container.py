@@ -1,0 +1,152 @@
+"""A trait-host container and the JSON-lines channel to it.
+
+Every container runs with the isolation flags of DESIGN.md (no network, read-only root, small
+tmpfs, non-root, no capabilities, no-new-privileges, memory/pids/cpu limits) and is killed when
+a request misses its wall-clock deadline. Containers carry labels so a crashed worker's leftovers
+can be found and removed.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import docker
+from docker.errors import APIError, NotFound
+from docker.utils.socket import STDERR, STDOUT, next_frame_header, read_exactly
+
+from genesis.config import Settings
+from sandbox.image import HOST_COMMAND
+
+LABEL_ROLE = "genesis.role"
+LABEL_OWNER = "genesis.owner"
+ROLE_TRAIT_HOST = "trait-host"
+
+
+class HostDeadlineExceeded(Exception):
+    """The trait host did not answer in time; the container has been killed."""
+
+
+class HostCrashed(Exception):
+    """The trait host closed its output (crashed, was OOM-killed, or exited)."""
+
+
+@dataclass(frozen=True)
+class IsolationLimits:
+    memory: str
+    pids_limit: int
+    cpus: float
+    tmpfs_size: str = "8m"
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> "IsolationLimits":
+        return cls(settings.sandbox_memory, settings.sandbox_pids_limit, settings.sandbox_cpus)
+
+
+class TraitHostContainer:
+    """One trait-host process in one container, answering requests in order."""
+
+    def __init__(self, client: docker.DockerClient, image: str, limits: IsolationLimits, owner: str):
+        self._client = client
+        self._container = client.containers.create(
+            image,
+            command=HOST_COMMAND,
+            stdin_open=True,
+            tty=False,
+            network_mode="none",
+            read_only=True,
+            tmpfs={"/tmp": f"rw,noexec,nosuid,size={limits.tmpfs_size}"},
+            user="10001:10001",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            mem_limit=limits.memory,
+            memswap_limit=limits.memory,
+            pids_limit=limits.pids_limit,
+            nano_cpus=int(limits.cpus * 1e9),
+            labels={LABEL_ROLE: ROLE_TRAIT_HOST, LABEL_OWNER: owner},
+            environment={},
+        )
+        self._socket_io = self._container.attach_socket(
+            params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+        )
+        self._sock: socket.socket = self._socket_io._sock
+        self._container.start()
+        self._pending = b""
+        self.stderr = b""
+
+    @property
+    def id(self) -> str:
+        return self._container.id
+
+    def request(self, message: dict[str, Any], deadline_s: float) -> dict[str, Any]:
+        """Send one request and wait for its reply line, killing the container past the deadline."""
+        try:
+            self._sock.settimeout(deadline_s)
+            self._sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+            return json.loads(self._read_line(time.monotonic() + deadline_s))
+        except (socket.timeout, TimeoutError) as exc:
+            self.kill()
+            raise HostDeadlineExceeded(f"trait host gave no answer within {deadline_s:.2f}s") from exc
+        except (BrokenPipeError, ConnectionResetError, OSError) as exc:
+            raise HostCrashed(f"trait host connection broke: {exc}; stderr: {self.stderr_tail()}") from exc
+
+    def _read_line(self, deadline: float) -> bytes:
+        while b"\n" not in self._pending:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise socket.timeout()
+            self._sock.settimeout(remaining)
+            header = next_frame_header(self._sock)
+            stream, size = header
+            if size < 0:
+                raise HostCrashed(f"trait host exited; stderr: {self.stderr_tail()}")
+            payload = read_exactly(self._sock, size)
+            if stream == STDOUT:
+                self._pending += payload
+            elif stream == STDERR:
+                self.stderr = (self.stderr + payload)[-8192:]
+        line, _, self._pending = self._pending.partition(b"\n")
+        return line
+
+    def stderr_tail(self) -> str:
+        return self.stderr.decode(errors="replace")[-500:] or "(empty)"
+
+    def kill(self) -> None:
+        try:
+            self._container.kill()
+        except (APIError, NotFound):
+            pass
+
+    def close(self) -> None:
+        """Stop and remove the container; never raises."""
+        try:
+            self._sock.close()
+        except OSError:
+            pass
+        try:
+            self._container.remove(force=True)
+        except (APIError, NotFound):
+            pass
+
+    def __enter__(self) -> "TraitHostContainer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def remove_containers_of(client: docker.DockerClient, owner: str) -> int:
+    """Remove trait-host containers left behind by an earlier attempt for the same owner."""
+    removed = 0
+    for container in client.containers.list(
+        all=True, filters={"label": [f"{LABEL_ROLE}={ROLE_TRAIT_HOST}", f"{LABEL_OWNER}={owner}"]}
+    ):
+        try:
+            container.remove(force=True)
+            removed += 1
+        except (APIError, NotFound):
+            pass
+    return removed

@@ -1,0 +1,168 @@
+"""The trait-host image: Python's standard library and the trait host, nothing else.
+
+No registry is reachable here, so the image is assembled offline: a minimal root filesystem
+(the local CPython binary, its standard library without tests/tooling, the shared libraries it
+links) is streamed as a tar into ``docker import``. Hosts that can pull use
+``sandbox/Dockerfile`` instead and set ``GENESIS_SANDBOX_IMAGE``.
+
+    python -m sandbox.image ensure   # build unless the image for this trait host exists
+    python -m sandbox.image build    # rebuild
+    python -m sandbox.image name     # print the tag
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import docker
+from docker.errors import ImageNotFound
+
+from genesis.config import get_settings
+
+HERE = Path(__file__).resolve().parent
+TRAIT_HOST = HERE / "trait_host.py"
+IMAGE_REPOSITORY = "genesis-trait-host"
+SANDBOX_UID = 10001
+HOST_PATH_IN_IMAGE = "/opt/genesis/trait_host.py"
+PYTHON_IN_IMAGE = "/usr/local/bin/python3"
+# The command every trait-host container runs: isolated mode, no site, no bytecode writes.
+HOST_COMMAND = [PYTHON_IN_IMAGE, "-I", "-S", "-B", HOST_PATH_IN_IMAGE]
+
+# Parts of the standard library a trait host never needs (tests, GUIs, packaging, docs).
+STDLIB_EXCLUDES = {
+    "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data",
+    "site-packages", "dist-packages", "venv", "distutils", "unittest", "sqlite3", "curses",
+    "dbm", "xmlrpc", "wsgiref", "http", "urllib", "email", "xml", "asyncio", "multiprocessing",
+    "concurrent", "html", "json/tests", "ctypes/test",
+}
+
+
+def local_python() -> Path:
+    """A system CPython 3.11 whose stdlib lives in the standard place."""
+    for candidate in ("/usr/bin/python3.11", "/usr/local/bin/python3.11", sys.executable):
+        if Path(candidate).exists():
+            return Path(os.path.realpath(candidate))
+    raise RuntimeError("no python3.11 binary found to build the trait-host image from")
+
+
+def _stdlib_dir(python: Path) -> Path:
+    out = subprocess.run(
+        [str(python), "-I", "-S", "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"],
+        check=True, capture_output=True, text=True,
+    )
+    return Path(out.stdout.strip())
+
+
+def image_tag() -> str:
+    """Content-addressed: a new trait host or Python means a new image."""
+    settings = get_settings()
+    if settings.sandbox_image:
+        return settings.sandbox_image
+    digest = hashlib.sha256()
+    digest.update(TRAIT_HOST.read_bytes())
+    digest.update(Path(__file__).read_bytes())
+    digest.update(str(local_python()).encode())
+    return f"{IMAGE_REPOSITORY}:{digest.hexdigest()[:12]}"
+
+
+def _shared_libraries(paths: list[Path]) -> set[Path]:
+    libs: set[Path] = set()
+    for path in paths:
+        out = subprocess.run(["ldd", str(path)], capture_output=True, text=True).stdout
+        for match in re.finditer(r"(/\S+\.so[^\s]*)", out):
+            libs.add(Path(match.group(1)))
+    return libs
+
+
+def _rootfs_tar(python: Path) -> bytes:
+    stdlib = _stdlib_dir(python)
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", dereference=True) as tar:
+
+        def add_dir(name: str, mode: int = 0o755) -> None:
+            info = tarfile.TarInfo(name)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, mode, int(time.time())
+            tar.addfile(info)
+
+        def add_bytes(name: str, data: bytes, mode: int = 0o644) -> None:
+            info = tarfile.TarInfo(name)
+            info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+            tar.addfile(info, io.BytesIO(data))
+
+        def root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mode &= 0o755
+            return info
+
+        for name in ("etc", "tmp", "opt", "opt/genesis", "usr", "usr/local", "usr/local/bin"):
+            add_dir(name, 0o1777 if name == "tmp" else 0o755)
+        add_bytes("etc/passwd", f"root:x:0:0::/root:/bin/false\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/false\n".encode())
+        add_bytes("etc/group", f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\n".encode())
+        tar.add(str(python), arcname=PYTHON_IN_IMAGE.lstrip("/"), filter=root_owned)
+        tar.add(str(TRAIT_HOST), arcname=HOST_PATH_IN_IMAGE.lstrip("/"), filter=root_owned)
+
+        def skip_unneeded(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+            relative = info.name[len(stdlib.as_posix().lstrip("/")) + 1 :]
+            top = relative.split("/", 1)[0]
+            if top in STDLIB_EXCLUDES or relative in STDLIB_EXCLUDES or "/test" in f"/{relative}/":
+                return None
+            return root_owned(info)
+
+        # Keep the stdlib at its original path: the binary finds it through its compiled prefix.
+        tar.add(str(stdlib), arcname=stdlib.as_posix().lstrip("/"), filter=skip_unneeded)
+        dynload = stdlib / "lib-dynload"
+        binaries = [python, *(dynload.glob("*.so") if dynload.exists() else [])]
+        for lib in sorted(_shared_libraries(binaries)):
+            if lib.exists():
+                tar.add(str(lib), arcname=lib.as_posix().lstrip("/"), filter=root_owned)
+    return buffer.getvalue()
+
+
+def build(client: docker.DockerClient | None = None) -> str:
+    client = client or docker.from_env()
+    tag = image_tag()
+    repository, version = tag.rsplit(":", 1)
+    python = local_python()
+    started = time.monotonic()
+    data = _rootfs_tar(python)
+    client.api.import_image_from_data(
+        data,
+        repository=repository,
+        tag=version,
+        changes=[f"USER {SANDBOX_UID}:{SANDBOX_UID}", "WORKDIR /tmp", f"CMD {HOST_COMMAND!r}".replace("'", '"')],
+    )
+    client.images.get(tag)  # raises if the import did not produce it
+    print(f"built {tag} from {python} ({len(data) / 1e6:.0f} MB rootfs, {time.monotonic() - started:.1f}s)", file=sys.stderr)
+    return tag
+
+
+def ensure(client: docker.DockerClient | None = None) -> str:
+    client = client or docker.from_env()
+    tag = image_tag()
+    try:
+        client.images.get(tag)
+        print(f"sandbox image {tag} is present", file=sys.stderr)
+        return tag
+    except ImageNotFound:
+        return build(client)
+
+
+if __name__ == "__main__":
+    action = sys.argv[1] if len(sys.argv) > 1 else "ensure"
+    if action == "name":
+        print(image_tag())
+    elif action == "build":
+        build()
+    elif action == "ensure":
+        ensure()
+    else:
+        sys.exit(f"usage: python -m sandbox.image [ensure|build|name], not {action!r}")

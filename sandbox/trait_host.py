@@ -1,0 +1,244 @@
+"""Trait host: runs untrusted trait code inside a sandbox container. Standard library only.
+
+It speaks JSON lines over stdin/stdout with the trusted side (the sandbox activity in the
+worker, later the live engine). Each tick it receives plain entity views for the carriers of
+each trait, runs ``execute(entity)`` for each through an entity proxy that *records intents*,
+and returns the intents, per-call timings and errors. The trusted side checks every intent.
+
+Requests (one JSON object per line) and replies:
+  {"op": "hello", "entity_api": {...}, "allowed_imports": [...], "call_timeout_ms": 5}
+      -> {"ok": true, "op": "hello", "python": "3.11.2"}
+  {"op": "load", "trait": NAME, "source": CODE, "class_name": CLS}
+      -> {"ok": true, "op": "load", "trait": NAME} | {"ok": false, "op": "load", "error": ...}
+  {"op": "unload", "trait": NAME}                  -> {"ok": true, "op": "unload"}
+  {"op": "tick", "tick": N, "batches": {NAME: [view, ...]}}
+      -> {"ok": true, "op": "tick", "tick": N, "results": {NAME: {"intents": [[id, [...]], ...],
+          "calls": n, "total_us": t, "max_us": m, "errors": [...], "timeouts": [ids]}}}
+The host exits when stdin closes.
+"""
+
+import builtins
+import json
+import math
+import signal
+import sys
+import time
+import traceback
+
+TRAIT_FILE_PREFIX = "<trait "
+
+
+class TraitTimeout(BaseException):
+    """Raised by the CPU-time alarm inside a trait call that overran its budget.
+
+    A BaseException so a trait's ``except Exception`` cannot swallow it."""
+
+
+def _on_cpu_alarm(signum, frame):
+    raise TraitTimeout()
+
+
+class Host:
+    def __init__(self):
+        self.readable = frozenset()
+        self.writable = {}
+        self.allowed_imports = frozenset()
+        self.call_timeout_s = 0.005
+        self.classes = {}  # trait -> class
+        self.instances = {}  # trait -> {entity_id: instance}
+        self.proxy_class = None
+
+    # -- requests --------------------------------------------------------------------------
+    def hello(self, msg):
+        api = msg["entity_api"]
+        self.readable = frozenset(api["readable"])
+        self.writable = api["writable"]
+        self.allowed_imports = frozenset(msg.get("allowed_imports", ()))
+        self.call_timeout_s = float(msg.get("call_timeout_ms", 5)) / 1000.0
+        self.proxy_class = make_proxy_class(self.readable, self.writable)
+        missing = [m for m in api["methods"] if not hasattr(self.proxy_class, m)]
+        if missing:
+            return {"ok": False, "op": "hello", "error": "host lacks entity methods: %s" % missing}
+        return {"ok": True, "op": "hello", "python": sys.version.split()[0]}
+
+    def load(self, msg):
+        name, source, class_name = msg["trait"], msg["source"], msg["class_name"]
+        namespace = {"__builtins__": self.safe_builtins(), "__name__": "trait_" + name}
+        try:
+            self.with_cpu_alarm(
+                lambda: exec(compile(source, TRAIT_FILE_PREFIX + name + ">", "exec"), namespace)
+            )
+            cls = namespace[class_name]
+            self.with_cpu_alarm(cls)  # the trait must be constructible without arguments
+        except TraitTimeout:
+            return {"ok": False, "op": "load", "trait": name, "error": "loading the trait took too long"}
+        except BaseException as exc:  # report anything, including SystemExit, as a load error
+            return {"ok": False, "op": "load", "trait": name, "error": describe(exc)}
+        self.classes[name] = cls
+        self.instances[name] = {}
+        return {"ok": True, "op": "load", "trait": name}
+
+    def unload(self, msg):
+        self.classes.pop(msg["trait"], None)
+        self.instances.pop(msg["trait"], None)
+        return {"ok": True, "op": "unload", "trait": msg["trait"]}
+
+    def tick(self, msg):
+        results = {}
+        for name, views in msg["batches"].items():
+            if name in self.classes:
+                results[name] = self.run_trait(name, views)
+            else:
+                results[name] = {"intents": [], "calls": 0, "total_us": 0, "max_us": 0,
+                                 "errors": [{"entity_id": None, "error": "trait not loaded"}],
+                                 "timeouts": []}
+        return {"ok": True, "op": "tick", "tick": msg.get("tick"), "results": results}
+
+    # -- running traits ----------------------------------------------------------------------
+    def run_trait(self, name, views):
+        cls = self.classes[name]
+        instances = self.instances[name]
+        live_ids = set()
+        intents, errors, timeouts = [], [], []
+        total_us = max_us = 0.0
+        for view in views:
+            entity_id = view["id"]
+            live_ids.add(entity_id)
+            recorded = []
+            started = time.perf_counter()
+            try:
+                instance = instances.get(entity_id)
+                if instance is None:
+                    instance = instances[entity_id] = self.with_cpu_alarm(cls)
+                proxy = self.proxy_class(view, recorded)
+                self.with_cpu_alarm(lambda: drive(instance.execute(proxy)))
+            except TraitTimeout:
+                timeouts.append(entity_id)
+            except BaseException as exc:
+                errors.append({"entity_id": entity_id, "error": describe(exc)})
+            elapsed_us = (time.perf_counter() - started) * 1e6
+            total_us += elapsed_us
+            max_us = max(max_us, elapsed_us)
+            if recorded:
+                intents.append([entity_id, recorded])
+        for gone in [i for i in instances if i not in live_ids]:
+            del instances[gone]  # entity died or lost the trait
+        return {"intents": intents, "calls": len(views), "total_us": round(total_us, 1),
+                "max_us": round(max_us, 1), "errors": errors[:20], "error_count": len(errors),
+                "timeouts": timeouts}
+
+    def with_cpu_alarm(self, fn):
+        """Run ``fn`` with a CPU-time alarm (ITIMER_VIRTUAL: time spent on the CPU, so a busy
+        machine does not make an honest trait look slow)."""
+        signal.setitimer(signal.ITIMER_VIRTUAL, self.call_timeout_s)
+        try:
+            return fn()
+        finally:
+            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+
+    def safe_builtins(self):
+        allowed = self.allowed_imports
+
+        def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
+            if level != 0 or name.split(".")[0] not in allowed:
+                raise ImportError("import of %r is not allowed in a trait" % name)
+            return __import__(name, globals, locals, fromlist, level)
+
+        names = dict(vars(builtins))
+        for banned in ("open", "exec", "eval", "compile", "input", "breakpoint", "globals",
+                       "locals", "vars", "help", "exit", "quit", "print", "memoryview"):
+            names.pop(banned, None)
+        names["__import__"] = guarded_import
+        return names
+
+
+def drive(coro):
+    """Run a coroutine that never suspends: one send() finishes it (~100 ns, no event loop)."""
+    if not hasattr(coro, "send"):
+        raise TypeError("execute() must be declared 'async def'")
+    try:
+        coro.send(None)
+    except StopIteration:
+        return
+    coro.close()
+    raise RuntimeError("execute() awaited something that suspends; traits must not block")
+
+
+def make_proxy_class(readable, writable):
+    class Entity:
+        """What a trait sees as ``entity``: reads come from the view, writes become intents."""
+
+        __slots__ = ("_view", "_intents")
+
+        def __init__(self, view, intents):
+            object.__setattr__(self, "_view", view)
+            object.__setattr__(self, "_intents", intents)
+
+        def __getattr__(self, name):
+            if name in readable:
+                value = self._view.get(name)
+                return list(value) if type(value) is list else value
+            raise AttributeError("entity has no attribute %r in Entity API v1" % name)
+
+        def __setattr__(self, name, value):
+            if name not in writable:
+                raise AttributeError("entity.%s is read-only (writable: %s)" % (name, ", ".join(sorted(writable))))
+            self._intents.append(["set", name, plain(value)])
+            self._view[name] = value  # later reads in the same call see the write
+
+        def move(self, dx, dy):
+            self._intents.append(["move", plain(dx), plain(dy)])
+
+        def move_towards(self, x, y):
+            self._intents.append(["move_towards", plain(x), plain(y)])
+
+        def eat(self):
+            self._intents.append(["eat"])
+
+        def nearest_resource(self):
+            found = self._view.get("nearest_resource")
+            return tuple(found) if found else None
+
+    return Entity
+
+
+def plain(value):
+    """Only plain, finite scalars cross back to the trusted side; anything else is marked."""
+    kind = type(value)
+    if kind is float and not math.isfinite(value):
+        return "<non-finite>"
+    if kind in (int, float, str, bool):
+        return value if kind is not str else value[:256]
+    return "<%s>" % kind.__name__
+
+
+def describe(exc):
+    """'ZeroDivisionError: division by zero (line 7)' with the line inside the trait source."""
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if frame.filename.startswith(TRAIT_FILE_PREFIX):
+            line = frame.lineno
+    text = "%s: %s" % (type(exc).__name__, exc)
+    if line is not None:
+        text += " (line %d)" % line
+    return text[:500]
+
+
+def main():
+    signal.signal(signal.SIGVTALRM, _on_cpu_alarm)
+    out = sys.stdout
+    sys.stdout = sys.stderr  # nothing a trait does can write into the protocol stream
+    host = Host()
+    handlers = {"hello": host.hello, "load": host.load, "unload": host.unload, "tick": host.tick}
+    for line in sys.stdin:
+        try:
+            msg = json.loads(line)
+            reply = handlers[msg["op"]](msg)
+        except Exception as exc:
+            reply = {"ok": False, "error": "bad request: %s" % describe(exc)}
+        out.write(json.dumps(reply, allow_nan=False, separators=(",", ":")) + "\n")
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()

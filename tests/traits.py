@@ -1,0 +1,58 @@
+"""Trait sources used across tests."""
+
+SEED_EXAMPLE = '''from __future__ import annotations
+import math
+
+class BaseTrait:
+    pass
+
+class EnergyHoarderTrait(BaseTrait):
+    async def execute(self, entity) -> None:
+        if entity.energy < 25:
+            entity.energy_consumption_rate *= 0.7
+'''
+
+RAISES = '''class BaseTrait:
+    pass
+
+class ExplodingTrait(BaseTrait):
+    async def execute(self, entity) -> None:
+        if entity.energy > -1:
+            raise ValueError("boom")
+'''
+
+INFINITE_LOOP = '''class BaseTrait:
+    pass
+
+class SpinnerTrait(BaseTrait):
+    async def execute(self, entity) -> None:
+        while True:
+            pass
+'''
+
+FORBIDDEN_IMPORT = '''import os
+
+class BaseTrait:
+    pass
+
+class SneakyTrait(BaseTrait):
+    async def execute(self, entity) -> None:
+        entity.state = "hi"
+'''
+
+
+def seeker(variant: int) -> str:
+    """A valid, distinct trait per variant (distinct code hashes)."""
+    return f'''import math
+
+class BaseTrait:
+    pass
+
+class SeekerTrait(BaseTrait):
+    async def execute(self, entity) -> None:
+        found = entity.nearest_resource()
+        if found is not None and entity.energy < {30 + variant}:
+            entity.move(found[0], found[1])
+        else:
+            entity.direction = entity.direction + {variant % 7} * 0.01
+'''

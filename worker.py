@@ -1,0 +1,55 @@
+"""Temporal worker: runs the Genesis workflows and activities on task queue ``genesis``.
+
+    python worker.py
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from concurrent.futures import ThreadPoolExecutor
+
+from temporalio.worker import Worker
+
+from activities.mutations import MutationRecordActivities
+from activities.sandbox import SandboxActivities
+from genesis.config import Settings, get_settings
+from genesis.db.session import get_sessionmaker
+from genesis.temporal import connect
+from workflows.mutation import MutationWorkflow
+
+WORKFLOWS = [MutationWorkflow]
+
+
+def build_worker(client, settings: Settings, executor: ThreadPoolExecutor) -> Worker:
+    records = MutationRecordActivities(get_sessionmaker(settings.database_url))
+    sandbox = SandboxActivities(settings)
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=WORKFLOWS,
+        activities=[records.validate_mutation, records.record_mutation_status, sandbox.run_sandbox_test],
+        activity_executor=executor,
+        max_concurrent_activities=settings.sandbox_concurrency + 16,
+    )
+
+
+async def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
+    settings = get_settings()
+    client = await connect(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    with ThreadPoolExecutor(max_workers=settings.sandbox_concurrency) as executor:
+        worker = build_worker(client, settings, executor)
+        logging.info("worker polling task queue %r on %s", settings.task_queue, settings.temporal_address)
+        async with worker:
+            await stop.wait()
+        logging.info("worker stopped")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
