@@ -82,7 +82,7 @@ def run_trial(
         report.call_us_mean = round(call_us_total / report.calls, 2) if report.calls else 0.0
         report.call_us_max = round(call_us_max, 1)
         report.intents_rejected = dict(rejected)
-        if trait_us_per_tick:
+        if world_ms:  # at least one full tick ran
             report.trait_tick_ms = round(sum(trait_us_per_tick) / len(trait_us_per_tick) / 1000, 4)
             report.roundtrip_ms = round(sum(roundtrip_ms) / len(roundtrip_ms), 3)
             world_step_ms = sum(world_ms) / len(world_ms)

@@ -51,6 +51,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400 and "parsing the body" in str(exc.detail):  # e.g. not UTF-8
+            detail = "request body is not valid JSON: it could not be decoded (JSON must be UTF-8)"
+            return JSONResponse({"error": "INVALID_JSON", "detail": detail}, 400)
         error = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
         return JSONResponse({"error": error, "detail": str(exc.detail)}, exc.status_code)
 

@@ -15,6 +15,23 @@ Tick order (see :meth:`World.step`): intents -> movement -> eating -> metabolism
 collisions -> aging -> births -> deaths -> population floor -> resource respawn -> tick + 1.
 Phases 1-4 and 6 only touch the entity itself (eating takes resources lowest id first), so
 they run in one pass per entity; the result is identical to running them phase by phase.
+
+Intents (``{entity_id: [intent, ...]}``, ids must be exact ``int`` — convert JSON's string
+keys before calling :meth:`World.step`):
+
+- ``["set", attr, value]`` — only ``entity_api.WRITABLE_ATTRS``; numbers must be ``int`` or
+  ``float`` (not bool) and finite, and are clamped to the attribute's bounds (``direction``
+  wraps into -pi..pi); ``state`` must be a printable ``str`` of at most MAX_STATE_LENGTH.
+- ``["move", dx, dy]`` — move along (dx, dy) at the entity's speed (the vector is a direction).
+- ``["move_towards", x, y]`` — move towards a point at the entity's speed, without overshooting.
+- ``["eat"]`` — eat the nearest resource within eat_radius this tick, hungry or not.
+
+The distance moved per tick is ``min(speed, MAX_SPEED * min(1, energy_consumption_rate))``,
+positions are clamped into ``0 <= x < width``, ``0 <= y < height``; the last move intent of
+a tick wins; without one the entity wanders (small random turn, bouncing off walls).
+
+The spatial grids are kept current by the world: change positions only through
+:meth:`World.step`, :meth:`World.add_entity` and :meth:`World.add_resource`.
 """
 
 from __future__ import annotations
@@ -108,6 +125,8 @@ class WorldParams:
                 raise ValueError(f"{f.name} must be a finite number")
             if v < 0:
                 raise ValueError(f"{f.name} must be >= 0")
+            if f.type == "int" and type(v) is not int:
+                raise ValueError(f"{f.name} must be an int")
         if self.initial_speed_min > self.initial_speed_max:
             raise ValueError("initial_speed_min must be <= initial_speed_max")
         if not 0.0 <= self.max_age_jitter < 1.0:
@@ -344,7 +363,7 @@ class World:
         sqrt = math.sqrt
         for (cx, cy), members in groups.items():
             pts = [(o.x, o.y) for o in egrid.block(cx, cy)]
-            rblock = [(r.x, r.y, r.id) for r in rgrid.block(cx, cy)]
+            rblock = [(q.x, q.y, q.id) for q in rgrid.block(cx, cy)]
             for e in members:
                 x = e.x
                 y = e.y

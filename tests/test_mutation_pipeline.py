@@ -66,7 +66,7 @@ async def test_seed_example_reaches_sandbox_ok(http, temporal_client):
     assert report["projected_fps"] > 30
     assert not containers_of(mutation_id), "the sandbox container must be removed"
 
-    handle = temporal_client.get_workflow_handle(status["workflow_id"])
+    handle = temporal_client.get_workflow_handle_for(MutationWorkflow.run, status["workflow_id"])
     assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
     result = await handle.result()
     assert result.status.value == "sandbox_ok"

@@ -770,6 +770,9 @@ def test_params_are_validated():
         WorldParams(sense_radius=float("nan"))
     with pytest.raises(ValueError):
         WorldParams(base_metabolism=-1)
+    with pytest.raises(ValueError):
+        WorldParams(max_age=3000.0)
+    assert WorldParams(width=100, eat_radius=3).width == 100
     with pytest.raises(TypeError):
         World(seed="1")
 

@@ -57,9 +57,10 @@ class MutationWorkflow:
                 start_to_close_timeout=timedelta(seconds=30),
                 retry_policy=LOCAL_RETRY,
             )
-        except ActivityError as err:
+        except (ActivityError, ApplicationError) as err:
             rejection = _verdict_of(err)
-            if rejection is None:
+            if rejection is None:  # validation could not run at all (e.g. Postgres down past retries)
+                await self._finish(MutationStatus.failed, None, [f"Validation could not run: {_root_message(err)}"])
                 raise
             return await self._finish(MutationStatus.rejected, rejection.failure_code, rejection.validation_log)
 
@@ -131,9 +132,10 @@ class MutationWorkflow:
         return self._result
 
 
-def _verdict_of(err: ActivityError) -> ValidationOutcome | None:
-    """The gatekeeper's rejection carried by a non-retryable ApplicationError, if that is what failed."""
-    cause = err.cause
+def _verdict_of(err: ActivityError | ApplicationError) -> ValidationOutcome | None:
+    """The gatekeeper's rejection carried by a non-retryable ApplicationError, if that is what
+    failed (a failed local activity may surface wrapped in ActivityError or bare)."""
+    cause = err.cause if isinstance(err, ActivityError) else err
     if isinstance(cause, ApplicationError) and cause.type in VERDICT_CODES and cause.details:
         return ValidationOutcome.model_validate(cause.details[0])
     return None

@@ -1,0 +1,215 @@
+"""Sandbox rules v3: what submitted trait code may contain.
+
+One source of truth for the AST gatekeeper (``genesis.gatekeeper``), the sandbox and
+``GET /api/agents/context/sandbox-api``. Bump ``SANDBOX_RULES_VERSION`` whenever the imports,
+banned names/attributes, entity API, timeout or the ``execute`` signature change, so agents
+that cache the rules refresh them.
+
+The gatekeeper is the first line only; the boundary is the sandbox container (DESIGN.md,
+"Untrusted code never runs in a trusted process").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from genesis import entity_api
+
+SANDBOX_RULES_VERSION = "3"
+
+# Modules a trait may import (seed order). Only the module itself, never a submodule.
+ALLOWED_IMPORTS: tuple[str, ...] = (
+    "__future__",
+    "math",
+    "random",
+    "dataclasses",
+    "typing",
+    "enum",
+    "collections",
+    "functools",
+    "itertools",
+)
+
+# Examples shown to agents; anything not in ALLOWED_IMPORTS is forbidden.
+FORBIDDEN_IMPORTS_EXAMPLES: tuple[str, ...] = ("os", "sys", "subprocess", "socket", "shutil", "backend")
+
+# Public, non-module names of allowed modules that are still refused, with the reason.
+# They evaluate strings as code, copy attributes by name, build functions from code objects
+# or reseed the RNG that every trait in a trait host shares.
+_CLASS_FACTORY = "creates classes from a dictionary of members, like type()"
+MODULE_ATTR_DENYLIST: dict[str, dict[str, str]] = {
+    "typing": {
+        "get_type_hints": "evaluates annotation strings as code",
+        "ForwardRef": "holds code that get_type_hints would evaluate",
+        "ABCMeta": _CLASS_FACTORY,
+        "NamedTupleMeta": _CLASS_FACTORY,
+        "EXCLUDED_ATTRIBUTES": "is a mutable list shared by every user of typing",
+    },
+    "enum": {
+        "EnumMeta": _CLASS_FACTORY,
+        "EnumType": _CLASS_FACTORY,
+        "global_enum": "writes the members into another module's namespace",
+    },
+    "functools": {
+        "singledispatch": "evaluates annotation strings as code",
+        "singledispatchmethod": "evaluates annotation strings as code",
+        "update_wrapper": "copies attributes named by strings",
+        "wraps": "copies attributes named by strings",
+    },
+    "dataclasses": {
+        "FunctionType": "builds functions from code objects",
+        "make_dataclass": _CLASS_FACTORY,
+    },
+    "random": {
+        "seed": "reseeds the random generator shared with other traits; use random.Random(seed)",
+        "setstate": "rewinds the random generator shared with other traits",
+    },
+}
+
+# Names that may not appear at all (as a call, a reference, or a binding of your own).
+BANNED_CALLS: frozenset[str] = frozenset({
+    # seed
+    "eval", "exec", "compile", "open", "__import__", "print", "globals",
+    # introspection and attribute access by string
+    "locals", "vars", "dir", "getattr", "setattr", "delattr", "hasattr",
+    "type", "super", "memoryview",
+    # descriptors: make attribute access run code
+    "classmethod", "staticmethod", "property",
+    # interpreter and terminal
+    "input", "breakpoint", "help", "exit", "quit", "copyright", "credits", "license",
+    "__build_class__",
+})
+
+# Exception classes a trait may not name: the host's deadline/kill signals derive from
+# BaseException and must never be caught (``except:`` is banned for the same reason).
+BANNED_EXCEPTION_NAMES: frozenset[str] = frozenset({
+    "BaseException", "BaseExceptionGroup", "SystemExit", "KeyboardInterrupt", "GeneratorExit",
+})
+
+# Attributes that are refused on any object. Every ``_``-prefixed attribute is refused as well.
+BANNED_ATTRS: frozenset[str] = frozenset({
+    # seed
+    "__subclasses__", "__globals__", "__code__", "__builtins__", "__dict__",
+    # frames, generators, coroutines, async generators, tracebacks, code objects, cells
+    "gi_frame", "gi_code", "gi_yieldfrom", "gi_running", "gi_suspended",
+    "cr_frame", "cr_code", "cr_await", "cr_origin", "cr_running", "cr_suspended",
+    "ag_frame", "ag_code", "ag_await", "ag_running",
+    "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "f_lasti", "f_lineno",
+    "tb_frame", "tb_next", "tb_lasti", "tb_lineno",
+    "co_code", "co_consts", "co_names", "co_varnames", "co_filename", "co_lines", "co_positions",
+    "cell_contents",
+    # attribute traversal driven by strings and objects handed out by exceptions
+    "format", "format_map", "obj", "mro",
+})
+
+# Builtins a trait may use. Anything else (and anything not defined in the trait) is an
+# undefined name.
+ALLOWED_BUILTINS: frozenset[str] = frozenset({
+    "abs", "all", "any", "bin", "bool", "bytes", "callable", "chr", "complex", "dict",
+    "divmod", "enumerate", "filter", "float", "frozenset", "hash", "hex", "int", "isinstance",
+    "issubclass", "iter", "len", "list", "map", "max", "min", "next", "object", "oct", "ord",
+    "pow", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum",
+    "tuple", "zip", "NotImplemented", "Ellipsis",
+    # exceptions a trait may raise or catch
+    "ArithmeticError", "AssertionError", "AttributeError", "Exception", "FloatingPointError",
+    "IndexError", "KeyError", "LookupError", "NotImplementedError", "OverflowError",
+    "RuntimeError", "StopIteration", "TypeError", "ValueError", "ZeroDivisionError",
+})
+
+TIMEOUT_MS = 5
+MAX_LOOP_ITERATIONS = 100
+MAX_CODE_BYTES = 32 * 1024
+TRAIT_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
+
+# Base class names that mark a trait class (the stub is defined inline in the submission).
+TRAIT_BASE_NAMES: tuple[str, ...] = ("BaseTrait", "Trait")
+
+TRAIT_PATTERN = "define class BaseTrait stub inline, then inherit from it"
+REQUIRED_METHOD = "async execute(self, entity) -> None"
+
+TRAIT_EXAMPLE = (
+    "class BaseTrait:\n"
+    "    pass\n"
+    "\n"
+    "class MyTrait(BaseTrait):\n"
+    "    async def execute(self, entity) -> None:\n"
+    "        if entity.energy < 30:\n"
+    "            entity.energy_consumption_rate *= 0.8"
+)
+
+# Human descriptions of the hardening rules, for agents (sandbox-api ``banned_constructs``).
+BANNED_CONSTRUCTS: tuple[str, ...] = (
+    "module level: only docstrings, imports, class/function definitions and constant "
+    "assignments (no calls, loops or other code that runs on load)",
+    "class bodies: only docstrings, method definitions, pass and constant assignments",
+    "class keywords such as metaclass=...; class bases other than plain names",
+    "decorators",
+    "special methods other than __init__ (e.g. __init_subclass__, __getattr__, __eq__, __del__)",
+    "names and attributes starting with '_' (the throwaway name '_' itself is fine)",
+    "string literals naming special attributes such as '__eq__' (they define or reach special "
+    "methods through dictionaries)",
+    "an imported module used other than as module.public_name (no aliasing or passing it around)",
+    "module attributes that are modules themselves (typing.sys, enum.bltns, dataclasses.inspect)",
+    "assigning to attributes of imported modules or of objects imported from them",
+    "match statements, global, nonlocal, yield, yield from",
+    "bare 'except:' and catching BaseException/SystemExit/KeyboardInterrupt/GeneratorExit",
+    "default argument values other than constant literals",
+    "annotations other than plain type expressions",
+    "str.format / format_map (use f-strings)",
+    "await on entity methods (they are synchronous)",
+)
+
+# Failure codes the gatekeeper emits, with how to fix them (seed table).
+GATEKEEPER_FAILURE_CODES: dict[str, str] = {
+    "SCHEMA_INVALID": "trait_name must be snake_case and code a non-empty string of at most 32 KB",
+    "SYNTAX_ERROR": "fix the syntax",
+    "AST_IMPORT_FORBIDDEN": "import only the allowed modules; never import from backend.*",
+    "AST_BANNED_CALL": "remove banned calls and constructs",
+    "AST_BANNED_ATTR": "remove access to dunder/private/introspection attributes",
+    "AST_NO_TRAIT_CLASS": "add a class inheriting the inline BaseTrait stub with async execute(self, entity)",
+    "AST_ENTITY_ATTR_FORBIDDEN": "use only the entity attributes and methods of the entity API",
+    "AST_INIT_REQUIRED_ARGS": "give every __init__ parameter a default: traits are created without arguments",
+    "AST_UNBOUND_VARIABLE": "assign every variable on every path before reading it",
+    "AST_AWAIT_ON_SYNC": "remove 'await' before entity method calls",
+}
+
+
+def sandbox_api_document() -> dict[str, Any]:
+    """The ``GET /api/agents/context/sandbox-api`` document (seed keys first, then extras)."""
+    return {
+        "api_version": entity_api.API_VERSION,
+        "sandbox_rules_version": SANDBOX_RULES_VERSION,
+        "trait_pattern": TRAIT_PATTERN,
+        "required_method": REQUIRED_METHOD,
+        "allowed_imports": list(ALLOWED_IMPORTS),
+        "forbidden_imports": list(FORBIDDEN_IMPORTS_EXAMPLES),
+        "forbidden_calls": sorted(BANNED_CALLS | BANNED_EXCEPTION_NAMES),
+        "forbidden_attrs": sorted(BANNED_ATTRS),
+        "entity_allowed_attrs": sorted(entity_api.READABLE_ATTRS) + sorted(entity_api.METHODS),
+        "timeout_ms": TIMEOUT_MS,
+        "max_loop_iterations": MAX_LOOP_ITERATIONS,
+        "no_module_level_code": True,
+        "example": TRAIT_EXAMPLE,
+        # Extras beyond the seed.
+        "max_code_bytes": MAX_CODE_BYTES,
+        "trait_name_pattern": TRAIT_NAME_PATTERN,
+        "allowed_builtins": sorted(ALLOWED_BUILTINS),
+        "forbidden_module_attrs": {
+            module: sorted(names) for module, names in sorted(MODULE_ATTR_DENYLIST.items())
+        },
+        "entity_api": entity_api.as_wire(),
+        "entity_readable_attrs": {
+            name: {"type": kind, "description": description}
+            for name, (kind, description) in sorted(entity_api.READABLE_ATTRS.items())
+        },
+        "entity_writable_attrs": {
+            name: {"type": kind, "min": low, "max": high}
+            for name, (kind, low, high) in sorted(entity_api.WRITABLE_ATTRS.items())
+        },
+        "entity_methods": {
+            name: {"signature": signature, "description": description}
+            for name, (signature, description) in sorted(entity_api.METHODS.items())
+        },
+        "banned_constructs": list(BANNED_CONSTRUCTS),
+        "failure_codes": dict(GATEKEEPER_FAILURE_CODES),
+    }
