@@ -1,5 +1,6 @@
 # Genesis — two commands on a fresh machine: `make run` and `make test`.
-PYTHON ?= python3.11
+# Debian's CPython (built with PGO/LTO) parses and runs ~2x faster here than a plain source build.
+PYTHON ?= $(shell test -x /usr/bin/python3.11 && echo /usr/bin/python3.11 || echo python3.11)
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
