@@ -31,7 +31,7 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor) -> Wo
         workflows=WORKFLOWS,
         activities=[records.validate_mutation, records.record_mutation_status, sandbox.run_sandbox_test],
         activity_executor=executor,
-        max_concurrent_activities=settings.sandbox_concurrency + 16,
+        max_concurrent_activities=settings.sandbox_concurrency,  # regular activities: sandbox tests only
     )
 
 
