@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -122,13 +123,25 @@ async def empty_workflow_floor(env: WorkflowEnvironment, samples: int) -> list[f
     return times
 
 
+async def start_temporal() -> WorkflowEnvironment:
+    """The dev server prints a banner on the stdout it inherits: keep it out of the JSON."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        return await WorkflowEnvironment.start_local(
+            dev_server_existing_path=str(TEMPORAL_CLI),
+            search_attributes=[SA_AGENT_ID, SA_TRAIT_NAME, SA_STATUS, SA_FAILURE_CODE],
+            dev_server_log_level="error",
+        )
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+
+
 async def main(samples: int, in_flight: int) -> dict:
     image = ensure()
-    env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(TEMPORAL_CLI),
-        search_attributes=[SA_AGENT_ID, SA_TRAIT_NAME, SA_STATUS, SA_FAILURE_CODE],
-        dev_server_log_level="error",
-    )
+    env = await start_temporal()
     settings = Settings(
         database_url=BENCH_DATABASE_URL,
         redis_url="redis://127.0.0.1:6379/14",

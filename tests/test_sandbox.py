@@ -1,0 +1,111 @@
+"""The container is the boundary: even code that slips past the gatekeeper is contained.
+
+These tests talk to a trait-host container directly (bypassing the gatekeeper on purpose) and
+run the sandbox trial outside Temporal."""
+
+from __future__ import annotations
+
+import docker
+import pytest
+
+from activities.sandbox import run_trial
+from genesis import entity_api, rules
+from genesis.config import Settings
+from genesis.dto import SandboxRequest
+from sandbox import image
+from sandbox.container import IsolationLimits, TraitHostContainer
+from tests import traits
+
+# Reaches `os` through the classic subclass walk (which the gatekeeper rejects) and reports what
+# it could do through the one channel it has: the entity's `state` intent.
+ESCAPE_ATTEMPT = '''
+class Escape:
+    async def execute(self, entity) -> None:
+        os_globals = None
+        for cls in ().__class__.__base__.__subclasses__():
+            if cls.__name__ == "_wrap_close":
+                os_globals = cls.__init__.__globals__
+        report = ["uid=%d" % os_globals["getuid"]()]
+        try:
+            os_globals["open"]("/opt/genesis/pwned", os_globals["O_CREAT"] | os_globals["O_WRONLY"])
+            report.append("write=ok")
+        except OSError as exc:
+            report.append("write=%s" % exc.strerror)
+        try:
+            import socket
+            socket.create_connection(("127.0.0.1", 5432), timeout=0.2)
+            report.append("net=ok")
+        except Exception as exc:
+            report.append("net=%s" % type(exc).__name__)
+        entity.state = ";".join(report)
+'''
+
+
+@pytest.fixture(scope="module")
+def client():
+    client = docker.from_env()
+    image.ensure(client)
+    return client
+
+
+def hello(host: TraitHostContainer) -> None:
+    reply = host.request(
+        {"op": "hello", "entity_api": entity_api.as_wire(), "allowed_imports": sorted(rules.ALLOWED_IMPORTS),
+         "call_timeout_ms": 50},
+        20,
+    )
+    assert reply["ok"], reply
+
+
+def test_container_runs_with_every_isolation_flag(client):
+    with TraitHostContainer(client, image.image_tag(), IsolationLimits("64m", 32, 1.0), "test-flags") as host:
+        hello(host)
+        config = client.containers.get(host.id).attrs["HostConfig"]
+        user = client.containers.get(host.id).attrs["Config"]["User"]
+    assert config["NetworkMode"] == "none"
+    assert config["ReadonlyRootfs"] is True
+    assert config["CapDrop"] == ["ALL"]
+    assert "no-new-privileges" in config["SecurityOpt"]
+    assert config["Memory"] == 64 * 1024 * 1024
+    assert config["PidsLimit"] == 32
+    assert config["NanoCpus"] == 1_000_000_000
+    assert "/tmp" in config["Tmpfs"]
+    assert user == "10001:10001"
+    assert not config.get("Binds"), "no host mounts inside the sandbox"
+
+
+def test_code_past_the_gatekeeper_is_still_contained(client):
+    with TraitHostContainer(client, image.image_tag(), IsolationLimits("64m", 32, 1.0), "test-escape") as host:
+        hello(host)
+        loaded = host.request({"op": "load", "trait": "escape", "source": ESCAPE_ATTEMPT, "class_name": "Escape"}, 10)
+        assert loaded["ok"], loaded
+        reply = host.request({"op": "tick", "tick": 0, "batches": {"escape": [{"id": 1, "state": ""}]}}, 10)
+    result = reply["results"]["escape"]
+    assert not result["errors"], result
+    [[entity_id, intents]] = result["intents"]
+    state = dict(part.split("=", 1) for part in intents[0][2].split(";"))
+    assert state["uid"] == "10001", "non-root inside the container"
+    assert state["write"] == "Read-only file system"
+    # The guarded import refuses `socket`; with no network the host's Postgres is unreachable anyway.
+    assert state["net"] in ("ImportError", "ConnectionRefusedError", "OSError")
+
+
+def test_trial_reports_fps_drop_when_the_trait_costs_too_much(client):
+    # A minimum fps no trait can meet exercises the verdict without a timing-sensitive trait.
+    settings = Settings(sandbox_min_fps=1e9, sandbox_ticks=5)
+    request = SandboxRequest(mutation_id="mut_fpsdrop0001", trait_name="energy_hoarder",
+                             class_name="EnergyHoarderTrait", code=traits.SEED_EXAMPLE)
+    report = run_trial(request, settings, client)
+    assert report.verdict == "SANDBOX_FPS_DROP"
+    assert report.ticks_run == 5 and report.calls > 0
+    assert "below the minimum" in report.summary
+
+
+def test_trial_of_a_good_trait_applies_its_intents(client):
+    request = SandboxRequest(mutation_id="mut_goodtrait0001", trait_name="seeker", class_name="SeekerTrait",
+                             code=traits.seeker(1))
+    report = run_trial(request, Settings(sandbox_ticks=20), client)
+    assert report.verdict == "ok", report.summary
+    assert report.intents_applied > 0
+    assert report.baseline_tick_ms > 0 and report.projected_fps > 0
+    assert report.state_hash and len(report.state_hash) == 64
