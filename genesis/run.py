@@ -4,6 +4,7 @@ Services (Postgres, Redis, Temporal, Docker) are started before this by scripts/
 
 from __future__ import annotations
 
+import ctypes
 import signal
 import subprocess
 import sys
@@ -11,15 +12,28 @@ import time
 
 from genesis.config import PROJECT_ROOT, get_settings
 
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Children get SIGTERM if this supervisor dies without cleaning up (Linux prctl)."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except OSError:
+        pass
+
 
 def main() -> int:
     settings = get_settings()
+
+    def start(argv: list[str]) -> subprocess.Popen:
+        return subprocess.Popen(argv, cwd=PROJECT_ROOT, preexec_fn=_die_with_parent)
+
     children = {
-        "worker": subprocess.Popen([sys.executable, str(PROJECT_ROOT / "worker.py")], cwd=PROJECT_ROOT),
-        "api": subprocess.Popen(
+        "worker": start([sys.executable, str(PROJECT_ROOT / "worker.py")]),
+        "api": start(
             [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
-             "--host", settings.api_host, "--port", str(settings.api_port), "--log-level", "info"],
-            cwd=PROJECT_ROOT,
+             "--host", settings.api_host, "--port", str(settings.api_port), "--log-level", "info"]
         ),
     }
     base = f"http://{settings.api_host}:{settings.api_port}"
