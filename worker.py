@@ -12,24 +12,38 @@ from concurrent.futures import ThreadPoolExecutor
 
 from temporalio.worker import Worker
 
+import redis.asyncio as aioredis
+
+from activities.lifecycle import LifecycleActivities
 from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.temporal import connect
 from workflows.mutation import MutationWorkflow
+from workflows.rollback import RollbackWorkflow
 
-WORKFLOWS = [MutationWorkflow]
+WORKFLOWS = [MutationWorkflow, RollbackWorkflow]
 
 
 def build_worker(client, settings: Settings, executor: ThreadPoolExecutor) -> Worker:
-    records = MutationRecordActivities(get_sessionmaker(settings.database_url))
+    sessions = get_sessionmaker(settings.database_url)
+    records = MutationRecordActivities(sessions)
+    lifecycle = LifecycleActivities(
+        sessions, aioredis.from_url(settings.redis_url, socket_timeout=5), settings.mutations_dir
+    )
     sandbox = SandboxActivities(settings)
     return Worker(
         client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
-        activities=[records.validate_mutation, records.record_mutation_status, sandbox.run_sandbox_test],
+        activities=[
+            records.validate_mutation,
+            records.record_mutation_status,
+            sandbox.run_sandbox_test,
+            lifecycle.activate_trait,
+            lifecycle.rollback_trait,
+        ],
         activity_executor=executor,
         max_concurrent_activities=settings.sandbox_concurrency,  # regular activities: sandbox tests only
     )

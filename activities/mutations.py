@@ -75,7 +75,8 @@ class MutationRecordActivities:
     async def record_mutation_status(self, change: StatusUpdate) -> None:
         """Persist one transition. Idempotent: replays write the same values."""
         values: dict = {"status": change.status.value, "updated_at": datetime.now(timezone.utc)}
-        for field in ("failure_reason_code", "validation_log", "class_name", "sandbox_report"):
+        for field in ("failure_reason_code", "validation_log", "class_name", "sandbox_report",
+                      "trait_version", "effects", "fitness_verdict", "rollback_reason"):
             value = getattr(change, field)
             if value is not None:
                 values[field] = value

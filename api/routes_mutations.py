@@ -9,11 +9,26 @@ from sqlalchemy.exc import IntegrityError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
 from api.errors import ApiError
-from api.schemas import ErrorResponse, MutationStatusResponse, ProposeRequest, ProposeResponse
+from api.schemas import (
+    EffectsResponse,
+    ErrorResponse,
+    MutationStatusResponse,
+    ProposeRequest,
+    ProposeResponse,
+    RollbackBody,
+    RollbackResponse,
+)
 from genesis.db.models import Mutation
-from genesis.dto import MutationInput, MutationStatus
+from genesis.dto import MutationInput, MutationStatus, RollbackRequest
 from genesis.ids import MUTATION_ID_PATTERN, mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
-from genesis.workflow_api import MUTATION_WORKFLOW, SA_AGENT_ID, SA_STATUS, SA_TRAIT_NAME
+from genesis.workflow_api import (
+    MUTATION_WORKFLOW,
+    ROLLBACK_WORKFLOW,
+    SA_AGENT_ID,
+    SA_STATUS,
+    SA_TRAIT_NAME,
+    rollback_workflow_id,
+)
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
 
@@ -61,6 +76,10 @@ async def propose(
             MutationInput(
                 mutation_id=mutation_id, agent_id=body.agent_id, trait_name=body.trait_name,
                 code=body.code, goal=body.goal, task_id=body.task_id,
+                activate=services.settings.activate_mutations,
+                observation_window_ticks=services.settings.observation_window_ticks,
+                observation_timeout_s=services.settings.observation_timeout_s,
+                rollback_threshold=services.settings.rollback_threshold,
             ),
             id=workflow_id,
             task_queue=services.settings.task_queue,
@@ -87,19 +106,67 @@ def _accepted(mutation_id: str, status: str, message: str) -> JSONResponse:
     return JSONResponse(body.model_dump(), status_code=202)
 
 
-@router.get("/{mutation_id}/status", response_model=MutationStatusResponse, responses=ERRORS)
-async def status(mutation_id: str, request: Request) -> MutationStatusResponse:
-    """Where a mutation is in its pipeline, with the validation log a person can act on."""
+async def _load(request: Request, mutation_id: str) -> Mutation:
     if not MUTATION_ID_PATTERN.match(mutation_id):
         raise ApiError(404, "MUTATION_NOT_FOUND", f"no mutation {mutation_id!r}: ids look like 'mut_' followed by hex digits")
     async with request.app.state.services.sessions() as session:
         record = await session.scalar(select(Mutation).where(Mutation.mutation_id == mutation_id))
     if record is None:
         raise ApiError(404, "MUTATION_NOT_FOUND", f"no mutation {mutation_id!r}")
+    return record
+
+
+@router.get("/{mutation_id}/status", response_model=MutationStatusResponse, responses=ERRORS)
+async def status(mutation_id: str, request: Request) -> MutationStatusResponse:
+    """Where a mutation is in its pipeline, with the validation log a person can act on."""
+    record = await _load(request, mutation_id)
     return MutationStatusResponse(
         mutation_id=record.mutation_id, trait_name=record.trait_name, agent_id=record.agent_id,
         status=record.status, failure_reason_code=record.failure_reason_code,
         created_at=record.created_at.timestamp(), updated_at=record.updated_at.timestamp(),
         validation_log=record.validation_log or [], goal=record.goal, task_id=record.task_id,
         code_hash=record.code_hash, workflow_id=record.workflow_id, sandbox_report=record.sandbox_report,
+        trait_version=record.trait_version, fitness_verdict=record.fitness_verdict,
+        rollback_reason=record.rollback_reason,
     )
+
+
+@router.get("/{mutation_id}/effects", response_model=EffectsResponse, responses=ERRORS)
+async def effects(mutation_id: str, request: Request) -> EffectsResponse:
+    """What the mutation did to the world over its observation window (``observed: false`` until then)."""
+    record = await _load(request, mutation_id)
+    return EffectsResponse(
+        mutation_id=record.mutation_id, trait_name=record.trait_name, status=record.status,
+        observation_window_ticks=request.app.state.services.settings.observation_window_ticks,
+        observed=record.effects is not None, effects=record.effects, fitness_verdict=record.fitness_verdict,
+    )
+
+
+@router.post("/{mutation_id}/rollback", status_code=202, response_model=RollbackResponse, responses=ERRORS)
+async def rollback(mutation_id: str, request: Request, body: RollbackBody | None = None) -> JSONResponse:
+    """Take a trait out of the world (the previous version of the same trait, if any, comes back)."""
+    services = request.app.state.services
+    record = await _load(request, mutation_id)
+    reason = body.reason if body else "manual"
+    if record.status == MutationStatus.rolled_back.value:
+        return _rollback_reply(record.mutation_id, record.status, "already rolled back", 200)
+    if record.status in (MutationStatus.rejected.value, MutationStatus.failed.value):
+        raise ApiError(409, "NOT_ROLLBACKABLE", f"mutation {mutation_id} is {record.status}: it never went live")
+    client = await services.temporal()
+    if record.status == MutationStatus.kept.value:  # its workflow has ended: a RollbackWorkflow does it
+        await client.start_workflow(
+            ROLLBACK_WORKFLOW,
+            args=[RollbackRequest(mutation_id=mutation_id, trait_name=record.trait_name, reason=reason),
+                  record.validation_log or []],
+            id=rollback_workflow_id(mutation_id),
+            task_queue=services.settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        )
+    else:
+        await client.get_workflow_handle(record.workflow_id).signal("rollback", reason)
+    return _rollback_reply(mutation_id, record.status, f"rollback requested ({reason})", 202)
+
+
+def _rollback_reply(mutation_id: str, status: str, message: str, code: int) -> JSONResponse:
+    body = RollbackResponse(mutation_id=mutation_id, status=status, message=message)
+    return JSONResponse(body.model_dump(), status_code=code)

@@ -75,6 +75,31 @@ class MutationStatusResponse(BaseModel):
     code_hash: str | None
     workflow_id: str
     sandbox_report: dict[str, Any] | None
+    trait_version: int | None
+    fitness_verdict: str | None
+    rollback_reason: str | None
+
+
+class EffectsResponse(BaseModel):
+    mutation_id: str
+    trait_name: str
+    status: str
+    observation_window_ticks: int
+    observed: bool
+    effects: dict[str, Any] | None
+    fitness_verdict: str | None = None
+
+
+class RollbackBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(default="manual", min_length=1, max_length=200, description="Why (shown in the feed and log)")
+
+
+class RollbackResponse(BaseModel):
+    mutation_id: str
+    status: str
+    message: str
 
 
 class ErrorResponse(BaseModel):

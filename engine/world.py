@@ -32,6 +32,16 @@ a tick wins; without one the entity wanders (small random turn, bouncing off wal
 
 The spatial grids are kept current by the world: change positions only through
 :meth:`World.step`, :meth:`World.add_entity` and :meth:`World.add_resource`.
+
+DNA and new traits: every entity carries ``dna``, DNA_GENES floats in 0..1 (random for fresh
+entities, the parent's with small seeded Gaussian noise for newborns). Each trait name maps to
+one gene by ``zlib.crc32`` (:func:`trait_gene`; stable across processes, unlike ``hash()``).
+A newborn inherits its parent's traits and, with probability ``trait_gain_chance``, gains one
+trait of :attr:`World.available_traits` it does not carry yet (at most
+``max_traits_per_entity``), picked with weight ``TRAIT_WEIGHT_FLOOR + dna[trait_gene(name)]``.
+Entities spawned by the population floor are newborns without a parent and may gain a trait
+the same way; existing entities are never changed retroactively. DNA and trait choices draw
+from a stream derived from (seed, entity id), so they never shift the tick's physics stream.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ import hashlib
 import json
 import math
 import random
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -50,12 +61,14 @@ from .spatial import SpatialGrid
 
 __all__ = [
     "DEATH_CAUSES",
+    "DNA_GENES",
     "REJECT_REASONS",
     "Entity",
     "Resource",
     "TickReport",
     "World",
     "WorldParams",
+    "trait_gene",
 ]
 
 _PI = math.pi
@@ -64,6 +77,16 @@ _TWO_PI = 2.0 * math.pi
 _MISSING = object()
 
 DEATH_CAUSES = ("starvation", "age", "collision")
+
+DNA_GENES = 8
+# Added to a trait's gene when weighting the choice of a new trait, so that a gene at 0.0
+# makes a trait unlikely rather than impossible.
+TRAIT_WEIGHT_FLOOR = 0.05
+
+
+def trait_gene(name: str) -> int:
+    """The DNA gene that weights ``name`` (a stable hash: the same in every process)."""
+    return zlib.crc32(name.encode("utf-8")) % DNA_GENES
 
 # Why an intent (or a whole intent list) was rejected. ``rejected_intents`` counts these.
 REJECT_REASONS = (
@@ -114,6 +137,9 @@ class WorldParams:
     max_population: int = 1000  # births stop at this population
     max_traits_per_entity: int = 5
     max_intents_per_entity: int = 32  # the excess of an entity's intents in a tick is dropped
+    trait_gain_chance: float = 0.25  # chance that a newborn gains one new available trait
+    dna_mutation: float = 0.05  # standard deviation of the per-gene noise at birth
+    temperature: float = 20.0  # environment knob reported in telemetry (no physics use yet)
 
     def __post_init__(self) -> None:
         for name in ("width", "height", "sense_radius"):
@@ -133,6 +159,8 @@ class WorldParams:
             raise ValueError("max_age_jitter must be in [0, 1)")
         if self.max_age < 1:
             raise ValueError("max_age must be >= 1")
+        if not 0.0 <= self.trait_gain_chance <= 1.0:
+            raise ValueError("trait_gain_chance must be in [0, 1]")
 
 
 @dataclass(slots=True)
@@ -151,6 +179,7 @@ class Entity:
     energy_consumption_rate: float = 1.0
     generation: int = 0
     parent_id: int | None = None
+    dna: tuple[float, ...] = ()
 
 
 @dataclass(slots=True)
@@ -174,6 +203,7 @@ class TickReport:
     deaths: list[tuple[int, str]] = field(default_factory=list)  # (entity_id, cause)
     rejected_intents: list[tuple[int, str]] = field(default_factory=list)  # (entity_id, reason)
     respawned: list[int] = field(default_factory=list)  # fresh entities from min_population
+    gained: list[tuple[int, str]] = field(default_factory=list)  # (newborn id, new trait)
 
 
 def _wrap_angle(a: float) -> float:
@@ -216,6 +246,11 @@ class World:
         self._respawns = 0
         self._collisions = 0
         self._rejected: dict[str, int] = {}
+        self.available_traits: tuple[str, ...] = ()
+        self._trait_genes: dict[str, int] = {}
+        self._trait_births: dict[str, int] = {}  # births by carriers of the trait
+        self._trait_deaths: dict[str, dict[str, int]] = {}  # deaths of carriers, by cause
+        self._trait_gains: dict[str, int] = {}  # newborns that gained the trait
         self._set_bounds(params)
         self._egrid = SpatialGrid(params.width, params.height, params.sense_radius)
         self._rgrid = SpatialGrid(params.width, params.height, params.sense_radius)
@@ -260,6 +295,8 @@ class World:
             age=0,
             max_age=self._new_max_age(rng),
         )
+        gen = self._rng(f"dna:{eid}")
+        e.dna = tuple(gen.random() for _ in range(DNA_GENES))
         self.entities[eid] = e
         return e
 
@@ -271,7 +308,8 @@ class World:
         """Place a new entity (trusted callers: tests, scenario set-up, the sandbox test world).
 
         ``attrs`` may override any Entity field except ``id``; defaults are a fresh gen-0
-        entity with ``params.initial_energy``, mid initial speed and the un-jittered max_age.
+        entity with ``params.initial_energy``, mid initial speed, the un-jittered max_age and
+        neutral DNA (every gene 0.5).
         """
         if "id" in attrs:
             raise ValueError("ids are assigned by the world")
@@ -287,6 +325,10 @@ class World:
         }
         values.update(attrs)
         values["traits"] = tuple(values.get("traits", ()))
+        dna = tuple(float(g) for g in values.get("dna", (0.5,) * DNA_GENES))
+        if len(dna) != DNA_GENES or not all(0.0 <= g <= 1.0 for g in dna):
+            raise ValueError(f"dna must be {DNA_GENES} numbers in 0..1")
+        values["dna"] = dna
         e = Entity(
             id=eid,
             x=min(max(float(x), 0.0), self._xmax),
@@ -329,12 +371,68 @@ class World:
         for eid in sorted(self.entities):
             self.give_trait(eid, trait_name)
 
+    def set_available_traits(self, names: Sequence[str]) -> None:
+        """The traits newborns may gain (kept sorted and unique; order does not matter)."""
+        if isinstance(names, str):
+            raise TypeError("names must be a sequence of trait names, not a str")
+        clean = []
+        for name in names:
+            if type(name) is not str or not name:
+                raise ValueError("trait names must be non-empty str")
+            clean.append(name)
+        self.available_traits = tuple(sorted(set(clean)))
+        self._trait_genes = {name: trait_gene(name) for name in self.available_traits}
+
     def remove_trait(self, trait_name: str) -> None:
-        """Take a trait away from every entity (rollback)."""
+        """Take a trait away from every entity and from the available traits (rollback)."""
+        if trait_name in self.available_traits:
+            self.set_available_traits([t for t in self.available_traits if t != trait_name])
         for eid in sorted(self.entities):
             e = self.entities[eid]
             if trait_name in e.traits:
                 e.traits = tuple(t for t in e.traits if t != trait_name)
+
+    def _mutate_dna(self, dna: tuple[float, ...], rng: random.Random) -> tuple[float, ...]:
+        sigma = self.params.dna_mutation
+        if sigma <= 0.0:
+            return dna
+        gauss = rng.gauss
+        out = []
+        for g in dna:
+            g += gauss(0.0, sigma)
+            out.append(0.0 if g < 0.0 else 1.0 if g > 1.0 else g)
+        return tuple(out)
+
+    def _new_trait(self, e: Entity, rng: random.Random) -> str | None:
+        """Maybe one new available trait for the newborn ``e``, weighted by its DNA."""
+        available = self.available_traits
+        if not available or len(e.traits) >= self.params.max_traits_per_entity:
+            return None
+        if rng.random() >= self.params.trait_gain_chance:
+            return None
+        carried = e.traits
+        candidates = [t for t in available if t not in carried]
+        if not candidates:
+            return None
+        dna = e.dna
+        genes = self._trait_genes
+        weights = [
+            TRAIT_WEIGHT_FLOOR + (dna[genes[t]] if len(dna) == DNA_GENES else 0.5)
+            for t in candidates
+        ]
+        pick = rng.random() * sum(weights)
+        for name, w in zip(candidates, weights):
+            pick -= w
+            if pick < 0.0:
+                return name
+        return candidates[-1]
+
+    def _give_new_trait(self, e: Entity, rng: random.Random, report: TickReport) -> None:
+        name = self._new_trait(e, rng)
+        if name is not None:
+            e.traits = e.traits + (name,)
+            self._trait_gains[name] = self._trait_gains.get(name, 0) + 1
+            report.gained.append((e.id, name))
 
     # -- views ------------------------------------------------------------------------------
 
@@ -752,6 +850,13 @@ class World:
                     generation=e.generation + 1,
                     parent_id=e.id,
                 )
+                gen = self._rng(f"dna:{cid}")
+                child.dna = self._mutate_dna(e.dna, gen)
+                if e.traits:
+                    tb = self._trait_births
+                    for name in e.traits:
+                        tb[name] = tb.get(name, 0) + 1
+                self._give_new_trait(child, gen, report)
                 entities[cid] = child
                 egrid.insert(child)
                 report.births.append(cid)
@@ -759,15 +864,22 @@ class World:
 
         deaths = report.deaths
         counts = self._deaths
+        trait_deaths = self._trait_deaths
         for e, cause in dead:
             del entities[e.id]
             egrid.remove(e)
             deaths.append((e.id, cause))
             counts[cause] += 1
+            for name in e.traits:
+                by_cause = trait_deaths.get(name)
+                if by_cause is None:
+                    by_cause = trait_deaths[name] = {c: 0 for c in DEATH_CAUSES}
+                by_cause[cause] += 1
 
         # Population floor (off by default).
         while len(entities) < p.min_population:
             fresh = self._spawn_fresh(rng)
+            self._give_new_trait(fresh, self._rng(f"trait:{fresh.id}"), report)
             egrid.insert(fresh)
             report.respawned.append(fresh.id)
         self._respawns += len(report.respawned)
@@ -791,12 +903,27 @@ class World:
         entities = self.entities
         n = len(entities)
         usage: dict[str, int] = {}
+        energy_by_trait: dict[str, float] = {}
         total = 0.0
         for eid in sorted(entities):
             e = entities[eid]
             total += e.energy
             for name in e.traits:
                 usage[name] = usage.get(name, 0) + 1
+                energy_by_trait[name] = energy_by_trait.get(name, 0.0) + e.energy
+        names = set(usage) | set(self.available_traits) | set(self._trait_births)
+        names |= set(self._trait_deaths) | set(self._trait_gains)
+        no_deaths = {c: 0 for c in DEATH_CAUSES}
+        trait_stats = {
+            name: {
+                "carriers": usage.get(name, 0),
+                "avg_energy": energy_by_trait[name] / usage[name] if name in usage else 0.0,
+                "births": self._trait_births.get(name, 0),
+                "deaths": dict(self._trait_deaths.get(name, no_deaths)),
+                "gained": self._trait_gains.get(name, 0),
+            }
+            for name in sorted(names)
+        }
         p = self.params
         return {
             "tick": self.tick,
@@ -809,6 +936,8 @@ class World:
             "respawns": self._respawns,
             "collisions": self._collisions,
             "trait_usage": {name: usage[name] for name in sorted(usage)},
+            "trait_stats": trait_stats,
+            "available_traits": list(self.available_traits),
             "rejected_intents": {r: self._rejected[r] for r in sorted(self._rejected)},
         }
 
@@ -822,16 +951,20 @@ class World:
             ents.append([
                 e.id, f(e.x), f(e.y), f(e.energy), f(e.max_energy), f(e.speed), f(e.direction),
                 e.age, e.max_age, e.state, list(e.traits), f(e.energy_consumption_rate),
-                e.generation, e.parent_id,
+                e.generation, e.parent_id, [f(g) for g in e.dna],
             ])
         res = []
         for rid in sorted(self.resources):
             r = self.resources[rid]
             res.append([r.id, f(r.x), f(r.y), f(r.energy)])
-        return {"tick": self.tick, "entities": ents, "resources": res}
+        return {
+            "tick": self.tick, "entities": ents, "resources": res,
+            "available_traits": list(self.available_traits),
+        }
 
     def state_hash(self) -> str:
-        """sha256 hex over a canonical, rounded serialisation of tick, entities, resources."""
+        """sha256 hex over a canonical, rounded serialisation of tick, entities (with DNA),
+        resources and the available traits."""
         data = json.dumps(self._canonical(), separators=(",", ":"), ensure_ascii=True)
         return hashlib.sha256(data.encode("ascii")).hexdigest()
 
@@ -840,7 +973,7 @@ class World:
     def snapshot(self) -> dict[str, Any]:
         """Everything needed to resume this world exactly (plain JSON-safe data)."""
         return {
-            "version": 1,
+            "version": 2,
             "params": asdict(self.params),
             "seed": self.seed,
             "tick": self.tick,
@@ -852,14 +985,18 @@ class World:
                 "respawns": self._respawns,
                 "collisions": self._collisions,
                 "rejected_intents": {r: self._rejected[r] for r in sorted(self._rejected)},
+                "trait_births": {t: self._trait_births[t] for t in sorted(self._trait_births)},
+                "trait_deaths": {t: dict(self._trait_deaths[t]) for t in sorted(self._trait_deaths)},
+                "trait_gains": {t: self._trait_gains[t] for t in sorted(self._trait_gains)},
             },
+            "available_traits": list(self.available_traits),
             "entities": [
                 {
                     "id": e.id, "x": e.x, "y": e.y, "energy": e.energy, "max_energy": e.max_energy,
                     "speed": e.speed, "direction": e.direction, "age": e.age, "max_age": e.max_age,
                     "state": e.state, "traits": list(e.traits),
                     "energy_consumption_rate": e.energy_consumption_rate,
-                    "generation": e.generation, "parent_id": e.parent_id,
+                    "generation": e.generation, "parent_id": e.parent_id, "dna": list(e.dna),
                 }
                 for e in (self.entities[i] for i in sorted(self.entities))
             ],
@@ -885,6 +1022,13 @@ class World:
         w._respawns = int(c["respawns"])
         w._collisions = int(c["collisions"])
         w._rejected = {str(k): int(v) for k, v in c["rejected_intents"].items()}
+        w._trait_births = {str(k): int(v) for k, v in c.get("trait_births", {}).items()}
+        w._trait_deaths = {
+            str(k): {cause: int(v.get(cause, 0)) for cause in DEATH_CAUSES}
+            for k, v in c.get("trait_deaths", {}).items()
+        }
+        w._trait_gains = {str(k): int(v) for k, v in c.get("trait_gains", {}).items()}
+        w.set_available_traits([str(t) for t in snap.get("available_traits", [])])
         w._set_bounds(params)
         w.entities = {}
         for d in sorted(snap["entities"], key=lambda d: d["id"]):
@@ -896,6 +1040,7 @@ class World:
                 energy_consumption_rate=float(d["energy_consumption_rate"]),
                 generation=int(d["generation"]),
                 parent_id=None if d["parent_id"] is None else int(d["parent_id"]),
+                dna=tuple(float(g) for g in d.get("dna", ())),
             )
             w.entities[e.id] = e
         w.resources = {}

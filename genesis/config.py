@@ -37,6 +37,31 @@ class Settings(BaseSettings):
     sandbox_min_fps: float = 30.0  # projected world fps with the trait below this -> SANDBOX_FPS_DROP
     sandbox_concurrency: int = Field(default=8, ge=1)
 
+    # World engine (python -m engine).
+    engine_tick_rate: float = Field(default=60.0, gt=0)  # ticks per second; budget = 1 / rate
+    engine_seed: int = 42
+    engine_snapshot_interval: int = Field(default=300, ge=1)  # ticks between WorldSnapshots
+    engine_postgres_every: int = Field(default=30, ge=1)  # every Nth snapshot also goes to Postgres
+    engine_frame_interval: int = Field(default=2, ge=1)  # ticks between viewer frames
+    engine_entities_limit: int = Field(default=500, ge=1)  # entities written to engine:entities
+    engine_world_width: float = Field(default=800.0, gt=0)
+    engine_world_height: float = Field(default=600.0, gt=0)
+    engine_initial_population: int = Field(default=200, ge=0)
+    engine_min_population: int = Field(default=20, ge=0)
+    engine_max_population: int = Field(default=1000, ge=1)
+    engine_initial_resources: int = Field(default=150, ge=0)
+    engine_max_resources: int = Field(default=300, ge=0)
+    engine_resource_spawn_chance: float = Field(default=0.8, ge=0, le=1)
+    engine_trait_gain_chance: float = Field(default=0.25, ge=0, le=1)
+
+    # Life after the sandbox: activation, observation, rollback.
+    activate_mutations: bool = True  # false: a good mutation ends at sandbox_ok
+    mutations_dir: Path = PROJECT_ROOT / "mutations"  # audit copies trait_{name}_v{N}.py
+    observation_window_ticks: int = Field(default=300, ge=1)
+    observation_timeout_s: float = Field(default=900.0, gt=0)
+    rollback_threshold: float = -0.10  # fitness delta at or below this rolls the trait back
+    engine_trait_deadline_ms: float = 200.0  # wall clock for one tick of the live trait host
+
 
 @lru_cache
 def get_settings() -> Settings:

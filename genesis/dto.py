@@ -16,6 +16,7 @@ class MutationStatus(str, Enum):
     sandbox_ok = "sandbox_ok"
     rejected = "rejected"
     activated = "activated"
+    kept = "kept"
     rolled_back = "rolled_back"
     # The workflow failed for an infrastructure reason (not a verdict on the code).
     failed = "failed"
@@ -49,6 +50,11 @@ class MutationInput(BaseModel):
     code: str
     goal: str = ""
     task_id: str | None = None
+    # Life after the sandbox (set by the API from Settings; workflows read no configuration).
+    activate: bool = True
+    observation_window_ticks: int = 300
+    observation_timeout_s: float = 900.0
+    rollback_threshold: float = -0.10
 
 
 class ValidationOutcome(BaseModel):
@@ -105,6 +111,38 @@ class StatusUpdate(BaseModel):
     class_name: str | None = None
     code_hash: str | None = None
     sandbox_report: dict[str, Any] | None = None
+    trait_version: int | None = None
+    effects: dict[str, Any] | None = None
+    fitness_verdict: str | None = None
+    rollback_reason: str | None = None
+
+
+class ActivationRequest(BaseModel):
+    mutation_id: str
+    trait_name: str
+    class_name: str
+    code: str
+    code_hash: str
+
+
+class ActivationResult(BaseModel):
+    trait_version: int
+    previous_version: int | None
+    registry_version: int
+    file_path: str
+
+
+class RollbackRequest(BaseModel):
+    mutation_id: str
+    trait_name: str
+    reason: str
+    fitness_delta: float | None = None
+
+
+class RollbackResult(BaseModel):
+    rolled_back: bool  # False when it already was (idempotent)
+    restored_version: int | None
+    registry_version: int | None
 
 
 class MutationResult(BaseModel):
@@ -115,3 +153,6 @@ class MutationResult(BaseModel):
     failure_reason_code: str | None = None
     validation_log: list[str] = Field(default_factory=list)
     sandbox_report: dict[str, Any] | None = None
+    trait_version: int | None = None
+    effects: dict[str, Any] | None = None
+    fitness_verdict: str | None = None

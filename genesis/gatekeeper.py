@@ -27,6 +27,7 @@ import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
+from operator import attrgetter
 
 from genesis import entity_api, rules
 
@@ -271,6 +272,10 @@ class _Trait:
     entity_param: str
 
 
+def _class_where(statement: ast.ClassDef) -> str:
+    return f"class {statement.name} (line {statement.lineno})"
+
+
 def _find_trait(tree: ast.Module) -> tuple[_Trait | None, str]:
     """The first top-level class that qualifies, or None and why nothing did."""
     reasons: list[str] = []
@@ -283,12 +288,13 @@ def _find_trait(tree: ast.Module) -> tuple[_Trait | None, str]:
         for member in statement.body:
             if member.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef) and member.name == "execute":
                 execute = member  # the last definition wins, as at runtime
-        where = f"class {statement.name} (line {statement.lineno})"
         if execute is None:
-            reasons.append(f"{where} has no 'async def execute(self, entity) -> None'")
+            reasons.append(f"{_class_where(statement)} has no 'async def execute(self, entity) -> None'")
             continue
         if execute.__class__ is not ast.AsyncFunctionDef:
-            reasons.append(f"{where}: execute must be 'async def', not 'def' (line {execute.lineno})")
+            reasons.append(
+                f"{_class_where(statement)}: execute must be 'async def', not 'def' (line {execute.lineno})"
+            )
             continue
         positional = _positional_params(execute.args)
         required_kwonly = [
@@ -296,7 +302,7 @@ def _find_trait(tree: ast.Module) -> tuple[_Trait | None, str]:
         ]
         if len(positional) != 2 or required_kwonly:
             reasons.append(
-                f"{where}: execute must take exactly (self, entity) (line {execute.lineno})"
+                f"{_class_where(statement)}: execute must take exactly (self, entity) (line {execute.lineno})"
             )
             continue
         return _Trait(statement, positional[1].arg), ""
@@ -349,14 +355,43 @@ def _init_problem(tree: ast.Module, trait: ast.ClassDef) -> str | None:
 # ---------------------------------------------------------------------------------------------
 
 _SKIPPED_FIELDS = frozenset({"ctx", "type_comment", "kind"})
-_FIELDS: dict[type, tuple[str, ...]] = {}
 
 
-def _fields(cls: type) -> tuple[str, ...]:
-    fields = _FIELDS.get(cls)
-    if fields is None:
-        fields = _FIELDS[cls] = tuple(f for f in cls._fields if f not in _SKIPPED_FIELDS)
-    return fields
+def _ast_classes() -> list[type]:
+    """Every node class the parser can produce (all subclasses of ast.AST)."""
+    found: list[type] = []
+    pending = [ast.AST]
+    while pending:
+        for sub in pending.pop().__subclasses__():
+            if sub not in found:
+                found.append(sub)
+                pending.append(sub)
+    return found
+
+
+def _no_fields(node: ast.AST) -> tuple[()]:
+    return ()
+
+
+def _field_getter(fields: tuple[str, ...]) -> Callable[[ast.AST], tuple[object, ...]]:
+    """One C-level call that returns the values of ``fields`` as a tuple."""
+    if not fields:
+        return _no_fields
+    return attrgetter(*fields)  # with one field: the value itself, not a 1-tuple
+
+
+class _FieldTable(dict):
+    """Node class -> (getter, field count) for the scanned (hashed) fields of that class."""
+
+    def __missing__(self, cls: type) -> tuple[Callable[[ast.AST], tuple[object, ...]], int]:
+        fields = tuple(f for f in cls._fields if f not in _SKIPPED_FIELDS)
+        entry = self[cls] = (_field_getter(fields), len(fields))
+        return entry
+
+
+_FIELDS = _FieldTable()
+for _cls in _ast_classes():
+    _FIELDS[_cls]  # noqa: B018 - fill the table so lookups take the plain-dict path
 
 
 _Finding = tuple[int, str, str]  # (line, failure code, message)
@@ -367,7 +402,12 @@ _OPERATOR_TYPES = frozenset(
     for base in (ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
     for cls in base.__subclasses__()
 )
+_OPERATOR_NAMES: dict[type, str] = {cls: cls.__name__ for cls in _OPERATOR_TYPES}
 _SUSPECT_NAMES = _BANNED_CALLS | _BANNED_EXCEPTIONS
+_Name = ast.Name
+_Constant = ast.Constant
+_Load = ast.Load
+_Store = ast.Store
 _DUNDER_RE = re.compile(r"__\w+__")
 
 _COMPREHENSION_TYPES = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
@@ -424,60 +464,80 @@ class _Scanner:
         """Emit/visit every field of a node: the hot path of every validation.
 
         Children are dispatched directly (no visit() frame), and names, constants and
-        operators, about half of all nodes, are handled inline."""
+        operators, about half of all nodes, are handled inline. Tokens that always follow each
+        other are emitted pre-joined with the separator: the digest only sees the joined text."""
+        getter, count = _FIELDS[node.__class__]
+        values = getter(node)
+        if count == 1:
+            values = (values,)
         emit = self.emit
-        dispatch = _DISPATCH
-        cls = node.__class__
-        for field in _FIELDS.get(cls) or _fields(cls):
-            value = getattr(node, field)
+        for value in values:
             value_cls = value.__class__
             if value_cls is list:
+                if not value:
+                    emit("[\0]")
+                    continue
                 emit("[")
                 for item in value:
                     item_cls = item.__class__
-                    if item_cls is ast.Name:
-                        emit("Name")
-                        self._name(item)
-                    elif item_cls is ast.Constant:
-                        emit("Constant")
+                    if item_cls is _Name:
+                        name = item.id
+                        emit("Name\0" + name)
+                        ctx = item.ctx.__class__
+                        if name in _SUSPECT_NAMES or name[0] == "_" or name in self.module_aliases:
+                            self._name_checks(item, name)
+                        elif ctx is _Store:
+                            self.scope.add(name)  # what bind() does for an unremarkable name
+                        elif ctx is not _Load:
+                            self._name_checks(item, name)
+                    elif item_cls is _Constant:
                         constant = item.value
-                        emit(repr(constant))
+                        emit("Constant\0" + repr(constant))
                         if constant.__class__ is str and constant[:2] == "__":
                             self._dunder_string(item)
-                    elif item_cls in _OPERATOR_TYPES:
-                        emit(item_cls.__name__)
+                    elif item_cls in _OPERATOR_NAMES:
+                        emit(_OPERATOR_NAMES[item_cls])
                     elif item is None:
                         emit("~")  # kw_defaults without a default, dict unpacking
                     elif item_cls is str:
                         emit(item)  # identifiers, e.g. Global.names
                     else:
                         emit(item_cls.__name__)
-                        dispatch[item_cls](self, item)
+                        _DISPATCH[item_cls](self, item)
                 emit("]")
-            elif value_cls is ast.Name:
-                emit("Name")
-                self._name(value)
-            elif value_cls is ast.Constant:
-                emit("Constant")
+            elif value_cls is _Name:
+                name = value.id
+                emit("Name\0" + name)
+                ctx = value.ctx.__class__
+                if name in _SUSPECT_NAMES or name[0] == "_" or name in self.module_aliases:
+                    self._name_checks(value, name)
+                elif ctx is _Store:
+                    self.scope.add(name)  # what bind() does for an unremarkable name
+                elif ctx is not _Load:
+                    self._name_checks(value, name)
+            elif value_cls is _Constant:
                 constant = value.value
-                emit(repr(constant))
+                emit("Constant\0" + repr(constant))
                 if constant.__class__ is str and constant[:2] == "__":
                     self._dunder_string(value)
             elif value is None:
                 emit("~")
             elif value_cls is str:
                 emit(value)
-            elif value_cls in _OPERATOR_TYPES:
-                emit(value_cls.__name__)
+            elif value_cls in _OPERATOR_NAMES:
+                emit(_OPERATOR_NAMES[value_cls])
             elif isinstance(value, ast.AST):
                 emit(value_cls.__name__)
-                dispatch[value_cls](self, value)
+                _DISPATCH[value_cls](self, value)
             else:
                 emit(repr(value))
 
     def field(self, value: object) -> None:
         """Emit/visit one field value (used by handlers that change context between fields)."""
         if value.__class__ is list:
+            if not value:
+                self.emit("[\0]")
+                return
             self.emit("[")
             for item in value:
                 if item is None:
@@ -827,6 +887,9 @@ class _Scanner:
     def _name(self, node: ast.Name) -> None:
         name = node.id  # already NFKC-normalised by the parser
         self.emit(name)
+        self._name_checks(node, name)
+
+    def _name_checks(self, node: ast.Name, name: str) -> None:
         ctx = node.ctx.__class__
         if ctx is not ast.Load:
             self.bind(name, node)
@@ -857,7 +920,7 @@ class _Scanner:
         attr = node.attr  # already NFKC-normalised by the parser
         value = node.value
         ctx = node.ctx.__class__
-        if attr.startswith("_"):
+        if attr[0] == "_":
             kind = "special" if attr.startswith("__") and attr.endswith("__") else "private"
             shown = f"{value.id}.{attr}" if value.__class__ is ast.Name else f".{attr}"
             self.found(
@@ -888,7 +951,21 @@ class _Scanner:
                     f"Cannot assign or delete .{attr} on '{root.id}'",
                     "imported modules and their objects are shared and read-only",
                 )
-        self.generic(node)
+        # The generic walk of (value, attr), inlined.
+        value_cls = value.__class__
+        if value_cls is _Name:
+            name = value.id
+            self.emit(f"Name\0{name}\0{attr}")
+            if (
+                value.ctx.__class__ is not _Load or name in _SUSPECT_NAMES or name[0] == "_"
+                or name in self.module_aliases
+            ):
+                self._name_checks(value, name)
+            return
+        emit = self.emit
+        emit(value_cls.__name__)
+        _DISPATCH[value_cls](self, value)
+        emit(attr)
 
     def _entity_attribute(self, node: ast.Attribute, attr: str, ctx: type) -> None:
         entity = self.entity
@@ -1033,15 +1110,11 @@ _SCANNER_HANDLERS: dict[type, Callable[[_Scanner, ast.AST], None]] = {
 }
 
 
-class _Dispatch(dict):
-    """Node class -> scanner function; classes without a handler get the generic walk."""
-
-    def __missing__(self, cls: type) -> Callable[[_Scanner, ast.AST], None]:
-        self[cls] = _Scanner.generic
-        return _Scanner.generic
-
-
-_DISPATCH = _Dispatch(_SCANNER_HANDLERS)
+# Node class -> scanner function; classes without a handler get the generic walk. A plain dict
+# holding every node class: its lookups are faster than a dict subclass with __missing__.
+_DISPATCH: dict[type, Callable[[_Scanner, ast.AST], None]] = {
+    cls: _SCANNER_HANDLERS.get(cls, _Scanner.generic) for cls in _ast_classes()
+}
 
 
 def _name_problem(name: str) -> tuple[str, str, str] | None:
@@ -1119,14 +1192,13 @@ def _deleted_names(statements: list[ast.stmt]) -> set[str]:
 
 
 _EXPR_SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "kind", "conversion", "is_async"})
-_EXPR_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _expr_fields(cls: type) -> tuple[str, ...]:
-    fields = _EXPR_FIELDS.get(cls)
-    if fields is None:
-        fields = _EXPR_FIELDS[cls] = tuple(f for f in cls._fields if f not in _EXPR_SKIPPED_FIELDS)
-    return fields
+# Node class -> (getter, field count) for the fields _FlowChecker._expr walks generically.
+_EXPR_FIELDS: dict[type, tuple[Callable[[ast.AST], object], int]] = {}
+for _cls in _ast_classes():
+    _expr_field_names = tuple(f for f in _cls._fields if f not in _EXPR_SKIPPED_FIELDS)
+    _EXPR_FIELDS[_cls] = (_field_getter(_expr_field_names), len(_expr_field_names))
+_Attribute = ast.Attribute
+_Call = ast.Call
 
 
 class _FlowChecker:
@@ -1153,6 +1225,8 @@ class _FlowChecker:
             cls = statement.__class__
             if cls is ast.ClassDef:
                 for base in statement.bases:
+                    if base.__class__ is ast.Name and (base.id in defined or base.id in _BUILTINS):
+                        continue  # the common case, decided without building the message
                     self._module_level_names(base, defined, f"base of class {statement.name}")
                 class_defined = set(defined)
                 for member in statement.body:
@@ -1442,32 +1516,45 @@ class _FlowChecker:
             self._expr(target.slice, state)
 
     def _expr(self, node: ast.AST, state: _State) -> None:
+        """Check the reads in an expression, in field order; names and constants among the
+        children are handled inline rather than by a recursive call."""
         cls = node.__class__
-        if cls is ast.Name:
+        if cls is _Name:
             if node.id not in state:
                 self._missing(node)
-        elif cls is ast.Constant:
-            pass
-        elif cls is ast.Attribute:
+        elif cls is _Attribute:
             value = node.value
-            while value.__class__ is ast.Attribute:
+            while value.__class__ is _Attribute:
                 value = value.value
-            if value.__class__ is ast.Name:
+            if value.__class__ is _Name:
                 if value.id not in state:
                     self._missing(value)
-            else:
+            elif value.__class__ is not _Constant:
                 self._expr(value, state)
-        elif cls is ast.Call:
-            self._expr(node.func, state)
+        elif cls is _Constant:
+            pass
+        elif cls is _Call:
+            func = node.func
+            if func.__class__ is _Name:
+                if func.id not in state:
+                    self._missing(func)
+            else:
+                self._expr(func, state)
             for argument in node.args:
                 argument_cls = argument.__class__
-                if argument_cls is ast.Name:
+                if argument_cls is _Name:
                     if argument.id not in state:
                         self._missing(argument)
-                elif argument_cls is not ast.Constant:
+                elif argument_cls is not _Constant:
                     self._expr(argument, state)
             for keyword in node.keywords:
-                self._expr(keyword.value, state)
+                value = keyword.value
+                value_cls = value.__class__
+                if value_cls is _Name:
+                    if value.id not in state:
+                        self._missing(value)
+                elif value_cls is not _Constant:
+                    self._expr(value, state)
         elif cls is ast.BoolOp:
             values = node.values
             self._expr(values[0], state)
@@ -1486,13 +1573,24 @@ class _FlowChecker:
         elif cls is ast.Lambda:
             self._nested(node)
         else:
-            for field in _EXPR_FIELDS.get(cls) or _expr_fields(cls):
-                value = getattr(node, field)
-                if value.__class__ is list:
+            getter, count = _EXPR_FIELDS[cls]
+            values = getter(node)
+            if count == 1:
+                values = (values,)
+            for value in values:
+                value_cls = value.__class__
+                if value_cls is list:
                     for item in value:
-                        if item is not None:  # dict unpacking has a None key
+                        item_cls = item.__class__
+                        if item_cls is _Name:
+                            if item.id not in state:
+                                self._missing(item)
+                        elif item_cls is not _Constant and item is not None:  # dict unpacking: None key
                             self._expr(item, state)
-                elif value is not None and isinstance(value, ast.AST):
+                elif value_cls is _Name:
+                    if value.id not in state:
+                        self._missing(value)
+                elif value_cls is not _Constant and value is not None and isinstance(value, ast.AST):
                     self._expr(value, state)
 
     def _comprehension(self, node: ast.AST, state: _State) -> None:
@@ -1577,6 +1675,15 @@ def _syntax_message(error: SyntaxError) -> str:
     return f"{error.msg} ({where}){shown}"
 
 
+_OK_LINES = {
+    step: f"{step}: OK"
+    for step in (
+        STEP_SCHEMA, STEP_PARSE, STEP_IMPORTS, STEP_BANNED, STEP_CONTRACT, STEP_ENTITY, STEP_INIT,
+        STEP_UNBOUND, STEP_AWAIT,
+    )
+}
+
+
 class _Run:
     """Accumulates the log of one validation."""
 
@@ -1584,7 +1691,7 @@ class _Run:
         self.log: list[str] = []
 
     def ok(self, step: str, detail: str = "") -> None:
-        self.log.append(f"{step}: OK" + (f" — {detail}" if detail else ""))
+        self.log.append(f"{step}: OK — {detail}" if detail else _OK_LINES[step])
 
     def fail(
         self, step: str, code: str, message: str, class_name: str | None = None, code_hash: str | None = None

@@ -10,6 +10,14 @@ def world_snapshot(tick: int) -> str:
     return f"ws:snapshot:{tick}"
 
 
+WORLD_SNAPSHOT_TTL_S = 300
+
+# The engine process (python -m engine), refreshed about once a second
+ENGINE_STATUS = "engine:status"  # hash: tick, ticks_per_second, population, ... (see engine/telemetry.py)
+ENGINE_PARAMS = "engine:params"  # JSON: the WorldParams of the running world
+ENGINE_ENTITIES = "engine:entities"  # JSON: a bounded list of entities (lowest ids first)
+
+
 # External-agent tasks (open-mutation-api.md)
 AGENT_TASKS_QUEUE = "agent:tasks:queue"
 
@@ -50,3 +58,4 @@ class Channels:
     MUTATION_APPLIED = "ch:mutation:applied"
     MUTATION_ROLLBACK = "ch:mutation:rollback"
     FEED = "ch:feed"
+    WORLD_FRAMES = "ch:world:frames"  # compact frames for viewers, every 2nd tick

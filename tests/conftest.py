@@ -54,17 +54,18 @@ async def temporal_env():
 
 
 @pytest.fixture(scope="session")
-async def settings(temporal_env) -> Settings:
+async def settings(temporal_env, tmp_path_factory) -> Settings:
     await asyncio.to_thread(upgrade_to_head, TEST_DATABASE_URL)  # alembic runs its own loop
     engine = get_engine(TEST_DATABASE_URL)
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE mutations"))
+        await conn.execute(text("TRUNCATE mutations, trait_versions"))
     return Settings(
         database_url=TEST_DATABASE_URL,
         redis_url=TEST_REDIS_URL,
         temporal_address=temporal_env.client.service_client.config.target_host,
         task_queue="genesis-test",
         api_port=free_port(),
+        mutations_dir=tmp_path_factory.mktemp("mutations"),
     )
 
 

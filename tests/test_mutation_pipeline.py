@@ -18,7 +18,9 @@ from sandbox.container import LABEL_OWNER
 from tests import traits
 from workflows.mutation import MutationWorkflow
 
-FINAL = {"sandbox_ok", "rejected", "failed"}
+# A verdict on the sandbox has been reached once the status leaves queued/validating.
+PASSED = {"sandbox_ok", "activated", "kept"}
+FINAL = PASSED | {"rejected", "failed", "rolled_back"}
 HISTORIES = os.path.join(os.path.dirname(__file__), "histories")
 
 
@@ -55,27 +57,25 @@ def containers_of(mutation_id: str) -> list:
 async def test_seed_example_reaches_sandbox_ok(http, temporal_client):
     mutation_id = await propose(http, traits.SEED_EXAMPLE, agent_id="claude-external-1")
     status = await wait_for_verdict(http, mutation_id)
-    assert status["status"] == "sandbox_ok", status
+    assert status["status"] in PASSED, status
     assert status["failure_reason_code"] is None
     assert status["agent_id"] == "claude-external-1" and status["trait_name"] == "energy_hoarder"
     assert status["created_at"] <= status["updated_at"]
     log = status["validation_log"]
-    assert log[0] == "Schema: OK" and "AST parse: OK" in log and log[-1].startswith("Sandbox: OK")
+    assert log[0] == "Schema: OK" and "AST parse: OK" in log
+    assert any(line.startswith("Sandbox: OK") for line in log)
     report = status["sandbox_report"]
     assert report["verdict"] == "ok" and report["ticks_run"] == 50 and report["calls"] > 0
     assert report["projected_fps"] > 30
     assert not containers_of(mutation_id), "the sandbox container must be removed"
 
     handle = temporal_client.get_workflow_handle_for(MutationWorkflow.run, status["workflow_id"])
-    assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
-    result = await handle.result()
-    assert result.status.value == "sandbox_ok"
-    # The same run replays deterministically against the current workflow code.
+    assert (await handle.describe()).status in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED)
+    queried = await handle.query(MutationWorkflow.status)
+    assert queried.status.value in PASSED
+    # The same run (so far) replays deterministically against the current workflow code.
     history = await handle.fetch_history()
     await Replayer(workflows=[MutationWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
-    if os.environ.get("GENESIS_RECORD_HISTORIES"):
-        with open(os.path.join(HISTORIES, "mutation_sandbox_ok.json"), "w") as f:
-            f.write(history.to_json())
 
 
 async def test_workflow_is_searchable_by_custom_attributes(http, temporal_client):
@@ -121,7 +121,7 @@ async def test_forbidden_import_is_rejected_by_the_gatekeeper(http):
 async def test_same_code_twice_is_a_duplicate(http):
     code = traits.seeker(202)
     first = await wait_for_verdict(http, await propose(http, code, trait_name="seeker_a"))
-    assert first["status"] == "sandbox_ok"
+    assert first["status"] in PASSED
     second = await wait_for_verdict(http, await propose(http, code + "\n# same logic, new comment\n", trait_name="seeker_b"))
     assert second["status"] == "rejected"
     assert second["failure_reason_code"] == "DUPLICATE_CODE"
@@ -136,7 +136,7 @@ async def test_idempotency_key_returns_the_same_mutation(http):
     assert first.status_code == second.status_code == 202
     assert first.json()["mutation_id"] == second.json()["mutation_id"]
     status = await wait_for_verdict(http, first.json()["mutation_id"])
-    assert status["status"] == "sandbox_ok"
+    assert status["status"] in PASSED
     reused = await http.post("/api/mutations/propose", json={**body, "code": traits.seeker(304)}, headers=headers)
     assert reused.status_code == 409 and reused.json()["error"] == "IDEMPOTENCY_KEY_REUSED"
 
@@ -150,14 +150,22 @@ async def test_worker_killed_mid_sandbox_still_ends_with_one_verdict(http, worke
     worker.kill()
     worker.start()
     status = await wait_for_verdict(http, mutation_id, timeout_s=120)
-    assert status["status"] == "sandbox_ok", status
+    assert status["status"] in PASSED, status
     assert not containers_of(mutation_id), "leftovers of the killed attempt must be removed"
 
     history = await temporal_client.get_workflow_handle(f"mutation-{mutation_id}").fetch_history()
-    events = [event.event_type for event in history.events]
-    assert events.count(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED) == 1
-    # The first sandbox attempt died with the worker; only one attempt completed.
-    assert events.count(EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED) == 1
+    scheduled = {
+        e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+    }
+    sandbox_completions = [
+        e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        and scheduled[e.activity_task_completed_event_attributes.scheduled_event_id] == "run_sandbox_test"
+    ]
+    # The first sandbox attempt died with the worker; exactly one attempt delivered the verdict.
+    assert len(sandbox_completions) == 1
+    verdicts = [line for line in status["validation_log"] if line.startswith("Sandbox: OK")]
+    assert len(verdicts) == 1
 
 
 @pytest.mark.parametrize("path", sorted(p for p in os.listdir(HISTORIES) if p.endswith(".json")) if os.path.isdir(HISTORIES) else [])

@@ -792,3 +792,162 @@ def test_spatial_grid_edges():
     assert g.count_within(799.0, 599.0, 5.0) == 1
     g.remove(edge)
     assert g.candidates(edge.x, edge.y, 2.0) == []
+
+
+# -- DNA, available traits, trait statistics ------------------------------------------------
+
+from engine.world import DNA_GENES, trait_gene  # noqa: E402
+
+BREEDER = replace(
+    QUIET, maturity_age=0, reproduction_threshold=80.0, reproduction_cost=40.0,
+    trait_gain_chance=1.0,
+)
+
+
+def names_on_genes(a: int, b: int) -> tuple[str, str]:
+    """Two trait names whose genes are ``a`` and ``b``."""
+    found: dict[int, str] = {}
+    i = 0
+    while a not in found or b not in found:
+        found.setdefault(trait_gene(f"trait_{i}"), f"trait_{i}")
+        i += 1
+    return found[a], found[b]
+
+
+def test_trait_gene_is_stable_and_in_range():
+    import zlib
+
+    assert trait_gene("forager") == zlib.crc32(b"forager") % DNA_GENES
+    assert {trait_gene(f"t{i}") for i in range(200)} == set(range(DNA_GENES))
+
+
+def test_fresh_entities_have_random_dna_and_newborns_inherit_it_mutated():
+    w = World(seed=3)
+    dnas = [e.dna for e in w.entities.values()]
+    assert all(len(d) == DNA_GENES and all(0.0 <= g <= 1.0 for g in d) for d in dnas)
+    assert len(set(dnas)) == len(dnas)
+    w2 = World(BREEDER, seed=1)
+    parent = w2.add_entity(400, 300, energy=90.0, speed=0.0, dna=(0.5,) * DNA_GENES)
+    child = w2.entities[w2.step().births[0]]
+    assert child.parent_id == parent.id and child.dna != parent.dna
+    assert all(abs(c - 0.5) < 0.3 and 0.0 <= c <= 1.0 for c in child.dna)
+    with pytest.raises(ValueError):
+        w2.add_entity(1, 1, dna=(2.0,) * DNA_GENES)
+
+
+def test_set_available_traits():
+    w = World(QUIET)
+    w.set_available_traits(["b", "a", "b"])
+    assert w.available_traits == ("a", "b")
+    with pytest.raises(ValueError):
+        w.set_available_traits(["ok", ""])
+    with pytest.raises(TypeError):
+        w.set_available_traits("abc")
+    w.remove_trait("a")
+    assert w.available_traits == ("b",)
+
+
+def test_only_newborns_gain_available_traits():
+    w = World(BREEDER, seed=1)
+    parent = w.add_entity(400, 300, energy=90.0, speed=0.0, traits=("old",))
+    bystander = w.add_entity(100, 100, energy=50.0, speed=0.0)
+    w.set_available_traits(["fresh"])
+    report = w.step()
+    child = w.entities[report.births[0]]
+    assert child.traits == ("old", "fresh")
+    assert report.gained == [(child.id, "fresh")]
+    assert parent.traits == ("old",) and bystander.traits == ()
+    st = w.stats()["trait_stats"]
+    assert st["fresh"]["gained"] == 1 and st["old"]["births"] == 1 and st["fresh"]["births"] == 0
+
+
+def test_no_new_trait_when_full_or_nothing_new():
+    full = tuple(f"t{i}" for i in range(BREEDER.max_traits_per_entity))
+    w = World(BREEDER, seed=1)
+    w.add_entity(400, 300, energy=90.0, speed=0.0, traits=full)
+    w.add_entity(100, 100, energy=90.0, speed=0.0, traits=("only",))
+    w.set_available_traits(["only", "extra"])
+    report = w.step()
+    kids = [w.entities[b] for b in report.births]
+    assert kids[0].traits == full
+    assert kids[1].traits == ("only", "extra")
+
+
+def test_new_trait_choice_is_weighted_by_dna():
+    liked, disliked = names_on_genes(0, 1)
+    dna = (1.0, 0.0) + (0.5,) * (DNA_GENES - 2)
+    counts = {liked: 0, disliked: 0}
+    for seed in range(40):
+        params = replace(BREEDER, max_population=10_000, dna_mutation=0.0)
+        w = World(params, seed=seed)
+        for i in range(10):
+            w.add_entity(20 + 70 * i, 300, energy=90.0, speed=0.0, dna=dna)
+        w.set_available_traits([liked, disliked])
+        for cid in w.step().births:
+            counts[w.entities[cid].traits[0]] += 1
+    assert sum(counts.values()) == 400
+    # weights 1.05 : 0.05 -> about 95% of the newborns take the liked trait
+    assert counts[liked] > 0.85 * 400 and counts[disliked] > 0
+
+
+def test_trait_gain_chance_zero_and_determinism():
+    w = World(replace(BREEDER, trait_gain_chance=0.0), seed=1)
+    w.add_entity(400, 300, energy=90.0, speed=0.0)
+    w.set_available_traits(["x"])
+    assert w.entities[w.step().births[0]].traits == ()
+
+    def grown(seed: int) -> World:
+        v = World(replace(WorldParams(), trait_gain_chance=0.5), seed=seed)
+        v.set_available_traits(["a", "b", "c"])
+        for _ in range(1200):
+            v.step()
+        return v
+
+    a, b = grown(4), grown(4)
+    assert a.state_hash() == b.state_hash() and a.stats() == b.stats()
+    assert sum(a.stats()["trait_usage"].values()) > 0
+
+
+def test_min_population_respawns_may_gain_traits():
+    params = replace(QUIET, initial_population=3, min_population=3, max_age=2, trait_gain_chance=1.0)
+    w = World(params, seed=2)
+    w.set_available_traits(["t"])
+    assert all(e.traits == () for e in w.entities.values())
+    report = w.step()
+    report = w.step()
+    assert len(report.respawned) == 3
+    assert all(w.entities[i].traits == ("t",) for i in report.respawned)
+
+
+def test_trait_stats_counts_carriers_energy_births_deaths():
+    params = replace(BREEDER, max_age=1000, trait_gain_chance=0.0)
+    w = World(params, seed=1)
+    a = w.add_entity(100, 100, energy=90.0, speed=0.0, traits=("t",))
+    w.add_entity(300, 300, energy=30.0, speed=0.0, traits=("t", "u"))
+    w.add_entity(500, 300, energy=20.0, speed=0.0, max_age=1, traits=("u",))
+    report = w.step()
+    assert len(report.births) == 1 and report.deaths == [(3, "age")]
+    st = w.stats()
+    ts = st["trait_stats"]
+    assert ts["t"]["carriers"] == 3  # a, the second, a's child
+    assert ts["t"]["births"] == 1 and ts["u"]["births"] == 0
+    assert ts["u"]["carriers"] == 1 and ts["u"]["deaths"] == {"starvation": 0, "age": 1, "collision": 0}
+    assert ts["t"]["avg_energy"] == pytest.approx((a.energy + 30.0 + 30.0) / 3)
+    assert json.loads(json.dumps(st)) == st
+    w.remove_trait("u")
+    assert w.stats()["trait_stats"]["u"]["carriers"] == 0  # cumulative counters stay
+
+
+def test_snapshot_keeps_dna_available_traits_and_trait_counters():
+    w = World(replace(WorldParams(), trait_gain_chance=0.5), seed=8)
+    w.set_available_traits(["a", "b"])
+    for _ in range(900):
+        w.step()
+    snap = json.loads(json.dumps(w.snapshot()))
+    r = World.from_snapshot(snap)
+    assert r.available_traits == ("a", "b")
+    assert r.state_hash() == w.state_hash() and r.stats() == w.stats()
+    for _ in range(300):
+        w.step()
+        r.step()
+    assert r.state_hash() == w.state_hash() and r.stats() == w.stats()

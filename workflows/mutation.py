@@ -4,7 +4,9 @@ Orchestration only: no I/O here. Activities are referenced by name."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -13,15 +15,20 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities import names
     from genesis.dto import (
+        ActivationRequest,
+        ActivationResult,
         FailureCode,
         MutationInput,
         MutationResult,
         MutationStatus,
+        RollbackRequest,
+        RollbackResult,
         SandboxReport,
         SandboxRequest,
         StatusUpdate,
         ValidationOutcome,
     )
+    from genesis.effects import WorldSample, compute_effects, verdict
     from genesis.workflow_api import MUTATION_WORKFLOW, SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME
 
 VERDICT_CODES = {code.value for code in FailureCode}
@@ -30,16 +37,35 @@ VERDICT_CODES = {code.value for code in FailureCode}
 LOCAL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10))
 # Docker hiccups are retried for up to an hour of schedule time; verdicts are results, not errors.
 SANDBOX_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+LIFECYCLE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
+# Histories recorded before activation existed end at sandbox_ok; this marker keeps them replayable.
+ACTIVATION_PATCH = "activation-observation-rollback"
 
 
 @workflow.defn(name=MUTATION_WORKFLOW)
 class MutationWorkflow:
     def __init__(self) -> None:
         self._result: MutationResult | None = None
+        self._rollback_reason: str | None = None
+        self._first_sample: WorldSample | None = None
+        self._latest_sample: WorldSample | None = None
 
     @workflow.query(name="status")
     def status(self) -> MutationResult | None:
         return self._result
+
+    @workflow.signal(name="rollback")
+    def request_rollback(self, reason: str) -> None:
+        """Operator or API: deregister this trait (restoring the previous version, if any)."""
+        if self._rollback_reason is None:
+            self._rollback_reason = reason or "requested"
+
+    @workflow.signal(name="world_snapshot")
+    def world_snapshot(self, sample: WorldSample) -> None:
+        """The engine reports each telemetry snapshot while this trait is live."""
+        if self._first_sample is None:
+            self._first_sample = sample
+        self._latest_sample = sample
 
     @workflow.run
     async def run(self, mutation: MutationInput) -> MutationResult:
@@ -91,20 +117,26 @@ class MutationWorkflow:
         sandbox_report = report.model_dump()
         if report.verdict == "ok":
             log[-1] = f"Sandbox: OK — {report.summary}"
-            return await self._finish(MutationStatus.sandbox_ok, None, log, sandbox_report)
+            if not workflow.patched(ACTIVATION_PATCH) or not mutation.activate:
+                return await self._finish(MutationStatus.sandbox_ok, None, log, sandbox_report)
+            await self._transition(MutationStatus.sandbox_ok, log=log, sandbox_report=sandbox_report)
+            return await self._live(mutation, outcome, log, sandbox_report)
         log[-1] = f"Sandbox: FAILED — {report.verdict}: {report.summary}"
         return await self._finish(MutationStatus.rejected, report.verdict, log, sandbox_report)
 
     async def _transition(self, status: MutationStatus, *, log: list[str], failure_code: str | None = None,
                           class_name: str | None = None, code_hash: str | None = None,
-                          sandbox_report: dict | None = None) -> None:
+                          sandbox_report: dict | None = None, **later: Any) -> None:
+        """Persist one status change (``later``: trait_version, effects, fitness_verdict, rollback_reason)."""
         assert self._result is not None
+        carried = {k: getattr(self._result, k) for k in ("trait_version", "effects", "fitness_verdict")}
         self._result = MutationResult(
             mutation_id=self._result.mutation_id,
             status=status,
             failure_reason_code=failure_code,
             validation_log=log,
-            sandbox_report=sandbox_report,
+            sandbox_report=sandbox_report if sandbox_report is not None else self._result.sandbox_report,
+            **{**carried, **{k: v for k, v in later.items() if k in carried and v is not None}},
         )
         attributes = [SA_STATUS.value_set(status.value)]
         if failure_code:
@@ -120,16 +152,93 @@ class MutationWorkflow:
                 class_name=class_name,
                 code_hash=code_hash,
                 sandbox_report=sandbox_report,
+                **later,
             ),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=LOCAL_RETRY,
         )
 
     async def _finish(self, status: MutationStatus, failure_code: str | None, log: list[str],
-                      sandbox_report: dict | None = None) -> MutationResult:
-        await self._transition(status, log=log, failure_code=failure_code, sandbox_report=sandbox_report)
+                      sandbox_report: dict | None = None, **later: Any) -> MutationResult:
+        await self._transition(status, log=log, failure_code=failure_code, sandbox_report=sandbox_report, **later)
         assert self._result is not None
         return self._result
+
+    async def _live(self, mutation: MutationInput, outcome: ValidationOutcome, log: list[str],
+                    sandbox_report: dict) -> MutationResult:
+        """activate → observe the world for the window → keep, or roll back."""
+        if self._rollback_reason is not None:  # withdrawn before it went live
+            log.append(f"Rollback: requested before activation ({self._rollback_reason}); never activated")
+            return await self._finish(MutationStatus.rolled_back, None, log, rollback_reason=self._rollback_reason)
+        activation: ActivationResult = await workflow.execute_activity(
+            names.ACTIVATE_TRAIT,
+            ActivationRequest(
+                mutation_id=mutation.mutation_id, trait_name=mutation.trait_name,
+                class_name=outcome.class_name or "", code=mutation.code, code_hash=outcome.code_hash or "",
+            ),
+            result_type=ActivationResult,
+            start_to_close_timeout=timedelta(seconds=30),
+            schedule_to_close_timeout=timedelta(minutes=30),
+            retry_policy=LIFECYCLE_RETRY,
+        )
+        replaced = f", replacing v{activation.previous_version}" if activation.previous_version else ""
+        log.append(
+            f"Activation: trait_{mutation.trait_name}_v{activation.trait_version}.py is live "
+            f"(registry v{activation.registry_version}{replaced})"
+        )
+        log.append(f"Observation: watching {mutation.observation_window_ticks} world ticks")
+        await self._transition(MutationStatus.activated, log=log, trait_version=activation.trait_version)
+
+        window = mutation.observation_window_ticks
+        try:
+            await workflow.wait_condition(
+                lambda: self._rollback_reason is not None or self._window_complete(window),
+                timeout=timedelta(seconds=mutation.observation_timeout_s),
+            )
+            observed = True
+        except asyncio.TimeoutError:
+            observed = False
+        effects = None
+        if self._rollback_reason is None and observed:
+            assert self._first_sample is not None and self._latest_sample is not None
+            effects = compute_effects(mutation.trait_name, self._first_sample, self._latest_sample)
+            fitness = verdict(effects, mutation.rollback_threshold)
+            log[-1] = (
+                f"Observation: {effects.window_ticks} ticks — population {effects.entity_count_delta:+d}, "
+                f"avg energy {effects.avg_energy_delta:+.1f}, starvation deaths {effects.death_starvation_delta:+d}, "
+                f"fitness {effects.fitness_delta:+.3f} → {fitness}"
+            )
+            if fitness != "negative":
+                return await self._finish(MutationStatus.kept, None, log, effects=effects.model_dump(),
+                                          fitness_verdict=fitness)
+            self._rollback_reason = "population_decline" if effects.entity_count_delta < 0 else "negative_fitness"
+            await self._transition(MutationStatus.activated, log=log, effects=effects.model_dump(),
+                                   fitness_verdict=fitness)
+        elif self._rollback_reason is None:
+            log[-1] = (
+                f"Observation: the engine reported no complete {window}-tick window within "
+                f"{mutation.observation_timeout_s:.0f}s (is `python -m engine` running?); kept without a verdict"
+            )
+            return await self._finish(MutationStatus.kept, None, log)
+
+        rollback: RollbackResult = await workflow.execute_activity(
+            names.ROLLBACK_TRAIT,
+            RollbackRequest(
+                mutation_id=mutation.mutation_id, trait_name=mutation.trait_name, reason=self._rollback_reason,
+                fitness_delta=effects.fitness_delta if effects else None,
+            ),
+            result_type=RollbackResult,
+            start_to_close_timeout=timedelta(seconds=30),
+            schedule_to_close_timeout=timedelta(minutes=30),
+            retry_policy=LIFECYCLE_RETRY,
+        )
+        restored = f"; v{rollback.restored_version} restored" if rollback.restored_version else ""
+        log.append(f"Rollback: {self._rollback_reason}{restored}")
+        return await self._finish(MutationStatus.rolled_back, None, log, rollback_reason=self._rollback_reason)
+
+    def _window_complete(self, window: int) -> bool:
+        first, latest = self._first_sample, self._latest_sample
+        return first is not None and latest is not None and latest.tick - first.tick >= window
 
 
 def _verdict_of(err: ActivityError | ApplicationError) -> ValidationOutcome | None:

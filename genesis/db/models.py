@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Boolean, DateTime, Index, String, Text, func, text
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, Index, Integer, String, Text, func, text
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -32,6 +32,12 @@ class Mutation(Base):
     failure_reason_code: Mapped[str | None] = mapped_column(String(64))
     validation_log: Mapped[list[str]] = mapped_column(JSONB, default=list)
     sandbox_report: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # Set on activation and after observation (issue: the living world).
+    trait_version: Mapped[int | None] = mapped_column()
+    activated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    effects: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    fitness_verdict: Mapped[str | None] = mapped_column(String(16))
+    rollback_reason: Mapped[str | None] = mapped_column(Text)
     workflow_id: Mapped[str] = mapped_column(String(80))
     client_ip: Mapped[str | None] = mapped_column(String(64))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
@@ -46,3 +52,60 @@ class Mutation(Base):
             postgresql_where=text("holds_code_hash"),
         ),
     )
+
+
+class TraitVersion(Base):
+    """Every activated trait version. The live registry in Redis is rebuilt from the rows with
+    ``status == 'active'`` (self-heal after an engine or Redis restart)."""
+
+    __tablename__ = "trait_versions"
+
+    id: Mapped[int] = mapped_column(primary_key=True, autoincrement=True)
+    trait_name: Mapped[str] = mapped_column(String(64), index=True)
+    version: Mapped[int] = mapped_column()
+    mutation_id: Mapped[str] = mapped_column(String(40), unique=True)
+    class_name: Mapped[str] = mapped_column(String(128))
+    code: Mapped[str] = mapped_column(Text)
+    code_hash: Mapped[str] = mapped_column(String(64))
+    file_path: Mapped[str] = mapped_column(Text)
+    # active | superseded (a newer version replaced it) | rolled_back
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (
+        Index("uq_trait_versions_name_version", "trait_name", "version", unique=True),
+        # At most one active version per trait.
+        Index("uq_trait_versions_one_active", "trait_name", unique=True, postgresql_where=text("status = 'active'")),
+    )
+
+
+class WorldSnapshot(Base):
+    """Every ``engine_postgres_every``-th WorldSnapshot of the engine (logic-flow.md 1.3, step 5d).
+
+    The seed's fields are columns; ``data`` holds the whole snapshot (trait_usage, trait_stats, ...).
+    ``run_id`` tells engine runs apart: ticks start again from 0 when the engine restarts."""
+
+    __tablename__ = "world_snapshots"
+
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=True)
+    run_id: Mapped[str] = mapped_column(String(32), index=True)
+    tick: Mapped[int] = mapped_column(BigInteger, index=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    timestamp: Mapped[float] = mapped_column(Float)  # the engine's wall clock (unix seconds)
+    entity_count: Mapped[int] = mapped_column(Integer)
+    avg_energy: Mapped[float] = mapped_column(Float)
+    births_last_period: Mapped[int] = mapped_column(Integer)
+    deaths_last_period: Mapped[int] = mapped_column(Integer)
+    death_starvation: Mapped[int] = mapped_column(Integer)
+    death_age: Mapped[int] = mapped_column(Integer)
+    death_collision: Mapped[int] = mapped_column(Integer)
+    resource_density: Mapped[float] = mapped_column(Float)
+    resource_count: Mapped[int] = mapped_column(Integer)
+    trait_diversity: Mapped[int] = mapped_column(Integer)
+    dominant_trait: Mapped[str | None] = mapped_column(String(64))
+    temperature: Mapped[float] = mapped_column(Float)
+    tick_overruns: Mapped[int] = mapped_column(BigInteger)
+    ticks_per_second: Mapped[float] = mapped_column(Float)
+    state_hash: Mapped[str] = mapped_column(String(64))
+    data: Mapped[dict[str, Any]] = mapped_column(JSONB)

@@ -1,0 +1,126 @@
+"""Activation and rollback: Postgres (`trait_versions`) first, then the Redis registry the
+engine loads from, then the telemetry event. Both are idempotent on mutation_id."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import redis.asyncio as aioredis
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities import names
+from genesis import registry
+from genesis.db.models import Mutation, TraitVersion
+from genesis.dto import ActivationRequest, ActivationResult, RollbackRequest, RollbackResult
+from genesis.redis_keys import Channels
+
+
+def trait_file_name(trait_name: str, version: int) -> str:
+    return f"trait_{trait_name}_v{version}.py"
+
+
+class LifecycleActivities:
+    def __init__(self, sessions: async_sessionmaker, redis: aioredis.Redis, mutations_dir: Path):
+        self._sessions = sessions
+        self._redis = redis
+        self._mutations_dir = mutations_dir
+
+    @activity.defn(name=names.ACTIVATE_TRAIT)
+    async def activate_trait(self, request: ActivationRequest) -> ActivationResult:
+        """Record version N of the trait, write mutations/trait_{name}_v{N}.py (an audit copy:
+        nothing imports it), make it the live version and announce it."""
+        async with self._sessions() as session, session.begin():
+            row = await session.scalar(select(TraitVersion).where(TraitVersion.mutation_id == request.mutation_id))
+            previous = await session.scalar(
+                select(TraitVersion)
+                .where(TraitVersion.trait_name == request.trait_name, TraitVersion.status == "active")
+                .with_for_update()
+            )
+            if row is None:  # first attempt; a retry finds the row and only re-publishes
+                latest = await session.scalar(
+                    select(func.max(TraitVersion.version)).where(TraitVersion.trait_name == request.trait_name)
+                )
+                version = (latest or 0) + 1
+                path = self._mutations_dir / trait_file_name(request.trait_name, version)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(request.code, encoding="utf-8")
+                if previous is not None:
+                    previous.status = "superseded"
+                    await session.flush()
+                row = TraitVersion(
+                    trait_name=request.trait_name, version=version, mutation_id=request.mutation_id,
+                    class_name=request.class_name, code=request.code, code_hash=request.code_hash,
+                    file_path=str(path), status="active",
+                )
+                session.add(row)
+                await session.execute(
+                    update(Mutation).where(Mutation.mutation_id == request.mutation_id)
+                    .values(trait_version=version, activated_at=datetime.now(timezone.utc))
+                )
+            elif row.status != "active":
+                raise ApplicationError(
+                    f"mutation {request.mutation_id} was already {row.status}; not activating it again",
+                    non_retryable=True,
+                )
+            previous_version = previous.version if previous is not None and previous.id != row.id else None
+        registry_version = await registry.putregistry.entry_from_row(self._redis, registry.entry_from_row(row))
+        await self._redis.publish(
+            Channels.MUTATION_APPLIED,
+            registry.event_json(
+                "MutationActivated", mutation_id=row.mutation_id, trait_name=row.trait_name,
+                version=row.version, registry_version=registry_version,
+            ),
+        )
+        activity.logger.info("activated %s v%d (registry v%d)", row.trait_name, row.version, registry_version)
+        return ActivationResult(
+            trait_version=row.version, previous_version=previous_version,
+            registry_version=registry_version, file_path=row.file_path,
+        )
+
+    @activity.defn(name=names.ROLLBACK_TRAIT)
+    async def rollback_trait(self, request: RollbackRequest) -> RollbackResult:
+        """Deregister the mutation's version; if it was live, restore the previous version of the
+        same trait (if any). Announce it with reason and fitness delta."""
+        async with self._sessions() as session, session.begin():
+            row = await session.scalar(
+                select(TraitVersion).where(TraitVersion.mutation_id == request.mutation_id).with_for_update()
+            )
+            if row is None or row.status == "rolled_back":
+                return RollbackResult(rolled_back=False, restored_version=None, registry_version=None)
+            was_live = row.status == "active"
+            row.status = "rolled_back"
+            restored = None
+            if was_live:
+                await session.flush()
+                restored = await session.scalar(
+                    select(TraitVersion)
+                    .where(TraitVersion.trait_name == row.trait_name, TraitVersion.status == "superseded")
+                    .order_by(TraitVersion.version.desc())
+                    .limit(1)
+                )
+                if restored is not None:
+                    restored.status = "active"
+        registry_version = None
+        if was_live:
+            registry_version = (
+                await registry.putregistry.entry_from_row(self._redis, registry.entry_from_row(restored))
+                if restored is not None
+                else await registry.removeregistry.entry_from_row(self._redis, row.trait_name)
+            )
+        await self._redis.publish(
+            Channels.MUTATION_ROLLBACK,
+            registry.event_json(
+                "MutationRolledBack", mutation_id=row.mutation_id, trait_name=row.trait_name,
+                reason=request.reason, fitness_delta=request.fitness_delta,
+                restored_version=restored.version if restored is not None else None,
+            ),
+        )
+        return RollbackResult(
+            rolled_back=True, restored_version=restored.version if restored is not None else None,
+            registry_version=registry_version,
+        )
+

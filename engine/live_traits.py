@@ -1,0 +1,221 @@
+"""Live traits: the activated traits run in one long-lived trait-host container per engine.
+
+The engine process never imports or executes trait code. Each tick it sends plain entity views
+to the host and gets intents back (the world checks them). A trait that overruns or raises
+repeatedly is quarantined (unloaded, announced on ``ch:feed``); a host that misses its deadline
+or dies is killed and restarted with the live traits reloaded, while the world keeps ticking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+
+import docker
+import redis.asyncio as aioredis
+
+from genesis import entity_api, registry, rules
+from genesis.config import Settings
+from genesis.redis_keys import Channels
+from sandbox import image
+from sandbox.container import HostCrashed, HostDeadlineExceeded, IsolationLimits, TraitHostContainer
+
+log = logging.getLogger("genesis.engine.traits")
+
+HOST_OWNER = "engine"
+STRIKES_TO_QUARANTINE = 3  # consecutive ticks with a timeout or an exception
+
+
+@dataclass
+class TraitState:
+    entry: registry.RegistryEntry
+    strikes: int = 0
+    calls: int = 0
+    errors: int = 0
+    timeouts: int = 0
+    total_us: float = 0.0
+    last_error: str | None = None
+
+
+@dataclass
+class HostStats:
+    restarts: int = 0
+    deadline_misses: int = 0
+    quarantined: list[str] = field(default_factory=list)
+
+
+class HostTraitRunner:
+    """TraitRunner backed by a trait-host container (see engine/traits.py for the protocol)."""
+
+    def __init__(self, settings: Settings, redis: aioredis.Redis, client: docker.DockerClient | None = None):
+        self._settings = settings
+        self._redis = redis
+        self._client = client or docker.from_env()
+        self._host: TraitHostContainer | None = None
+        self._traits: dict[str, TraitState] = {}
+        self._quarantined: dict[str, str] = {}  # trait -> mutation_id of the quarantined version
+        self._registry_version = -1
+        self.stats = HostStats()
+        self.deadline_s = settings.engine_trait_deadline_ms / 1000.0
+
+    # -- TraitRunner protocol ----------------------------------------------------------------
+    def active_traits(self) -> list[str]:
+        return sorted(self._traits)
+
+    async def refresh(self) -> None:
+        """Pick up registry changes: load new versions, unload removed ones."""
+        version = await registry.read_version(self._redis)
+        if version == self._registry_version:
+            return
+        entries = await registry.read_entries(self._redis)
+        try:
+            await self._apply(entries)
+        except Exception as exc:  # Docker unavailable, image build failed: try again next refresh
+            log.warning("could not apply registry v%d: %s", version, exc)
+            return
+        self._registry_version = version
+
+    def mutation_ids(self) -> dict[str, str]:
+        """Live trait -> the mutation whose version is running (for observation reports)."""
+        return {name: state.entry.mutation_id for name, state in self._traits.items()}
+
+    async def _apply(self, entries: dict[str, registry.RegistryEntry]) -> None:
+        for name in [n for n in self._traits if n not in entries or entries[n].mutation_id != self._traits[n].entry.mutation_id]:
+            await asyncio.to_thread(self._unload, name)
+        for name, entry in sorted(entries.items()):
+            if name in self._traits or self._quarantined.get(name) == entry.mutation_id:
+                continue
+            await asyncio.to_thread(self._load, entry)
+
+    async def run_tick(self, tick: int, batches: dict[str, list[dict]]) -> dict[int, list[list]]:
+        batches = {name: views for name, views in batches.items() if name in self._traits and views}
+        if not batches:
+            return {}
+        try:
+            reply = await asyncio.to_thread(self._request, {"op": "tick", "tick": tick, "batches": batches})
+        except (HostDeadlineExceeded, HostCrashed) as exc:
+            await self._host_failed(exc, list(batches))
+            return {}
+        merged: dict[int, list[list]] = {}
+        for name in sorted(reply.get("results", {})):
+            result = reply["results"][name]
+            await self._account(name, result)
+            for entity_id, intents in result.get("intents", []):
+                merged.setdefault(entity_id, []).extend(intents)
+        return merged
+
+    async def close(self) -> None:
+        if self._host is not None:
+            await asyncio.to_thread(self._host.close)
+            self._host = None
+
+    def trait_timings(self) -> dict[str, dict]:
+        return {
+            name: {"calls": s.calls, "errors": s.errors, "timeouts": s.timeouts,
+                   "mean_us": round(s.total_us / s.calls, 2) if s.calls else 0.0, "last_error": s.last_error}
+            for name, s in self._traits.items()
+        }
+
+    # -- host management (blocking Docker I/O: called through asyncio.to_thread) ---------------
+    def _ensure_host(self) -> TraitHostContainer:
+        if self._host is None:
+            tag = image.ensure(self._client)
+            host = TraitHostContainer(self._client, tag, IsolationLimits.from_settings(self._settings), HOST_OWNER)
+            hello = host.request(
+                {"op": "hello", "entity_api": entity_api.as_wire(), "allowed_imports": sorted(rules.ALLOWED_IMPORTS),
+                 "call_timeout_ms": self._settings.sandbox_call_timeout_ms},
+                20.0,
+            )
+            if not hello.get("ok"):
+                host.close()
+                raise RuntimeError(f"trait host refused hello: {hello}")
+            self._host = host
+            for state in self._traits.values():  # after a restart: reload what was live
+                self._send_load(state.entry)
+        return self._host
+
+    def _request(self, message: dict) -> dict:
+        return self._ensure_host().request(message, self.deadline_s)
+
+    def _send_load(self, entry: registry.RegistryEntry) -> dict:
+        assert self._host is not None
+        return self._host.request(
+            {"op": "load", "trait": entry.trait_name, "source": entry.code, "class_name": entry.class_name}, 2.0
+        )
+
+    def _load(self, entry: registry.RegistryEntry) -> None:
+        self._ensure_host()
+        reply = self._send_load(entry)
+        if reply.get("ok"):
+            self._traits[entry.trait_name] = TraitState(entry)
+            log.info("loaded trait %s v%d (%s)", entry.trait_name, entry.version, entry.mutation_id)
+        else:
+            log.warning("trait %s v%d failed to load: %s", entry.trait_name, entry.version, reply.get("error"))
+            self._quarantined[entry.trait_name] = entry.mutation_id
+
+    def _unload(self, name: str) -> None:
+        self._traits.pop(name, None)
+        if self._host is not None:
+            try:
+                self._host.request({"op": "unload", "trait": name}, 2.0)
+            except (HostDeadlineExceeded, HostCrashed):
+                self._drop_host()
+        log.info("unloaded trait %s", name)
+
+    def _drop_host(self) -> None:
+        if self._host is not None:
+            self._host.close()
+            self._host = None
+
+    # -- failures ------------------------------------------------------------------------------
+    async def _account(self, name: str, result: dict) -> None:
+        state = self._traits.get(name)
+        if state is None:
+            return
+        state.calls += result.get("calls", 0)
+        state.total_us += result.get("total_us", 0.0)
+        errors, timeouts = result.get("error_count", len(result.get("errors", []))), len(result.get("timeouts", []))
+        state.errors += errors
+        state.timeouts += timeouts
+        if errors or timeouts:
+            state.strikes += 1
+            state.last_error = result["errors"][0]["error"] if result.get("errors") else "exceeded its CPU budget"
+            if state.strikes >= STRIKES_TO_QUARANTINE:
+                await self._quarantine(name, f"{state.strikes} ticks in a row with errors or timeouts: {state.last_error}")
+        else:
+            state.strikes = 0
+
+    async def _host_failed(self, exc: Exception, batch_traits: list[str]) -> None:
+        """Kill and restart the host; every trait in the failed batch takes a strike."""
+        self.stats.deadline_misses += isinstance(exc, HostDeadlineExceeded)
+        self.stats.restarts += 1
+        log.warning("trait host failed (%s); restarting it", exc)
+        await asyncio.to_thread(self._drop_host)
+        for name in batch_traits:
+            state = self._traits.get(name)
+            if state is not None:
+                state.strikes += 1
+                state.last_error = str(exc)
+                if state.strikes >= STRIKES_TO_QUARANTINE or len(batch_traits) == 1:
+                    await self._quarantine(name, f"the trait host hung or died while running it: {exc}")
+
+    async def _quarantine(self, name: str, why: str) -> None:
+        state = self._traits.get(name)
+        if state is None:
+            return
+        await asyncio.to_thread(self._unload, name)
+        self._quarantined[name] = state.entry.mutation_id
+        self.stats.quarantined.append(name)
+        log.warning("quarantined trait %s: %s", name, why)
+        message = {
+            "agent": "engine", "action": "trait_quarantined", "trait_name": name,
+            "mutation_id": state.entry.mutation_id, "message": f"Trait '{name}' v{state.entry.version} quarantined: {why}",
+            "timestamp": time.time(),
+        }
+        try:
+            await self._redis.publish(Channels.FEED, json.dumps(message))
+        except Exception as exc:  # the feed is best effort; the world goes on
+            log.warning("could not publish quarantine to the feed: %s", exc)
