@@ -67,7 +67,7 @@ class LifecycleActivities:
                     non_retryable=True,
                 )
             previous_version = previous.version if previous is not None and previous.id != row.id else None
-        registry_version = await registry.putregistry.entry_from_row(self._redis, registry.entry_from_row(row))
+        registry_version = await registry.put_entry(self._redis, registry.entry_from_row(row))
         await self._redis.publish(
             Channels.MUTATION_APPLIED,
             registry.event_json(
@@ -107,9 +107,9 @@ class LifecycleActivities:
         registry_version = None
         if was_live:
             registry_version = (
-                await registry.putregistry.entry_from_row(self._redis, registry.entry_from_row(restored))
+                await registry.put_entry(self._redis, registry.entry_from_row(restored))
                 if restored is not None
-                else await registry.removeregistry.entry_from_row(self._redis, row.trait_name)
+                else await registry.remove_entry(self._redis, row.trait_name)
             )
         await self._redis.publish(
             Channels.MUTATION_ROLLBACK,

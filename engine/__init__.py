@@ -1,4 +1,5 @@
-"""The world simulation: a pure, deterministic core (``engine.world``) and, later, its process."""
+"""The world simulation: a pure, deterministic core (``engine.world``) and its process
+(``python -m engine``: ``engine.loop``, ``engine.telemetry``, ``engine.traits``)."""
 
 from .world import DEATH_CAUSES, REJECT_REASONS, Entity, Resource, TickReport, World, WorldParams
 

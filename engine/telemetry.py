@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -158,10 +157,6 @@ def entity_list(world: World, limit: int) -> list[dict[str, Any]]:
             "generation": e.generation,
         })
     return out
-
-
-def _finite(v: float) -> float:
-    return v if math.isfinite(v) else 0.0
 
 
 class TelemetrySink:

@@ -1,4 +1,4 @@
-"""``make run``: start the worker and the API in the foreground; Ctrl-C stops both.
+"""``make run``: start the worker, the world engine and the API in the foreground; Ctrl-C stops them.
 
 Services (Postgres, Redis, Temporal, Docker) are started before this by scripts/services.sh."""
 
@@ -31,6 +31,7 @@ def main() -> int:
 
     children = {
         "worker": start([sys.executable, str(PROJECT_ROOT / "worker.py")]),
+        "engine": start([sys.executable, "-m", "engine"]),
         "api": start(
             [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
              "--host", settings.api_host, "--port", str(settings.api_port), "--log-level", "info"]
@@ -42,8 +43,9 @@ def main() -> int:
         f"    API           {base}\n"
         f"    API docs      {base}/docs\n"
         f"    Health        {base}/api/health\n"
+        f"    World stats   {base}/api/stats   (frames: ws://{settings.api_host}:{settings.api_port}/ws/world)\n"
         f"    Temporal UI   {settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows\n"
-        "  Ctrl-C stops the worker and the API (services keep running).\n",
+        "  Ctrl-C stops the worker, the engine and the API (services keep running).\n",
         flush=True,
     )
     stopping = False

@@ -9,6 +9,7 @@ import os
 import sys
 
 import httpx
+import redis.asyncio as aioredis
 import pytest
 from sqlalchemy import text
 from temporalio.testing import WorkflowEnvironment
@@ -59,6 +60,9 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
     engine = get_engine(TEST_DATABASE_URL)
     async with engine.begin() as conn:
         await conn.execute(text("TRUNCATE mutations, trait_versions"))
+    test_redis = aioredis.from_url(TEST_REDIS_URL)
+    await test_redis.flushdb()  # the registry and telemetry of an earlier run
+    await test_redis.aclose()
     return Settings(
         database_url=TEST_DATABASE_URL,
         redis_url=TEST_REDIS_URL,

@@ -1,0 +1,197 @@
+"""The living world, as the engine reports it through Redis (the API never imports the engine):
+
+- ``GET /api/world/state``     tick, population, the world's parameters
+- ``GET /api/world/entities``  a bounded list of entities (lowest ids first)
+- ``GET /api/stats``           tick rate, population, energy, active traits, applied mutations
+- ``WS  /ws/world``            viewer frames relayed from ``ch:world:frames``
+
+The engine refreshes ``engine:status``, ``engine:params`` and ``engine:entities`` about once a
+second; before it has ever run these answer 503 ``ENGINE_NOT_RUNNING``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from typing import Any
+
+from fastapi import APIRouter, Query, Request, WebSocket
+from redis.exceptions import RedisError
+from sqlalchemy import func, select
+from starlette.websockets import WebSocketDisconnect, WebSocketState
+
+from api.errors import ApiError
+from genesis import redis_keys as keys
+from genesis.db.models import Mutation
+from genesis.redis_keys import Channels
+
+router = APIRouter(tags=["world"])
+log = logging.getLogger("genesis.api.world")
+
+STALE_AFTER_S = 5.0  # no status for this long: the engine is reported as not running
+APPLIED_STATUSES = ("activated", "kept")  # live traits: activated and not rolled back
+MAX_ENTITIES = 500
+
+
+def _text(v: Any) -> str:
+    return v.decode() if isinstance(v, bytes) else str(v)
+
+
+async def _engine_status(request: Request) -> dict[str, str]:
+    redis = request.app.state.services.redis
+    try:
+        raw = await redis.hgetall(keys.ENGINE_STATUS)
+    except (RedisError, OSError) as exc:
+        raise ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+    if not raw:
+        raise ApiError(
+            503, "ENGINE_NOT_RUNNING",
+            "the world engine has not reported yet: start it with `python -m engine` (`make run` starts it)",
+        )
+    return {_text(k): _text(v) for k, v in raw.items()}
+
+
+def _num(status: dict[str, str], name: str, kind=float) -> Any:
+    try:
+        return kind(status[name])
+    except (KeyError, ValueError):
+        return None
+
+
+def _running(status: dict[str, str]) -> bool:
+    updated = _num(status, "updated_at")
+    return updated is not None and time.time() - updated < STALE_AFTER_S
+
+
+@router.get("/api/world/state")
+async def world_state(request: Request) -> dict:
+    """Tick, population and the parameters of the running world."""
+    status = await _engine_status(request)
+    try:
+        params_raw = await request.app.state.services.redis.get(keys.ENGINE_PARAMS)
+    except (RedisError, OSError) as exc:
+        raise ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+    return {
+        "tick": _num(status, "tick", int),
+        "population": _num(status, "population", int),
+        "resource_count": _num(status, "resource_count", int),
+        "ticks_per_second": _num(status, "ticks_per_second"),
+        "running": _running(status),
+        "run_id": status.get("run_id"),
+        "seed": _num(status, "seed", int),
+        "started_at": _num(status, "started_at"),
+        "updated_at": _num(status, "updated_at"),
+        "params": json.loads(params_raw) if params_raw else None,
+    }
+
+
+@router.get("/api/world/entities")
+async def world_entities(
+    request: Request,
+    limit: int = Query(100, ge=1, le=MAX_ENTITIES, description="how many entities (1..500), lowest ids first"),
+) -> dict:
+    """Entities of the running world (refreshed about once a second)."""
+    status = await _engine_status(request)
+    try:
+        raw = await request.app.state.services.redis.get(keys.ENGINE_ENTITIES)
+    except (RedisError, OSError) as exc:
+        raise ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+    entities = json.loads(raw) if raw else []
+    return {
+        "tick": _num(status, "tick", int),
+        "population": _num(status, "population", int),
+        "count": min(limit, len(entities)),
+        "entities": entities[:limit],
+    }
+
+
+@router.get("/api/stats")
+async def stats(request: Request) -> dict:
+    """The engine's headline numbers; ``mutations_applied`` counts live (activated or kept)
+    mutations in Postgres and is null while Postgres is unreachable."""
+    status = await _engine_status(request)
+    services = request.app.state.services
+    applied = None
+    try:
+        async with services.sessions() as session:
+            applied = await asyncio.wait_for(
+                session.scalar(select(func.count()).select_from(Mutation).where(Mutation.status.in_(APPLIED_STATUSES))),
+                timeout=3,
+            )
+    except Exception as exc:  # stats must answer while Postgres is down
+        log.warning("counting applied mutations failed: %s", exc)
+    try:
+        active = json.loads(status.get("active_traits", "[]"))
+    except ValueError:
+        active = []
+    return {
+        "tick": _num(status, "tick", int),
+        "ticks_per_second": _num(status, "ticks_per_second"),
+        "population": _num(status, "population", int),
+        "avg_energy": _num(status, "avg_energy"),
+        "active_traits": active,
+        "mutations_applied": applied,
+        "tick_overruns": _num(status, "tick_overruns", int),
+        "mean_tick_ms": _num(status, "mean_tick_ms"),
+        "running": _running(status),
+    }
+
+
+@router.websocket("/ws/world")
+async def world_frames(websocket: WebSocket) -> None:
+    """Relay the engine's viewer frames: ``{"tick", "entities": [[id, x, y, energy, trait|null]],
+    "resources": [[x, y]]}`` about 30 times a second. A slow client gets the newest frame and
+    skips the ones in between; a Redis outage pauses the stream without closing it."""
+    await websocket.accept()
+    redis = websocket.app.state.services.redis
+    gone = asyncio.Event()
+
+    async def watch_client() -> None:
+        try:
+            while True:
+                message = await websocket.receive()
+                if message["type"] == "websocket.disconnect":
+                    break
+        except Exception:
+            pass
+        finally:
+            gone.set()
+
+    watcher = asyncio.create_task(watch_client())
+    try:
+        while not gone.is_set():
+            pubsub = redis.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(Channels.WORLD_FRAMES)
+                while not gone.is_set():
+                    message = await pubsub.get_message(timeout=1.0)
+                    if message is None:
+                        continue
+                    while True:  # behind? keep only the newest frame
+                        newer = await pubsub.get_message(timeout=0)
+                        if newer is None:
+                            break
+                        message = newer
+                    await websocket.send_text(_text(message["data"]))
+            except (RedisError, OSError) as exc:
+                log.warning("world frames: Redis subscription lost (%s); resubscribing", exc)
+                try:
+                    await asyncio.wait_for(gone.wait(), timeout=1.0)
+                except asyncio.TimeoutError:
+                    pass
+            finally:
+                try:
+                    await pubsub.aclose()
+                except Exception:
+                    pass
+    except (WebSocketDisconnect, RuntimeError):
+        pass  # the client went away while we were sending
+    finally:
+        watcher.cancel()
+        await asyncio.gather(watcher, return_exceptions=True)
+        if websocket.client_state == WebSocketState.CONNECTED and websocket.application_state == WebSocketState.CONNECTED:
+            try:
+                await websocket.close()
+            except Exception:
+                pass

@@ -1,0 +1,282 @@
+"""The engine process: the world core in a fixed-timestep asyncio loop.
+
+Each tick: sync the active traits -> (only if a trait is active) build the carriers' views and
+run the traits -> ``World.step`` -> every ``engine_snapshot_interval`` ticks a WorldSnapshot ->
+every ``engine_frame_interval`` ticks a viewer frame (while someone subscribes). The tick's work
+is measured against the budget ``1 / engine_tick_rate``; a tick that exceeded it is an overrun
+(counted, logged). The loop then sleeps until the next tick is due; when behind it does not
+sleep (it only yields to the event loop) — it never runs several ticks at once to catch up, and
+a lag over ``MAX_LAG_S`` is forgiven rather than made up for.
+
+About once a second, outside the budget: the status for the API (``engine:status``,
+``engine:params``, ``engine:entities``, ``ws:tick``) and ``TraitRunner.refresh``.
+Deterministic: the world is seeded from ``engine_seed``; the wall clock never enters a tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Any
+
+from genesis.config import Settings
+
+from .telemetry import PeriodCounters, TelemetrySink, build_frame, build_snapshot, entity_list, to_row
+from .traits import NoTraits, TraitRunner
+from .world import World, WorldParams
+
+log = logging.getLogger("genesis.engine")
+
+MAX_LAG_S = 0.25  # further behind schedule than this: reset the schedule instead of rushing
+STATUS_INTERVAL_S = 1.0
+OVERRUN_LOG_INTERVAL_S = 10.0
+
+
+def world_params(settings: Settings) -> WorldParams:
+    return WorldParams(
+        width=float(settings.engine_world_width),
+        height=float(settings.engine_world_height),
+        initial_population=settings.engine_initial_population,
+        min_population=settings.engine_min_population,
+        max_population=settings.engine_max_population,
+        initial_resources=settings.engine_initial_resources,
+        max_resources=settings.engine_max_resources,
+        resource_spawn_chance=float(settings.engine_resource_spawn_chance),
+        trait_gain_chance=float(settings.engine_trait_gain_chance),
+    )
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: Settings,
+        runner: TraitRunner | None = None,
+        *,
+        world: World | None = None,
+        sink: TelemetrySink | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+        wall: Callable[[], float] = time.time,
+    ) -> None:
+        self.settings = settings
+        self.world = world if world is not None else World(world_params(settings), seed=settings.engine_seed)
+        self.runner: TraitRunner = runner if runner is not None else NoTraits()
+        self.sink = sink if sink is not None else TelemetrySink(settings.redis_url, settings.database_url)
+        self.clock = clock
+        self.wall = wall
+        self.run_id = uuid.uuid4().hex[:16]
+        self.budget_s = 1.0 / settings.engine_tick_rate
+        self.started_at = wall()
+        self.active_traits: tuple[str, ...] = ()
+        # measurements
+        self.ticks_run = 0
+        self.tick_overruns = 0
+        self.trait_errors = 0
+        self.lag_resets = 0
+        self.work_total_s = 0.0
+        self.work_max_s = 0.0
+        self.snapshot_total_s = 0.0
+        self.snapshots_taken = 0
+        self.ticks_per_second = 0.0
+        self._period = PeriodCounters(self.world.stats())
+        self._period_tick = self.world.tick
+        self._period_wall = self.clock()
+        self._window_ticks = 0
+        self._window_work_s = 0.0
+        self._window_max_s = 0.0
+        self._window_start = self.clock()
+        self._window_tick0 = self.world.tick
+        self._overruns_logged = 0
+        self._overrun_log_at = 0.0
+        self._started = False
+
+    # -- one tick -----------------------------------------------------------------------------
+
+    def _sync_traits(self) -> None:
+        try:
+            names = tuple(sorted(set(self.runner.active_traits())))
+        except Exception:
+            log.exception("trait runner active_traits() failed; keeping %s", list(self.active_traits))
+            return
+        if names == self.active_traits:
+            return
+        removed = sorted(set(self.active_traits) - set(names))
+        self.world.set_available_traits(names)
+        for name in removed:
+            self.world.remove_trait(name)  # rollback / quarantine: carriers lose it
+        log.info("active traits: %s (removed: %s)", list(names), removed)
+        self.active_traits = names
+
+    async def tick_once(self) -> None:
+        """One tick's work (traits, step, telemetry hand-off), measured against the budget."""
+        started = self.clock()
+        self._sync_traits()
+        world = self.world
+        intents: dict[int, list[list]] = {}
+        if self.active_traits:
+            batches = world.trait_batches()
+            batches = {name: batches[name] for name in self.active_traits if name in batches}
+            if batches:
+                try:
+                    intents = await self.runner.run_tick(world.tick, batches)
+                except Exception:
+                    self.trait_errors += 1
+                    log.exception("trait runner failed at tick %d; the tick runs on instinct", world.tick)
+                    intents = {}
+        world.step(intents)
+        tick = world.tick
+        settings = self.settings
+        if tick % settings.engine_snapshot_interval == 0:
+            s0 = self.clock()
+            self._snapshot(tick)
+            self.snapshot_total_s += self.clock() - s0
+        if tick % settings.engine_frame_interval == 0 and self.sink.frame_subscribers > 0:
+            self.sink.publish_frame(build_frame(world))
+        work = self.clock() - started
+        self._account(work)
+
+    def _account(self, work: float) -> None:
+        self.ticks_run += 1
+        self.work_total_s += work
+        self._window_ticks += 1
+        self._window_work_s += work
+        if work > self.work_max_s:
+            self.work_max_s = work
+        if work > self._window_max_s:
+            self._window_max_s = work
+        if work > self.budget_s:
+            self.tick_overruns += 1
+            now = self.clock()
+            if now >= self._overrun_log_at:
+                log.warning(
+                    "tick %d overran its budget: %.2f ms > %.2f ms (%d overruns so far)",
+                    self.world.tick, work * 1000, self.budget_s * 1000, self.tick_overruns,
+                )
+                self._overrun_log_at = now + OVERRUN_LOG_INTERVAL_S
+
+    def _snapshot(self, tick: int) -> None:
+        now = self.clock()
+        elapsed = now - self._period_wall
+        tps = (tick - self._period_tick) / elapsed if elapsed > 0 else 0.0
+        snap, self._period = build_snapshot(
+            self.world, self._period, timestamp=self.wall(), tick_overruns=self.tick_overruns,
+            ticks_per_second=tps, run_id=self.run_id,
+        )
+        self._period_tick, self._period_wall = tick, now
+        self.snapshots_taken += 1
+        self.sink.submit_snapshot(snap)
+        every = self.settings.engine_snapshot_interval * self.settings.engine_postgres_every
+        if tick % every == 0:
+            self.sink.persist(to_row(snap))
+
+    # -- status (outside the budget) ------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        now = self.clock()
+        elapsed = now - self._window_start
+        if elapsed > 0 and self._window_ticks:
+            self.ticks_per_second = (self.world.tick - self._window_tick0) / elapsed
+        w = self.world
+        n = len(w.entities)
+        avg = sum(e.energy for e in w.entities.values()) / n if n else 0.0
+        st = {
+            "run_id": self.run_id,
+            "tick": w.tick,
+            "ticks_per_second": round(self.ticks_per_second, 2),
+            "tick_rate": self.settings.engine_tick_rate,
+            "population": n,
+            "avg_energy": round(avg, 4),
+            "resource_count": len(w.resources),
+            "active_traits": list(self.active_traits),
+            "tick_overruns": self.tick_overruns,
+            "mean_tick_ms": round(self._window_work_s / self._window_ticks * 1000, 3) if self._window_ticks else 0.0,
+            "max_tick_ms": round(self._window_max_s * 1000, 3),
+            "snapshots": self.snapshots_taken,
+            "seed": w.seed,
+            "started_at": round(self.started_at, 3),
+            "updated_at": round(self.wall(), 3),
+            "telemetry": dict(self.sink.counters),
+        }
+        self._window_start, self._window_tick0 = now, w.tick
+        self._window_ticks, self._window_work_s, self._window_max_s = 0, 0.0, 0.0
+        return st
+
+    def publish_status(self) -> dict[str, Any]:
+        st = self.status()
+        flat = {k: json.dumps(v) if isinstance(v, (list, dict)) else str(v) for k, v in st.items()}
+        params = json.dumps(asdict(self.world.params), separators=(",", ":"))
+        ents = json.dumps(entity_list(self.world, self.settings.engine_entities_limit), separators=(",", ":"))
+        self.sink.submit_status(flat, params, ents)
+        return st
+
+    # -- running --------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if not self._started:
+            self._started = True
+            self.sink.start()
+            try:
+                await self.runner.refresh()
+            except Exception:
+                log.exception("trait runner refresh failed at start")
+            self.publish_status()
+
+    async def run_ticks(self, n: int) -> None:
+        """Run ``n`` ticks back to back (no pacing) — for tests and benchmarks."""
+        await self.start()
+        for _ in range(n):
+            await self.tick_once()
+            await asyncio.sleep(0)  # let the telemetry writer run
+
+    async def run(self, stop: asyncio.Event | None = None, max_ticks: int | None = None) -> None:
+        """The fixed-timestep loop, until ``stop`` is set (or ``max_ticks`` ticks ran)."""
+        await self.start()
+        period = self.budget_s
+        clock = self.clock
+        next_due = clock()
+        last_status = clock()
+        ran = 0
+        log.info("engine running: %.1f ticks/s (budget %.2f ms), seed %d, %d entities, run %s",
+                 self.settings.engine_tick_rate, period * 1000, self.world.seed,
+                 len(self.world.entities), self.run_id)
+        while not (stop is not None and stop.is_set()) and (max_ticks is None or ran < max_ticks):
+            await self.tick_once()
+            ran += 1
+            now = clock()
+            if now - last_status >= STATUS_INTERVAL_S:
+                last_status = now
+                try:
+                    self.publish_status()
+                except Exception:
+                    log.exception("building the engine status failed")
+                try:
+                    await self.runner.refresh()
+                except Exception:
+                    log.exception("trait runner refresh failed")
+            next_due += period
+            delay = next_due - clock()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            else:
+                if -delay > MAX_LAG_S:
+                    self.lag_resets += 1
+                    next_due = clock()
+                await asyncio.sleep(0)
+
+    async def close(self) -> None:
+        try:
+            self.publish_status()
+        except Exception:
+            pass
+        try:
+            await self.runner.close()
+        except Exception:
+            log.exception("trait runner close failed")
+        await self.sink.close()
+
+    def mean_tick_ms(self) -> float:
+        return self.work_total_s / self.ticks_run * 1000 if self.ticks_run else 0.0
