@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: run test services venv bench image clean-state help
 
 help:
-	@echo "make run       start every service, then the worker and the API (Ctrl-C stops them)"
+	@echo "make run       start every service, then the worker, the engine and the API (Ctrl-C stops them)"
 	@echo "make test      start every service, then run the whole test suite"
 	@echo "make bench     run the benchmarks in bench/ (JSON on stdout)"
 	@echo "make services  only install/start Docker, Redis, Postgres, Temporal; migrate; build the sandbox image"

@@ -1,4 +1,8 @@
-"""``python -m engine``: the world engine process (see engine/loop.py)."""
+"""``python -m engine``: the world engine process (see engine/loop.py).
+
+At start the trait registry is rebuilt from Postgres (self-heal), live traits run in a trait-host
+container (engine/live_traits.py) and each snapshot is reported to the workflows observing a live
+trait (engine/observers.py)."""
 
 from __future__ import annotations
 
@@ -6,14 +10,55 @@ import asyncio
 import logging
 import signal
 
-from genesis.config import get_settings
+import redis.asyncio as aioredis
 
+from genesis import registry
+from genesis.config import get_settings
+from genesis.db.session import get_sessionmaker
+from genesis.effects import WorldSample
+from genesis.temporal import connect
+
+from .live_traits import HostTraitRunner
 from .loop import Engine
+from .observers import ObservationReporter
+
+log = logging.getLogger("genesis.engine")
+
+
+async def self_heal_registry(settings, redis: aioredis.Redis) -> None:
+    try:
+        version = await registry.rebuild_from_postgres(get_sessionmaker(settings.database_url), redis)
+        log.info("trait registry rebuilt from Postgres (registry v%d)", version)
+    except Exception as exc:  # the world runs without live traits until the next refresh
+        log.warning("could not rebuild the trait registry from Postgres: %s", exc)
+
+
+def observation_hook(settings, runner: HostTraitRunner):
+    reporter: ObservationReporter | None = None
+
+    async def report(snapshot: dict) -> None:
+        nonlocal reporter
+        live = runner.mutation_ids()
+        if not live:
+            return
+        if reporter is None:  # connect lazily: the world does not wait for Temporal
+            reporter = ObservationReporter(await connect(settings))
+        sample = WorldSample(
+            tick=snapshot["tick"], entity_count=snapshot["entity_count"], avg_energy=snapshot["avg_energy"],
+            period_starvation=snapshot["death_starvation"], trait_stats=snapshot.get("trait_stats") or {},
+        )
+        await reporter.report(sample, live)
+
+    return report
 
 
 async def main() -> None:
     settings = get_settings()
-    engine = Engine(settings)
+    redis = aioredis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
+    await self_heal_registry(settings, redis)
+    runner = HostTraitRunner(settings, redis)
+    engine = Engine(settings, runner)
+    engine.snapshot_hooks.append(observation_hook(settings, runner))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -22,9 +67,11 @@ async def main() -> None:
         await engine.run(stop)
     finally:
         await engine.close()
+        await redis.aclose()
         logging.info(
-            "engine stopped at tick %d: mean tick %.3f ms, %d overruns, %d snapshots",
+            "engine stopped at tick %d: mean tick %.3f ms, %d overruns, %d snapshots, %d trait-host restarts",
             engine.world.tick, engine.mean_tick_ms(), engine.tick_overruns, engine.snapshots_taken,
+            runner.stats.restarts,
         )
 
 

@@ -44,6 +44,7 @@ class TraitState:
 class HostStats:
     restarts: int = 0
     deadline_misses: int = 0
+    skipped_ticks: int = 0  # ticks whose traits did not run because the host was busy loading
     quarantined: list[str] = field(default_factory=list)
 
 
@@ -58,6 +59,9 @@ class HostTraitRunner:
         self._traits: dict[str, TraitState] = {}
         self._quarantined: dict[str, str] = {}  # trait -> mutation_id of the quarantined version
         self._registry_version = -1
+        # One request at a time on the host's socket; a tick that finds it busy (a trait being
+        # loaded) runs on instinct instead of waiting.
+        self._host_lock = asyncio.Lock()
         self.stats = HostStats()
         self.deadline_s = settings.engine_trait_deadline_ms / 1000.0
 
@@ -72,7 +76,8 @@ class HostTraitRunner:
             return
         entries = await registry.read_entries(self._redis)
         try:
-            await self._apply(entries)
+            async with self._host_lock:
+                await self._apply(entries)
         except Exception as exc:  # Docker unavailable, image build failed: try again next refresh
             log.warning("could not apply registry v%d: %s", version, exc)
             return
@@ -92,13 +97,15 @@ class HostTraitRunner:
 
     async def run_tick(self, tick: int, batches: dict[str, list[dict]]) -> dict[int, list[list]]:
         batches = {name: views for name, views in batches.items() if name in self._traits and views}
-        if not batches:
+        if not batches or self._host_lock.locked():
+            self.stats.skipped_ticks += bool(batches)
             return {}
-        try:
-            reply = await asyncio.to_thread(self._request, {"op": "tick", "tick": tick, "batches": batches})
-        except (HostDeadlineExceeded, HostCrashed) as exc:
-            await self._host_failed(exc, list(batches))
-            return {}
+        async with self._host_lock:
+            try:
+                reply = await asyncio.to_thread(self._request, {"op": "tick", "tick": tick, "batches": batches})
+            except (HostDeadlineExceeded, HostCrashed) as exc:
+                await self._host_failed(exc, list(batches))
+                return {}
         merged: dict[int, list[list]] = {}
         for name in sorted(reply.get("results", {})):
             result = reply["results"][name]
@@ -206,7 +213,9 @@ class HostTraitRunner:
         state = self._traits.get(name)
         if state is None:
             return
-        await asyncio.to_thread(self._unload, name)
+        # No host I/O here (this may run while the host lock is held): the trait is simply never
+        # sent another batch; the host forgets it at its next restart.
+        self._traits.pop(name, None)
         self._quarantined[name] = state.entry.mutation_id
         self.stats.quarantined.append(name)
         log.warning("quarantined trait %s: %s", name, why)

@@ -20,7 +20,7 @@ import json
 import logging
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Any
 
@@ -61,6 +61,7 @@ class Engine:
         sink: TelemetrySink | None = None,
         clock: Callable[[], float] = time.perf_counter,
         wall: Callable[[], float] = time.time,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.settings = settings
         self.world = world if world is not None else World(world_params(settings), seed=settings.engine_seed)
@@ -68,6 +69,11 @@ class Engine:
         self.sink = sink if sink is not None else TelemetrySink(settings.redis_url, settings.database_url)
         self.clock = clock
         self.wall = wall
+        self.sleep = sleep
+        # Called with each WorldSnapshot (a dict) in a background task, never awaited by the
+        # loop — e.g. to signal observing workflows. Exceptions are logged.
+        self.snapshot_hooks: list[Callable[[dict[str, Any]], Awaitable[None]]] = []
+        self._hook_tasks: set[asyncio.Task] = set()
         self.run_id = uuid.uuid4().hex[:16]
         self.budget_s = 1.0 / settings.engine_tick_rate
         self.started_at = wall()
@@ -93,6 +99,7 @@ class Engine:
         self._overruns_logged = 0
         self._overrun_log_at = 0.0
         self._started = False
+        self._refresh_task: asyncio.Task | None = None
 
     # -- one tick -----------------------------------------------------------------------------
 
@@ -169,9 +176,19 @@ class Engine:
         self._period_tick, self._period_wall = tick, now
         self.snapshots_taken += 1
         self.sink.submit_snapshot(snap)
+        for hook in self.snapshot_hooks:
+            task = asyncio.create_task(self._run_hook(hook, snap))
+            self._hook_tasks.add(task)
+            task.add_done_callback(self._hook_tasks.discard)
         every = self.settings.engine_snapshot_interval * self.settings.engine_postgres_every
         if tick % every == 0:
             self.sink.persist(to_row(snap))
+
+    async def _run_hook(self, hook: Callable[[dict[str, Any]], Awaitable[None]], snap: dict[str, Any]) -> None:
+        try:
+            await hook(snap)
+        except Exception:
+            log.exception("snapshot hook %r failed at tick %s", hook, snap.get("tick"))
 
     # -- status (outside the budget) ------------------------------------------------------------
 
@@ -253,25 +270,39 @@ class Engine:
                     self.publish_status()
                 except Exception:
                     log.exception("building the engine status failed")
-                try:
-                    await self.runner.refresh()
-                except Exception:
-                    log.exception("trait runner refresh failed")
+                self._refresh_in_background()
             next_due += period
             delay = next_due - clock()
             if delay > 0:
-                await asyncio.sleep(delay)
-            else:
+                await self.sleep(delay)
+            else:  # behind: the next tick starts right away (one tick, not a burst)
                 if -delay > MAX_LAG_S:
                     self.lag_resets += 1
                     next_due = clock()
-                await asyncio.sleep(0)
+                await self.sleep(0)
+
+    def _refresh_in_background(self) -> None:
+        """Registry changes may start a container: never make the ticks wait for that."""
+        if self._refresh_task is not None and not self._refresh_task.done():
+            return
+
+        async def refresh() -> None:
+            try:
+                await self.runner.refresh()
+            except Exception:
+                log.exception("trait runner refresh failed")
+
+        self._refresh_task = asyncio.create_task(refresh())
 
     async def close(self) -> None:
+        if self._refresh_task is not None:
+            await asyncio.wait([self._refresh_task], timeout=30)
         try:
             self.publish_status()
         except Exception:
             pass
+        if self._hook_tasks:
+            await asyncio.wait(list(self._hook_tasks), timeout=5)
         try:
             await self.runner.close()
         except Exception:

@@ -941,32 +941,36 @@ class World:
             "rejected_intents": {r: self._rejected[r] for r in sorted(self._rejected)},
         }
 
-    def _canonical(self) -> dict[str, Any]:
-        def f(v: float) -> float:
-            return round(v, 6) + 0.0  # + 0.0 turns -0.0 into 0.0
-
-        ents = []
-        for eid in sorted(self.entities):
-            e = self.entities[eid]
-            ents.append([
-                e.id, f(e.x), f(e.y), f(e.energy), f(e.max_energy), f(e.speed), f(e.direction),
-                e.age, e.max_age, e.state, list(e.traits), f(e.energy_consumption_rate),
-                e.generation, e.parent_id, [f(g) for g in e.dna],
-            ])
-        res = []
-        for rid in sorted(self.resources):
-            r = self.resources[rid]
-            res.append([r.id, f(r.x), f(r.y), f(r.energy)])
-        return {
-            "tick": self.tick, "entities": ents, "resources": res,
-            "available_traits": list(self.available_traits),
-        }
+    def _canonical_lines(self) -> list[str]:
+        """One text line per part of the state; numbers rounded to 6 decimals ("%.6f", with
+        -0.000000 written as 0.000000), strings JSON-quoted. Built with one %-format per entity
+        (this runs inside a snapshot tick)."""
+        ent_fmt = "E%d,%.6f,%.6f,%.6f,%.6f,%.6f,%.6f,%d,%d,%.6f,%d,%d" + ",%.6f" * DNA_GENES
+        dumps = json.dumps
+        sep = (",", ":")
+        empty = dumps(["", []], separators=sep)
+        lines = [f"T{self.tick}", "A" + dumps(list(self.available_traits))]
+        ents = self.entities
+        for eid in sorted(ents):
+            e = ents[eid]
+            dna = e.dna if len(e.dna) == DNA_GENES else (-1.0,) * DNA_GENES
+            nums = ent_fmt % (
+                e.id, e.x, e.y, e.energy, e.max_energy, e.speed, e.direction, e.age, e.max_age,
+                e.energy_consumption_rate, e.generation, -1 if e.parent_id is None else e.parent_id, *dna,
+            )
+            strs = dumps([e.state, e.traits], separators=sep) if e.state or e.traits else empty
+            lines.append(nums.replace("-0.000000", "0.000000") + strs)
+        res = self.resources
+        for rid in sorted(res):
+            r = res[rid]
+            lines.append(("R%d,%.6f,%.6f,%.6f" % (r.id, r.x, r.y, r.energy)).replace("-0.000000", "0.000000"))
+        return lines
 
     def state_hash(self) -> str:
         """sha256 hex over a canonical, rounded serialisation of tick, entities (with DNA),
         resources and the available traits."""
-        data = json.dumps(self._canonical(), separators=(",", ":"), ensure_ascii=True)
-        return hashlib.sha256(data.encode("ascii")).hexdigest()
+        data = "\n".join(self._canonical_lines())
+        return hashlib.sha256(data.encode("ascii", "backslashreplace")).hexdigest()
 
     # -- save / resume ----------------------------------------------------------------------
 

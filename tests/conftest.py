@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+import time
 
 import httpx
 import redis.asyncio as aioredis
@@ -15,7 +16,8 @@ from sqlalchemy import text
 from temporalio.testing import WorkflowEnvironment
 
 from genesis.config import Settings
-from genesis.harness import TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process
+from genesis.harness import TEMPORAL_CLI, api_process, engine_process, free_port, wait_for_api, worker_process
+from genesis.redis_keys import ENGINE_STATUS
 from genesis.db.migrate import upgrade_to_head
 from genesis.db.session import get_engine
 from genesis.temporal import connect
@@ -70,6 +72,11 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         task_queue="genesis-test",
         api_port=free_port(),
         mutations_dir=tmp_path_factory.mktemp("mutations"),
+        # A short world clock so observation windows close in seconds.
+        engine_snapshot_interval=30,
+        observation_window_ticks=60,
+        observation_timeout_s=600,
+        engine_trait_gain_chance=1.0,
     )
 
 
@@ -98,3 +105,23 @@ async def http(api_url):
 @pytest.fixture(scope="session")
 async def temporal_client(settings):
     return await connect(settings)
+
+
+@pytest.fixture(scope="module")
+async def engine_proc(settings):
+    """``python -m engine`` with the test settings (the API's Redis), for one test module: other
+    modules drive observation windows themselves and must not get the engine's reports."""
+    process = engine_process(settings)
+    redis = aioredis.from_url(settings.redis_url)
+    await redis.delete(ENGINE_STATUS)
+    process.start()
+    deadline = time.monotonic() + 60
+    try:
+        while not await redis.exists(ENGINE_STATUS):
+            if time.monotonic() > deadline or process.proc.poll() is not None:
+                raise RuntimeError(f"the engine did not start; see {process.log_path}")
+            await asyncio.sleep(0.1)
+    finally:
+        await redis.aclose()
+    yield process
+    process.stop()

@@ -14,6 +14,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from genesis.workflow_api import SA_STATUS
 from sandbox.container import LABEL_OWNER
 from tests import traits
 from workflows.mutation import MutationWorkflow
@@ -81,14 +82,27 @@ async def test_seed_example_reaches_sandbox_ok(http, temporal_client):
 async def test_workflow_is_searchable_by_custom_attributes(http, temporal_client):
     agent = unique_agent()
     mutation_id = await propose(http, traits.seeker(101), trait_name="searchable_seeker", agent_id=agent)
-    await wait_for_verdict(http, mutation_id)
-    query = f'GenesisAgentId = "{agent}" AND GenesisStatus = "sandbox_ok" AND GenesisTraitName = "searchable_seeker"'
+    status = await wait_for_verdict(http, mutation_id)
+    query = f'GenesisAgentId = "{agent}" AND GenesisTraitName = "searchable_seeker"'
     deadline = time.monotonic() + 10
-    found: list[str] = []
+    found: list = []
     while time.monotonic() < deadline and not found:
-        found = [wf.id async for wf in temporal_client.list_workflows(query)]
+        found = [wf async for wf in temporal_client.list_workflows(query)]
         await asyncio.sleep(0.2)
-    assert found == [f"mutation-{mutation_id}"]
+    assert [wf.id for wf in found] == [f"mutation-{mutation_id}"]
+    assert status["status"] in PASSED
+    described = await temporal_client.get_workflow_handle(f"mutation-{mutation_id}").describe()
+    assert described.typed_search_attributes.get(SA_STATUS) in PASSED
+    rejected = await wait_for_verdict(http, await propose(http, traits.INFINITE_LOOP.replace("Spinner", "Spin2"),
+                                                          trait_name="searchable_spinner", agent_id=agent))
+    assert rejected["failure_reason_code"] == "SANDBOX_TIMEOUT"
+    query = f'GenesisAgentId = "{agent}" AND GenesisFailureCode = "SANDBOX_TIMEOUT" AND GenesisStatus = "rejected"'
+    deadline = time.monotonic() + 10
+    found = []
+    while time.monotonic() < deadline and not found:
+        found = [wf async for wf in temporal_client.list_workflows(query)]
+        await asyncio.sleep(0.2)
+    assert [wf.id for wf in found] == [f"mutation-{rejected['mutation_id']}"]
 
 
 async def test_trait_that_raises_is_rejected_with_sandbox_exception(http):

@@ -951,3 +951,21 @@ def test_snapshot_keeps_dna_available_traits_and_trait_counters():
         w.step()
         r.step()
     assert r.state_hash() == w.state_hash() and r.stats() == w.stats()
+
+
+def test_state_hash_covers_dna_and_available_traits_and_ignores_negative_zero():
+    a = World(QUIET)
+    b = World(QUIET)
+    ea = a.add_entity(10, 10, direction=0.0)
+    eb = b.add_entity(10, 10, direction=-0.0)
+    assert a.state_hash() == b.state_hash()
+    eb.direction = -1e-9  # rounds to -0.000000
+    assert a.state_hash() == b.state_hash()
+    ea.dna = (0.25,) + ea.dna[1:]
+    assert a.state_hash() != b.state_hash()
+    eb.dna = ea.dna
+    assert a.state_hash() == b.state_hash()
+    a.set_available_traits(["x"])
+    assert a.state_hash() != b.state_hash()
+    eb.state = "caf\u00e9"
+    assert len(b.state_hash()) == 64

@@ -1,0 +1,146 @@
+"""The living world end to end: a real engine process (`python -m engine`) runs activated traits
+in its trait-host container, reports its ticks to the observing workflows, and self-heals its
+registry from Postgres; trait code never runs inside the engine process."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+
+import docker
+import redis.asyncio as aioredis
+from sqlalchemy import select
+
+from genesis import registry
+from genesis.db.models import TraitVersion
+from genesis.db.session import get_sessionmaker
+from genesis.redis_keys import Channels
+from sandbox.container import LABEL_OWNER
+from tests import traits
+from tests.test_lifecycle import wait_for_status
+from tests.test_mutation_pipeline import propose
+
+# Reaches `os` the way a gatekeeper bypass would and leaves a marker wherever it runs.
+MARKER = f"/tmp/genesis-trait-ran-{uuid.uuid4().hex[:8]}"
+ROGUE = f'''
+class Rogue:
+    def __init__(self):
+        for cls in ().__class__.__base__.__subclasses__():
+            if cls.__name__ == "_wrap_close":
+                g = cls.__init__.__globals__
+                g["close"](g["open"]("{MARKER}", g["O_CREAT"] | g["O_WRONLY"]))
+
+    async def execute(self, entity) -> None:
+        entity.state = "rogue"
+'''
+
+RAISER = '''
+class Raiser:
+    async def execute(self, entity) -> None:
+        raise RuntimeError("always broken")
+'''
+
+
+async def active_traits(http) -> list[str]:
+    return (await http.get("/api/stats")).json()["active_traits"]
+
+
+async def wait_until(predicate, timeout_s: float = 60, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = await predicate()
+        if value:
+            return value
+        await asyncio.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def engine_host():
+    [container] = docker.from_env().containers.list(filters={"label": f"{LABEL_OWNER}=engine"})
+    return container
+
+
+async def test_activated_trait_goes_live_and_gets_a_verdict(http, engine_proc):
+    mutation_id = await propose(http, traits.seeker(601), trait_name="live_seeker", agent_id="living-world")
+    await wait_for_status(http, mutation_id, {"activated", "kept", "rolled_back"})
+    status = await wait_for_status(http, mutation_id, {"kept", "rolled_back"}, timeout_s=120)
+    effects = (await http.get(f"/api/mutations/{mutation_id}/effects")).json()
+    assert effects["observed"] is True and effects["status"] == status["status"]
+    assert effects["fitness_verdict"] in ("positive", "neutral", "negative")
+    assert (effects["fitness_verdict"] == "negative") == (status["status"] == "rolled_back")
+    assert effects["effects"]["window_ticks"] >= 60
+    assert set(effects["effects"]) >= {"entity_count_delta", "avg_energy_delta", "death_starvation_delta"}
+    # Observed at all means the engine ran the trait: it only reports windows for live traits.
+    assert any(line.startswith("Observation: ") and "fitness" in line for line in status["validation_log"])
+
+
+async def _has(http, trait: str) -> bool:
+    return trait in await active_traits(http)
+
+
+async def test_trait_code_never_runs_in_the_engine_process(http, settings, engine_proc):
+    redis = aioredis.from_url(settings.redis_url)
+    try:
+        await registry.put_entry(redis, registry.RegistryEntry(
+            trait_name="rogue", version=1, mutation_id="mut_r0c0e0000001", class_name="Rogue",
+            code=ROGUE, code_hash="0" * 64,
+        ))
+        await wait_until(lambda: _has(http, "rogue"), what="the engine to load the rogue trait")
+    finally:
+        await redis.aclose()
+    # The constructor ran (the trait is live) — inside the trait-host container, not here.
+    assert not os.path.exists(MARKER), "trait code ran on the host"
+    check = engine_host().exec_run(["/usr/local/bin/python3", "-I", "-S", "-c",
+                                    f"import os; print(os.path.exists({MARKER!r}))"])
+    assert check.output.decode().strip() == "True", check.output
+
+
+async def test_a_trait_that_keeps_raising_is_quarantined(http, settings, engine_proc):
+    redis = aioredis.from_url(settings.redis_url)
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(Channels.FEED)
+    try:
+        await registry.put_entry(redis, registry.RegistryEntry(
+            trait_name="raiser", version=1, mutation_id="mut_4a15e4000001", class_name="Raiser",
+            code=RAISER, code_hash="1" * 64,
+        ))
+        deadline = time.monotonic() + 90
+        message = None
+        while time.monotonic() < deadline and message is None:
+            raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if raw:
+                candidate = json.loads(raw["data"])
+                if candidate.get("trait_name") == "raiser":
+                    message = candidate
+        assert message is not None, "no quarantine message on ch:feed"
+        assert message["action"] == "trait_quarantined" and "always broken" in message["message"]
+        assert "raiser" not in await active_traits(http)
+        assert (await http.get("/api/world/state")).status_code == 200, "the world keeps ticking"
+    finally:
+        await pubsub.aclose()
+        await redis.aclose()
+
+
+async def test_engine_restart_rebuilds_the_registry_from_postgres(http, settings, engine_proc):
+    async with get_sessionmaker(settings.database_url)() as session:
+        expected = set((await session.scalars(select(TraitVersion.trait_name).where(TraitVersion.status == "active"))).all())
+    assert expected, "earlier tests activated traits"
+    engine_proc.stop()
+    redis = aioredis.from_url(settings.redis_url)
+    try:
+        await redis.delete("meta:registry:traits")  # Redis lost the registry
+        await redis.delete("engine:status")
+        engine_proc.start()
+        await wait_until(lambda: redis.exists("engine:status"), what="the engine to restart")
+        entries = await registry.read_entries(redis)
+    finally:
+        await redis.aclose()
+    assert set(entries) == expected, "registry = the active versions in Postgres (the rogue entries are gone)"
+    await wait_until(lambda: _covers(http, expected), what="the engine to load the active traits again")
+
+
+async def _covers(http, names: set[str]) -> bool:
+    return names <= set(await active_traits(http))
