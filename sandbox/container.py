@@ -142,7 +142,7 @@ def remove_containers_of(client: docker.DockerClient, owner: str) -> int:
     """Remove trait-host containers left behind by an earlier attempt for the same owner."""
     removed = 0
     for container in client.containers.list(
-        all=True, filters={"label": [f"{LABEL_ROLE}={ROLE_TRAIT_HOST}", f"{LABEL_OWNER}={owner}"]}
+        all=True, sparse=True, filters={"label": [f"{LABEL_ROLE}={ROLE_TRAIT_HOST}", f"{LABEL_OWNER}={owner}"]}
     ):
         try:
             container.remove(force=True)

@@ -52,7 +52,8 @@ async def wait_for_verdict(http, mutation_id: str, timeout_s: float = 90) -> dic
 
 
 def containers_of(mutation_id: str) -> list:
-    return docker.from_env().containers.list(all=True, filters={"label": f"{LABEL_OWNER}={mutation_id}"})
+    # sparse: no per-container inspect, which races with containers being removed
+    return docker.from_env().containers.list(all=True, sparse=True, filters={"label": f"{LABEL_OWNER}={mutation_id}"})
 
 
 async def test_seed_example_reaches_sandbox_ok(http, temporal_client):
