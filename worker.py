@@ -26,13 +26,12 @@ from workflows.rollback import RollbackWorkflow
 WORKFLOWS = [MutationWorkflow, RollbackWorkflow]
 
 
-def build_worker(client, settings: Settings, executor: ThreadPoolExecutor) -> Worker:
+def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandbox: SandboxActivities) -> Worker:
     sessions = get_sessionmaker(settings.database_url)
     records = MutationRecordActivities(sessions)
     lifecycle = LifecycleActivities(
         sessions, aioredis.from_url(settings.redis_url, socket_timeout=5), settings.mutations_dir
     )
-    sandbox = SandboxActivities(settings)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -57,12 +56,16 @@ async def main() -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    with ThreadPoolExecutor(max_workers=settings.sandbox_concurrency) as executor:
-        worker = build_worker(client, settings, executor)
-        logging.info("worker polling task queue %r on %s", settings.task_queue, settings.temporal_address)
-        async with worker:
-            await stop.wait()
-        logging.info("worker stopped")
+    sandbox = await asyncio.to_thread(SandboxActivities, settings)  # builds the image, warms the pool
+    try:
+        with ThreadPoolExecutor(max_workers=settings.sandbox_concurrency) as executor:
+            worker = build_worker(client, settings, executor, sandbox)
+            logging.info("worker polling task queue %r on %s", settings.task_queue, settings.temporal_address)
+            async with worker:
+                await stop.wait()
+    finally:
+        await asyncio.to_thread(sandbox.close)
+    logging.info("worker stopped")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from temporalio import activity
 
 from activities import names
 from engine.world import World, WorldParams
-from genesis import entity_api, rules
 from genesis.config import Settings
 from genesis.dto import FailureCode, SandboxReport, SandboxRequest
 from sandbox import image
@@ -28,6 +27,7 @@ from sandbox.container import (
     TraitHostContainer,
     remove_containers_of,
 )
+from sandbox.pool import WarmPool
 
 HOST_START_DEADLINE_S = 20.0  # first answer includes container start on a busy machine
 
@@ -45,11 +45,27 @@ def baseline_tick_ms(seed: int, ticks: int) -> float:
     return (time.perf_counter() - started) * 1000 / ticks
 
 
+def cold_host(client: docker.DockerClient, settings: Settings) -> Callable[[str], TraitHostContainer]:
+    """Start a fresh host per test (no pool)."""
+
+    def start(owner: str) -> TraitHostContainer:
+        host = TraitHostContainer(client, image.image_tag(), IsolationLimits.from_settings(settings), owner)
+        try:
+            host.say_hello(settings.sandbox_call_timeout_ms, HOST_START_DEADLINE_S)
+        except BaseException:
+            host.close()
+            raise
+        return host
+
+    return start
+
+
 def run_trial(
     request: SandboxRequest,
     settings: Settings,
     client: docker.DockerClient,
     heartbeat: Callable[[str], None] = lambda _: None,
+    new_host: Callable[[str], TraitHostContainer] | None = None,
 ) -> SandboxReport:
     """Run the trait for ``settings.sandbox_ticks`` ticks; return the verdict and measurements.
 
@@ -90,22 +106,14 @@ def run_trial(
         report.state_hash = world.state_hash()
         return report
 
-    limits = IsolationLimits.from_settings(settings)
-    with TraitHostContainer(client, tag, limits, owner) as host:
+    heartbeat("trait host starting")
+    try:
+        host = (new_host or cold_host(client, settings))(owner)
+    except (HostDeadlineExceeded, HostCrashed) as exc:  # the host never came up: infrastructure
+        raise RuntimeError(f"the trait host did not start: {exc}") from exc
+    with host:
         report.container_id = host.id
-        heartbeat("trait host starting")
         try:
-            hello = host.request(
-                {
-                    "op": "hello",
-                    "entity_api": entity_api.as_wire(),
-                    "allowed_imports": sorted(rules.ALLOWED_IMPORTS),
-                    "call_timeout_ms": settings.sandbox_call_timeout_ms,
-                },
-                HOST_START_DEADLINE_S,
-            )
-            if not hello.get("ok"):
-                raise RuntimeError(f"trait host refused hello: {hello}")
             loaded = host.request(
                 {"op": "load", "trait": request.trait_name, "source": request.code, "class_name": request.class_name},
                 settings.sandbox_tick_deadline_s,
@@ -183,10 +191,23 @@ class SandboxActivities:
     def __init__(self, settings: Settings):
         self._settings = settings
         self._client = docker.from_env(timeout=60)
+        self.pool: WarmPool | None = None
+        if settings.sandbox_pool_size > 0:
+            self.pool = WarmPool(
+                self._client, image.ensure(self._client), IsolationLimits.from_settings(settings),
+                settings.sandbox_pool_size, settings.sandbox_call_timeout_ms,
+            ).start()
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
 
     @activity.defn(name=names.RUN_SANDBOX_TEST)
     def run_sandbox_test(self, request: SandboxRequest) -> SandboxReport:
         """Sync activity (the Docker SDK blocks) on the worker's thread pool, with heartbeats."""
         info = activity.info()
         activity.logger.info("sandbox test of %s, attempt %d", request.mutation_id, info.attempt)
-        return run_trial(request, self._settings, self._client, heartbeat=activity.heartbeat)
+        return run_trial(
+            request, self._settings, self._client, heartbeat=activity.heartbeat,
+            new_host=self.pool.new_host if self.pool is not None else None,
+        )

@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import time
 from dataclasses import dataclass, field
 
 import docker
 import redis.asyncio as aioredis
 
-from genesis import entity_api, registry, rules
+from genesis import registry
 from genesis.config import Settings
 from genesis.redis_keys import Channels
 from sandbox import image
@@ -25,7 +26,9 @@ from sandbox.container import HostCrashed, HostDeadlineExceeded, IsolationLimits
 
 log = logging.getLogger("genesis.engine.traits")
 
-HOST_OWNER = "engine"
+def host_owner(pid: int | None = None) -> str:
+    """The engine's host container is named after the engine process: genesis-sbx-engine-<pid>-…"""
+    return f"engine-{pid if pid is not None else os.getpid()}"
 STRIKES_TO_QUARANTINE = 3  # consecutive ticks with a timeout or an exception
 
 
@@ -130,15 +133,12 @@ class HostTraitRunner:
     def _ensure_host(self) -> TraitHostContainer:
         if self._host is None:
             tag = image.ensure(self._client)
-            host = TraitHostContainer(self._client, tag, IsolationLimits.from_settings(self._settings), HOST_OWNER)
-            hello = host.request(
-                {"op": "hello", "entity_api": entity_api.as_wire(), "allowed_imports": sorted(rules.ALLOWED_IMPORTS),
-                 "call_timeout_ms": self._settings.sandbox_call_timeout_ms},
-                20.0,
-            )
-            if not hello.get("ok"):
+            host = TraitHostContainer(self._client, tag, IsolationLimits.from_settings(self._settings), host_owner())
+            try:
+                host.say_hello(self._settings.sandbox_call_timeout_ms, 20.0)
+            except BaseException:
                 host.close()
-                raise RuntimeError(f"trait host refused hello: {hello}")
+                raise
             self._host = host
             for state in self._traits.values():  # after a restart: reload what was live
                 self._send_load(state.entry)

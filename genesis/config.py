@@ -36,6 +36,7 @@ class Settings(BaseSettings):
     sandbox_cpus: float = 1.0
     sandbox_min_fps: float = 30.0  # projected world fps with the trait below this -> SANDBOX_FPS_DROP
     sandbox_concurrency: int = Field(default=8, ge=1)
+    sandbox_pool_size: int = Field(default=2, ge=0)  # warm trait-host containers kept idle; 0: none
 
     # World engine (python -m engine).
     engine_tick_rate: float = Field(default=60.0, gt=0)  # ticks per second; budget = 1 / rate

@@ -9,6 +9,7 @@ can be found and removed.
 from __future__ import annotations
 
 import json
+import secrets
 import socket
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import docker
 from docker.errors import APIError, NotFound
 from docker.utils.socket import STDERR, STDOUT, next_frame_header, read_exactly
 
+from genesis import entity_api, rules
 from genesis.config import Settings
 from sandbox.image import HOST_COMMAND
 
@@ -46,6 +48,21 @@ class IsolationLimits:
         return cls(settings.sandbox_memory, settings.sandbox_pids_limit, settings.sandbox_cpus)
 
 
+def container_name(owner: str) -> str:
+    """Names say whose container it is: ``genesis-sbx-<owner>-<random>``."""
+    return f"genesis-sbx-{owner}-{secrets.token_hex(3)}"
+
+
+def hello_message(call_timeout_ms: float) -> dict[str, Any]:
+    """The first request to every host: the Entity API and the rules it enforces."""
+    return {
+        "op": "hello",
+        "entity_api": entity_api.as_wire(),
+        "allowed_imports": sorted(rules.ALLOWED_IMPORTS),
+        "call_timeout_ms": call_timeout_ms,
+    }
+
+
 class TraitHostContainer:
     """One trait-host process in one container, answering requests in order."""
 
@@ -53,6 +70,7 @@ class TraitHostContainer:
         self._client = client
         self._container = client.containers.create(
             image,
+            name=container_name(owner),
             command=HOST_COMMAND,
             stdin_open=True,
             tty=False,
@@ -80,6 +98,16 @@ class TraitHostContainer:
     @property
     def id(self) -> str:
         return self._container.id
+
+    def say_hello(self, call_timeout_ms: float, deadline_s: float) -> None:
+        """Wait until the host answers (it has started) and give it the rules."""
+        reply = self.request(hello_message(call_timeout_ms), deadline_s)
+        if not reply.get("ok"):
+            raise HostCrashed(f"trait host refused hello: {reply}")
+
+    def assign_to(self, owner: str) -> None:
+        """A pooled container now serves ``owner``: rename it so leftovers can be found by owner."""
+        self._container.rename(container_name(owner))
 
     def request(self, message: dict[str, Any], deadline_s: float) -> dict[str, Any]:
         """Send one request and wait for its reply line, killing the container past the deadline."""
@@ -138,12 +166,15 @@ class TraitHostContainer:
         self.close()
 
 
+def containers_of(client: docker.DockerClient, owner: str) -> list:
+    """Trait-host containers serving ``owner`` (by name, which a pooled container takes on)."""
+    return client.containers.list(all=True, sparse=True, filters={"name": f"genesis-sbx-{owner}-"})
+
+
 def remove_containers_of(client: docker.DockerClient, owner: str) -> int:
     """Remove trait-host containers left behind by an earlier attempt for the same owner."""
     removed = 0
-    for container in client.containers.list(
-        all=True, sparse=True, filters={"label": [f"{LABEL_ROLE}={ROLE_TRAIT_HOST}", f"{LABEL_OWNER}={owner}"]}
-    ):
+    for container in containers_of(client, owner):
         try:
             container.remove(force=True)
             removed += 1

@@ -18,7 +18,8 @@ from genesis import registry
 from genesis.db.models import TraitVersion
 from genesis.db.session import get_sessionmaker
 from genesis.redis_keys import Channels
-from sandbox.container import LABEL_OWNER
+from engine.live_traits import host_owner
+from sandbox.container import containers_of
 from tests import traits
 from tests.test_lifecycle import wait_for_status
 from tests.test_mutation_pipeline import propose
@@ -58,8 +59,8 @@ async def wait_until(predicate, timeout_s: float = 60, what: str = "condition"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def engine_host():
-    [container] = docker.from_env().containers.list(filters={"label": f"{LABEL_OWNER}=engine"})
+def engine_host(engine_pid: int):
+    [container] = containers_of(docker.from_env(), host_owner(engine_pid))
     return container
 
 
@@ -93,7 +94,7 @@ async def test_trait_code_never_runs_in_the_engine_process(http, settings, engin
         await redis.aclose()
     # The constructor ran (the trait is live) — inside the trait-host container, not here.
     assert not os.path.exists(MARKER), "trait code ran on the host"
-    check = engine_host().exec_run(["/usr/local/bin/python3", "-I", "-S", "-c",
+    check = engine_host(engine_proc.proc.pid).exec_run(["/usr/local/bin/python3", "-I", "-S", "-c",
                                     f"import os; print(os.path.exists({MARKER!r}))"])
     assert check.output.decode().strip() == "True", check.output
 

@@ -15,7 +15,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from genesis.workflow_api import SA_STATUS
-from sandbox.container import LABEL_OWNER
+from sandbox.container import containers_of as sandbox_containers_of
 from tests import traits
 from workflows.mutation import MutationWorkflow
 
@@ -52,8 +52,7 @@ async def wait_for_verdict(http, mutation_id: str, timeout_s: float = 90) -> dic
 
 
 def containers_of(mutation_id: str) -> list:
-    # sparse: no per-container inspect, which races with containers being removed
-    return docker.from_env().containers.list(all=True, sparse=True, filters={"label": f"{LABEL_OWNER}={mutation_id}"})
+    return sandbox_containers_of(docker.from_env(), mutation_id)
 
 
 async def test_seed_example_reaches_sandbox_ok(http, temporal_client):

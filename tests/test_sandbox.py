@@ -9,7 +9,6 @@ import docker
 import pytest
 
 from activities.sandbox import run_trial
-from genesis import entity_api, rules
 from genesis.config import Settings
 from genesis.dto import SandboxRequest
 from sandbox import image
@@ -49,12 +48,7 @@ def client():
 
 
 def hello(host: TraitHostContainer) -> None:
-    reply = host.request(
-        {"op": "hello", "entity_api": entity_api.as_wire(), "allowed_imports": sorted(rules.ALLOWED_IMPORTS),
-         "call_timeout_ms": 50},
-        20,
-    )
-    assert reply["ok"], reply
+    host.say_hello(call_timeout_ms=50, deadline_s=20)
 
 
 def test_container_runs_with_every_isolation_flag(client):

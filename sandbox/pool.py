@@ -1,0 +1,130 @@
+"""A warm pool of trait-host containers for sandbox tests.
+
+Starting a container costs ~0.3-0.5 s; a sandbox test itself is ~0.1 s. The pool keeps up to
+``size`` containers started and greeted (their host answered ``hello``), so a test takes one at
+once. Each container serves exactly one mutation and is then destroyed (nothing of one trait can
+linger for the next); a background thread refills the pool. Idle containers never exceed
+``size``, however many tests run at once: when the pool is empty a test starts its own container.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+
+import docker
+from docker.errors import APIError, NotFound
+
+from sandbox.container import (
+    LABEL_ROLE,
+    ROLE_TRAIT_HOST,
+    HostCrashed,
+    HostDeadlineExceeded,
+    IsolationLimits,
+    TraitHostContainer,
+)
+
+log = logging.getLogger("genesis.sandbox.pool")
+
+POOL_OWNER = "pool"
+START_DEADLINE_S = 20.0
+CHECK_DEADLINE_S = 1.0
+
+
+class WarmPool:
+    def __init__(self, client: docker.DockerClient, image: str, limits: IsolationLimits, size: int,
+                 call_timeout_ms: float):
+        self._client, self._image, self._limits = client, image, limits
+        self._size, self._call_timeout_ms = size, call_timeout_ms
+        self._idle: deque[TraitHostContainer] = deque()
+        self._starting = 0
+        self._closed = False
+        self._cond = threading.Condition()
+        self.cold_starts = 0  # acquisitions that found the pool empty
+        self.warm_hits = 0
+        self._refiller = threading.Thread(target=self._refill_forever, name="sandbox-pool", daemon=True)
+
+    def start(self) -> "WarmPool":
+        remove_dead_pool_containers(self._client)
+        self._refiller.start()
+        return self
+
+    def new_host(self, owner: str) -> TraitHostContainer:
+        """A started, greeted host for ``owner``: from the pool if one is idle, else a cold start."""
+        while True:
+            with self._cond:
+                host = self._idle.popleft() if self._idle else None
+                self._cond.notify_all()  # the refiller tops the pool up again
+            if host is None:
+                self.cold_starts += 1
+                return self._start(owner)
+            try:  # an idle host may have died meanwhile; a hello is a cheap liveness check
+                host.say_hello(self._call_timeout_ms, CHECK_DEADLINE_S)
+                host.assign_to(owner)
+                self.warm_hits += 1
+                return host
+            except (HostCrashed, HostDeadlineExceeded, APIError, NotFound) as exc:
+                log.warning("discarding a dead pooled trait host: %s", exc)
+                host.close()
+
+    def idle_count(self) -> int:
+        with self._cond:
+            return len(self._idle)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            idle, self._idle = list(self._idle), deque()
+            self._cond.notify_all()
+        for host in idle:
+            host.close()
+
+    def _start(self, owner: str) -> TraitHostContainer:
+        host = TraitHostContainer(self._client, self._image, self._limits, owner)
+        try:
+            host.say_hello(self._call_timeout_ms, START_DEADLINE_S)
+        except BaseException:
+            host.close()
+            raise
+        return host
+
+    def _refill_forever(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and len(self._idle) + self._starting >= self._size:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                self._starting += 1
+            host = None
+            try:
+                host = self._start(POOL_OWNER)
+            except Exception as exc:  # Docker hiccup: tests cold-start meanwhile; try again soon
+                log.warning("could not start a pooled trait host: %s", exc)
+                with self._cond:
+                    self._cond.wait(timeout=2.0)
+            finally:
+                with self._cond:
+                    self._starting -= 1
+                    if host is not None:
+                        if self._closed:
+                            host.close()
+                        else:
+                            self._idle.append(host)
+
+
+def remove_dead_pool_containers(client: docker.DockerClient) -> int:
+    """Trait hosts of a worker that died have exited (their stdin closed): remove them."""
+    removed = 0
+    for container in client.containers.list(
+        all=True, sparse=True,
+        # "created": its worker died between creating and starting it
+        filters={"label": [f"{LABEL_ROLE}={ROLE_TRAIT_HOST}"], "status": ["exited", "created"]},
+    ):
+        try:
+            container.remove(force=True)
+            removed += 1
+        except (APIError, NotFound):
+            pass
+    return removed
