@@ -72,8 +72,8 @@ class TraitHostContainer:
             image,
             name=container_name(owner),
             command=HOST_COMMAND,
-            stdin_open=True,
-            tty=False,
+            stdin_open=True,  # (docker-py also sets StdinOnce: when our attach closes, the host gets
+            tty=False,  # EOF on stdin and exits)
             network_mode="none",
             read_only=True,
             tmpfs={"/tmp": f"rw,noexec,nosuid,size={limits.tmpfs_size}"},
@@ -148,16 +148,23 @@ class TraitHostContainer:
         except (APIError, NotFound):
             pass
 
-    def close(self) -> None:
-        """Stop and remove the container; never raises."""
+    def disconnect(self) -> None:
+        """Close our end: the host sees EOF and exits. The container remains until removed."""
         try:
             self._sock.close()
         except OSError:
             pass
+
+    def remove(self) -> None:
         try:
             self._container.remove(force=True)
         except (APIError, NotFound):
             pass
+
+    def close(self) -> None:
+        """Stop and remove the container; never raises."""
+        self.disconnect()
+        self.remove()
 
     def __enter__(self) -> "TraitHostContainer":
         return self

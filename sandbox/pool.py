@@ -44,11 +44,22 @@ class WarmPool:
         self.cold_starts = 0  # acquisitions that found the pool empty
         self.warm_hits = 0
         self._refiller = threading.Thread(target=self._refill_forever, name="sandbox-pool", daemon=True)
+        self._retired: deque[TraitHostContainer] = deque()
+        self._reaper = threading.Thread(target=self._reap_forever, name="sandbox-reaper", daemon=True)
 
     def start(self) -> "WarmPool":
         remove_dead_pool_containers(self._client)
         self._refiller.start()
+        self._reaper.start()
         return self
+
+    def retire(self, host: TraitHostContainer) -> None:
+        """Done with ``host``: its process is told to exit now; the container is removed in the
+        background (a removal takes ~100-200 ms that no verdict should wait for)."""
+        host.disconnect()
+        with self._cond:
+            self._retired.append(host)
+            self._cond.notify_all()
 
     def new_host(self, owner: str) -> TraitHostContainer:
         """A started, greeted host for ``owner``: from the pool if one is idle, else a cold start."""
@@ -75,10 +86,21 @@ class WarmPool:
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            idle, self._idle = list(self._idle), deque()
+            leftovers = [*self._idle, *self._retired]
+            self._idle, self._retired = deque(), deque()
             self._cond.notify_all()
-        for host in idle:
+        for host in leftovers:
             host.close()
+
+    def _reap_forever(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and not self._retired:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                host = self._retired.popleft()
+            host.remove()
 
     def _start(self, owner: str) -> TraitHostContainer:
         host = TraitHostContainer(self._client, self._image, self._limits, owner)

@@ -55,6 +55,14 @@ def containers_of(mutation_id: str) -> list:
     return sandbox_containers_of(docker.from_env(), mutation_id)
 
 
+async def assert_containers_gone(mutation_id: str, within_s: float = 10) -> None:
+    """The trait's process ends with the verdict; the container is removed right after it."""
+    deadline = time.monotonic() + within_s
+    while containers_of(mutation_id):
+        assert time.monotonic() < deadline, f"containers of {mutation_id} still exist"
+        await asyncio.sleep(0.1)
+
+
 async def test_seed_example_reaches_sandbox_ok(http, temporal_client):
     mutation_id = await propose(http, traits.SEED_EXAMPLE, agent_id="claude-external-1")
     status = await wait_for_verdict(http, mutation_id)
@@ -68,7 +76,7 @@ async def test_seed_example_reaches_sandbox_ok(http, temporal_client):
     report = status["sandbox_report"]
     assert report["verdict"] == "ok" and report["ticks_run"] == 50 and report["calls"] > 0
     assert report["projected_fps"] > 30
-    assert not containers_of(mutation_id), "the sandbox container must be removed"
+    await assert_containers_gone(mutation_id)
 
     handle = temporal_client.get_workflow_handle_for(MutationWorkflow.run, status["workflow_id"])
     assert (await handle.describe()).status in (WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.COMPLETED)
@@ -120,7 +128,7 @@ async def test_infinite_loop_times_out_and_its_container_is_gone(http):
     assert status["status"] == "rejected"
     assert status["failure_reason_code"] == "SANDBOX_TIMEOUT"
     assert "Sandbox: FAILED — SANDBOX_TIMEOUT" in status["validation_log"][-1]
-    assert not containers_of(mutation_id)
+    await assert_containers_gone(mutation_id)
 
 
 async def test_forbidden_import_is_rejected_by_the_gatekeeper(http):
@@ -165,7 +173,7 @@ async def test_worker_killed_mid_sandbox_still_ends_with_one_verdict(http, worke
     worker.start()
     status = await wait_for_verdict(http, mutation_id, timeout_s=120)
     assert status["status"] in PASSED, status
-    assert not containers_of(mutation_id), "leftovers of the killed attempt must be removed"
+    await assert_containers_gone(mutation_id)  # including the killed attempt's
 
     history = await temporal_client.get_workflow_handle(f"mutation-{mutation_id}").fetch_history()
     scheduled = {
