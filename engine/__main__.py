@@ -44,7 +44,7 @@ def observation_hook(settings, runner: HostTraitRunner):
         if reporter is None:  # connect lazily: the world does not wait for Temporal
             reporter = ObservationReporter(await connect(settings))
         sample = WorldSample(
-            tick=snapshot["tick"], entity_count=snapshot["entity_count"], avg_energy=snapshot["avg_energy"],
+            tick=snapshot["tick"], run_id=snapshot.get("run_id", ""), entity_count=snapshot["entity_count"], avg_energy=snapshot["avg_energy"],
             period_starvation=snapshot["death_starvation"], trait_stats=snapshot.get("trait_stats") or {},
         )
         await reporter.report(sample, live)

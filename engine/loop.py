@@ -125,15 +125,21 @@ class Engine:
         world = self.world
         intents: dict[int, list[list]] = {}
         if self.active_traits:
-            batches = world.trait_batches()
-            batches = {name: batches[name] for name in self.active_traits if name in batches}
-            if batches:
-                try:
-                    intents = await self.runner.run_tick(world.tick, batches)
-                except Exception:
-                    self.trait_errors += 1
-                    log.exception("trait runner failed at tick %d; the tick runs on instinct", world.tick)
-                    intents = {}
+            run_views = getattr(self.runner, "run_tick_views", None)
+            try:
+                if run_views is not None:  # the compact form: each carrier's view once
+                    views = world.trait_views(self.active_traits)
+                    if views["rows"]:
+                        intents = await run_views(world.tick, views)
+                else:
+                    batches = world.trait_batches()
+                    batches = {name: batches[name] for name in self.active_traits if name in batches}
+                    if batches:
+                        intents = await self.runner.run_tick(world.tick, batches)
+            except Exception:
+                self.trait_errors += 1
+                log.exception("trait runner failed at tick %d; the tick runs on instinct", world.tick)
+                intents = {}
         world.step(intents)
         tick = world.tick
         settings = self.settings

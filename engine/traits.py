@@ -18,6 +18,10 @@ class TraitRunner(Protocol):
         fault (quarantine it instead)."""
         ...
 
+    # Optional: ``async def run_tick_views(tick, views) -> intents`` taking
+    # ``World.trait_views(active_traits)`` (each carrier's view once, the trait host's "views"
+    # request) instead of per-trait batches; the engine uses it when the runner has it.
+
     def active_traits(self) -> list[str]:
         """Traits loaded and not quarantined (cheap: called every tick)."""
         ...

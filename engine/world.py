@@ -61,6 +61,7 @@ from .spatial import SpatialGrid
 
 __all__ = [
     "DEATH_CAUSES",
+    "VIEW_FIELDS",
     "DNA_GENES",
     "REJECT_REASONS",
     "Entity",
@@ -77,6 +78,13 @@ _TWO_PI = 2.0 * math.pi
 _MISSING = object()
 
 DEATH_CAUSES = ("starvation", "age", "collision")
+
+# The row layout of World.trait_views (the trait host's ``views`` request); "traits" holds an
+# index into the request's ``trait_sets``; world_width/world_height are sent once.
+VIEW_FIELDS = (
+    "id", "x", "y", "energy", "max_energy", "speed", "direction", "age", "max_age", "state",
+    "traits", "energy_consumption_rate", "generation", "neighbors", "nearest_resource",
+)
 
 DNA_GENES = 8
 # Added to a trait's gene when weighting the choice of a new trait, so that a gene at 0.0
@@ -436,30 +444,36 @@ class World:
 
     # -- views ------------------------------------------------------------------------------
 
-    def _views(self, ents: list[Entity]) -> dict[int, dict[str, Any]]:
-        """Entity views for ``ents``, keyed by id.
+    def _sense(self, ents: list[Entity]) -> dict[int, tuple[int, list[float] | None]]:
+        """(neighbour count, nearest resource as [dx, dy, distance] or None) for ``ents``, by id.
 
-        Carriers are grouped by grid cell; each group scans the 3x3 block of entity and
+        Entities are grouped by grid cell; each group scans the 3x3 block of entity and
         resource cells around it once (the cell size is sense_radius, so the block holds
         everything within sensing range). Results do not depend on the grouping.
         """
         p = self.params
         r2 = p.sense_radius * p.sense_radius
-        width = float(p.width)
-        height = float(p.height)
         egrid = self._egrid
         rgrid = self._rgrid
-        groups: dict[tuple[int, int], list[Entity]] = {}
+        inv = egrid.inv
+        cols = egrid.cols
+        rows = egrid.rows
+        groups: dict[int, list[Entity]] = {}
         for e in ents:
-            k = egrid.cell_of(e.x, e.y)
+            cx = int(e.x * inv)
+            cy = int(e.y * inv)
+            cx = 0 if cx < 0 else (cols - 1 if cx >= cols else cx)
+            cy = 0 if cy < 0 else (rows - 1 if cy >= rows else cy)
+            k = cy * cols + cx
             g = groups.get(k)
             if g is None:
                 groups[k] = [e]
             else:
                 g.append(e)
-        out: dict[int, dict[str, Any]] = {}
+        out: dict[int, tuple[int, list[float] | None]] = {}
         sqrt = math.sqrt
-        for (cx, cy), members in groups.items():
+        for k, members in groups.items():
+            cy, cx = divmod(k, cols)
             pts = [(o.x, o.y) for o in egrid.block(cx, cy)]
             rblock = [(q.x, q.y, q.id) for q in rgrid.block(cx, cy)]
             for e in members:
@@ -472,38 +486,103 @@ class World:
                     if dx * dx + dy * dy <= r2:
                         n += 1
                 nearest = None
-                best = r2
-                best_id = 0
-                for rx, ry, rid in rblock:
-                    dx = rx - x
-                    dy = ry - y
-                    d2 = dx * dx + dy * dy
-                    if d2 < best or (d2 == best and (nearest is None or rid < best_id)):
-                        best = d2
-                        best_id = rid
-                        nearest = [dx, dy, 0.0]
-                if nearest is not None:
-                    nearest[2] = sqrt(best)
-                out[e.id] = {
-                    "id": e.id,
-                    "x": x,
-                    "y": y,
-                    "energy": e.energy,
-                    "max_energy": e.max_energy,
-                    "speed": e.speed,
-                    "direction": e.direction,
-                    "age": e.age,
-                    "max_age": e.max_age,
-                    "state": e.state,
-                    "traits": list(e.traits),
-                    "energy_consumption_rate": e.energy_consumption_rate,
-                    "generation": e.generation,
-                    "neighbors": n if n > 0 else 0,
-                    "world_width": width,
-                    "world_height": height,
-                    "nearest_resource": nearest,
-                }
+                if rblock:
+                    best = r2
+                    best_id = 0
+                    for rx, ry, rid in rblock:
+                        dx = rx - x
+                        dy = ry - y
+                        d2 = dx * dx + dy * dy
+                        if d2 < best or (d2 == best and (nearest is None or rid < best_id)):
+                            best = d2
+                            best_id = rid
+                            nearest = [dx, dy, 0.0]
+                    if nearest is not None:
+                        nearest[2] = sqrt(best)
+                out[e.id] = (n if n > 0 else 0, nearest)
         return out
+
+    def _views(self, ents: list[Entity]) -> dict[int, dict[str, Any]]:
+        """Entity views (plain JSON-safe dicts) for ``ents``, keyed by id."""
+        p = self.params
+        width = float(p.width)
+        height = float(p.height)
+        out: dict[int, dict[str, Any]] = {}
+        sensed = self._sense(ents)
+        for e in ents:
+            n, nearest = sensed[e.id]
+            out[e.id] = {
+                "id": e.id,
+                "x": e.x,
+                "y": e.y,
+                "energy": e.energy,
+                "max_energy": e.max_energy,
+                "speed": e.speed,
+                "direction": e.direction,
+                "age": e.age,
+                "max_age": e.max_age,
+                "state": e.state,
+                "traits": list(e.traits),
+                "energy_consumption_rate": e.energy_consumption_rate,
+                "generation": e.generation,
+                "neighbors": n,
+                "world_width": width,
+                "world_height": height,
+                "nearest_resource": nearest,
+            }
+        return out
+
+    def trait_views(self, run: Sequence[str] | None = None) -> dict[str, Any]:
+        """The carriers' views in the compact form of the trait host's ``views`` request.
+
+        Each carrier appears once however many traits it carries: ``rows`` (ids ascending) hold
+        the values of ``VIEW_FIELDS`` in order, except that ``traits`` is an index into
+        ``trait_sets`` (the distinct carried trait tuples) and the world-wide values are sent
+        once in ``world``. ``run`` lists the traits to run (sorted; default: every carried
+        trait); only entities carrying at least one of them get a row. The values are exactly
+        those of :meth:`trait_batches` (same neighbour counts and nearest resources).
+        """
+        entities = self.entities
+        if run is None:
+            names: set[str] = set()
+            for e in entities.values():
+                names.update(e.traits)
+            run_names = sorted(names)
+        else:
+            run_names = sorted(set(run))
+        wanted = frozenset(run_names)
+        set_index: dict[tuple[str, ...], int] = {}
+        runs: dict[tuple[str, ...], bool] = {}  # carried tuple -> carries a trait to run
+        carriers = []
+        for eid in sorted(entities):
+            e = entities[eid]
+            t = e.traits
+            if not t:
+                continue
+            go = runs.get(t)
+            if go is None:
+                go = runs[t] = not wanted.isdisjoint(t)
+            if go:
+                if t not in set_index:
+                    set_index[t] = len(set_index)
+                carriers.append(e)
+        sensed = self._sense(carriers)
+        rows = []
+        append = rows.append
+        for e in carriers:
+            n, nearest = sensed[e.id]
+            append([
+                e.id, e.x, e.y, e.energy, e.max_energy, e.speed, e.direction, e.age, e.max_age,
+                e.state, set_index[e.traits], e.energy_consumption_rate, e.generation, n, nearest,
+            ])
+        p = self.params
+        return {
+            "fields": list(VIEW_FIELDS),
+            "world": {"world_width": float(p.width), "world_height": float(p.height)},
+            "trait_sets": [list(t) for t in set_index],
+            "run": run_names,
+            "rows": rows,
+        }
 
     def view(self, entity_id: int) -> dict[str, Any] | None:
         """The entity view (plain JSON-safe dict) of one entity, or None if it is gone."""

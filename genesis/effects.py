@@ -12,6 +12,7 @@ class WorldSample(BaseModel):
     """What the engine reports to observing workflows at each snapshot."""
 
     tick: int
+    run_id: str = ""  # ticks restart from 0 when the engine restarts
     entity_count: int
     avg_energy: float
     period_starvation: int = 0  # starvation deaths since the previous snapshot

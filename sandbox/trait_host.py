@@ -14,6 +14,16 @@ Requests (one JSON object per line) and replies:
   {"op": "tick", "tick": N, "batches": {NAME: [view, ...]}}
       -> {"ok": true, "op": "tick", "tick": N, "results": {NAME: {"intents": [[id, [...]], ...],
           "calls": n, "total_us": t, "max_us": m, "errors": [...], "timeouts": [ids]}}}
+  {"op": "views", "tick": N, "fields": [NAME, ...], "world": {NAME: value, ...},
+   "trait_sets": [[TRAIT, ...], ...], "run": [TRAIT, ...], "rows": [[value, ...], ...]}
+      The compact form (the live engine's): every carrier's view is sent once, as a row of the
+      values of ``fields`` (its "traits" value is an index into ``trait_sets``); ``world`` holds
+      the values shared by every entity. Each trait of ``run`` runs, in that order, on the rows
+      whose trait set contains it (rows in the order sent).
+      -> {"ok": true, "op": "views", "tick": N, "intents": [[id, [...]], ...],
+          "results": {TRAIT: {"calls": n, "total_us": t, "max_us": m, "errors": [...],
+          "error_count": k, "timeouts": [ids]}}}
+      where an entity's intents are those of its traits concatenated in ``run`` order.
 The host exits when stdin closes.
 """
 
@@ -47,6 +57,7 @@ class Host:
         self.classes = {}  # trait -> class
         self.instances = {}  # trait -> {entity_id: instance}
         self.proxy_class = None
+        self.row_proxies = {}  # (fields, world) -> proxy class of the ``views`` form
 
     # -- requests --------------------------------------------------------------------------
     def hello(self, msg):
@@ -56,6 +67,7 @@ class Host:
         self.allowed_imports = frozenset(msg.get("allowed_imports", ()))
         self.call_timeout_s = float(msg.get("call_timeout_ms", 5)) / 1000.0
         self.proxy_class = make_proxy_class(self.readable, self.writable)
+        self.row_proxies = {}
         missing = [m for m in api["methods"] if not hasattr(self.proxy_class, m)]
         if missing:
             return {"ok": False, "op": "hello", "error": "host lacks entity methods: %s" % missing}
@@ -94,7 +106,79 @@ class Host:
                                  "timeouts": []}
         return {"ok": True, "op": "tick", "tick": msg.get("tick"), "results": results}
 
+    def views(self, msg):
+        fields = msg["fields"]
+        rows = msg["rows"]
+        sets = [tuple(names) for names in msg["trait_sets"]]
+        proxy_class = self.row_proxy_class(tuple(fields), msg.get("world") or {})
+        proxy_class.trait_sets = sets
+        id_at = fields.index("id")
+        set_at = fields.index("traits")
+        merged = {}
+        results = {}
+        for name in msg["run"]:
+            if name not in self.classes:
+                results[name] = {"calls": 0, "total_us": 0, "max_us": 0, "error_count": 1,
+                                 "errors": [{"entity_id": None, "error": "trait not loaded"}],
+                                 "timeouts": []}
+                continue
+            member = [name in names for names in sets]
+            results[name] = self.run_rows(
+                name, [row for row in rows if member[row[set_at]]], id_at, proxy_class, merged
+            )
+        return {"ok": True, "op": "views", "tick": msg.get("tick"), "results": results,
+                "intents": [[entity_id, intents] for entity_id, intents in merged.items()]}
+
+    def row_proxy_class(self, fields, world):
+        key = (fields, tuple(sorted(world.items())))
+        cls = self.row_proxies.get(key)
+        if cls is None:
+            cls = self.row_proxies[key] = make_row_proxy_class(self.readable, self.writable, fields, world)
+        return cls
+
     # -- running traits ----------------------------------------------------------------------
+    def run_rows(self, name, rows, id_at, proxy_class, merged):
+        """Run one trait on rows (the ``views`` form), merging intents into ``merged``."""
+        cls = self.classes[name]
+        instances = self.instances[name]
+        kept = {}
+        errors, timeouts = [], []
+        total_us = max_us = 0.0
+        clock = time.perf_counter
+        setitimer = signal.setitimer
+        virtual = signal.ITIMER_VIRTUAL
+        budget = self.call_timeout_s
+        for row in rows:
+            entity_id = row[id_at]
+            recorded = []
+            started = clock()
+            try:
+                setitimer(virtual, budget)
+                instance = instances.get(entity_id)
+                if instance is None:
+                    instance = cls()
+                kept[entity_id] = instance
+                drive(instance.execute(proxy_class(row, recorded)))
+                setitimer(virtual, 0)
+            except TraitTimeout:
+                timeouts.append(entity_id)
+            except BaseException as exc:
+                setitimer(virtual, 0)
+                errors.append({"entity_id": entity_id, "error": describe(exc)})
+            elapsed_us = (clock() - started) * 1e6
+            total_us += elapsed_us
+            if elapsed_us > max_us:
+                max_us = elapsed_us
+            if recorded:
+                have = merged.get(entity_id)
+                if have is None:
+                    merged[entity_id] = recorded
+                else:
+                    have.extend(recorded)
+        self.instances[name] = kept  # entities that died or lost the trait are forgotten
+        return {"calls": len(rows), "total_us": round(total_us, 1), "max_us": round(max_us, 1),
+                "errors": errors[:20], "error_count": len(errors), "timeouts": timeouts}
+
     def run_trait(self, name, views):
         cls = self.classes[name]
         instances = self.instances[name]
@@ -202,6 +286,81 @@ def make_proxy_class(readable, writable):
     return Entity
 
 
+def make_row_proxy_class(readable, writable, fields, world):
+    """The entity proxy of the ``views`` form: reads index the entity's row (one property per
+    readable attribute, built once per field layout), writes become intents and are seen by
+    later reads of the same call (never by other traits: each call has its own proxy)."""
+    index = {name: i for i, name in enumerate(fields)}
+
+    class Entity:
+        """What a trait sees as ``entity``: reads come from the view, writes become intents."""
+
+        __slots__ = ("_row", "_intents", "_writes")
+        trait_sets = ()
+
+        def __init__(self, row, intents):
+            object.__setattr__(self, "_row", row)
+            object.__setattr__(self, "_intents", intents)
+            object.__setattr__(self, "_writes", None)
+
+        def __getattr__(self, name):  # only reached for names that are not readable
+            raise AttributeError("entity has no attribute %r in Entity API v1" % name)
+
+        def __setattr__(self, name, value):
+            if name not in writable:
+                raise AttributeError("entity.%s is read-only (writable: %s)" % (name, ", ".join(sorted(writable))))
+            self._intents.append(["set", name, plain(value)])
+            writes = self._writes
+            if writes is None:
+                writes = {}
+                object.__setattr__(self, "_writes", writes)
+            writes[name] = value  # later reads in the same call see the write
+
+        def move(self, dx, dy):
+            self._intents.append(["move", plain(dx), plain(dy)])
+
+        def move_towards(self, x, y):
+            self._intents.append(["move_towards", plain(x), plain(y)])
+
+        def eat(self):
+            self._intents.append(["eat"])
+
+        def nearest_resource(self):
+            at = index.get("nearest_resource")
+            found = None if at is None else self._row[at]
+            return tuple(found) if found else None
+
+    def reader(name):
+        at = index.get(name)
+        if name == "traits" and at is not None:
+            def get(self):
+                return list(self.trait_sets[self._row[at]])
+        elif at is not None and name in writable:
+            def get(self):
+                writes = self._writes
+                if writes is not None and name in writes:
+                    return writes[name]
+                return self._row[at]
+        elif at is not None:
+            def get(self):
+                value = self._row[at]
+                return list(value) if type(value) is list else value
+        else:
+            constant = world.get(name)
+
+            def get(self):
+                writes = self._writes
+                if writes is not None and name in writes:
+                    return writes[name]
+                return list(constant) if type(constant) is list else constant
+        return property(get)
+
+    for name in readable:
+        if name not in ("move", "move_towards", "eat", "nearest_resource"):
+            setattr(Entity, name, reader(name))
+    return Entity
+
+
 def plain(value):
     """Only plain, finite scalars cross back to the trusted side; anything else is marked."""
     kind = type(value)
@@ -229,7 +388,8 @@ def main():
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing a trait does can write into the protocol stream
     host = Host()
-    handlers = {"hello": host.hello, "load": host.load, "unload": host.unload, "tick": host.tick}
+    handlers = {"hello": host.hello, "load": host.load, "unload": host.unload, "tick": host.tick,
+                "views": host.views}
     for line in sys.stdin:
         try:
             msg = json.loads(line)

@@ -145,3 +145,65 @@ async def test_engine_restart_rebuilds_the_registry_from_postgres(http, settings
 
 async def _covers(http, names: set[str]) -> bool:
     return names <= set(await active_traits(http))
+
+
+BUSY_LOOP = '''
+class Spinner:
+    async def execute(self, entity) -> None:
+        while True:
+            pass
+'''
+
+
+async def engine_status(http) -> dict:
+    return (await http.get("/api/stats")).json()
+
+
+async def test_a_trait_that_busy_loops_is_quarantined_and_the_tick_rate_recovers(http, settings, engine_proc):
+    """It passed its 50-tick sandbox test (say) and then spins forever in the live world."""
+    redis = aioredis.from_url(settings.redis_url)
+    pubsub = redis.pubsub()
+    await pubsub.subscribe(Channels.FEED)
+    try:
+        await registry.put_entry(redis, registry.RegistryEntry(
+            trait_name="spinner", version=1, mutation_id="mut_5b1a00000001", class_name="Spinner",
+            code=BUSY_LOOP, code_hash="2" * 64,
+        ))
+        deadline = time.monotonic() + 90
+        quarantined = None
+        while time.monotonic() < deadline and quarantined is None:
+            raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
+            if raw and json.loads(raw["data"]).get("trait_name") == "spinner":
+                quarantined = json.loads(raw["data"])
+        assert quarantined is not None and quarantined["action"] == "trait_quarantined"
+    finally:
+        await pubsub.aclose()
+        await redis.aclose()
+    await asyncio.sleep(2.5)  # a full status window (published every second) after the quarantine
+    stats = await engine_status(http)
+    assert "spinner" not in stats["active_traits"]
+    assert stats["ticks_per_second"] >= 0.8 * settings.engine_tick_rate
+
+
+async def test_killed_trait_host_restarts_and_reloads_the_traits(http, engine_proc):
+    live = await wait_until(lambda: active_traits(http), what="live traits")
+    engine_host(engine_proc.proc.pid).kill()
+    tick_before = (await engine_status(http))["tick"]
+    await wait_until(lambda: _new_host_running(engine_proc.proc.pid), what="a new trait host")
+    await wait_until(lambda: _covers(http, set(live)), what="the traits to be reloaded")
+    assert (await engine_status(http))["tick"] > tick_before, "ticks kept flowing"
+
+
+async def _new_host_running(engine_pid: int) -> bool:
+    hosts = containers_of(docker.from_env(), host_owner(engine_pid))
+    return any(c.attrs.get("State") == "running" or c.status == "running" for c in hosts)
+
+
+async def test_engine_killed_mid_observation_and_restarted_still_completes_the_workflow(http, settings, engine_proc):
+    mutation_id = await propose(http, traits.seeker(701), trait_name="survives_restart", agent_id="living-world")
+    await wait_for_status(http, mutation_id, {"activated"})
+    engine_proc.kill()  # SIGKILL: no clean shutdown
+    engine_proc.start()
+    status = await wait_for_status(http, mutation_id, {"kept", "rolled_back"}, timeout_s=120)
+    effects = (await http.get(f"/api/mutations/{mutation_id}/effects")).json()
+    assert effects["observed"] is True and effects["effects"]["window_ticks"] >= settings.observation_window_ticks

@@ -63,8 +63,8 @@ class MutationWorkflow:
     @workflow.signal(name="world_snapshot")
     def world_snapshot(self, sample: WorldSample) -> None:
         """The engine reports each telemetry snapshot while this trait is live."""
-        if self._first_sample is None:
-            self._first_sample = sample
+        if self._first_sample is None or sample.run_id != self._first_sample.run_id:
+            self._first_sample = sample  # first report, or the engine restarted: the window starts over
         self._latest_sample = sample
 
     @workflow.run
