@@ -46,11 +46,14 @@ from a stream derived from (seed, entity id), so they never shift the tick's phy
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
 import random
+import sys
 import zlib
+from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
@@ -62,6 +65,7 @@ from .spatial import SpatialGrid
 __all__ = [
     "DEATH_CAUSES",
     "VIEW_FIELDS",
+    "decode_views",
     "DNA_GENES",
     "REJECT_REASONS",
     "Entity",
@@ -83,8 +87,42 @@ DEATH_CAUSES = ("starvation", "age", "collision")
 # index into the request's ``trait_sets``; world_width/world_height are sent once.
 VIEW_FIELDS = (
     "id", "x", "y", "energy", "max_energy", "speed", "direction", "age", "max_age", "state",
-    "traits", "energy_consumption_rate", "generation", "neighbors", "nearest_resource",
+    "traits", "energy_consumption_rate", "generation", "neighbors",
+    "nearest_dx", "nearest_dy", "nearest_dist",
 )
+_LITTLE = sys.byteorder == "little"
+
+
+def _pack(code: str, values: list[Any]) -> dict[str, str]:
+    """A column of numbers as base64 of a little-endian array ("d": float64, "q": int64)."""
+    arr = array(code, values)
+    if not _LITTLE:
+        arr.byteswap()
+    return {"f8" if code == "d" else "i8": base64.b64encode(arr.tobytes()).decode("ascii")}
+
+
+def decode_views(views: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The views of a :meth:`World.trait_views` message as dicts (for tests and tools)."""
+    cols = []
+    for col in views["columns"]:
+        if isinstance(col, dict):
+            code = "d" if "f8" in col else "q"
+            arr = array(code, base64.b64decode(col["f8" if code == "d" else "i8"]))
+            if not _LITTLE:
+                arr.byteswap()
+            cols.append(arr.tolist())
+        else:
+            cols.append(list(col))
+    out = []
+    sets = views["trait_sets"]
+    for values in zip(*cols):
+        v = dict(zip(views["fields"], values))
+        v["traits"] = list(sets[v["traits"]])
+        dx, dy, d = v.pop("nearest_dx"), v.pop("nearest_dy"), v.pop("nearest_dist")
+        v["nearest_resource"] = None if dx != dx else [dx, dy, d]
+        v.update(views["world"])
+        out.append(v)
+    return out
 
 DNA_GENES = 8
 # Added to a trait's gene when weighting the choice of a new trait, so that a gene at 0.0
@@ -535,12 +573,14 @@ class World:
     def trait_views(self, run: Sequence[str] | None = None) -> dict[str, Any]:
         """The carriers' views in the compact form of the trait host's ``views`` request.
 
-        Each carrier appears once however many traits it carries: ``rows`` (ids ascending) hold
-        the values of ``VIEW_FIELDS`` in order, except that ``traits`` is an index into
-        ``trait_sets`` (the distinct carried trait tuples) and the world-wide values are sent
-        once in ``world``. ``run`` lists the traits to run (sorted; default: every carried
-        trait); only entities carrying at least one of them get a row. The values are exactly
-        those of :meth:`trait_batches` (same neighbour counts and nearest resources).
+        Each carrier appears once however many traits it carries, ids ascending, as one column
+        per name of ``VIEW_FIELDS`` (``fields``): numbers as base64 of little-endian float64
+        (``{"f8": ...}``) or int64 (``{"i8": ...}``) arrays, ``state`` as a JSON list. ``traits``
+        is an index into ``trait_sets`` (the distinct carried trait tuples); the nearest resource
+        is split into ``nearest_dx``/``nearest_dy``/``nearest_dist`` (NaN when none is in range);
+        the world-wide values are sent once in ``world``. ``run`` lists the traits to run
+        (sorted; default: every carried trait); only entities carrying one of them are sent.
+        The values are exactly those of :meth:`trait_batches`; :func:`decode_views` reads it.
         """
         entities = self.entities
         if run is None:
@@ -567,21 +607,49 @@ class World:
                     set_index[t] = len(set_index)
                 carriers.append(e)
         sensed = self._sense(carriers)
-        rows = []
-        append = rows.append
+        nan = math.nan
+        neighbors = []
+        ndx = []
+        ndy = []
+        nd = []
         for e in carriers:
             n, nearest = sensed[e.id]
-            append([
-                e.id, e.x, e.y, e.energy, e.max_energy, e.speed, e.direction, e.age, e.max_age,
-                e.state, set_index[e.traits], e.energy_consumption_rate, e.generation, n, nearest,
-            ])
+            neighbors.append(n)
+            if nearest is None:
+                ndx.append(nan)
+                ndy.append(nan)
+                nd.append(nan)
+            else:
+                ndx.append(nearest[0])
+                ndy.append(nearest[1])
+                nd.append(nearest[2])
+        columns = {
+            "id": _pack("q", [e.id for e in carriers]),
+            "x": _pack("d", [e.x for e in carriers]),
+            "y": _pack("d", [e.y for e in carriers]),
+            "energy": _pack("d", [e.energy for e in carriers]),
+            "max_energy": _pack("d", [e.max_energy for e in carriers]),
+            "speed": _pack("d", [e.speed for e in carriers]),
+            "direction": _pack("d", [e.direction for e in carriers]),
+            "age": _pack("q", [e.age for e in carriers]),
+            "max_age": _pack("q", [e.max_age for e in carriers]),
+            "state": [e.state for e in carriers],
+            "traits": _pack("q", [set_index[e.traits] for e in carriers]),
+            "energy_consumption_rate": _pack("d", [e.energy_consumption_rate for e in carriers]),
+            "generation": _pack("q", [e.generation for e in carriers]),
+            "neighbors": _pack("q", neighbors),
+            "nearest_dx": _pack("d", ndx),
+            "nearest_dy": _pack("d", ndy),
+            "nearest_dist": _pack("d", nd),
+        }
         p = self.params
         return {
             "fields": list(VIEW_FIELDS),
+            "columns": [columns[name] for name in VIEW_FIELDS],
+            "count": len(carriers),
             "world": {"world_width": float(p.width), "world_height": float(p.height)},
             "trait_sets": [list(t) for t in set_index],
             "run": run_names,
-            "rows": rows,
         }
 
     def view(self, entity_id: int) -> dict[str, Any] | None:

@@ -53,11 +53,12 @@ def compute_effects(trait: str, before: WorldSample, after: WorldSample) -> Effe
         value = stats.get(key, 0)
         return int(sum(value.values()) if isinstance(value, dict) else value)
 
+    # The verdict weighs world-level changes only. Carriers are newborns (only newborns gain new
+    # traits) and start with less energy than adults, so carrier-vs-non-carrier figures are
+    # reported for people to read but would bias every verdict against new traits.
     population_change = (after.entity_count - before.entity_count) / max(before.entity_count, 1)
     energy_change = (after.avg_energy - before.avg_energy) / max(before.avg_energy, 1.0)
-    advantage = 0.0
-    if carrier_energy is not None and non_carrier_energy is not None:
-        advantage = (carrier_energy - non_carrier_energy) / max(after.avg_energy, 1.0)
+    starvation_change = (after.period_starvation - before.period_starvation) / max(before.entity_count, 1)
     return Effects(
         entity_count_delta=after.entity_count - before.entity_count,
         avg_energy_delta=round(after.avg_energy - before.avg_energy, 3),
@@ -69,7 +70,7 @@ def compute_effects(trait: str, before: WorldSample, after: WorldSample) -> Effe
         non_carrier_avg_energy=None if non_carrier_energy is None else round(non_carrier_energy, 3),
         carrier_births=cumulative(carriers_a, "births") - cumulative(carriers_b, "births"),
         carrier_deaths=cumulative(carriers_a, "deaths") - cumulative(carriers_b, "deaths"),
-        fitness_delta=round(0.5 * population_change + 0.3 * energy_change + 0.2 * advantage, 4),
+        fitness_delta=round(0.5 * population_change + 0.3 * energy_change - 0.2 * starvation_change, 4),
     )
 
 

@@ -27,6 +27,8 @@ Requests (one JSON object per line) and replies:
 The host exits when stdin closes.
 """
 
+import array
+import binascii
 import builtins
 import json
 import math
@@ -108,7 +110,7 @@ class Host:
 
     def views(self, msg):
         fields = msg["fields"]
-        rows = msg["rows"]
+        rows = msg["rows"] if "rows" in msg else decode_columns(msg["columns"])
         sets = [tuple(names) for names in msg["trait_sets"]]
         proxy_class = self.row_proxy_class(tuple(fields), msg.get("world") or {})
         proxy_class.trait_sets = sets
@@ -286,6 +288,26 @@ def make_proxy_class(readable, writable):
     return Entity
 
 
+def decode_columns(columns):
+    """Rows (tuples) from columns: JSON lists, or {"f8"|"i8": base64 of a little-endian
+    float64/int64 array}."""
+    lists = []
+    for col in columns:
+        if type(col) is dict:
+            code = "d" if "f8" in col else "q"
+            arr = array.array(code)
+            arr.frombytes(binascii.a2b_base64(col["f8" if code == "d" else "i8"]))
+            if sys.byteorder != "little":
+                arr.byteswap()
+            col = arr.tolist()
+        elif type(col) is not list:
+            raise ValueError("a column must be a list or an encoded array")
+        lists.append(col)
+    if len({len(col) for col in lists}) > 1:
+        raise ValueError("columns of different lengths")
+    return list(zip(*lists))
+
+
 def make_row_proxy_class(readable, writable, fields, world):
     """The entity proxy of the ``views`` form: reads index the entity's row (one property per
     readable attribute, built once per field layout), writes become intents and are seen by
@@ -325,10 +347,18 @@ def make_row_proxy_class(readable, writable, fields, world):
         def eat(self):
             self._intents.append(["eat"])
 
-        def nearest_resource(self):
-            at = index.get("nearest_resource")
-            found = None if at is None else self._row[at]
-            return tuple(found) if found else None
+        if "nearest_dx" in index:
+            def nearest_resource(self, _at=(index["nearest_dx"], index.get("nearest_dy"), index.get("nearest_dist"))):
+                row = self._row
+                dx = row[_at[0]]
+                if dx != dx:  # NaN: nothing in range
+                    return None
+                return (dx, row[_at[1]], row[_at[2]])
+        else:
+            def nearest_resource(self):
+                at = index.get("nearest_resource")
+                found = None if at is None else self._row[at]
+                return tuple(found) if found else None
 
     def reader(name):
         at = index.get(name)

@@ -207,3 +207,24 @@ async def test_engine_killed_mid_observation_and_restarted_still_completes_the_w
     status = await wait_for_status(http, mutation_id, {"kept", "rolled_back"}, timeout_s=120)
     effects = (await http.get(f"/api/mutations/{mutation_id}/effects")).json()
     assert effects["observed"] is True and effects["effects"]["window_ticks"] >= settings.observation_window_ticks
+
+
+async def carriers_of(http, trait: str) -> list[dict]:
+    entities = (await http.get("/api/world/entities", params={"limit": 500})).json()["entities"]
+    return [e for e in entities if trait in e["traits"]]
+
+
+async def test_trait_spreads_to_newborns_and_rollback_removes_it_from_its_carriers(http, engine_proc):
+    mutation_id = await propose(http, traits.seeker(801), trait_name="spreading_seeker", agent_id="living-world")
+    await wait_for_status(http, mutation_id, {"activated", "kept"})
+    carriers = await wait_until(lambda: carriers_of(http, "spreading_seeker"), timeout_s=90,
+                                what="newborns carrying the trait")
+    assert all(e["age"] < 10_000 for e in carriers)
+    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "test rollback"})
+    assert response.status_code == 202, response.text
+    await wait_for_status(http, mutation_id, {"rolled_back"})
+
+    async def gone() -> bool:
+        return not await carriers_of(http, "spreading_seeker") and "spreading_seeker" not in await active_traits(http)
+
+    await wait_until(gone, timeout_s=30, what="the trait to leave every carrier")

@@ -1,0 +1,159 @@
+"""The compact ``views`` form of the trait-host protocol (each carrier's view sent once, in binary
+columns) must mean exactly what the per-trait ``batches`` form means."""
+
+from __future__ import annotations
+
+import json
+
+import docker
+import pytest
+
+from engine.world import World, decode_views
+from genesis import entity_api, rules
+from sandbox import image
+from sandbox.container import IsolationLimits, TraitHostContainer
+
+# Writes then reads back (the write is visible within the call), reads every kind of attribute.
+STEERER = '''import math
+
+class BaseTrait:
+    pass
+
+class SteererTrait(BaseTrait):
+    async def execute(self, entity) -> None:
+        entity.direction = entity.direction + 0.1
+        found = entity.nearest_resource()
+        if found is not None and entity.neighbors >= 0:
+            entity.move(found[0], found[1])
+        entity.state = "s%d:%d:%s" % (entity.age % 10, len(entity.traits), entity.direction > 0)
+        if entity.world_width < entity.x:
+            entity.eat()
+'''
+
+# Sees the entity's own values, not the steerer's writes (each trait call has its own proxy).
+COUNTER = '''class BaseTrait:
+    pass
+
+class CounterTrait(BaseTrait):
+    def __init__(self):
+        self.calls = 0
+
+    async def execute(self, entity) -> None:
+        self.calls = self.calls + 1
+        entity.speed = entity.speed * 0.5 + self.calls * 0.01
+        entity.state = "c%d" % self.calls
+        if entity.id % 7 == 0:
+            entity.energy = 100.0
+'''
+
+
+def make_world() -> World:
+    w = World(seed=21)
+    ids = sorted(w.entities)
+    for eid in ids[:25]:
+        w.give_trait(eid, "counter")
+    for eid in ids[10:35]:
+        w.give_trait(eid, "steerer")
+    for eid in ids[30:38]:
+        w.give_trait(eid, "dormant")  # carried, but not run
+    for _ in range(5):
+        w.step()
+    return w
+
+
+def test_trait_views_decode_to_the_same_views_as_trait_batches():
+    w = make_world()
+    views = w.trait_views(["counter", "steerer"])
+    assert json.loads(json.dumps(views, allow_nan=False)) == views  # JSON-safe (NaN only inside base64)
+    assert views["run"] == ["counter", "steerer"]
+    decoded = decode_views(views)
+    batches = w.trait_batches()
+    expected = {v["id"]: v for name in ("counter", "steerer") for v in batches[name]}
+    assert [v["id"] for v in decoded] == sorted(expected)
+    for v in decoded:
+        assert v == expected[v["id"]]
+        for key, (kind, _) in entity_api.READABLE_ATTRS.items():
+            assert type(v[key]) is {"int": int, "float": float, "str": str, "list[str]": list}[kind], key
+    # Only carriers of a trait to run are sent; every carried trait shows in ``traits``.
+    assert all(set(v["traits"]) & {"counter", "steerer"} for v in decoded)
+    assert any("dormant" in v["traits"] for v in decoded)
+    assert w.trait_views([])["count"] == 0
+    assert w.trait_views()["run"] == ["counter", "dormant", "steerer"]
+
+
+def start_host(client: docker.DockerClient) -> TraitHostContainer:
+    h = TraitHostContainer(client, image.ensure(client), IsolationLimits("64m", 32, 1.0), "test-views")
+    reply = h.request(
+        {"op": "hello", "entity_api": entity_api.as_wire(), "allowed_imports": sorted(rules.ALLOWED_IMPORTS),
+         "call_timeout_ms": 50},
+        20,
+    )
+    assert reply["ok"], reply
+    for name, source, cls in (("steerer", STEERER, "SteererTrait"), ("counter", COUNTER, "CounterTrait")):
+        assert h.request({"op": "load", "trait": name, "source": source, "class_name": cls}, 10)["ok"]
+    return h
+
+
+@pytest.fixture(scope="module")
+def client():
+    return docker.from_env()
+
+
+@pytest.fixture(scope="module")
+def host(client):
+    with start_host(client) as h:
+        yield h
+
+
+@pytest.fixture(scope="module")
+def other_host(client):
+    with start_host(client) as h:
+        yield h
+
+
+def merged_batches(reply: dict) -> dict[int, list]:
+    merged: dict[int, list] = {}
+    for name in sorted(reply["results"]):
+        for entity_id, intents in reply["results"][name]["intents"]:
+            merged.setdefault(entity_id, []).extend(intents)
+    return merged
+
+
+def test_views_form_gives_the_intents_of_the_batches_form(host, other_host):
+    # Two worlds and two hosts in lockstep, one per form (trait instances keep per-entity state).
+    worlds = {"views": make_world(), "batches": make_world()}
+    for _ in range(5):
+        batches = worlds["batches"].trait_batches()
+        batches.pop("dormant")
+        old = host.request({"op": "tick", "tick": 0, "batches": batches}, 10)
+        new = other_host.request({"op": "views", "tick": 0, **worlds["views"].trait_views(["counter", "steerer"])}, 10)
+        assert new["ok"] and new["op"] == "views", new
+        expected = merged_batches(old)
+        assert {entity_id: intents for entity_id, intents in new["intents"]} == expected
+        for name in ("counter", "steerer"):
+            for key in ("calls", "error_count", "timeouts"):
+                assert new["results"][name][key] == old["results"][name][key], (name, key)
+        counter_errors = new["results"]["counter"]["errors"]
+        assert counter_errors and all("read-only" in e["error"] for e in counter_errors)
+        assert [e["entity_id"] for e in counter_errors] == [e["entity_id"] for e in old["results"]["counter"]["errors"]]
+        for w in worlds.values():
+            w.step(expected)
+        assert worlds["views"].state_hash() == worlds["batches"].state_hash()
+
+
+def test_views_form_reports_a_trait_that_is_not_loaded(host):
+    w = make_world()
+    reply = host.request({"op": "views", "tick": 0, **w.trait_views(["dormant", "steerer"])}, 10)
+    assert reply["ok"]
+    assert reply["results"]["dormant"]["errors"][0]["error"] == "trait not loaded"
+    assert reply["results"]["steerer"]["calls"] == 25
+
+
+def test_views_form_rejects_malformed_columns(host):
+    w = make_world()
+    views = w.trait_views(["steerer"])
+    views["columns"][1] = {"f8": "AAAA"}  # fewer values than the other columns
+    reply = host.request({"op": "views", "tick": 0, **views}, 10)
+    assert reply["ok"] is False and "bad request" in reply["error"]
+    # The host still answers afterwards.
+    assert host.request({"op": "views", "tick": 0, **w.trait_views(["steerer"])}, 10)["ok"]
