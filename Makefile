@@ -33,6 +33,7 @@ test: services
 bench: services
 	$(PY) bench/bench_gatekeeper.py
 	$(PY) bench/bench_pipeline.py
+	$(PY) -m bench.engine --entities 500,5000 --traits 3 --ticks 300 --compare-mesa
 
 image: venv
 	$(PY) -m sandbox.image build

@@ -126,8 +126,8 @@ class HostTraitRunner:
         """:meth:`run_tick` in the compact form (``World.trait_views``): each carrier's view
         crosses to the host once, however many traits it carries; the host merges the intents."""
         run = [name for name in views["run"] if name in self._traits]
-        if not run or not views["rows"] or self._host_lock.locked():
-            self.stats.skipped_ticks += bool(run and views["rows"])
+        if not run or not views["count"] or self._host_lock.locked():
+            self.stats.skipped_ticks += bool(run and views["count"])
             return {}
         if self._host is None:  # (re)starting a container takes ~0.5 s: not on the tick path
             self._restart_soon()

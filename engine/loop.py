@@ -129,7 +129,7 @@ class Engine:
             try:
                 if run_views is not None:  # the compact form: each carrier's view once
                     views = world.trait_views(self.active_traits)
-                    if views["rows"]:
+                    if views["count"]:
                         intents = await run_views(world.tick, views)
                 else:
                     batches = world.trait_batches()
