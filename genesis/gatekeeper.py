@@ -30,6 +30,7 @@ from functools import cache
 from operator import attrgetter
 
 from genesis import entity_api, rules
+from genesis.dto import FailureCode
 
 __all__ = ["GateResult", "schema_problems", "validate"]
 
@@ -44,16 +45,17 @@ STEP_INIT = "Init signature"
 STEP_UNBOUND = "Unbound variables"
 STEP_AWAIT = "Await-on-sync"
 
-SCHEMA_INVALID = "SCHEMA_INVALID"
-SYNTAX_ERROR = "SYNTAX_ERROR"
-AST_IMPORT_FORBIDDEN = "AST_IMPORT_FORBIDDEN"
-AST_BANNED_CALL = "AST_BANNED_CALL"
-AST_BANNED_ATTR = "AST_BANNED_ATTR"
-AST_NO_TRAIT_CLASS = "AST_NO_TRAIT_CLASS"
-AST_ENTITY_ATTR_FORBIDDEN = "AST_ENTITY_ATTR_FORBIDDEN"
-AST_INIT_REQUIRED_ARGS = "AST_INIT_REQUIRED_ARGS"
-AST_UNBOUND_VARIABLE = "AST_UNBOUND_VARIABLE"
-AST_AWAIT_ON_SYNC = "AST_AWAIT_ON_SYNC"
+# The failure codes are defined once, in genesis.dto.FailureCode; plain strings here for speed.
+SCHEMA_INVALID = FailureCode.SCHEMA_INVALID.value
+SYNTAX_ERROR = FailureCode.SYNTAX_ERROR.value
+AST_IMPORT_FORBIDDEN = FailureCode.AST_IMPORT_FORBIDDEN.value
+AST_BANNED_CALL = FailureCode.AST_BANNED_CALL.value
+AST_BANNED_ATTR = FailureCode.AST_BANNED_ATTR.value
+AST_NO_TRAIT_CLASS = FailureCode.AST_NO_TRAIT_CLASS.value
+AST_ENTITY_ATTR_FORBIDDEN = FailureCode.AST_ENTITY_ATTR_FORBIDDEN.value
+AST_INIT_REQUIRED_ARGS = FailureCode.AST_INIT_REQUIRED_ARGS.value
+AST_UNBOUND_VARIABLE = FailureCode.AST_UNBOUND_VARIABLE.value
+AST_AWAIT_ON_SYNC = FailureCode.AST_AWAIT_ON_SYNC.value
 
 
 @dataclass(frozen=True)

@@ -178,13 +178,18 @@ def containers_of(client: docker.DockerClient, owner: str) -> list:
     return client.containers.list(all=True, sparse=True, filters={"name": f"genesis-sbx-{owner}-"})
 
 
-def remove_containers_of(client: docker.DockerClient, owner: str) -> int:
-    """Remove trait-host containers left behind by an earlier attempt for the same owner."""
+def remove_all(containers: list) -> int:
+    """Force-remove containers, skipping any that vanished meanwhile; returns how many went."""
     removed = 0
-    for container in containers_of(client, owner):
+    for container in containers:
         try:
             container.remove(force=True)
             removed += 1
         except (APIError, NotFound):
             pass
     return removed
+
+
+def remove_containers_of(client: docker.DockerClient, owner: str) -> int:
+    """Remove trait-host containers left behind by an earlier attempt for the same owner."""
+    return remove_all(containers_of(client, owner))

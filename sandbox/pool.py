@@ -23,6 +23,7 @@ from sandbox.container import (
     HostDeadlineExceeded,
     IsolationLimits,
     TraitHostContainer,
+    remove_all,
 )
 
 log = logging.getLogger("genesis.sandbox.pool")
@@ -138,15 +139,8 @@ class WarmPool:
 
 def remove_dead_pool_containers(client: docker.DockerClient) -> int:
     """Trait hosts of a worker that died have exited (their stdin closed): remove them."""
-    removed = 0
-    for container in client.containers.list(
+    return remove_all(client.containers.list(
         all=True, sparse=True,
         # "created": its worker died between creating and starting it
         filters={"label": [f"{LABEL_ROLE}={ROLE_TRAIT_HOST}"], "status": ["exited", "created"]},
-    ):
-        try:
-            container.remove(force=True)
-            removed += 1
-        except (APIError, NotFound):
-            pass
-    return removed
+    ))

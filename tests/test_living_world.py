@@ -99,30 +99,38 @@ async def test_trait_code_never_runs_in_the_engine_process(http, settings, engin
     assert check.output.decode().strip() == "True", check.output
 
 
-async def test_a_trait_that_keeps_raising_is_quarantined(http, settings, engine_proc):
+async def register_directly_and_await_quarantine(settings, name: str, mutation_id: str, class_name: str,
+                                                 code: str) -> dict:
+    """Put a trait straight into the live registry (as if it had passed its sandbox test) and
+    return the engine's quarantine message for it from ch:feed."""
     redis = aioredis.from_url(settings.redis_url)
     pubsub = redis.pubsub()
     await pubsub.subscribe(Channels.FEED)
     try:
         await registry.put_entry(redis, registry.RegistryEntry(
-            trait_name="raiser", version=1, mutation_id="mut_4a15e4000001", class_name="Raiser",
-            code=RAISER, code_hash="1" * 64,
+            trait_name=name, version=1, mutation_id=mutation_id, class_name=class_name, code=code,
+            code_hash=uuid.uuid4().hex * 2,
         ))
         deadline = time.monotonic() + 90
-        message = None
-        while time.monotonic() < deadline and message is None:
+        while time.monotonic() < deadline:
             raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-            if raw:
-                candidate = json.loads(raw["data"])
-                if candidate.get("trait_name") == "raiser":
-                    message = candidate
-        assert message is not None, "no quarantine message on ch:feed"
-        assert message["action"] == "trait_quarantined" and "always broken" in message["message"]
-        assert "raiser" not in await active_traits(http)
-        assert (await http.get("/api/world/state")).status_code == 200, "the world keeps ticking"
+            if raw and json.loads(raw["data"]).get("trait_name") == name:
+                return json.loads(raw["data"])
+        raise AssertionError(f"no quarantine message for {name} on ch:feed")
     finally:
         await pubsub.aclose()
         await redis.aclose()
+
+
+async def test_a_trait_that_keeps_raising_is_quarantined(http, settings, engine_proc):
+    message = await register_directly_and_await_quarantine(settings, "raiser", "mut_4a15e4000001", "Raiser", RAISER)
+    assert message["action"] == "trait_quarantined" and "always broken" in message["message"]
+
+    async def dropped() -> bool:
+        return "raiser" not in await active_traits(http)
+
+    await wait_until(dropped, timeout_s=10, what="the quarantined trait to leave the active set")
+    assert (await http.get("/api/world/state")).status_code == 200, "the world keeps ticking"
 
 
 async def test_engine_restart_rebuilds_the_registry_from_postgres(http, settings, engine_proc):
@@ -161,24 +169,8 @@ async def engine_status(http) -> dict:
 
 async def test_a_trait_that_busy_loops_is_quarantined_and_the_tick_rate_recovers(http, settings, engine_proc):
     """It passed its 50-tick sandbox test (say) and then spins forever in the live world."""
-    redis = aioredis.from_url(settings.redis_url)
-    pubsub = redis.pubsub()
-    await pubsub.subscribe(Channels.FEED)
-    try:
-        await registry.put_entry(redis, registry.RegistryEntry(
-            trait_name="spinner", version=1, mutation_id="mut_5b1a00000001", class_name="Spinner",
-            code=BUSY_LOOP, code_hash="2" * 64,
-        ))
-        deadline = time.monotonic() + 90
-        quarantined = None
-        while time.monotonic() < deadline and quarantined is None:
-            raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
-            if raw and json.loads(raw["data"]).get("trait_name") == "spinner":
-                quarantined = json.loads(raw["data"])
-        assert quarantined is not None and quarantined["action"] == "trait_quarantined"
-    finally:
-        await pubsub.aclose()
-        await redis.aclose()
+    message = await register_directly_and_await_quarantine(settings, "spinner", "mut_5b1a00000001", "Spinner", BUSY_LOOP)
+    assert message["action"] == "trait_quarantined"
     await asyncio.sleep(2.5)  # a full status window (published every second) after the quarantine
     stats = await engine_status(http)
     assert "spinner" not in stats["active_traits"]
