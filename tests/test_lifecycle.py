@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 import uuid
 
 import pytest
 import redis.asyncio as aioredis
 from sqlalchemy import select
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
 from activities.lifecycle import LifecycleActivities
 from genesis import registry
@@ -19,7 +22,8 @@ from genesis.dto import ActivationRequest, RollbackRequest
 from genesis.effects import WorldSample, compute_effects, verdict
 from genesis.redis_keys import Channels
 from tests import traits
-from tests.test_mutation_pipeline import propose, wait_for_verdict
+from tests.test_mutation_pipeline import HISTORIES, propose, wait_for_verdict
+from workflows.mutation import MutationWorkflow
 
 
 def new_mutation_id() -> str:
@@ -137,6 +141,16 @@ def test_effects_and_verdicts():
     assert verdict(flat, -0.1) == "neutral"
 
 
+async def replay_and_maybe_record(temporal_client, mutation_id: str, name: str) -> None:
+    """Replay the finished workflow against the current code; with GENESIS_RECORD_HISTORIES=1
+    also store it in tests/histories/ so every later run replays it."""
+    history = await temporal_client.get_workflow_handle(f"mutation-{mutation_id}").fetch_history()
+    await Replayer(workflows=[MutationWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+    if os.environ.get("GENESIS_RECORD_HISTORIES"):
+        with open(os.path.join(HISTORIES, f"{name}.json"), "w") as f:
+            f.write(history.to_json())
+
+
 async def signal_window(temporal_client, mutation_id: str, before: WorldSample, after: WorldSample) -> None:
     handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
     await handle.signal("world_snapshot", before)
@@ -167,6 +181,7 @@ async def test_negative_window_rolls_back_and_effects_are_served(http, temporal_
     effects = (await http.get(f"/api/mutations/{mutation_id}/effects")).json()
     assert effects["observed"] is True and effects["fitness_verdict"] == "negative"
     assert effects["effects"]["entity_count_delta"] == -45
+    await replay_and_maybe_record(temporal_client, mutation_id, "mutation_rolled_back_negative")
 
 
 async def test_kept_mutation_can_be_rolled_back_over_the_api(http, temporal_client):
@@ -175,6 +190,7 @@ async def test_kept_mutation_can_be_rolled_back_over_the_api(http, temporal_clie
     await signal_window(temporal_client, mutation_id, sample(300, 100, 50.0, 5), sample(600, 110, 55.0, 2))
     kept = await wait_for_status(http, mutation_id, {"kept"})
     assert kept["fitness_verdict"] == "positive"
+    await replay_and_maybe_record(temporal_client, mutation_id, "mutation_kept")
     response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "operator said so"})
     assert response.status_code == 202, response.text
     rolled = await wait_for_status(http, mutation_id, {"rolled_back"})
