@@ -145,12 +145,14 @@ def run_trial(
             report.first_error = loaded.get("error")
             return finish(FailureCode.SANDBOX_EXCEPTION.value, f"loading the trait failed: {loaded.get('error')}")
 
+        run = [request.trait_name]
         for tick in range(ticks):
-            batches = world.trait_batches()
+            # The live engine's compact per-tick request: one protocol, used twice.
+            views = world.trait_views(run)
             sent = time.perf_counter()
             try:
                 reply = host.request(
-                    {"op": "tick", "tick": world.tick, "batches": batches}, settings.sandbox_tick_deadline_s
+                    {"op": "views", "tick": world.tick, **views, "run": run}, settings.sandbox_tick_deadline_s
                 )
             except HostDeadlineExceeded:
                 report.timeouts += 1
@@ -180,7 +182,7 @@ def run_trial(
                 report.exceptions += result.get("error_count", len(result["errors"]))
                 report.first_error = result["errors"][0]["error"]
                 return finish(FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: execute() raised {report.first_error}")
-            intents = {entity_id: entity_intents for entity_id, entity_intents in result.get("intents", [])}
+            intents = {entity_id: entity_intents for entity_id, entity_intents in reply.get("intents", [])}
             stepped = time.perf_counter()
             tick_report = world.step(intents)
             world_ms.append((time.perf_counter() - stepped) * 1000)
