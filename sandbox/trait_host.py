@@ -264,8 +264,23 @@ def drive(coro):
     raise RuntimeError("execute() awaited something that suspends; traits must not block")
 
 
+class IntentMethods:
+    """The entity methods that become intents; shared by both proxy forms."""
+
+    __slots__ = ()
+
+    def move(self, dx, dy):
+        self._intents.append(["move", plain(dx), plain(dy)])
+
+    def move_towards(self, x, y):
+        self._intents.append(["move_towards", plain(x), plain(y)])
+
+    def eat(self):
+        self._intents.append(["eat"])
+
+
 def make_proxy_class(readable, writable):
-    class Entity:
+    class Entity(IntentMethods):
         """What a trait sees as ``entity``: reads come from the view, writes become intents."""
 
         __slots__ = ("_view", "_intents")
@@ -285,15 +300,6 @@ def make_proxy_class(readable, writable):
                 raise AttributeError("entity.%s is read-only (writable: %s)" % (name, ", ".join(sorted(writable))))
             self._intents.append(["set", name, plain(value)])
             self._view[name] = value  # later reads in the same call see the write
-
-        def move(self, dx, dy):
-            self._intents.append(["move", plain(dx), plain(dy)])
-
-        def move_towards(self, x, y):
-            self._intents.append(["move_towards", plain(x), plain(y)])
-
-        def eat(self):
-            self._intents.append(["eat"])
 
         def nearest_resource(self):
             found = self._view.get("nearest_resource")
@@ -328,7 +334,7 @@ def make_row_proxy_class(readable, writable, fields, world):
     later reads of the same call (never by other traits: each call has its own proxy)."""
     index = {name: i for i, name in enumerate(fields)}
 
-    class Entity:
+    class Entity(IntentMethods):
         """What a trait sees as ``entity``: reads come from the view, writes become intents."""
 
         __slots__ = ("_row", "_intents", "_writes")
@@ -351,15 +357,6 @@ def make_row_proxy_class(readable, writable, fields, world):
                 writes = {}
                 object.__setattr__(self, "_writes", writes)
             writes[name] = value  # later reads in the same call see the write
-
-        def move(self, dx, dy):
-            self._intents.append(["move", plain(dx), plain(dy)])
-
-        def move_towards(self, x, y):
-            self._intents.append(["move_towards", plain(x), plain(y)])
-
-        def eat(self):
-            self._intents.append(["eat"])
 
         if "nearest_dx" in index:
             def nearest_resource(self, _at=(index["nearest_dx"], index.get("nearest_dy"), index.get("nearest_dist"))):
