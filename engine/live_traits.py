@@ -22,7 +22,13 @@ from genesis import registry
 from genesis.config import Settings
 from genesis.redis_keys import Channels
 from sandbox import image
-from sandbox.container import HostCrashed, HostDeadlineExceeded, IsolationLimits, TraitHostContainer
+from sandbox.container import (
+    HostCrashed,
+    HostDeadlineExceeded,
+    IsolationLimits,
+    TraitHostContainer,
+    remove_exited_trait_hosts,
+)
 
 log = logging.getLogger("genesis.engine.traits")
 
@@ -163,6 +169,7 @@ class HostTraitRunner:
     def _ensure_host(self) -> TraitHostContainer:
         if self._host is None:
             tag = image.ensure(self._client)
+            remove_exited_trait_hosts(self._client)  # e.g. the host of an engine that was killed
             host = TraitHostContainer(self._client, tag, IsolationLimits.from_settings(self._settings), host_owner())
             try:
                 host.say_hello(self._settings.sandbox_call_timeout_ms, 20.0)

@@ -193,3 +193,11 @@ def remove_all(containers: list) -> int:
 def remove_containers_of(client: docker.DockerClient, owner: str) -> int:
     """Remove trait-host containers left behind by an earlier attempt for the same owner."""
     return remove_all(containers_of(client, owner))
+
+
+def remove_exited_trait_hosts(client: docker.DockerClient) -> int:
+    """Trait hosts whose owner died have exited (their stdin closed). Only exited ones: a
+    container in "created" may be another process's, between its create and start."""
+    return remove_all(client.containers.list(
+        all=True, sparse=True, filters={"label": [f"{LABEL_ROLE}={ROLE_TRAIT_HOST}"], "status": "exited"},
+    ))

@@ -153,7 +153,19 @@ def ensure(client: docker.DockerClient | None = None) -> str:
         print(f"sandbox image {tag} is present", file=sys.stderr)
         return tag
     except ImageNotFound:
-        return build(client)
+        built = build(client)
+        remove_older_images(client, keep=built)
+        return built
+
+
+def remove_older_images(client: docker.DockerClient, keep: str) -> None:
+    """Earlier trait-host builds (each trait host change is a new tag) that nothing uses."""
+    for old in client.images.list(name=IMAGE_REPOSITORY):
+        if keep not in old.tags:
+            try:
+                client.images.remove(old.id)
+            except docker.errors.APIError:  # still used by a container: keep it for now
+                pass
 
 
 if __name__ == "__main__":

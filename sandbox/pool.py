@@ -17,13 +17,11 @@ import docker
 from docker.errors import APIError, NotFound
 
 from sandbox.container import (
-    LABEL_ROLE,
-    ROLE_TRAIT_HOST,
     HostCrashed,
     HostDeadlineExceeded,
     IsolationLimits,
     TraitHostContainer,
-    remove_all,
+    remove_exited_trait_hosts,
 )
 
 log = logging.getLogger("genesis.sandbox.pool")
@@ -49,7 +47,7 @@ class WarmPool:
         self._reaper = threading.Thread(target=self._reap_forever, name="sandbox-reaper", daemon=True)
 
     def start(self) -> "WarmPool":
-        remove_dead_pool_containers(self._client)
+        remove_exited_trait_hosts(self._client)
         self._refiller.start()
         self._reaper.start()
         return self
@@ -135,12 +133,3 @@ class WarmPool:
                             host.close()
                         else:
                             self._idle.append(host)
-
-
-def remove_dead_pool_containers(client: docker.DockerClient) -> int:
-    """Trait hosts of a worker that died have exited (their stdin closed): remove them."""
-    return remove_all(client.containers.list(
-        all=True, sparse=True,
-        # "created": its worker died between creating and starting it
-        filters={"label": [f"{LABEL_ROLE}={ROLE_TRAIT_HOST}"], "status": ["exited", "created"]},
-    ))
