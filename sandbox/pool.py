@@ -90,6 +90,9 @@ class WarmPool:
             self._cond.notify_all()
         for host in leftovers:
             host.close()
+        # A container being started right now is closed by the refiller once it is up.
+        if self._refiller.is_alive():
+            self._refiller.join(timeout=START_DEADLINE_S)
 
     def _reap_forever(self) -> None:
         while True:
