@@ -12,6 +12,7 @@ links) is streamed as a tar into ``docker import``. Hosts that can pull use
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import os
@@ -61,6 +62,7 @@ def _stdlib_dir(python: Path) -> Path:
     return Path(out.stdout.strip())
 
 
+@functools.cache  # the trait host and Python do not change while a process runs
 def image_tag() -> str:
     """Content-addressed: a new trait host or Python means a new image."""
     settings = get_settings()

@@ -8,6 +8,7 @@ import pytest
 
 from genesis import entity_api, rules
 from genesis.gatekeeper import GateResult, schema_problems, validate
+from tests.traits import SEED_EXAMPLE
 
 STUB = "class BaseTrait:\n    pass\n\n\n"
 
@@ -59,21 +60,6 @@ def assert_accepted(result: GateResult, class_name: str = "ProbeTrait") -> None:
 # --------------------------------------------------------------------------------------------
 # Passing examples
 # --------------------------------------------------------------------------------------------
-
-SEED_EXAMPLE = '''\
-from __future__ import annotations
-import math
-import random
-
-class BaseTrait:
-    """Base trait protocol stub — no import needed."""
-    pass
-
-class EnergyHoarderTrait(BaseTrait):
-    async def execute(self, entity) -> None:
-        if entity.energy < 25:
-            entity.energy_consumption_rate *= 0.7
-'''
 
 FORAGER = '''\
 """Forager: seeks food when hungry, wanders otherwise."""

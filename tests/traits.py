@@ -1,9 +1,12 @@
 """Trait sources used across tests."""
 
+# The seed's example, verbatim (open-mutation-api.md).
 SEED_EXAMPLE = '''from __future__ import annotations
 import math
+import random
 
 class BaseTrait:
+    """Base trait protocol stub — no import needed."""
     pass
 
 class EnergyHoarderTrait(BaseTrait):
