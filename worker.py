@@ -17,21 +17,23 @@ import redis.asyncio as aioredis
 from activities.lifecycle import LifecycleActivities
 from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
+from activities.tasks import TaskActivities
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.temporal import connect
 from workflows.mutation import MutationWorkflow
 from workflows.rollback import RollbackWorkflow
+from workflows.task import TaskWorkflow
 
-WORKFLOWS = [MutationWorkflow, RollbackWorkflow]
+WORKFLOWS = [MutationWorkflow, RollbackWorkflow, TaskWorkflow]
 
 
 def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandbox: SandboxActivities) -> Worker:
     sessions = get_sessionmaker(settings.database_url)
     records = MutationRecordActivities(sessions)
-    lifecycle = LifecycleActivities(
-        sessions, aioredis.from_url(settings.redis_url, socket_timeout=5), settings.mutations_dir
-    )
+    redis = aioredis.from_url(settings.redis_url, socket_timeout=5)
+    lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir)
+    task_activities = TaskActivities(redis)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -42,6 +44,8 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
             sandbox.run_sandbox_test,
             lifecycle.activate_trait,
             lifecycle.rollback_trait,
+            task_activities.publish_task,
+            task_activities.close_task,
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.sandbox_concurrency,  # regular activities: sandbox tests only

@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from api import routes_context, routes_health, routes_mutations, routes_world
+from api import routes_context, routes_health, routes_mutations, routes_tasks, routes_world
 from api.deps import Services
 from api.errors import BodySizeLimit, install_error_handlers
 from genesis.config import Settings, get_settings
@@ -43,6 +43,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
     app.include_router(routes_mutations.router)
     app.include_router(routes_context.router)
+    app.include_router(routes_tasks.router)
     app.include_router(routes_health.router)
     app.include_router(routes_world.router)
     return app

@@ -9,6 +9,7 @@ from sqlalchemy.exc import IntegrityError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
 from api.errors import ApiError
+from api.routes_tasks import check_proposal_claim
 from api.schemas import (
     EffectsResponse,
     ErrorResponse,
@@ -50,6 +51,7 @@ async def propose(
     """Submit a trait. It is validated, sandboxed and judged by a durable MutationWorkflow;
     poll the status URL (or watch the workflow in the Temporal UI)."""
     services = request.app.state.services
+    await check_proposal_claim(request, body.task_id, body.agent_id)  # 409 if another agent holds the task
     mutation_id = (
         mutation_id_for_idempotency_key(body.agent_id, idempotency_key) if idempotency_key else new_mutation_id()
     )

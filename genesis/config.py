@@ -63,6 +63,18 @@ class Settings(BaseSettings):
     rollback_threshold: float = -0.10  # fitness delta at or below this rolls the trait back
     engine_trait_deadline_ms: float = 200.0  # wall clock for one tick of the live trait host
 
+    # Tasks for external agents (TaskWorkflow) and claims on them.
+    task_ttl_critical_s: float = Field(default=900.0, gt=0)  # 15 min (open-mutation-api.md)
+    task_ttl_high_s: float = Field(default=600.0, gt=0)  # 10 min
+    task_ttl_low_s: float = Field(default=300.0, gt=0)  # 5 min: low and periodic_improvement
+    # A claim is a lease: it lapses unless the claimant proposes a mutation for the task within
+    # this many seconds; each such proposal renews it (never past the task's expiry).
+    task_claim_lease_s: float = Field(default=120.0, gt=0)
+
+    def task_ttl_s(self, severity: str) -> float:
+        """Time to live of a task of this severity (critical 15 min, high 10, low 5)."""
+        return {"critical": self.task_ttl_critical_s, "high": self.task_ttl_high_s}.get(severity, self.task_ttl_low_s)
+
 
 @lru_cache
 def get_settings() -> Settings:
