@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Any, Literal
 
@@ -144,6 +145,8 @@ class TaskCreateRequest(BaseModel):
                 raise ValueError("world_context keys must be 1-64 characters")
             if item is not None and type(item) not in (int, float, str, bool):
                 raise ValueError(f"world_context values must be numbers, strings, booleans or null ({name!r} is not)")
+            if type(item) is float and not math.isfinite(item):
+                raise ValueError(f"world_context numbers must be finite ({name!r} is not)")
             if type(item) is str and len(item) > 500:
                 raise ValueError(f"world_context strings must be at most 500 characters ({name!r} is longer)")
         return value

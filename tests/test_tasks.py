@@ -149,6 +149,12 @@ async def test_invalid_task_fields_are_named(http, change, field, needle):
     assert needle in payload["errors"][0]["message"], payload
 
 
+async def test_non_finite_numbers_are_refused(http):
+    body = b'{"problem_type": "p", "severity": "low", "description": "d", "world_context": {"x": NaN}}'
+    response = await http.post("/api/agents/tasks", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422 and "finite" in response.json()["detail"], response.text
+
+
 async def test_missing_fields_and_bad_bodies(http):
     response = await http.post("/api/agents/tasks", json={})
     assert response.status_code == 422
