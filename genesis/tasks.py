@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis.asyncio as aioredis
+from pydantic import ValidationError
 
 from genesis import redis_keys as keys
 from genesis import rules
@@ -108,7 +109,10 @@ async def live_tasks(redis: aioredis.Redis, limit: int = 100) -> list[tuple[Agen
         body, holder, pttl = results[3 * i : 3 * i + 3]
         if body is None:
             continue
-        task = AgentTask.model_validate_json(body)
+        try:
+            task = AgentTask.model_validate_json(body)
+        except ValidationError:  # not written by a TaskWorkflow: never listed
+            continue
         if task.expires_at <= now:
             continue
         claim = None

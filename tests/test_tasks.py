@@ -178,18 +178,21 @@ async def test_expired_or_orphaned_entries_are_never_listed(http, redis_client):
     stale = AgentTask(task_id=f"task_stale_{uuid.uuid4().hex[:6]}", expires_at=time.time() - 5, problem_type="p",
                       severity=TaskSeverity.low, description="d")
     orphan = f"task_orphan_{uuid.uuid4().hex[:6]}"
+    garbled = f"task_garbled_{uuid.uuid4().hex[:6]}"
     await redis_client.set(keys.agent_task(stale.task_id), stale.model_dump_json(), ex=60)
-    await redis_client.zadd(keys.AGENT_TASKS_QUEUE, {stale.task_id: stale.expires_at, orphan: time.time() + 60})
+    await redis_client.set(keys.agent_task(garbled), "{not json", ex=60)
+    await redis_client.zadd(keys.AGENT_TASKS_QUEUE,
+                            {stale.task_id: stale.expires_at, orphan: time.time() + 60, garbled: time.time() + 60})
     try:
         tasks_now = await listed(http)
-        assert stale.task_id not in tasks_now and orphan not in tasks_now
+        assert stale.task_id not in tasks_now and orphan not in tasks_now and garbled not in tasks_now
         assert all(t["expires_at"] > time.time() - 1 for t in tasks_now.values())
         for task_id in (stale.task_id, orphan):
             response = await http.post(f"/api/agents/tasks/{task_id}/claim", json={"agent_id": "a1"})
             assert response.status_code == 404 and response.json()["error"] == "TASK_NOT_FOUND", response.text
     finally:
-        await redis_client.zrem(keys.AGENT_TASKS_QUEUE, stale.task_id, orphan)
-        await redis_client.delete(keys.agent_task(stale.task_id))
+        await redis_client.zrem(keys.AGENT_TASKS_QUEUE, stale.task_id, orphan, garbled)
+        await redis_client.delete(keys.agent_task(stale.task_id), keys.agent_task(garbled))
 
 
 async def test_resolve_ends_the_task(http, temporal_client, task_events, redis_client):
