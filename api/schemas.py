@@ -134,6 +134,13 @@ class RegisterRequest(BaseModel):
             raise ValueError("name must be printable text, not only whitespace")
         return value
 
+    @field_validator("description")
+    @classmethod
+    def _description(cls, value: str) -> str:
+        if "\0" in value:
+            raise ValueError("description must not contain NUL characters")
+        return value
+
 
 class RegisterResponse(BaseModel):
     agent_id: str

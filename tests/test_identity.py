@@ -57,7 +57,8 @@ async def test_register_returns_an_id_and_a_key_stored_only_as_a_hash(http, sett
 
 @pytest.mark.parametrize("payload, field", [
     ({}, "name"), ({"name": ""}, "name"), ({"name": "   "}, "name"), ({"name": "x" * 65}, "name"),
-    ({"name": "ok", "member_id": 3}, "member_id"),
+    ({"name": "ok", "member_id": 3}, "member_id"), ({"name": "ok", "description": "a\u0000b"}, "description"),
+    ({"name": "tab\tname"}, "name"),
 ])
 async def test_register_validates_its_fields(http, payload, field):
     response = await http.post("/v1/agents/register", json=payload)
