@@ -28,10 +28,9 @@ WORKFLOWS = [MutationWorkflow, RollbackWorkflow]
 
 def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandbox: SandboxActivities) -> Worker:
     sessions = get_sessionmaker(settings.database_url)
-    records = MutationRecordActivities(sessions)
-    lifecycle = LifecycleActivities(
-        sessions, aioredis.from_url(settings.redis_url, socket_timeout=5), settings.mutations_dir
-    )
+    redis = aioredis.from_url(settings.redis_url, socket_timeout=5)
+    records = MutationRecordActivities(sessions, redis)
+    lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir)
     return Worker(
         client,
         task_queue=settings.task_queue,

@@ -20,7 +20,7 @@ from genesis.db.session import get_sessionmaker
 from genesis.redis_keys import Channels
 from engine.live_traits import host_owner
 from sandbox.container import containers_of
-from tests import traits
+from tests import agents, traits
 from tests.test_lifecycle import wait_for_status
 from tests.test_mutation_pipeline import propose
 
@@ -212,7 +212,8 @@ async def test_trait_spreads_to_newborns_and_rollback_removes_it_from_its_carrie
     carriers = await wait_until(lambda: carriers_of(http, "spreading_seeker"), timeout_s=90,
                                 what="newborns carrying the trait")
     assert all(e["age"] < 10_000 for e in carriers)
-    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "test rollback"})
+    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "test rollback"},
+                                 headers=await agents.headers(http, "living-world"))
     assert response.status_code == 202, response.text
     await wait_for_status(http, mutation_id, {"rolled_back"})
 
