@@ -30,8 +30,8 @@ WORKFLOWS = [MutationWorkflow, RollbackWorkflow, TaskWorkflow]
 
 def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandbox: SandboxActivities) -> Worker:
     sessions = get_sessionmaker(settings.database_url)
-    records = MutationRecordActivities(sessions)
     redis = aioredis.from_url(settings.redis_url, socket_timeout=5)
+    records = MutationRecordActivities(sessions, redis)
     lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir)
     task_activities = TaskActivities(redis)
     return Worker(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
+import redis.asyncio as aioredis
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -11,14 +12,17 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names
-from genesis import gatekeeper
+from genesis import gatekeeper, ratelimit
 from genesis.db.models import Mutation
-from genesis.dto import FailureCode, MutationInput, MutationStatus, StatusUpdate, ValidationOutcome
+from genesis.dto import FailureCode, MutationInput, MutationStatus, StatusUpdate, ValidationOutcome, terminal_statuses
+
+ENDED = terminal_statuses(activate=True)
 
 
 class MutationRecordActivities:
-    def __init__(self, sessions: async_sessionmaker):
+    def __init__(self, sessions: async_sessionmaker, redis: aioredis.Redis | None = None):
         self._sessions = sessions
+        self._redis = redis  # releases the agent's active-mutation slot (rate limits) at the end
 
     @activity.defn(name=names.VALIDATE_MUTATION)
     async def validate_mutation(self, mutation: MutationInput) -> ValidationOutcome:
@@ -83,9 +87,14 @@ class MutationRecordActivities:
         if change.status in (MutationStatus.rejected, MutationStatus.failed):
             values["holds_code_hash"] = False  # rejected code may be fixed and proposed again
         async with self._sessions() as session:
-            updated = await session.execute(
+            agent_id = await session.scalar(
                 update(Mutation).where(Mutation.mutation_id == change.mutation_id).values(**values)
+                .returning(Mutation.agent_id)
             )
             await session.commit()
-        if updated.rowcount == 0:
+        if agent_id is None:
             raise ApplicationError(f"no mutation record {change.mutation_id}", non_retryable=True)
+        if self._redis is not None and (change.final or change.status in ENDED):
+            # The mutation has ended: its agent may have another one in flight. Removing an
+            # absent slot is a no-op, so replays and retries release it once.
+            await ratelimit.release(self._redis, agent_id, change.mutation_id)

@@ -28,6 +28,7 @@ from sandbox.container import (
     TraitHostContainer,
     remove_containers_of,
 )
+from sandbox.intents import MalformedIntents, decode_intents
 from sandbox.pool import WarmPool
 
 HOST_START_DEADLINE_S = 20.0  # first answer includes container start on a busy machine
@@ -152,7 +153,8 @@ def run_trial(
             sent = time.perf_counter()
             try:
                 reply = host.request(
-                    {"op": "views", "tick": world.tick, **views, "run": run}, settings.sandbox_tick_deadline_s
+                    {"op": "views", "tick": world.tick, **views, "run": run, "reply": "columns"},
+                    settings.sandbox_tick_deadline_s,
                 )
             except HostDeadlineExceeded:
                 report.timeouts += 1
@@ -182,7 +184,10 @@ def run_trial(
                 report.exceptions += result.get("error_count", len(result["errors"]))
                 report.first_error = result["errors"][0]["error"]
                 return finish(FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: execute() raised {report.first_error}")
-            intents = {entity_id: entity_intents for entity_id, entity_intents in reply.get("intents", [])}
+            try:
+                intents = decode_intents(reply.get("intent_columns"))
+            except MalformedIntents as exc:
+                return finish(FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: the trait host sent malformed intents: {exc}")
             stepped = time.perf_counter()
             tick_report = world.step(intents)
             world_ms.append((time.perf_counter() - stepped) * 1000)

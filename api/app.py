@@ -7,9 +7,10 @@ from contextlib import asynccontextmanager
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from api import routes_context, routes_health, routes_mutations, routes_tasks, routes_world
+from api import routes_agents, routes_context, routes_health, routes_mutations, routes_tasks, routes_world
 from api.deps import Services
 from api.errors import BodySizeLimit, install_error_handlers
+from genesis.apikeys import load_pepper
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_engine, get_sessionmaker
 
@@ -25,6 +26,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings=settings,
             sessions=get_sessionmaker(settings.database_url),
             redis=aioredis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2),
+            pepper=load_pepper(settings.api_key_pepper.get_secret_value(), settings.state_dir),
         )
         yield
         await app.state.services.redis.aclose()
@@ -42,6 +44,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
     app.include_router(routes_mutations.router)
+    app.include_router(routes_agents.router)
     app.include_router(routes_context.router)
     app.include_router(routes_tasks.router)
     app.include_router(routes_health.router)

@@ -19,6 +19,7 @@ class Services:
     settings: Settings
     sessions: async_sessionmaker
     redis: aioredis.Redis
+    pepper: bytes = b""  # server secret of the API key hashes (genesis/apikeys.py)
     _temporal: Client | None = None
     _temporal_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 

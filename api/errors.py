@@ -9,9 +9,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
 class ApiError(Exception):
-    def __init__(self, status_code: int, error: str, detail: str, headers: dict[str, str] | None = None):
+    def __init__(self, status_code: int, error: str, detail: str, headers: dict[str, str] | None = None,
+                 extra: dict | None = None):
         super().__init__(detail)
         self.status_code, self.error, self.detail, self.headers = status_code, error, detail, headers
+        self.extra = extra or {}  # more fields of the body, e.g. retry_after_sec of a 429
 
 
 def _field_name(loc: tuple) -> str:
@@ -33,7 +35,8 @@ def _describe(err: dict) -> str:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
-        return JSONResponse({"error": exc.error, "detail": exc.detail}, exc.status_code, headers=exc.headers)
+        body = {"error": exc.error, "detail": exc.detail, **exc.extra}
+        return JSONResponse(body, exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import delete, select
 from sqlalchemy.exc import IntegrityError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
+from api.auth import API_KEY, acting_agent
 from api.errors import ApiError
 from api.routes_tasks import check_proposal_claim
 from api.schemas import (
@@ -16,11 +17,13 @@ from api.schemas import (
     MutationStatusResponse,
     ProposeRequest,
     ProposeResponse,
+    RateLimitResponse,
     RollbackBody,
     RollbackResponse,
 )
+from genesis import ratelimit
 from genesis.db.models import Mutation
-from genesis.dto import MutationInput, MutationStatus, RollbackRequest
+from genesis.dto import FailureCode, MutationInput, MutationStatus, RollbackRequest
 from genesis.ids import MUTATION_ID_PATTERN, mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
 from genesis.workflow_api import (
     MUTATION_WORKFLOW,
@@ -40,25 +43,43 @@ ERRORS = {
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
     503: {"model": ErrorResponse, "description": "A dependency is unavailable; nothing was recorded"},
 }
+WRITE_ERRORS = {
+    **ERRORS,
+    401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key (GENESIS_AUTH=required)"},
+    403: {"model": ErrorResponse, "description": "The X-API-Key belongs to another agent"},
+}
 
 
-@router.post("/propose", status_code=202, response_model=ProposeResponse, responses=ERRORS)
+@router.post(
+    "/propose", status_code=202, response_model=ProposeResponse,
+    responses={**WRITE_ERRORS, 429: {"model": RateLimitResponse, "description": "A rate limit; retry after retry_after_sec"}},
+)
 async def propose(
     body: ProposeRequest,
     request: Request,
     idempotency_key: str | None = Header(default=None, max_length=128, description="Retry-safe: same key, same mutation"),
+    api_key: str | None = Depends(API_KEY),
 ) -> JSONResponse:
     """Submit a trait. It is validated, sandboxed and judged by a durable MutationWorkflow;
-    poll the status URL (or watch the workflow in the Temporal UI)."""
+    poll the status URL (or watch the workflow in the Temporal UI).
+
+    Needs the agent's ``X-API-Key`` (unless GENESIS_AUTH=open) and is rate limited per agent
+    (active mutations, proposals per hour) and per client IP (proposals per minute)."""
     services = request.app.state.services
-    await check_proposal_claim(request, body.task_id, body.agent_id)  # 409 if another agent holds the task
-    mutation_id = (
-        mutation_id_for_idempotency_key(body.agent_id, idempotency_key) if idempotency_key else new_mutation_id()
-    )
+    agent_id = await acting_agent(services, api_key, body.agent_id)
+    mutation_id = mutation_id_for_idempotency_key(agent_id, idempotency_key) if idempotency_key else new_mutation_id()
     workflow_id = mutation_workflow_id(mutation_id)
+    if idempotency_key:  # a retry of an accepted proposal is answered without touching the limits
+        async with services.sessions() as session:
+            existing = await session.get(Mutation, mutation_id)
+        if existing is not None:
+            return _same_proposal(existing, body)
+    await check_proposal_claim(request, body.task_id, agent_id)  # 409 if another agent holds the task
     client = await services.temporal()  # fail before writing anything if Temporal is down
+    ip = request.client.host if request.client else "unknown"
+    decision = await _take_rate_limit(services, agent_id, ip, mutation_id)
     record = Mutation(
-        mutation_id=mutation_id, agent_id=body.agent_id, task_id=body.task_id, trait_name=body.trait_name,
+        mutation_id=mutation_id, agent_id=agent_id, task_id=body.task_id, trait_name=body.trait_name,
         goal=body.goal, code=body.code, status=MutationStatus.queued.value, validation_log=[],
         workflow_id=workflow_id, client_ip=request.client.host if request.client else None,
     )
@@ -67,16 +88,19 @@ async def propose(
         try:
             await session.commit()
         except IntegrityError:  # the same Idempotency-Key again: answer with the existing mutation
+            # (a concurrent request with that key recorded it first; the slot taken is its slot)
             await session.rollback()
             existing = await session.get(Mutation, mutation_id)
-            if existing is None or existing.code != body.code or existing.trait_name != body.trait_name:
-                raise ApiError(409, "IDEMPOTENCY_KEY_REUSED", "this Idempotency-Key was used for a different proposal")
-            return _accepted(existing.mutation_id, existing.status, "Mutation already accepted (same Idempotency-Key)")
+            return _same_proposal(existing, body)
+        except Exception:  # nothing was recorded: give the quota back
+            if not decision.already_held:
+                await ratelimit.refund(services.redis, agent_id, ip, mutation_id)
+            raise
     try:
         await client.start_workflow(
             MUTATION_WORKFLOW,
             MutationInput(
-                mutation_id=mutation_id, agent_id=body.agent_id, trait_name=body.trait_name,
+                mutation_id=mutation_id, agent_id=agent_id, trait_name=body.trait_name,
                 code=body.code, goal=body.goal, task_id=body.task_id,
                 activate=services.settings.activate_mutations,
                 observation_window_ticks=services.settings.observation_window_ticks,
@@ -87,7 +111,7 @@ async def propose(
             task_queue=services.settings.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             search_attributes=TypedSearchAttributes([
-                SearchAttributePair(SA_AGENT_ID, body.agent_id),
+                SearchAttributePair(SA_AGENT_ID, agent_id),
                 SearchAttributePair(SA_TRAIT_NAME, body.trait_name),
                 SearchAttributePair(SA_STATUS, MutationStatus.queued.value),
             ]),
@@ -96,8 +120,37 @@ async def propose(
         async with services.sessions() as session:  # leave nothing half-written behind
             await session.execute(delete(Mutation).where(Mutation.mutation_id == mutation_id))
             await session.commit()
+        await ratelimit.refund(services.redis, agent_id, ip, mutation_id)
         raise ApiError(503, "WORKFLOW_START_FAILED", f"could not start the mutation workflow: {exc}") from exc
     return _accepted(mutation_id, MutationStatus.queued.value, "Mutation accepted for validation")
+
+
+async def _take_rate_limit(services, agent_id: str, ip: str, mutation_id: str) -> ratelimit.Decision:
+    settings = services.settings
+    limits = ratelimit.Limits(
+        active_per_agent=settings.ratelimit_active_per_agent,
+        per_ip_minute=settings.ratelimit_proposals_per_ip_minute,
+        per_agent_hour=settings.ratelimit_proposals_per_agent_hour,
+        active_slot_ttl_s=settings.ratelimit_active_slot_ttl_s,
+        active_retry_after_s=settings.ratelimit_active_retry_after_s,
+    )
+    try:
+        decision = await ratelimit.acquire(services.redis, limits, agent_id, ip, mutation_id)
+    except Exception as exc:  # limits cannot be enforced: accept nothing
+        raise ApiError(503, "RATE_LIMITER_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+    if not decision.allowed:
+        raise ApiError(
+            429, FailureCode.RATE_LIMIT_EXCEEDED.value, decision.describe(agent_id, ip),
+            headers={"Retry-After": str(decision.retry_after_sec)},
+            extra={"retry_after_sec": decision.retry_after_sec},
+        )
+    return decision
+
+
+def _same_proposal(existing: Mutation | None, body: ProposeRequest) -> JSONResponse:
+    if existing is None or existing.code != body.code or existing.trait_name != body.trait_name:
+        raise ApiError(409, "IDEMPOTENCY_KEY_REUSED", "this Idempotency-Key was used for a different proposal")
+    return _accepted(existing.mutation_id, existing.status, "Mutation already accepted (same Idempotency-Key)")
 
 
 def _accepted(mutation_id: str, status: str, message: str) -> JSONResponse:
@@ -144,11 +197,19 @@ async def effects(mutation_id: str, request: Request) -> EffectsResponse:
     )
 
 
-@router.post("/{mutation_id}/rollback", status_code=202, response_model=RollbackResponse, responses=ERRORS)
-async def rollback(mutation_id: str, request: Request, body: RollbackBody | None = None) -> JSONResponse:
-    """Take a trait out of the world (the previous version of the same trait, if any, comes back)."""
+@router.post("/{mutation_id}/rollback", status_code=202, response_model=RollbackResponse, responses=WRITE_ERRORS)
+async def rollback(mutation_id: str, request: Request, body: RollbackBody | None = None,
+                   api_key: str | None = Depends(API_KEY)) -> JSONResponse:
+    """Take a trait out of the world (the previous version of the same trait, if any, comes back).
+    Needs the ``X-API-Key`` of the agent that proposed it (unless GENESIS_AUTH=open)."""
     services = request.app.state.services
+    caller = None
+    if api_key or services.settings.auth == "required":
+        caller = await acting_agent(services, api_key, None)
     record = await _load(request, mutation_id)
+    if caller is not None and caller != record.agent_id:
+        raise ApiError(403, "NOT_YOUR_MUTATION",
+                       f"mutation {mutation_id} belongs to agent '{record.agent_id}'; only it may roll it back")
     reason = body.reason if body else "manual"
     if record.status == MutationStatus.rolled_back.value:
         return _rollback_reply(record.mutation_id, record.status, "already rolled back", 200)

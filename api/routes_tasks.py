@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import time
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from temporalio.client import WorkflowHandle
@@ -22,6 +22,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from api.auth import API_KEY, acting_agent
 from api.errors import ApiError
 from api.schemas import (
     TASK_ID_PATTERN,
@@ -46,6 +47,11 @@ ERRORS = {
     409: {"model": ErrorResponse, "description": "Claimed by another agent, or the task id is taken"},
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
     503: {"model": ErrorResponse, "description": "Redis or Temporal is unavailable"},
+}
+CLAIM_ERRORS = {
+    **ERRORS,
+    401: {"model": ErrorResponse, "description": "X-API-Key missing or unknown (GENESIS_AUTH=required)"},
+    403: {"model": ErrorResponse, "description": "The body names another agent than the key's"},
 }
 
 
@@ -127,17 +133,21 @@ async def publish_task(body: TaskCreateRequest, request: Request) -> JSONRespons
     return JSONResponse(response.model_dump(), status_code=201)
 
 
-@router.post("/api/agents/tasks/{task_id}/claim", status_code=201, response_model=ClaimResponse, responses=ERRORS)
-async def claim_task(task_id: str, body: ClaimRequest, request: Request) -> JSONResponse:
+@router.post("/api/agents/tasks/{task_id}/claim", status_code=201, response_model=ClaimResponse, responses=CLAIM_ERRORS)
+async def claim_task(
+    task_id: str, request: Request, body: ClaimRequest | None = None, api_key: str | None = Depends(API_KEY),
+) -> JSONResponse:
     """Take a task so that no other agent works on it. The claim is a lease of
     ``GENESIS_TASK_CLAIM_LEASE_S`` seconds (never past the task's expiry): it lapses unless you
     propose a mutation for the task (``task_id`` in the proposal) in time; each such proposal
-    renews it. 201 for a new claim, 200 if it already was yours, 409 if another agent holds it."""
+    renews it. 201 for a new claim, 200 if it already was yours, 409 if another agent holds it.
+    Needs the agent's ``X-API-Key`` (unless GENESIS_AUTH=open: then ``agent_id`` in the body)."""
+    services = request.app.state.services
+    agent_id = await acting_agent(services, api_key, body.agent_id if body else None)
     if not TASK_ID_PATTERN.match(task_id):
         raise _not_found(task_id)
-    services = request.app.state.services
     try:
-        outcome = await tasks.claim(services.redis, task_id, body.agent_id, services.settings.task_claim_lease_s)
+        outcome = await tasks.claim(services.redis, task_id, agent_id, services.settings.task_claim_lease_s)
     except (RedisError, OSError) as exc:
         raise _redis_down(exc) from exc
     if outcome.code == tasks.CLAIM_NO_TASK:
@@ -151,7 +161,7 @@ async def claim_task(task_id: str, body: ClaimRequest, request: Request) -> JSON
         )
     won = outcome.code == tasks.CLAIM_WON
     response = ClaimResponse(
-        task_id=task_id, agent_id=body.agent_id, lease_sec=round(outcome.lease_remaining_s, 3),
+        task_id=task_id, agent_id=agent_id, lease_sec=round(outcome.lease_remaining_s, 3),
         lease_expires_at=round(time.time() + outcome.lease_remaining_s, 3), task_expires_at=outcome.task_expires_at,
         message=(
             f"Task claimed: propose a mutation with task_id {task_id!r} within {outcome.lease_remaining_s:.0f} s"

@@ -18,7 +18,12 @@ TASK_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 class ProposeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
-    agent_id: str = Field(description="Who proposes (logs, limits); 1-128 of letters, digits, _ . : @ -")
+    agent_id: str | None = Field(
+        default=None,
+        description="Who proposes (logs, limits); 1-128 of letters, digits, _ . : @ -. With an X-API-Key it "
+        "may be left out (it is the key's agent) and must equal the key's agent if given; without a key "
+        "(GENESIS_AUTH=open only) it is required",
+    )
     task_id: str | None = Field(default=None, description="Optional task from /api/agents/context/tasks")
     trait_name: str = Field(description="snake_case; becomes part of mutations/trait_{name}_v{N}.py")
     goal: str = Field(default="", max_length=2000, description="What the trait is for (shown in the Evolution Feed)")
@@ -26,8 +31,8 @@ class ProposeRequest(BaseModel):
 
     @field_validator("agent_id")
     @classmethod
-    def _agent_id(cls, value: str) -> str:
-        if not AGENT_ID_PATTERN.match(value):
+    def _agent_id(cls, value: str | None) -> str | None:
+        if value is not None and not AGENT_ID_PATTERN.match(value):
             raise ValueError("agent_id must be 1-128 characters: letters, digits and _ . : @ -, starting with a letter or digit")
         return value
 
@@ -181,12 +186,15 @@ class TaskCreatedResponse(TaskResponse):
 class ClaimRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    agent_id: str = Field(description="Who claims the task; the same agent_id must then propose the mutation")
+    agent_id: str | None = Field(
+        default=None,
+        description="Who claims the task (with X-API-Key: the key's agent, may be left out); the same agent must then propose the mutation",
+    )
 
     @field_validator("agent_id")
     @classmethod
-    def _agent_id(cls, value: str) -> str:
-        if not AGENT_ID_PATTERN.match(value):
+    def _agent_id(cls, value: str | None) -> str | None:
+        if value is not None and not AGENT_ID_PATTERN.match(value):
             raise ValueError("agent_id must be 1-128 characters: letters, digits and _ . : @ -, starting with a letter or digit")
         return value
 
@@ -229,3 +237,73 @@ class ErrorResponse(BaseModel):
     error: str
     detail: str
     errors: list[dict[str, Any]] | None = None
+
+
+class RateLimitResponse(BaseModel):
+    """429 of open-mutation-api.md; the Retry-After header carries the same number."""
+
+    error: str = Field(examples=["RATE_LIMIT_EXCEEDED"])
+    detail: str = Field(examples=["Too many active mutations for agent_id 'claude-external-1' (limit: 5)"])
+    retry_after_sec: int
+
+
+class RegisterRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=64, description="Display name of the agent")
+    description: str = Field(default="", max_length=2000, description="What the agent is, who runs it")
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not value.strip() or not value.isprintable():
+            raise ValueError("name must be printable text, not only whitespace")
+        return value
+
+    @field_validator("description")
+    @classmethod
+    def _description(cls, value: str) -> str:
+        if "\0" in value:
+            raise ValueError("description must not contain NUL characters")
+        return value
+
+
+class RegisterResponse(BaseModel):
+    agent_id: str
+    api_key: str = Field(description="Send it as X-API-Key. Shown once: only a hash of it is stored")
+    key_prefix: str = Field(description="The public part of the key (to tell keys apart in logs)")
+    name: str
+    description: str
+    registered_at: str = Field(description="ISO 8601, UTC")
+    message: str
+
+
+class Reputation(BaseModel):
+    """Counted from the agent's mutations."""
+
+    proposed: int = Field(description="every accepted proposal")
+    active: int = Field(description="not yet in a terminal state (queued … activated)")
+    activated: int = Field(description="went live in the world at some point")
+    kept: int = Field(description="judged and kept")
+    rolled_back: int = Field(description="taken out of the world again")
+    rejected: int = Field(description="refused by the gatekeeper, dedupe or the sandbox")
+    failed: int = Field(description="could not be processed for an infrastructure reason")
+
+
+class RateLimitUsage(BaseModel):
+    active_mutations: int
+    active_limit: int
+    proposals_this_hour: int
+    hourly_limit: int
+    hour_resets_in_sec: int
+    per_ip_minute_limit: int
+
+
+class AgentResponse(BaseModel):
+    agent_id: str
+    name: str
+    description: str
+    key_prefix: str
+    registered_at: str
+    reputation: Reputation
+    rate_limits: RateLimitUsage

@@ -22,6 +22,7 @@ from genesis import registry
 from genesis.config import Settings
 from genesis.redis_keys import Channels
 from sandbox import image
+from sandbox.intents import decode_intents
 from sandbox.container import (
     HostCrashed,
     HostDeadlineExceeded,
@@ -139,7 +140,7 @@ class HostTraitRunner:
             self._restart_soon()
             self.stats.skipped_ticks += 1
             return {}
-        message = {"op": "views", "tick": tick, **views, "run": run}
+        message = {"op": "views", "tick": tick, **views, "run": run, "reply": "columns"}
         async with self._host_lock:
             try:
                 reply = await asyncio.to_thread(self._request, message)
@@ -149,7 +150,8 @@ class HostTraitRunner:
         results = reply.get("results", {})
         for name in sorted(results):
             await self._account(name, results[name])
-        return {entity_id: intents for entity_id, intents in reply.get("intents", [])}
+        # MalformedIntents propagates: the engine logs it and runs this tick on instinct.
+        return decode_intents(reply.get("intent_columns"))
 
     async def close(self) -> None:
         if self._restart_task is not None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -27,11 +28,14 @@ class Settings(BaseSettings):
 
     # Sandbox (trait host container) limits.
     sandbox_image: str = ""  # empty: the offline-built image for the current trait host
+    # The Python that runs traits, in the sandbox test and the live world alike: PyPy's JIT makes
+    # trait calls several times faster; traits are then written in its language (Python 3.9).
+    trait_host_runtime: Literal["pypy", "cpython"] = "pypy"
     sandbox_ticks: int = 50
     sandbox_seed: int = 1234
     sandbox_call_timeout_ms: float = 5.0
     sandbox_tick_deadline_s: float = 2.0  # wall clock per tick before the container is killed
-    sandbox_memory: str = "64m"
+    sandbox_memory: str = "256m"  # PyPy's JIT and heap need more than CPython's ~15 MB
     sandbox_pids_limit: int = 32
     sandbox_cpus: float = 1.0
     sandbox_min_fps: float = 30.0  # projected world fps with the trait below this -> SANDBOX_FPS_DROP
@@ -62,6 +66,25 @@ class Settings(BaseSettings):
     observation_timeout_s: float = Field(default=900.0, gt=0)
     rollback_threshold: float = -0.10  # fitness delta at or below this rolls the trait back
     engine_trait_deadline_ms: float = 200.0  # wall clock for one tick of the live trait host
+
+    # Identity of external agents (external-agents-phase2.md): API keys on write endpoints.
+    # required: propose/rollback need X-API-Key and act as the key's agent; open: the seed's
+    # keyless flow (agent_id from the body) for local experiments, a key is still honoured if sent.
+    auth: Literal["required", "open"] = "required"
+    # Server secret mixed into every stored key hash (HMAC-SHA256). Empty: a random one is
+    # created once in <state_dir>/api-key-pepper. Set it explicitly when several API hosts
+    # share one database; changing it invalidates every issued key.
+    api_key_pepper: SecretStr = SecretStr("")
+
+    # Rate limits of open-mutation-api.md (Redis, atomic). Raise them for load tests.
+    ratelimit_active_per_agent: int = Field(default=5, ge=1)  # mutations not yet in a terminal state
+    ratelimit_proposals_per_ip_minute: int = Field(default=10, ge=1)
+    ratelimit_proposals_per_agent_hour: int = Field(default=30, ge=1)
+    # An active slot that was never released (its workflow was terminated from outside) lapses
+    # after this long; longer than any mutation's legitimate life (sandbox + observation).
+    ratelimit_active_slot_ttl_s: int = Field(default=3 * 3600, ge=60)
+    # retry_after_sec when the active limit is hit (a slot frees when a mutation ends).
+    ratelimit_active_retry_after_s: int = Field(default=30, ge=1)
 
     # Tasks for external agents (TaskWorkflow) and claims on them.
     task_ttl_critical_s: float = Field(default=900.0, gt=0)  # 15 min (open-mutation-api.md)

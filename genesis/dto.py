@@ -22,6 +22,13 @@ class MutationStatus(str, Enum):
     failed = "failed"
 
 
+def terminal_statuses(activate: bool = True) -> frozenset[MutationStatus]:
+    """States in which a mutation's workflow has ended (it no longer counts as active).
+    ``sandbox_ok`` is one only when activation is switched off."""
+    ended = {MutationStatus.rejected, MutationStatus.kept, MutationStatus.rolled_back, MutationStatus.failed}
+    return frozenset(ended if activate else ended | {MutationStatus.sandbox_ok})
+
+
 class FailureCode(str, Enum):
     SYNTAX_ERROR = "SYNTAX_ERROR"
     AST_IMPORT_FORBIDDEN = "AST_IMPORT_FORBIDDEN"
@@ -115,6 +122,8 @@ class StatusUpdate(BaseModel):
     effects: dict[str, Any] | None = None
     fitness_verdict: str | None = None
     rollback_reason: str | None = None
+    # The workflow's last transition: the mutation stops counting as active (rate limits).
+    final: bool = False
 
 
 class ActivationRequest(BaseModel):

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import httpx
+from pydantic import SecretStr
 
 from genesis.config import PROJECT_ROOT, Settings
 
@@ -30,6 +31,8 @@ def free_port() -> int:
 def env_for(settings: Settings) -> dict[str, str]:
     env = dict(os.environ)
     for name, value in settings.model_dump().items():
+        if isinstance(value, SecretStr):
+            value = value.get_secret_value()
         env[f"GENESIS_{name.upper()}"] = str(value)
     env["PYTHONUNBUFFERED"] = "1"
     return env

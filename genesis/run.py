@@ -45,6 +45,7 @@ def main() -> int:
         f"    Health        {base}/api/health\n"
         f"    World stats   {base}/api/stats   (frames: ws://{settings.api_host}:{settings.api_port}/ws/world)\n"
         f"    Temporal UI   {settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows\n"
+        f"    Agents        POST {base}/v1/agents/register, then send X-API-Key (GENESIS_AUTH={settings.auth})\n"
         "  Ctrl-C stops the worker, the engine and the API (services keep running).\n",
         flush=True,
     )

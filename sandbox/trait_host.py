@@ -13,7 +13,8 @@ Requests (one JSON object per line) and replies:
   {"op": "unload", "trait": NAME}                  -> {"ok": true, "op": "unload"}
   {"op": "tick", "tick": N, "batches": {NAME: [view, ...]}}
       -> {"ok": true, "op": "tick", "tick": N, "results": {NAME: {"intents": [[id, [...]], ...],
-          "calls": n, "total_us": t, "max_us": m, "errors": [...], "timeouts": [ids]}}}
+          "calls": n, "total_us": t, "max_us": m, "errors": [...], "error_count": k,
+          "timeouts": [ids]}}}
   {"op": "views", "tick": N, "fields": [NAME, ...], "world": {NAME: value, ...},
    "trait_sets": [[TRAIT, ...], ...], "run": [TRAIT, ...], "rows": [[value, ...], ...]}
       The compact form (the live engine's): every carrier's view is sent once, as a row of the
@@ -25,7 +26,9 @@ Requests (one JSON object per line) and replies:
       -> {"ok": true, "op": "views", "tick": N, "intents": [[id, [...]], ...],
           "results": {TRAIT: {"calls": n, "total_us": t, "max_us": m, "errors": [...],
           "error_count": k, "timeouts": [ids]}}}
-      where an entity's intents are those of its traits concatenated in ``run`` order.
+      where an entity's intents are those of its traits concatenated in ``run`` order. With
+      "reply": "columns" in the request, "intent_columns" (see ``encode_intents``) replaces
+      "intents".
 The host exits when stdin closes.
 """
 
@@ -49,8 +52,35 @@ class TraitTimeout(BaseException):
     A BaseException so a trait's ``except Exception`` cannot swallow it."""
 
 
-def _on_cpu_alarm(signum, frame):
-    raise TraitTimeout()
+class Watchdog:
+    """CPU-time limit of trait calls with one periodic timer per batch, not two syscalls per call.
+
+    ITIMER_VIRTUAL (time on the CPU, so a busy machine does not make an honest trait look slow)
+    fires every budget while a batch runs. Each call bumps ``calls``; a firing that finds the
+    same call still running as at the previous firing raises TraitTimeout in it. So a call is
+    stopped after between one and two budgets of CPU time, and a trait that swallows the first
+    TraitTimeout (in a ``finally``) gets another one a budget later. Firings between calls, in
+    the host's own code (``in_call`` false), never raise."""
+
+    def __init__(self):
+        self.calls = 0
+        self.seen = -1
+        self.in_call = False
+
+    def on_alarm(self, signum, frame):
+        if self.in_call and self.calls == self.seen:
+            raise TraitTimeout()
+        self.seen = self.calls
+
+    def arm(self, budget_s):
+        self.seen = -1
+        signal.setitimer(signal.ITIMER_VIRTUAL, budget_s, budget_s)
+
+    def disarm(self):
+        signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+
+
+WATCHDOG = Watchdog()
 
 
 class Host:
@@ -76,7 +106,7 @@ class Host:
         missing = [m for m in api["methods"] if not hasattr(self.proxy_class, m)]
         if missing:
             return {"ok": False, "op": "hello", "error": "host lacks entity methods: %s" % missing}
-        return {"ok": True, "op": "hello", "python": sys.version.split()[0]}
+        return {"ok": True, "op": "hello", "python": sys.version.split()[0], "implementation": sys.implementation.name}
 
     def load(self, msg):
         name, source, class_name = msg["trait"], msg["source"], msg["class_name"]
@@ -106,7 +136,7 @@ class Host:
             if name in self.classes:
                 results[name] = self.run_trait(name, views)
             else:
-                results[name] = {"intents": [], "calls": 0, "total_us": 0, "max_us": 0,
+                results[name] = {"intents": [], "calls": 0, "total_us": 0,
                                  "errors": [{"entity_id": None, "error": "trait not loaded"}],
                                  "timeouts": []}
         return {"ok": True, "op": "tick", "tick": msg.get("tick"), "results": results}
@@ -130,13 +160,17 @@ class Host:
         finally:
             if gc_was_on:
                 gc.enable()
-        return {"ok": True, "op": "views", "tick": msg.get("tick"), "results": results,
-                "intents": [[entity_id, intents] for entity_id, intents in merged.items()]}
+        reply = {"ok": True, "op": "views", "tick": msg.get("tick"), "results": results}
+        if msg.get("reply") == "columns":
+            reply["intent_columns"] = encode_intents(merged)
+        else:
+            reply["intents"] = [[entity_id, intents] for entity_id, intents in merged.items()]
+        return reply
 
     def run_views(self, run, sets, rows, set_at, id_at, proxy_class, merged, results):
         for name in run:
             if name not in self.classes:
-                results[name] = {"calls": 0, "total_us": 0, "max_us": 0, "error_count": 1,
+                results[name] = {"calls": 0, "total_us": 0, "error_count": 1,
                                  "errors": [{"entity_id": None, "error": "trait not loaded"}],
                                  "timeouts": []}
                 continue
@@ -155,86 +189,74 @@ class Host:
     # -- running traits ----------------------------------------------------------------------
     def run_rows(self, name, rows, id_at, proxy_class, merged):
         """Run one trait on rows (the ``views`` form), merging intents into ``merged``."""
+        return self.run_calls(name, [row[id_at] for row in rows], rows, proxy_class, merged)
+
+    def run_trait(self, name, views):
+        """Run one trait on dict views (the ``tick`` form)."""
+        merged = {}
+        result = self.run_calls(name, [view["id"] for view in views], views, self.proxy_class, merged)
+        result["intents"] = [[entity_id, intents] for entity_id, intents in merged.items()]
+        return result
+
+    def run_calls(self, name, ids, items, proxy_class, merged):
+        """``execute(proxy_class(item, intents))`` of trait ``name`` for each entity, under the
+        CPU watchdog; intents are merged into ``merged`` by entity id. One clock read per call
+        (each call's time runs from the previous read, so it includes the loop's own share)."""
         cls = self.classes[name]
         instances = self.instances[name]
         kept = {}
         errors, timeouts = [], []
-        total_us = max_us = 0.0
+        watchdog = WATCHDOG
         clock = time.perf_counter
-        setitimer = signal.setitimer
-        virtual = signal.ITIMER_VIRTUAL
-        budget = self.call_timeout_s
-        for row in rows:
-            entity_id = row[id_at]
-            recorded = []
-            started = clock()
-            try:
-                setitimer(virtual, budget)
-                instance = instances.get(entity_id)
-                if instance is None:
-                    instance = cls()
-                kept[entity_id] = instance
-                drive(instance.execute(proxy_class(row, recorded)))
-                setitimer(virtual, 0)
-            except TraitTimeout:
-                timeouts.append(entity_id)
-            except BaseException as exc:
-                setitimer(virtual, 0)
-                errors.append({"entity_id": entity_id, "error": describe(exc)})
-            elapsed_us = (clock() - started) * 1e6
-            total_us += elapsed_us
-            if elapsed_us > max_us:
-                max_us = elapsed_us
-            if recorded:
-                have = merged.get(entity_id)
-                if have is None:
-                    merged[entity_id] = recorded
-                else:
-                    have.extend(recorded)
+        max_s = 0.0
+        watchdog.arm(self.call_timeout_s)
+        started = last = clock()
+        try:
+            for entity_id, item in zip(ids, items):
+                recorded = []
+                watchdog.calls += 1
+                try:
+                    watchdog.in_call = True
+                    instance = instances.get(entity_id)
+                    if instance is None:
+                        instance = cls()
+                    kept[entity_id] = instance
+                    drive(instance.execute(proxy_class(item, recorded)))
+                    watchdog.in_call = False
+                except TraitTimeout:
+                    watchdog.in_call = False
+                    timeouts.append(entity_id)
+                except BaseException as exc:
+                    watchdog.in_call = False
+                    errors.append({"entity_id": entity_id, "error": describe(exc)})
+                if recorded:
+                    have = merged.get(entity_id)
+                    if have is None:
+                        merged[entity_id] = recorded
+                    else:
+                        have.extend(recorded)
+                now = clock()
+                if now - last > max_s:
+                    max_s = now - last
+                last = now
+        finally:
+            watchdog.disarm()
+        total_us = (last - started) * 1e6
         self.instances[name] = kept  # entities that died or lost the trait are forgotten
-        return {"calls": len(rows), "total_us": round(total_us, 1), "max_us": round(max_us, 1),
-                "errors": errors[:20], "error_count": len(errors), "timeouts": timeouts}
-
-    def run_trait(self, name, views):
-        cls = self.classes[name]
-        instances = self.instances[name]
-        live_ids = set()
-        intents, errors, timeouts = [], [], []
-        total_us = max_us = 0.0
-        for view in views:
-            entity_id = view["id"]
-            live_ids.add(entity_id)
-            recorded = []
-            started = time.perf_counter()
-            try:
-                instance = instances.get(entity_id)
-                if instance is None:
-                    instance = instances[entity_id] = self.with_cpu_alarm(cls)
-                proxy = self.proxy_class(view, recorded)
-                self.with_cpu_alarm(lambda: drive(instance.execute(proxy)))
-            except TraitTimeout:
-                timeouts.append(entity_id)
-            except BaseException as exc:
-                errors.append({"entity_id": entity_id, "error": describe(exc)})
-            elapsed_us = (time.perf_counter() - started) * 1e6
-            total_us += elapsed_us
-            max_us = max(max_us, elapsed_us)
-            if recorded:
-                intents.append([entity_id, recorded])
-        for gone in [i for i in instances if i not in live_ids]:
-            del instances[gone]  # entity died or lost the trait
-        return {"intents": intents, "calls": len(views), "total_us": round(total_us, 1),
-                "max_us": round(max_us, 1), "errors": errors[:20], "error_count": len(errors),
-                "timeouts": timeouts}
+        return {"calls": len(ids), "total_us": round(total_us, 1), "max_us": round(max_s * 1e6, 1), "errors": errors[:20],
+                "error_count": len(errors), "timeouts": timeouts}
 
     def with_cpu_alarm(self, fn):
-        """Run ``fn`` with a CPU-time alarm (ITIMER_VIRTUAL: time spent on the CPU, so a busy
-        machine does not make an honest trait look slow)."""
-        signal.setitimer(signal.ITIMER_VIRTUAL, self.call_timeout_s)
+        """Run host-side trait code outside a batch (module body, constructor) under the watchdog."""
+        watchdog = WATCHDOG
+        watchdog.arm(self.call_timeout_s)
+        watchdog.calls += 1
         try:
+            watchdog.in_call = True
             return fn()
         finally:
-            signal.setitimer(signal.ITIMER_VIRTUAL, 0)
+            watchdog.in_call = False
+            watchdog.disarm()
 
     def safe_builtins(self):
         allowed = self.allowed_imports
@@ -402,6 +424,64 @@ def make_row_proxy_class(readable, writable, fields, world):
     return Entity
 
 
+INTENT_KINDS = {"set": "s", "move": "m", "move_towards": "t", "eat": "e"}
+
+
+def encode_intents(merged):
+    """The merged intents as columns (one entry per intent, entity by entity, each entity's
+    intents in order): ``entity`` (i8), ``kind`` (one letter each: s set, m move,
+    t move_towards, e eat), ``attr`` (i8 index into ``names``, -1 if not a set), ``a``/``b``
+    (f8 first/second argument, NaN if none), and ``other``: [index, slot, value] for each
+    argument that is not a finite float (ints, strings, markers), so nothing is coerced here.
+    Floats cross as raw bytes: formatting thousands of them as JSON text costs more than
+    running the traits."""
+    entity, kinds, attr, a, b, other = [], [], [], [], [], []
+    names = {}
+    nan = math.nan
+    i = 0
+    for entity_id, intents in merged.items():
+        for intent in intents:
+            kind = intent[0]
+            entity.append(entity_id)
+            kinds.append(INTENT_KINDS[kind])
+            if kind == "set":
+                name = intent[1]
+                at = names.get(name)
+                if at is None:
+                    at = names[name] = len(names)
+                attr.append(at)
+                first, second = intent[2], nan
+            elif kind == "eat":
+                attr.append(-1)
+                first, second = nan, nan
+            else:
+                attr.append(-1)
+                first, second = intent[1], intent[2]
+            if type(first) is float and first - first == 0.0:
+                a.append(first)
+            else:
+                a.append(nan)
+                if kind != "eat":
+                    other.append([i, 0, first])
+            if type(second) is float and second - second == 0.0:
+                b.append(second)
+            else:
+                b.append(nan)
+                if kind == "move" or kind == "move_towards":
+                    other.append([i, 1, second])
+            i += 1
+    return {"count": i, "entity": pack("q", entity), "kind": "".join(kinds), "attr": pack("q", attr),
+            "names": list(names), "a": pack("d", a), "b": pack("d", b), "other": other}
+
+
+def pack(code, values):
+    """{"f8"|"i8": base64 of a little-endian float64/int64 array} (as in requests)."""
+    arr = array.array(code, values)
+    if sys.byteorder != "little":
+        arr.byteswap()
+    return {"f8" if code == "d" else "i8": binascii.b2a_base64(arr.tobytes(), newline=False).decode("ascii")}
+
+
 def plain(value):
     """Only plain, finite scalars cross back to the trusted side; anything else is marked."""
     kind = type(value)
@@ -425,7 +505,7 @@ def describe(exc):
 
 
 def main():
-    signal.signal(signal.SIGVTALRM, _on_cpu_alarm)
+    signal.signal(signal.SIGVTALRM, WATCHDOG.on_alarm)
     out = sys.stdout
     sys.stdout = sys.stderr  # nothing a trait does can write into the protocol stream
     host = Host()

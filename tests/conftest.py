@@ -12,6 +12,7 @@ import time
 import httpx
 import redis.asyncio as aioredis
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import text
 from temporalio.testing import WorkflowEnvironment
 
@@ -61,7 +62,7 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
     await asyncio.to_thread(upgrade_to_head, TEST_DATABASE_URL)  # alembic runs its own loop
     engine = get_engine(TEST_DATABASE_URL)
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE mutations, trait_versions"))
+        await conn.execute(text("TRUNCATE mutations, trait_versions, agents"))
     test_redis = aioredis.from_url(TEST_REDIS_URL)
     await test_redis.flushdb()  # the registry and telemetry of an earlier run
     await test_redis.aclose()
@@ -77,6 +78,13 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         observation_window_ticks=60,
         observation_timeout_s=600,
         engine_trait_gain_chance=1.0,
+        # GENESIS_AUTH=required (the default): tests propose with registered agents' keys
+        # (tests/agents.py). The seed's rate limits are tested on API processes of their own
+        # (tests/test_rate_limits.py); this one serves the whole suite from one IP.
+        api_key_pepper=SecretStr("genesis-test-pepper"),
+        ratelimit_active_per_agent=1000,
+        ratelimit_proposals_per_ip_minute=100_000,
+        ratelimit_proposals_per_agent_hour=100_000,
     )
 
 
@@ -92,8 +100,31 @@ async def worker(settings):
 async def api_url(settings, worker):
     process = api_process(settings)
     process.start()
-    yield await asyncio.to_thread(wait_for_api, process)
+    url = await asyncio.to_thread(wait_for_api, process)
+    # The worker polls only once its sandbox image and pool are ready: wait for health to say so.
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        deadline = time.monotonic() + 90
+        while (await client.get("/api/health")).status_code != 200 and time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+    yield url
     process.stop()
+
+
+@pytest.fixture(scope="module")
+async def start_api(settings, worker):
+    """Start another API process on the session's services with some settings changed
+    (auth mode, rate limits, task queue); each is stopped at the end of the test module."""
+    started = []
+
+    async def start(name: str, **changes) -> str:
+        process = api_process(settings.model_copy(update={"api_port": free_port(), **changes}), name)
+        process.start()
+        started.append(process)
+        return await asyncio.to_thread(wait_for_api, process)
+
+    yield start
+    for process in started:
+        process.stop()
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ from genesis.db.session import get_sessionmaker
 from genesis.dto import ActivationRequest, RollbackRequest
 from genesis.effects import WorldSample, compute_effects, verdict
 from genesis.redis_keys import Channels
-from tests import traits
+from tests import agents, traits
 from tests.test_mutation_pipeline import HISTORIES, propose, wait_for_verdict
 from workflows.mutation import MutationWorkflow
 
@@ -191,18 +191,20 @@ async def test_kept_mutation_can_be_rolled_back_over_the_api(http, temporal_clie
     kept = await wait_for_status(http, mutation_id, {"kept"})
     assert kept["fitness_verdict"] == "positive"
     await replay_and_maybe_record(temporal_client, mutation_id, "mutation_kept")
-    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "operator said so"})
+    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "operator said so"},
+                                 headers=await agents.headers(http))
     assert response.status_code == 202, response.text
     rolled = await wait_for_status(http, mutation_id, {"rolled_back"})
     assert rolled["rollback_reason"] == "operator said so"
-    again = await http.post(f"/api/mutations/{mutation_id}/rollback")
+    again = await http.post(f"/api/mutations/{mutation_id}/rollback", headers=await agents.headers(http))
     assert again.status_code == 200 and again.json()["message"] == "already rolled back"
 
 
 async def test_rollback_during_observation(http):
     mutation_id = await propose(http, traits.seeker(503), trait_name="withdrawn")
     await wait_for_status(http, mutation_id, {"activated"})
-    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "changed my mind"})
+    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "changed my mind"},
+                                 headers=await agents.headers(http))
     assert response.status_code == 202
     status = await wait_for_status(http, mutation_id, {"rolled_back"})
     assert status["rollback_reason"] == "changed my mind"
@@ -211,5 +213,5 @@ async def test_rollback_during_observation(http):
 async def test_rejected_mutation_cannot_be_rolled_back(http):
     mutation_id = await propose(http, traits.FORBIDDEN_IMPORT.replace("hi", "nope"), trait_name="never_live")
     await wait_for_verdict(http, mutation_id)
-    response = await http.post(f"/api/mutations/{mutation_id}/rollback")
+    response = await http.post(f"/api/mutations/{mutation_id}/rollback", headers=await agents.headers(http))
     assert response.status_code == 409 and response.json()["error"] == "NOT_ROLLBACKABLE"

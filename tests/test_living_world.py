@@ -19,8 +19,9 @@ from genesis.db.models import TraitVersion
 from genesis.db.session import get_sessionmaker
 from genesis.redis_keys import Channels
 from engine.live_traits import host_owner
+from sandbox import image
 from sandbox.container import containers_of
-from tests import traits
+from tests import agents, traits
 from tests.test_lifecycle import wait_for_status
 from tests.test_mutation_pipeline import propose
 
@@ -94,7 +95,7 @@ async def test_trait_code_never_runs_in_the_engine_process(http, settings, engin
         await redis.aclose()
     # The constructor ran (the trait is live) — inside the trait-host container, not here.
     assert not os.path.exists(MARKER), "trait code ran on the host"
-    check = engine_host(engine_proc.proc.pid).exec_run(["/usr/local/bin/python3", "-I", "-S", "-c",
+    check = engine_host(engine_proc.proc.pid).exec_run([image.runtime().path_in_image, "-I", "-S", "-c",
                                     f"import os; print(os.path.exists({MARKER!r}))"])
     assert check.output.decode().strip() == "True", check.output
 
@@ -183,7 +184,11 @@ async def test_killed_trait_host_restarts_and_reloads_the_traits(http, engine_pr
     tick_before = (await engine_status(http))["tick"]
     await wait_until(lambda: _new_host_running(engine_proc.proc.pid), what="a new trait host")
     await wait_until(lambda: _covers(http, set(live)), what="the traits to be reloaded")
-    assert (await engine_status(http))["tick"] > tick_before, "ticks kept flowing"
+
+    async def ticked() -> bool:  # stats are published once a second: allow a window or two
+        return (await engine_status(http))["tick"] > tick_before
+
+    await wait_until(ticked, timeout_s=5, what="ticks to keep flowing")
 
 
 async def _new_host_running(engine_pid: int) -> bool:
@@ -212,7 +217,8 @@ async def test_trait_spreads_to_newborns_and_rollback_removes_it_from_its_carrie
     carriers = await wait_until(lambda: carriers_of(http, "spreading_seeker"), timeout_s=90,
                                 what="newborns carrying the trait")
     assert all(e["age"] < 10_000 for e in carriers)
-    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "test rollback"})
+    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "test rollback"},
+                                 headers=await agents.headers(http, "living-world"))
     assert response.status_code == 202, response.text
     await wait_for_status(http, mutation_id, {"rolled_back"})
 

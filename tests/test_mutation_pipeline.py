@@ -16,7 +16,7 @@ from temporalio.worker import Replayer
 
 from genesis.workflow_api import SA_STATUS
 from sandbox.container import containers_of as sandbox_containers_of
-from tests import traits
+from tests import agents, traits
 from workflows.mutation import MutationWorkflow
 from workflows.task import TaskWorkflow
 
@@ -31,8 +31,10 @@ def unique_agent() -> str:
 
 
 async def propose(http, code: str, trait_name: str = "energy_hoarder", agent_id: str | None = None, **extra) -> str:
-    body = {"agent_id": agent_id or unique_agent(), "trait_name": trait_name, "goal": "test", "code": code, **extra}
-    response = await http.post("/api/mutations/propose", json=body)
+    """Propose as the registered agent named ``agent_id`` (the session's test agent if None)."""
+    proposer = await agents.agent(http, agent_id or agents.DEFAULT_AGENT)
+    body = {"agent_id": proposer.agent_id, "trait_name": trait_name, "goal": "test", "code": code, **extra}
+    response = await http.post("/api/mutations/propose", json=body, headers=proposer.headers)
     assert response.status_code == 202, response.text
     payload = response.json()
     assert payload["status"] == "queued"
@@ -69,7 +71,8 @@ async def test_seed_example_reaches_sandbox_ok(http, temporal_client):
     status = await wait_for_verdict(http, mutation_id)
     assert status["status"] in PASSED, status
     assert status["failure_reason_code"] is None
-    assert status["agent_id"] == "claude-external-1" and status["trait_name"] == "energy_hoarder"
+    registered = await agents.agent(http, "claude-external-1")
+    assert status["agent_id"] == registered.agent_id and status["trait_name"] == "energy_hoarder"
     assert status["created_at"] <= status["updated_at"]
     log = status["validation_log"]
     assert log[0] == "Schema: OK" and "AST parse: OK" in log
@@ -89,8 +92,9 @@ async def test_seed_example_reaches_sandbox_ok(http, temporal_client):
 
 
 async def test_workflow_is_searchable_by_custom_attributes(http, temporal_client):
-    agent = unique_agent()
-    mutation_id = await propose(http, traits.seeker(101), trait_name="searchable_seeker", agent_id=agent)
+    name = unique_agent()
+    agent = (await agents.agent(http, name)).agent_id
+    mutation_id = await propose(http, traits.seeker(101), trait_name="searchable_seeker", agent_id=name)
     status = await wait_for_verdict(http, mutation_id)
     query = f'GenesisAgentId = "{agent}" AND GenesisTraitName = "searchable_seeker"'
     deadline = time.monotonic() + 10
@@ -103,7 +107,7 @@ async def test_workflow_is_searchable_by_custom_attributes(http, temporal_client
     described = await temporal_client.get_workflow_handle(f"mutation-{mutation_id}").describe()
     assert described.typed_search_attributes.get(SA_STATUS) in PASSED
     rejected = await wait_for_verdict(http, await propose(http, traits.INFINITE_LOOP.replace("Spinner", "Spin2"),
-                                                          trait_name="searchable_spinner", agent_id=agent))
+                                                          trait_name="searchable_spinner", agent_id=name))
     assert rejected["failure_reason_code"] == "SANDBOX_TIMEOUT"
     query = f'GenesisAgentId = "{agent}" AND GenesisFailureCode = "SANDBOX_TIMEOUT" AND GenesisStatus = "rejected"'
     deadline = time.monotonic() + 10
@@ -152,8 +156,8 @@ async def test_same_code_twice_is_a_duplicate(http):
 
 
 async def test_idempotency_key_returns_the_same_mutation(http):
-    body = {"agent_id": unique_agent(), "trait_name": "idem", "code": traits.seeker(303)}
-    headers = {"Idempotency-Key": uuid.uuid4().hex}
+    body = {"trait_name": "idem", "code": traits.seeker(303)}
+    headers = {"Idempotency-Key": uuid.uuid4().hex, **await agents.headers(http, unique_agent())}
     first = await http.post("/api/mutations/propose", json=body, headers=headers)
     second = await http.post("/api/mutations/propose", json=body, headers=headers)
     assert first.status_code == second.status_code == 202

@@ -20,7 +20,7 @@ from genesis import tasks
 from genesis.dto import AgentTask, TaskClose, TaskEndReason, TaskResult, TaskSeverity
 from genesis.redis_keys import Channels
 from genesis.workflow_api import task_workflow_id
-from tests import traits
+from tests import agents, traits
 from tests.test_mutation_pipeline import HISTORIES, propose, wait_for_verdict
 from workflows.mutation import MutationWorkflow
 from workflows.task import TaskWorkflow
@@ -187,8 +187,9 @@ async def test_expired_or_orphaned_entries_are_never_listed(http, redis_client):
         tasks_now = await listed(http)
         assert stale.task_id not in tasks_now and orphan not in tasks_now and garbled not in tasks_now
         assert all(t["expires_at"] > time.time() - 1 for t in tasks_now.values())
+        me = await agents.agent(http)
         for task_id in (stale.task_id, orphan):
-            response = await http.post(f"/api/agents/tasks/{task_id}/claim", json={"agent_id": "a1"})
+            response = await http.post(f"/api/agents/tasks/{task_id}/claim", headers=me.headers)
             assert response.status_code == 404 and response.json()["error"] == "TASK_NOT_FOUND", response.text
     finally:
         await redis_client.zrem(keys.AGENT_TASKS_QUEUE, stale.task_id, orphan, garbled)
@@ -217,14 +218,15 @@ async def test_resolve_ends_the_task(http, temporal_client, task_events, redis_c
 
 async def test_twenty_concurrent_claims_have_one_winner(http, settings):
     task_id = (await publish(http))["task_id"]
-    agents = [f"racer-{i:02d}" for i in range(20)]
+    racers = [await agents.register(http, f"racer-{i:02d}") for i in range(20)]
     responses = await asyncio.gather(
-        *(http.post(f"/api/agents/tasks/{task_id}/claim", json={"agent_id": agent}) for agent in agents)
+        *(http.post(f"/api/agents/tasks/{task_id}/claim", headers=racer.headers) for racer in racers)
     )
     codes = sorted(r.status_code for r in responses)
     assert codes == [201] + [409] * 19, [r.text for r in responses]
     winner = next(r.json() for r in responses if r.status_code == 201)
-    assert winner["task_id"] == task_id and winner["agent_id"] in agents and winner["status"] == "claimed"
+    assert winner["task_id"] == task_id and winner["status"] == "claimed"
+    assert winner["agent_id"] in {racer.agent_id for racer in racers}
     assert winner["lease_sec"] == pytest.approx(settings.task_claim_lease_s, abs=2)
     for lost in (r for r in responses if r.status_code == 409):
         payload = lost.json()
@@ -235,16 +237,22 @@ async def test_twenty_concurrent_claims_have_one_winner(http, settings):
     task = await wait_listed(http, task_id)
     assert task["claimed_by"] == winner["agent_id"]
     assert 0 < task["claim_lease_remaining_sec"] <= settings.task_claim_lease_s
-    again = await http.post(f"/api/agents/tasks/{task_id}/claim", json={"agent_id": winner["agent_id"]})
+    holder = next(racer for racer in racers if racer.agent_id == winner["agent_id"])
+    again = await http.post(f"/api/agents/tasks/{task_id}/claim", json={"agent_id": holder.agent_id}, headers=holder.headers)
     assert again.status_code == 200 and again.json()["agent_id"] == winner["agent_id"]
 
 
 async def test_claim_errors(http):
-    response = await http.post("/api/agents/tasks/task_nope/claim", json={"agent_id": "a1"})
+    me = await agents.agent(http)
+    response = await http.post("/api/agents/tasks/task_nope/claim", headers=me.headers)
     assert response.status_code == 404 and response.json()["error"] == "TASK_NOT_FOUND"
     task_id = (await publish(http))["task_id"]
-    for body, field in (({}, "agent_id"), ({"agent_id": "no spaces"}, "agent_id"), ({"agent_id": "a", "x": 1}, "x")):
-        response = await http.post(f"/api/agents/tasks/{task_id}/claim", json=body)
+    response = await http.post(f"/api/agents/tasks/{task_id}/claim")
+    assert response.status_code == 401 and response.json()["error"] == "API_KEY_REQUIRED", response.text
+    response = await http.post(f"/api/agents/tasks/{task_id}/claim", json={"agent_id": "someone-else"}, headers=me.headers)
+    assert response.status_code == 403 and response.json()["error"] == "AGENT_ID_MISMATCH", response.text
+    for body, field in (({"agent_id": "no spaces"}, "agent_id"), ({"x": 1}, "x")):
+        response = await http.post(f"/api/agents/tasks/{task_id}/claim", json=body, headers=me.headers)
         assert response.status_code == 422 and response.json()["errors"][0]["field"] == field, response.text
 
 
@@ -279,19 +287,20 @@ async def test_claimed_task_gates_proposals_and_ends_when_the_mutation_is_activa
     http, temporal_client, task_events, redis_client, settings
 ):
     task_id = (await publish(http, problem_type="energy_crisis"))["task_id"]
-    claimant, other = f"claimant-{uuid.uuid4().hex[:6]}", f"other-{uuid.uuid4().hex[:6]}"
-    response = await http.post(f"/api/agents/tasks/{task_id}/claim", json={"agent_id": claimant})
+    claimant_name = f"claimant-{uuid.uuid4().hex[:6]}"
+    claimant, other = await agents.agent(http, claimant_name), await agents.register(http, "other")
+    response = await http.post(f"/api/agents/tasks/{task_id}/claim", headers=claimant.headers)
     assert response.status_code == 201, response.text
     code = traits.seeker(uuid.uuid4().int % 100_000 + 1000)
 
-    refused = await http.post("/api/mutations/propose", json={
-        "agent_id": other, "task_id": task_id, "trait_name": "task_answer", "goal": "g", "code": code,
+    refused = await http.post("/api/mutations/propose", headers=other.headers, json={
+        "task_id": task_id, "trait_name": "task_answer", "goal": "g", "code": code,
     })
     assert refused.status_code == 409 and refused.json()["error"] == "TASK_ALREADY_CLAIMED", refused.text
-    assert claimant in refused.json()["detail"]
+    assert claimant.agent_id in refused.json()["detail"]
 
     await redis_client.pexpire(keys.agent_task_claim(task_id), 5_000)  # nearly lapsed...
-    mutation_id = await propose(http, code, trait_name="task_answer", agent_id=claimant, task_id=task_id)
+    mutation_id = await propose(http, code, trait_name="task_answer", agent_id=claimant_name, task_id=task_id)
     assert await redis_client.pttl(keys.agent_task_claim(task_id)) > 60_000  # ...renewed by the proposal
 
     status = await wait_for_verdict(http, mutation_id)
@@ -302,7 +311,8 @@ async def test_claimed_task_gates_proposals_and_ends_when_the_mutation_is_activa
     result = await task_result(temporal_client, task_id)
     assert result.reason == TaskEndReason.mutation_activated and result.mutation_id == mutation_id
     assert await redis_client.exists(keys.agent_task_claim(task_id)) == 0
-    rollback = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "test cleanup"})
+    rollback = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "test cleanup"},
+                               headers=claimant.headers)
     assert rollback.status_code in (200, 202), rollback.text
     # The whole run, with its signal to the task, replays against the current workflow code.
     handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
@@ -325,4 +335,6 @@ async def test_activation_for_a_task_that_is_gone_still_goes_live(http, temporal
         assert time.monotonic() < deadline, status
         await asyncio.sleep(0.1)
     assert status["status"] == "activated", status
-    await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "test cleanup"})
+    cleanup = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "test cleanup"},
+                              headers=(await agents.agent(http)).headers)
+    assert cleanup.status_code in (200, 202), cleanup.text

@@ -10,8 +10,9 @@ import pytest
 
 from engine.world import World, decode_views
 from genesis import entity_api, rules
-from sandbox import image
+from sandbox import image, trait_host
 from sandbox.container import IsolationLimits, TraitHostContainer
+from sandbox.intents import MalformedIntents, decode_intents
 
 # Writes then reads back (the write is visible within the call), reads every kind of attribute.
 STEERER = '''import math
@@ -157,3 +158,49 @@ def test_views_form_rejects_malformed_columns(host):
     assert reply["ok"] is False and "bad request" in reply["error"]
     # The host still answers afterwards.
     assert host.request({"op": "views", "tick": 0, **w.trait_views(["steerer"])}, 10)["ok"]
+
+
+def test_intent_columns_reply_means_the_same_as_the_list_reply(host, other_host):
+    # Two worlds and two hosts in lockstep; one answers in columns, the other in lists.
+    worlds = {"columns": make_world(), "lists": make_world()}
+    run = ["counter", "steerer"]
+    for _ in range(5):
+        lists = other_host.request({"op": "views", "tick": 0, **worlds["lists"].trait_views(run)}, 10)
+        cols = host.request({"op": "views", "tick": 0, **worlds["columns"].trait_views(run), "reply": "columns"}, 10)
+        assert "intents" not in cols and "intent_columns" in cols
+        expected = {entity_id: intents for entity_id, intents in lists["intents"]}
+        assert expected and decode_intents(cols["intent_columns"]) == expected
+        for w in worlds.values():
+            w.step(expected)
+
+
+def test_intent_columns_round_trip_every_value_kind():
+    merged = {
+        3: [["set", "direction", 1.5], ["move", 2.0, -3.25], ["eat"], ["set", "state", "saving"]],
+        1: [["move_towards", 7, 1e308], ["set", "energy_consumption_rate", True], ["set", "speed", "<non-finite>"]],
+        9: [["set", "direction", -0.0], ["move", "<list>", 0.5]],
+    }
+    encoded = json.loads(json.dumps(trait_host.encode_intents(merged), allow_nan=False))
+    decoded = decode_intents(encoded)
+    assert decoded == merged
+    assert [type(v) for v in decoded[1][0]] == [str, int, float] and decoded[1][1][2] is True
+
+
+@pytest.mark.parametrize("corrupt, why", [
+    (lambda c: c.update(count=-1), "count"),
+    (lambda c: c.update(kind=c["kind"][:-1]), "kind"),
+    (lambda c: c.update(kind="x" + c["kind"][1:]), "unknown intent kind"),
+    (lambda c: c.update(entity={"i8": "AAAA"}), "column"),
+    (lambda c: c.update(a={"f8": "not base64!"}), "bad f8"),
+    (lambda c: c.update(attr={"i8": trait_host.pack("q", [5, -1, -1])["i8"]}), "set intent"),
+    (lambda c: c.update(other=[[99, 0, 1.0]]), "other entries"),
+    (lambda c: c.update(names="direction"), "names"),
+    (lambda c: c.update(a=trait_host.pack("d", [float("nan")] * 3)), "set intent"),
+])
+def test_malformed_intent_columns_are_refused(corrupt, why):
+    columns = trait_host.encode_intents({4: [["set", "direction", 1.0], ["move", 1.0, 2.0], ["eat"]]})
+    corrupt(columns)
+    with pytest.raises(MalformedIntents, match=why):
+        decode_intents(columns)
+    with pytest.raises(MalformedIntents):
+        decode_intents(["not", "an", "object"])

@@ -170,7 +170,8 @@ class MutationWorkflow:
 
     async def _finish(self, status: MutationStatus, failure_code: str | None, log: list[str],
                       sandbox_report: dict | None = None, **later: Any) -> MutationResult:
-        await self._transition(status, log=log, failure_code=failure_code, sandbox_report=sandbox_report, **later)
+        await self._transition(status, log=log, failure_code=failure_code, sandbox_report=sandbox_report,
+                               final=True, **later)
         assert self._result is not None
         return self._result
 

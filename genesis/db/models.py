@@ -80,6 +80,26 @@ class TraitVersion(Base):
     )
 
 
+class Agent(Base):
+    """An external agent registered with POST /v1/agents/register (external-agents-phase2.md).
+
+    Its API key is never stored: only ``key_prefix`` (the public lookup part of the key) and
+    ``key_hash`` = HMAC-SHA256(server pepper, key), see genesis/apikeys.py."""
+
+    __tablename__ = "agents"
+
+    agent_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    description: Mapped[str] = mapped_column(Text, default="", server_default="")
+    key_prefix: Mapped[str] = mapped_column(String(16))
+    key_hash: Mapped[str] = mapped_column(String(128))
+    key_scheme: Mapped[str] = mapped_column(String(32))  # how key_hash was made: "hmac-sha256"
+    client_ip: Mapped[str | None] = mapped_column(String(64))  # who registered it
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+    __table_args__ = (Index("uq_agents_key_prefix", "key_prefix", unique=True),)
+
+
 class WorldSnapshot(Base):
     """Every ``engine_postgres_every``-th WorldSnapshot of the engine (logic-flow.md 1.3, step 5d).
 

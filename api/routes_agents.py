@@ -1,0 +1,100 @@
+"""Agent identity (external-agents-phase2.md): POST /v1/agents/register, GET /v1/agents/me."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+
+from api.auth import API_KEY, authenticate
+from api.errors import ApiError
+from api.schemas import (
+    AgentResponse,
+    ErrorResponse,
+    RateLimitUsage,
+    RegisterRequest,
+    RegisterResponse,
+    Reputation,
+)
+from genesis import apikeys, ratelimit
+from genesis.db.models import Agent, Mutation
+from genesis.dto import MutationStatus, terminal_statuses
+
+router = APIRouter(prefix="/v1/agents", tags=["agents"])
+
+
+def _iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+@router.post(
+    "/register", status_code=201, response_model=RegisterResponse,
+    responses={422: {"model": ErrorResponse, "description": "Invalid fields"}},
+)
+async def register(body: RegisterRequest, request: Request) -> JSONResponse:
+    """Register an agent. The answer carries its ``agent_id`` and its API key; the key is shown
+    this once (only a hash is stored): send it as ``X-API-Key`` on write endpoints."""
+    services = request.app.state.services
+    for _ in range(3):  # a clash of random ids or key prefixes is rare; draw again
+        issued = apikeys.issue(services.pepper)
+        agent = Agent(
+            agent_id=apikeys.new_agent_id(), name=body.name, description=body.description,
+            key_prefix=issued.prefix, key_hash=issued.digest, key_scheme=apikeys.KEY_SCHEME,
+            client_ip=request.client.host if request.client else None, created_at=datetime.now(timezone.utc),
+        )
+        async with services.sessions() as session:
+            session.add(agent)
+            try:
+                await session.commit()
+                break
+            except IntegrityError:
+                await session.rollback()
+    else:
+        raise ApiError(503, "REGISTRATION_FAILED", "could not allocate a unique agent id; try again")
+    reply = RegisterResponse(
+        agent_id=agent.agent_id, api_key=issued.key, key_prefix=issued.prefix, name=agent.name,
+        description=agent.description, registered_at=_iso(agent.created_at),
+        message="Store the api_key now: it is shown only once. Send it as the X-API-Key header.",
+    )
+    return JSONResponse(reply.model_dump(), status_code=201, headers={"Cache-Control": "no-store"})
+
+
+@router.get(
+    "/me", response_model=AgentResponse,
+    responses={401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key"}},
+)
+async def me(request: Request, api_key: str | None = Depends(API_KEY)) -> AgentResponse:
+    """The calling agent (by its ``X-API-Key``): its record, its reputation (counted from its
+    mutations) and where it stands against the proposal rate limits."""
+    services = request.app.state.services
+    agent = await authenticate(services, api_key)
+    settings = services.settings
+    terminal = [s.value for s in terminal_statuses(settings.activate_mutations)]
+    status = Mutation.status
+    async with services.sessions() as session:
+        row = (await session.execute(
+            select(
+                func.count(),
+                func.count().filter(status.not_in(terminal)),
+                func.count().filter(Mutation.activated_at.is_not(None)),
+                func.count().filter(status == MutationStatus.kept.value),
+                func.count().filter(status == MutationStatus.rolled_back.value),
+                func.count().filter(status == MutationStatus.rejected.value),
+                func.count().filter(status == MutationStatus.failed.value),
+            ).where(Mutation.agent_id == agent.agent_id)
+        )).one()
+    usage = await ratelimit.usage(services.redis, agent.agent_id)
+    return AgentResponse(
+        agent_id=agent.agent_id, name=agent.name, description=agent.description, key_prefix=agent.key_prefix,
+        registered_at=_iso(agent.created_at),
+        reputation=Reputation(proposed=row[0], active=row[1], activated=row[2], kept=row[3], rolled_back=row[4],
+                              rejected=row[5], failed=row[6]),
+        rate_limits=RateLimitUsage(
+            active_mutations=usage["active"], active_limit=settings.ratelimit_active_per_agent,
+            proposals_this_hour=usage["proposals_this_hour"], hourly_limit=settings.ratelimit_proposals_per_agent_hour,
+            hour_resets_in_sec=usage["hour_resets_in_sec"], per_ip_minute_limit=settings.ratelimit_proposals_per_ip_minute,
+        ),
+    )
