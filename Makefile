@@ -36,8 +36,10 @@ bench: export GENESIS_RATELIMIT_ACTIVE_PER_AGENT := 100000
 bench: export GENESIS_RATELIMIT_PROPOSALS_PER_IP_MINUTE := 100000
 bench: export GENESIS_RATELIMIT_PROPOSALS_PER_AGENT_HOUR := 100000
 bench: services
+	@command -v wrk >/dev/null && command -v hey >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wrk hey
 	$(PY) bench/bench_gatekeeper.py
 	$(PY) bench/bench_pipeline.py
+	$(PY) -m bench.bench_api
 	$(PY) -m bench.engine --entities 500,5000 --traits 3 --ticks 300 --compare-mesa
 
 image: venv

@@ -176,7 +176,7 @@ async def main(samples: int, in_flight: int) -> dict:
     return {
         "benchmark": "mutation_pipeline",
         "propose_to_rejected_ast": {**percentiles(rejected), "target_p50_ms": 150},
-        "propose_to_sandbox_ok": {**sandbox_ok, "target_p50_ms": 1500},
+        "propose_to_sandbox_ok": {**sandbox_ok, "target_p50_ms": 400},
         "floor_docker_run_one_line": percentiles(docker_floor),
         "floor_empty_workflow_same_activities": percentiles(workflow_floor),
         "sandbox_ok_p50_over_docker_run_p50": round(sandbox_ok["p50_ms"] / statistics.median(docker_floor), 2),
