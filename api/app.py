@@ -7,9 +7,10 @@ from contextlib import asynccontextmanager
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from api import routes_agents, routes_context, routes_health, routes_mutations, routes_world
+from api import routes_agents, routes_context, routes_health, routes_mutations, routes_telemetry, routes_world
 from api.deps import Services
 from api.errors import BodySizeLimit, install_error_handlers
+from api.telemetry_hub import TelemetryHub
 from genesis.apikeys import load_pepper
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_engine, get_sessionmaker
@@ -28,7 +29,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             redis=aioredis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2),
             pepper=load_pepper(settings.api_key_pepper.get_secret_value(), settings.state_dir),
         )
+        app.state.telemetry = TelemetryHub(
+            settings.redis_url, app.state.services.redis,
+            queue_size=settings.telemetry_client_queue, reconnect_max_s=settings.telemetry_reconnect_max_s,
+        )
+        app.state.telemetry.start()
         yield
+        await app.state.telemetry.close()
         await app.state.services.redis.aclose()
         await get_engine(settings.database_url).dispose()
 
@@ -48,4 +55,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_context.router)
     app.include_router(routes_health.router)
     app.include_router(routes_world.router)
+    app.include_router(routes_telemetry.router)
     return app

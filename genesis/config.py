@@ -83,6 +83,13 @@ class Settings(BaseSettings):
     # retry_after_sec when the active limit is hit (a slot frees when a mutation ends).
     ratelimit_active_retry_after_s: int = Field(default=30, ge=1)
 
+    # Telemetry stream WS /api/agents/telemetry (api/telemetry_hub.py): one Redis subscription per
+    # API process, fanned out to every socket. A client that falls this many events behind is
+    # disconnected (close 1013, reason SLOW_CONSUMER) instead of slowing the others.
+    telemetry_client_queue: int = Field(default=256, ge=1)
+    telemetry_reconnect_max_s: float = Field(default=5.0, gt=0)  # longest pause between reconnects
+
+
 
 @lru_cache
 def get_settings() -> Settings:
