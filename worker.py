@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from activities.lifecycle import LifecycleActivities
 from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
+from activities.webhooks import WebhookActivities
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.temporal import connect
@@ -31,6 +32,7 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
     redis = aioredis.from_url(settings.redis_url, socket_timeout=5)
     records = MutationRecordActivities(sessions, redis)
     lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir)
+    webhooks = WebhookActivities(settings)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -41,6 +43,7 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
             sandbox.run_sandbox_test,
             lifecycle.activate_trait,
             lifecycle.rollback_trait,
+            webhooks.deliver_webhook,
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.sandbox_concurrency,  # regular activities: sandbox tests only
