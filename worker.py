@@ -18,13 +18,15 @@ from activities.lifecycle import LifecycleActivities
 from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
 from activities.webhooks import WebhookActivities
+from activities.tasks import TaskActivities
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.temporal import connect
 from workflows.mutation import MutationWorkflow
 from workflows.rollback import RollbackWorkflow
+from workflows.task import TaskWorkflow
 
-WORKFLOWS = [MutationWorkflow, RollbackWorkflow]
+WORKFLOWS = [MutationWorkflow, RollbackWorkflow, TaskWorkflow]
 
 
 def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandbox: SandboxActivities) -> Worker:
@@ -33,6 +35,7 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
     records = MutationRecordActivities(sessions, redis)
     lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir)
     webhooks = WebhookActivities(settings)
+    task_activities = TaskActivities(redis)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -44,6 +47,8 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
             lifecycle.activate_trait,
             lifecycle.rollback_trait,
             webhooks.deliver_webhook,
+            task_activities.publish_task,
+            task_activities.close_task,
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.sandbox_concurrency,  # regular activities: sandbox tests only

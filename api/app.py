@@ -13,6 +13,7 @@ from api import (
     routes_context,
     routes_health,
     routes_mutations,
+    routes_tasks,
     routes_telemetry,
     routes_webhooks,
     routes_world,
@@ -66,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_agents.router)
     app.include_router(routes_webhooks.router)
     app.include_router(routes_context.router)
+    app.include_router(routes_tasks.router)
     app.include_router(routes_health.router)
     app.include_router(routes_world.router)
     app.include_router(routes_telemetry.router)

@@ -1,12 +1,26 @@
-"""Context for agents writing traits: GET /api/agents/context/sandbox-api."""
+"""Context for agents writing traits: GET /api/agents/context/sandbox-api and
+GET /api/agents/context/metrics (the tasks are in ``api.routes_tasks``)."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+import logging
+import time
+from datetime import datetime, timezone
 
-from genesis import rules
+from fastapi import APIRouter, Request
+from redis.exceptions import RedisError
+from sqlalchemy import func, select
+
+from api.errors import ApiError
+from api.schemas import ErrorResponse, MetricsResponse
+from genesis import rules, world_metrics
+from genesis.db.models import Mutation
 
 router = APIRouter(prefix="/api/agents/context", tags=["agent context"])
+log = logging.getLogger("genesis.api.context")
+
+# The metrics of a snapshot never change: answer from memory until a newer snapshot appears.
+_metrics_cache: dict[str, object] = {"head": None, "document": None}
 
 
 @router.get("/sandbox-api")
@@ -14,3 +28,48 @@ async def sandbox_api() -> dict:
     """The rules a trait must follow (imports, banned calls and attributes, the Entity API,
     timeouts). Cache it and refetch when ``sandbox_rules_version`` changes."""
     return rules.sandbox_api_document()
+
+
+@router.get(
+    "/metrics", response_model=MetricsResponse,
+    responses={503: {"model": ErrorResponse, "description": "No snapshot yet, or Redis unavailable"}},
+)
+async def metrics(request: Request) -> dict:
+    """The world at its latest WorldSnapshot (``ws:snapshot:{tick}``): population, energy, food,
+    deaths by cause since the previous snapshot, carriers per trait, and the anomalies the
+    Watcher's rules find over the recent snapshots."""
+    services = request.app.state.services
+    settings = services.settings
+    try:
+        heads = await world_metrics.recent_heads(services.redis, settings.engine_snapshot_interval)
+        if heads and heads[0] == _metrics_cache["head"]:
+            return _metrics_cache["document"]  # type: ignore[return-value]
+        history = await world_metrics.load_snapshots(services.redis, heads) if heads else []
+    except (RedisError, OSError) as exc:
+        raise ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+    if not history:
+        raise ApiError(
+            503, "NO_SNAPSHOT",
+            f"no WorldSnapshot in Redis yet: the engine writes one every {settings.engine_snapshot_interval} ticks "
+            "(start it with `python -m engine`; `make run` starts it)",
+        )
+    recently = True  # unknown counts as "recently": stagnation is then not reported
+    if world_metrics.stagnating(history):
+        recently = await _mutation_applied_since(request, time.time() - world_metrics.STAGNATION_QUIET_S)
+    anomalies = world_metrics.detect_anomalies(
+        history, max_entities=settings.engine_max_population, mutation_applied_recently=recently,
+    )
+    document = world_metrics.metrics_document(history[0], anomalies)
+    _metrics_cache.update(head=heads[0], document=document)
+    return document
+
+
+async def _mutation_applied_since(request: Request, since: float) -> bool:
+    """Whether any mutation went live after ``since`` (True when Postgres cannot tell)."""
+    try:
+        async with request.app.state.services.sessions() as session:
+            latest = await session.scalar(select(func.max(Mutation.activated_at)))
+    except Exception as exc:  # Postgres down: the stagnation rule stays silent
+        log.warning("could not read the last activation time (%s: %s)", type(exc).__name__, exc)
+        return True
+    return latest is not None and latest > datetime.fromtimestamp(since, timezone.utc)

@@ -10,6 +10,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 
 from api.auth import API_KEY, acting_agent
 from api.errors import ApiError
+from api.routes_tasks import check_proposal_claim
 from api.schemas import (
     EffectsResponse,
     ErrorResponse,
@@ -86,6 +87,7 @@ async def accept_proposal(services, request: Request, body: ProposeRequest, agen
             existing = await session.get(Mutation, mutation_id)
         if existing is not None:
             return _same_proposal(existing, body)
+    await check_proposal_claim(request, body.task_id, agent_id)  # 409 if another agent holds the task
     client = await services.temporal()  # fail before writing anything if Temporal is down
     ip = request.client.host if request.client else "unknown"
     decision = await _take_rate_limit(services, agent_id, ip, mutation_id)

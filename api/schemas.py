@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from genesis import gatekeeper, webhooks
+from genesis.dto import TaskSeverity
 
 AGENT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 TASK_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -119,6 +121,130 @@ class RollbackResponse(BaseModel):
     mutation_id: str
     status: str
     message: str
+
+
+class TaskCreateRequest(BaseModel):
+    """``POST /api/agents/tasks``: an operator publishes a task (until the Watcher does)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str | None = Field(default=None, description="Optional; 1-64 of letters, digits, _ and -. Default: task_ + 12 hex")
+    source: str = Field(default="operator", pattern=r"^[a-z][a-z0-9_]{0,31}$", description="Who raised it (watcher, operator, ...)")
+    problem_type: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", description="snake_case, e.g. starvation, overpopulation, energy_crisis")
+    severity: TaskSeverity = Field(description="Sets the TTL: critical 15 min, high 10, low / periodic_improvement 5")
+    description: str = Field(min_length=1, max_length=2000, description="What is wrong and what kind of trait would help")
+    suggested_area: Literal["traits", "physics", "environment"] = "traits"
+    world_context: dict[str, Any] | None = Field(
+        default=None, max_length=32,
+        description="Numbers that explain the task; default: entity_count and avg_energy of the latest snapshot",
+    )
+    constraints: list[Annotated[str, Field(min_length=1, max_length=300)]] | None = Field(
+        default=None, max_length=20, description="Default: the sandbox constraints every task carries",
+    )
+
+    @field_validator("task_id")
+    @classmethod
+    def _task_id(cls, value: str | None) -> str | None:
+        if value is not None and not TASK_ID_PATTERN.match(value):
+            raise ValueError("task_id must be 1-64 characters: letters, digits, _ and -")
+        return value
+
+    @field_validator("description")
+    @classmethod
+    def _description(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("description must not be blank")
+        return value
+
+    @field_validator("world_context")
+    @classmethod
+    def _world_context(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        for name, item in (value or {}).items():
+            if not 1 <= len(name) <= 64:
+                raise ValueError("world_context keys must be 1-64 characters")
+            if item is not None and type(item) not in (int, float, str, bool):
+                raise ValueError(f"world_context values must be numbers, strings, booleans or null ({name!r} is not)")
+            if type(item) is float and not math.isfinite(item):
+                raise ValueError(f"world_context numbers must be finite ({name!r} is not)")
+            if type(item) is str and len(item) > 500:
+                raise ValueError(f"world_context strings must be at most 500 characters ({name!r} is longer)")
+        return value
+
+
+class TaskResponse(BaseModel):
+    """One task of ``GET /api/agents/context/tasks`` (seed shape, then the claim)."""
+
+    task_id: str
+    expires_at: float
+    ttl_remaining_sec: int
+    source: str
+    problem_type: str
+    severity: str
+    description: str
+    suggested_area: str
+    world_context: dict[str, Any]
+    constraints: list[str]
+    claimed_by: str | None = Field(default=None, description="agent_id holding the claim, if any")
+    claim_lease_remaining_sec: float | None = None
+
+
+class TasksResponse(BaseModel):
+    tasks: list[TaskResponse]
+
+
+class TaskCreatedResponse(TaskResponse):
+    workflow_id: str
+    message: str
+
+
+class ClaimRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    agent_id: str | None = Field(
+        default=None,
+        description="Who claims the task (with X-API-Key: the key's agent, may be left out); the same agent must then propose the mutation",
+    )
+
+    @field_validator("agent_id")
+    @classmethod
+    def _agent_id(cls, value: str | None) -> str | None:
+        if value is not None and not AGENT_ID_PATTERN.match(value):
+            raise ValueError("agent_id must be 1-128 characters: letters, digits and _ . : @ -, starting with a letter or digit")
+        return value
+
+
+class ClaimResponse(BaseModel):
+    task_id: str
+    agent_id: str
+    status: Literal["claimed"] = "claimed"
+    lease_sec: float = Field(description="Seconds left on the lease: propose a mutation for the task before it lapses")
+    lease_expires_at: float
+    task_expires_at: float | None
+    message: str
+
+
+class ResolveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    reason: str = Field(default="resolved", min_length=1, max_length=200, description="Why the task is no longer needed")
+
+
+class ResolveResponse(BaseModel):
+    task_id: str
+    status: Literal["resolving"] = "resolving"
+    message: str
+
+
+class MetricsResponse(BaseModel):
+    """``GET /api/agents/context/metrics`` (seed shape)."""
+
+    tick: int
+    entity_count: int
+    avg_energy: float
+    resource_count: int
+    death_stats: dict[str, int]
+    trait_usage: dict[str, int]
+    anomalies: list[str]
 
 
 class ErrorResponse(BaseModel):

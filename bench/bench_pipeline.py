@@ -36,7 +36,7 @@ from temporalio.worker import Worker  # noqa: E402
 from genesis.config import Settings  # noqa: E402
 from genesis.harness import TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process  # noqa: E402
 from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME  # noqa: E402
-from sandbox.image import HOST_COMMAND, ensure  # noqa: E402
+from sandbox.image import ensure, runtime  # noqa: E402
 
 BENCH_DATABASE_URL = "postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis_test"
 
@@ -86,7 +86,7 @@ def docker_run_floor(image: str, samples: int) -> list[float]:
     for _ in range(samples):
         started = time.perf_counter()
         subprocess.run(
-            ["docker", "run", "--rm", "--network", "none", image, HOST_COMMAND[0], "-I", "-S", "-c", "print('ready')"],
+            ["docker", "run", "--rm", "--network", "none", image, runtime().path_in_image, "-I", "-S", "-c", "print('ready')"],
             check=True, capture_output=True,
         )
         times.append((time.perf_counter() - started) * 1000)

@@ -28,11 +28,14 @@ class Settings(BaseSettings):
 
     # Sandbox (trait host container) limits.
     sandbox_image: str = ""  # empty: the offline-built image for the current trait host
+    # The Python that runs traits, in the sandbox test and the live world alike: PyPy's JIT makes
+    # trait calls several times faster; traits are then written in its language (Python 3.9).
+    trait_host_runtime: Literal["pypy", "cpython"] = "pypy"
     sandbox_ticks: int = 50
     sandbox_seed: int = 1234
     sandbox_call_timeout_ms: float = 5.0
     sandbox_tick_deadline_s: float = 2.0  # wall clock per tick before the container is killed
-    sandbox_memory: str = "64m"
+    sandbox_memory: str = "256m"  # PyPy's JIT and heap need more than CPython's ~15 MB
     sandbox_pids_limit: int = 32
     sandbox_cpus: float = 1.0
     sandbox_min_fps: float = 30.0  # projected world fps with the trait below this -> SANDBOX_FPS_DROP
@@ -104,6 +107,18 @@ class Settings(BaseSettings):
     # Deliveries are retried with backoff for this long after the status change, then dropped.
     webhook_retry_window_s: float = Field(default=3600.0, gt=0)
     webhook_max_retry_interval_s: float = Field(default=60.0, gt=0)
+
+    # Tasks for external agents (TaskWorkflow) and claims on them.
+    task_ttl_critical_s: float = Field(default=900.0, gt=0)  # 15 min (open-mutation-api.md)
+    task_ttl_high_s: float = Field(default=600.0, gt=0)  # 10 min
+    task_ttl_low_s: float = Field(default=300.0, gt=0)  # 5 min: low and periodic_improvement
+    # A claim is a lease: it lapses unless the claimant proposes a mutation for the task within
+    # this many seconds; each such proposal renews it (never past the task's expiry).
+    task_claim_lease_s: float = Field(default=120.0, gt=0)
+
+    def task_ttl_s(self, severity: str) -> float:
+        """Time to live of a task of this severity (critical 15 min, high 10, low 5)."""
+        return {"critical": self.task_ttl_critical_s, "high": self.task_ttl_high_s}.get(severity, self.task_ttl_low_s)
 
 
 @lru_cache

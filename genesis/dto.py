@@ -192,3 +192,54 @@ class WebhookDelivery(BaseModel):
 class WebhookResult(BaseModel):
     status_code: int
     attempt: int
+
+
+class TaskSeverity(str, Enum):
+    """Severity of a task for external agents; it sets the task's time to live
+    (open-mutation-api.md: critical 15 min, high 10, low / periodic_improvement 5)."""
+
+    critical = "critical"
+    high = "high"
+    low = "low"
+    periodic_improvement = "periodic_improvement"
+
+
+class AgentTask(BaseModel):
+    """A task for external agents: the body stored at ``agent:task:{task_id}`` (seed shape) and
+    the input of its TaskWorkflow. ``expires_at`` is unix seconds; the workflow's timer ends the
+    task then."""
+
+    task_id: str
+    expires_at: float
+    source: str = "watcher"
+    problem_type: str
+    severity: TaskSeverity
+    description: str
+    suggested_area: str = "traits"
+    world_context: dict[str, Any] = Field(default_factory=dict)
+    constraints: list[str] = Field(default_factory=list)
+
+
+class TaskEndReason(str, Enum):
+    expired = "expired"  # its TTL ran out (TaskExpired)
+    mutation_activated = "mutation_activated"  # a mutation proposed for it went live
+    resolved = "resolved"  # the Watcher (or an operator) saw the problem go away
+
+
+class TaskClose(BaseModel):
+    """How a task ended; the close activity removes it from Redis and announces it."""
+
+    task_id: str
+    reason: TaskEndReason
+    mutation_id: str | None = None
+    detail: str | None = None
+
+
+class TaskResult(BaseModel):
+    """What a TaskWorkflow returns."""
+
+    task_id: str
+    reason: TaskEndReason
+    published: bool
+    mutation_id: str | None = None
+    detail: str | None = None

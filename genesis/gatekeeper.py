@@ -1711,9 +1711,12 @@ def validate(trait_name: str, code: str) -> GateResult:
     run.ok(STEP_SCHEMA)
 
     try:
-        tree = ast.parse(code, filename="<trait>")
+        tree = ast.parse(code, filename="<trait>", feature_version=rules.trait_language())
     except SyntaxError as error:
-        return run.fail(STEP_PARSE, SYNTAX_ERROR, _syntax_message(error))
+        message = _syntax_message(error)
+        if "only supported in Python" in message:
+            message += "; traits are written in Python %d.%d (the trait runtime's language)" % rules.trait_language()
+        return run.fail(STEP_PARSE, SYNTAX_ERROR, message)
     except (ValueError, RecursionError, MemoryError) as error:
         return run.fail(STEP_PARSE, SYNTAX_ERROR, f"the code cannot be parsed: {error}")
 

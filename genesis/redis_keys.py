@@ -11,6 +11,7 @@ def world_snapshot(tick: int) -> str:
 
 
 WORLD_SNAPSHOT_TTL_S = 300
+WORLD_SNAPSHOT_MATCH = "ws:snapshot:*"  # SCAN pattern of the snapshot keys
 
 # The engine process (python -m engine), refreshed about once a second
 ENGINE_STATUS = "engine:status"  # hash: tick, ticks_per_second, population, ... (see engine/telemetry.py)
@@ -24,6 +25,11 @@ AGENT_TASKS_QUEUE = "agent:tasks:queue"
 
 def agent_task(task_id: str) -> str:
     return f"agent:task:{task_id}"
+
+
+def agent_task_claim(task_id: str) -> str:
+    """The claimant's agent_id, with the lease as the key's TTL (never past the task's expiry)."""
+    return f"agent:claim:{task_id}"
 
 
 # Rate limits (open-mutation-api.md)

@@ -14,8 +14,17 @@ from __future__ import annotations
 from typing import Any
 
 from genesis import entity_api
+from genesis.config import get_settings
 
-SANDBOX_RULES_VERSION = "3"
+SANDBOX_RULES_VERSION = "4"  # 4: traits are written in the trait runtime's language (PyPy: 3.9)
+
+# The Python language traits are written in, per trait runtime (GENESIS_TRAIT_HOST_RUNTIME): the
+# gatekeeper parses at this level and sandbox/image.py checks the runtime really speaks it.
+TRAIT_LANGUAGE = {"pypy": (3, 9), "cpython": (3, 11)}
+
+
+def trait_language() -> tuple[int, int]:
+    return TRAIT_LANGUAGE[get_settings().trait_host_runtime]
 
 # Modules a trait may import (seed order). Only the module itself, never a submodule.
 ALLOWED_IMPORTS: tuple[str, ...] = (
@@ -179,6 +188,12 @@ def sandbox_api_document() -> dict[str, Any]:
     return {
         "api_version": entity_api.API_VERSION,
         "sandbox_rules_version": SANDBOX_RULES_VERSION,
+        "trait_language": {
+            "python": "%d.%d" % trait_language(),
+            "runtime": get_settings().trait_host_runtime,
+            "note": "traits are parsed and run as this Python version; newer syntax or library "
+                    "calls fail validation or the sandbox test",
+        },
         "trait_pattern": TRAIT_PATTERN,
         "required_method": REQUIRED_METHOD,
         "allowed_imports": list(ALLOWED_IMPORTS),

@@ -21,7 +21,7 @@ from docker.utils.socket import STDERR, STDOUT, next_frame_header, read_exactly
 
 from genesis import entity_api, rules
 from genesis.config import Settings
-from sandbox.image import HOST_COMMAND
+from sandbox import image as trait_image
 
 LABEL_ROLE = "genesis.role"
 LABEL_OWNER = "genesis.owner"
@@ -47,6 +47,23 @@ class IsolationLimits:
     def from_settings(cls, settings: Settings) -> "IsolationLimits":
         return cls(settings.sandbox_memory, settings.sandbox_pids_limit, settings.sandbox_cpus)
 
+    def environment(self) -> dict[str, str]:
+        """PyPy's collector is told half the memory limit as its ceiling, so a trait that
+        hoards memory meets a MemoryError (reported like any error) before the kernel's OOM
+        killer takes the whole host down."""
+        if trait_image.runtime().name != "pypy":
+            return {}
+        return {"PYPY_GC_MAX": f"{max(memory_bytes(self.memory) // 2 // 2**20, 16)}MB"}
+
+
+def memory_bytes(limit: str) -> int:
+    """Docker's memory notation ("64m", "1g", "512k", "1048576") in bytes."""
+    text = limit.strip().lower().rstrip("b")
+    units = {"k": 2**10, "m": 2**20, "g": 2**30}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(text)
+
 
 def container_name(owner: str) -> str:
     """Names say whose container it is: ``genesis-sbx-<owner>-<random>``."""
@@ -71,7 +88,7 @@ class TraitHostContainer:
         self._container = client.containers.create(
             image,
             name=container_name(owner),
-            command=HOST_COMMAND,
+            command=trait_image.host_command(),
             stdin_open=True,  # (docker-py also sets StdinOnce: when our attach closes, the host gets
             tty=False,  # EOF on stdin and exits)
             network_mode="none",
@@ -85,7 +102,7 @@ class TraitHostContainer:
             pids_limit=limits.pids_limit,
             nano_cpus=int(limits.cpus * 1e9),
             labels={LABEL_ROLE: ROLE_TRAIT_HOST, LABEL_OWNER: owner},
-            environment={},
+            environment=limits.environment(),
         )
         self._socket_io = self._container.attach_socket(
             params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}

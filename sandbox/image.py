@@ -1,9 +1,9 @@
-"""The trait-host image: Python's standard library and the trait host, nothing else.
+"""The trait-host image: one Python runtime, its standard library and the trait host, nothing else.
 
 No registry is reachable here, so the image is assembled offline: a minimal root filesystem
-(the local CPython binary, its standard library without tests/tooling, the shared libraries it
-links) is streamed as a tar into ``docker import``. Hosts that can pull use
-``sandbox/Dockerfile`` instead and set ``GENESIS_SANDBOX_IMAGE``.
+(the local PyPy or CPython binary — ``GENESIS_TRAIT_HOST_RUNTIME`` — its standard library without
+tests/tooling, the shared libraries it links) is streamed as a tar into ``docker import``. Hosts
+that can pull use ``sandbox/Dockerfile`` instead and set ``GENESIS_SANDBOX_IMAGE``.
 
     python -m sandbox.image ensure   # build unless the image for this trait host exists
     python -m sandbox.image build    # rebuild
@@ -17,15 +17,18 @@ import hashlib
 import io
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import docker
 from docker.errors import ImageNotFound
 
+from genesis import rules
 from genesis.config import get_settings
 
 HERE = Path(__file__).resolve().parent
@@ -33,9 +36,12 @@ TRAIT_HOST = HERE / "trait_host.py"
 IMAGE_REPOSITORY = "genesis-trait-host"
 SANDBOX_UID = 10001
 HOST_PATH_IN_IMAGE = "/opt/genesis/trait_host.py"
-PYTHON_IN_IMAGE = "/usr/local/bin/python3"
-# The command every trait-host container runs: isolated mode, no site, no bytecode writes.
-HOST_COMMAND = [PYTHON_IN_IMAGE, "-I", "-S", "-B", HOST_PATH_IN_IMAGE]
+CPYTHON_IN_IMAGE = "/usr/local/bin/python3"
+# A symlink to the real binary (PyPy finds its standard library next to the file it links to);
+# the same path as in the official pypy images, so sandbox/Dockerfile builds alike.
+PYPY_IN_IMAGE = "/usr/local/bin/pypy3"
+# Flags for every trait-host container: isolated mode, no site, no bytecode writes.
+INTERPRETER_FLAGS = ["-I", "-S", "-B"]
 
 # Parts of the standard library a trait host never needs (tests, GUIs, packaging, docs).
 STDLIB_EXCLUDES = {
@@ -46,33 +52,96 @@ STDLIB_EXCLUDES = {
 }
 
 
-def local_python() -> Path:
-    """A system CPython 3.11 whose stdlib lives in the standard place."""
-    for candidate in ("/usr/bin/python3.11", "/usr/local/bin/python3.11", sys.executable):
-        if Path(candidate).exists():
-            return Path(os.path.realpath(candidate))
-    raise RuntimeError("no python3.11 binary found to build the trait-host image from")
+@dataclass(frozen=True)
+class Runtime:
+    """The Python that runs trait code (``GENESIS_TRAIT_HOST_RUNTIME``): the same one for the
+    sandbox test and the live world, so a trait behaves alike in both."""
+
+    name: str  # "pypy" | "cpython"
+    binary: Path  # on this machine
+    path_in_image: str
+    language: tuple[int, int]  # the Python language version traits are written in
+
+    @property
+    def command(self) -> list[str]:
+        return [self.path_in_image, *INTERPRETER_FLAGS, HOST_PATH_IN_IMAGE]
 
 
-def _stdlib_dir(python: Path) -> Path:
-    out = subprocess.run(
-        [str(python), "-I", "-S", "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"],
-        check=True, capture_output=True, text=True,
-    )
-    return Path(out.stdout.strip())
+class RuntimeMissing(RuntimeError):
+    pass
 
 
-@functools.cache  # the trait host and Python do not change while a process runs
+def _resolve(candidates: tuple[str, ...]) -> Path | None:
+    for candidate in candidates:
+        found = shutil.which(candidate) if "/" not in candidate else candidate
+        if found and Path(found).exists():
+            return Path(os.path.realpath(found))
+    return None
+
+
+@functools.cache  # the runtime does not change while a process runs
+def runtime(name: str | None = None) -> Runtime:
+    """PyPy (default): its JIT runs trait calls several times faster than CPython once warm,
+    which is most of a live tick. CPython: the machine's python3.11."""
+    name = name or get_settings().trait_host_runtime
+    if name == "pypy":
+        binary = _resolve(("/usr/bin/pypy3", "pypy3"))
+        if binary is None:
+            raise RuntimeMissing(
+                "GENESIS_TRAIT_HOST_RUNTIME=pypy but no pypy3 is installed: run scripts/services.sh "
+                "(it installs Debian's pypy3) or set GENESIS_TRAIT_HOST_RUNTIME=cpython"
+            )
+        return _checked(Runtime("pypy", binary, PYPY_IN_IMAGE, _language_of(binary)))
+    if name == "cpython":
+        binary = _resolve(("/usr/bin/python3.11", "/usr/local/bin/python3.11", sys.executable))
+        if binary is None:
+            raise RuntimeMissing("no python3.11 binary found to build the trait-host image from")
+        return _checked(Runtime("cpython", binary, CPYTHON_IN_IMAGE, _language_of(binary)))
+    raise ValueError(f"unknown trait host runtime {name!r} (pypy | cpython)")
+
+
+def _checked(rt: Runtime) -> Runtime:
+    """The gatekeeper parses traits at rules.TRAIT_LANGUAGE: the runtime must speak exactly that."""
+    promised = rules.TRAIT_LANGUAGE[rt.name]
+    if rt.language != promised:
+        raise RuntimeMissing(
+            f"{rt.binary} implements Python {rt.language[0]}.{rt.language[1]} but the gatekeeper "
+            f"validates traits as {promised[0]}.{promised[1]} (genesis/rules.py TRAIT_LANGUAGE)"
+        )
+    return rt
+
+
+def _ask(binary: Path, code: str) -> str:
+    out = subprocess.run([str(binary), "-I", "-S", "-c", code], check=True, capture_output=True, text=True)
+    return out.stdout.strip()
+
+
+def _language_of(binary: Path) -> tuple[int, int]:
+    major, minor = _ask(binary, "import sys; print(*sys.version_info[:2])").split()
+    return int(major), int(minor)
+
+
+def _stdlib_dir(binary: Path) -> Path:
+    return Path(_ask(binary, "import sysconfig; print(sysconfig.get_paths()['stdlib'])"))
+
+
+def host_command() -> list[str]:
+    """What every trait-host container runs."""
+    return runtime().command
+
+
+@functools.cache  # the trait host and its runtime do not change while a process runs
 def image_tag() -> str:
-    """Content-addressed: a new trait host or Python means a new image."""
+    """Content-addressed: a new trait host or runtime means a new image."""
     settings = get_settings()
     if settings.sandbox_image:
         return settings.sandbox_image
+    rt = runtime()
     digest = hashlib.sha256()
     digest.update(TRAIT_HOST.read_bytes())
     digest.update(Path(__file__).read_bytes())
-    digest.update(str(local_python()).encode())
-    return f"{IMAGE_REPOSITORY}:{digest.hexdigest()[:12]}"
+    digest.update(f"{rt.name}:{rt.binary}:{rt.language}".encode())
+    return f"{IMAGE_REPOSITORY}:{rt.name}-{digest.hexdigest()[:12]}"
 
 
 def _shared_libraries(paths: list[Path]) -> set[Path]:
@@ -84,7 +153,8 @@ def _shared_libraries(paths: list[Path]) -> set[Path]:
     return libs
 
 
-def _rootfs_tar(python: Path) -> bytes:
+def _rootfs_tar(rt: Runtime) -> bytes:
+    python = rt.binary
     stdlib = _stdlib_dir(python)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", dereference=True) as tar:
@@ -105,11 +175,17 @@ def _rootfs_tar(python: Path) -> bytes:
             info.mode &= 0o755
             return info
 
-        for name in ("etc", "tmp", "opt", "opt/genesis", "usr", "usr/local", "usr/local/bin"):
+        for name in ("etc", "tmp", "opt", "opt/genesis", "usr", "usr/bin", "usr/local", "usr/local/bin"):
             add_dir(name, 0o1777 if name == "tmp" else 0o755)
         add_bytes("etc/passwd", f"root:x:0:0::/root:/bin/false\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/false\n".encode())
         add_bytes("etc/group", f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\n".encode())
-        tar.add(str(python), arcname=PYTHON_IN_IMAGE.lstrip("/"), filter=root_owned)
+        if rt.name == "pypy":  # the binary at its own path, and the command's path linking to it
+            tar.add(str(python), arcname=python.as_posix().lstrip("/"), filter=root_owned)
+            link = tarfile.TarInfo(rt.path_in_image.lstrip("/"))
+            link.type, link.linkname, link.mode, link.mtime = tarfile.SYMTYPE, python.as_posix(), 0o777, int(time.time())
+            tar.addfile(link)
+        else:
+            tar.add(str(python), arcname=rt.path_in_image.lstrip("/"), filter=root_owned)
         tar.add(str(TRAIT_HOST), arcname=HOST_PATH_IN_IMAGE.lstrip("/"), filter=root_owned)
 
         def skip_unneeded(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
@@ -121,8 +197,8 @@ def _rootfs_tar(python: Path) -> bytes:
 
         # Keep the stdlib at its original path: the binary finds it through its compiled prefix.
         tar.add(str(stdlib), arcname=stdlib.as_posix().lstrip("/"), filter=skip_unneeded)
-        dynload = stdlib / "lib-dynload"
-        binaries = [python, *(dynload.glob("*.so") if dynload.exists() else [])]
+        # Extension modules (CPython's lib-dynload, PyPy's cffi modules) and what they link.
+        binaries = [python, *stdlib.rglob("*.so")]
         for lib in sorted(_shared_libraries(binaries)):
             if lib.exists():
                 tar.add(str(lib), arcname=lib.as_posix().lstrip("/"), filter=root_owned)
@@ -133,17 +209,17 @@ def build(client: docker.DockerClient | None = None) -> str:
     client = client or docker.from_env()
     tag = image_tag()
     repository, version = tag.rsplit(":", 1)
-    python = local_python()
+    rt = runtime()
     started = time.monotonic()
-    data = _rootfs_tar(python)
+    data = _rootfs_tar(rt)
     client.api.import_image_from_data(
         data,
         repository=repository,
         tag=version,
-        changes=[f"USER {SANDBOX_UID}:{SANDBOX_UID}", "WORKDIR /tmp", f"CMD {HOST_COMMAND!r}".replace("'", '"')],
+        changes=[f"USER {SANDBOX_UID}:{SANDBOX_UID}", "WORKDIR /tmp", f"CMD {rt.command!r}".replace("'", '"')],
     )
     client.images.get(tag)  # raises if the import did not produce it
-    print(f"built {tag} from {python} ({len(data) / 1e6:.0f} MB rootfs, {time.monotonic() - started:.1f}s)", file=sys.stderr)
+    print(f"built {tag} from {rt.binary} ({rt.name}, {len(data) / 1e6:.0f} MB rootfs, {time.monotonic() - started:.1f}s)", file=sys.stderr)
     return tag
 
 
@@ -161,13 +237,19 @@ def ensure(client: docker.DockerClient | None = None) -> str:
 
 
 def remove_older_images(client: docker.DockerClient, keep: str) -> None:
-    """Earlier trait-host builds (each trait host change is a new tag) that nothing uses."""
+    """Earlier trait-host builds of the same runtime (each trait host change is a new tag) that
+    nothing uses. The other runtime's current image is left alone."""
+    runtime_prefix = keep.rsplit(":", 1)[1].split("-", 1)[0] + "-"
     for old in client.images.list(name=IMAGE_REPOSITORY):
-        if keep not in old.tags:
-            try:
-                client.images.remove(old.id)
-            except docker.errors.APIError:  # still used by a container: keep it for now
-                pass
+        if keep in old.tags:
+            continue
+        versions = [tag.rsplit(":", 1)[1] for tag in old.tags]
+        if any("-" in v and not v.startswith(runtime_prefix) for v in versions):
+            continue  # another runtime's build
+        try:
+            client.images.remove(old.id)
+        except docker.errors.APIError:  # still used by a container: keep it for now
+            pass
 
 
 if __name__ == "__main__":

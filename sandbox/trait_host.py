@@ -106,7 +106,7 @@ class Host:
         missing = [m for m in api["methods"] if not hasattr(self.proxy_class, m)]
         if missing:
             return {"ok": False, "op": "hello", "error": "host lacks entity methods: %s" % missing}
-        return {"ok": True, "op": "hello", "python": sys.version.split()[0]}
+        return {"ok": True, "op": "hello", "python": sys.version.split()[0], "implementation": sys.implementation.name}
 
     def load(self, msg):
         name, source, class_name = msg["trait"], msg["source"], msg["class_name"]

@@ -111,6 +111,12 @@ for name in $SEARCH_ATTRIBUTES; do
   fi
 done
 
+# --- The trait runtime (PyPy unless GENESIS_TRAIT_HOST_RUNTIME=cpython) ----------------------
+if [ "${GENESIS_TRAIT_HOST_RUNTIME:-pypy}" = pypy ]; then
+  if command -v pypy3 >/dev/null 2>&1; then say "PyPy is installed ($(pypy3 -S -c 'import sys; print(sys.version.split()[0])'))"
+  else apt_install pypy3; fi
+fi
+
 # --- Schema and sandbox image ----------------------------------------------------------------
 for db in $PG_DATABASES; do
   "$VENV/bin/python" -m genesis.db.migrate "postgresql+asyncpg://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$db" \

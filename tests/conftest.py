@@ -104,7 +104,13 @@ async def worker(settings):
 async def api_url(settings, worker):
     process = api_process(settings)
     process.start()
-    yield await asyncio.to_thread(wait_for_api, process)
+    url = await asyncio.to_thread(wait_for_api, process)
+    # The worker polls only once its sandbox image and pool are ready: wait for health to say so.
+    async with httpx.AsyncClient(base_url=url, timeout=10) as client:
+        deadline = time.monotonic() + 90
+        while (await client.get("/api/health")).status_code != 200 and time.monotonic() < deadline:
+            await asyncio.sleep(0.25)
+    yield url
     process.stop()
 
 

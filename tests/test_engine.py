@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 
 import pytest
@@ -24,13 +25,14 @@ from genesis.db.session import get_engine
 from genesis.harness import free_port
 from genesis.redis_keys import Channels
 
-ENGINE_REDIS_URL = "redis://127.0.0.1:6379/13"
+# Flushed by these tests: must differ from GENESIS_TEST_REDIS_URL (and from other runs' on one machine).
+ENGINE_REDIS_URL = os.environ.get("GENESIS_TEST_ENGINE_REDIS_URL", "redis://127.0.0.1:6379/13")
 DEADLINE_S = 30.0  # generous upper bound for eventual conditions (never a performance claim)
 
 
 @pytest.fixture
 async def engine_settings(settings):
-    """Test settings for in-process engines: Redis db 13 (flushed), Postgres genesis_test."""
+    """Test settings for in-process engines: Redis ENGINE_REDIS_URL (db 13, flushed), the test Postgres."""
     r = aioredis.from_url(ENGINE_REDIS_URL)
     await r.flushdb()
     await r.aclose()

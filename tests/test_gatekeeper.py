@@ -592,8 +592,9 @@ BYPASSES: dict[str, tuple[str, str, str]] = {
     "module patched": ("import math", "math.floor = abs", ATTR),
     "module class patched": ("import random", "random.Random.random = abs", ATTR),
     "imported object patched": ("from random import Random", "Random.random = abs", ATTR),
-    # family: match class patterns
-    "match": ("", "match entity:\n    case object(state=s):\n        pass", CALL),
+    # family: match class patterns (below Python 3.10, the trait runtime's language, not even syntax)
+    "match": ("", "match entity:\n    case object(state=s):\n        pass",
+              "SYNTAX_ERROR" if rules.trait_language() < (3, 10) else CALL),
     # family: global / nonlocal / yield
     "global": ("", "global counter\ncounter = 1", CALL),
     "nonlocal": ("", "value = 1\ndef inner():\n    nonlocal value\n    value = 2", CALL),
@@ -613,7 +614,7 @@ BYPASSES: dict[str, tuple[str, str, str]] = {
 def test_bypass_rejected(name: str) -> None:
     prelude, body, code = BYPASSES[name]
     result = validate("probe", make_trait(body, prelude=prelude))
-    assert_rejected(result, code, "Banned calls/attrs", "line")
+    assert_rejected(result, code, "AST parse" if code == "SYNTAX_ERROR" else "Banned calls/attrs", "line")
 
 
 MEMBER_BYPASSES: dict[str, tuple[str, str]] = {
@@ -836,7 +837,7 @@ def test_sandbox_api_document_matches_seed() -> None:
     document = rules.sandbox_api_document()
     assert SEED_KEYS <= set(document)
     assert document["api_version"] == "1"
-    assert document["sandbox_rules_version"] == "3" == rules.SANDBOX_RULES_VERSION
+    assert document["sandbox_rules_version"] == "4" == rules.SANDBOX_RULES_VERSION
     assert document["trait_pattern"] == "define class BaseTrait stub inline, then inherit from it"
     assert document["required_method"] == "async execute(self, entity) -> None"
     assert document["allowed_imports"] == [
@@ -867,3 +868,28 @@ def test_rules_constants() -> None:
     assert rules.TRAIT_NAME_PATTERN == r"^[a-z][a-z0-9_]{0,63}$"
     assert set(rules.FORBIDDEN_IMPORTS_EXAMPLES).isdisjoint(rules.ALLOWED_IMPORTS)
     assert rules.ALLOWED_BUILTINS.isdisjoint(rules.BANNED_CALLS)
+
+
+def test_traits_are_parsed_at_the_trait_runtimes_language_level(monkeypatch) -> None:
+    match_trait = textwrap.dedent('''\
+        class BaseTrait:
+            pass
+
+        class MatcherTrait(BaseTrait):
+            async def execute(self, entity) -> None:
+                match entity.state:
+                    case "saving":
+                        entity.direction = 0.0
+        ''')
+    monkeypatch.setattr(rules, "trait_language", lambda: (3, 9))  # GENESIS_TRAIT_HOST_RUNTIME=pypy
+    result = validate("matcher", match_trait)
+    assert not result.ok and result.failure_code == "SYNTAX_ERROR"
+    assert "Pattern matching is only supported in Python 3.10" in result.validation_log[-1]
+    assert "traits are written in Python 3.9" in result.validation_log[-1]
+    monkeypatch.setattr(rules, "trait_language", lambda: (3, 11))  # =cpython
+    assert validate("matcher", match_trait).failure_code != "SYNTAX_ERROR"
+
+
+def test_sandbox_api_states_the_trait_language() -> None:
+    language = rules.sandbox_api_document()["trait_language"]
+    assert language["python"] == "%d.%d" % rules.TRAIT_LANGUAGE[language["runtime"]]

@@ -19,6 +19,7 @@ from genesis.db.models import TraitVersion
 from genesis.db.session import get_sessionmaker
 from genesis.redis_keys import Channels
 from engine.live_traits import host_owner
+from sandbox import image
 from sandbox.container import containers_of
 from tests import agents, traits
 from tests.test_lifecycle import wait_for_status
@@ -94,7 +95,7 @@ async def test_trait_code_never_runs_in_the_engine_process(http, settings, engin
         await redis.aclose()
     # The constructor ran (the trait is live) — inside the trait-host container, not here.
     assert not os.path.exists(MARKER), "trait code ran on the host"
-    check = engine_host(engine_proc.proc.pid).exec_run(["/usr/local/bin/python3", "-I", "-S", "-c",
+    check = engine_host(engine_proc.proc.pid).exec_run([image.runtime().path_in_image, "-I", "-S", "-c",
                                     f"import os; print(os.path.exists({MARKER!r}))"])
     assert check.output.decode().strip() == "True", check.output
 

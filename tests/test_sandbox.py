@@ -5,6 +5,11 @@ run the sandbox trial outside Temporal."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import docker
 import pytest
 
@@ -12,7 +17,7 @@ from activities.sandbox import run_trial
 from genesis.config import Settings
 from genesis.dto import SandboxRequest
 from sandbox import image
-from sandbox.container import IsolationLimits, TraitHostContainer
+from sandbox.container import IsolationLimits, TraitHostContainer, hello_message, memory_bytes
 from tests import traits
 
 # Reaches `os` through the classic subclass walk (which the gatekeeper rejects) and reports what
@@ -103,3 +108,56 @@ def test_trial_of_a_good_trait_applies_its_intents(client):
     assert report.intents_applied > 0
     assert report.baseline_tick_ms > 0 and report.projected_fps > 0
     assert report.state_hash and len(report.state_hash) == 64
+
+
+def test_hosts_run_on_the_configured_runtime(client):
+    runtime = image.runtime()
+    assert runtime.name == Settings().trait_host_runtime
+    with TraitHostContainer(client, image.image_tag(), IsolationLimits("256m", 32, 1.0), "test-runtime") as host:
+        reply = host.request(hello_message(50), 20)
+    assert reply["ok"] and reply["implementation"] == runtime.name
+    assert tuple(int(part) for part in reply["python"].split(".")[:2]) == runtime.language
+
+
+HOARDER = '''
+class Hoarder:
+    async def execute(self, entity) -> None:
+        entity.state = "got %d" % len([0] * 100_000_000)
+'''
+
+
+@pytest.mark.skipif(image.runtime().name != "pypy", reason="PyPy's heap ceiling (PYPY_GC_MAX) only")
+def test_a_trait_that_hoards_memory_meets_a_memory_error_and_the_host_lives_on(client):
+    limits = IsolationLimits("128m", 32, 1.0)
+    assert limits.environment() == {"PYPY_GC_MAX": "64MB"}
+    with TraitHostContainer(client, image.image_tag(), limits, "test-hoard") as host:
+        hello(host)
+        assert host.request({"op": "load", "trait": "hoard", "source": HOARDER, "class_name": "Hoarder"}, 10)["ok"]
+        reply = host.request({"op": "tick", "tick": 0, "batches": {"hoard": [{"id": 1, "state": ""}]}}, 20)
+        assert reply["ok"], reply
+        [error] = reply["results"]["hoard"]["errors"]
+        assert error["error"].startswith("MemoryError"), error
+        assert host.request(hello_message(50), 10)["ok"], "the host still answers"
+
+
+@pytest.mark.parametrize("limit, expected", [("64m", 64 * 2**20), ("1g", 2**30), ("512k", 512 * 2**10),
+                                             ("1048576", 2**20), ("256MB", 256 * 2**20)])
+def test_memory_limits_in_docker_notation(limit, expected):
+    assert memory_bytes(limit) == expected
+
+
+def test_the_cpython_runtime_builds_an_image_that_runs_the_host(tmp_path):
+    """GENESIS_TRAIT_HOST_RUNTIME=cpython: a separate image, the same protocol."""
+    env = {**os.environ, "GENESIS_TRAIT_HOST_RUNTIME": "cpython"}
+    subprocess.run([sys.executable, "-m", "sandbox.image", "ensure"], env=env, check=True, capture_output=True)
+    tag = subprocess.run([sys.executable, "-m", "sandbox.image", "name"], env=env, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    assert tag.split(":")[1].startswith("cpython-")
+    runtime = image.runtime("cpython")
+    out = subprocess.run(
+        ["docker", "run", "-i", "--rm", "--network", "none", "--read-only", tag, *runtime.command],
+        input=json.dumps(hello_message(50)) + "\n", capture_output=True, text=True, timeout=60, check=True,
+    ).stdout
+    reply = json.loads(out.splitlines()[0])
+    assert reply["ok"] and reply["implementation"] == "cpython"
+    docker.from_env().images.get(image.image_tag())  # building it did not remove the PyPy image

@@ -992,8 +992,9 @@ def test_state_hash_covers_dna_and_available_traits_and_ignores_negative_zero():
     ea = a.add_entity(10, 10, direction=0.0)
     eb = b.add_entity(10, 10, direction=-0.0)
     assert a.state_hash() == b.state_hash()
-    eb.direction = -1e-9  # rounds to -0.000000
-    assert a.state_hash() == b.state_hash()
+    eb.direction = -1e-12  # exact, not rounded: any real difference shows
+    assert a.state_hash() != b.state_hash()
+    eb.direction = 0.0
     ea.dna = (0.25,) + ea.dna[1:]
     assert a.state_hash() != b.state_hash()
     eb.dna = ea.dna

@@ -10,7 +10,7 @@ from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from activities import names
@@ -30,7 +30,15 @@ with workflow.unsafe.imports_passed_through():
         WebhookDelivery,
     )
     from genesis.effects import WorldSample, compute_effects, verdict
-    from genesis.workflow_api import MUTATION_WORKFLOW, SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME
+    from genesis.workflow_api import (
+        MUTATION_WORKFLOW,
+        SA_AGENT_ID,
+        SA_FAILURE_CODE,
+        SA_STATUS,
+        SA_TRAIT_NAME,
+        TASK_SIGNAL_MUTATION_ACTIVATED,
+        task_workflow_id,
+    )
 
 VERDICT_CODES = {code.value for code in FailureCode}
 
@@ -44,6 +52,8 @@ ACTIVATION_PATCH = "activation-observation-rollback"
 # Webhook deliveries (a proposal's notify_url) are new commands; runs recorded before them replay.
 WEBHOOK_PATCH = "webhook-notify"
 WEBHOOK_EVENT = "MutationStatusChanged"
+# Runs recorded before tasks were workflows did not signal the task on activation.
+TASK_SIGNAL_PATCH = "signal-task-on-activation"
 
 
 @workflow.defn(name=MUTATION_WORKFLOW)
@@ -267,6 +277,8 @@ class MutationWorkflow:
         )
         log.append(f"Observation: watching {mutation.observation_window_ticks} world ticks")
         await self._transition(MutationStatus.activated, log=log, trait_version=activation.trait_version)
+        if mutation.task_id and workflow.patched(TASK_SIGNAL_PATCH):
+            await self._close_task(mutation)
 
         window = mutation.observation_window_ticks
         try:
@@ -314,6 +326,16 @@ class MutationWorkflow:
         restored = f"; v{rollback.restored_version} restored" if rollback.restored_version else ""
         log.append(f"Rollback: {self._rollback_reason}{restored}")
         return await self._finish(MutationStatus.rolled_back, None, log, rollback_reason=self._rollback_reason)
+
+    async def _close_task(self, mutation: MutationInput) -> None:
+        """The task this mutation answers is done: tell its TaskWorkflow (it may have ended already)."""
+        assert mutation.task_id is not None
+        try:
+            await workflow.get_external_workflow_handle(task_workflow_id(mutation.task_id)).signal(
+                TASK_SIGNAL_MUTATION_ACTIVATED, mutation.mutation_id
+            )
+        except FailureError as err:  # no such task, or it expired or was resolved before
+            workflow.logger.info("task %s not signalled: %s", mutation.task_id, err)
 
     def _window_complete(self, window: int) -> bool:
         first, latest = self._first_sample, self._latest_sample
