@@ -17,6 +17,7 @@ import redis.asyncio as aioredis
 from activities.lifecycle import LifecycleActivities
 from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
+from activities.webhooks import WebhookActivities
 from activities.tasks import TaskActivities
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
@@ -33,6 +34,7 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
     redis = aioredis.from_url(settings.redis_url, socket_timeout=5)
     records = MutationRecordActivities(sessions, redis)
     lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir)
+    webhooks = WebhookActivities(settings)
     task_activities = TaskActivities(redis)
     return Worker(
         client,
@@ -44,6 +46,7 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
             sandbox.run_sandbox_test,
             lifecycle.activate_trait,
             lifecycle.rollback_trait,
+            webhooks.deliver_webhook,
             task_activities.publish_task,
             task_activities.close_task,
         ],

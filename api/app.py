@@ -7,11 +7,23 @@ from contextlib import asynccontextmanager
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 
-from api import routes_agents, routes_context, routes_health, routes_mutations, routes_tasks, routes_world
+from api import (
+    routes_agents,
+    routes_batch,
+    routes_context,
+    routes_health,
+    routes_mutations,
+    routes_tasks,
+    routes_telemetry,
+    routes_webhooks,
+    routes_world,
+)
 from api.deps import Services
 from api.errors import BodySizeLimit, install_error_handlers
+from api.telemetry_hub import TelemetryHub
 from genesis.apikeys import load_pepper
 from genesis.config import Settings, get_settings
+from genesis.webhooks import load_server_secret
 from genesis.db.session import get_engine, get_sessionmaker
 
 MAX_BODY_BYTES = 96 * 1024  # 32 KB of code can grow when JSON-escaped
@@ -27,8 +39,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             sessions=get_sessionmaker(settings.database_url),
             redis=aioredis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2),
             pepper=load_pepper(settings.api_key_pepper.get_secret_value(), settings.state_dir),
+            webhook_secret=load_server_secret(settings.webhook_secret.get_secret_value(), settings.state_dir),
         )
+        app.state.telemetry = TelemetryHub(
+            settings.redis_url, app.state.services.redis,
+            queue_size=settings.telemetry_client_queue, reconnect_max_s=settings.telemetry_reconnect_max_s,
+        )
+        app.state.telemetry.start()
         yield
+        await app.state.telemetry.close()
         await app.state.services.redis.aclose()
         await get_engine(settings.database_url).dispose()
 
@@ -42,11 +61,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
-    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES)
+    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES,
+                       per_path={routes_batch.BATCH_PATH: MAX_BODY_BYTES * settings.batch_max_items})
     app.include_router(routes_mutations.router)
     app.include_router(routes_agents.router)
+    app.include_router(routes_webhooks.router)
     app.include_router(routes_context.router)
     app.include_router(routes_tasks.router)
     app.include_router(routes_health.router)
     app.include_router(routes_world.router)
+    app.include_router(routes_telemetry.router)
     return app

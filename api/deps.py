@@ -20,6 +20,7 @@ class Services:
     sessions: async_sessionmaker
     redis: aioredis.Redis
     pepper: bytes = b""  # server secret of the API key hashes (genesis/apikeys.py)
+    webhook_secret: bytes = b""  # server secret the agents' webhook secrets derive from (genesis/webhooks.py)
     _temporal: Client | None = None
     _temporal_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 

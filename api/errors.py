@@ -32,6 +32,12 @@ def _describe(err: dict) -> str:
     return f"{_field_name(err.get('loc', ()))}: {message}"
 
 
+def validation_error_body(errors: list[dict]) -> dict:
+    """The 422 VALIDATION_ERROR body for pydantic errors: a detail naming each bad field."""
+    simplified = [{"field": _field_name(e.get("loc", ())), "message": _describe(e).split(": ", 1)[-1]} for e in errors]
+    return {"error": "VALIDATION_ERROR", "detail": "; ".join(_describe(e) for e in errors), "errors": simplified}
+
+
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_: Request, exc: ApiError) -> JSONResponse:
@@ -47,10 +53,7 @@ def install_error_handlers(app: FastAPI) -> None:
             return JSONResponse({"error": "INVALID_JSON", "detail": detail}, 400)
         if any(e.get("type") == "model_attributes_type" or e.get("loc") == ("body",) for e in errors):
             return JSONResponse({"error": "INVALID_BODY", "detail": "request body must be a JSON object"}, 422)
-        simplified = [{"field": _field_name(e.get("loc", ())), "message": _describe(e).split(": ", 1)[-1]} for e in errors]
-        return JSONResponse(
-            {"error": "VALIDATION_ERROR", "detail": "; ".join(_describe(e) for e in errors), "errors": simplified}, 422
-        )
+        return JSONResponse(validation_error_body(errors), 422)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -64,15 +67,17 @@ def install_error_handlers(app: FastAPI) -> None:
 class BodySizeLimit:
     """Pure ASGI middleware: refuse bodies over ``max_bytes`` before they are buffered."""
 
-    def __init__(self, app, max_bytes: int):
+    def __init__(self, app, max_bytes: int, per_path: dict[str, int] | None = None):
         self.app, self.max_bytes = app, max_bytes
+        self.per_path = per_path or {}  # larger limits for some paths (the batch propose)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        limit = self.per_path.get(scope.get("path", ""), self.max_bytes)
         declared = dict(scope.get("headers") or ()).get(b"content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
-            return await self._too_large(send, int(declared))
+        if declared is not None and declared.isdigit() and int(declared) > limit:
+            return await self._too_large(send, int(declared), limit)
         received = 0
 
         async def counting_receive():
@@ -80,18 +85,18 @@ class BodySizeLimit:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_bytes:
+                if received > limit:
                     raise _BodyTooLarge()
             return message
 
         try:
             await self.app(scope, counting_receive, send)
         except _BodyTooLarge:
-            await self._too_large(send, received)
+            await self._too_large(send, received, limit)
 
-    async def _too_large(self, send, size: int) -> None:
+    async def _too_large(self, send, size: int, limit: int) -> None:
         response = JSONResponse(
-            {"error": "PAYLOAD_TOO_LARGE", "detail": f"request body is {size:,} bytes; the limit is {self.max_bytes:,}"},
+            {"error": "PAYLOAD_TOO_LARGE", "detail": f"request body is {size:,} bytes; the limit is {limit:,}"},
             413,
         )
         await send({"type": "http.response.start", "status": 413, "headers": response.raw_headers})

@@ -21,7 +21,7 @@ from api.schemas import (
     RollbackBody,
     RollbackResponse,
 )
-from genesis import ratelimit
+from genesis import ratelimit, webhooks
 from genesis.db.models import Mutation
 from genesis.dto import FailureCode, MutationInput, MutationStatus, RollbackRequest
 from genesis.ids import MUTATION_ID_PATTERN, mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
@@ -67,6 +67,19 @@ async def propose(
     (active mutations, proposals per hour) and per client IP (proposals per minute)."""
     services = request.app.state.services
     agent_id = await acting_agent(services, api_key, body.agent_id)
+    accepted = await accept_proposal(services, request, body, agent_id, idempotency_key)
+    return JSONResponse(accepted.model_dump(), status_code=202)
+
+
+async def accept_proposal(services, request: Request, body: ProposeRequest, agent_id: str,
+                          idempotency_key: str | None) -> ProposeResponse:
+    """Record a proposal of ``agent_id`` and start its workflow (rate limits taken), or raise the
+    ApiError a single proposal would get. Shared by the single and the batch propose."""
+    if body.notify_url and not services.settings.webhook_allow_private:
+        problem = webhooks.url_problem(body.notify_url, allow_private=False)
+        if problem:
+            raise ApiError(422, "VALIDATION_ERROR", f"notify_url: {problem}",
+                           extra={"errors": [{"field": "notify_url", "message": problem}]})
     mutation_id = mutation_id_for_idempotency_key(agent_id, idempotency_key) if idempotency_key else new_mutation_id()
     workflow_id = mutation_workflow_id(mutation_id)
     if idempotency_key:  # a retry of an accepted proposal is answered without touching the limits
@@ -82,6 +95,7 @@ async def propose(
         mutation_id=mutation_id, agent_id=agent_id, task_id=body.task_id, trait_name=body.trait_name,
         goal=body.goal, code=body.code, status=MutationStatus.queued.value, validation_log=[],
         workflow_id=workflow_id, client_ip=request.client.host if request.client else None,
+        notify_url=body.notify_url,
     )
     async with services.sessions() as session:
         session.add(record)
@@ -106,6 +120,9 @@ async def propose(
                 observation_window_ticks=services.settings.observation_window_ticks,
                 observation_timeout_s=services.settings.observation_timeout_s,
                 rollback_threshold=services.settings.rollback_threshold,
+                notify_url=body.notify_url,
+                webhook_retry_window_s=services.settings.webhook_retry_window_s,
+                webhook_max_retry_interval_s=services.settings.webhook_max_retry_interval_s,
             ),
             id=workflow_id,
             task_queue=services.settings.task_queue,
@@ -147,18 +164,17 @@ async def _take_rate_limit(services, agent_id: str, ip: str, mutation_id: str) -
     return decision
 
 
-def _same_proposal(existing: Mutation | None, body: ProposeRequest) -> JSONResponse:
+def _same_proposal(existing: Mutation | None, body: ProposeRequest) -> ProposeResponse:
     if existing is None or existing.code != body.code or existing.trait_name != body.trait_name:
         raise ApiError(409, "IDEMPOTENCY_KEY_REUSED", "this Idempotency-Key was used for a different proposal")
     return _accepted(existing.mutation_id, existing.status, "Mutation already accepted (same Idempotency-Key)")
 
 
-def _accepted(mutation_id: str, status: str, message: str) -> JSONResponse:
-    body = ProposeResponse(
+def _accepted(mutation_id: str, status: str, message: str) -> ProposeResponse:
+    return ProposeResponse(
         mutation_id=mutation_id, status=status, message=message,
         status_url=f"/api/mutations/{mutation_id}/status", workflow_id=mutation_workflow_id(mutation_id),
     )
-    return JSONResponse(body.model_dump(), status_code=202)
 
 
 async def _load(request: Request, mutation_id: str) -> Mutation:
@@ -182,7 +198,7 @@ async def status(mutation_id: str, request: Request) -> MutationStatusResponse:
         validation_log=record.validation_log or [], goal=record.goal, task_id=record.task_id,
         code_hash=record.code_hash, workflow_id=record.workflow_id, sandbox_report=record.sandbox_report,
         trait_version=record.trait_version, fitness_verdict=record.fitness_verdict,
-        rollback_reason=record.rollback_reason,
+        rollback_reason=record.rollback_reason, notify_url=record.notify_url,
     )
 
 
@@ -219,7 +235,10 @@ async def rollback(mutation_id: str, request: Request, body: RollbackBody | None
     if record.status == MutationStatus.kept.value:  # its workflow has ended: a RollbackWorkflow does it
         await client.start_workflow(
             ROLLBACK_WORKFLOW,
-            args=[RollbackRequest(mutation_id=mutation_id, trait_name=record.trait_name, reason=reason),
+            args=[RollbackRequest(mutation_id=mutation_id, trait_name=record.trait_name, reason=reason,
+                                  agent_id=record.agent_id, notify_url=record.notify_url,
+                                  webhook_retry_window_s=services.settings.webhook_retry_window_s,
+                                  webhook_max_retry_interval_s=services.settings.webhook_max_retry_interval_s),
                   record.validation_log or []],
             id=rollback_workflow_id(mutation_id),
             task_queue=services.settings.task_queue,

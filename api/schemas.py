@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from genesis import gatekeeper
+from genesis import gatekeeper, webhooks
 from genesis.dto import TaskSeverity
 
 AGENT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
@@ -28,6 +28,19 @@ class ProposeRequest(BaseModel):
     trait_name: str = Field(description="snake_case; becomes part of mutations/trait_{name}_v{N}.py")
     goal: str = Field(default="", max_length=2000, description="What the trait is for (shown in the Evolution Feed)")
     code: str = Field(description="Python source of the trait (UTF-8, at most 32 KB)")
+    notify_url: str | None = Field(
+        default=None, max_length=webhooks.MAX_URL_LENGTH,
+        description="Optional http(s) URL that gets a signed POST (Standard Webhooks, HMAC-SHA256) on each "
+        "status change of this mutation; loopback/private hosts only with GENESIS_WEBHOOK_ALLOW_PRIVATE=true",
+    )
+
+    @field_validator("notify_url")
+    @classmethod
+    def _notify_url(cls, value: str | None) -> str | None:
+        problem = webhooks.url_problem(value, allow_private=True) if value is not None else None
+        if problem:  # the address policy (private hosts) depends on Settings: checked by the route
+            raise ValueError(problem)
+        return value
 
     @field_validator("agent_id")
     @classmethod
@@ -85,6 +98,7 @@ class MutationStatusResponse(BaseModel):
     trait_version: int | None
     fitness_verdict: str | None
     rollback_reason: str | None
+    notify_url: str | None = None
 
 
 class EffectsResponse(BaseModel):
@@ -307,3 +321,52 @@ class AgentResponse(BaseModel):
     registered_at: str
     reputation: Reputation
     rate_limits: RateLimitUsage
+
+
+class BatchProposeItem(ProposeRequest):
+    """One proposal of a batch: the fields of POST /api/mutations/propose, and its own
+    Idempotency-Key (the header of a single proposal)."""
+
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=128,
+                                        description="Retry-safe: same agent and key, same mutation")
+
+
+class BatchProposeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    proposals: list[Any] = Field(
+        min_length=1,
+        description="1..GENESIS_BATCH_MAX_ITEMS (default 10) proposals, each with the fields of POST "
+        "/api/mutations/propose plus an optional idempotency_key. Each is validated, authorised and rate "
+        "limited on its own, in order: an invalid item does not spoil the others.",
+    )
+
+
+class BatchItemResult(BaseModel):
+    """What POST /api/mutations/propose would have answered for this item alone."""
+
+    index: int
+    status_code: int = Field(description="202 accepted, or the error status of a single proposal (403, 409, 422, 429, 503)")
+    mutation_id: str | None = None
+    status: str | None = None
+    message: str | None = None
+    status_url: str | None = None
+    workflow_id: str | None = None
+    error: str | None = None
+    detail: str | None = None
+    errors: list[dict[str, Any]] | None = None
+    retry_after_sec: int | None = None
+
+
+class BatchProposeResponse(BaseModel):
+    accepted: int
+    refused: int
+    results: list[BatchItemResult]
+
+
+class WebhookSecretResponse(BaseModel):
+    agent_id: str
+    webhook_secret: str = Field(description="whsec_<base64 key>: verify webhook-signature with it")
+    scheme: str
+    signed_content: str
+    headers: list[str]

@@ -59,18 +59,19 @@ def matches(pepper: bytes, key: str, stored_digest: str) -> bool:
     return hmac.compare_digest(digest(pepper, key), stored_digest)
 
 
-def load_pepper(configured: str, state_dir: Path) -> bytes:
+def load_pepper(configured: str, state_dir: Path, file_name: str = PEPPER_FILE) -> bytes:
     """The configured pepper, or the installation's own one from ``state_dir`` (created on
-    first use, mode 0600, atomically so concurrent API processes agree on one value)."""
+    first use, mode 0600, atomically so concurrent API processes agree on one value).
+    Other server secrets (the webhook secret) are kept the same way under another file name."""
     if configured:
         return configured.encode("utf-8")
-    path = state_dir / PEPPER_FILE
+    path = state_dir / file_name
     try:
         return path.read_bytes().strip()
     except FileNotFoundError:
         pass
     state_dir.mkdir(parents=True, exist_ok=True)
-    tmp = state_dir / f".{PEPPER_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+    tmp = state_dir / f".{file_name}.{os.getpid()}.{secrets.token_hex(4)}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "wb") as f:
         f.write(secrets.token_hex(32).encode())

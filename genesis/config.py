@@ -86,6 +86,28 @@ class Settings(BaseSettings):
     # retry_after_sec when the active limit is hit (a slot frees when a mutation ends).
     ratelimit_active_retry_after_s: int = Field(default=30, ge=1)
 
+    # Telemetry stream WS /api/agents/telemetry (api/telemetry_hub.py): one Redis subscription per
+    # API process, fanned out to every socket. A client that falls this many events behind is
+    # disconnected (close 1013, reason SLOW_CONSUMER) instead of slowing the others.
+    telemetry_client_queue: int = Field(default=256, ge=1)
+    telemetry_reconnect_max_s: float = Field(default=5.0, gt=0)  # longest pause between reconnects
+
+    # Batch propose (POST /api/mutations/propose/batch): items per request.
+    batch_max_items: int = Field(default=10, ge=1, le=100)
+
+    # Webhooks: a proposal's notify_url gets a signed POST on each status change (Standard
+    # Webhooks: webhook-id / webhook-timestamp / webhook-signature, HMAC-SHA256). Each agent signs
+    # with its own secret, derived from this server secret (genesis/webhooks.py). Empty: a random
+    # one is created once in <state_dir>/webhook-secret; set it when API and worker hosts differ.
+    webhook_secret: SecretStr = SecretStr("")
+    # false (default): notify_url may not name a loopback, private, link-local or otherwise
+    # non-public address (checked on propose and again, after DNS, on each delivery).
+    webhook_allow_private: bool = False
+    webhook_timeout_s: float = Field(default=10.0, gt=0)  # one delivery attempt
+    # Deliveries are retried with backoff for this long after the status change, then dropped.
+    webhook_retry_window_s: float = Field(default=3600.0, gt=0)
+    webhook_max_retry_interval_s: float = Field(default=60.0, gt=0)
+
     # Tasks for external agents (TaskWorkflow) and claims on them.
     task_ttl_critical_s: float = Field(default=900.0, gt=0)  # 15 min (open-mutation-api.md)
     task_ttl_high_s: float = Field(default=600.0, gt=0)  # 10 min

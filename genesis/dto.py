@@ -62,6 +62,11 @@ class MutationInput(BaseModel):
     observation_window_ticks: int = 300
     observation_timeout_s: float = 900.0
     rollback_threshold: float = -0.10
+    # Webhooks: each status change is POSTed (signed) to notify_url, retried with backoff for up
+    # to webhook_retry_window_s after the change (genesis/webhooks.py).
+    notify_url: str | None = None
+    webhook_retry_window_s: float = 3600.0
+    webhook_max_retry_interval_s: float = 60.0
 
 
 class ValidationOutcome(BaseModel):
@@ -146,6 +151,11 @@ class RollbackRequest(BaseModel):
     trait_name: str
     reason: str
     fitness_delta: float | None = None
+    # A RollbackWorkflow (of a kept mutation) tells the proposal's notify_url, if any.
+    agent_id: str | None = None
+    notify_url: str | None = None
+    webhook_retry_window_s: float = 3600.0
+    webhook_max_retry_interval_s: float = 60.0
 
 
 class RollbackResult(BaseModel):
@@ -165,6 +175,23 @@ class MutationResult(BaseModel):
     trait_version: int | None = None
     effects: dict[str, Any] | None = None
     fitness_verdict: str | None = None
+
+
+class WebhookDelivery(BaseModel):
+    """One status change to POST to a notify_url. ``delivery_id`` is the same on every retry
+    (the ``webhook-id`` header); ``event`` is the JSON body."""
+
+    delivery_id: str
+    mutation_id: str
+    agent_id: str
+    notify_url: str
+    event: dict[str, Any]
+    deadline: float  # unix seconds after which the delivery is given up (not retried further)
+
+
+class WebhookResult(BaseModel):
+    status_code: int
+    attempt: int
 
 
 class TaskSeverity(str, Enum):

@@ -85,6 +85,10 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         ratelimit_active_per_agent=1000,
         ratelimit_proposals_per_ip_minute=100_000,
         ratelimit_proposals_per_agent_hour=100_000,
+        # Webhook receivers in tests listen on loopback; retries come quickly.
+        webhook_allow_private=True,
+        webhook_secret=SecretStr("genesis-test-webhook-secret"),
+        webhook_max_retry_interval_s=2.0,
     )
 
 

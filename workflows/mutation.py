@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         SandboxRequest,
         StatusUpdate,
         ValidationOutcome,
+        WebhookDelivery,
     )
     from genesis.effects import WorldSample, compute_effects, verdict
     from genesis.workflow_api import (
@@ -48,6 +49,9 @@ SANDBOX_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_inter
 LIFECYCLE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 # Histories recorded before activation existed end at sandbox_ok; this marker keeps them replayable.
 ACTIVATION_PATCH = "activation-observation-rollback"
+# Webhook deliveries (a proposal's notify_url) are new commands; runs recorded before them replay.
+WEBHOOK_PATCH = "webhook-notify"
+WEBHOOK_EVENT = "MutationStatusChanged"
 # Runs recorded before tasks were workflows did not signal the task on activation.
 TASK_SIGNAL_PATCH = "signal-task-on-activation"
 
@@ -59,6 +63,12 @@ class MutationWorkflow:
         self._rollback_reason: str | None = None
         self._first_sample: WorldSample | None = None
         self._latest_sample: WorldSample | None = None
+        self._mutation: MutationInput | None = None
+        # Status changes waiting to be POSTed to notify_url, sent in order by one sender task.
+        self._webhooks: list[WebhookDelivery] = []
+        self._webhook_sender: asyncio.Task | None = None
+        self._notified_status: MutationStatus | None = None
+        self._webhook_sequence = 0
 
     @workflow.query(name="status")
     def status(self) -> MutationResult | None:
@@ -79,6 +89,14 @@ class MutationWorkflow:
 
     @workflow.run
     async def run(self, mutation: MutationInput) -> MutationResult:
+        self._mutation = mutation
+        try:
+            return await self._run(mutation)
+        finally:  # the record is final already; deliver what the receiver has not got yet
+            if self._webhook_sender is not None:
+                await self._webhook_sender
+
+    async def _run(self, mutation: MutationInput) -> MutationResult:
         self._result = MutationResult(mutation_id=mutation.mutation_id, status=MutationStatus.queued)
         workflow.upsert_search_attributes(
             [SA_AGENT_ID.value_set(mutation.agent_id), SA_TRAIT_NAME.value_set(mutation.trait_name)]
@@ -167,6 +185,66 @@ class MutationWorkflow:
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=LOCAL_RETRY,
         )
+        self._notify(status, log, failure_code, later)
+
+    def _notify(self, status: MutationStatus, log: list[str], failure_code: str | None, later: dict) -> None:
+        """Queue a webhook for a status change (not for a rewrite of the same status)."""
+        mutation = self._mutation
+        if mutation is None or not mutation.notify_url or status == self._notified_status:
+            return
+        if not workflow.patched(WEBHOOK_PATCH):
+            return
+        previous = self._notified_status or MutationStatus.queued
+        self._notified_status = status
+        self._webhook_sequence += 1
+        sequence = self._webhook_sequence
+        now = workflow.now().timestamp()
+        event = {
+            "event": WEBHOOK_EVENT,
+            "sequence": sequence,
+            "mutation_id": mutation.mutation_id,
+            "agent_id": mutation.agent_id,
+            "trait_name": mutation.trait_name,
+            "task_id": mutation.task_id,
+            "status": status.value,
+            "previous_status": previous.value,
+            "failure_reason_code": failure_code,
+            "message": log[-1] if log else None,
+            "occurred_at": round(now, 3),
+            "status_url": f"/api/mutations/{mutation.mutation_id}/status",
+            **{k: later[k] for k in ("trait_version", "fitness_verdict", "rollback_reason") if later.get(k) is not None},
+        }
+        self._webhooks.append(WebhookDelivery(
+            delivery_id=f"{mutation.mutation_id}.{sequence}", mutation_id=mutation.mutation_id,
+            agent_id=mutation.agent_id, notify_url=mutation.notify_url, event=event,
+            deadline=now + mutation.webhook_retry_window_s,
+        ))
+        if self._webhook_sender is None or self._webhook_sender.done():
+            self._webhook_sender = asyncio.create_task(self._send_webhooks(mutation))
+
+    async def _send_webhooks(self, mutation: MutationInput) -> None:
+        """One at a time, in order; each retried until its deadline. A receiver that is down
+        delays only its own notifications, never the mutation (its status is already recorded)."""
+        retry = RetryPolicy(
+            initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+            maximum_interval=timedelta(seconds=mutation.webhook_max_retry_interval_s),
+            non_retryable_error_types=["WEBHOOK_URL_FORBIDDEN", "WEBHOOK_REFUSED"],
+        )
+        while self._webhooks:
+            delivery = self._webhooks.pop(0)
+            remaining = delivery.deadline - workflow.now().timestamp()
+            if remaining <= 1:
+                workflow.logger.warning("webhook %s dropped: its retry window closed", delivery.delivery_id)
+                continue
+            try:
+                await workflow.execute_activity(
+                    names.DELIVER_WEBHOOK, delivery,
+                    start_to_close_timeout=timedelta(seconds=30),
+                    schedule_to_close_timeout=timedelta(seconds=remaining),
+                    retry_policy=retry,
+                )
+            except ActivityError as err:
+                workflow.logger.warning("webhook %s not delivered: %s", delivery.delivery_id, _root_message(err))
 
     async def _finish(self, status: MutationStatus, failure_code: str | None, log: list[str],
                       sandbox_report: dict | None = None, **later: Any) -> MutationResult:

@@ -40,6 +40,8 @@ class Mutation(Base):
     rollback_reason: Mapped[str | None] = mapped_column(Text)
     workflow_id: Mapped[str] = mapped_column(String(80))
     client_ip: Mapped[str | None] = mapped_column(String(64))
+    # Signed webhooks on each status change go here (migration 0005; genesis/webhooks.py).
+    notify_url: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 

@@ -1,0 +1,61 @@
+"""POST /api/mutations/propose/batch: several proposals in one request, each handled exactly as
+POST /api/mutations/propose would handle it alone (validated, authorised, rate limited, in order)."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+from api.auth import API_KEY, acting_agent, authenticate
+from api.errors import ApiError, validation_error_body
+from api.routes_mutations import ERRORS, WRITE_ERRORS, accept_proposal, router
+from api.schemas import BatchItemResult, BatchProposeItem, BatchProposeRequest, BatchProposeResponse, ErrorResponse
+
+log = logging.getLogger("genesis.api")
+BATCH_PATH = "/api/mutations/propose/batch"
+
+
+@router.post(
+    "/propose/batch", status_code=207, response_model=BatchProposeResponse,
+    responses={**{k: v for k, v in WRITE_ERRORS.items() if k != 404},
+               422: {"model": ErrorResponse, "description": "Not a batch (no proposals, too many, not a list)"},
+               **{k: v for k, v in ERRORS.items() if k == 413}},
+)
+async def propose_batch(body: BatchProposeRequest, request: Request,
+                        api_key: str | None = Depends(API_KEY)) -> JSONResponse:
+    """Propose up to ``GENESIS_BATCH_MAX_ITEMS`` mutations at once. The answer is **207
+    Multi-Status** with one result per item, in order: ``status_code`` 202 with the
+    ``mutation_id`` for an accepted item, or the status and ``{"error", "detail"}`` that
+    POST /api/mutations/propose would have answered for that item alone (422 invalid fields,
+    403 another agent's agent_id, 409 reused idempotency_key, 429 a rate limit with
+    ``retry_after_sec``, 503). Every item counts against the rate limits as one proposal.
+    A missing or invalid ``X-API-Key`` refuses the whole batch (401)."""
+    services = request.app.state.services
+    limit = services.settings.batch_max_items
+    if len(body.proposals) > limit:
+        raise ApiError(422, "BATCH_TOO_LARGE",
+                       f"{len(body.proposals)} proposals in one batch; at most {limit} (GENESIS_BATCH_MAX_ITEMS)")
+    if api_key or services.settings.auth == "required":
+        await authenticate(services, api_key)  # a bad key refuses the batch, not each item
+    results: list[BatchItemResult] = []
+    for index, raw in enumerate(body.proposals):
+        try:
+            item = BatchProposeItem.model_validate(raw)
+            agent_id = await acting_agent(services, api_key, item.agent_id)
+            accepted = await accept_proposal(services, request, item, agent_id, item.idempotency_key)
+            results.append(BatchItemResult(index=index, status_code=202, **accepted.model_dump()))
+        except ValidationError as exc:
+            results.append(BatchItemResult(index=index, status_code=422, **validation_error_body(exc.errors())))
+        except ApiError as exc:
+            results.append(BatchItemResult(index=index, status_code=exc.status_code, error=exc.error,
+                                           detail=exc.detail, **exc.extra))
+        except Exception as exc:  # noqa: BLE001 - one item's failure must not hide the others' results
+            log.exception("batch item %d failed", index)
+            results.append(BatchItemResult(index=index, status_code=500, error="INTERNAL_ERROR",
+                                           detail=f"{type(exc).__name__}: {exc}"))
+    accepted_count = sum(1 for r in results if r.status_code == 202)
+    reply = BatchProposeResponse(accepted=accepted_count, refused=len(results) - accepted_count, results=results)
+    return JSONResponse(reply.model_dump(exclude_none=True), status_code=207)

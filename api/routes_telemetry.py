@@ -1,0 +1,99 @@
+"""WS /api/agents/telemetry: world snapshots, tasks and mutation events without polling
+(open-mutation-api.md, block 3). The hub (api/telemetry_hub.py) holds the one Redis
+subscription of this process; each socket gets the events its filter wants."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+from fastapi import APIRouter, Request, WebSocket
+from starlette.websockets import WebSocketDisconnect, WebSocketState
+
+from api.telemetry_hub import CLOSE_SLOW_CONSUMER, EVENT_TYPES, SLOW_CONSUMER, TelemetryHub
+
+router = APIRouter(tags=["telemetry"])
+
+CLOSE_POLICY_VIOLATION = 1008
+INVALID_EVENT_FILTER = "INVALID_EVENT_FILTER"
+CLOSE_WAIT_S = 10
+
+
+def parse_filter(raw: str | None) -> frozenset[str]:
+    """``?events=WorldSnapshot,TaskPublished`` → those events; absent → all. ValueError names
+    what is wrong."""
+    if raw is None:
+        return frozenset(EVENT_TYPES)
+    names = [name.strip() for name in raw.split(",")]
+    if not any(names):
+        raise ValueError(f"events is empty: name one or more of {', '.join(EVENT_TYPES)} (comma-separated), "
+                         "or leave the parameter out for all")
+    unknown = sorted({name for name in names if name not in EVENT_TYPES})
+    if unknown:
+        raise ValueError(f"unknown event type(s) {', '.join(map(repr, unknown))}: "
+                         f"choose from {', '.join(EVENT_TYPES)}")
+    return frozenset(names)
+
+
+@router.websocket("/api/agents/telemetry")
+async def telemetry(websocket: WebSocket) -> None:
+    """One JSON event per text frame: ``WorldSnapshot``, ``TaskPublished``, ``TaskExpired``,
+    ``TaskClosed``, ``MutationActivated``, ``MutationRolledBack``. ``?events=A,B`` limits the
+    stream to those types; an invalid filter gets an error frame and close code 1008.
+    A client that falls ``GENESIS_TELEMETRY_CLIENT_QUEUE`` events behind is closed with 1013
+    (reason ``SLOW_CONSUMER``). Redis outages pause the stream without closing it."""
+    hub: TelemetryHub = websocket.app.state.telemetry
+    try:
+        wanted = parse_filter(websocket.query_params.get("events"))
+    except ValueError as exc:
+        await websocket.accept()
+        await websocket.send_text(json.dumps({"event": "Error", "error": INVALID_EVENT_FILTER, "detail": str(exc)}))
+        await websocket.close(code=CLOSE_POLICY_VIOLATION, reason=INVALID_EVENT_FILTER)
+        return
+    subscriber = hub.subscribe(wanted)  # before the handshake completes: nothing after it is missed
+    try:
+        await websocket.accept()
+    except Exception:
+        hub.unsubscribe(subscriber)
+        raise
+
+    async def send_events() -> None:
+        while True:
+            await websocket.send_text(await subscriber.queue.get())
+
+    async def watch_client() -> None:
+        while (await websocket.receive())["type"] != "websocket.disconnect":
+            pass  # frames from the client are ignored
+
+    tasks = [asyncio.create_task(send_events()), asyncio.create_task(watch_client()),
+             asyncio.create_task(subscriber.overflowed.wait())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        hub.unsubscribe(subscriber)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    if subscriber.overflowed.is_set():
+        hub.counters["slow_consumers_closed"] += 1
+        await _close(websocket, CLOSE_SLOW_CONSUMER,
+                     f"{SLOW_CONSUMER}: more than {subscriber.queue.maxsize} events behind; reconnect")
+    else:
+        await _close(websocket, 1000, "")
+
+
+async def _close(websocket: WebSocket, code: int, reason: str) -> None:
+    if websocket.client_state != WebSocketState.CONNECTED or websocket.application_state != WebSocketState.CONNECTED:
+        return
+    try:  # the close frame queues behind what the socket already holds; a client that reads
+        # nothing never takes it, so give up after a while (the connection is dropped then)
+        await asyncio.wait_for(websocket.close(code=code, reason=reason), timeout=CLOSE_WAIT_S)
+    except (asyncio.TimeoutError, WebSocketDisconnect, RuntimeError, OSError):
+        pass
+
+
+@router.get("/api/agents/telemetry/status")
+async def telemetry_status(request: Request) -> dict:
+    """This API process's telemetry hub: whether its Redis subscription is up, connected
+    clients, (re)connects, events forwarded and slow clients closed."""
+    return request.app.state.telemetry.status()
