@@ -19,7 +19,7 @@ from api import (
     routes_world,
 )
 from api.deps import Services
-from api.errors import BodySizeLimit, install_error_handlers
+from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
 from api.telemetry_hub import TelemetryHub
 from genesis.apikeys import load_pepper
 from genesis.config import Settings, get_settings
@@ -61,6 +61,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     install_error_handlers(app)
+    document_error_responses(app)
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES,
                        per_path={routes_batch.BATCH_PATH: MAX_BODY_BYTES * settings.batch_max_items})
     app.include_router(routes_mutations.router)

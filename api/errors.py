@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -62,6 +64,44 @@ def install_error_handlers(app: FastAPI) -> None:
             return JSONResponse({"error": "INVALID_JSON", "detail": detail}, 400)
         error = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
         return JSONResponse({"error": error, "detail": str(exc.detail)}, exc.status_code)
+
+
+def document_error_responses(app: FastAPI) -> None:
+    """Make /openapi.json say what the handlers above answer for every operation: 400
+    ``INVALID_JSON`` and 413 ``PAYLOAD_TOO_LARGE`` wherever a body is read, and 422 in the
+    ``ErrorResponse`` shape (FastAPI documents its own ``HTTPValidationError`` there, which this API
+    never sends)."""
+    from api.schemas import ErrorResponse
+
+    generate = app.openapi
+    ref = {"$ref": "#/components/schemas/ErrorResponse"}
+
+    def error(description: str) -> dict:
+        return {"description": description, "content": {"application/json": {"schema": dict(ref)}}}
+
+    def openapi() -> dict:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = generate()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        components.setdefault("ErrorResponse", ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}"))
+        for path_item in schema.get("paths", {}).values():
+            for operation in path_item.values():
+                responses = operation.setdefault("responses", {})
+                if "requestBody" in operation:
+                    responses.setdefault("400", error("INVALID_JSON: the body is not valid JSON (or not UTF-8)"))
+                    responses.setdefault("413", error("PAYLOAD_TOO_LARGE: the body is over the size limit"))
+                validation = responses.get("422", {}).get("content", {}).get("application/json", {})
+                if validation.get("schema", {}).get("$ref", "").endswith("/HTTPValidationError"):
+                    responses["422"] = error("VALIDATION_ERROR: the detail and errors name each bad field")
+        for name in ("HTTPValidationError", "ValidationError"):  # FastAPI's, now unreferenced
+            rest = {key: value for key, value in components.items() if key != name}
+            if f"#/components/schemas/{name}\"" not in json.dumps([schema.get("paths"), rest]):
+                components.pop(name, None)
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
 
 
 class BodySizeLimit:

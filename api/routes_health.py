@@ -27,7 +27,7 @@ async def _timed(check) -> dict:
     return result
 
 
-@router.get("/health")
+@router.get("/health", responses={503: {"description": "A dependency is down (the same body, status degraded)"}})
 async def health(request: Request) -> JSONResponse:
     services = request.app.state.services
 

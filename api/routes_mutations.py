@@ -52,7 +52,8 @@ WRITE_ERRORS = {
 
 @router.post(
     "/propose", status_code=202, response_model=ProposeResponse,
-    responses={**WRITE_ERRORS, 429: {"model": RateLimitResponse, "description": "A rate limit; retry after retry_after_sec"}},
+    responses={**WRITE_ERRORS, 429: {"model": RateLimitResponse, "description": "A rate limit; retry after retry_after_sec"},
+               409: {"model": ErrorResponse, "description": "IDEMPOTENCY_KEY_REUSED, or TASK_ALREADY_CLAIMED by another agent"}},
 )
 async def propose(
     body: ProposeRequest,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from typing import Any
 
@@ -22,6 +23,7 @@ from sqlalchemy import func, select
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from api.errors import ApiError
+from api.schemas import ErrorResponse
 from genesis import redis_keys as keys
 from genesis.db.models import Mutation
 from genesis.redis_keys import Channels
@@ -32,6 +34,7 @@ log = logging.getLogger("genesis.api.world")
 STALE_AFTER_S = 5.0  # no status for this long: the engine is reported as not running
 APPLIED_STATUSES = ("activated", "kept")  # live traits: activated and not rolled back
 MAX_ENTITIES = 500
+NOT_RUNNING = {503: {"model": ErrorResponse, "description": "ENGINE_NOT_RUNNING (the engine has never reported) or REDIS_UNAVAILABLE"}}
 
 
 def _text(v: Any) -> str:
@@ -53,10 +56,13 @@ async def _engine_status(request: Request) -> dict[str, str]:
 
 
 def _num(status: dict[str, str], name: str, kind=float) -> Any:
+    """A number of the engine's status, or None when missing, malformed or not finite (JSON has
+    no NaN or Infinity: one in a response would be a 500)."""
     try:
-        return kind(status[name])
-    except (KeyError, ValueError):
+        value = kind(status[name])
+    except (KeyError, ValueError, OverflowError):
         return None
+    return value if math.isfinite(value) else None
 
 
 def _running(status: dict[str, str]) -> bool:
@@ -64,7 +70,7 @@ def _running(status: dict[str, str]) -> bool:
     return updated is not None and time.time() - updated < STALE_AFTER_S
 
 
-@router.get("/api/world/state")
+@router.get("/api/world/state", responses=NOT_RUNNING)
 async def world_state(request: Request) -> dict:
     """Tick, population and the parameters of the running world."""
     status = await _engine_status(request)
@@ -86,7 +92,7 @@ async def world_state(request: Request) -> dict:
     }
 
 
-@router.get("/api/world/entities")
+@router.get("/api/world/entities", responses=NOT_RUNNING)
 async def world_entities(
     request: Request,
     limit: int = Query(100, ge=1, le=MAX_ENTITIES, description="how many entities (1..500), lowest ids first"),
@@ -106,7 +112,7 @@ async def world_entities(
     }
 
 
-@router.get("/api/stats")
+@router.get("/api/stats", responses=NOT_RUNNING)
 async def stats(request: Request) -> dict:
     """The engine's headline numbers; ``mutations_applied`` counts live (activated or kept)
     mutations in Postgres and is null while Postgres is unreachable."""

@@ -8,11 +8,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from genesis import gatekeeper, webhooks
+from genesis import gatekeeper, rules, webhooks
 from genesis.dto import TaskSeverity
 
 AGENT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 TASK_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+def _is_unicode(text: str) -> bool:
+    """Whether ``text`` can be encoded as UTF-8 (JSON's \\ud800 escapes decode to lone surrogates)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class ProposeRequest(BaseModel):
@@ -23,11 +32,14 @@ class ProposeRequest(BaseModel):
         description="Who proposes (logs, limits); 1-128 of letters, digits, _ . : @ -. With an X-API-Key it "
         "may be left out (it is the key's agent) and must equal the key's agent if given; without a key "
         "(GENESIS_AUTH=open only) it is required",
+        json_schema_extra={"pattern": AGENT_ID_PATTERN.pattern},
     )
-    task_id: str | None = Field(default=None, description="Optional task from /api/agents/context/tasks")
-    trait_name: str = Field(description="snake_case; becomes part of mutations/trait_{name}_v{N}.py")
+    task_id: str | None = Field(default=None, description="Optional task from /api/agents/context/tasks",
+                                json_schema_extra={"pattern": TASK_ID_PATTERN.pattern})
+    trait_name: str = Field(description="snake_case; becomes part of mutations/trait_{name}_v{N}.py",
+                            json_schema_extra={"pattern": rules.TRAIT_NAME_PATTERN})
     goal: str = Field(default="", max_length=2000, description="What the trait is for (shown in the Evolution Feed)")
-    code: str = Field(description="Python source of the trait (UTF-8, at most 32 KB)")
+    code: str = Field(description="Python source of the trait (UTF-8, at most 32 KB)", json_schema_extra={"minLength": 1})
     notify_url: str | None = Field(
         default=None, max_length=webhooks.MAX_URL_LENGTH,
         description="Optional http(s) URL that gets a signed POST (Standard Webhooks, HMAC-SHA256) on each "
@@ -54,6 +66,13 @@ class ProposeRequest(BaseModel):
     def _task_id(cls, value: str | None) -> str | None:
         if value is not None and not TASK_ID_PATTERN.match(value):
             raise ValueError("task_id must be 1-64 characters: letters, digits, _ and -")
+        return value
+
+    @field_validator("goal")
+    @classmethod
+    def _goal(cls, value: str) -> str:
+        if "\0" in value:  # Postgres text cannot hold NUL: refuse it here, not with a 500 on insert
+            raise ValueError("goal must not contain NUL characters")
         return value
 
     @field_validator("trait_name")
@@ -116,6 +135,13 @@ class RollbackBody(BaseModel):
 
     reason: str = Field(default="manual", min_length=1, max_length=200, description="Why (shown in the feed and log)")
 
+    @field_validator("reason")
+    @classmethod
+    def _reason(cls, value: str) -> str:
+        if "\0" in value:  # it is stored in Postgres (rollback_reason, validation_log), which cannot hold NUL
+            raise ValueError("reason must not contain NUL characters")
+        return value
+
 
 class RollbackResponse(BaseModel):
     mutation_id: str
@@ -168,6 +194,8 @@ class TaskCreateRequest(BaseModel):
                 raise ValueError(f"world_context numbers must be finite ({name!r} is not)")
             if type(item) is str and len(item) > 500:
                 raise ValueError(f"world_context strings must be at most 500 characters ({name!r} is longer)")
+            if not all(_is_unicode(text) for text in (name, item) if type(text) is str):
+                raise ValueError(f"world_context keys and strings must be valid Unicode (no lone surrogates) ({name!r} is not)")
         return value
 
 
