@@ -105,21 +105,30 @@ def api_schema(api_url, fuzz_agent, engine_proc):
         "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True, "database": "none"},
         "phases": {"stateful": {"enabled": False}},
     })
-    return schemathesis.openapi.from_url(f"{api_url}/openapi.json", config=config)
+    yield schemathesis.openapi.from_url(f"{api_url}/openapi.json", config=config)
+    # End the tasks the fuzz published, so other modules' task lists are not crowded for 5-15 min.
+    with httpx.Client(base_url=api_url, timeout=30) as client:
+        for task_id in published_tasks:
+            client.post(f"/api/agents/tasks/{task_id}/resolve", json={"reason": "fuzz test over"})
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
 answers: dict[str, Counter] = defaultdict(Counter)  # operation label -> status codes seen
+published_tasks: list[str] = []
 
 
 @schema.parametrize()
 def test_no_server_errors_and_responses_match_the_schema(case):
     response = case.call_and_validate(checks=CHECKS, timeout=30)
     answers[case.operation.label][response.status_code] += 1
+    if case.operation.label == "POST /api/agents/tasks" and response.status_code == 201:
+        published_tasks.append(response.json()["task_id"])
 
 
 def test_the_fuzz_reached_past_validation_and_auth():
     """The run above exercised every operation, and the ones behind X-API-Key beyond 401."""
+    if not answers:
+        pytest.skip("runs after test_no_server_errors_and_responses_match_the_schema (select the module)")
     print("\n" + "\n".join(f"{label}: {dict(sorted(codes.items()))}" for label, codes in sorted(answers.items())))
     assert len(answers) >= 19, sorted(answers)
     for label, codes in answers.items():
