@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import API_KEY, acting_agent
 from api.errors import ApiError
@@ -23,16 +24,9 @@ from api.schemas import (
 )
 from genesis import ratelimit, webhooks
 from genesis.db.models import Mutation
-from genesis.dto import FailureCode, MutationInput, MutationStatus, RollbackRequest
+from genesis.dto import FailureCode, MutationStatus, RollbackRequest
 from genesis.ids import MUTATION_ID_PATTERN, mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
-from genesis.workflow_api import (
-    MUTATION_WORKFLOW,
-    ROLLBACK_WORKFLOW,
-    SA_AGENT_ID,
-    SA_STATUS,
-    SA_TRAIT_NAME,
-    rollback_workflow_id,
-)
+from genesis.workflow_api import ROLLBACK_WORKFLOW, rollback_workflow_id
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
 
@@ -88,7 +82,6 @@ async def accept_proposal(services, request: Request, body: ProposeRequest, agen
         if existing is not None:
             return _same_proposal(existing, body)
     await check_proposal_claim(request, body.task_id, agent_id)  # 409 if another agent holds the task
-    client = await services.temporal()  # fail before writing anything if Temporal is down
     ip = request.client.host if request.client else "unknown"
     decision = await _take_rate_limit(services, agent_id, ip, mutation_id)
     record = Mutation(
@@ -110,35 +103,9 @@ async def accept_proposal(services, request: Request, body: ProposeRequest, agen
             if not decision.already_held:
                 await ratelimit.refund(services.redis, agent_id, ip, mutation_id)
             raise
-    try:
-        await client.start_workflow(
-            MUTATION_WORKFLOW,
-            MutationInput(
-                mutation_id=mutation_id, agent_id=agent_id, trait_name=body.trait_name,
-                code=body.code, goal=body.goal, task_id=body.task_id,
-                activate=services.settings.activate_mutations,
-                observation_window_ticks=services.settings.observation_window_ticks,
-                observation_timeout_s=services.settings.observation_timeout_s,
-                rollback_threshold=services.settings.rollback_threshold,
-                notify_url=body.notify_url,
-                webhook_retry_window_s=services.settings.webhook_retry_window_s,
-                webhook_max_retry_interval_s=services.settings.webhook_max_retry_interval_s,
-            ),
-            id=workflow_id,
-            task_queue=services.settings.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            search_attributes=TypedSearchAttributes([
-                SearchAttributePair(SA_AGENT_ID, agent_id),
-                SearchAttributePair(SA_TRAIT_NAME, body.trait_name),
-                SearchAttributePair(SA_STATUS, MutationStatus.queued.value),
-            ]),
-        )
-    except Exception as exc:
-        async with services.sessions() as session:  # leave nothing half-written behind
-            await session.execute(delete(Mutation).where(Mutation.mutation_id == mutation_id))
-            await session.commit()
-        await ratelimit.refund(services.redis, agent_id, ip, mutation_id)
-        raise ApiError(503, "WORKFLOW_START_FAILED", f"could not start the mutation workflow: {exc}") from exc
+    # Recorded = accepted: the workflow starts right after the answer (api/workflow_starter.py),
+    # or, if Temporal is unavailable now, when the sweeper finds the row still queued.
+    services.starter.start_soon(record)
     return _accepted(mutation_id, MutationStatus.queued.value, "Mutation accepted for validation")
 
 
@@ -245,7 +212,13 @@ async def rollback(mutation_id: str, request: Request, body: RollbackBody | None
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
     else:
-        await client.get_workflow_handle(record.workflow_id).signal("rollback", reason)
+        try:
+            await client.get_workflow_handle(record.workflow_id).signal("rollback", reason)
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            raise ApiError(409, "NOT_ROLLBACKABLE",
+                           f"mutation {mutation_id} is {record.status}: its workflow has not started yet") from exc
     return _rollback_reply(mutation_id, record.status, f"rollback requested ({reason})", 202)
 
 
