@@ -15,6 +15,7 @@ from api import (
     routes_mutations,
     routes_tasks,
     routes_telemetry,
+    routes_traits,
     routes_webhooks,
     routes_world,
 )
@@ -75,4 +76,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_health.router)
     app.include_router(routes_world.router)
     app.include_router(routes_telemetry.router)
+    app.include_router(routes_traits.router)
     return app

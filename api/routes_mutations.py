@@ -12,6 +12,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from api.auth import API_KEY, acting_agent
 from api.errors import ApiError
 from api.routes_tasks import check_proposal_claim
+from api.routes_traits import check_replacement, replaces_ref
 from api.schemas import (
     EffectsResponse,
     ErrorResponse,
@@ -37,6 +38,8 @@ ERRORS = {
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
     503: {"model": ErrorResponse, "description": "A dependency is unavailable; nothing was recorded"},
 }
+CONFLICTS = ("TRAIT_EXISTS (trait_name is live: set replaces), TRAIT_NOT_LIVE (replaces names no live trait), "
+             "VERSION_CONFLICT (replaces.version is not the live one), TASK_ALREADY_CLAIMED, IDEMPOTENCY_KEY_REUSED")
 WRITE_ERRORS = {
     **ERRORS,
     401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key (GENESIS_AUTH=required)"},
@@ -46,7 +49,7 @@ WRITE_ERRORS = {
 
 @router.post(
     "/propose", status_code=202, response_model=ProposeResponse,
-    responses={**WRITE_ERRORS, 429: {"model": RateLimitResponse, "description": "A rate limit; retry after retry_after_sec"}},
+    responses={**WRITE_ERRORS, 409: {"model": ErrorResponse, "description": CONFLICTS}, 429: {"model": RateLimitResponse, "description": "A rate limit; retry after retry_after_sec"}},
 )
 async def propose(
     body: ProposeRequest,
@@ -81,6 +84,7 @@ async def accept_proposal(services, request: Request, body: ProposeRequest, agen
             existing = await session.get(Mutation, mutation_id)
         if existing is not None:
             return _same_proposal(existing, body)
+    target = await check_replacement(services, body)  # 409 TRAIT_EXISTS / TRAIT_NOT_LIVE / VERSION_CONFLICT
     await check_proposal_claim(request, body.task_id, agent_id)  # 409 if another agent holds the task
     ip = request.client.host if request.client else "unknown"
     decision = await _take_rate_limit(services, agent_id, ip, mutation_id)
@@ -88,7 +92,7 @@ async def accept_proposal(services, request: Request, body: ProposeRequest, agen
         mutation_id=mutation_id, agent_id=agent_id, task_id=body.task_id, trait_name=body.trait_name,
         goal=body.goal, code=body.code, status=MutationStatus.queued.value, validation_log=[],
         workflow_id=workflow_id, client_ip=request.client.host if request.client else None,
-        notify_url=body.notify_url,
+        notify_url=body.notify_url, **target.record_fields(),
     )
     async with services.sessions() as session:
         session.add(record)
@@ -132,7 +136,9 @@ async def _take_rate_limit(services, agent_id: str, ip: str, mutation_id: str) -
 
 
 def _same_proposal(existing: Mutation | None, body: ProposeRequest) -> ProposeResponse:
-    if existing is None or existing.code != body.code or existing.trait_name != body.trait_name:
+    replaces = (body.replaces.trait_name, body.replaces.version) if body.replaces else (None, None)
+    if (existing is None or existing.code != body.code or existing.trait_name != body.trait_name
+            or (existing.replaces_trait, existing.replaces_version) != replaces):
         raise ApiError(409, "IDEMPOTENCY_KEY_REUSED", "this Idempotency-Key was used for a different proposal")
     return _accepted(existing.mutation_id, existing.status, "Mutation already accepted (same Idempotency-Key)")
 
@@ -166,6 +172,8 @@ async def status(mutation_id: str, request: Request) -> MutationStatusResponse:
         code_hash=record.code_hash, workflow_id=record.workflow_id, sandbox_report=record.sandbox_report,
         trait_version=record.trait_version, fitness_verdict=record.fitness_verdict,
         rollback_reason=record.rollback_reason, notify_url=record.notify_url,
+        replaces=replaces_ref(record), replaced_version=record.replaced_version,
+        restored_version=record.restored_version,
     )
 
 
@@ -177,6 +185,8 @@ async def effects(mutation_id: str, request: Request) -> EffectsResponse:
         mutation_id=record.mutation_id, trait_name=record.trait_name, status=record.status,
         observation_window_ticks=request.app.state.services.settings.observation_window_ticks,
         observed=record.effects is not None, effects=record.effects, fitness_verdict=record.fitness_verdict,
+        replaces=replaces_ref(record), trait_version=record.trait_version,
+        replaced_version=record.replaced_version, restored_version=record.restored_version,
     )
 
 

@@ -81,6 +81,12 @@ class Settings(BaseSettings):
     # share one database; changing it invalidates every issued key.
     api_key_pepper: SecretStr = SecretStr("")
 
+    # A proposal without ``replaces`` whose trait_name is already live. reject (default): 409
+    # TRAIT_EXISTS at propose time, and activation refuses (VERSION_CONFLICT) if a version went
+    # live meanwhile, so nothing is overwritten by accident; replace: the old implicit behaviour
+    # (it becomes the next version of the trait, replacing whatever is live at activation).
+    trait_exists_policy: Literal["reject", "replace"] = "reject"
+
     # Rate limits of open-mutation-api.md (Redis, atomic). Raise them for load tests.
     ratelimit_active_per_agent: int = Field(default=5, ge=1)  # mutations not yet in a terminal state
     ratelimit_proposals_per_ip_minute: int = Field(default=10, ge=1)
