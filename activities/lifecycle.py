@@ -3,12 +3,13 @@ engine loads from, then the telemetry event. Both are idempotent on mutation_id.
 
 from __future__ import annotations
 
+import hashlib
 from datetime import datetime, timezone
 from pathlib import Path
 
 import redis.asyncio as aioredis
 from sqlalchemy import func, select, update
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -23,6 +24,30 @@ def trait_file_name(trait_name: str, version: int) -> str:
     return f"trait_{trait_name}_v{version}.py"
 
 
+def trait_lock_key(trait_name: str) -> int:
+    """A stable signed 64-bit key for the trait's transaction-level advisory lock."""
+    return int.from_bytes(hashlib.sha256(f"genesis-trait:{trait_name}".encode()).digest()[:8], "big", signed=True)
+
+
+async def lock_trait(session: AsyncSession, trait_name: str) -> None:
+    """Serialise the activations and rollbacks of one trait (released at commit or rollback):
+    the live-version check and the swap happen as one step, even for a trait not yet live."""
+    await session.execute(select(func.pg_advisory_xact_lock(trait_lock_key(trait_name))))
+
+
+def version_conflict_message(request: ActivationRequest, live: TraitVersion | None) -> str:
+    found = f"v{live.version} (mutation {live.mutation_id}) is live now" if live is not None else "no version is live now"
+    if request.expected_live_version is None:
+        return (f"Activation: FAILED — VERSION_CONFLICT: this proposal adds '{request.trait_name}' as a new trait, "
+                f"but {found}; nothing was activated. To modify it, propose again with "
+                f'"replaces": {{"trait_name": "{request.trait_name}", "version": {live.version if live else "N"}}}')
+    advice = (f'propose again with "replaces": {{"trait_name": "{request.trait_name}", "version": {live.version}}}'
+              if live is not None else "propose it again without replaces (as a new trait)")
+    return (f"Activation: FAILED — VERSION_CONFLICT: this proposal replaces '{request.trait_name}' "
+            f"v{request.expected_live_version}, but {found} (it changed while this mutation was in its sandbox "
+            f"test); nothing was activated. Read GET /api/traits/{request.trait_name} and {advice}")
+
+
 class LifecycleActivities:
     def __init__(self, sessions: async_sessionmaker, redis: aioredis.Redis, mutations_dir: Path):
         self._sessions = sessions
@@ -32,8 +57,13 @@ class LifecycleActivities:
     @activity.defn(name=names.ACTIVATE_TRAIT)
     async def activate_trait(self, request: ActivationRequest) -> ActivationResult:
         """Record version N of the trait, write mutations/trait_{name}_v{N}.py (an audit copy:
-        nothing imports it), make it the live version and announce it."""
+        nothing imports it), make it the live version and announce it.
+
+        With ``check_live_version`` the live version must still be the one the proposal was based
+        on (checked under the trait's lock, in the same transaction that would supersede it);
+        otherwise nothing is written and the result names the conflict."""
         async with self._sessions() as session, session.begin():
+            await lock_trait(session, request.trait_name)  # one activation/rollback per trait at a time
             row = await session.scalar(select(TraitVersion).where(TraitVersion.mutation_id == request.mutation_id))
             previous = await session.scalar(
                 select(TraitVersion)
@@ -41,6 +71,12 @@ class LifecycleActivities:
                 .with_for_update()
             )
             if row is None:  # first attempt; a retry finds the row and only re-publishes
+                live = previous.version if previous is not None else None
+                if request.check_live_version and live != request.expected_live_version:
+                    return ActivationResult(
+                        trait_version=None, previous_version=None, registry_version=None, file_path=None,
+                        conflict=version_conflict_message(request, previous), live_version=live,
+                    )
                 latest = await session.scalar(
                     select(func.max(TraitVersion.version)).where(TraitVersion.trait_name == request.trait_name)
                 )
@@ -59,7 +95,7 @@ class LifecycleActivities:
                 session.add(row)
                 await session.execute(
                     update(Mutation).where(Mutation.mutation_id == request.mutation_id)
-                    .values(trait_version=version, activated_at=datetime.now(timezone.utc))
+                    .values(trait_version=version, replaced_version=live, activated_at=datetime.now(timezone.utc))
                 )
             elif row.status != "active":
                 raise ApplicationError(
@@ -67,6 +103,10 @@ class LifecycleActivities:
                     non_retryable=True,
                 )
             previous_version = previous.version if previous is not None and previous.id != row.id else None
+            if previous_version is None and previous is not None:  # a retry: what the first attempt replaced
+                previous_version = await session.scalar(
+                    select(Mutation.replaced_version).where(Mutation.mutation_id == request.mutation_id)
+                )
         registry_version = await registry.put_entry(self._redis, registry.entry_from_row(row))
         await self._redis.publish(
             Channels.MUTATION_APPLIED,
@@ -86,6 +126,7 @@ class LifecycleActivities:
         """Deregister the mutation's version; if it was live, restore the previous version of the
         same trait (if any). Announce it with reason and fitness delta."""
         async with self._sessions() as session, session.begin():
+            await lock_trait(session, request.trait_name)
             row = await session.scalar(
                 select(TraitVersion).where(TraitVersion.mutation_id == request.mutation_id).with_for_update()
             )
@@ -104,6 +145,10 @@ class LifecycleActivities:
                 )
                 if restored is not None:
                     restored.status = "active"
+                await session.execute(
+                    update(Mutation).where(Mutation.mutation_id == request.mutation_id)
+                    .values(restored_version=restored.version if restored is not None else None)
+                )
         registry_version = None
         if was_live:
             registry_version = (

@@ -15,12 +15,14 @@ from api import (
     routes_mutations,
     routes_tasks,
     routes_telemetry,
+    routes_traits,
     routes_webhooks,
     routes_world,
 )
 from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
 from api.telemetry_hub import TelemetryHub
+from api.workflow_starter import WorkflowStarter
 from genesis.apikeys import load_pepper
 from genesis.config import Settings, get_settings
 from genesis.webhooks import load_server_secret
@@ -46,7 +48,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             queue_size=settings.telemetry_client_queue, reconnect_max_s=settings.telemetry_reconnect_max_s,
         )
         app.state.telemetry.start()
+        app.state.services.starter = WorkflowStarter(app.state.services)
+        app.state.services.starter.start_sweeping()
         yield
+        await app.state.services.starter.close()
         await app.state.telemetry.close()
         await app.state.services.redis.aclose()
         await get_engine(settings.database_url).dispose()
@@ -72,4 +77,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_health.router)
     app.include_router(routes_world.router)
     app.include_router(routes_telemetry.router)
+    app.include_router(routes_traits.router)
     return app

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -13,6 +14,9 @@ from api.errors import ApiError
 from genesis.config import Settings
 from genesis.temporal import connect
 
+if TYPE_CHECKING:
+    from api.workflow_starter import WorkflowStarter
+
 
 @dataclass
 class Services:
@@ -21,6 +25,7 @@ class Services:
     redis: aioredis.Redis
     pepper: bytes = b""  # server secret of the API key hashes (genesis/apikeys.py)
     webhook_secret: bytes = b""  # server secret the agents' webhook secrets derive from (genesis/webhooks.py)
+    starter: "WorkflowStarter | None" = None  # api/workflow_starter.py, set in the app's lifespan
     _temporal: Client | None = None
     _temporal_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 

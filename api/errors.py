@@ -53,7 +53,7 @@ def install_error_handlers(app: FastAPI) -> None:
             ctx = next(e for e in errors if e.get("type") == "json_invalid").get("ctx", {})
             detail = f"request body is not valid JSON: {ctx.get('error', 'parse error')}"
             return JSONResponse({"error": "INVALID_JSON", "detail": detail}, 400)
-        if any(e.get("type") == "model_attributes_type" or e.get("loc") == ("body",) for e in errors):
+        if any(e.get("loc") == ("body",) for e in errors):  # the body itself, not a nested object field
             return JSONResponse({"error": "INVALID_BODY", "detail": "request body must be a JSON object"}, 422)
         return JSONResponse(validation_error_body(errors), 422)
 

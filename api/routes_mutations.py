@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
+from temporalio.common import WorkflowIDConflictPolicy
+from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import API_KEY, acting_agent
 from api.errors import ApiError
 from api.routes_tasks import check_proposal_claim
+from api.routes_traits import check_replacement, replaces_ref
 from api.schemas import (
     EffectsResponse,
     ErrorResponse,
@@ -23,16 +25,9 @@ from api.schemas import (
 )
 from genesis import ratelimit, webhooks
 from genesis.db.models import Mutation
-from genesis.dto import FailureCode, MutationInput, MutationStatus, RollbackRequest
+from genesis.dto import FailureCode, MutationStatus, RollbackRequest
 from genesis.ids import MUTATION_ID_PATTERN, mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
-from genesis.workflow_api import (
-    MUTATION_WORKFLOW,
-    ROLLBACK_WORKFLOW,
-    SA_AGENT_ID,
-    SA_STATUS,
-    SA_TRAIT_NAME,
-    rollback_workflow_id,
-)
+from genesis.workflow_api import ROLLBACK_WORKFLOW, rollback_workflow_id
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
 
@@ -43,6 +38,8 @@ ERRORS = {
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
     503: {"model": ErrorResponse, "description": "A dependency is unavailable; nothing was recorded"},
 }
+CONFLICTS = ("TRAIT_EXISTS (trait_name is live: set replaces), TRAIT_NOT_LIVE (replaces names no live trait), "
+             "VERSION_CONFLICT (replaces.version is not the live one), TASK_ALREADY_CLAIMED, IDEMPOTENCY_KEY_REUSED")
 WRITE_ERRORS = {
     **ERRORS,
     401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key (GENESIS_AUTH=required)"},
@@ -52,8 +49,7 @@ WRITE_ERRORS = {
 
 @router.post(
     "/propose", status_code=202, response_model=ProposeResponse,
-    responses={**WRITE_ERRORS, 429: {"model": RateLimitResponse, "description": "A rate limit; retry after retry_after_sec"},
-               409: {"model": ErrorResponse, "description": "IDEMPOTENCY_KEY_REUSED, or TASK_ALREADY_CLAIMED by another agent"}},
+    responses={**WRITE_ERRORS, 409: {"model": ErrorResponse, "description": CONFLICTS}, 429: {"model": RateLimitResponse, "description": "A rate limit; retry after retry_after_sec"}},
 )
 async def propose(
     body: ProposeRequest,
@@ -88,15 +84,15 @@ async def accept_proposal(services, request: Request, body: ProposeRequest, agen
             existing = await session.get(Mutation, mutation_id)
         if existing is not None:
             return _same_proposal(existing, body)
+    target = await check_replacement(services, body)  # 409 TRAIT_EXISTS / TRAIT_NOT_LIVE / VERSION_CONFLICT
     await check_proposal_claim(request, body.task_id, agent_id)  # 409 if another agent holds the task
-    client = await services.temporal()  # fail before writing anything if Temporal is down
     ip = request.client.host if request.client else "unknown"
     decision = await _take_rate_limit(services, agent_id, ip, mutation_id)
     record = Mutation(
         mutation_id=mutation_id, agent_id=agent_id, task_id=body.task_id, trait_name=body.trait_name,
         goal=body.goal, code=body.code, status=MutationStatus.queued.value, validation_log=[],
         workflow_id=workflow_id, client_ip=request.client.host if request.client else None,
-        notify_url=body.notify_url,
+        notify_url=body.notify_url, **target.record_fields(),
     )
     async with services.sessions() as session:
         session.add(record)
@@ -111,35 +107,9 @@ async def accept_proposal(services, request: Request, body: ProposeRequest, agen
             if not decision.already_held:
                 await ratelimit.refund(services.redis, agent_id, ip, mutation_id)
             raise
-    try:
-        await client.start_workflow(
-            MUTATION_WORKFLOW,
-            MutationInput(
-                mutation_id=mutation_id, agent_id=agent_id, trait_name=body.trait_name,
-                code=body.code, goal=body.goal, task_id=body.task_id,
-                activate=services.settings.activate_mutations,
-                observation_window_ticks=services.settings.observation_window_ticks,
-                observation_timeout_s=services.settings.observation_timeout_s,
-                rollback_threshold=services.settings.rollback_threshold,
-                notify_url=body.notify_url,
-                webhook_retry_window_s=services.settings.webhook_retry_window_s,
-                webhook_max_retry_interval_s=services.settings.webhook_max_retry_interval_s,
-            ),
-            id=workflow_id,
-            task_queue=services.settings.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            search_attributes=TypedSearchAttributes([
-                SearchAttributePair(SA_AGENT_ID, agent_id),
-                SearchAttributePair(SA_TRAIT_NAME, body.trait_name),
-                SearchAttributePair(SA_STATUS, MutationStatus.queued.value),
-            ]),
-        )
-    except Exception as exc:
-        async with services.sessions() as session:  # leave nothing half-written behind
-            await session.execute(delete(Mutation).where(Mutation.mutation_id == mutation_id))
-            await session.commit()
-        await ratelimit.refund(services.redis, agent_id, ip, mutation_id)
-        raise ApiError(503, "WORKFLOW_START_FAILED", f"could not start the mutation workflow: {exc}") from exc
+    # Recorded = accepted: the workflow starts right after the answer (api/workflow_starter.py),
+    # or, if Temporal is unavailable now, when the sweeper finds the row still queued.
+    services.starter.start_soon(record)
     return _accepted(mutation_id, MutationStatus.queued.value, "Mutation accepted for validation")
 
 
@@ -166,7 +136,9 @@ async def _take_rate_limit(services, agent_id: str, ip: str, mutation_id: str) -
 
 
 def _same_proposal(existing: Mutation | None, body: ProposeRequest) -> ProposeResponse:
-    if existing is None or existing.code != body.code or existing.trait_name != body.trait_name:
+    replaces = (body.replaces.trait_name, body.replaces.version) if body.replaces else (None, None)
+    if (existing is None or existing.code != body.code or existing.trait_name != body.trait_name
+            or (existing.replaces_trait, existing.replaces_version) != replaces):
         raise ApiError(409, "IDEMPOTENCY_KEY_REUSED", "this Idempotency-Key was used for a different proposal")
     return _accepted(existing.mutation_id, existing.status, "Mutation already accepted (same Idempotency-Key)")
 
@@ -200,6 +172,8 @@ async def status(mutation_id: str, request: Request) -> MutationStatusResponse:
         code_hash=record.code_hash, workflow_id=record.workflow_id, sandbox_report=record.sandbox_report,
         trait_version=record.trait_version, fitness_verdict=record.fitness_verdict,
         rollback_reason=record.rollback_reason, notify_url=record.notify_url,
+        replaces=replaces_ref(record), replaced_version=record.replaced_version,
+        restored_version=record.restored_version,
     )
 
 
@@ -211,6 +185,8 @@ async def effects(mutation_id: str, request: Request) -> EffectsResponse:
         mutation_id=record.mutation_id, trait_name=record.trait_name, status=record.status,
         observation_window_ticks=request.app.state.services.settings.observation_window_ticks,
         observed=record.effects is not None, effects=record.effects, fitness_verdict=record.fitness_verdict,
+        replaces=replaces_ref(record), trait_version=record.trait_version,
+        replaced_version=record.replaced_version, restored_version=record.restored_version,
     )
 
 
@@ -246,7 +222,13 @@ async def rollback(mutation_id: str, request: Request, body: RollbackBody | None
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
     else:
-        await client.get_workflow_handle(record.workflow_id).signal("rollback", reason)
+        try:
+            await client.get_workflow_handle(record.workflow_id).signal("rollback", reason)
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            raise ApiError(409, "NOT_ROLLBACKABLE",
+                           f"mutation {mutation_id} is {record.status}: its workflow has not started yet") from exc
     return _rollback_reply(mutation_id, record.status, f"rollback requested ({reason})", 202)
 
 

@@ -6,7 +6,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
 
 from genesis import gatekeeper, rules, webhooks
 from genesis.dto import TaskSeverity
@@ -22,6 +22,37 @@ def _is_unicode(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+MAX_TRAIT_VERSION = 2**31 - 1
+
+
+def trait_name_problem(value: str) -> str | None:
+    """Why ``value`` is not a valid trait name (snake_case, as the gatekeeper's schema step says)."""
+    problems = [p for p in gatekeeper.schema_problems(value, "pass") if "trait_name" in p]
+    return problems[0] if problems else None
+
+
+class ReplacesRef(BaseModel):
+    """``replaces`` of a proposal: the live trait it modifies."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trait_name: str = Field(description="The live trait this proposal modifies; must equal the proposal's trait_name")
+    version: StrictInt | None = Field(
+        default=None, ge=1, le=MAX_TRAIT_VERSION,
+        description="Optional optimistic-concurrency check: the version you read as live (GET /api/traits/{name}). "
+        "If another version is live at propose time the answer is 409 VERSION_CONFLICT; if it changes before "
+        "activation the mutation ends rejected with VERSION_CONFLICT. Left out: replace whatever is live then",
+    )
+
+    @field_validator("trait_name")
+    @classmethod
+    def _trait_name(cls, value: str) -> str:
+        problem = trait_name_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
 
 
 class ProposeRequest(BaseModel):
@@ -45,6 +76,22 @@ class ProposeRequest(BaseModel):
         description="Optional http(s) URL that gets a signed POST (Standard Webhooks, HMAC-SHA256) on each "
         "status change of this mutation; loopback/private hosts only with GENESIS_WEBHOOK_ALLOW_PRIVATE=true",
     )
+    replaces: ReplacesRef | None = Field(
+        default=None,
+        description="Modify a live trait: {\"trait_name\": <this proposal's trait_name>, \"version\": N (optional)}. "
+        "Required when trait_name is already live (else 409 TRAIT_EXISTS); 409 TRAIT_NOT_LIVE if it is not live",
+    )
+
+    @field_validator("replaces")
+    @classmethod
+    def _replaces_same_trait(cls, value: ReplacesRef | None, info: ValidationInfo) -> ReplacesRef | None:
+        trait_name = info.data.get("trait_name")  # absent when trait_name itself is invalid
+        if value is not None and trait_name is not None and value.trait_name != trait_name:
+            raise ValueError(
+                f"replaces.trait_name ('{value.trait_name}') must equal trait_name ('{trait_name}'): "
+                "a modification is a new version of the same trait (renaming a trait is not supported)"
+            )
+        return value
 
     @field_validator("notify_url")
     @classmethod
@@ -78,9 +125,9 @@ class ProposeRequest(BaseModel):
     @field_validator("trait_name")
     @classmethod
     def _trait_name(cls, value: str) -> str:
-        problems = [p for p in gatekeeper.schema_problems(value, "pass") if "trait_name" in p]
-        if problems:
-            raise ValueError(problems[0])
+        problem = trait_name_problem(value)
+        if problem:
+            raise ValueError(problem)
         return value
 
     @field_validator("code")
@@ -98,6 +145,11 @@ class ProposeResponse(BaseModel):
     message: str
     status_url: str
     workflow_id: str
+
+
+class TraitVersionRef(BaseModel):
+    trait_name: str
+    version: int | None
 
 
 class MutationStatusResponse(BaseModel):
@@ -118,6 +170,12 @@ class MutationStatusResponse(BaseModel):
     fitness_verdict: str | None
     rollback_reason: str | None
     notify_url: str | None = None
+    replaces: TraitVersionRef | None = Field(
+        default=None, description="The live trait this proposal modifies (version null: whatever was live)")
+    replaced_version: int | None = Field(
+        default=None, description="After activation: the version it actually replaced (null: none was live)")
+    restored_version: int | None = Field(
+        default=None, description="After a rollback: the version of the trait that was live again (null: none)")
 
 
 class EffectsResponse(BaseModel):
@@ -128,6 +186,10 @@ class EffectsResponse(BaseModel):
     observed: bool
     effects: dict[str, Any] | None
     fitness_verdict: str | None = None
+    replaces: TraitVersionRef | None = None
+    trait_version: int | None = Field(default=None, description="The version it became on activation")
+    replaced_version: int | None = None
+    restored_version: int | None = None
 
 
 class RollbackBody(BaseModel):
@@ -384,6 +446,7 @@ class BatchItemResult(BaseModel):
     detail: str | None = None
     errors: list[dict[str, Any]] | None = None
     retry_after_sec: int | None = None
+    live_version: int | None = Field(default=None, description="With 409 TRAIT_EXISTS / VERSION_CONFLICT")
 
 
 class BatchProposeResponse(BaseModel):
@@ -398,3 +461,58 @@ class WebhookSecretResponse(BaseModel):
     scheme: str
     signed_content: str
     headers: list[str]
+
+
+class TraitSummary(BaseModel):
+    """One live trait of ``GET /api/traits``."""
+
+    trait_name: str
+    version: int = Field(description="The live version")
+    mutation_id: str
+    agent_id: str | None
+    class_name: str
+    code_hash: str
+    activated_at: float | None = Field(description="When this version was activated (unix seconds)")
+    carriers: int | None = Field(default=None, description="Molbots carrying it at the latest WorldSnapshot (null: no snapshot)")
+
+
+class TraitsResponse(BaseModel):
+    traits: list[TraitSummary]
+    snapshot_tick: int | None = Field(default=None, description="The WorldSnapshot the carriers come from")
+
+
+class TraitVersionInfo(BaseModel):
+    version: int
+    status: str = Field(description="active (live) | superseded (a newer version replaced it) | rolled_back")
+    mutation_id: str
+    agent_id: str | None
+    class_name: str
+    code_hash: str
+    activated_at: float | None
+    mutation_status: str | None = Field(description="The status of the mutation that made this version")
+    replaced_version: int | None = Field(description="The version this one replaced when it was activated")
+    rollback_reason: str | None
+
+
+class LiveTraitVersion(TraitVersionInfo):
+    code: str = Field(description="The source code of the live version")
+    file_path: str
+
+
+class PendingModification(BaseModel):
+    mutation_id: str
+    agent_id: str
+    status: str
+    replaces: TraitVersionRef | None = Field(description="null: proposed as a new trait")
+    created_at: float
+
+
+class TraitDetailResponse(BaseModel):
+    trait_name: str
+    live_version: int | None = Field(description="null: no version is live (all rolled back)")
+    live: LiveTraitVersion | None
+    versions: list[TraitVersionInfo] = Field(description="Every activated version, newest first")
+    pending: list[PendingModification] = Field(
+        description="Proposals of this trait still in flight (queued, validating, sandbox_ok), oldest first")
+    carriers: int | None = None
+    snapshot_tick: int | None = None

@@ -60,6 +60,11 @@ class Settings(BaseSettings):
     engine_trait_gain_chance: float = Field(default=0.25, ge=0, le=1)
 
     # Life after the sandbox: activation, observation, rollback.
+    # Proposals are recorded, answered, then their workflows started (api/workflow_starter.py);
+    # a row still queued after workflow_start_stale_s is (re)started by a sweep every _sweep_s.
+    workflow_start_sweep_s: float = Field(default=5.0, gt=0)
+    workflow_start_stale_s: float = Field(default=10.0, gt=0)
+    workflow_start_concurrency: int = Field(default=4, ge=1)  # starts in flight per API process
     activate_mutations: bool = True  # false: a good mutation ends at sandbox_ok
     mutations_dir: Path = PROJECT_ROOT / "mutations"  # audit copies trait_{name}_v{N}.py
     observation_window_ticks: int = Field(default=300, ge=1)
@@ -75,6 +80,12 @@ class Settings(BaseSettings):
     # created once in <state_dir>/api-key-pepper. Set it explicitly when several API hosts
     # share one database; changing it invalidates every issued key.
     api_key_pepper: SecretStr = SecretStr("")
+
+    # A proposal without ``replaces`` whose trait_name is already live. reject (default): 409
+    # TRAIT_EXISTS at propose time, and activation refuses (VERSION_CONFLICT) if a version went
+    # live meanwhile, so nothing is overwritten by accident; replace: the old implicit behaviour
+    # (it becomes the next version of the trait, replacing whatever is live at activation).
+    trait_exists_policy: Literal["reject", "replace"] = "reject"
 
     # Rate limits of open-mutation-api.md (Redis, atomic). Raise them for load tests.
     ratelimit_active_per_agent: int = Field(default=5, ge=1)  # mutations not yet in a terminal state

@@ -46,6 +46,17 @@ class FailureCode(str, Enum):
     RATE_LIMIT_EXCEEDED = "RATE_LIMIT_EXCEEDED"
     # Step 2 failing inside the workflow (only when a workflow is started without the API).
     SCHEMA_INVALID = "SCHEMA_INVALID"
+    # At activation the trait's live version was not the one the proposal was based on (its
+    # ``replaces.version``, or "none live" for a new trait): another mutation went live meanwhile.
+    VERSION_CONFLICT = "VERSION_CONFLICT"
+
+
+class TraitRef(BaseModel):
+    """The live trait version a proposal modifies (``replaces``). ``version`` None: whatever
+    version is live when the mutation is activated; a number: an optimistic-concurrency check."""
+
+    trait_name: str
+    version: int | None = None
 
 
 class MutationInput(BaseModel):
@@ -67,6 +78,11 @@ class MutationInput(BaseModel):
     notify_url: str | None = None
     webhook_retry_window_s: float = 3600.0
     webhook_max_retry_interval_s: float = 60.0
+    # Modifying a live trait: the version it replaces (checked again at activation). Without it,
+    # ``require_new`` (GENESIS_TRAIT_EXISTS_POLICY=reject) makes activation refuse to overwrite a
+    # version that went live meanwhile; both default to the old, unchecked behaviour.
+    replaces: TraitRef | None = None
+    require_new: bool = False
 
 
 class ValidationOutcome(BaseModel):
@@ -137,13 +153,20 @@ class ActivationRequest(BaseModel):
     class_name: str
     code: str
     code_hash: str
+    # Optimistic concurrency, checked inside the activation's transaction: when
+    # ``check_live_version`` the live version must be ``expected_live_version`` (None: no version
+    # may be live), else nothing is activated and the result carries the conflict.
+    check_live_version: bool = False
+    expected_live_version: int | None = None
 
 
 class ActivationResult(BaseModel):
-    trait_version: int
+    trait_version: int | None  # None only with a conflict
     previous_version: int | None
-    registry_version: int
-    file_path: str
+    registry_version: int | None
+    file_path: str | None
+    conflict: str | None = None  # why nothing was activated (VERSION_CONFLICT)
+    live_version: int | None = None  # the live version found, with a conflict
 
 
 class RollbackRequest(BaseModel):

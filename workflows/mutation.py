@@ -54,6 +54,8 @@ WEBHOOK_PATCH = "webhook-notify"
 WEBHOOK_EVENT = "MutationStatusChanged"
 # Runs recorded before tasks were workflows did not signal the task on activation.
 TASK_SIGNAL_PATCH = "signal-task-on-activation"
+# Runs recorded before modifying a trait was explicit activated without a live-version check.
+VERSION_CHECK_PATCH = "activation-version-check"
 
 
 @workflow.defn(name=MUTATION_WORKFLOW)
@@ -259,17 +261,24 @@ class MutationWorkflow:
         if self._rollback_reason is not None:  # withdrawn before it went live
             log.append(f"Rollback: requested before activation ({self._rollback_reason}); never activated")
             return await self._finish(MutationStatus.rolled_back, None, log, rollback_reason=self._rollback_reason)
+        request = ActivationRequest(
+            mutation_id=mutation.mutation_id, trait_name=mutation.trait_name,
+            class_name=outcome.class_name or "", code=mutation.code, code_hash=outcome.code_hash or "",
+        )
+        expects = _expected_live_version(mutation)
+        if expects is not None and workflow.patched(VERSION_CHECK_PATCH):
+            request.check_live_version, request.expected_live_version = True, expects[0]
         activation: ActivationResult = await workflow.execute_activity(
             names.ACTIVATE_TRAIT,
-            ActivationRequest(
-                mutation_id=mutation.mutation_id, trait_name=mutation.trait_name,
-                class_name=outcome.class_name or "", code=mutation.code, code_hash=outcome.code_hash or "",
-            ),
+            request,
             result_type=ActivationResult,
             start_to_close_timeout=timedelta(seconds=30),
             schedule_to_close_timeout=timedelta(minutes=30),
             retry_policy=LIFECYCLE_RETRY,
         )
+        if activation.conflict is not None:  # the live version changed while it was in its sandbox test
+            log.append(activation.conflict)
+            return await self._finish(MutationStatus.rejected, FailureCode.VERSION_CONFLICT.value, log)
         replaced = f", replacing v{activation.previous_version}" if activation.previous_version else ""
         log.append(
             f"Activation: trait_{mutation.trait_name}_v{activation.trait_version}.py is live "
@@ -340,6 +349,15 @@ class MutationWorkflow:
     def _window_complete(self, window: int) -> bool:
         first, latest = self._first_sample, self._latest_sample
         return first is not None and latest is not None and latest.tick - first.tick >= window
+
+
+def _expected_live_version(mutation: MutationInput) -> tuple[int | None] | None:
+    """The live version activation must find, as a 1-tuple (``(None,)``: none may be live), or
+    None when activation replaces whatever is live (``replaces`` without a version, or the
+    permissive policy)."""
+    if mutation.replaces is not None:
+        return (mutation.replaces.version,) if mutation.replaces.version is not None else None
+    return (None,) if mutation.require_new else None
 
 
 def _verdict_of(err: ActivityError | ApplicationError) -> ValidationOutcome | None:

@@ -42,6 +42,13 @@ class Mutation(Base):
     client_ip: Mapped[str | None] = mapped_column(String(64))
     # Signed webhooks on each status change go here (migration 0005; genesis/webhooks.py).
     notify_url: Mapped[str | None] = mapped_column(Text)
+    # Modifying a live trait (migration 0006): the trait and version the proposal names in
+    # ``replaces`` (version None: whatever is live), the version it actually replaced when it was
+    # activated, and the version a rollback of it brought back.
+    replaces_trait: Mapped[str | None] = mapped_column(String(64))
+    replaces_version: Mapped[int | None] = mapped_column()
+    replaced_version: Mapped[int | None] = mapped_column()
+    restored_version: Mapped[int | None] = mapped_column()
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 

@@ -1,0 +1,256 @@
+"""Live traits and their versions: GET /api/traits, GET /api/traits/{trait_name}; and the
+propose-time check of a proposal that modifies a live trait (``replaces``)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from fastapi import APIRouter, Query, Request
+from redis.exceptions import RedisError
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+
+from api.errors import ApiError
+from api.schemas import (
+    ErrorResponse,
+    LiveTraitVersion,
+    PendingModification,
+    ProposeRequest,
+    TraitDetailResponse,
+    TraitsResponse,
+    TraitSummary,
+    TraitVersionInfo,
+    TraitVersionRef,
+    trait_name_problem,
+)
+from genesis import world_metrics
+from genesis.db.models import Mutation, TraitVersion
+from genesis.dto import MutationStatus, TraitRef, terminal_statuses
+
+log = logging.getLogger("genesis.api")
+router = APIRouter(prefix="/api/traits", tags=["traits"])
+
+ERRORS = {
+    404: {"model": ErrorResponse, "description": "No version of this trait was ever activated"},
+    422: {"model": ErrorResponse, "description": "trait_name is not snake_case"},
+    503: {"model": ErrorResponse, "description": "Postgres is unavailable"},
+}
+
+
+# -- propose-time check ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ProposalTarget:
+    """What a proposal does to its trait, as checked at propose time: modify the live version
+    (``replaces``) or add a new trait (``require_new``: activation refuses to overwrite one that
+    went live meanwhile — GENESIS_TRAIT_EXISTS_POLICY=reject)."""
+
+    replaces: TraitRef | None = None
+    require_new: bool = False
+
+    def record_fields(self) -> dict[str, Any]:
+        """Columns of the mutation record."""
+        if self.replaces is None:
+            return {}
+        return {"replaces_trait": self.replaces.trait_name, "replaces_version": self.replaces.version}
+
+    def workflow_fields(self) -> dict[str, Any]:
+        """Fields of the MutationInput (checked again inside the activation's transaction)."""
+        return {"replaces": self.replaces, "require_new": self.require_new}
+
+
+async def check_replacement(services, body: ProposeRequest) -> ProposalTarget:
+    """Called by ``accept_proposal`` before any limit is charged. ``replaces`` must name a live
+    trait (409 TRAIT_NOT_LIVE) at the given version, if any (409 VERSION_CONFLICT); without
+    ``replaces`` a live trait_name is 409 TRAIT_EXISTS unless GENESIS_TRAIT_EXISTS_POLICY=replace.
+    The answer only reflects the moment of the proposal: activation checks again."""
+    name = body.trait_name
+    reject_existing = services.settings.trait_exists_policy == "reject"
+    if body.replaces is None and not reject_existing:
+        return ProposalTarget()
+    live = await _live_row(services, name)
+    if body.replaces is None:
+        if live is not None:
+            raise ApiError(
+                409, "TRAIT_EXISTS",
+                f"trait '{name}' is live as v{live.version} (mutation {live.mutation_id}); to modify it, propose "
+                f'with "replaces": {{"trait_name": "{name}", "version": {live.version}}} (read it first: '
+                f"GET /api/traits/{name}), or choose another trait_name for a new trait",
+                extra={"live_version": live.version},
+            )
+        return ProposalTarget(require_new=True)
+    if live is None:
+        latest = await _latest_row(services, name)
+        why = (f"no version of trait '{name}' was ever activated" if latest is None
+               else f"trait '{name}' has no live version (v{latest.version} is {latest.status})")
+        raise ApiError(
+            409, "TRAIT_NOT_LIVE",
+            f"{why}: there is nothing to replace; propose it without replaces to add it as a new trait "
+            "(GET /api/traits lists the live traits)",
+        )
+    wanted = body.replaces.version
+    if wanted is not None and wanted != live.version:
+        raise ApiError(
+            409, "VERSION_CONFLICT",
+            f"replaces.version is {wanted}, but trait '{name}' is live as v{live.version} "
+            f"(mutation {live.mutation_id}); read GET /api/traits/{name} and base your change on v{live.version}",
+            extra={"live_version": live.version},
+        )
+    return ProposalTarget(replaces=TraitRef(trait_name=name, version=wanted))
+
+
+async def _live_row(services, name: str) -> TraitVersion | None:
+    return await _scalar(services, select(TraitVersion).where(
+        TraitVersion.trait_name == name, TraitVersion.status == "active"))
+
+
+async def _latest_row(services, name: str) -> TraitVersion | None:
+    return await _scalar(services, select(TraitVersion).where(TraitVersion.trait_name == name)
+                         .order_by(TraitVersion.version.desc()).limit(1))
+
+
+async def _scalar(services, statement):
+    try:
+        async with services.sessions() as session:
+            return await session.scalar(statement)
+    except (SQLAlchemyError, OSError) as exc:
+        raise _db_down(exc) from exc
+
+
+def _db_down(exc: Exception) -> ApiError:
+    return ApiError(503, "DATABASE_UNAVAILABLE", f"Postgres is not reachable: {type(exc).__name__}: {exc}")
+
+
+# -- read endpoints --------------------------------------------------------------------------
+
+def _ts(value: datetime | None) -> float | None:
+    return value.timestamp() if value is not None else None
+
+
+async def _carriers(request: Request) -> tuple[dict[str, int] | None, int | None]:
+    """Carriers per trait at the latest WorldSnapshot of the engine (None without one)."""
+    services = request.app.state.services
+    try:
+        latest = await world_metrics.recent_snapshots(services.redis, services.settings.engine_snapshot_interval, 1)
+    except (RedisError, OSError) as exc:  # optional information: the traits are still listed
+        log.warning("carriers unavailable: %s", exc)
+        return None, None
+    if not latest:
+        return None, None
+    usage = latest[0].get("trait_usage") or {}
+    return {str(k): int(v) for k, v in usage.items() if isinstance(v, (int, float))}, latest[0].get("tick")
+
+
+@router.get("", response_model=TraitsResponse, responses={503: ERRORS[503]})
+async def list_traits(request: Request) -> TraitsResponse:
+    """The live traits (one live version each), by name: the version an agent would name in
+    ``replaces``, who made it, when it went live, and its carriers at the latest WorldSnapshot."""
+    services = request.app.state.services
+    try:
+        async with services.sessions() as session:
+            rows = (await session.execute(
+                select(TraitVersion, Mutation.agent_id, Mutation.activated_at)
+                .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
+                .where(TraitVersion.status == "active")
+                .order_by(TraitVersion.trait_name)
+            )).all()
+    except (SQLAlchemyError, OSError) as exc:
+        raise _db_down(exc) from exc
+    carriers, tick = await _carriers(request)
+    return TraitsResponse(
+        traits=[
+            TraitSummary(
+                trait_name=row.trait_name, version=row.version, mutation_id=row.mutation_id, agent_id=agent_id,
+                class_name=row.class_name, code_hash=row.code_hash, activated_at=_ts(activated_at or row.created_at),
+                carriers=carriers.get(row.trait_name, 0) if carriers is not None else None,
+            )
+            for row, agent_id, activated_at in rows
+        ],
+        snapshot_tick=tick,
+    )
+
+
+@router.get("/{trait_name}", response_model=TraitDetailResponse, responses=ERRORS)
+async def trait_detail(
+    trait_name: str, request: Request,
+    limit: int = Query(default=100, ge=1, le=500, description="At most this many versions, newest first"),
+) -> TraitDetailResponse:
+    """One trait: its live version with the **source code** (what a modification starts from),
+    every activated version with its status, and the proposals of it still in flight."""
+    problem = trait_name_problem(trait_name)
+    if problem:
+        raise ApiError(422, "VALIDATION_ERROR", f"trait_name: {problem}",
+                       extra={"errors": [{"field": "trait_name", "message": problem}]})
+    services = request.app.state.services
+    in_flight = {MutationStatus.queued.value, MutationStatus.validating.value, MutationStatus.sandbox_ok.value}
+    in_flight -= {s.value for s in terminal_statuses(services.settings.activate_mutations)}
+    try:
+        async with services.sessions() as session:
+            rows = (await session.execute(
+                select(TraitVersion, Mutation)
+                .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
+                .where(TraitVersion.trait_name == trait_name)
+                .order_by(TraitVersion.version.desc())
+                .limit(limit)
+            )).all()
+            live_row = next((pair for pair in rows if pair[0].status == "active"), None)
+            if live_row is None:  # the live version may be older than the newest ``limit``
+                live_row = (await session.execute(
+                    select(TraitVersion, Mutation)
+                    .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
+                    .where(TraitVersion.trait_name == trait_name, TraitVersion.status == "active")
+                )).first()
+            pending = (await session.scalars(
+                select(Mutation)
+                .where(Mutation.trait_name == trait_name, Mutation.status.in_(sorted(in_flight)))
+                .order_by(Mutation.created_at)
+                .limit(50)
+            )).all()
+    except (SQLAlchemyError, OSError) as exc:
+        raise _db_down(exc) from exc
+    if not rows:
+        raise ApiError(
+            404, "TRAIT_NOT_FOUND",
+            f"no version of trait '{trait_name}' was ever activated"
+            + (f" ({len(pending)} proposal(s) of it in flight)" if pending else "")
+            + "; GET /api/traits lists the live traits",
+        )
+    carriers, tick = await _carriers(request)
+    live = None
+    if live_row is not None:
+        row, mutation = live_row
+        live = LiveTraitVersion(**_version_info(row, mutation).model_dump(), code=row.code, file_path=row.file_path)
+    return TraitDetailResponse(
+        trait_name=trait_name,
+        live_version=live.version if live is not None else None,
+        live=live,
+        versions=[_version_info(row, mutation) for row, mutation in rows],
+        pending=[
+            PendingModification(mutation_id=m.mutation_id, agent_id=m.agent_id, status=m.status,
+                                replaces=replaces_ref(m), created_at=m.created_at.timestamp())
+            for m in pending
+        ],
+        carriers=carriers.get(trait_name, 0) if carriers is not None and live is not None else None,
+        snapshot_tick=tick,
+    )
+
+
+def replaces_ref(record: Mutation) -> TraitVersionRef | None:
+    """The ``replaces`` of a mutation record, as the API shows it."""
+    if record.replaces_trait is None:
+        return None
+    return TraitVersionRef(trait_name=record.replaces_trait, version=record.replaces_version)
+
+
+def _version_info(row: TraitVersion, mutation: Mutation | None) -> TraitVersionInfo:
+    return TraitVersionInfo(
+        version=row.version, status=row.status, mutation_id=row.mutation_id,
+        agent_id=mutation.agent_id if mutation else None, class_name=row.class_name, code_hash=row.code_hash,
+        activated_at=_ts((mutation.activated_at if mutation else None) or row.created_at),
+        mutation_status=mutation.status if mutation else None,
+        replaced_version=mutation.replaced_version if mutation else None,
+        rollback_reason=mutation.rollback_reason if mutation else None,
+    )
