@@ -36,7 +36,7 @@ from temporalio.worker import Worker  # noqa: E402
 from genesis.config import Settings  # noqa: E402
 from genesis.harness import TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process  # noqa: E402
 from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME  # noqa: E402
-from sandbox.image import ensure, runtime  # noqa: E402
+from sandbox.image import ensure, sandbox_runtime  # noqa: E402
 
 BENCH_DATABASE_URL = "postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis_test"
 
@@ -86,7 +86,7 @@ def docker_run_floor(image: str, samples: int) -> list[float]:
     for _ in range(samples):
         started = time.perf_counter()
         subprocess.run(
-            ["docker", "run", "--rm", "--network", "none", image, runtime().path_in_image, "-I", "-S", "-c", "print('ready')"],
+            ["docker", "run", "--rm", "--network", "none", image, sandbox_runtime().path_in_image, "-I", "-S", "-c", "print('ready')"],
             check=True, capture_output=True,
         )
         times.append((time.perf_counter() - started) * 1000)
@@ -148,6 +148,12 @@ async def main(samples: int, in_flight: int) -> dict:
         temporal_address=env.client.service_client.config.target_host,
         task_queue="genesis-bench",
         api_port=free_port(),
+        # The bench proposes as one client, keyless, many times, and measures up to sandbox_ok.
+        auth="open",
+        ratelimit_active_per_agent=10**9,
+        ratelimit_proposals_per_ip_minute=10**9,
+        ratelimit_proposals_per_agent_hour=10**9,
+        activate_mutations=False,
     )
     worker = worker_process(settings, "bench-worker")
     api = api_process(settings, "bench-api")

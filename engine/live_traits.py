@@ -170,9 +170,11 @@ class HostTraitRunner:
     # -- host management (blocking Docker I/O: called through asyncio.to_thread) ---------------
     def _ensure_host(self) -> TraitHostContainer:
         if self._host is None:
-            tag = image.ensure(self._client)
+            runtime = image.engine_runtime()
+            tag = image.ensure(self._client, runtime)
             remove_exited_trait_hosts(self._client)  # e.g. the host of an engine that was killed
-            host = TraitHostContainer(self._client, tag, IsolationLimits.from_settings(self._settings), host_owner())
+            host = TraitHostContainer(self._client, tag, IsolationLimits.from_settings(self._settings), host_owner(),
+                                      runtime)
             try:
                 host.say_hello(self._settings.sandbox_call_timeout_ms, 20.0)
             except BaseException:

@@ -27,10 +27,13 @@ class Settings(BaseSettings):
     state_dir: Path = PROJECT_ROOT / ".state"
 
     # Sandbox (trait host container) limits.
-    sandbox_image: str = ""  # empty: the offline-built image for the current trait host
-    # The Python that runs traits, in the sandbox test and the live world alike: PyPy's JIT makes
-    # trait calls several times faster; traits are then written in its language (Python 3.9).
+    sandbox_image: str = ""  # empty: the offline-built image of the sandbox runtime
+    engine_image: str = ""  # empty: the offline-built image of the engine's runtime
+    # The Pythons that run traits: the live world's long-lived host on PyPy (its JIT makes warm
+    # trait calls several times faster), the 50-tick sandbox tests on CPython (fast to start, no
+    # JIT warm-up). Traits are written in the older of the two languages (PyPy: Python 3.9).
     trait_host_runtime: Literal["pypy", "cpython"] = "pypy"
+    sandbox_runtime: Literal["pypy", "cpython"] = "cpython"
     sandbox_ticks: int = 50
     sandbox_seed: int = 1234
     sandbox_call_timeout_ms: float = 5.0

@@ -24,7 +24,10 @@ TRAIT_LANGUAGE = {"pypy": (3, 9), "cpython": (3, 11)}
 
 
 def trait_language() -> tuple[int, int]:
-    return TRAIT_LANGUAGE[get_settings().trait_host_runtime]
+    """The older language of the two runtimes (sandbox test, live world): what passes the
+    gatekeeper must parse in both."""
+    settings = get_settings()
+    return min(TRAIT_LANGUAGE[settings.trait_host_runtime], TRAIT_LANGUAGE[settings.sandbox_runtime])
 
 # Modules a trait may import (seed order). Only the module itself, never a submodule.
 ALLOWED_IMPORTS: tuple[str, ...] = (
@@ -190,9 +193,11 @@ def sandbox_api_document() -> dict[str, Any]:
         "sandbox_rules_version": SANDBOX_RULES_VERSION,
         "trait_language": {
             "python": "%d.%d" % trait_language(),
-            "runtime": get_settings().trait_host_runtime,
-            "note": "traits are parsed and run as this Python version; newer syntax or library "
-                    "calls fail validation or the sandbox test",
+            "sandbox_runtime": get_settings().sandbox_runtime,
+            "live_runtime": get_settings().trait_host_runtime,
+            "note": "traits are parsed as this Python version; use only its syntax and standard "
+                    "library (newer library calls may pass the sandbox test and then fail live, "
+                    "where a trait that keeps failing is quarantined)",
         },
         "trait_pattern": TRAIT_PATTERN,
         "required_method": REQUIRED_METHOD,

@@ -47,11 +47,11 @@ class IsolationLimits:
     def from_settings(cls, settings: Settings) -> "IsolationLimits":
         return cls(settings.sandbox_memory, settings.sandbox_pids_limit, settings.sandbox_cpus)
 
-    def environment(self) -> dict[str, str]:
+    def environment(self, runtime: "trait_image.Runtime") -> dict[str, str]:
         """PyPy's collector is told half the memory limit as its ceiling, so a trait that
         hoards memory meets a MemoryError (reported like any error) before the kernel's OOM
         killer takes the whole host down."""
-        if trait_image.runtime().name != "pypy":
+        if runtime.name != "pypy":
             return {}
         return {"PYPY_GC_MAX": f"{max(memory_bytes(self.memory) // 2 // 2**20, 16)}MB"}
 
@@ -83,12 +83,15 @@ def hello_message(call_timeout_ms: float) -> dict[str, Any]:
 class TraitHostContainer:
     """One trait-host process in one container, answering requests in order."""
 
-    def __init__(self, client: docker.DockerClient, image: str, limits: IsolationLimits, owner: str):
+    def __init__(self, client: docker.DockerClient, image: str, limits: IsolationLimits, owner: str,
+                 runtime: "trait_image.Runtime | None" = None):
+        """``image`` must hold ``runtime`` (default: the sandbox test's runtime)."""
+        runtime = runtime or trait_image.sandbox_runtime()
         self._client = client
         self._container = client.containers.create(
             image,
             name=container_name(owner),
-            command=trait_image.host_command(),
+            command=runtime.command,
             stdin_open=True,  # (docker-py also sets StdinOnce: when our attach closes, the host gets
             tty=False,  # EOF on stdin and exits)
             network_mode="none",
@@ -102,7 +105,7 @@ class TraitHostContainer:
             pids_limit=limits.pids_limit,
             nano_cpus=int(limits.cpus * 1e9),
             labels={LABEL_ROLE: ROLE_TRAIT_HOST, LABEL_OWNER: owner},
-            environment=limits.environment(),
+            environment=limits.environment(runtime),
         )
         self._socket_io = self._container.attach_socket(
             params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}

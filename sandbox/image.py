@@ -5,9 +5,9 @@ No registry is reachable here, so the image is assembled offline: a minimal root
 tests/tooling, the shared libraries it links) is streamed as a tar into ``docker import``. Hosts
 that can pull use ``sandbox/Dockerfile`` instead and set ``GENESIS_SANDBOX_IMAGE``.
 
-    python -m sandbox.image ensure   # build unless the image for this trait host exists
-    python -m sandbox.image build    # rebuild
-    python -m sandbox.image name     # print the tag
+    python -m sandbox.image ensure   # build the sandbox's and the engine's images unless present
+    python -m sandbox.image build    # rebuild them
+    python -m sandbox.image name     # print the sandbox image's tag ("names": both)
 """
 
 from __future__ import annotations
@@ -79,11 +79,21 @@ def _resolve(candidates: tuple[str, ...]) -> Path | None:
     return None
 
 
+def engine_runtime() -> Runtime:
+    """The live world's long-lived trait host (GENESIS_TRAIT_HOST_RUNTIME, default PyPy: its JIT
+    runs warm trait calls several times faster, which is most of a live tick)."""
+    return runtime(get_settings().trait_host_runtime)
+
+
+def sandbox_runtime() -> Runtime:
+    """The sandbox test's one-mutation containers (GENESIS_SANDBOX_RUNTIME, default CPython: it
+    starts in a fraction of PyPy's time and a 50-tick test ends before a JIT would pay off)."""
+    return runtime(get_settings().sandbox_runtime)
+
+
 @functools.cache  # the runtime does not change while a process runs
-def runtime(name: str | None = None) -> Runtime:
-    """PyPy (default): its JIT runs trait calls several times faster than CPython once warm,
-    which is most of a live tick. CPython: the machine's python3.11."""
-    name = name or get_settings().trait_host_runtime
+def runtime(name: str) -> Runtime:
+    """``pypy`` (Debian's pypy3) or ``cpython`` (the machine's python3.11)."""
     if name == "pypy":
         binary = _resolve(("/usr/bin/pypy3", "pypy3"))
         if binary is None:
@@ -125,18 +135,16 @@ def _stdlib_dir(binary: Path) -> Path:
     return Path(_ask(binary, "import sysconfig; print(sysconfig.get_paths()['stdlib'])"))
 
 
-def host_command() -> list[str]:
-    """What every trait-host container runs."""
-    return runtime().command
-
-
 @functools.cache  # the trait host and its runtime do not change while a process runs
-def image_tag() -> str:
-    """Content-addressed: a new trait host or runtime means a new image."""
+def image_tag(rt: Runtime | None = None) -> str:
+    """The image of runtime ``rt`` (default: the sandbox test's). Content-addressed: a new trait
+    host or runtime means a new image. GENESIS_SANDBOX_IMAGE / GENESIS_ENGINE_IMAGE override."""
     settings = get_settings()
-    if settings.sandbox_image:
-        return settings.sandbox_image
-    rt = runtime()
+    rt = rt or sandbox_runtime()
+    override = settings.engine_image if rt.name == settings.trait_host_runtime and settings.engine_image else (
+        settings.sandbox_image if rt.name == settings.sandbox_runtime else "")
+    if override:
+        return override
     digest = hashlib.sha256()
     digest.update(TRAIT_HOST.read_bytes())
     digest.update(Path(__file__).read_bytes())
@@ -205,11 +213,11 @@ def _rootfs_tar(rt: Runtime) -> bytes:
     return buffer.getvalue()
 
 
-def build(client: docker.DockerClient | None = None) -> str:
+def build(client: docker.DockerClient | None = None, rt: Runtime | None = None) -> str:
     client = client or docker.from_env()
-    tag = image_tag()
+    rt = rt or sandbox_runtime()
+    tag = image_tag(rt)
     repository, version = tag.rsplit(":", 1)
-    rt = runtime()
     started = time.monotonic()
     data = _rootfs_tar(rt)
     client.api.import_image_from_data(
@@ -223,15 +231,17 @@ def build(client: docker.DockerClient | None = None) -> str:
     return tag
 
 
-def ensure(client: docker.DockerClient | None = None) -> str:
+def ensure(client: docker.DockerClient | None = None, rt: Runtime | None = None) -> str:
+    """The image of runtime ``rt`` (default: the sandbox test's), built if missing."""
     client = client or docker.from_env()
-    tag = image_tag()
+    rt = rt or sandbox_runtime()
+    tag = image_tag(rt)
     try:
         client.images.get(tag)
-        print(f"sandbox image {tag} is present", file=sys.stderr)
+        print(f"trait-host image {tag} is present", file=sys.stderr)
         return tag
     except ImageNotFound:
-        built = build(client)
+        built = build(client, rt)
         remove_older_images(client, keep=built)
         return built
 
@@ -252,13 +262,23 @@ def remove_older_images(client: docker.DockerClient, keep: str) -> None:
             pass
 
 
+def both_runtimes() -> list[Runtime]:
+    """The sandbox test's runtime and the live engine's (once if they are the same)."""
+    return list(dict.fromkeys([sandbox_runtime(), engine_runtime()]))
+
+
 if __name__ == "__main__":
     action = sys.argv[1] if len(sys.argv) > 1 else "ensure"
     if action == "name":
         print(image_tag())
+    elif action == "names":
+        for rt in both_runtimes():
+            print(rt.name, image_tag(rt))
     elif action == "build":
-        build()
+        for rt in both_runtimes():
+            build(rt=rt)
     elif action == "ensure":
-        ensure()
+        for rt in both_runtimes():
+            ensure(rt=rt)
     else:
-        sys.exit(f"usage: python -m sandbox.image [ensure|build|name], not {action!r}")
+        sys.exit(f"usage: python -m sandbox.image [ensure|build|name|names], not {action!r}")

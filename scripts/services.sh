@@ -111,8 +111,8 @@ for name in $SEARCH_ATTRIBUTES; do
   fi
 done
 
-# --- The trait runtime (PyPy unless GENESIS_TRAIT_HOST_RUNTIME=cpython) ----------------------
-if [ "${GENESIS_TRAIT_HOST_RUNTIME:-pypy}" = pypy ]; then
+# --- The live world's trait runtime (PyPy unless GENESIS_TRAIT_HOST_RUNTIME=cpython) -----------
+if [ "${GENESIS_TRAIT_HOST_RUNTIME:-pypy}" = pypy ] || [ "${GENESIS_SANDBOX_RUNTIME:-cpython}" = pypy ]; then
   if command -v pypy3 >/dev/null 2>&1; then say "PyPy is installed ($(pypy3 -S -c 'import sys; print(sys.version.split()[0])'))"
   else apt_install pypy3; fi
 fi

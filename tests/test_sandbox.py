@@ -6,14 +6,13 @@ run the sandbox trial outside Temporal."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 
 import docker
 import pytest
 
 from activities.sandbox import run_trial
+from genesis import rules
 from genesis.config import Settings
 from genesis.dto import SandboxRequest
 from sandbox import image
@@ -73,8 +72,11 @@ def test_container_runs_with_every_isolation_flag(client):
     assert not config.get("Binds"), "no host mounts inside the sandbox"
 
 
-def test_code_past_the_gatekeeper_is_still_contained(client):
-    with TraitHostContainer(client, image.image_tag(), IsolationLimits("64m", 32, 1.0), "test-escape") as host:
+@pytest.mark.parametrize("name", ["cpython", "pypy"])  # the sandbox test's and the live world's
+def test_code_past_the_gatekeeper_is_still_contained(client, name):
+    runtime = image.runtime(name)
+    with TraitHostContainer(client, image.ensure(client, runtime), IsolationLimits("256m", 32, 1.0),
+                            "test-escape", runtime) as host:
         hello(host)
         loaded = host.request({"op": "load", "trait": "escape", "source": ESCAPE_ATTEMPT, "class_name": "Escape"}, 10)
         assert loaded["ok"], loaded
@@ -110,13 +112,18 @@ def test_trial_of_a_good_trait_applies_its_intents(client):
     assert report.state_hash and len(report.state_hash) == 64
 
 
-def test_hosts_run_on_the_configured_runtime(client):
-    runtime = image.runtime()
-    assert runtime.name == Settings().trait_host_runtime
-    with TraitHostContainer(client, image.image_tag(), IsolationLimits("256m", 32, 1.0), "test-runtime") as host:
+@pytest.mark.parametrize("role", ["sandbox", "engine"])
+def test_hosts_run_on_the_configured_runtimes(client, role):
+    """The sandbox test on GENESIS_SANDBOX_RUNTIME, the live world on GENESIS_TRAIT_HOST_RUNTIME."""
+    settings = Settings()
+    runtime = image.sandbox_runtime() if role == "sandbox" else image.engine_runtime()
+    assert runtime.name == (settings.sandbox_runtime if role == "sandbox" else settings.trait_host_runtime)
+    tag = image.ensure(client, runtime)
+    with TraitHostContainer(client, tag, IsolationLimits("256m", 32, 1.0), f"test-runtime-{role}", runtime) as host:
         reply = host.request(hello_message(50), 20)
     assert reply["ok"] and reply["implementation"] == runtime.name
     assert tuple(int(part) for part in reply["python"].split(".")[:2]) == runtime.language
+    assert rules.trait_language() <= runtime.language  # what the gatekeeper passes parses here
 
 
 HOARDER = '''
@@ -126,11 +133,12 @@ class Hoarder:
 '''
 
 
-@pytest.mark.skipif(image.runtime().name != "pypy", reason="PyPy's heap ceiling (PYPY_GC_MAX) only")
 def test_a_trait_that_hoards_memory_meets_a_memory_error_and_the_host_lives_on(client):
+    pypy = image.runtime("pypy")  # PyPy's heap ceiling (PYPY_GC_MAX); CPython has none to set
     limits = IsolationLimits("128m", 32, 1.0)
-    assert limits.environment() == {"PYPY_GC_MAX": "64MB"}
-    with TraitHostContainer(client, image.image_tag(), limits, "test-hoard") as host:
+    assert limits.environment(pypy) == {"PYPY_GC_MAX": "64MB"}
+    assert limits.environment(image.runtime("cpython")) == {}
+    with TraitHostContainer(client, image.ensure(client, pypy), limits, "test-hoard", pypy) as host:
         hello(host)
         assert host.request({"op": "load", "trait": "hoard", "source": HOARDER, "class_name": "Hoarder"}, 10)["ok"]
         reply = host.request({"op": "tick", "tick": 0, "batches": {"hoard": [{"id": 1, "state": ""}]}}, 20)
@@ -146,18 +154,18 @@ def test_memory_limits_in_docker_notation(limit, expected):
     assert memory_bytes(limit) == expected
 
 
-def test_the_cpython_runtime_builds_an_image_that_runs_the_host(tmp_path):
-    """GENESIS_TRAIT_HOST_RUNTIME=cpython: a separate image, the same protocol."""
-    env = {**os.environ, "GENESIS_TRAIT_HOST_RUNTIME": "cpython"}
-    subprocess.run([sys.executable, "-m", "sandbox.image", "ensure"], env=env, check=True, capture_output=True)
-    tag = subprocess.run([sys.executable, "-m", "sandbox.image", "name"], env=env, check=True,
-                         capture_output=True, text=True).stdout.strip()
-    assert tag.split(":")[1].startswith("cpython-")
-    runtime = image.runtime("cpython")
+@pytest.mark.parametrize("name", ["pypy", "cpython"])
+def test_each_runtime_builds_an_image_that_runs_the_host(client, name):
+    """Either runtime can serve either role: one image each, the same protocol; building one
+    never removes the other's image."""
+    runtime = image.runtime(name)
+    tag = image.ensure(client, runtime)
+    assert tag.split(":")[1].startswith(f"{name}-")
     out = subprocess.run(
         ["docker", "run", "-i", "--rm", "--network", "none", "--read-only", tag, *runtime.command],
         input=json.dumps(hello_message(50)) + "\n", capture_output=True, text=True, timeout=60, check=True,
     ).stdout
     reply = json.loads(out.splitlines()[0])
-    assert reply["ok"] and reply["implementation"] == "cpython"
-    docker.from_env().images.get(image.image_tag())  # building it did not remove the PyPy image
+    assert reply["ok"] and reply["implementation"] == name
+    for other in image.both_runtimes():
+        client.images.get(image.image_tag(other))
