@@ -7,7 +7,7 @@ import logging
 import time
 from datetime import datetime, timezone
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from redis.exceptions import RedisError
 from sqlalchemy import func, select
 
@@ -19,8 +19,9 @@ from genesis.db.models import Mutation
 router = APIRouter(prefix="/api/agents/context", tags=["agent context"])
 log = logging.getLogger("genesis.api.context")
 
-# The metrics of a snapshot never change: answer from memory until a newer snapshot appears.
-_metrics_cache: dict[str, object] = {"head": None, "document": None}
+# The metrics of a snapshot never change: answer from memory until a newer snapshot appears
+# (the JSON already encoded through MetricsResponse, so a cached answer costs one Redis read).
+_metrics_cache: dict[str, object] = {"head": None, "body": None}
 
 
 @router.get("/sandbox-api")
@@ -34,7 +35,7 @@ async def sandbox_api() -> dict:
     "/metrics", response_model=MetricsResponse,
     responses={503: {"model": ErrorResponse, "description": "No snapshot yet, or Redis unavailable"}},
 )
-async def metrics(request: Request) -> dict:
+async def metrics(request: Request) -> Response:
     """The world at its latest WorldSnapshot (``ws:snapshot:{tick}``): population, energy, food,
     deaths by cause since the previous snapshot, carriers per trait, and the anomalies the
     Watcher's rules find over the recent snapshots."""
@@ -43,7 +44,7 @@ async def metrics(request: Request) -> dict:
     try:
         heads = await world_metrics.recent_heads(services.redis, settings.engine_snapshot_interval)
         if heads and heads[0] == _metrics_cache["head"]:
-            return _metrics_cache["document"]  # type: ignore[return-value]
+            return Response(_metrics_cache["body"], media_type="application/json")
         history = await world_metrics.load_snapshots(services.redis, heads) if heads else []
     except (RedisError, OSError) as exc:
         raise ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
@@ -60,8 +61,9 @@ async def metrics(request: Request) -> dict:
         history, max_entities=settings.engine_max_population, mutation_applied_recently=recently,
     )
     document = world_metrics.metrics_document(history[0], anomalies)
-    _metrics_cache.update(head=heads[0], document=document)
-    return document
+    body = MetricsResponse.model_validate(document).model_dump_json().encode()
+    _metrics_cache.update(head=heads[0], body=body)
+    return Response(body, media_type="application/json")
 
 
 async def _mutation_applied_since(request: Request, since: float) -> bool:
