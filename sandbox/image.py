@@ -54,17 +54,20 @@ STDLIB_EXCLUDES = {
 
 @dataclass(frozen=True)
 class Runtime:
-    """The Python that runs trait code (``GENESIS_TRAIT_HOST_RUNTIME``): the same one for the
-    sandbox test and the live world, so a trait behaves alike in both."""
+    """A Python that runs trait code: ``pypy`` or ``cpython``. Its binary on this machine is only
+    needed to build its image offline (a prebuilt image, GENESIS_SANDBOX_IMAGE / _ENGINE_IMAGE,
+    needs none)."""
 
     name: str  # "pypy" | "cpython"
-    binary: Path  # on this machine
     path_in_image: str
-    language: tuple[int, int]  # the Python language version traits are written in
+    language: tuple[int, int]  # the Python language version it implements (rules.TRAIT_LANGUAGE)
 
     @property
     def command(self) -> list[str]:
         return [self.path_in_image, *INTERPRETER_FLAGS, HOST_PATH_IN_IMAGE]
+
+    def binary(self) -> Path:
+        return _local_binary(self.name)
 
 
 class RuntimeMissing(RuntimeError):
@@ -91,34 +94,34 @@ def sandbox_runtime() -> Runtime:
     return runtime(get_settings().sandbox_runtime)
 
 
-@functools.cache  # the runtime does not change while a process runs
 def runtime(name: str) -> Runtime:
     """``pypy`` (Debian's pypy3) or ``cpython`` (the machine's python3.11)."""
+    if name not in rules.TRAIT_LANGUAGE:
+        raise ValueError(f"unknown trait host runtime {name!r} (pypy | cpython)")
+    return Runtime(name, PYPY_IN_IMAGE if name == "pypy" else CPYTHON_IN_IMAGE, rules.TRAIT_LANGUAGE[name])
+
+
+@functools.cache  # the binaries do not change while a process runs
+def _local_binary(name: str) -> Path:
+    """The runtime's binary here, checked to implement the language the gatekeeper validates."""
     if name == "pypy":
         binary = _resolve(("/usr/bin/pypy3", "pypy3"))
         if binary is None:
             raise RuntimeMissing(
-                "GENESIS_TRAIT_HOST_RUNTIME=pypy but no pypy3 is installed: run scripts/services.sh "
-                "(it installs Debian's pypy3) or set GENESIS_TRAIT_HOST_RUNTIME=cpython"
+                "a trait runtime is pypy but no pypy3 is installed: run scripts/services.sh (it installs "
+                "Debian's pypy3), set GENESIS_TRAIT_HOST_RUNTIME=cpython, or give a prebuilt GENESIS_ENGINE_IMAGE"
             )
-        return _checked(Runtime("pypy", binary, PYPY_IN_IMAGE, _language_of(binary)))
-    if name == "cpython":
+    else:
         binary = _resolve(("/usr/bin/python3.11", "/usr/local/bin/python3.11", sys.executable))
         if binary is None:
             raise RuntimeMissing("no python3.11 binary found to build the trait-host image from")
-        return _checked(Runtime("cpython", binary, CPYTHON_IN_IMAGE, _language_of(binary)))
-    raise ValueError(f"unknown trait host runtime {name!r} (pypy | cpython)")
-
-
-def _checked(rt: Runtime) -> Runtime:
-    """The gatekeeper parses traits at rules.TRAIT_LANGUAGE: the runtime must speak exactly that."""
-    promised = rules.TRAIT_LANGUAGE[rt.name]
-    if rt.language != promised:
+    language = _language_of(binary)
+    if language != rules.TRAIT_LANGUAGE[name]:
         raise RuntimeMissing(
-            f"{rt.binary} implements Python {rt.language[0]}.{rt.language[1]} but the gatekeeper "
-            f"validates traits as {promised[0]}.{promised[1]} (genesis/rules.py TRAIT_LANGUAGE)"
+            f"{binary} implements Python {language[0]}.{language[1]} but the gatekeeper validates "
+            f"{name} traits as {rules.TRAIT_LANGUAGE[name][0]}.{rules.TRAIT_LANGUAGE[name][1]} (genesis/rules.py TRAIT_LANGUAGE)"
         )
-    return rt
+    return binary
 
 
 def _ask(binary: Path, code: str) -> str:
@@ -148,7 +151,7 @@ def image_tag(rt: Runtime | None = None) -> str:
     digest = hashlib.sha256()
     digest.update(TRAIT_HOST.read_bytes())
     digest.update(Path(__file__).read_bytes())
-    digest.update(f"{rt.name}:{rt.binary}:{rt.language}".encode())
+    digest.update(f"{rt.name}:{rt.binary()}:{rt.language}".encode())
     return f"{IMAGE_REPOSITORY}:{rt.name}-{digest.hexdigest()[:12]}"
 
 
@@ -162,7 +165,7 @@ def _shared_libraries(paths: list[Path]) -> set[Path]:
 
 
 def _rootfs_tar(rt: Runtime) -> bytes:
-    python = rt.binary
+    python = rt.binary()
     stdlib = _stdlib_dir(python)
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w", dereference=True) as tar:
@@ -227,7 +230,7 @@ def build(client: docker.DockerClient | None = None, rt: Runtime | None = None) 
         changes=[f"USER {SANDBOX_UID}:{SANDBOX_UID}", "WORKDIR /tmp", f"CMD {rt.command!r}".replace("'", '"')],
     )
     client.images.get(tag)  # raises if the import did not produce it
-    print(f"built {tag} from {rt.binary} ({rt.name}, {len(data) / 1e6:.0f} MB rootfs, {time.monotonic() - started:.1f}s)", file=sys.stderr)
+    print(f"built {tag} from {rt.binary()} ({rt.name}, {len(data) / 1e6:.0f} MB rootfs, {time.monotonic() - started:.1f}s)", file=sys.stderr)
     return tag
 
 
