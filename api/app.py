@@ -11,6 +11,7 @@ from api import (
     routes_agents,
     routes_batch,
     routes_context,
+    routes_evolution,
     routes_health,
     routes_mutations,
     routes_tasks,
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_webhooks.router)
     app.include_router(routes_context.router)
     app.include_router(routes_tasks.router)
+    app.include_router(routes_evolution.router)
     app.include_router(routes_health.router)
     app.include_router(routes_world.router)
     app.include_router(routes_telemetry.router)

@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import logging
 import time
-from datetime import datetime, timezone
 
 from fastapi import APIRouter, Request, Response
 from redis.exceptions import RedisError
-from sqlalchemy import func, select
 
 from api.errors import ApiError
 from api.schemas import ErrorResponse, MetricsResponse
 from genesis import rules, world_metrics
-from genesis.db.models import Mutation
 
 router = APIRouter(prefix="/api/agents/context", tags=["agent context"])
 log = logging.getLogger("genesis.api.context")
@@ -68,10 +65,4 @@ async def metrics(request: Request) -> Response:
 
 async def _mutation_applied_since(request: Request, since: float) -> bool:
     """Whether any mutation went live after ``since`` (True when Postgres cannot tell)."""
-    try:
-        async with request.app.state.services.sessions() as session:
-            latest = await session.scalar(select(func.max(Mutation.activated_at)))
-    except Exception as exc:  # Postgres down: the stagnation rule stays silent
-        log.warning("could not read the last activation time (%s: %s)", type(exc).__name__, exc)
-        return True
-    return latest is not None and latest > datetime.fromtimestamp(since, timezone.utc)
+    return await world_metrics.mutation_applied_since(request.app.state.services.sessions, since)

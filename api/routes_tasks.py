@@ -18,7 +18,6 @@ from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from temporalio.client import WorkflowHandle
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -38,7 +37,7 @@ from api.schemas import (
 )
 from genesis import tasks, world_metrics
 from genesis.dto import AgentTask
-from genesis.workflow_api import TASK_SIGNAL_RESOLVE, TASK_WORKFLOW, task_workflow_id
+from genesis.workflow_api import TASK_SIGNAL_RESOLVE, task_workflow_id
 
 router = APIRouter(tags=["agent tasks"])
 
@@ -113,14 +112,7 @@ async def publish_task(body: TaskCreateRequest, request: Request) -> JSONRespons
     )
     client = await services.temporal()
     try:
-        await client.start_workflow(
-            TASK_WORKFLOW,
-            task,
-            id=task_workflow_id(task_id),
-            task_queue=settings.task_queue,
-            id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,  # a task id names one task, ever
-            id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
-        )
+        await tasks.start_workflow(client, settings.task_queue, task)  # a task id names one task, ever
     except WorkflowAlreadyStartedError as exc:
         raise ApiError(409, "TASK_EXISTS", f"task id {task_id!r} is already taken: choose another or omit task_id") from exc
     except Exception as exc:

@@ -516,3 +516,33 @@ class TraitDetailResponse(BaseModel):
         description="Proposals of this trait still in flight (queued, validating, sandbox_ok), oldest first")
     carriers: int | None = None
     snapshot_tick: int | None = None
+
+
+AnomalyType = Literal[
+    "starvation", "overcrowding", "environmental", "overpopulation", "energy_crisis", "low_diversity", "stagnation",
+]
+
+
+class EvolutionTriggerRequest(BaseModel):
+    """``POST /api/evolution/trigger``: an operator forces a Watcher trigger from the latest snapshot."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    anomaly_type: AnomalyType | None = Field(
+        default=None, description="Default: the worst anomaly the Watcher's rules find in the latest snapshots",
+    )
+    severity: Literal["low", "medium", "high", "critical"] | None = Field(
+        default=None, description="Default: what the rules found for that type, else the seed's severity of the type",
+    )
+
+
+class EvolutionTriggerResponse(BaseModel):
+    trigger_id: str
+    task_id: str
+    problem_type: str
+    severity: str
+    task_severity: str
+    suggested_area: str
+    tick: int
+    report_key: str
+    message: str

@@ -130,6 +130,15 @@ class Settings(BaseSettings):
     # this many seconds; each such proposal renews it (never past the task's expiry).
     task_claim_lease_s: float = Field(default=120.0, gt=0)
 
+    # Watcher (logic-flow.md 2.3, python -m watcher). The seed names EVOLUTION_COOLDOWN_SEC
+    # without a value: 5 minutes between two triggers of the same anomaly type (critical skips it).
+    watcher_cooldown_s: float = Field(default=300.0, ge=0)
+    # Circuit breaker: more than this many triggers within the window pause the Watcher.
+    watcher_trigger_limit: int = Field(default=5, ge=1)
+    watcher_trigger_window_s: int = Field(default=60, ge=1)
+    watcher_pause_s: int = Field(default=300, ge=1)
+    watcher_report_ttl_s: int = Field(default=600, ge=1)  # evo:trigger:{id}
+
     def task_ttl_s(self, severity: str) -> float:
         """Time to live of a task of this severity (critical 15 min, high 10, low 5)."""
         return {"critical": self.task_ttl_critical_s, "high": self.task_ttl_high_s}.get(severity, self.task_ttl_low_s)

@@ -1,4 +1,4 @@
-"""Run Genesis processes (worker, engine, API) as real subprocesses with a given Settings.
+"""Run Genesis processes (worker, engine, Watcher, API) as real subprocesses with a given Settings.
 
 Used by the test suite and the benchmarks, which start their own Temporal dev server and need
 the processes exactly as `make run` starts them, only pointed elsewhere."""
@@ -70,6 +70,10 @@ def worker_process(settings: Settings, name: str = "worker") -> ManagedProcess:
 
 def engine_process(settings: Settings, name: str = "engine") -> ManagedProcess:
     return ManagedProcess(name, [sys.executable, "-m", "engine"], settings)
+
+
+def watcher_process(settings: Settings, name: str = "watcher") -> ManagedProcess:
+    return ManagedProcess(name, [sys.executable, "-m", "watcher"], settings)
 
 
 def api_process(settings: Settings, name: str = "api") -> ManagedProcess:

@@ -1,4 +1,4 @@
-"""``make run``: start the worker, the world engine and the API in the foreground; Ctrl-C stops them.
+"""``make run``: start the worker, the world engine, the Watcher and the API in the foreground; Ctrl-C stops them.
 
 Services (Postgres, Redis, Temporal, Docker) are started before this by scripts/services.sh."""
 
@@ -32,6 +32,7 @@ def main() -> int:
     children = {
         "worker": start([sys.executable, str(PROJECT_ROOT / "worker.py")]),
         "engine": start([sys.executable, "-m", "engine"]),
+        "watcher": start([sys.executable, "-m", "watcher"]),
         "api": start(
             [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
              "--host", settings.api_host, "--port", str(settings.api_port), "--log-level", "info"]
@@ -46,7 +47,7 @@ def main() -> int:
         f"    World stats   {base}/api/stats   (frames: ws://{settings.api_host}:{settings.api_port}/ws/world)\n"
         f"    Temporal UI   {settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows\n"
         f"    Agents        POST {base}/v1/agents/register, then send X-API-Key (GENESIS_AUTH={settings.auth})\n"
-        "  Ctrl-C stops the worker, the engine and the API (services keep running).\n",
+        "  Ctrl-C stops the worker, the engine, the Watcher and the API (services keep running).\n",
         flush=True,
     )
     stopping = False

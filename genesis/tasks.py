@@ -26,6 +26,7 @@ from genesis import redis_keys as keys
 from genesis import rules
 from genesis.dto import AgentTask, TaskClose, TaskEndReason
 from genesis.redis_keys import Channels
+from genesis.workflow_api import TASK_WORKFLOW, task_workflow_id
 
 # What every task reminds its reader of (the seed's SANDBOX_CONSTRAINTS, from the live rules).
 TASK_CONSTRAINTS: tuple[str, ...] = (
@@ -38,6 +39,25 @@ TASK_CONSTRAINTS: tuple[str, ...] = (
 
 def new_task_id() -> str:
     return f"task_{secrets.token_hex(6)}"
+
+
+async def start_workflow(client: Any, task_queue: str, task: AgentTask) -> str:
+    """Start the TaskWorkflow of ``task`` (id ``task-<task_id>``), which publishes it within
+    moments; returns the workflow id. A task id names one task, ever: raises
+    ``temporalio.exceptions.WorkflowAlreadyStartedError`` when it is taken. Used by the operator
+    endpoint (``POST /api/agents/tasks``) and the Watcher."""
+    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+
+    workflow_id = task_workflow_id(task.task_id)
+    await client.start_workflow(
+        TASK_WORKFLOW,
+        task,
+        id=workflow_id,
+        task_queue=task_queue,
+        id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
+    )
+    return workflow_id
 
 
 def _dumps(value: Any) -> str:

@@ -7,12 +7,15 @@ The rules are pure functions of the snapshots, so the Watcher can use them as th
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import redis.asyncio as aioredis
 
 from genesis import redis_keys as keys
+
+log = logging.getLogger("genesis.world_metrics")
 
 # logic-flow.md 2.3
 ANOMALY_DEATH_THRESHOLD = 0.30
@@ -191,6 +194,24 @@ def detect_anomalies(
     if not mutation_applied_recently and stagnating(history):
         found.append(Anomaly("stagnation", "low", "environment"))
     return found
+
+
+async def mutation_applied_since(sessions: Any, since: float) -> bool:
+    """Whether any mutation went live after ``since`` (unix seconds), for rule 5. True when
+    Postgres cannot tell (the stagnation rule then stays silent)."""
+    from datetime import datetime, timezone
+
+    from sqlalchemy import func, select
+
+    from genesis.db.models import Mutation
+
+    try:
+        async with sessions() as session:
+            latest = await session.scalar(select(func.max(Mutation.activated_at)))
+    except Exception as exc:  # Postgres down
+        log.warning("could not read the last activation time (%s: %s)", type(exc).__name__, exc)
+        return True
+    return latest is not None and latest > datetime.fromtimestamp(since, timezone.utc)
 
 
 def metrics_document(latest: Mapping[str, Any], anomalies: Sequence[Anomaly]) -> dict[str, Any]:

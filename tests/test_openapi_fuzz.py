@@ -123,6 +123,8 @@ def test_no_server_errors_and_responses_match_the_schema(case):
     answers[case.operation.label][response.status_code] += 1
     if case.operation.label == "POST /api/agents/tasks" and response.status_code == 201:
         published_tasks.append(response.json()["task_id"])
+    if case.operation.label == "POST /api/evolution/trigger" and response.status_code == 202:
+        published_tasks.append(response.json()["task_id"])
 
 
 def test_the_fuzz_reached_past_validation_and_auth():

@@ -1,0 +1,65 @@
+"""``POST /api/evolution/trigger``: an operator forces a Watcher trigger (issue 5, item 1).
+
+It goes through the Watcher's own code (genesis/watcher.py) and gate: the cooldown of the type
+(critical skips it) and the circuit breaker apply, the WorldReport is written to
+``evo:trigger:{id}``, a TaskWorkflow publishes the task and ``ch:feed`` gets ``anomaly_detected``."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+
+from api.errors import ApiError
+from api.schemas import ErrorResponse, EvolutionTriggerRequest, EvolutionTriggerResponse
+from genesis import redis_keys as keys
+from genesis import watcher as watching
+
+router = APIRouter(tags=["evolution"])
+
+ERRORS = {
+    409: {"model": ErrorResponse, "description": "Cooldown of the type active, circuit breaker open, or no anomaly to trigger"},
+    422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
+    503: {"model": ErrorResponse, "description": "No snapshot yet, or Redis / Temporal unavailable"},
+}
+START_WAIT_S = 10.0
+
+
+@router.post("/api/evolution/trigger", status_code=202, response_model=EvolutionTriggerResponse, responses=ERRORS)
+async def force_trigger(request: Request, body: EvolutionTriggerRequest | None = None) -> JSONResponse:
+    """Force a trigger from the latest WorldSnapshot with the given anomaly type (or the worst
+    one the rules detect). Returns the ``trigger_id`` (WorldReport at ``evo:trigger:{id}``, 10
+    minutes) and the ``task_id`` published for external agents."""
+    body = body or EvolutionTriggerRequest()
+    services = request.app.state.services
+    settings = services.settings
+    watcher = watching.Watcher(settings, services.redis, services.temporal, services.sessions)
+    try:
+        outcome = await watcher.force(body.anomaly_type, body.severity)
+    except (RedisError, OSError) as exc:
+        raise ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+    if outcome.status == watching.NO_SNAPSHOT:
+        raise ApiError(503, "NO_SNAPSHOT", "no WorldSnapshot in Redis yet: start the engine (`make run`) and try again")
+    if outcome.status == watching.NO_ANOMALY:
+        raise ApiError(409, "NO_ANOMALY", "the Watcher's rules find no anomaly in the latest snapshots: name an anomaly_type to force one")
+    if outcome.status == watching.COOLDOWN:
+        raise ApiError(
+            409, "WATCHER_COOLDOWN",
+            f"a {outcome.anomaly.type} trigger happened less than {settings.watcher_cooldown_s:.0f} s ago "
+            "(severity critical skips the cooldown)",
+        )
+    if outcome.status in (watching.PAUSED, watching.TRIPPED):
+        raise ApiError(
+            409, "CIRCUIT_BREAKER_OPEN",
+            f"more than {settings.watcher_trigger_limit} triggers in {settings.watcher_trigger_window_s} s: "
+            f"the Watcher is paused for up to {settings.watcher_pause_s} s",
+        )
+    await watcher.drain(timeout=START_WAIT_S)  # the TaskWorkflow start (retried while Temporal is away)
+    response = EvolutionTriggerResponse(
+        trigger_id=outcome.trigger_id, task_id=outcome.task_id, problem_type=outcome.anomaly.type,
+        severity=outcome.anomaly.severity, task_severity=watching.TASK_SEVERITY[outcome.anomaly.severity],
+        suggested_area=outcome.anomaly.area, tick=int(outcome.tick or 0),
+        report_key=keys.evolution_trigger(outcome.trigger_id),
+        message=f"Trigger {outcome.trigger_id}: {outcome.anomaly.type} ({outcome.anomaly.severity}); task {outcome.task_id} published",
+    )
+    return JSONResponse(response.model_dump(), status_code=202)

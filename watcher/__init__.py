@@ -1,0 +1,1 @@
+"""``python -m watcher``: the Watcher process (the logic is in genesis/watcher.py)."""
