@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 
 import docker
@@ -29,6 +30,8 @@ log = logging.getLogger("genesis.sandbox.pool")
 POOL_OWNER = "pool"
 START_DEADLINE_S = 20.0
 CHECK_DEADLINE_S = 1.0
+QUIET_AFTER_TEST_S = 0.3  # after a test: time for its workflow to record the verdict
+MAX_DEFERRED_REMOVALS = 16  # finished (exited) containers left for a quiet moment
 
 
 class WarmPool:
@@ -38,6 +41,8 @@ class WarmPool:
         self._size, self._call_timeout_ms = size, call_timeout_ms
         self._idle: deque[TraitHostContainer] = deque()
         self._starting = 0
+        self._in_use = 0  # hosts handed out and not yet retired (tests running)
+        self._quiet_until = 0.0  # monotonic time until which a finished test's verdict is being recorded
         self._closed = False
         self._cond = threading.Condition()
         self.cold_starts = 0  # acquisitions that found the pool empty
@@ -58,6 +63,8 @@ class WarmPool:
         host.disconnect()
         with self._cond:
             self._retired.append(host)
+            self._in_use = max(self._in_use - 1, 0)
+            self._quiet_until = time.monotonic() + QUIET_AFTER_TEST_S
             self._cond.notify_all()
 
     def new_host(self, owner: str) -> TraitHostContainer:
@@ -65,10 +72,15 @@ class WarmPool:
         while True:
             with self._cond:
                 host = self._idle.popleft() if self._idle else None
+                self._in_use += 1
                 self._cond.notify_all()  # the refiller tops the pool up again
             if host is None:
                 self.cold_starts += 1
-                return self._start(owner)
+                try:
+                    return self._start(owner)
+                except BaseException:
+                    self._release()
+                    raise
             try:  # an idle host may have died meanwhile; a hello is a cheap liveness check
                 host.say_hello(self._call_timeout_ms, CHECK_DEADLINE_S)
                 host.assign_to(owner)
@@ -77,6 +89,23 @@ class WarmPool:
             except (HostCrashed, HostDeadlineExceeded, APIError, NotFound) as exc:
                 log.warning("discarding a dead pooled trait host: %s", exc)
                 host.close()
+                self._release()
+
+    def _release(self) -> None:
+        with self._cond:
+            self._in_use = max(self._in_use - 1, 0)
+            self._cond.notify_all()
+
+    def _removal_wait(self) -> float:
+        """Seconds a finished container's removal should still wait (0: remove now). Removing
+        costs dockerd/containerd a burst of CPU that, on a small machine, slowed the workflow
+        task recording a verdict by tens of ms: removals wait while a test runs and for a moment
+        after one ends, unless MAX_DEFERRED_REMOVALS have piled up."""
+        if len(self._retired) >= MAX_DEFERRED_REMOVALS:
+            return 0.0
+        if self._in_use > 0:
+            return 1.0
+        return max(self._quiet_until - time.monotonic(), 0.0)
 
     def idle_count(self) -> int:
         with self._cond:
@@ -97,8 +126,14 @@ class WarmPool:
     def _reap_forever(self) -> None:
         while True:
             with self._cond:
-                while not self._closed and not self._retired:
-                    self._cond.wait()
+                while not self._closed:
+                    if not self._retired:
+                        self._cond.wait()
+                        continue
+                    wait = self._removal_wait()
+                    if wait <= 0:
+                        break
+                    self._cond.wait(timeout=wait)
                 if self._closed:
                     return
                 host = self._retired.popleft()
