@@ -22,7 +22,7 @@ from genesis import registry
 from genesis.config import Settings
 from genesis.redis_keys import Channels
 from sandbox import image
-from sandbox.intents import decode_intents
+from sandbox.intents import MalformedIntents, decode_intents
 from sandbox.container import (
     HostCrashed,
     HostDeadlineExceeded,
@@ -147,11 +147,19 @@ class HostTraitRunner:
             except (HostDeadlineExceeded, HostCrashed) as exc:
                 await self._host_failed(exc, run)
                 return {}
+        try:
+            if not reply.get("ok"):
+                raise MalformedIntents(f"the host refused the tick: {reply.get('error')}")
+            intents = decode_intents(reply.get("intent_columns"))
+        except MalformedIntents as exc:
+            # A host that answers garbage is replaced (not logged at 60 lines a second) and the
+            # batch's traits take a strike, as for a host that died; this tick runs on instinct.
+            await self._host_failed(HostCrashed(f"unusable reply: {exc}"), run)
+            return {}
         results = reply.get("results", {})
         for name in sorted(results):
             await self._account(name, results[name])
-        # MalformedIntents propagates: the engine logs it and runs this tick on instinct.
-        return decode_intents(reply.get("intent_columns"))
+        return intents
 
     async def close(self) -> None:
         if self._restart_task is not None:

@@ -134,6 +134,35 @@ async def test_a_trait_that_keeps_raising_is_quarantined(http, settings, engine_
     assert (await http.get("/api/world/state")).status_code == 200, "the world keeps ticking"
 
 
+# Slipped past the gatekeeper (registered directly): reaches the host's own module through a
+# subclass walk and makes it answer every tick with garbage instead of intents.
+CORRUPTER = '''
+class Corrupter:
+    async def execute(self, entity) -> None:
+        for cls in ().__class__.__base__.__subclasses__():
+            if cls.__name__ == "IntentMethods":
+                cls.move.__globals__["encode_intents"] = lambda merged: {"count": "garbage"}
+        entity.direction = 1.0
+'''
+
+
+async def test_a_trait_that_corrupts_its_host_gets_the_host_replaced_and_is_quarantined(http, settings, engine_proc):
+    tick_before = (await engine_status(http))["tick"]
+    message = await register_directly_and_await_quarantine(settings, "corrupter", "mut_c0bb1e000001", "Corrupter",
+                                                           CORRUPTER)
+    assert message["action"] == "trait_quarantined" and "unusable reply" in message["message"], message
+
+    async def ticking() -> bool:
+        return (await engine_status(http))["tick"] > tick_before + 60
+
+    await wait_until(ticking, timeout_s=10, what="the world to keep ticking")
+
+    async def dropped() -> bool:  # the stats are published once a second
+        return "corrupter" not in await active_traits(http)
+
+    await wait_until(dropped, timeout_s=10, what="the quarantined trait to leave the active set")
+
+
 async def test_engine_restart_rebuilds_the_registry_from_postgres(http, settings, engine_proc):
     async with get_sessionmaker(settings.database_url)() as session:
         expected = set((await session.scalars(select(TraitVersion.trait_name).where(TraitVersion.status == "active"))).all())
