@@ -15,6 +15,13 @@ AGENT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 TASK_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
 
+def check_task_id(value: str | None) -> str | None:
+    """The task_id rule shared by proposals and task publication."""
+    if value is not None and not TASK_ID_PATTERN.match(value):
+        raise ValueError("task_id must be 1-64 characters: letters, digits, _ and -")
+    return value
+
+
 def _is_unicode(text: str) -> bool:
     """Whether ``text`` can be encoded as UTF-8 (JSON's \\ud800 escapes decode to lone surrogates)."""
     try:
@@ -111,9 +118,7 @@ class ProposeRequest(BaseModel):
     @field_validator("task_id")
     @classmethod
     def _task_id(cls, value: str | None) -> str | None:
-        if value is not None and not TASK_ID_PATTERN.match(value):
-            raise ValueError("task_id must be 1-64 characters: letters, digits, _ and -")
-        return value
+        return check_task_id(value)
 
     @field_validator("goal")
     @classmethod
@@ -233,9 +238,7 @@ class TaskCreateRequest(BaseModel):
     @field_validator("task_id")
     @classmethod
     def _task_id(cls, value: str | None) -> str | None:
-        if value is not None and not TASK_ID_PATTERN.match(value):
-            raise ValueError("task_id must be 1-64 characters: letters, digits, _ and -")
-        return value
+        return check_task_id(value)
 
     @field_validator("description")
     @classmethod

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import sys
 from array import array
 from typing import Any
 
 MAX_NAMES = 64
+_BIG_ENDIAN = sys.byteorder == "big"
 
 
 class MalformedIntents(ValueError):
@@ -29,7 +31,7 @@ def _column(value: Any, key: str, code: str, count: int) -> list:
         raise MalformedIntents(f"bad {key} column: {exc}") from exc
     if len(arr) != count:
         raise MalformedIntents(f"column of {len(arr)} values, expected {count}")
-    if array("q", [1]).tobytes()[0] != 1:  # big-endian machine: the wire is little-endian
+    if _BIG_ENDIAN:  # the wire is little-endian
         arr.byteswap()
     return arr.tolist()
 

@@ -132,6 +132,14 @@ async def start_api(settings, worker):
 
 
 @pytest.fixture
+async def redis_client(settings):
+    """A client of the suite's Redis database, closed after the test."""
+    client = aioredis.from_url(settings.redis_url)
+    yield client
+    await client.aclose()
+
+
+@pytest.fixture
 async def http(api_url):
     async with httpx.AsyncClient(base_url=api_url, timeout=30) as client:
         yield client

@@ -8,7 +8,6 @@ import json
 import time
 
 import pytest
-import redis.asyncio as aioredis
 
 from genesis import redis_keys as keys
 from genesis import world_metrics
@@ -76,13 +75,6 @@ def test_metrics_document_is_the_seed_shape_most_severe_anomaly_first():
         "trait_usage": {"heat_shield": 45, "resource_seeker": 78},
         "anomalies": ["starvation", "low_diversity"],
     }
-
-
-@pytest.fixture
-async def redis_client(settings):
-    client = aioredis.from_url(settings.redis_url)
-    yield client
-    await client.aclose()
 
 
 async def wait_for_snapshots(redis_client, settings, count: int, timeout_s: float = 60) -> list[dict]:

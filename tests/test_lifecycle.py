@@ -9,7 +9,6 @@ import time
 import uuid
 
 import pytest
-import redis.asyncio as aioredis
 from sqlalchemy import select
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
@@ -28,13 +27,6 @@ from workflows.mutation import MutationWorkflow
 
 def new_mutation_id() -> str:
     return f"mut_{uuid.uuid4().hex[:12]}"
-
-
-@pytest.fixture
-async def redis_client(settings):
-    client = aioredis.from_url(settings.redis_url)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import random
 import time
 
 import pytest
-import redis.asyncio as aioredis
 from sqlalchemy import func, select
 
 from genesis import registry
@@ -49,13 +48,6 @@ async def client(modify_url):
 
     async with httpx.AsyncClient(base_url=modify_url, timeout=30) as http:
         yield http
-
-
-@pytest.fixture
-async def redis_client(settings):
-    redis = aioredis.from_url(settings.redis_url)
-    yield redis
-    await redis.aclose()
 
 
 async def propose(http, agent, trait_name: str, source: str, replaces: dict | None = None, **extra):

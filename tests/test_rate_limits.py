@@ -13,7 +13,6 @@ import uuid
 
 import httpx
 import pytest
-import redis.asyncio as aioredis
 from sqlalchemy import func, select
 
 from genesis import ratelimit
@@ -39,13 +38,6 @@ def test_the_defaults_are_the_seeds():
 @pytest.fixture(scope="module")
 async def seed_limits_url(start_api):
     return await start_api("api-seed-limits", task_queue=UNPOLLED, **SEED)
-
-
-@pytest.fixture
-async def redis_client(settings):
-    client = aioredis.from_url(settings.redis_url)
-    yield client
-    await client.aclose()
 
 
 def client_from(url: str, source_ip: str) -> httpx.AsyncClient:

@@ -11,7 +11,6 @@ import time
 import uuid
 
 import pytest
-import redis.asyncio as aioredis
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
@@ -30,13 +29,6 @@ SEED_TASK_FIELDS = {
     "suggested_area", "world_context", "constraints",
 }
 VALID = {"problem_type": "starvation", "severity": "high", "description": "Average energy fell to 20%."}
-
-
-@pytest.fixture
-async def redis_client(settings):
-    client = aioredis.from_url(settings.redis_url)
-    yield client
-    await client.aclose()
 
 
 @pytest.fixture

@@ -51,13 +51,6 @@ def task_event(kind: str, task_id: str, **fields) -> str:
     return json.dumps({"event": kind, "task_id": task_id, **fields})
 
 
-@pytest.fixture
-async def redis_client(settings):
-    client = aioredis.from_url(settings.redis_url)
-    yield client
-    await client.aclose()
-
-
 async def hub_status(api_url: str) -> dict:
     async with httpx.AsyncClient(base_url=api_url, timeout=10) as client:
         response = await client.get("/api/agents/telemetry/status")
