@@ -25,8 +25,10 @@ from genesis.temporal import connect
 from workflows.mutation import MutationWorkflow
 from workflows.rollback import RollbackWorkflow
 from workflows.task import TaskWorkflow
+from activities.evolution import EvolutionActivities
+from workflows.evolution import EvolutionCycleWorkflow
 
-WORKFLOWS = [MutationWorkflow, RollbackWorkflow, TaskWorkflow]
+WORKFLOWS = [MutationWorkflow, RollbackWorkflow, TaskWorkflow, EvolutionCycleWorkflow]
 
 
 def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandbox: SandboxActivities) -> Worker:
@@ -36,6 +38,7 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
     lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir)
     webhooks = WebhookActivities(settings)
     task_activities = TaskActivities(redis)
+    evolution = EvolutionActivities(settings, sessions, redis)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -49,6 +52,15 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
             webhooks.deliver_webhook,
             task_activities.publish_task,
             task_activities.close_task,
+            # Evolution cycles (issue 5)
+            evolution.load_cycle_context,
+            evolution.architect_plan,
+            evolution.coder_generate,
+            evolution.submit_proposal,
+            evolution.record_cycle,
+            evolution.publish_feed,
+            evolution.apply_world_params,
+            evolution.revert_world_params,
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.sandbox_concurrency,  # regular activities: sandbox tests only

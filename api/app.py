@@ -12,8 +12,10 @@ from api import (
     routes_batch,
     routes_context,
     routes_evolution,
+    routes_feed,
     routes_health,
     routes_mutations,
+    routes_schedules,
     routes_tasks,
     routes_telemetry,
     routes_traits,
@@ -80,4 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_world.router)
     app.include_router(routes_telemetry.router)
     app.include_router(routes_traits.router)
+    # Evolution cycles (issue 5): the feed and the periodic improvement schedules
+    app.include_router(routes_feed.router)
+    app.include_router(routes_schedules.router)
     return app

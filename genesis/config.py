@@ -139,6 +139,26 @@ class Settings(BaseSettings):
     watcher_pause_s: int = Field(default=300, ge=1)
     watcher_report_ttl_s: int = Field(default=600, ge=1)  # evo:trigger:{id}
 
+    # Evolution cycles (issue 5): the Watcher starts an EvolutionCycleWorkflow per trigger
+    # (Architect LLM -> Coder LLM -> MutationWorkflow, or a bounded world-parameter change).
+    evolution_cycles_enabled: bool = True
+    # LLM provider behind genesis/llm.py: ollama (/api/generate), openai (any OpenAI-compatible
+    # /v1/chat/completions), anthropic (/v1/messages), or off (no LLM: cycles end at once with a
+    # feed message; external agents still mutate the world). Empty url: the provider's default.
+    llm_provider: Literal["ollama", "openai", "anthropic", "off"] = "ollama"
+    llm_url: str = ""
+    llm_model: str = ""
+    llm_api_key: SecretStr = SecretStr("")
+    llm_timeout_s: float = Field(default=60.0, gt=0)  # one HTTP request to the LLM
+    llm_attempts: int = Field(default=3, ge=1)  # per LLM step, through the activity retry policy
+    llm_max_tokens: int = Field(default=1024, ge=16)
+    llm_temperature: float = Field(default=0.7, ge=0, le=2)
+    # Estimated cost (USD per million tokens) recorded per cycle; 0 for a local model.
+    llm_cost_in_per_mtok: float = Field(default=0.0, ge=0)
+    llm_cost_out_per_mtok: float = Field(default=0.0, ge=0)
+    # Periodic improvement schedules (POST /api/schedules): the shortest interval accepted.
+    schedule_min_interval_s: float = Field(default=60.0, gt=0)
+
     def task_ttl_s(self, severity: str) -> float:
         """Time to live of a task of this severity (critical 15 min, high 10, low 5)."""
         return {"critical": self.task_ttl_critical_s, "high": self.task_ttl_high_s}.get(severity, self.task_ttl_low_s)
