@@ -6,6 +6,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from genesis.schedules import MAX_INTERVAL_S
+
 
 class CycleResponse(BaseModel):
     trigger_id: str
@@ -42,7 +44,7 @@ class ScheduleCreateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     schedule_id: str | None = Field(default=None, max_length=64, description="Default: periodic-<8 hex>")
-    interval_s: float = Field(description="Seconds between runs (at least GENESIS_SCHEDULE_MIN_INTERVAL_S, 60)")
+    interval_s: float = Field(le=MAX_INTERVAL_S, description="Seconds between runs (at least GENESIS_SCHEDULE_MIN_INTERVAL_S, 60; at most 30 days)")
     paused: bool = False
     note: str = Field(default="", max_length=500)
 

@@ -35,6 +35,7 @@ SCHEDULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_NOTE = 500
 RECENT_RUNS = 10
 NEXT_RUNS = 5
+MAX_INTERVAL_S = 30 * 86400
 
 
 class ScheduleError(Exception):
@@ -97,8 +98,9 @@ def describe_dict(schedule_id: str, description: ScheduleDescription) -> dict[st
 async def create(client: Client, task_queue: str, *, interval_s: float, schedule_id: str | None = None,
                  paused: bool = False, note: str = "", min_interval_s: float = 60.0) -> dict[str, Any]:
     schedule_id = check_id(schedule_id) if schedule_id is not None else new_schedule_id()
-    if not interval_s >= min_interval_s:
-        raise ScheduleInvalid(f"interval_s must be at least {min_interval_s:g} seconds (got {interval_s:g})")
+    if not min_interval_s <= interval_s <= MAX_INTERVAL_S:
+        raise ScheduleInvalid(f"interval_s must be between {min_interval_s:g} and {MAX_INTERVAL_S} seconds "
+                              f"(got {interval_s:g})")
     if len(note) > MAX_NOTE:
         raise ScheduleInvalid(f"note is longer than {MAX_NOTE} characters")
     schedule = Schedule(
