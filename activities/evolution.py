@@ -89,7 +89,6 @@ class EvolutionActivities:
         s = self._settings
         trigger_id = cycle.trigger_id or ""
         raw = {_text(k): _text(v) for k, v in (await self._redis.hgetall(keys.evolution_trigger(trigger_id))).items()}
-        history = await world_metrics.recent_snapshots(self._redis, s.engine_snapshot_interval)
         if raw:
             snapshot = _json(raw.get("snapshot"), {})
             report = _snapshot_report(snapshot, [])
@@ -98,6 +97,7 @@ class EvolutionActivities:
             problem, severity = raw.get("problem_type", "unknown"), raw.get("severity", "medium")
             area, task_id = raw.get("suggested_area", "traits"), raw.get("task_id") or None
         else:
+            history = await world_metrics.recent_snapshots(self._redis, s.engine_snapshot_interval)
             report = _snapshot_report(history[0], history) if history else {}
             problem = "periodic_improvement" if cycle.kind == CycleKind.periodic_improvement else "unknown"
             severity, area, task_id = "low", "traits", None

@@ -428,3 +428,33 @@ async def test_feed_pages_and_websocket(http, api_url, redis_client):
                       "timestamp": pushed["timestamp"]}
     assert live == {k: v for k, v in pushed.items() if k != "id"}  # the same JSON on ch:feed
     assert await redis_client.xlen(keys.FEED_STREAM) <= keys.FEED_STREAM_MAXLEN + 100
+
+
+async def test_a_live_engine_applies_and_reports_a_parameter_change(
+        evo_worker, script, http, redis_client, temporal_client, engine_proc):
+    """The whole adjust_params loop with a real `python -m engine`: it picks the override up from
+    Redis (GET /api/world/state shows it), reports its snapshots to the cycle, which judges them."""
+    await redis_client.delete(keys.WORLD_PARAMS_OVERRIDES)
+    state = (await http.get("/api/world/state")).json()
+    before = state["params"]["resource_spawn_chance"]
+    wanted = round(before * 0.9, 3)
+    script.script(json.dumps({"action_type": "adjust_params", "description": "a little less food",
+                              "params": {"resource_spawn_chance": wanted}}))
+    trigger_id = await start(temporal_client)
+    try:
+        deadline = time.monotonic() + 30
+        while (await http.get("/api/world/state")).json()["params"]["resource_spawn_chance"] != wanted:
+            assert time.monotonic() < deadline, "the engine never applied the override"
+            await asyncio.sleep(0.3)
+        cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running", timeout_s=60)
+        change = cycle["params_change"]
+        assert change["before"] == {"resource_spawn_chance": before} and change["after"] == {"resource_spawn_chance": wanted}
+        assert change["effects"]["window_ticks"] >= 60 and change["fitness_verdict"] in ("positive", "neutral", "negative")
+        expected = {"negative": ("rolled_back", before)}.get(change["fitness_verdict"], ("completed", wanted))
+        assert cycle["stage"] == expected[0]
+        deadline = time.monotonic() + 30  # a rollback restores the configured value in the engine too
+        while (await http.get("/api/world/state")).json()["params"]["resource_spawn_chance"] != expected[1]:
+            assert time.monotonic() < deadline, "the engine never took the rollback"
+            await asyncio.sleep(0.3)
+    finally:
+        await redis_client.delete(keys.WORLD_PARAMS_OVERRIDES)
