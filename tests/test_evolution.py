@@ -202,21 +202,25 @@ async def test_engine_applies_world_parameter_overrides(redis_client):
         await redis_client.delete(keys.WORLD_PARAMS_OVERRIDES)
 
 
+async def write_snapshots(redis_client, interval: int, *changes: dict) -> None:
+    """Snapshots of a fresh run, as the engine writes them (newest last)."""
+    tick, run_id = 10_000_000 + int(time.time()) % 1_000_000, uuid.uuid4().hex
+    for change in changes:
+        tick += interval
+        key = keys.world_snapshot(tick)
+        snap = {**BASE, **change, "tick": tick, "timestamp": time.time(), "run_id": run_id}
+        await redis_client.hset(key, mapping=to_redis_hash(snap))
+        await redis_client.expire(key, 60)
+        await redis_client.set(keys.WORLD_TICK, tick)
+
+
 # -- whole cycles ----------------------------------------------------------------------------------
 
 async def test_starvation_anomaly_runs_a_full_cycle_to_a_live_trait(
         evo_settings, evo_worker, script, http, redis_client, temporal_client):
     script.script(plan_answer("starvation_saver"), code_answer(forager(1, "StarvationSaver")))
     await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER)
-    tick = 10_000_000 + int(time.time()) % 1_000_000
-    run_id = uuid.uuid4().hex
-    for changes in ({}, STARVATION):  # 200 entities, then 90 dead of starvation: a critical extinction
-        tick += evo_settings.engine_snapshot_interval
-        key = keys.world_snapshot(tick)
-        snap = {**BASE, **changes, "tick": tick, "timestamp": time.time(), "run_id": run_id}
-        await redis_client.hset(key, mapping=to_redis_hash(snap))
-        await redis_client.expire(key, 60)
-        await redis_client.set(keys.WORLD_TICK, tick)
+    await write_snapshots(redis_client, evo_settings.engine_snapshot_interval, {}, STARVATION)  # 200, then 90
 
     async def temporal():
         return temporal_client
@@ -316,17 +320,27 @@ async def test_llm_down_or_unparseable_ends_the_cycle_with_an_llm_error(evo_work
     assert cycle["tokens_in"] == 100, "the tokens of an unusable answer were still spent"
 
 
-async def test_default_provider_without_a_local_llm_ends_cycles_cleanly(settings, worker, http, temporal_client):
-    """The suite's worker runs with the defaults of `make run` (Ollama on 127.0.0.1:11434, which
-    nothing serves here): a cycle ends with llm_error after its attempts; nothing else happens."""
+async def test_default_provider_without_a_local_llm_ends_cycles_cleanly(settings, worker, http, redis_client):
+    """The suite's API and worker run with the defaults of `make run` (Ollama on 127.0.0.1:11434,
+    which nothing serves here): an operator's trigger starts a cycle that ends with llm_error."""
     assert settings.llm_provider == "ollama" and not settings.llm_url
-    trigger_id = f"trg_{uuid.uuid4().hex[:12]}"
-    await cycles.start_cycle(temporal_client, settings.task_queue, trigger_id)
-    cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running", timeout_s=60)
-    assert (cycle["stage"], cycle["status"], cycle["mutation_id"]) == ("llm_error", "failed", None)
-    assert "127.0.0.1:11434" in cycle["error"] and "not reachable" in cycle["error"]
-    [message] = [m for m in await feed_of(http, trigger_id) if m["action"] == "llm_error"]
-    assert "not reachable" in message["message"]
+    await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER)
+    await write_snapshots(redis_client, settings.engine_snapshot_interval, {}, {})
+    response = await http.post("/api/evolution/trigger", json={"anomaly_type": "stagnation", "severity": "critical"})
+    assert response.status_code == 202, response.text
+    body = response.json()
+    trigger_id = body["trigger_id"]
+    try:
+        assert body["cycle_workflow_id"] == evolution_workflow_id(trigger_id)
+        cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running", timeout_s=60)
+        assert (cycle["stage"], cycle["status"], cycle["mutation_id"]) == ("llm_error", "failed", None)
+        assert (cycle["problem_type"], cycle["severity"]) == ("stagnation", "critical")
+        assert "127.0.0.1:11434" in cycle["error"] and "not reachable" in cycle["error"]
+        actions = [(m["agent"], m["action"]) for m in await feed_of(http, trigger_id)]
+        assert actions == [("watcher", "anomaly_detected"), ("architect", "llm_error"), ("evolution", "cycle_failed")]
+    finally:
+        await redis_client.delete("watcher:cooldown:stagnation")
+        await http.post(f"/api/agents/tasks/{body['task_id']}/resolve", json={"reason": "test over"})
 
 
 async def test_adjust_params_is_applied_observed_and_rolled_back(evo_worker, script, http, redis_client, temporal_client):
