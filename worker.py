@@ -22,6 +22,7 @@ from activities.tasks import TaskActivities
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.temporal import connect
+from genesis.workflow_api import llm_task_queue
 from workflows.mutation import MutationWorkflow
 from workflows.rollback import RollbackWorkflow
 from workflows.task import TaskWorkflow
@@ -31,7 +32,10 @@ from workflows.evolution import EvolutionCycleWorkflow
 WORKFLOWS = [MutationWorkflow, RollbackWorkflow, TaskWorkflow, EvolutionCycleWorkflow]
 
 
-def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandbox: SandboxActivities) -> Worker:
+def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sandbox: SandboxActivities) -> list[Worker]:
+    """The main worker (every workflow; activities bounded by the sandbox tests' threads) and the
+    LLM worker (the Architect's and Coder's calls, on their own queue and budget, so slow LLM
+    answers never hold the slots sandbox tests need)."""
     sessions = get_sessionmaker(settings.database_url)
     redis = aioredis.from_url(settings.redis_url, socket_timeout=5)
     records = MutationRecordActivities(sessions, redis)
@@ -39,7 +43,7 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
     webhooks = WebhookActivities(settings)
     task_activities = TaskActivities(redis)
     evolution = EvolutionActivities(settings, sessions, redis)
-    return Worker(
+    main = Worker(
         client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
@@ -54,8 +58,6 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
             task_activities.close_task,
             # Evolution cycles (issue 5)
             evolution.load_cycle_context,
-            evolution.architect_plan,
-            evolution.coder_generate,
             evolution.submit_proposal,
             evolution.record_cycle,
             evolution.publish_feed,
@@ -65,6 +67,13 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
         activity_executor=executor,
         max_concurrent_activities=settings.sandbox_concurrency,  # regular activities: sandbox tests only
     )
+    llm = Worker(
+        client,
+        task_queue=llm_task_queue(settings.task_queue),
+        activities=[evolution.architect_plan, evolution.coder_generate],
+        max_concurrent_activities=settings.llm_concurrency,
+    )
+    return [main, llm]
 
 
 async def main() -> None:
@@ -78,9 +87,10 @@ async def main() -> None:
     sandbox = await asyncio.to_thread(SandboxActivities, settings)  # builds the image, warms the pool
     try:
         with ThreadPoolExecutor(max_workers=settings.sandbox_concurrency) as executor:
-            worker = build_worker(client, settings, executor, sandbox)
-            logging.info("worker polling task queue %r on %s", settings.task_queue, settings.temporal_address)
-            async with worker:
+            main, llm = build_workers(client, settings, executor, sandbox)
+            logging.info("worker polling task queues %r and %r on %s", settings.task_queue,
+                         llm_task_queue(settings.task_queue), settings.temporal_address)
+            async with main, llm:
                 await stop.wait()
     finally:
         await asyncio.to_thread(sandbox.close)

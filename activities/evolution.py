@@ -44,7 +44,7 @@ from genesis.dto import (
 from genesis.ids import mutation_workflow_id
 from genesis.proposals import mutation_input
 from genesis.watcher import deltas as telemetry_deltas
-from genesis.workflow_api import evolution_workflow_id
+from genesis.workflow_api import evolution_workflow_id, llm_task_queue
 
 CODER_AGENT_ID = "genesis-coder"
 UNPARSEABLE = "LLM_UNPARSEABLE"
@@ -108,6 +108,7 @@ class EvolutionActivities:
             active_traits=active, world_params=await self._params_in_force(),
             observation_window_ticks=s.observation_window_ticks, observation_timeout_s=s.observation_timeout_s,
             rollback_threshold=s.rollback_threshold, llm_attempts=s.llm_attempts,
+            llm_task_queue=llm_task_queue(s.task_queue),
         )
 
     async def _params_in_force(self) -> dict[str, float]:

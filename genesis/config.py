@@ -151,6 +151,7 @@ class Settings(BaseSettings):
     llm_api_key: SecretStr = SecretStr("")
     llm_timeout_s: float = Field(default=60.0, gt=0)  # one HTTP request to the LLM
     llm_attempts: int = Field(default=3, ge=1)  # per LLM step, through the activity retry policy
+    llm_concurrency: int = Field(default=4, ge=1)  # LLM calls one worker makes at once (queue <task_queue>-llm)
     llm_max_tokens: int = Field(default=1024, ge=16)
     llm_temperature: float = Field(default=0.7, ge=0, le=2)
     # Estimated cost (USD per million tokens) recorded per cycle; 0 for a local model.

@@ -302,6 +302,7 @@ class CycleContext(BaseModel):
     observation_timeout_s: float = 900.0
     rollback_threshold: float = -0.10
     llm_attempts: int = 3  # tries per LLM step while the LLM is unreachable
+    llm_task_queue: str | None = None  # where the LLM activities run (None: the workflow's own queue)
 
 
 class EvolutionPlan(BaseModel):

@@ -38,3 +38,9 @@ def evolution_workflow_id(trigger_id: str) -> str:
 def trigger_id_of(workflow_id: str) -> str:
     """The cycle's trigger id from its workflow id (a Schedule's runs carry their time in it)."""
     return workflow_id.removeprefix("evolution-")
+
+
+def llm_task_queue(task_queue: str) -> str:
+    """The Architect's and Coder's LLM calls run on their own queue (worker.py), with their own
+    concurrency budget."""
+    return f"{task_queue}-llm"

@@ -87,7 +87,7 @@ class EvolutionCycleWorkflow:
                                 non_retryable_error_types=LLM_FINAL_ERRORS)
         try:
             plan: EvolutionPlan = await workflow.execute_activity(
-                names.ARCHITECT_PLAN, context, result_type=EvolutionPlan,
+                names.ARCHITECT_PLAN, context, result_type=EvolutionPlan, task_queue=context.llm_task_queue,
                 start_to_close_timeout=timedelta(minutes=5), retry_policy=llm_retry,
             )
         except ActivityError as err:
@@ -109,7 +109,7 @@ class EvolutionCycleWorkflow:
             await self._record("coding", attempts=attempt)
             try:
                 result = await workflow.execute_activity(
-                    names.CODER_GENERATE, request, result_type=CoderResult,
+                    names.CODER_GENERATE, request, result_type=CoderResult, task_queue=context.llm_task_queue,
                     start_to_close_timeout=timedelta(minutes=5), retry_policy=llm_retry,
                 )
             except ActivityError as err:
