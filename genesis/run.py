@@ -47,6 +47,8 @@ def main() -> int:
         f"    World stats   {base}/api/stats   (frames: ws://{settings.api_host}:{settings.api_port}/ws/world)\n"
         f"    Temporal UI   {settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows\n"
         f"    Agents        POST {base}/v1/agents/register, then send X-API-Key (GENESIS_AUTH={settings.auth})\n"
+        f"    Evolution     {base}/api/feed (live: ws://{settings.api_host}:{settings.api_port}/ws/feed), "
+        f"{base}/api/evolution/cycles   (LLM: {settings.llm_provider})\n"
         "  Ctrl-C stops the worker, the engine, the Watcher and the API (services keep running).\n",
         flush=True,
     )
