@@ -15,12 +15,15 @@ from temporalio.worker import Worker
 import redis.asyncio as aioredis
 
 from activities.lifecycle import LifecycleActivities
+from activities.metrics import PipelineMetrics
 from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
 from activities.webhooks import WebhookActivities
 from activities.tasks import TaskActivities
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
+from genesis.logs import configure_logging
+from genesis.metrics import serve_metrics
 from genesis.temporal import connect
 from workflows.mutation import MutationWorkflow
 from workflows.rollback import RollbackWorkflow
@@ -52,12 +55,14 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.sandbox_concurrency,  # regular activities: sandbox tests only
+        interceptors=[PipelineMetrics()],  # stage durations and verdicts for /metrics
     )
 
 
 async def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
     settings = get_settings()
+    configure_logging("worker", settings)
+    serve_metrics("worker", settings.metrics_host, settings.worker_metrics_port)
     client = await connect(settings)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
