@@ -150,6 +150,9 @@ class Settings(BaseSettings):
     metrics_host: str = "127.0.0.1"  # where the engine/worker metrics servers listen (0.0.0.0 in compose)
     engine_metrics_port: int = Field(default=9101, ge=0, le=65535)
     worker_metrics_port: int = Field(default=9102, ge=0, le=65535)
+    # The Temporal SDK's own metrics of the worker (task slots, schedule-to-start latency: the
+    # signal to add workers), served by the SDK core; 0 (default): off.
+    worker_sdk_metrics_port: int = Field(default=0, ge=0, le=65535)
 
     def task_ttl_s(self, severity: str) -> float:
         """Time to live of a task of this severity (critical 15 min, high 10, low 5)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 
 from prometheus_client import start_http_server
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 
 log = logging.getLogger("genesis.metrics")
 
@@ -26,3 +27,19 @@ def serve_metrics(service: str, host: str, port: int) -> bool:
         return False
     log.info("%s metrics on http://%s:%d/metrics", service, host, port)
     return True
+
+
+def temporal_sdk_runtime(host: str, port: int) -> Runtime | None:
+    """A Temporal runtime whose SDK metrics (task slots, poll and schedule-to-start latencies,
+    workflow/activity execution latencies; ``temporal_*``) the SDK core serves itself on
+    http://host:port/metrics. None (the default runtime, no SDK metrics) for port 0 or a port
+    that cannot be bound."""
+    if not port:
+        return None
+    try:
+        runtime = Runtime(telemetry=TelemetryConfig(metrics=PrometheusConfig(bind_address=f"{host}:{port}")))
+    except Exception as exc:  # noqa: BLE001 - the SDK core reports a taken port as a generic error
+        log.warning("Temporal SDK metrics not served on %s:%d: %s", host, port, exc)
+        return None
+    log.info("Temporal SDK metrics on http://%s:%d/metrics", host, port)
+    return runtime
