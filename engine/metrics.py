@@ -1,6 +1,6 @@
 """Prometheus metrics of the world engine (served by genesis.metrics.serve_metrics).
 
-The tick duration is a histogram observed by the loop (one observation per tick, ~1 µs). Every
+The tick duration is a histogram observed by the loop (one observation per tick, a few µs). Every
 other value already lives on the Engine and its trait runner, so a collector reads it at scrape
 time instead of keeping a second copy in step: nothing to update in the 16 ms tick."""
 

@@ -98,13 +98,20 @@ async def test_api_metrics_count_proposals_by_outcome(http):
 
 async def test_engine_metrics_report_ticks_entities_and_traits(settings):
     port = free_port()
-    process = engine_process(settings.model_copy(update={"redis_url": ENGINE_REDIS_URL, "engine_metrics_port": port}),
-                             "engine-metrics")
+    # Its own Redis db, and no snapshot within the test: it must not report observation windows
+    # to the workflows of traits other test modules left live (they drive those windows).
+    process = engine_process(settings.model_copy(update={
+        "redis_url": ENGINE_REDIS_URL, "engine_metrics_port": port, "engine_snapshot_interval": 10**6,
+    }), "engine-metrics")
     process.start()
     try:
         url = f"http://127.0.0.1:{port}/metrics"
-        first = await scrape_when_up(url)
-        await asyncio.sleep(1.5)  # ~90 ticks at 60 ticks/s, and one status interval
+        first = await scrape_when_up(url)  # served from before the first tick
+        deadline = time.monotonic() + 60
+        while value(first, "genesis_engine_tick") == 0 and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
+            first = await scrape(url)
+        await asyncio.sleep(1.5)  # ~90 ticks at 60 ticks/s, and a status interval (ticks per second)
         second = await scrape(url)
     finally:
         process.stop()
