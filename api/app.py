@@ -13,6 +13,7 @@ from api import (
     routes_context,
     routes_evolution,
     routes_health,
+    routes_mutation_list,
     routes_mutations,
     routes_tasks,
     routes_telemetry,
@@ -80,4 +81,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_world.router)
     app.include_router(routes_telemetry.router)
     app.include_router(routes_traits.router)
+    app.include_router(routes_mutation_list.router)
     return app
