@@ -18,6 +18,7 @@ from api import (
     routes_tasks,
     routes_telemetry,
     routes_traits,
+    routes_viewer,
     routes_webhooks,
     routes_world,
 )
@@ -81,5 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_world.router)
     app.include_router(routes_telemetry.router)
     app.include_router(routes_traits.router)
+    # The mutation list and the world viewer at / (api/static/, no build step).
     app.include_router(routes_mutation_list.router)
+    routes_viewer.install(app)
     return app
