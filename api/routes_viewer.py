@@ -48,7 +48,17 @@ async def viewer_config(request: Request) -> ViewerConfig:
     )
 
 
+class RevalidatedStaticFiles(StaticFiles):
+    """Static files the browser revalidates (ETag) on every load, so a new version of the page's
+    scripts is never mixed with cached old ones."""
+
+    def file_response(self, *args, **kwargs):
+        response = super().file_response(*args, **kwargs)
+        response.headers["Cache-Control"] = "no-cache"
+        return response
+
+
 def install(app: FastAPI) -> None:
     """The page, its config endpoint and its static files (``/viewer/*``)."""
     app.include_router(router)
-    app.mount(STATIC_PATH, StaticFiles(directory=STATIC_DIR), name="viewer")
+    app.mount(STATIC_PATH, RevalidatedStaticFiles(directory=STATIC_DIR), name="viewer")

@@ -46,6 +46,7 @@ export class WorldView {
         for (const listener of this.listeners) listener(this.frame);
       },
     });
+    this.draw();
     const loop = () => {
       if (this.dirty) { this.draw(); this.dirty = false; }
       requestAnimationFrame(loop);
@@ -59,7 +60,12 @@ export class WorldView {
     const sy = canvas.height / this.world.height;
     ctx.fillStyle = "#0b0d11";
     ctx.fillRect(0, 0, canvas.width, canvas.height);
-    if (!frame) return;
+    if (!frame) {
+      ctx.fillStyle = NO_TRAIT;
+      ctx.font = "16px system-ui, sans-serif";
+      ctx.fillText("waiting for the world's frames (is the engine running? `python -m engine`)", 20, 30);
+      return;
+    }
     ctx.fillStyle = RESOURCE;
     for (const [x, y] of frame.resources) ctx.fillRect(x * sx - 2, y * sy - 2, 4, 4);
     const counts = new Map();
