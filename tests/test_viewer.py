@@ -10,6 +10,7 @@ import asyncio
 import os
 import shutil
 import uuid
+from contextlib import asynccontextmanager
 
 import pytest
 from playwright.async_api import Page, async_playwright
@@ -49,15 +50,24 @@ async def browser():
         await browser.close()
 
 
-@pytest.fixture
-async def page(browser, api_url):
+@asynccontextmanager
+async def viewer(browser, api_url: str):
+    """The viewer of the API at ``api_url`` in a fresh browser context (its own localStorage)."""
     context = await browser.new_context(viewport={"width": 1400, "height": 1000})
     page = await context.new_page()
     page.errors = []  # uncaught exceptions of the page's scripts
     page.on("pageerror", lambda exc: page.errors.append(str(exc)))
     await page.goto(api_url + "/")
-    yield page
-    await context.close()
+    try:
+        yield page
+    finally:
+        await context.close()
+
+
+@pytest.fixture
+async def page(browser, api_url):
+    async with viewer(browser, api_url) as page:
+        yield page
 
 
 async def wait_js(page: Page, expression: str, timeout_s: float = 20):
@@ -187,6 +197,22 @@ async def test_the_form_shows_api_errors_readably(page, http):
         for message in feed.json()["messages"]:
             await page.locator(f"#feed li[data-feed-id='{message['id']}']").wait_for(timeout=5_000)
     assert page.errors == []
+
+
+async def test_open_mode_proposes_without_a_key(browser, start_api, http):
+    """With GENESIS_AUTH=open the page proposes keyless, as agent world-viewer."""
+    url = await start_api("viewer-open", auth="open")
+    async with viewer(browser, url) as page:
+        await wait_js(page, "document.getElementById('agent-state').textContent.includes('GENESIS_AUTH=open')")
+        trait_name = f"viewer_open_{uuid.uuid4().hex[:6]}"
+        await page.fill("#trait-name", trait_name)
+        await page.fill("#code", "import socket\n\nclass Open:\n    async def execute(self, entity) -> None:\n        pass\n")
+        await page.click("#propose-form button[type=submit]")
+        await wait_js(page, "document.getElementById('propose-result').textContent.includes('AST_IMPORT_FORBIDDEN')")
+        row = page.locator("#mutations li", has_text=trait_name)
+        await row.wait_for(timeout=10_000)
+        assert (await row.locator(".head .note").text_content()).startswith("world-viewer ")
+        assert page.errors == []
 
 
 async def test_mutation_list_endpoint(http):
