@@ -84,8 +84,10 @@ export class WorldView {
 
   drawLegend(counts) {
     const items = [...counts.entries()].sort((a, b) => b[1] - a[1]).slice(0, 10);
+    const dominant = items.find(([trait]) => trait)?.[0];  // the most carried trait on screen
     this.legend.replaceChildren(
-      ...items.map(([trait, n]) => el("li", {}, el("i", { style: `background:${traitColour(trait)}` }), `${trait ?? "no trait"} ${n}`)),
+      ...items.map(([trait, n]) => el("li", { class: trait === dominant ? "dominant" : null },
+        el("i", { style: `background:${traitColour(trait)}` }), `${trait ?? "no trait"} ${n}${trait === dominant ? " (dominant)" : ""}`)),
       el("li", {}, el("i", { style: `background:${RESOURCE};border-radius:0` }), `resources ${this.frame.resources.length}`),
     );
   }
