@@ -13,10 +13,12 @@ from api import (
     routes_context,
     routes_evolution,
     routes_health,
+    routes_mutation_list,
     routes_mutations,
     routes_tasks,
     routes_telemetry,
     routes_traits,
+    routes_viewer,
     routes_webhooks,
     routes_world,
 )
@@ -80,4 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_world.router)
     app.include_router(routes_telemetry.router)
     app.include_router(routes_traits.router)
+    # The mutation list and the world viewer at / (api/static/, no build step).
+    app.include_router(routes_mutation_list.router)
+    routes_viewer.install(app)
     return app
