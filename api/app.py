@@ -13,10 +13,12 @@ from api import (
     routes_context,
     routes_evolution,
     routes_health,
+    routes_mutation_list,
     routes_mutations,
     routes_tasks,
     routes_telemetry,
     routes_traits,
+    routes_viewer,
     routes_webhooks,
     routes_world,
 )
@@ -84,6 +86,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_world.router)
     app.include_router(routes_telemetry.router)
     app.include_router(routes_traits.router)
+    # The mutation list and the world viewer at / (api/static/, no build step).
+    app.include_router(routes_mutation_list.router)
+    routes_viewer.install(app)
     # Prometheus: GET /metrics, and every request counted/timed (outermost: sees 413s too)
     app.include_router(metrics_router)
     app.add_middleware(RequestMetrics)

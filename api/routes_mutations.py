@@ -169,7 +169,11 @@ async def _load(request: Request, mutation_id: str) -> Mutation:
 @router.get("/{mutation_id}/status", response_model=MutationStatusResponse, responses=ERRORS)
 async def status(mutation_id: str, request: Request) -> MutationStatusResponse:
     """Where a mutation is in its pipeline, with the validation log a person can act on."""
-    record = await _load(request, mutation_id)
+    return status_response(await _load(request, mutation_id))
+
+
+def status_response(record: Mutation) -> MutationStatusResponse:
+    """The status shape of one mutation row (shared with the list, GET /api/mutations)."""
     return MutationStatusResponse(
         mutation_id=record.mutation_id, trait_name=record.trait_name, agent_id=record.agent_id,
         status=record.status, failure_reason_code=record.failure_reason_code,

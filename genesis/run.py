@@ -46,6 +46,7 @@ def main() -> int:
     print(
         "\n  Genesis is starting\n"
         f"    API           {base}\n"
+        f"    World viewer  {base}/\n"
         f"    API docs      {base}/docs\n"
         f"    Health        {base}/api/health\n"
         f"    World stats   {base}/api/stats   (frames: ws://{settings.api_host}:{settings.api_port}/ws/world)\n"

@@ -117,6 +117,10 @@ if [ "${GENESIS_TRAIT_HOST_RUNTIME:-pypy}" = pypy ] || [ "${GENESIS_SANDBOX_RUNT
   else apt_install pypy3; fi
 fi
 
+# --- Headless browser for the world viewer's test (tests/test_viewer.py drives Debian's chromium) ---
+if command -v chromium >/dev/null 2>&1; then say "Chromium is installed"
+else apt_install chromium; fi
+
 # --- Schema and sandbox image ----------------------------------------------------------------
 for db in $PG_DATABASES; do
   "$VENV/bin/python" -m genesis.db.migrate "postgresql+asyncpg://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$db" \
