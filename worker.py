@@ -15,18 +15,22 @@ from temporalio.worker import Worker
 import redis.asyncio as aioredis
 
 from activities.lifecycle import LifecycleActivities
+from activities.metrics import PipelineMetrics
 from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
 from activities.webhooks import WebhookActivities
 from activities.tasks import TaskActivities
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
+from genesis.logs import configure_logging
+from genesis.metrics import serve_metrics, temporal_sdk_runtime
 from genesis.temporal import connect
 from workflows.mutation import MutationWorkflow
 from workflows.rollback import RollbackWorkflow
 from workflows.task import TaskWorkflow
 
 WORKFLOWS = [MutationWorkflow, RollbackWorkflow, TaskWorkflow]
+log = logging.getLogger("genesis.worker")
 
 
 def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandbox: SandboxActivities) -> Worker:
@@ -52,13 +56,15 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.sandbox_concurrency,  # regular activities: sandbox tests only
+        interceptors=[PipelineMetrics()],  # stage durations and verdicts for /metrics
     )
 
 
 async def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
     settings = get_settings()
-    client = await connect(settings)
+    configure_logging("worker", settings)
+    serve_metrics("worker", settings.metrics_host, settings.worker_metrics_port)
+    client = await connect(settings, temporal_sdk_runtime(settings.metrics_host, settings.worker_sdk_metrics_port))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -67,12 +73,12 @@ async def main() -> None:
     try:
         with ThreadPoolExecutor(max_workers=settings.sandbox_concurrency) as executor:
             worker = build_worker(client, settings, executor, sandbox)
-            logging.info("worker polling task queue %r on %s", settings.task_queue, settings.temporal_address)
+            log.info("worker polling task queue %r on %s", settings.task_queue, settings.temporal_address)
             async with worker:
                 await stop.wait()
     finally:
         await asyncio.to_thread(sandbox.close)
-    logging.info("worker stopped")
+    log.info("worker stopped")
 
 
 if __name__ == "__main__":

