@@ -15,12 +15,15 @@ from temporalio.worker import Worker
 import redis.asyncio as aioredis
 
 from activities.lifecycle import LifecycleActivities
+from activities.metrics import PipelineMetrics
 from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
 from activities.webhooks import WebhookActivities
 from activities.tasks import TaskActivities
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
+from genesis.logs import configure_logging
+from genesis.metrics import serve_metrics, temporal_sdk_runtime
 from genesis.temporal import connect
 from genesis.workflow_api import llm_task_queue
 from workflows.mutation import MutationWorkflow
@@ -30,6 +33,7 @@ from activities.evolution import EvolutionActivities
 from workflows.evolution import EvolutionCycleWorkflow
 
 WORKFLOWS = [MutationWorkflow, RollbackWorkflow, TaskWorkflow, EvolutionCycleWorkflow]
+log = logging.getLogger("genesis.worker")
 
 
 def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sandbox: SandboxActivities) -> list[Worker]:
@@ -43,7 +47,7 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
     webhooks = WebhookActivities(settings)
     task_activities = TaskActivities(redis)
     evolution = EvolutionActivities(settings, sessions, redis)
-    main = Worker(
+    pipeline = Worker(
         client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
@@ -66,6 +70,7 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.sandbox_concurrency,  # regular activities: sandbox tests only
+        interceptors=[PipelineMetrics()],  # stage durations and verdicts for /metrics
     )
     llm = Worker(
         client,
@@ -73,13 +78,14 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
         activities=[evolution.architect_plan, evolution.coder_generate],
         max_concurrent_activities=settings.llm_concurrency,
     )
-    return [main, llm]
+    return [pipeline, llm]
 
 
 async def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
     settings = get_settings()
-    client = await connect(settings)
+    configure_logging("worker", settings)
+    serve_metrics("worker", settings.metrics_host, settings.worker_metrics_port)
+    client = await connect(settings, temporal_sdk_runtime(settings.metrics_host, settings.worker_sdk_metrics_port))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -87,14 +93,14 @@ async def main() -> None:
     sandbox = await asyncio.to_thread(SandboxActivities, settings)  # builds the image, warms the pool
     try:
         with ThreadPoolExecutor(max_workers=settings.sandbox_concurrency) as executor:
-            main, llm = build_workers(client, settings, executor, sandbox)
-            logging.info("worker polling task queues %r and %r on %s", settings.task_queue,
-                         llm_task_queue(settings.task_queue), settings.temporal_address)
-            async with main, llm:
+            pipeline, llm = build_workers(client, settings, executor, sandbox)
+            log.info("worker polling task queues %r and %r on %s", settings.task_queue,
+                     llm_task_queue(settings.task_queue), settings.temporal_address)
+            async with pipeline, llm:
                 await stop.wait()
     finally:
         await asyncio.to_thread(sandbox.close)
-    logging.info("worker stopped")
+    log.info("worker stopped")
 
 
 if __name__ == "__main__":

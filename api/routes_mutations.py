@@ -11,6 +11,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import API_KEY, acting_agent
 from api.errors import ApiError
+from api.metrics import count_proposal
 from api.routes_tasks import check_proposal_claim
 from api.routes_traits import check_replacement, replaces_ref
 from api.schemas import (
@@ -63,8 +64,13 @@ async def propose(
     Needs the agent's ``X-API-Key`` (unless GENESIS_AUTH=open) and is rate limited per agent
     (active mutations, proposals per hour) and per client IP (proposals per minute)."""
     services = request.app.state.services
-    agent_id = await acting_agent(services, api_key, body.agent_id)
-    accepted = await accept_proposal(services, request, body, agent_id, idempotency_key)
+    try:
+        agent_id = await acting_agent(services, api_key, body.agent_id)
+        accepted = await accept_proposal(services, request, body, agent_id, idempotency_key)
+    except ApiError as exc:
+        count_proposal("single", exc.error)
+        raise
+    count_proposal("single", "accepted")
     return JSONResponse(accepted.model_dump(), status_code=202)
 
 
@@ -163,7 +169,11 @@ async def _load(request: Request, mutation_id: str) -> Mutation:
 @router.get("/{mutation_id}/status", response_model=MutationStatusResponse, responses=ERRORS)
 async def status(mutation_id: str, request: Request) -> MutationStatusResponse:
     """Where a mutation is in its pipeline, with the validation log a person can act on."""
-    record = await _load(request, mutation_id)
+    return status_response(await _load(request, mutation_id))
+
+
+def status_response(record: Mutation) -> MutationStatusResponse:
+    """The status shape of one mutation row (shared with the list, GET /api/mutations)."""
     return MutationStatusResponse(
         mutation_id=record.mutation_id, trait_name=record.trait_name, agent_id=record.agent_id,
         status=record.status, failure_reason_code=record.failure_reason_code,

@@ -73,7 +73,8 @@ class WorkflowStarter:
             )
         except Exception as exc:  # the row stays queued: the sweeper tries again
             self.failed += 1
-            log.warning("could not start %s yet (%s); it stays queued and will be retried", workflow_id, exc)
+            log.warning("could not start %s yet (%s); it stays queued and will be retried", workflow_id, exc,
+                        extra={"workflow_id": workflow_id, "mutation_id": mutation.mutation_id})
             return False
         self.started += 1
         return True

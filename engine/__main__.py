@@ -11,15 +11,19 @@ import logging
 import signal
 
 import redis.asyncio as aioredis
+from prometheus_client import REGISTRY
 
 from genesis import registry
 from genesis.config import get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.effects import WorldSample
+from genesis.logs import configure_logging
+from genesis.metrics import serve_metrics
 from genesis.temporal import connect
 
 from .live_traits import HostTraitRunner
 from .loop import Engine
+from .metrics import EngineCollector
 from .observers import ObservationReporter
 from .world_overrides import ParamsFollower
 
@@ -63,6 +67,8 @@ async def main() -> None:
     engine = Engine(settings, runner)
     params = ParamsFollower(engine.world, redis)
     engine.snapshot_hooks.append(observation_hook(settings, runner, params))
+    REGISTRY.register(EngineCollector(engine))
+    serve_metrics("engine", settings.metrics_host, settings.engine_metrics_port)
     stop = asyncio.Event()
     following = asyncio.create_task(params.follow(stop))
     loop = asyncio.get_running_loop()
@@ -75,7 +81,7 @@ async def main() -> None:
         await following
         await engine.close()
         await redis.aclose()
-        logging.info(
+        log.info(
             "engine stopped at tick %d: mean tick %.3f ms, %d overruns, %d snapshots, %d trait-host restarts",
             engine.world.tick, engine.mean_tick_ms(), engine.tick_overruns, engine.snapshots_taken,
             runner.stats.restarts,
@@ -83,5 +89,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s engine %(levelname)s %(message)s")
+    configure_logging("engine", get_settings())
     asyncio.run(main())
