@@ -18,7 +18,7 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities import names
 from engine.loop import world_params as configured_world_params
@@ -71,6 +71,13 @@ def _snapshot_report(snapshot: dict[str, Any], history: list[dict[str, Any]]) ->
         "death_breakdown": {c: int(snapshot.get(f"death_{c}") or 0) for c in world_metrics.DEATH_CAUSES},
         "deltas": telemetry_deltas(history),
     }
+
+
+def _expected(message: str, code: str, retryable: bool = False) -> ApplicationError:
+    """An LLM that is away or answers nonsense is an expected outcome, not a bug: BENIGN keeps the
+    SDK from logging each failed attempt with a full traceback (seconds of rendering under load)."""
+    return ApplicationError(message, type=code, non_retryable=not retryable,
+                            category=ApplicationErrorCategory.BENIGN)
 
 
 class EvolutionActivities:
@@ -128,7 +135,8 @@ class EvolutionActivities:
         try:
             reply = await llm.complete(self._settings, system, prompt)
         except llm.LLMError as exc:
-            raise ApplicationError(f"{step}: {exc}", type=exc.code, non_retryable=not exc.retryable) from exc
+            activity.logger.warning("%s of %s: %s", step, trigger_id, exc)  # one line, no traceback
+            raise _expected(f"{step}: {exc}", exc.code, retryable=exc.retryable) from exc
         cost = llm.estimated_cost(self._settings, reply.tokens_in, reply.tokens_out)
         async with self._sessions() as session:
             await session.execute(
@@ -152,7 +160,7 @@ class EvolutionActivities:
         try:
             return evolution.parse_plan(text, context)
         except evolution.PlanError as exc:
-            raise ApplicationError(f"Architect: {exc}", type=UNPARSEABLE, non_retryable=True) from exc
+            raise _expected(f"Architect: {exc}", UNPARSEABLE) from exc
 
     @activity.defn(name=names.CODER_GENERATE)
     async def coder_generate(self, request: CoderRequest) -> CoderResult:
@@ -173,7 +181,7 @@ class EvolutionActivities:
         text = await self._ask(request.trigger_id, f"Coder (attempt {request.attempt})", evolution.CODER_SYSTEM, prompt)
         code = evolution.extract_code(text)
         if not code.strip():
-            raise ApplicationError("Coder: the answer holds no code", type=UNPARSEABLE, non_retryable=True)
+            raise _expected("Coder: the answer holds no code", UNPARSEABLE)
         result = gatekeeper.validate(plan.trait_name or "", code)
         return CoderResult(
             code=code, ok=result.ok, failure_code=result.failure_code,
