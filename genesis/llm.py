@@ -115,7 +115,7 @@ async def complete(settings: Settings, system: str, prompt: str, client: httpx.A
     try:
         response = await client.post(url, json=body, headers=headers)
     except httpx.TimeoutException as exc:
-        raise LLMUnavailable(f"{settings.llm_provider} at {url} did not answer within {settings.llm_timeout_s:.0f} s") from exc
+        raise LLMUnavailable(f"{settings.llm_provider} at {url} did not answer within {settings.llm_timeout_s:g} s") from exc
     except httpx.HTTPError as exc:
         raise LLMUnavailable(f"{settings.llm_provider} at {url} is not reachable ({type(exc).__name__}: {exc})") from exc
     finally:

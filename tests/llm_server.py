@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -19,6 +20,7 @@ class Answer:
     status: int = 200
     tokens_in: int = 100
     tokens_out: int = 50
+    delay_s: float = 0.0  # answer this late (timeouts)
 
 
 @dataclass
@@ -57,6 +59,8 @@ class ScriptedLLM:
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
                 llm.requests.append({**body, "_path": self.path, "_headers": dict(self.headers)})
                 answer = llm.answers.popleft() if llm.answers else Answer(status=503, text="no scripted answer left")
+                if answer.delay_s:
+                    time.sleep(answer.delay_s)
                 if answer.status != 200:
                     self._send(answer.status, {"error": answer.text})
                 elif self.path == "/api/generate":

@@ -159,6 +159,9 @@ async def test_providers_speak_their_protocols_and_report_usage(script, settings
         await llm.complete(s, "s", "p")
     with pytest.raises(llm.LLMBadReply, match="400"):
         await llm.complete(s, "s", "p")
+    script.script(Answer("too late", delay_s=1.5))
+    with pytest.raises(llm.LLMUnavailable, match="did not answer within 0.5 s"):
+        await llm.complete(s.model_copy(update={"llm_timeout_s": 0.5}), "s", "p")
     down = settings.model_copy(update={"llm_provider": "openai", "llm_url": "http://127.0.0.1:9"})
     with pytest.raises(llm.LLMUnavailable, match="not reachable"):
         await llm.complete(down, "s", "p")
