@@ -53,10 +53,13 @@ def _entry(stream_id: Any, fields: dict) -> dict[str, Any]:
 
 
 async def read(redis: aioredis.Redis, after: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
-    """Up to ``limit`` messages after stream id ``after`` (None: the oldest kept), oldest first,
-    each with its stream ``id``."""
-    start = f"({after}" if after else "-"
-    entries = await redis.xrange(FEED_STREAM, min=start, max="+", count=limit)
+    """Up to ``limit`` messages, oldest first, each with its stream ``id``: those right after
+    stream id ``after`` (``0-0``: from the oldest kept), or without ``after`` the newest ones (a
+    reader starting fresh gets the recent history, then pages on with ``after``)."""
+    if after is None:
+        entries = list(reversed(await redis.xrevrange(FEED_STREAM, max="+", min="-", count=limit)))
+    else:
+        entries = await redis.xrange(FEED_STREAM, min=f"({after}", max="+", count=limit)
     return [_entry(i, f) for i, f in entries]
 
 

@@ -109,9 +109,9 @@ async def wait_cycle(http, trigger_id: str, done, timeout_s: float = 90) -> dict
 
 
 async def feed_of(http, trigger_id: str) -> list[dict]:
-    messages, after = [], None
+    messages, after = [], "0-0"  # from the oldest kept
     while True:
-        page = (await http.get("/api/feed", params={"limit": 500, **({"after": after} if after else {})})).json()
+        page = (await http.get("/api/feed", params={"limit": 500, "after": after})).json()
         messages += [m for m in page["messages"] if m["trigger_id"] == trigger_id]
         if not page["messages"]:
             return messages
@@ -421,6 +421,11 @@ async def test_feed_pages_and_websocket(http, api_url, redis_client):
     first = await feed.publish(redis_client, "tester", "anomaly_detected", f"first {marker}", trigger_id=marker)
     page = (await http.get("/api/feed", params={"after": first})).json()
     assert page["messages"] == [] and page["last_id"] == first
+    newest = (await http.get("/api/feed", params={"limit": 1})).json()  # without after: the newest
+    assert [m["id"] for m in newest["messages"]] == [first] and newest["last_id"] == first
+    oldest = (await http.get("/api/feed", params={"after": "0-0", "limit": 500})).json()["messages"]
+    order = [tuple(map(int, m["id"].split("-"))) for m in oldest]
+    assert oldest[-1]["id"] == first and order == sorted(order)
     bad = await http.get("/api/feed", params={"after": "yesterday"})
     assert bad.status_code == 422 and "stream id" in bad.json()["detail"]
     assert (await http.get("/api/feed", params={"limit": 501})).status_code == 422
