@@ -228,7 +228,8 @@ async def test_retry_reruns_a_terminated_mutation_to_its_verdict(api_url, http, 
             await asyncio.sleep(0.02)
     status = (await http.get(f"/api/mutations/{mutation_id}/status")).json()
     assert status["status"] in {"queued", "validating"}, status
-    assert (await handle.describe()).status == WorkflowExecutionStatus.TERMINATED
+    terminated = await handle.describe()
+    assert terminated.status == WorkflowExecutionStatus.TERMINATED
 
     other = await agents.register(http, "cli-retry-other")
     refused = await http.post(f"/api/mutations/{mutation_id}/retry", headers=other.headers)
@@ -245,7 +246,7 @@ async def test_retry_reruns_a_terminated_mutation_to_its_verdict(api_url, http, 
     assert stages_of(output) == ["queued", "validating", "sandbox_ok", "activated", "kept"], output
     description = await handle.describe()
     assert description.status == WorkflowExecutionStatus.COMPLETED
-    assert description.run_id != status.get("run_id")
+    assert description.run_id != terminated.run_id  # a new run under the same workflow id
     await record_history(temporal_client, f"mutation-{mutation_id}", "mutation_retried_kept")
 
     again = await http.post(f"/api/mutations/{mutation_id}/retry", headers=proposer.headers)
@@ -263,6 +264,35 @@ async def test_retry_of_a_live_or_running_mutation_is_refused(http, temporal_cli
     assert "roll it back" in live.json()["detail"]
     await http.post(f"/api/mutations/{mutation_id}/rollback", headers=proposer.headers)
     await wait_for_status(http, mutation_id, {"rolled_back"})
+
+
+async def test_retry_while_the_workflow_runs_is_refused(start_api, temporal_client):
+    """An API whose task queue no worker polls: the workflow runs but never moves, the record
+    stays queued; a retry is 409 MUTATION_IN_PROGRESS until the run is terminated."""
+    import httpx
+
+    url = await start_api("api-idle-queue", task_queue=f"idle-{uuid.uuid4().hex[:6]}")
+    async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+        proposer = await agents.register(client, "cli-idle")
+        body = {"trait_name": "cli_idle", "code": traits.seeker(7041)}
+        mutation_id = (await client.post("/api/mutations/propose", json=body, headers=proposer.headers)).json()["mutation_id"]
+        handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
+                break
+            except RPCError:
+                assert time.monotonic() < deadline, "the workflow never started"
+                await asyncio.sleep(0.05)
+        running = await client.post(f"/api/mutations/{mutation_id}/retry", headers=proposer.headers)
+        assert running.status_code == 409 and running.json()["error"] == "MUTATION_IN_PROGRESS", running.text
+        await handle.terminate("test")
+        retried = await client.post(f"/api/mutations/{mutation_id}/retry", headers=proposer.headers)
+        assert retried.status_code == 202, retried.text
+        assert retried.json()["previous_workflow_status"] == "TERMINATED" and retried.json()["previous_status"] == "queued"
+        # The new run stays running on the idle queue: the record is never swept onto the suite's worker.
+        assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
 
 
 def test_recorded_histories_replay_through_the_cli():

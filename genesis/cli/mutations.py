@@ -76,7 +76,7 @@ def follow(cli: Cli, mutation_id: str, *, timeout_s: float, until: str = "verdic
             return
         stages.append({"status": name, "at_s": at, "observed": observed})
         mark = f"+{at:.2f}s" if observed else f"≤+{at:.2f}s (passed between polls)"
-        cli.say(f"  [bold]●[/] {styled(name):<30} {mark}")
+        cli.say(f"  [bold]●[/] {styled(name, 12)} {mark}")
 
     with cli.err_console.status("following…", spinner="dots") if not cli.json else _nothing() as spinner:
         while True:

@@ -89,10 +89,11 @@ def handled(command: Callable) -> Callable:
     return wrapper
 
 
-def styled(status: str | None) -> str:
+def styled(status: str | None, width: int = 0) -> str:
+    """``status`` in its colour, padded to ``width`` visible characters."""
     if status is None:
         return "-"
-    return f"[{STATUS_STYLE.get(status, 'white')}]{status}[/]"
+    return f"[{STATUS_STYLE.get(status, 'white')}]{status:<{width}}[/]"
 
 
 def when(ts: float | None) -> str:
