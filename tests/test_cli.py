@@ -406,3 +406,25 @@ def test_up_dry_run_and_console_script():
     assert done.stdout.splitlines() == [f"bash {PROJECT_ROOT / 'scripts' / 'services.sh'}", f"{sys.executable} -m genesis.run"]
     scripts = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"genesis": "genesis.cli:app"}
+
+
+def test_argument_parsing():
+    from genesis.cli.mutations import parse_replaces
+
+    assert parse_replaces(None, "hoarder") is None
+    assert parse_replaces("live", "hoarder") == {"trait_name": "hoarder"}
+    assert parse_replaces("hoarder", "hoarder") == {"trait_name": "hoarder"}
+    assert parse_replaces("3", "hoarder") == parse_replaces("v3", "hoarder") == {"trait_name": "hoarder", "version": 3}
+    assert parse_replaces("hoarder@2", "hoarder") == {"trait_name": "hoarder", "version": 2}
+    for bad in ("other@2", "hoarder@two", "other"):
+        with pytest.raises(Exception, match="--replaces"):
+            parse_replaces(bad, "hoarder")
+    assert replaying.parse_since("1d").total_seconds() == 86400
+    assert replaying.parse_since("90m").total_seconds() == 5400
+    for bad in ("0h", "1y", "", "yesterday"):
+        with pytest.raises(ValueError, match="not a duration"):
+            replaying.parse_since(bad)
+    from datetime import datetime, timedelta, timezone
+
+    now = datetime(2026, 11, 26, 3, 0, tzinfo=timezone.utc)
+    assert replaying.failed_query(timedelta(days=1), now) == 'ExecutionStatus = "Failed" AND CloseTime > "2026-11-25T03:00:00Z"'

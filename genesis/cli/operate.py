@@ -86,12 +86,12 @@ def register(app: typer.Typer) -> None:
             feed_line(cli, message)
         if once:
             return
-        last_id = recent.get("last_id") or after
+        position = {"last_id": recent.get("last_id") or after}
         try:
-            _stream(cli)
-        except _NoSocket as exc:  # the API has no WebSocket (or a proxy drops it): poll instead
+            _stream(cli, position)
+        except _NoSocket as exc:  # no WebSocket (or it dropped): poll on from the last message seen
             cli.err_console.print(f"[dim]{exc}; polling GET /api/feed[/]")
-            _poll(cli, last_id)
+            _poll(cli, position["last_id"])
 
     agents = group(app, "agents", "Agents and their API keys")
 
@@ -178,7 +178,7 @@ class _NoSocket(Exception):
     pass
 
 
-def _stream(cli: Cli) -> None:
+def _stream(cli: Cli, position: dict) -> None:
     from websockets.exceptions import InvalidStatus, WebSocketException
     from websockets.sync.client import connect
 
@@ -188,8 +188,10 @@ def _stream(cli: Cli) -> None:
             cli.err_console.print(f"[dim]following {url} (Ctrl-C stops)[/]")
             for frame in socket:
                 try:
-                    feed_line(cli, json.loads(frame))
-                except ValueError:
+                    message = json.loads(frame)
+                    feed_line(cli, message)
+                    position["last_id"] = message.get("id") or position["last_id"]
+                except (ValueError, AttributeError):
                     cli.err_console.print(f"[dim]unreadable feed frame: {frame!r:.200}[/]")
     except InvalidStatus as exc:
         raise _NoSocket(f"{url} answered HTTP {exc.response.status_code}") from exc

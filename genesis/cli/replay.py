@@ -93,13 +93,16 @@ class ReplayReport:
     message: str | None = None  # the core SDK's own words
     issued: str | None = None  # what the current code did instead, when the message says
     event: CommandEvent | None = None  # the recorded event the mismatch is about, if it could be found
+    # When the message names the event only by name and several recorded events share it: their
+    # ids (``event`` is the first of them, which may not be the one).
+    candidates: list[int] = field(default_factory=list)
     commands: list[CommandEvent] = field(default_factory=list)  # what the history recorded, in order
 
     def to_json(self) -> dict:
         return {
             "workflow_id": self.workflow_id, "run_id": self.run_id, "workflow_type": self.workflow_type,
             "ok": self.ok, "error_kind": self.error_kind, "message": self.message, "issued": self.issued,
-            "event": self.event.__dict__ if self.event else None,
+            "event": self.event.__dict__ if self.event else None, "candidates": self.candidates or None,
             "recorded_commands": [c.__dict__ for c in self.commands] if not self.ok else None,
         }
 
@@ -237,6 +240,9 @@ def _report(history: WorkflowHistory, failure: Exception | None) -> ReplayReport
         report.commands = command_events(history)
         report.event = locate(report.message, report.commands)
         report.issued = issued_instead(report.message)
+        if report.event is not None and not _EVENT_ID.search(report.message):
+            same = [c.event_id for c in report.commands if (c.kind, c.name) == (report.event.kind, report.event.name)]
+            report.candidates = same if len(same) > 1 else []
     return report
 
 

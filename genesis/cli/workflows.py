@@ -28,6 +28,8 @@ def render_report(cli: Cli, report) -> None:
         if report.issued:
             where += f": the history recorded this; the current code issued {report.issued}"
         cli.console.print(where, soft_wrap=True)
+        if report.candidates:
+            cli.console.print(f"    (the message names it only by name: it is one of events {report.candidates})")
     elif report.issued:
         cli.console.print(f"    the current code issued {report.issued}")
     cli.console.print(f"    [dim]{report.message}[/]", soft_wrap=True)
