@@ -88,9 +88,11 @@ async def retry(mutation_id: str, request: Request, api_key: str | None = Depend
     client = await services.temporal()
     run_status = await _workflow_status(client, record.workflow_id)
     if run_status == WorkflowExecutionStatus.RUNNING:
+        still = (" (a failed run may still be delivering its notify_url webhooks)"
+                 if record.status == MutationStatus.failed.value else "")
         raise ApiError(409, "MUTATION_IN_PROGRESS",
-                       f"mutation {mutation_id} is {record.status} and its workflow {record.workflow_id} is running: "
-                       "nothing to retry (follow it with GET /api/mutations/{id}/status)".replace("{id}", mutation_id))
+                       f"mutation {mutation_id} is {record.status} and its workflow {record.workflow_id} is still "
+                       f"running{still}: retry once it has ended (follow it with GET /api/mutations/{mutation_id}/status)")
     if (record.status == MutationStatus.sandbox_ok.value and run_status == WorkflowExecutionStatus.COMPLETED):
         raise ApiError(409, "NOT_RETRYABLE",
                        f"mutation {mutation_id} passed its sandbox test and its workflow completed "

@@ -147,20 +147,20 @@ def register(app: typer.Typer) -> None:
         answer = cli.api.get("/api/schedules")
         cli.emit(answer, lambda: show_schedules(cli, answer.get("schedules", [])))
 
-    def schedule_action(verb: str, method: str, suffix: str, doc: str) -> None:
+    def schedule_action(verb: str, done: str, method: str, suffix: str, doc: str) -> None:
         @handled
         def command(ctx: typer.Context, schedule_id: ScheduleId, json_out: JsonOpt = False) -> None:
             cli = cli_of(ctx, json_out)
             answer = cli.api.request(method, f"/api/schedules/{schedule_id}{suffix}", ok=(200, 202, 204))
-            cli.emit(answer if answer is not None else {"schedule_id": schedule_id, verb: True},
-                     lambda: cli.console.print(f"schedule {schedule_id}: {verb}"))
+            cli.emit(answer if answer is not None else {"schedule_id": schedule_id, done: True},
+                     lambda: cli.console.print(f"schedule {schedule_id} {done}"))
 
         command.__doc__ = doc
         schedule.command(verb)(command)
 
-    schedule_action("pause", "POST", "/pause", "Pause a schedule (no cycles until resumed).")
-    schedule_action("resume", "POST", "/resume", "Resume a paused schedule.")
-    schedule_action("delete", "DELETE", "", "Delete a schedule.")
+    schedule_action("pause", "paused", "POST", "/pause", "Pause a schedule (no cycles until resumed).")
+    schedule_action("resume", "resumed", "POST", "/resume", "Resume a paused schedule.")
+    schedule_action("delete", "deleted", "DELETE", "", "Delete a schedule.")
 
     world = group(app, "world", "The running world")
 
@@ -193,6 +193,7 @@ def _stream(cli: Cli, position: dict) -> None:
                     position["last_id"] = message.get("id") or position["last_id"]
                 except (ValueError, AttributeError):
                     cli.err_console.print(f"[dim]unreadable feed frame: {frame!r:.200}[/]")
+        raise _NoSocket(f"{url} was closed by the server")
     except InvalidStatus as exc:
         raise _NoSocket(f"{url} answered HTTP {exc.response.status_code}") from exc
     except (OSError, WebSocketException) as exc:
