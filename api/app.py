@@ -93,6 +93,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Prometheus: GET /metrics, and every request counted/timed (outermost: sees 413s too)
     app.include_router(metrics_router)
     app.add_middleware(RequestMetrics)
-    # The CLI's mutation operations: GET /api/mutations, POST /api/mutations/{id}/retry
+    # Re-run a mutation whose workflow failed for an infrastructure reason (the CLI's `mutations retry`).
     app.include_router(routes_mutation_ops.router)
     return app

@@ -1,5 +1,4 @@
-"""Operating on mutations: list them (GET /api/mutations) and re-run one whose workflow failed for
-an infrastructure reason (POST /api/mutations/{id}/retry).
+"""Re-run a mutation whose workflow failed for an infrastructure reason (POST /api/mutations/{id}/retry).
 
 Retry is a *fresh run with the same workflow id*, not a Temporal reset: every step of a
 MutationWorkflow is cheap (validation ~10 ms, the sandbox test ~0.5 s) and idempotent on the
@@ -11,19 +10,18 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import select, update
+from sqlalchemy import update
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import API_KEY
 from api.errors import ApiError
-from api.routes_mutations import ERRORS, WRITE_ERRORS, load_own_mutation
-from api.schemas import AGENT_ID_PATTERN, ErrorResponse
-from api.schemas_mutation_ops import MutationListResponse, MutationSummary, RetryResponse
+from api.routes_mutations import WRITE_ERRORS, load_own_mutation
+from api.schemas import ErrorResponse
+from api.schemas_mutation_ops import RetryResponse
 from api.workflow_starter import mutation_input, start_mutation_workflow
-from genesis import rules
 from genesis.db.models import Mutation
 from genesis.dto import MutationStatus
 
@@ -37,37 +35,6 @@ NOT_RETRYABLE = {
     MutationStatus.activated.value: "its trait is live and under observation: roll it back "
                                     "(POST /api/mutations/{id}/rollback) instead of re-running it",
 }
-
-
-@router.get("", response_model=MutationListResponse, responses={422: ERRORS[422]})
-async def list_mutations(
-    request: Request,
-    status: MutationStatus | None = Query(default=None, description="Only mutations in this status"),
-    agent_id: str | None = Query(default=None, max_length=128, pattern=AGENT_ID_PATTERN.pattern,
-                                 description="Only this agent's mutations"),
-    trait_name: str | None = Query(default=None, pattern=rules.TRAIT_NAME_PATTERN,
-                                   description="Only mutations of this trait"),
-    limit: int = Query(default=50, ge=1, le=500, description="At most this many, newest first"),
-) -> MutationListResponse:
-    """Recorded mutations, newest first (the CLI's ``genesis mutations list``)."""
-    query = select(Mutation).order_by(Mutation.created_at.desc(), Mutation.mutation_id.desc()).limit(limit)
-    if status is not None:
-        query = query.where(Mutation.status == status.value)
-    if agent_id is not None:
-        query = query.where(Mutation.agent_id == agent_id)
-    if trait_name is not None:
-        query = query.where(Mutation.trait_name == trait_name)
-    async with request.app.state.services.sessions() as session:
-        rows = (await session.scalars(query)).all()
-    return MutationListResponse(mutations=[
-        MutationSummary(
-            mutation_id=r.mutation_id, trait_name=r.trait_name, agent_id=r.agent_id, status=r.status,
-            failure_reason_code=r.failure_reason_code, trait_version=r.trait_version,
-            fitness_verdict=r.fitness_verdict, workflow_id=r.workflow_id,
-            created_at=r.created_at.timestamp(), updated_at=r.updated_at.timestamp(),
-        )
-        for r in rows
-    ])
 
 
 @router.post(

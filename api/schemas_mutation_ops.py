@@ -1,25 +1,8 @@
-"""Request/response models of the mutation list and retry endpoints (api/routes_mutation_ops.py)."""
+"""Response model of POST /api/mutations/{id}/retry (api/routes_mutation_ops.py)."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, Field
-
-
-class MutationSummary(BaseModel):
-    mutation_id: str
-    trait_name: str
-    agent_id: str
-    status: str
-    failure_reason_code: str | None
-    trait_version: int | None
-    fitness_verdict: str | None
-    workflow_id: str
-    created_at: float = Field(description="unix seconds")
-    updated_at: float = Field(description="unix seconds")
-
-
-class MutationListResponse(BaseModel):
-    mutations: list[MutationSummary] = Field(description="newest first")
 
 
 class RetryResponse(BaseModel):

@@ -186,6 +186,8 @@ async def test_list_and_json_outputs(api_url, http):
     assert {m["status"] for m in listed} == {"rejected"}
     code, out, _ = await invoke(api_url, "mutations", "list", "--agent", lister.agent_id, "--status", "kept", "--json")
     assert json.loads(out) == {"mutations": []}
+    code, out, _ = await invoke(api_url, "mutations", "list", "--trait", "cli_list_7011", "--json")
+    assert [m["mutation_id"] for m in json.loads(out)["mutations"]] == ids[:1]
     code, out, _ = await invoke(api_url, "mutations", "list", "--agent", lister.agent_id, "--limit", "1")
     assert code == 0 and ids[1] in out and ids[0] not in out and "1 mutation(s)" in out
 

@@ -258,7 +258,7 @@ def register(app: typer.Typer) -> None:
         status_: Annotated[Optional[str], typer.Option("--status", help="only this status")] = None,
         agent: Annotated[Optional[str], typer.Option("--agent", help="only this agent_id")] = None,
         trait: Annotated[Optional[str], typer.Option("--trait", help="only this trait_name")] = None,
-        limit: Annotated[int, typer.Option(min=1, max=500, help="at most this many, newest first")] = 20,
+        limit: Annotated[int, typer.Option(min=1, max=200, help="at most this many, newest first")] = 20,
         json_out: JsonOpt = False,
     ) -> None:
         """Recorded mutations, newest first."""
