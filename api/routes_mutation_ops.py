@@ -80,8 +80,8 @@ async def retry(mutation_id: str, request: Request, api_key: str | None = Depend
         raise ApiError(409, "MUTATION_IN_PROGRESS",
                        f"mutation {mutation_id} changed status while the retry was being prepared; look again")
     try:
-        handle = await start_mutation_workflow(client, services.settings, mutation_input(reset, services.settings),
-                                               reset.workflow_id)
+        rerun = mutation_input(reset, services.settings).model_copy(update={"retried": True})
+        handle = await start_mutation_workflow(client, services.settings, rerun, reset.workflow_id)
     except Exception as exc:  # the row is queued again: the API's sweeper starts it once Temporal answers
         raise ApiError(503, "TEMPORAL_UNAVAILABLE",
                        f"mutation {mutation_id} is queued again but its workflow could not be started now ({exc}); "

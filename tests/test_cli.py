@@ -215,8 +215,11 @@ async def test_list_and_json_outputs(api_url, http):
 
 
 async def test_retry_reruns_a_terminated_mutation_to_its_verdict(api_url, http, temporal_client):
+    from tests.test_webhooks_batch import Receiver
+
+    receiver = Receiver()
     proposer = await agents.register(http, "cli-retry")
-    body = {"trait_name": "cli_retried", "code": traits.seeker(7021)}
+    body = {"trait_name": "cli_retried", "code": traits.seeker(7021), "notify_url": receiver.url}
     response = await http.post("/api/mutations/propose", json=body, headers=proposer.headers)
     mutation_id = response.json()["mutation_id"]
     handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
@@ -249,6 +252,12 @@ async def test_retry_reruns_a_terminated_mutation_to_its_verdict(api_url, http, 
     description = await handle.describe()
     assert description.status == WorkflowExecutionStatus.COMPLETED
     assert description.run_id != terminated.run_id  # a new run under the same workflow id
+    # The new run's webhooks carry its run in their ids: a receiver deduplicating on webhook-id keeps them.
+    await receiver.wait_for(mutation_id, "kept")
+    ids = [headers["webhook-id"] for headers, _ in receiver.calls]
+    receiver.close()
+    assert len(ids) == len(set(ids)), ids
+    assert f"{mutation_id}.{description.run_id[:8]}.4" in ids, ids  # validating, sandbox_ok, activated, kept
     await record_history(temporal_client, f"mutation-{mutation_id}", "mutation_retried_kept")
 
     again = await http.post(f"/api/mutations/{mutation_id}/retry", headers=proposer.headers)
