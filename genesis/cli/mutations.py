@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -78,7 +79,7 @@ def follow(cli: Cli, mutation_id: str, *, timeout_s: float, until: str = "verdic
         mark = f"+{at:.2f}s" if observed else f"≤+{at:.2f}s (passed between polls)"
         cli.say(f"  [bold]●[/] {styled(name, 12)} {mark}")
 
-    with cli.err_console.status("following…", spinner="dots") if not cli.json else _nothing() as spinner:
+    with cli.err_console.status("following…", spinner="dots") if not cli.json else nullcontext() as spinner:
         while True:
             status = cli.api.get(f"/api/mutations/{mutation_id}/status")
             current = status["status"]
@@ -119,14 +120,6 @@ def _implied_stage(status: dict) -> str | None:
         report = status.get("sandbox_report") or {}
         return "sandbox_ok" if report.get("verdict") == "ok" else "validating"
     return None
-
-
-class _nothing:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def render_verdict(cli: Cli, status: dict, stages: list[dict]) -> None:
