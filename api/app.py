@@ -14,6 +14,7 @@ from api import (
     routes_evolution,
     routes_health,
     routes_mutation_list,
+    routes_mutation_ops,
     routes_mutations,
     routes_tasks,
     routes_telemetry,
@@ -92,4 +93,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Prometheus: GET /metrics, and every request counted/timed (outermost: sees 413s too)
     app.include_router(metrics_router)
     app.add_middleware(RequestMetrics)
+    # Re-run a mutation whose workflow failed for an infrastructure reason (the CLI's `mutations retry`).
+    app.include_router(routes_mutation_ops.router)
     return app
