@@ -15,6 +15,7 @@ from api import (
     routes_feed,
     routes_health,
     routes_mutation_list,
+    routes_mutation_ops,
     routes_mutations,
     routes_schedules,
     routes_tasks,
@@ -97,4 +98,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Prometheus: GET /metrics, and every request counted/timed (outermost: sees 413s too)
     app.include_router(metrics_router)
     app.add_middleware(RequestMetrics)
+    # Re-run a mutation whose workflow failed for an infrastructure reason (the CLI's `mutations retry`).
+    app.include_router(routes_mutation_ops.router)
     return app

@@ -166,6 +166,19 @@ async def _load(request: Request, mutation_id: str) -> Mutation:
     return record
 
 
+async def load_own_mutation(request: Request, mutation_id: str, api_key: str | None, action: str) -> Mutation:
+    """The mutation, if the caller's key is its agent's (any caller in GENESIS_AUTH=open without a key)."""
+    services = request.app.state.services
+    caller = None
+    if api_key or services.settings.auth == "required":
+        caller = await acting_agent(services, api_key, None)
+    record = await _load(request, mutation_id)
+    if caller is not None and caller != record.agent_id:
+        raise ApiError(403, "NOT_YOUR_MUTATION",
+                       f"mutation {mutation_id} belongs to agent '{record.agent_id}'; only it may {action}")
+    return record
+
+
 @router.get("/{mutation_id}/status", response_model=MutationStatusResponse, responses=ERRORS)
 async def status(mutation_id: str, request: Request) -> MutationStatusResponse:
     """Where a mutation is in its pipeline, with the validation log a person can act on."""
@@ -206,13 +219,7 @@ async def rollback(mutation_id: str, request: Request, body: RollbackBody | None
     """Take a trait out of the world (the previous version of the same trait, if any, comes back).
     Needs the ``X-API-Key`` of the agent that proposed it (unless GENESIS_AUTH=open)."""
     services = request.app.state.services
-    caller = None
-    if api_key or services.settings.auth == "required":
-        caller = await acting_agent(services, api_key, None)
-    record = await _load(request, mutation_id)
-    if caller is not None and caller != record.agent_id:
-        raise ApiError(403, "NOT_YOUR_MUTATION",
-                       f"mutation {mutation_id} belongs to agent '{record.agent_id}'; only it may roll it back")
+    record = await load_own_mutation(request, mutation_id, api_key, "roll it back")
     reason = body.reason if body else "manual"
     if record.status == MutationStatus.rolled_back.value:
         return _rollback_reply(record.mutation_id, record.status, "already rolled back", 200)

@@ -120,6 +120,6 @@ def configure_logging(service: str, settings: Settings) -> None:
             logger = logging.getLogger(name)
             logger.handlers.clear()
             logger.propagate = True
-        # The ids are fields of the line: the SDK need not append them to the message too.
-        activity.logger.activity_info_on_message = False
-        workflow.logger.workflow_info_on_message = False
+    # The ids are fields of the line (add_context_ids): the SDK need not append them to the message too.
+    activity.logger.activity_info_on_message = False
+    workflow.logger.workflow_info_on_message = False
