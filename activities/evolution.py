@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import redis.asyncio as aioredis
+from prometheus_client import Counter
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -48,6 +49,12 @@ from genesis.workflow_api import evolution_workflow_id, llm_task_queue
 
 CODER_AGENT_ID = "genesis-coder"
 UNPARSEABLE = "LLM_UNPARSEABLE"
+
+# Prometheus (the worker's /metrics, GENESIS_WORKER_METRICS_PORT)
+LLM_CALLS = Counter("genesis_llm_calls", "LLM calls of evolution cycles: ok or the error code", ["provider", "outcome"])
+LLM_TOKENS = Counter("genesis_llm_tokens", "Tokens of evolution cycles' LLM answers", ["provider", "direction"])
+CYCLES_ENDED = Counter("genesis_evolution_cycles_ended", "Evolution cycles that ended, by status and stage",
+                       ["status", "stage"])
 
 
 def _text(value: Any) -> str:
@@ -135,8 +142,12 @@ class EvolutionActivities:
         try:
             reply = await llm.complete(self._settings, system, prompt)
         except llm.LLMError as exc:
+            LLM_CALLS.labels(self._settings.llm_provider, exc.code).inc()
             activity.logger.warning("%s of %s: %s", step, trigger_id, exc)  # one line, no traceback
             raise _expected(f"{step}: {exc}", exc.code, retryable=exc.retryable) from exc
+        LLM_CALLS.labels(reply.provider, "ok").inc()
+        LLM_TOKENS.labels(reply.provider, "in").inc(reply.tokens_in)
+        LLM_TOKENS.labels(reply.provider, "out").inc(reply.tokens_out)
         cost = llm.estimated_cost(self._settings, reply.tokens_in, reply.tokens_out)
         async with self._sessions() as session:
             await session.execute(
@@ -224,6 +235,8 @@ class EvolutionActivities:
                 .on_conflict_do_update(index_elements=["trigger_id"], set_={k: v for k, v in values.items() if k != "trigger_id"})
             )
             await session.commit()
+        if change.status != "running":
+            CYCLES_ENDED.labels(change.status, change.stage).inc()
 
     @activity.defn(name=names.PUBLISH_FEED)
     async def publish_feed(self, post: FeedPost) -> str:

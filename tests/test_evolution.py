@@ -24,7 +24,7 @@ from genesis import redis_keys as keys
 from genesis.config import Settings
 from genesis.dto import CycleContext, CycleKind
 from genesis.effects import WorldSample
-from genesis.harness import worker_process
+from genesis.harness import free_port, worker_process
 from genesis.redis_keys import Channels
 from genesis.watcher import GO, Watcher
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, evolution_workflow_id, task_workflow_id
@@ -77,6 +77,7 @@ async def evo_settings(settings, llm_server) -> Settings:
         "task_queue": QUEUE, "llm_provider": "ollama", "llm_url": llm_server.url, "llm_model": "scripted",
         "llm_attempts": 2, "llm_timeout_s": 10.0, "sandbox_pool_size": 0,
         "llm_cost_in_per_mtok": 1.0, "llm_cost_out_per_mtok": 2.0, "schedule_min_interval_s": 1.0,
+        "worker_metrics_port": free_port(),
     })
 
 
@@ -263,6 +264,11 @@ async def test_starvation_anomaly_runs_a_full_cycle_to_a_live_trait(
         assert (cycle["stage"], cycle["status"], cycle["mutation_status"]) == ("completed", "succeeded", "kept")
         actions = [m["action"] for m in await feed_of(http, trigger_id)]
         assert actions == ["anomaly_detected", "plan_created", "code_generated", "mutation_applied", "cycle_completed"], actions
+        async with httpx.AsyncClient(timeout=10) as client:  # the worker's Prometheus metrics
+            metrics = (await client.get(f"http://127.0.0.1:{evo_settings.worker_metrics_port}/metrics")).text
+        assert 'genesis_llm_tokens_total{direction="in",provider="ollama"}' in metrics
+        assert 'genesis_llm_calls_total{outcome="ok",provider="ollama"}' in metrics
+        assert 'genesis_evolution_cycles_ended_total{stage="completed",status="succeeded"}' in metrics
         listed = (await http.get("/api/evolution/cycles", params={"limit": 500})).json()["cycles"]
         assert trigger_id in [c["trigger_id"] for c in listed]
         await record_history(temporal_client, evolution_workflow_id(trigger_id), "evolution_cycle_kept")
