@@ -47,6 +47,8 @@ LOCAL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_
                           maximum_attempts=20)
 # Not worth another attempt: no LLM configured, an answer that is not the protocol, or no plan/code in it.
 LLM_FINAL_ERRORS = ["LLM_OFF", "LLM_BAD_REPLY", "LLM_UNPARSEABLE"]
+# One LLM step with its retries, also bounding the wait for an LLM worker (queue <task_queue>-llm).
+LLM_STEP_LIMIT = timedelta(minutes=15)
 # The mutation pipeline ran to a verdict (a rollback after observation is a verdict too).
 JUDGED = {MutationStatus.activated, MutationStatus.kept, MutationStatus.sandbox_ok, MutationStatus.rolled_back}
 
@@ -88,7 +90,8 @@ class EvolutionCycleWorkflow:
         try:
             plan: EvolutionPlan = await workflow.execute_activity(
                 names.ARCHITECT_PLAN, context, result_type=EvolutionPlan, task_queue=context.llm_task_queue,
-                start_to_close_timeout=timedelta(minutes=5), retry_policy=llm_retry,
+                start_to_close_timeout=timedelta(minutes=5), schedule_to_close_timeout=LLM_STEP_LIMIT,
+                retry_policy=llm_retry,
             )
         except ActivityError as err:
             return await self._llm_failed("architect", err)
@@ -110,7 +113,8 @@ class EvolutionCycleWorkflow:
             try:
                 result = await workflow.execute_activity(
                     names.CODER_GENERATE, request, result_type=CoderResult, task_queue=context.llm_task_queue,
-                    start_to_close_timeout=timedelta(minutes=5), retry_policy=llm_retry,
+                    start_to_close_timeout=timedelta(minutes=5), schedule_to_close_timeout=LLM_STEP_LIMIT,
+                    retry_policy=llm_retry,
                 )
             except ActivityError as err:
                 return await self._llm_failed("coder", err)
