@@ -25,22 +25,29 @@ from genesis.db.session import get_sessionmaker
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics, temporal_sdk_runtime
 from genesis.temporal import connect
+from genesis.workflow_api import llm_task_queue
 from workflows.mutation import MutationWorkflow
 from workflows.rollback import RollbackWorkflow
 from workflows.task import TaskWorkflow
+from activities.evolution import EvolutionActivities
+from workflows.evolution import EvolutionCycleWorkflow
 
-WORKFLOWS = [MutationWorkflow, RollbackWorkflow, TaskWorkflow]
+WORKFLOWS = [MutationWorkflow, RollbackWorkflow, TaskWorkflow, EvolutionCycleWorkflow]
 log = logging.getLogger("genesis.worker")
 
 
-def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandbox: SandboxActivities) -> Worker:
+def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sandbox: SandboxActivities) -> list[Worker]:
+    """The main worker (every workflow; activities bounded by the sandbox tests' threads) and the
+    LLM worker (the Architect's and Coder's calls, on their own queue and budget, so slow LLM
+    answers never hold the slots sandbox tests need)."""
     sessions = get_sessionmaker(settings.database_url)
     redis = aioredis.from_url(settings.redis_url, socket_timeout=5)
     records = MutationRecordActivities(sessions, redis)
     lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir)
     webhooks = WebhookActivities(settings)
     task_activities = TaskActivities(redis)
-    return Worker(
+    evolution = EvolutionActivities(settings, sessions, redis)
+    pipeline = Worker(
         client,
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
@@ -53,11 +60,25 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
             webhooks.deliver_webhook,
             task_activities.publish_task,
             task_activities.close_task,
+            # Evolution cycles (issue 5)
+            evolution.load_cycle_context,
+            evolution.submit_proposal,
+            evolution.record_cycle,
+            evolution.publish_feed,
+            evolution.apply_world_params,
+            evolution.revert_world_params,
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.sandbox_concurrency,  # regular activities: sandbox tests only
         interceptors=[PipelineMetrics()],  # stage durations and verdicts for /metrics
     )
+    llm = Worker(
+        client,
+        task_queue=llm_task_queue(settings.task_queue),
+        activities=[evolution.architect_plan, evolution.coder_generate],
+        max_concurrent_activities=settings.llm_concurrency,
+    )
+    return [pipeline, llm]
 
 
 async def main() -> None:
@@ -72,9 +93,10 @@ async def main() -> None:
     sandbox = await asyncio.to_thread(SandboxActivities, settings)  # builds the image, warms the pool
     try:
         with ThreadPoolExecutor(max_workers=settings.sandbox_concurrency) as executor:
-            worker = build_worker(client, settings, executor, sandbox)
-            log.info("worker polling task queue %r on %s", settings.task_queue, settings.temporal_address)
-            async with worker:
+            pipeline, llm = build_workers(client, settings, executor, sandbox)
+            log.info("worker polling task queues %r and %r on %s", settings.task_queue,
+                     llm_task_queue(settings.task_queue), settings.temporal_address)
+            async with pipeline, llm:
                 await stop.wait()
     finally:
         await asyncio.to_thread(sandbox.close)

@@ -14,8 +14,9 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names
-from genesis import registry
-from genesis.db.models import Mutation, TraitVersion
+from genesis import feed, registry
+from genesis.db.models import EvolutionCycle, Mutation, TraitVersion
+from genesis.ids import mutation_workflow_id
 from genesis.dto import ActivationRequest, ActivationResult, RollbackRequest, RollbackResult
 from genesis.redis_keys import Channels
 
@@ -115,6 +116,10 @@ class LifecycleActivities:
                 version=row.version, registry_version=registry_version,
             ),
         )
+        replacing = f", replacing v{previous_version}" if previous_version else ""
+        await self._feed("mutation_applied", row.mutation_id,
+                         f"Trait '{row.trait_name}' v{row.version} is live{replacing} (registry v{registry_version})",
+                         trait_name=row.trait_name, version=row.version)
         activity.logger.info("activated %s v%d (registry v%d)", row.trait_name, row.version, registry_version)
         return ActivationResult(
             trait_version=row.version, previous_version=previous_version,
@@ -164,8 +169,21 @@ class LifecycleActivities:
                 restored_version=restored.version if restored is not None else None,
             ),
         )
+        restored_text = f"; v{restored.version} restored" if restored is not None else ""
+        delta = f", fitness {request.fitness_delta:+.3f}" if request.fitness_delta is not None else ""
+        await self._feed("rolled_back", row.mutation_id,
+                         f"Trait '{row.trait_name}' v{row.version} rolled back ({request.reason}{delta}){restored_text}",
+                         trait_name=row.trait_name, reason=request.reason)
         return RollbackResult(
             rolled_back=True, restored_version=restored.version if restored is not None else None,
             registry_version=registry_version,
         )
 
+
+    async def _feed(self, action: str, mutation_id: str, message: str, **extra) -> None:
+        """The Evolution Feed line of an activation or rollback (with the cycle that proposed it, if any)."""
+        async with self._sessions() as session:
+            trigger_id = await session.scalar(
+                select(EvolutionCycle.trigger_id).where(EvolutionCycle.mutation_id == mutation_id).limit(1))
+        await feed.publish(self._redis, "patcher", action, message, trigger_id=trigger_id, mutation_id=mutation_id,
+                           workflow_id=mutation_workflow_id(mutation_id), **extra)

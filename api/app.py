@@ -12,10 +12,12 @@ from api import (
     routes_batch,
     routes_context,
     routes_evolution,
+    routes_feed,
     routes_health,
     routes_mutation_list,
     routes_mutation_ops,
     routes_mutations,
+    routes_schedules,
     routes_tasks,
     routes_telemetry,
     routes_traits,
@@ -87,6 +89,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_world.router)
     app.include_router(routes_telemetry.router)
     app.include_router(routes_traits.router)
+    # Evolution cycles (issue 5): the feed and the periodic improvement schedules
+    app.include_router(routes_feed.router)
+    app.include_router(routes_schedules.router)
     # The mutation list and the world viewer at / (api/static/, no build step).
     app.include_router(routes_mutation_list.router)
     routes_viewer.install(app)

@@ -1,19 +1,27 @@
-"""``POST /api/evolution/trigger``: an operator forces a Watcher trigger (issue 5, item 1).
+"""``POST /api/evolution/trigger``: an operator forces a Watcher trigger (issue 5, item 1), and
+``GET /api/evolution/cycles[/{trigger_id}]``: the evolution cycles' records (items 2-3).
 
 It goes through the Watcher's own code (genesis/watcher.py) and gate: the cooldown of the type
 (critical skips it) and the circuit breaker apply, the WorldReport is written to
-``evo:trigger:{id}``, a TaskWorkflow publishes the task and ``ch:feed`` gets ``anomaly_detected``."""
+``evo:trigger:{id}``, a TaskWorkflow publishes the task, the EvolutionCycleWorkflow starts and the
+feed gets ``anomaly_detected``."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from typing import Literal
+
+from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
+from sqlalchemy.exc import SQLAlchemyError
 
 from api.errors import ApiError
 from api.schemas import ErrorResponse, EvolutionTriggerRequest, EvolutionTriggerResponse
+from api.schemas_evolution import CycleListResponse, CycleResponse
+from genesis import cycles
 from genesis import redis_keys as keys
 from genesis import watcher as watching
+from genesis.workflow_api import evolution_workflow_id
 
 router = APIRouter(tags=["evolution"])
 
@@ -61,5 +69,29 @@ async def force_trigger(request: Request, body: EvolutionTriggerRequest | None =
         suggested_area=outcome.anomaly.area, tick=int(outcome.tick or 0),
         report_key=keys.evolution_trigger(outcome.trigger_id),
         message=f"Trigger {outcome.trigger_id}: {outcome.anomaly.type} ({outcome.anomaly.severity}); task {outcome.task_id} published",
+        cycle_workflow_id=evolution_workflow_id(outcome.trigger_id) if settings.evolution_cycles_enabled else None,
     )
     return JSONResponse(response.model_dump(), status_code=202)
+
+
+@router.get("/api/evolution/cycles", response_model=CycleListResponse, responses={422: ERRORS[422], 503: ERRORS[503]})
+async def list_cycles(request: Request, limit: int = Query(default=50, ge=1, le=500),
+                      status: Literal["running", "succeeded", "failed"] | None = None) -> dict:
+    """The newest evolution cycles first: stage, plan, code, mutation, LLM tokens and estimated cost, error."""
+    try:
+        return {"cycles": await cycles.list_cycles(request.app.state.services.sessions, limit, status)}
+    except (SQLAlchemyError, OSError) as exc:
+        raise ApiError(503, "DATABASE_UNAVAILABLE", f"Postgres is not reachable: {exc}") from exc
+
+
+@router.get("/api/evolution/cycles/{trigger_id}", response_model=CycleResponse,
+            responses={404: {"model": ErrorResponse, "description": "No cycle with that trigger id"}, 503: ERRORS[503]})
+async def get_cycle(trigger_id: str, request: Request) -> dict:
+    try:
+        found = await cycles.get_cycle(request.app.state.services.sessions, trigger_id)
+    except (SQLAlchemyError, OSError) as exc:
+        raise ApiError(503, "DATABASE_UNAVAILABLE", f"Postgres is not reachable: {exc}") from exc
+    if found is None:
+        raise ApiError(404, "CYCLE_NOT_FOUND", f"no evolution cycle {trigger_id!r} (ids are trigger ids: trg_… for the "
+                       "Watcher's, sch_<schedule>-<time> for a schedule's runs)")
+    return found

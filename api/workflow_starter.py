@@ -25,32 +25,12 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 
 from genesis.config import Settings
 from genesis.db.models import Mutation
-from genesis.dto import MutationInput, MutationStatus, TraitRef
+from genesis.dto import MutationInput, MutationStatus
+from genesis.proposals import mutation_input
 from genesis.workflow_api import MUTATION_WORKFLOW, SA_AGENT_ID, SA_STATUS, SA_TRAIT_NAME
 
 log = logging.getLogger("genesis.api.starter")
 SWEEP_BATCH = 100
-
-
-def mutation_input(record: Mutation, settings: Settings) -> MutationInput:
-    """The workflow input of a recorded mutation (settings as of the start). A modification
-    carries the version it replaces; a new trait under GENESIS_TRAIT_EXISTS_POLICY=reject must
-    still be new at activation (api/routes_traits.py checked both at propose time)."""
-    replaces = (TraitRef(trait_name=record.replaces_trait, version=record.replaces_version)
-                if record.replaces_trait else None)
-    return MutationInput(
-        replaces=replaces,
-        require_new=replaces is None and settings.trait_exists_policy == "reject",
-        mutation_id=record.mutation_id, agent_id=record.agent_id, trait_name=record.trait_name,
-        code=record.code, goal=record.goal, task_id=record.task_id,
-        activate=settings.activate_mutations,
-        observation_window_ticks=settings.observation_window_ticks,
-        observation_timeout_s=settings.observation_timeout_s,
-        rollback_threshold=settings.rollback_threshold,
-        notify_url=record.notify_url,
-        webhook_retry_window_s=settings.webhook_retry_window_s,
-        webhook_max_retry_interval_s=settings.webhook_max_retry_interval_s,
-    )
 
 
 async def start_mutation_workflow(client: Client, settings: Settings, mutation: MutationInput,

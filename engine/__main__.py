@@ -25,6 +25,7 @@ from .live_traits import HostTraitRunner
 from .loop import Engine
 from .metrics import EngineCollector
 from .observers import ObservationReporter
+from .world_overrides import ParamsFollower
 
 log = logging.getLogger("genesis.engine")
 
@@ -37,13 +38,13 @@ async def self_heal_registry(settings, redis: aioredis.Redis) -> None:
         log.warning("could not rebuild the trait registry from Postgres: %s", exc)
 
 
-def observation_hook(settings, runner: HostTraitRunner):
+def observation_hook(settings, runner: HostTraitRunner, params: ParamsFollower):
     reporter: ObservationReporter | None = None
 
     async def report(snapshot: dict) -> None:
         nonlocal reporter
         live = runner.mutation_ids()
-        if not live:
+        if not live and not params.observer_workflow:
             return
         if reporter is None:  # connect lazily: the world does not wait for Temporal
             reporter = ObservationReporter(await connect(settings))
@@ -52,6 +53,8 @@ def observation_hook(settings, runner: HostTraitRunner):
             period_starvation=snapshot["death_starvation"], trait_stats=snapshot.get("trait_stats") or {},
         )
         await reporter.report(sample, live)
+        if params.observer_workflow:  # an evolution cycle observing a world-parameter change
+            await reporter.report_to(params.observer_workflow, sample)
 
     return report
 
@@ -62,16 +65,20 @@ async def main() -> None:
     await self_heal_registry(settings, redis)
     runner = HostTraitRunner(settings, redis)
     engine = Engine(settings, runner)
-    engine.snapshot_hooks.append(observation_hook(settings, runner))
+    params = ParamsFollower(engine.world, redis)
+    engine.snapshot_hooks.append(observation_hook(settings, runner, params))
     REGISTRY.register(EngineCollector(engine))
     serve_metrics("engine", settings.metrics_host, settings.engine_metrics_port)
     stop = asyncio.Event()
+    following = asyncio.create_task(params.follow(stop))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     try:
         await engine.run(stop)
     finally:
+        stop.set()
+        await following
         await engine.close()
         await redis.aclose()
         log.info(

@@ -9,18 +9,15 @@ or dies is killed and restarted with the live traits reloaded, while the world k
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
-import time
 from dataclasses import dataclass, field
 
 import docker
 import redis.asyncio as aioredis
 
-from genesis import registry
+from genesis import feed, registry
 from genesis.config import Settings
-from genesis.redis_keys import Channels
 from sandbox import image
 from sandbox.intents import MalformedIntents, decode_intents
 from sandbox.container import (
@@ -285,12 +282,9 @@ class HostTraitRunner:
         self._quarantined[name] = state.entry.mutation_id
         self.stats.quarantined.append(name)
         log.warning("quarantined trait %s: %s", name, why)
-        message = {
-            "agent": "engine", "action": "trait_quarantined", "trait_name": name,
-            "mutation_id": state.entry.mutation_id, "message": f"Trait '{name}' v{state.entry.version} quarantined: {why}",
-            "timestamp": time.time(),
-        }
         try:
-            await self._redis.publish(Channels.FEED, json.dumps(message))
+            await feed.publish(self._redis, "engine", "trait_quarantined",
+                               f"Trait '{name}' v{state.entry.version} quarantined: {why}",
+                               mutation_id=state.entry.mutation_id, trait_name=name)
         except Exception as exc:  # the feed is best effort; the world goes on
             log.warning("could not publish quarantine to the feed: %s", exc)

@@ -32,3 +32,16 @@ class ObservationReporter:
                 self._finished.add(mutation_id)
                 log.debug("not reporting to %s any more: %s", mutation_id, exc)
         return sent
+
+    async def report_to(self, workflow_id: str, sample: WorldSample) -> bool:
+        """Signal ``world_snapshot`` to one workflow by id (an evolution cycle observing a
+        world-parameter change); False once it has ended."""
+        if workflow_id in self._finished:
+            return False
+        try:
+            await self._client.get_workflow_handle(workflow_id).signal("world_snapshot", sample)
+            return True
+        except RPCError as exc:
+            self._finished.add(workflow_id)
+            log.debug("not reporting to %s any more: %s", workflow_id, exc)
+            return False

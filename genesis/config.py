@@ -139,6 +139,26 @@ class Settings(BaseSettings):
     watcher_pause_s: int = Field(default=300, ge=1)
     watcher_report_ttl_s: int = Field(default=600, ge=1)  # evo:trigger:{id}
 
+    # Evolution cycles (issue 5): the Watcher starts an EvolutionCycleWorkflow per trigger
+    # (Architect LLM -> Coder LLM -> MutationWorkflow, or a bounded world-parameter change).
+    evolution_cycles_enabled: bool = True
+    # LLM provider behind genesis/llm.py: ollama (/api/generate), openai (any OpenAI-compatible
+    # /v1/chat/completions), anthropic (/v1/messages), or off (no LLM: cycles end at once with a
+    # feed message; external agents still mutate the world). Empty url: the provider's default.
+    llm_provider: Literal["ollama", "openai", "anthropic", "off"] = "ollama"
+    llm_url: str = ""
+    llm_model: str = ""
+    llm_api_key: SecretStr = SecretStr("")
+    llm_timeout_s: float = Field(default=60.0, gt=0)  # one HTTP request to the LLM
+    llm_attempts: int = Field(default=3, ge=1)  # per LLM step, through the activity retry policy
+    llm_concurrency: int = Field(default=4, ge=1)  # LLM calls one worker makes at once (queue <task_queue>-llm)
+    llm_max_tokens: int = Field(default=1024, ge=16)
+    llm_temperature: float = Field(default=0.7, ge=0, le=2)
+    # Estimated cost (USD per million tokens) recorded per cycle; 0 for a local model.
+    llm_cost_in_per_mtok: float = Field(default=0.0, ge=0)
+    llm_cost_out_per_mtok: float = Field(default=0.0, ge=0)
+    # Periodic improvement schedules (POST /api/schedules): the shortest interval accepted.
+    schedule_min_interval_s: float = Field(default=60.0, gt=0)
     # Observability (genesis/logs.py, genesis/metrics.py). Logs: console (readable, `make run`)
     # or json (one object per line with service, logger, level, timestamp and, inside Temporal
     # activities, workflow_id / mutation_id; compose sets json). Prometheus: the API serves

@@ -269,3 +269,125 @@ class TaskResult(BaseModel):
     published: bool
     mutation_id: str | None = None
     detail: str | None = None
+
+
+# -- Evolution cycles (issue 5): EvolutionCycleWorkflow and its activities ---------------------
+
+
+class CycleKind(str, Enum):
+    anomaly = "anomaly"  # the Watcher (or POST /api/evolution/trigger) found one
+    periodic_improvement = "periodic_improvement"  # a Temporal Schedule's run
+
+
+class EvolutionCycleInput(BaseModel):
+    """What an EvolutionCycleWorkflow is started with. ``trigger_id`` None: taken from the
+    workflow id (``evolution-<trigger_id>``; a Schedule appends its run time to the id)."""
+
+    trigger_id: str | None = None
+    kind: CycleKind = CycleKind.anomaly
+    schedule_id: str | None = None
+
+
+class CycleContext(BaseModel):
+    """Step A (seed 3.3): what the Architect is told, plus the settings the workflow needs."""
+
+    trigger_id: str
+    workflow_id: str
+    kind: CycleKind
+    problem_type: str
+    severity: str
+    suggested_area: str = "traits"
+    task_id: str | None = None
+    report: dict[str, Any] = Field(default_factory=dict)  # world numbers of the latest snapshot
+    active_traits: list[str] = Field(default_factory=list)
+    world_params: dict[str, float] = Field(default_factory=dict)  # adjustable ones, values in force
+    observation_window_ticks: int = 300
+    observation_timeout_s: float = 900.0
+    rollback_threshold: float = -0.10
+    llm_attempts: int = 3  # tries per LLM step while the LLM is unreachable
+    llm_task_queue: str | None = None  # where the LLM activities run (None: the workflow's own queue)
+
+
+class EvolutionPlan(BaseModel):
+    """The Architect's answer, checked (genesis/evolution.py)."""
+
+    action_type: str  # new_trait | modify_trait | adjust_params
+    description: str
+    trait_name: str | None = None
+    target_behavior: str = ""
+    params: dict[str, float] | None = None  # adjust_params: new values
+
+
+class CoderRequest(BaseModel):
+    trigger_id: str
+    plan: EvolutionPlan
+    attempt: int = 1  # 2: the retry, with the validator's feedback
+    rejected_code: str | None = None
+    feedback: str | None = None
+
+
+class CoderResult(BaseModel):
+    """The Coder's code and the gatekeeper's pre-validation of it."""
+
+    code: str
+    ok: bool
+    failure_code: str | None = None
+    error: str | None = None  # the validator's verdict, fed back on the retry
+    class_name: str | None = None
+    live_version: int | None = None  # modify_trait: the version the code was based on
+
+
+class ProposalRequest(BaseModel):
+    """The Coder's code becomes a mutation proposal of agent ``genesis-coder``."""
+
+    trigger_id: str
+    mutation_id: str
+    plan: EvolutionPlan
+    code: str
+    task_id: str | None = None
+    replaces_version: int | None = None
+
+
+class CycleUpdate(BaseModel):
+    """One write of the ``evolution_cycles`` row (None fields are left as they are)."""
+
+    trigger_id: str
+    workflow_id: str | None = None
+    kind: str | None = None
+    stage: str
+    status: str = "running"
+    problem_type: str | None = None
+    severity: str | None = None
+    action_type: str | None = None
+    plan: dict[str, Any] | None = None
+    code: str | None = None
+    attempts: int | None = None
+    mutation_id: str | None = None
+    mutation_status: str | None = None
+    params_change: dict[str, Any] | None = None
+    error: str | None = None
+
+
+class FeedPost(BaseModel):
+    """A message for the Evolution Feed (genesis/feed.py)."""
+
+    agent: str
+    action: str
+    message: str
+    trigger_id: str | None = None
+    mutation_id: str | None = None
+    workflow_id: str | None = None
+    extra: dict[str, Any] = Field(default_factory=dict)
+
+
+class ParamsApply(BaseModel):
+    trigger_id: str
+    workflow_id: str
+    params: dict[str, float]
+
+
+class ParamsRevert(BaseModel):
+    trigger_id: str
+    workflow_id: str
+    previous_overrides: dict[str, float]
+    reason: str

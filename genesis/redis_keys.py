@@ -65,3 +65,14 @@ class Channels:
     MUTATION_ROLLBACK = "ch:mutation:rollback"
     FEED = "ch:feed"
     WORLD_FRAMES = "ch:world:frames"  # compact frames for viewers, every 2nd tick
+
+
+# Evolution Feed (issue 5 item 5): every message is also kept in a capped stream, so a viewer or a
+# CLI can read what it missed (GET /api/feed?after=<id>) before following ch:feed live.
+FEED_STREAM = "feed:stream"
+FEED_STREAM_MAXLEN = 1000  # approximate (XADD MAXLEN ~)
+
+# World parameters changed by evolution cycles (adjust_params): JSON {"overrides": {name: value},
+# "version": n, "cycle_id", "workflow_id", "previous": {...}}; the engine applies it about once a
+# second on top of its configured WorldParams.
+WORLD_PARAMS_OVERRIDES = "meta:world:params"

@@ -1,4 +1,4 @@
-"""The Watcher (logic-flow.md 2.2-2.3; issue 5 item 1, without the LLM cycle): it follows
+"""The Watcher (logic-flow.md 2.2-2.3; issue 5 item 1): it follows
 ``ch:telemetry``, reads the last 5 WorldSnapshots of the running world, applies the five anomaly
 rules (:func:`genesis.world_metrics.detect_anomalies`), picks the worst by severity and, unless
 the cooldown or the circuit breaker holds it back,
@@ -6,7 +6,9 @@ the cooldown or the circuit breaker holds it back,
 1. writes the WorldReport to ``evo:trigger:{trigger_id}`` (hash, TTL 600 s),
 2. starts a TaskWorkflow for external agents (:func:`genesis.tasks.start_workflow`, the same as
    ``POST /api/agents/tasks``), retried in the background while Temporal is unreachable,
-3. publishes ``anomaly_detected`` on ``ch:feed``.
+3. starts the trigger's EvolutionCycleWorkflow (workflows/evolution.py: Architect → Coder →
+   mutation; unless GENESIS_EVOLUTION_CYCLES_ENABLED=false), retried the same way,
+4. publishes ``anomaly_detected`` on the Evolution Feed (genesis/feed.py).
 
 Cooldown and circuit breaker are one Lua script, so two Watchers (or a forced trigger from the
 API) never both pass the gate:
@@ -35,10 +37,11 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 import redis.asyncio as aioredis
 
 from genesis import redis_keys as keys
-from genesis import tasks, world_metrics
+from genesis import cycles, feed, tasks, world_metrics
 from genesis.config import Settings
 from genesis.dto import AgentTask, TaskSeverity
 from genesis.redis_keys import Channels
+from genesis.workflow_api import evolution_workflow_id
 from genesis.world_metrics import Anomaly
 
 log = logging.getLogger("genesis.watcher")
@@ -252,12 +255,16 @@ class Watcher:
             pipe.expire(key, self.settings.watcher_report_ttl_s)
             await pipe.execute()
         self._start_task(task)
+        if self.settings.evolution_cycles_enabled:
+            self._start_cycle(trigger_id, task.expires_at)
         await self._feed(
             "anomaly_detected",
             f"Anomaly: {anomaly.type} (severity: {anomaly.severity}) | population: {int(curr.get('entity_count', 0))}"
-            f" | avg energy: {float(curr.get('avg_energy', 0.0)):.1f} | Task {task.task_id} published for external agents.",
+            f" | avg energy: {float(curr.get('avg_energy', 0.0)):.1f} | Task {task.task_id} published for external agents"
+            + ("; evolution cycle started." if self.settings.evolution_cycles_enabled else "."),
             trigger_id=trigger_id, task_id=task.task_id, problem_type=anomaly.type, severity=anomaly.severity,
             task_severity=task.severity.value, tick=tick, forced=forced,
+            workflow_id=evolution_workflow_id(trigger_id) if self.settings.evolution_cycles_enabled else None,
         )
         log.info("tick %s: %s (%s) -> trigger %s, task %s", tick, anomaly.type, anomaly.severity, trigger_id, task.task_id)
         return self._record(Outcome(GO, anomaly, trigger_id, task.task_id, tick))
@@ -309,29 +316,41 @@ class Watcher:
     def _start_task(self, task: AgentTask) -> None:
         """Start the task's TaskWorkflow in the background, retrying while Temporal is
         unreachable until the task would have expired."""
-        job = asyncio.create_task(self._start_with_retries(task), name=f"start-{task.task_id}")
+        async def start(client) -> None:
+            await tasks.start_workflow(client, self.settings.task_queue, task)
+
+        self._in_background(start, f"the TaskWorkflow of {task.task_id}", task.expires_at)
+
+    def _start_cycle(self, trigger_id: str, give_up_at: float) -> None:
+        """Start the trigger's EvolutionCycleWorkflow (Architect → Coder → mutation) in the
+        background, retried like the task's start."""
+        async def start(client) -> None:
+            await cycles.start_cycle(client, self.settings.task_queue, trigger_id)
+
+        self._in_background(start, f"the evolution cycle of {trigger_id}", give_up_at)
+
+    def _in_background(self, start: Callable[[Any], Awaitable[None]], what: str, give_up_at: float) -> None:
+        job = asyncio.create_task(self._start_with_retries(start, what, give_up_at), name=f"start {what}")
         self._starts.add(job)
         job.add_done_callback(self._starts.discard)
 
-    async def _start_with_retries(self, task: AgentTask) -> None:
+    async def _start_with_retries(self, start: Callable[[Any], Awaitable[None]], what: str, give_up_at: float) -> None:
         from temporalio.exceptions import WorkflowAlreadyStartedError
 
         delay = 0.5
         while True:
             try:
-                client = await self._temporal()
-                await tasks.start_workflow(client, self.settings.task_queue, task)
+                await start(await self._temporal())
                 return
             except WorkflowAlreadyStartedError:  # an earlier attempt got through
                 return
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                if time.time() + delay >= task.expires_at:
-                    log.error("task %s was never started (Temporal: %s); it has expired", task.task_id, exc)
+                if time.time() + delay >= give_up_at:
+                    log.error("%s was never started (Temporal: %s); giving up", what, exc)
                     return
-                log.warning("could not start the TaskWorkflow of %s (%s: %s); retrying in %.1f s",
-                            task.task_id, type(exc).__name__, exc, delay)
+                log.warning("could not start %s (%s: %s); retrying in %.1f s", what, type(exc).__name__, exc, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, TEMPORAL_RETRY_MAX_S)
 
@@ -341,9 +360,7 @@ class Watcher:
             await asyncio.wait(list(self._starts), timeout=timeout)
 
     async def _feed(self, action: str, message: str, **fields: Any) -> None:
-        payload = {"agent": "watcher", "action": action, "message": message, "trigger_id": fields.pop("trigger_id", None),
-                   "timestamp": round(time.time(), 3), **fields}
-        await self.redis.publish(Channels.FEED, _dumps(payload))
+        await feed.publish(self.redis, "watcher", action, message, **fields)
 
     def _record(self, outcome: Outcome) -> Outcome:
         self.outcomes.append(outcome)

@@ -25,3 +25,22 @@ TASK_QUERY = "task"  # the AgentTask, or None before the workflow has run
 
 def task_workflow_id(task_id: str) -> str:
     return f"task-{task_id}"
+
+EVOLUTION_WORKFLOW = "EvolutionCycleWorkflow"
+EVOLUTION_SIGNAL_WORLD_SNAPSHOT = "world_snapshot"  # the engine, while a world-parameter change is observed
+EVOLUTION_QUERY = "cycle"  # the workflow's current stage and what it has so far
+
+
+def evolution_workflow_id(trigger_id: str) -> str:
+    return f"evolution-{trigger_id}"
+
+
+def trigger_id_of(workflow_id: str) -> str:
+    """The cycle's trigger id from its workflow id (a Schedule's runs carry their time in it)."""
+    return workflow_id.removeprefix("evolution-")
+
+
+def llm_task_queue(task_queue: str) -> str:
+    """The Architect's and Coder's LLM calls run on their own queue (worker.py), with their own
+    concurrency budget."""
+    return f"{task_queue}-llm"

@@ -110,11 +110,14 @@ def api_schema(api_url, fuzz_agent, engine_proc):
     with httpx.Client(base_url=api_url, timeout=30) as client:
         for task_id in published_tasks:
             client.post(f"/api/agents/tasks/{task_id}/resolve", json={"reason": "fuzz test over"})
+        for schedule_id in created_schedules:  # they would start cycles for the rest of the session
+            client.delete(f"/api/schedules/{schedule_id}")
 
 
 schema = schemathesis.pytest.from_fixture("api_schema")
 answers: dict[str, Counter] = defaultdict(Counter)  # operation label -> status codes seen
 published_tasks: list[str] = []
+created_schedules: list[str] = []
 
 
 @schema.parametrize()
@@ -125,6 +128,8 @@ def test_no_server_errors_and_responses_match_the_schema(case):
         published_tasks.append(response.json()["task_id"])
     if case.operation.label == "POST /api/evolution/trigger" and response.status_code == 202:
         published_tasks.append(response.json()["task_id"])
+    if case.operation.label == "POST /api/schedules" and response.status_code == 201:
+        created_schedules.append(response.json()["schedule_id"])
 
 
 def test_the_fuzz_reached_past_validation_and_auth():

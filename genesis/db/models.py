@@ -138,3 +138,36 @@ class WorldSnapshot(Base):
     ticks_per_second: Mapped[float] = mapped_column(Float)
     state_hash: Mapped[str] = mapped_column(String(64))
     data: Mapped[dict[str, Any]] = mapped_column(JSONB)
+
+
+class EvolutionCycle(Base):
+    """One EvolutionCycleWorkflow (issue 5): anomaly or schedule → Architect → Coder → mutation.
+
+    ``stage`` is where it is (or where it stopped), ``status`` running / succeeded / failed.
+    Token usage is summed over every LLM call of the cycle, retries included (they were spent)."""
+
+    __tablename__ = "evolution_cycles"
+
+    trigger_id: Mapped[str] = mapped_column(String(120), primary_key=True)
+    workflow_id: Mapped[str] = mapped_column(String(140))
+    kind: Mapped[str] = mapped_column(String(32))  # anomaly | periodic_improvement
+    problem_type: Mapped[str | None] = mapped_column(String(64))
+    severity: Mapped[str | None] = mapped_column(String(16))
+    stage: Mapped[str] = mapped_column(String(32))
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    action_type: Mapped[str | None] = mapped_column(String(32))
+    plan: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    code: Mapped[str | None] = mapped_column(Text)
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))  # Coder answers
+    mutation_id: Mapped[str | None] = mapped_column(String(40), index=True)
+    mutation_status: Mapped[str | None] = mapped_column(String(32))
+    params_change: Mapped[dict[str, Any] | None] = mapped_column(JSONB)  # adjust_params: before/after
+    provider: Mapped[str | None] = mapped_column(String(32))
+    model: Mapped[str | None] = mapped_column(String(128))
+    llm_calls: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    tokens_in: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    tokens_out: Mapped[int] = mapped_column(Integer, default=0, server_default=text("0"))
+    estimated_cost_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), index=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

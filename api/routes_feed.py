@@ -1,0 +1,96 @@
+"""The Evolution Feed (genesis/feed.py): ``GET /api/feed`` reads the capped stream
+``feed:stream`` page by page; ``WS /ws/feed`` pushes each new message (optionally replaying
+those after ``?after=`` first). Both serve the same JSON objects, each with its stream ``id``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+
+from fastapi import APIRouter, Query, Request, WebSocket
+from redis.exceptions import RedisError
+from starlette.websockets import WebSocketDisconnect
+
+from api.errors import ApiError
+from api.schemas import ErrorResponse
+from api.schemas_evolution import FeedResponse
+from genesis import feed
+from genesis.redis_keys import FEED_STREAM
+
+router = APIRouter(tags=["evolution"])
+_STREAM_ID = re.compile(feed.STREAM_ID_PATTERN)
+MAX_LIMIT = 500
+CLOSE_POLICY_VIOLATION = 1008
+BLOCK_MS = 1000
+
+
+def _check_after(after: str | None) -> str | None:
+    if after is not None and not _STREAM_ID.match(after):
+        raise ValueError(f"after {after!r} is not a stream id (<milliseconds>-<sequence>, e.g. 1764107112412-0, "
+                         "the id of a message you have read)")
+    return after
+
+
+@router.get("/api/feed", response_model=FeedResponse,
+            responses={422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})
+async def read_feed(request: Request, after: str | None = Query(default=None, description="Stream id: messages after it (0-0: from the oldest); without it: the newest"),
+                    limit: int = Query(default=50, ge=1, le=MAX_LIMIT)) -> dict:
+    """At most ``limit`` messages, oldest first: those after ``after`` (``0-0``: from the oldest
+    kept; the stream keeps about the last 1,000), or without it the newest ones. ``last_id`` is
+    where to continue (pass it as ``after``)."""
+    try:
+        _check_after(after)
+    except ValueError as exc:
+        raise ApiError(422, "VALIDATION_ERROR", f"after: {exc}", extra={"errors": [{"field": "after", "message": str(exc)}]}) from exc
+    try:
+        messages = await feed.read(request.app.state.services.redis, after, limit)
+    except (RedisError, OSError) as exc:
+        raise ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+    return {"messages": messages, "last_id": messages[-1]["id"] if messages else after}
+
+
+@router.websocket("/ws/feed")
+async def follow_feed(websocket: WebSocket) -> None:
+    """One feed message per text frame, as ``GET /api/feed`` serves them. ``?after=<id>``
+    replays the messages after that id first; without it only new messages are sent."""
+    redis = websocket.app.state.services.redis
+    try:
+        after = _check_after(websocket.query_params.get("after"))
+    except ValueError as exc:
+        await websocket.accept()
+        await websocket.send_text(json.dumps({"error": "VALIDATION_ERROR", "detail": f"after: {exc}"}))
+        await websocket.close(code=CLOSE_POLICY_VIOLATION, reason="VALIDATION_ERROR")
+        return
+    await websocket.accept()
+    if after is None:  # from now on: the newest id as the start (XREAD '$' could miss one in between)
+        newest = await redis.xrevrange(FEED_STREAM, count=1)
+        after = newest[0][0].decode() if newest else "0-0"
+
+    async def push() -> None:
+        nonlocal after
+        while True:
+            try:
+                messages = await feed.wait_new(redis, after, block_ms=BLOCK_MS)
+            except (RedisError, OSError):  # Redis away: keep the socket, try again
+                await asyncio.sleep(1.0)
+                continue
+            for message in messages:
+                await websocket.send_text(feed.dumps(message))
+                after = message["id"]
+
+    async def watch_client() -> None:
+        while (await websocket.receive())["type"] != "websocket.disconnect":
+            pass
+
+    tasks = [asyncio.create_task(push()), asyncio.create_task(watch_client())]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    try:
+        await websocket.close()
+    except (RuntimeError, WebSocketDisconnect, OSError):
+        pass

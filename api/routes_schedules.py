@@ -1,0 +1,68 @@
+"""Periodic improvement schedules (genesis/schedules.py): each run starts an evolution cycle of
+kind ``periodic_improvement``; overlap policy SKIP."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from api.errors import ApiError
+from api.schemas import ErrorResponse
+from api.schemas_evolution import ScheduleCreateRequest, ScheduleListResponse, ScheduleResponse
+from genesis import schedules
+
+router = APIRouter(prefix="/api/schedules", tags=["schedules"])
+ERRORS = {
+    404: {"model": ErrorResponse, "description": "No schedule with that id"},
+    422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
+    503: {"model": ErrorResponse, "description": "Temporal unavailable"},
+}
+
+
+async def _call(request: Request, action, *args, **kwargs) -> dict:
+    client = await request.app.state.services.temporal()
+    try:
+        return await action(client, *args, **kwargs)
+    except schedules.ScheduleNotFound as exc:
+        raise ApiError(404, "SCHEDULE_NOT_FOUND", str(exc)) from exc
+    except schedules.ScheduleExists as exc:
+        raise ApiError(409, "SCHEDULE_EXISTS", str(exc)) from exc
+    except schedules.ScheduleInvalid as exc:
+        raise ApiError(422, "VALIDATION_ERROR", str(exc)) from exc
+
+
+@router.post("", status_code=201, response_model=ScheduleResponse,
+             responses={**ERRORS, 409: {"model": ErrorResponse, "description": "The schedule_id is taken"}})
+async def create_schedule(body: ScheduleCreateRequest, request: Request) -> JSONResponse:
+    """Create a schedule that starts a periodic improvement cycle every ``interval_s`` seconds."""
+    settings = request.app.state.services.settings
+    described = await _call(request, schedules.create, settings.task_queue, interval_s=body.interval_s,
+                            schedule_id=body.schedule_id, paused=body.paused, note=body.note,
+                            min_interval_s=settings.schedule_min_interval_s)
+    return JSONResponse(described, status_code=201)
+
+
+@router.get("", response_model=ScheduleListResponse, responses=ERRORS)
+async def list_schedules(request: Request) -> dict:
+    return {"schedules": await _call(request, schedules.list_all)}
+
+
+@router.get("/{schedule_id}", response_model=ScheduleResponse, responses=ERRORS)
+async def get_schedule(schedule_id: str, request: Request) -> dict:
+    return await _call(request, schedules.describe, schedule_id)
+
+
+@router.post("/{schedule_id}/pause", response_model=ScheduleResponse, responses=ERRORS)
+async def pause_schedule(schedule_id: str, request: Request) -> dict:
+    return await _call(request, schedules.pause, schedule_id)
+
+
+@router.post("/{schedule_id}/resume", response_model=ScheduleResponse, responses=ERRORS)
+async def resume_schedule(schedule_id: str, request: Request) -> dict:
+    return await _call(request, schedules.resume, schedule_id)
+
+
+@router.delete("/{schedule_id}", response_model=ScheduleResponse, responses=ERRORS)
+async def delete_schedule(schedule_id: str, request: Request) -> dict:
+    """Delete the schedule (cycles already running finish); answers its last description."""
+    return await _call(request, schedules.delete, schedule_id)

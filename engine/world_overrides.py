@@ -1,0 +1,63 @@
+"""World parameters changed by evolution cycles (``adjust_params``, genesis/world_params.py).
+
+About once a second the engine reads ``meta:world:params`` and, when the record changed, puts the
+allowed overrides on top of its configured WorldParams (the next tick uses them). The workflow
+named in the record observes the change: it gets each snapshot like a MutationWorkflow does."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+
+import redis.asyncio as aioredis
+
+from genesis import world_params
+from genesis.redis_keys import WORLD_PARAMS_OVERRIDES
+
+from .world import World, WorldParams
+
+log = logging.getLogger("genesis.engine.params")
+POLL_S = 1.0
+
+
+class ParamsFollower:
+    def __init__(self, world: World, redis: aioredis.Redis):
+        self.world = world
+        self.base: WorldParams = world.params
+        self._redis = redis
+        self._raw: bytes | None = None
+        self.overrides: dict[str, float] = {}
+        self.observer_workflow: str | None = None
+
+    async def refresh(self) -> bool:
+        """Apply the record if it changed; True when the world's parameters changed."""
+        raw = await self._redis.get(WORLD_PARAMS_OVERRIDES)
+        if raw == self._raw:
+            return False
+        self._raw = raw
+        record = world_params.read_record(raw)
+        overrides = world_params.clean_overrides(record.get("overrides"))
+        self.observer_workflow = record.get("workflow_id") or None
+        if overrides == self.overrides:
+            return False
+        try:
+            params = dataclasses.replace(self.base, **overrides)
+        except (TypeError, ValueError) as exc:  # a value the world refuses: keep what runs
+            log.warning("world parameter overrides %s refused: %s", overrides, exc)
+            return False
+        self.world.params = params
+        log.info("world parameters: %s (base otherwise)", overrides or "none overridden")
+        self.overrides = overrides
+        return True
+
+    async def follow(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.refresh()
+            except Exception as exc:  # Redis away: the world keeps the parameters it has
+                log.debug("could not read %s: %s", WORLD_PARAMS_OVERRIDES, exc)
+            try:
+                await asyncio.wait_for(stop.wait(), POLL_S)
+            except asyncio.TimeoutError:
+                pass

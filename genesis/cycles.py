@@ -1,0 +1,52 @@
+"""Evolution cycles from the outside: start one (the Watcher, the API) and read their records
+(``GET /api/evolution/cycles``). The cycle itself is workflows/evolution.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from temporalio.client import Client
+from temporalio.common import WorkflowIDConflictPolicy
+
+from genesis.db.models import EvolutionCycle
+from genesis.dto import CycleKind, EvolutionCycleInput
+from genesis.workflow_api import EVOLUTION_WORKFLOW, evolution_workflow_id
+
+
+async def start_cycle(client: Client, task_queue: str, trigger_id: str, kind: CycleKind = CycleKind.anomaly) -> str:
+    """Start the cycle of a trigger (idempotent: the id is fixed); returns its workflow id."""
+    workflow_id = evolution_workflow_id(trigger_id)
+    await client.start_workflow(
+        EVOLUTION_WORKFLOW, EvolutionCycleInput(trigger_id=trigger_id, kind=kind), id=workflow_id,
+        task_queue=task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+    )
+    return workflow_id
+
+
+def as_dict(row: EvolutionCycle) -> dict[str, Any]:
+    return {
+        "trigger_id": row.trigger_id, "workflow_id": row.workflow_id, "kind": row.kind,
+        "problem_type": row.problem_type, "severity": row.severity, "stage": row.stage, "status": row.status,
+        "action_type": row.action_type, "plan": row.plan, "code": row.code, "attempts": row.attempts,
+        "mutation_id": row.mutation_id, "mutation_status": row.mutation_status, "params_change": row.params_change,
+        "provider": row.provider, "model": row.model, "llm_calls": row.llm_calls,
+        "tokens_in": row.tokens_in, "tokens_out": row.tokens_out, "estimated_cost_usd": row.estimated_cost_usd,
+        "error": row.error, "created_at": row.created_at.timestamp(), "updated_at": row.updated_at.timestamp(),
+    }
+
+
+async def list_cycles(sessions: async_sessionmaker, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
+    """The newest cycles first."""
+    query = select(EvolutionCycle).order_by(EvolutionCycle.created_at.desc()).limit(limit)
+    if status:
+        query = query.where(EvolutionCycle.status == status)
+    async with sessions() as session:
+        return [as_dict(row) for row in (await session.scalars(query)).all()]
+
+
+async def get_cycle(sessions: async_sessionmaker, trigger_id: str) -> dict[str, Any] | None:
+    async with sessions() as session:
+        row = await session.get(EvolutionCycle, trigger_id)
+    return as_dict(row) if row is not None else None
