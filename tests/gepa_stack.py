@@ -1,0 +1,92 @@
+"""A worker and an API of their own for the GEPA tests, pointed at a scripted LM (a real local
+HTTP server) and a workspace in a temporary folder. They poll a task queue nobody else uses, so
+the session's worker never picks up these steps."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+from pydantic import SecretStr
+
+from sqlalchemy import text
+
+from genesis import gepa_envs
+from genesis.db.session import get_engine
+from genesis.config import Settings
+from genesis.harness import api_process, free_port, wait_for_api, worker_process
+from tests.gepa_repo import make_repo
+from tests.scripted_lm import ScriptedLM
+
+
+@dataclass
+class GepaStack:
+    url: str
+    settings: Settings
+    lm: ScriptedLM
+    repo: Path  # the client's source repository (a local git repo made by the test)
+
+    def clone_of(self, client_id: str) -> Path:
+        return Path(self.settings.gepa_workspace_dir) / "clients" / client_id / "repo"
+
+    async def connect(self, http: httpx.AsyncClient, repo: Path | None = None) -> str:
+        response = await http.post("/connect-git", json={"repo_url": str(repo or self.repo)})
+        assert response.status_code == 201, response.text
+        return response.json()["client_id"]
+
+
+@pytest.fixture(scope="module")
+async def gepa_stack(settings, tmp_path_factory):
+    root = tmp_path_factory.mktemp("gepa")
+    async with get_engine(settings.database_url).begin() as conn:  # program ids of an earlier run
+        await conn.execute(text("TRUNCATE programs, gepa_clients"))
+    lm = ScriptedLM()
+    repo = make_repo(root / "sources" / "qa-repo")
+    stack_settings = settings.model_copy(update={
+        "task_queue": f"genesis-test-gepa-{free_port()}",
+        "api_port": free_port(),
+        "gepa_workspace_dir": root / "workspace",
+        "gepa_local_repo_roots": str(root / "sources"),
+        "gepa_lm_model": "openai/scripted",
+        "gepa_lm_base_url": lm.base_url,
+        "gepa_lm_api_key": SecretStr("sk-test-lm-key"),
+        "gepa_coder_base_url": lm.base_url,
+        "gepa_coder_model": "scripted-coder",
+        "gepa_gateway_port": free_port(),
+        "gepa_run_timeout_s": 60.0,
+        "gepa_step_timeout_s": 240.0,
+    })
+    # The program environment (DSPy) is installed once per requirements hash and kept in
+    # .state/gepa-envs across runs; the first run on a machine pays for it here, not in a test.
+    await asyncio.to_thread(gepa_envs.ensure_environment, Path(stack_settings.gepa_envs_dir), [],
+                            stack_settings.gepa_dspy_requirement)
+    worker = worker_process(stack_settings, "worker-gepa")
+    worker.start()
+    api = api_process(stack_settings, "api-gepa")
+    api.start()
+    try:
+        url = await asyncio.to_thread(wait_for_api, api)
+        yield GepaStack(url=url, settings=stack_settings, lm=lm, repo=repo)
+    finally:
+        api.stop()
+        worker.stop()
+        lm.close()
+
+
+@pytest.fixture
+async def gepa_http(gepa_stack):
+    async with httpx.AsyncClient(base_url=gepa_stack.url, timeout=300) as client:
+        yield client
+
+
+async def wait_for_program(http: httpx.AsyncClient, program_id: str, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        body = (await http.get(f"/program/{program_id}")).json()
+        if body.get("status") in ("completed", "failed") or time.monotonic() > deadline:
+            return body
+        await asyncio.sleep(0.2)
