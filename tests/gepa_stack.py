@@ -56,6 +56,7 @@ async def gepa_stack(settings, tmp_path_factory):
         "gepa_lm_api_key": SecretStr("sk-test-lm-key"),
         "gepa_coder_base_url": lm.base_url,
         "gepa_coder_model": "scripted-coder",
+        "gepa_coder_api_key": SecretStr("sk-test-coder-key"),
         "gepa_gateway_port": free_port(),
         "gepa_run_timeout_s": 60.0,
         "gepa_step_timeout_s": 240.0,
