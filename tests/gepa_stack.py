@@ -29,6 +29,8 @@ class GepaStack:
     settings: Settings
     lm: ScriptedLM
     repo: Path  # the client's source repository (a local git repo made by the test)
+    allowed: tuple[str, int]  # an HTTP server on the allow-list (GENESIS_GEPA_EGRESS_ALLOW)
+    forbidden: tuple[str, int]  # an HTTP server on every host address, not on the allow-list
 
     def clone_of(self, client_id: str) -> Path:
         return Path(self.settings.gepa_workspace_dir) / "clients" / client_id / "repo"
@@ -45,6 +47,8 @@ async def gepa_stack(settings, tmp_path_factory):
     async with get_engine(settings.database_url).begin() as conn:  # program ids of an earlier run
         await conn.execute(text("TRUNCATE programs, gepa_clients"))
     lm = ScriptedLM()
+    allowed = ScriptedLM("127.0.0.1")  # any real HTTP server will do: the egress tests GET it
+    forbidden = ScriptedLM("0.0.0.0")
     repo = make_repo(root / "sources" / "qa-repo")
     stack_settings = settings.model_copy(update={
         "task_queue": f"genesis-test-gepa-{free_port()}",
@@ -58,6 +62,7 @@ async def gepa_stack(settings, tmp_path_factory):
         "gepa_coder_model": "scripted-coder",
         "gepa_coder_api_key": SecretStr("sk-test-coder-key"),
         "gepa_gateway_port": free_port(),
+        "gepa_egress_allow": f"127.0.0.1:{allowed.port}",
         "gepa_run_timeout_s": 60.0,
         "gepa_step_timeout_s": 240.0,
     })
@@ -71,11 +76,13 @@ async def gepa_stack(settings, tmp_path_factory):
     api.start()
     try:
         url = await asyncio.to_thread(wait_for_api, api)
-        yield GepaStack(url=url, settings=stack_settings, lm=lm, repo=repo)
+        yield GepaStack(url=url, settings=stack_settings, lm=lm, repo=repo,
+                        allowed=("127.0.0.1", allowed.port), forbidden=("0.0.0.0", forbidden.port))
     finally:
         api.stop()
         worker.stop()
-        lm.close()
+        for server in (lm, allowed, forbidden):
+            server.close()
 
 
 @pytest.fixture

@@ -50,6 +50,13 @@ class ScriptedLM:
             def log_message(self, *args) -> None:
                 pass
 
+            def do_GET(self) -> None:  # a plain page, for egress tests
+                data = f"reached {self.server.server_address[1]}".encode()
+                self.send_response(200)
+                self.send_header("content-length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
                 with lm.lock:
