@@ -38,6 +38,18 @@ log = logging.getLogger("genesis.gepa")
 
 
 
+def storable(value):
+    """Program outputs as Postgres can hold them: NUL characters (which JSONB and text refuse)
+    become U+FFFD; a program's output must not be able to wedge its step's record."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [storable(v) for v in value]
+    return value
+
+
 def rejected(message: str) -> ApplicationError:
     return ApplicationError(message, type=STEP_FAILED, non_retryable=True)
 
@@ -209,10 +221,10 @@ class GepaActivities:
         gepa_keep_worktrees), the branch stays for a completed program and goes for a failed one."""
         values: dict = {"status": change.status.value, "updated_at": datetime.now(timezone.utc)}
         if change.program_json is not None:
-            values["program_json"] = change.program_json
+            values["program_json"] = storable(change.program_json)
         if change.result is not None:
-            values["result"] = change.result.model_dump()
-            values["error"] = change.result.error
+            values["result"] = storable(change.result.model_dump())
+            values["error"] = storable(change.result.error)
         async with self._sessions() as session:
             await session.execute(update(Program).where(Program.program_id == change.program_id).values(**values))
             await session.commit()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Any, Literal
 
@@ -10,6 +11,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from genesis import programs
 
 MAX_INSTRUCTION_CHARS = 100_000
+
+
+def storable(value: Any, field: str) -> Any:
+    """Postgres JSON/text holds neither NUL nor lone surrogates (JSON's \\u0000, \\ud800): refuse
+    them here, with the field's name, rather than fail the step's record later."""
+    text = json.dumps(value, ensure_ascii=False)
+    if "\\u0000" in text:
+        raise ValueError(f"{field} must not contain NUL characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"{field} must be valid Unicode (it contains a lone surrogate)") from None
+    return value
 
 
 class ConnectGitRequest(BaseModel):
@@ -47,6 +61,11 @@ class ExecuteStepRequest(BaseModel):
     def _client_id(cls, value: str) -> str:
         return programs.check_client_id(value)
 
+    @field_validator("change_request", "change_location", "test_examples", "entry_point")
+    @classmethod
+    def _storable(cls, value: Any, info) -> Any:
+        return storable(value, info.field_name)
+
     @field_validator("program_id", "parent_program_id")
     @classmethod
     def _program_id(cls, value: str | None) -> str | None:
@@ -65,7 +84,7 @@ class ExecuteStepRequest(BaseModel):
                 raise ValueError("component names must be 1-256 characters")
             if len(text) > MAX_INSTRUCTION_CHARS:
                 raise ValueError(f"the instructions of {name!r} are longer than {MAX_INSTRUCTION_CHARS:,} characters")
-        return value
+        return storable(value, "candidate")
 
 
 class ExecuteStepAccepted(BaseModel):
