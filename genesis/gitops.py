@@ -5,8 +5,10 @@ terminal, never runs hooks from the client's repository and never reads the user
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
+from contextlib import contextmanager
 from pathlib import Path
 
 GIT_TIMEOUT_S = 120.0
@@ -72,23 +74,39 @@ def branch_exists(repo: Path, branch: str) -> bool:
     return done.returncode == 0
 
 
+@contextmanager
+def worktree_admin(repo: Path):
+    """Worktree bookkeeping of one repository, one change at a time (threads and processes):
+    a ``git worktree prune`` next to another step's ``add`` would delete its half-made entry."""
+    with open(repo / ".git" / "genesis-worktrees.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
 def add_worktree(repo: Path, path: Path, branch: str, start: str) -> None:
     """A new worktree at ``path`` on a new branch ``branch`` from ``start``. A leftover of an
     earlier attempt of the same step (same path/branch) is removed first, so a retry starts clean."""
-    remove_worktree(repo, path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    git("worktree", "add", "--quiet", "-B", branch, str(path), start, cwd=repo)
+    with worktree_admin(repo):
+        _remove_worktree(repo, path)
+        git("worktree", "add", "--quiet", "-B", branch, str(path), start, cwd=repo)
 
 
 def remove_worktree(repo: Path, path: Path) -> None:
+    with worktree_admin(repo):
+        _remove_worktree(repo, path)
+
+
+def _remove_worktree(repo: Path, path: Path) -> None:
     if path.exists():
         git("worktree", "remove", "--force", str(path), cwd=repo)
     git("worktree", "prune", cwd=repo)
 
 
 def delete_branch(repo: Path, branch: str) -> None:
-    if branch_exists(repo, branch):
-        git("branch", "-D", branch, cwd=repo)
+    with worktree_admin(repo):
+        if branch_exists(repo, branch):
+            git("branch", "-D", branch, cwd=repo)
 
 
 def commit_all(worktree: Path, message: str) -> str:

@@ -117,10 +117,15 @@ if [ "${GENESIS_TRAIT_HOST_RUNTIME:-pypy}" = pypy ] || [ "${GENESIS_SANDBOX_RUNT
   else apt_install pypy3; fi
 fi
 
+# --- GEPA steps: git (worktrees), iptables (the egress rules of GEPA containers) ---------------
+command -v git >/dev/null 2>&1 || apt_install git
+command -v iptables >/dev/null 2>&1 || apt_install iptables
+
 # --- Schema and sandbox image ----------------------------------------------------------------
 for db in $PG_DATABASES; do
   "$VENV/bin/python" -m genesis.db.migrate "postgresql+asyncpg://$PG_USER:$PG_PASSWORD@127.0.0.1:$PG_PORT/$db" \
     | sed "s/^/[services] $db: /"
 done
 "$VENV/bin/python" -m sandbox.image ensure 2>&1 | sed 's/^/[services] /'
+"$VENV/bin/python" -m sandbox.program_image ensure 2>&1 | sed 's/^/[services] GEPA program image: /'
 say "all services are up"

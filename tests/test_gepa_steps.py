@@ -7,10 +7,19 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
 
 from tests.gepa_stack import gepa_http, gepa_stack, wait_for_program  # noqa: F401 - fixtures
 from tests.scripted_lm import transform
+from workflows.gepa_connect import GepaConnectWorkflow
+from workflows.gepa_step import GepaStepWorkflow
 
 QUESTION = "hello world"
 
@@ -131,3 +140,33 @@ async def test_bad_inputs_fail_clearly_and_leave_nothing_locked(gepa_stack, gepa
     ssh = await gepa_http.post("/connect-git", json={"repo_url": "ext::sh -c touch% /tmp/pwned"})
     assert ssh.status_code == 422 and "not supported" in ssh.json()["detail"]
     assert (await gepa_http.get("/program/nope-never")).status_code == 404
+
+
+GEPA_HISTORIES = Path(__file__).parent / "histories" / "gepa"
+GEPA_WORKFLOWS = [GepaStepWorkflow, GepaConnectWorkflow]
+
+
+async def check_replay(temporal_client, workflow_id: str, name: str) -> None:
+    """The finished run replays against the current code; GENESIS_RECORD_HISTORIES=1 also keeps
+    it in tests/histories/gepa/, replayed by every later run."""
+    history = await temporal_client.get_workflow_handle(workflow_id).fetch_history()
+    await Replayer(workflows=GEPA_WORKFLOWS, data_converter=pydantic_data_converter).replay_workflow(history)
+    if os.environ.get("GENESIS_RECORD_HISTORIES"):
+        GEPA_HISTORIES.mkdir(parents=True, exist_ok=True)
+        (GEPA_HISTORIES / f"{name}.json").write_text(history.to_json())
+
+
+async def test_finished_steps_replay_deterministically(gepa_stack, gepa_http, temporal_client):
+    client_id = await gepa_stack.connect(gepa_http)
+    ok = await gepa_http.post("/execute_step", json=step(client_id, "replay-ok"))
+    failed = await gepa_http.post("/execute_step", json=step(client_id, "replay-failed", entry_point="broken.Broken"))
+    assert ok.json()["status"] == "success" and failed.json()["status"] == "failed"
+    await check_replay(temporal_client, "gepa-replay-ok", "step_success")
+    await check_replay(temporal_client, "gepa-replay-failed", "step_failed")
+    await check_replay(temporal_client, f"gepa-connect-{client_id}", "connect")
+
+
+@pytest.mark.parametrize("path", sorted(GEPA_HISTORIES.glob("*.json")), ids=lambda p: p.name)
+async def test_recorded_gepa_histories_replay(path):
+    history = WorkflowHistory.from_json(f"recorded-{path.name}", path.read_text())
+    await Replayer(workflows=GEPA_WORKFLOWS, data_converter=pydantic_data_converter).replay_workflow(history)
