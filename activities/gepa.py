@@ -32,7 +32,7 @@ from genesis.gepa_dto import (
 )
 from genesis.github_app import GitHubApp, GitHubAppError
 from sandbox import egress, program_image
-from sandbox.program_hosts import HostLimits, ProgramHostDied, ProgramHosts
+from sandbox.program_hosts import HostLimits, ProgramHostDied, ProgramHosts, remove_exited_hosts
 
 log = logging.getLogger("genesis.gepa")
 
@@ -60,6 +60,7 @@ class GepaActivities:
         self._workspace = Path(settings.gepa_workspace_dir)
         self._docker = docker.from_env(timeout=120)
         program_image.ensure(self._docker)
+        remove_exited_hosts(self._docker)
         gateway_ip = egress.ensure_network(self._docker, settings.gepa_network)
         self.gateway = egress.EgressGateway(
             gateway_ip, settings.gepa_gateway_port,

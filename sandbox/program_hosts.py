@@ -14,7 +14,7 @@ import secrets
 import socket
 import threading
 import time
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +25,7 @@ from docker.errors import APIError, NotFound
 from docker.utils.socket import STDERR, STDOUT, next_frame_header, read_exactly
 
 from sandbox import program_image
+from sandbox.container import remove_all
 
 log = logging.getLogger("genesis.program_hosts")
 
@@ -204,6 +205,13 @@ class ProgramHosts:
     def close(self) -> None:
         with self._lock:
             hosts, self._hosts = list(self._hosts.values()), {}
-        for host in hosts:
-            host.close()
+        with ThreadPoolExecutor(max_workers=8) as pool:  # each removal is a Docker round trip
+            list(pool.map(ProgramHost.close, hosts))
 
+
+
+def remove_exited_hosts(client: docker.DockerClient) -> int:
+    """Program hosts of a worker that died: their stdin closed with it, so they exited. Only
+    exited ones, so another worker's live hosts stay."""
+    return remove_all(client.containers.list(
+        all=True, sparse=True, filters={"label": [f"{LABEL_ROLE}={ROLE}"], "status": "exited"}))

@@ -1,4 +1,4 @@
-"""A worker and an API of their own for the GEPA tests, pointed at a scripted LM (a real local
+"""A worker and an API of their own for the GEPA tests (one per test session), pointed at a scripted LM (a real local
 HTTP server) and a workspace in a temporary folder. They poll a task queue nobody else uses, so
 the session's worker never picks up these steps."""
 
@@ -41,7 +41,7 @@ class GepaStack:
         return response.json()["client_id"]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # one stack for every GEPA test module: it starts in ~10 s
 async def gepa_stack(settings, tmp_path_factory):
     root = tmp_path_factory.mktemp("gepa")
     async with get_engine(settings.database_url).begin() as conn:  # program ids of an earlier run
@@ -83,6 +83,14 @@ async def gepa_stack(settings, tmp_path_factory):
         worker.stop()
         for server in (lm, allowed, forbidden):
             server.close()
+
+
+@pytest.fixture(scope="session")
+async def gepa_client_id(gepa_stack) -> str:
+    """One connected client for the tests that need no repository of their own: its program host
+    stays warm from test to test."""
+    async with httpx.AsyncClient(base_url=gepa_stack.url, timeout=300) as http:
+        return await gepa_stack.connect(http)
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ import gepa
 
 from genesis.config import PROJECT_ROOT
 from genesis.gepa_adapter import CodeEvolverAdapter
-from tests.gepa_stack import gepa_http, gepa_stack  # noqa: F401 - fixtures
 
 QUESTIONS = ["alpha beta", "gamma", "delta epsilon", "zeta"]
 
@@ -24,8 +23,8 @@ def metric(example: dict, output: dict | None) -> float:
     return 0.5 * (example["question"].upper() in answer) + 0.5 * answer.startswith("ANSWER:")
 
 
-async def test_gepa_optimize_improves_the_toy_metric_over_http(gepa_stack, gepa_http):
-    client_id = await gepa_stack.connect(gepa_http)
+async def test_gepa_optimize_improves_the_toy_metric_over_http(gepa_stack, gepa_http, gepa_client_id):
+    client_id = gepa_client_id
     examples = [{"question": q, "answer": f"ANSWER: {q.upper()}"} for q in QUESTIONS]
     adapter = CodeEvolverAdapter(gepa_stack.url, client_id, "program.json", "qa.QA", metric, max_workers=4)
     reflections: list[str] = []
@@ -56,8 +55,8 @@ async def test_gepa_optimize_improves_the_toy_metric_over_http(gepa_stack, gepa_
     adapter.close()
 
 
-async def test_a_failed_step_scores_zero_with_the_error_as_feedback(gepa_stack, gepa_http):
-    client_id = await gepa_stack.connect(gepa_http)
+async def test_a_failed_step_scores_zero_with_the_error_as_feedback(gepa_stack, gepa_http, gepa_client_id):
+    client_id = gepa_client_id
     adapter = CodeEvolverAdapter(gepa_stack.url, client_id, "program.json", "broken.Broken", metric)
     batch = [{"question": "x", "answer": "X"}]
     evaluation = await asyncio.to_thread(adapter.evaluate, batch, {"answer": "anything"}, True)
@@ -68,8 +67,8 @@ async def test_a_failed_step_scores_zero_with_the_error_as_feedback(gepa_stack, 
     adapter.close()
 
 
-async def test_the_example_script_runs_against_genesis(gepa_stack, gepa_http, tmp_path):
-    client_id = await gepa_stack.connect(gepa_http)
+async def test_the_example_script_runs_against_genesis(gepa_stack, gepa_http, gepa_client_id, tmp_path):
+    client_id = gepa_client_id
     data = tmp_path / "examples.jsonl"
     data.write_text("".join(json.dumps({"question": q, "answer": q}) + "\n" for q in QUESTIONS))
     done = await asyncio.to_thread(

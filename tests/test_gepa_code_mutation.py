@@ -8,7 +8,6 @@ import difflib
 import subprocess
 
 from tests.gepa_repo import QA_SOURCE
-from tests.gepa_stack import gepa_http, gepa_stack  # noqa: F401 - fixtures
 from tests.test_gepa_steps import QUESTION, branches, step
 
 EXCLAIMING_QA = QA_SOURCE.replace(
@@ -22,8 +21,8 @@ def diff(path: str, before: str, after: str) -> str:
     return f"Here is the change:\n```diff\n{''.join(lines)}```\n"
 
 
-async def test_a_code_mutation_commits_the_coding_models_patch_on_its_branch(gepa_stack, gepa_http):
-    client_id = await gepa_stack.connect(gepa_http)
+async def test_a_code_mutation_commits_the_coding_models_patch_on_its_branch(gepa_stack, gepa_http, gepa_client_id):
+    client_id = gepa_client_id
     gepa_stack.lm.coder_reply = diff("qa.py", QA_SOURCE, EXCLAIMING_QA)
     response = await gepa_http.post("/execute_step", json=step(
         client_id, "code1", mutation_type="code", candidate={},
@@ -41,8 +40,8 @@ async def test_a_code_mutation_commits_the_coding_models_patch_on_its_branch(gep
     assert "exclamation mark" in prompt and "--- file qa.py ---" in prompt and "Where: qa.QA.forward" in prompt
 
 
-async def test_a_patch_that_does_not_apply_fails_the_step_and_leaves_no_branch(gepa_stack, gepa_http):
-    client_id = await gepa_stack.connect(gepa_http)
+async def test_a_patch_that_does_not_apply_fails_the_step_and_leaves_no_branch(gepa_stack, gepa_http, gepa_client_id):
+    client_id = gepa_client_id
     gepa_stack.lm.coder_reply = diff("qa.py", QA_SOURCE.replace("question", "query"), EXCLAIMING_QA)
     response = await gepa_http.post("/execute_step", json=step(client_id, "code2", mutation_type="code", change_request="anything"))
     result = response.json()

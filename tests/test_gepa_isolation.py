@@ -13,7 +13,6 @@ import pytest
 
 from genesis import gepa_envs
 from tests.gepa_repo import make_repo
-from tests.gepa_stack import gepa_http, gepa_stack  # noqa: F401 - fixtures
 from tests.test_gepa_steps import step
 
 

@@ -16,7 +16,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from tests.gepa_stack import gepa_http, gepa_stack, wait_for_program  # noqa: F401 - fixtures
+from tests.gepa_stack import wait_for_program
 from tests.scripted_lm import transform
 from workflows.gepa_connect import GepaConnectWorkflow
 from workflows.gepa_step import GepaStepWorkflow
@@ -44,8 +44,8 @@ def branches(repo) -> list[str]:
     return out.stdout.split()
 
 
-async def test_twenty_concurrent_prompt_steps_each_on_its_own_branch(gepa_stack, gepa_http):
-    client_id = await gepa_stack.connect(gepa_http)
+async def test_twenty_concurrent_prompt_steps_each_on_its_own_branch(gepa_stack, gepa_http, gepa_client_id):
+    client_id = gepa_client_id
     ids = [f"concurrent{i}" for i in range(20)]
     candidates = {pid: f"Answer the question. PREFIX=tag{i}" + (" UPPERCASE" if i % 2 else "") for i, pid in enumerate(ids)}
     responses = await asyncio.gather(*(
@@ -77,8 +77,8 @@ async def test_twenty_concurrent_prompt_steps_each_on_its_own_branch(gepa_stack,
     assert {call["authorization"] for call in gepa_stack.lm.calls if call["path"].endswith("/chat/completions")} >= {"Bearer sk-test-lm-key"}
 
 
-async def test_a_child_starts_from_its_parents_branch_and_repeats_are_idempotent(gepa_stack, gepa_http):
-    client_id = await gepa_stack.connect(gepa_http)
+async def test_a_child_starts_from_its_parents_branch_and_repeats_are_idempotent(gepa_stack, gepa_http, gepa_client_id):
+    client_id = gepa_client_id
     parent = await gepa_http.post("/execute_step", json=step(client_id, "parent1", candidate={"answer": "UPPERCASE please"}))
     assert parent.json()["status"] == "success"
     child = await gepa_http.post("/execute_step", json=step(client_id, "child1", parent_program_id="parent1", candidate={}))
@@ -94,8 +94,8 @@ async def test_a_child_starts_from_its_parents_branch_and_repeats_are_idempotent
     assert program["parent_program_id"] == "parent1" and program["branch_name"] == "program_child1"
 
 
-async def test_async_step_answers_202_and_the_program_endpoint_follows_it(gepa_stack, gepa_http):
-    client_id = await gepa_stack.connect(gepa_http)
+async def test_async_step_answers_202_and_the_program_endpoint_follows_it(gepa_stack, gepa_http, gepa_client_id):
+    client_id = gepa_client_id
     response = await gepa_http.post("/execute_step?async=true", json=step(client_id, "async1", candidate={"answer": "REVERSED"}))
     assert response.status_code == 202, response.text
     accepted = response.json()
@@ -105,8 +105,8 @@ async def test_async_step_answers_202_and_the_program_endpoint_follows_it(gepa_s
     assert program["result"]["pipeline_outputs"][0]["output"]["answer"] == QUESTION[::-1]
 
 
-async def test_bad_inputs_fail_clearly_and_leave_nothing_locked(gepa_stack, gepa_http):
-    client_id = await gepa_stack.connect(gepa_http)
+async def test_bad_inputs_fail_clearly_and_leave_nothing_locked(gepa_stack, gepa_http, gepa_client_id):
+    client_id = gepa_client_id
     clone = gepa_stack.clone_of(client_id)
 
     unknown = await gepa_http.post("/execute_step", json=step("client_00000000deadbeef", "bad0"))
@@ -156,8 +156,8 @@ async def check_replay(temporal_client, workflow_id: str, name: str) -> None:
         (GEPA_HISTORIES / f"{name}.json").write_text(history.to_json())
 
 
-async def test_finished_steps_replay_deterministically(gepa_stack, gepa_http, temporal_client):
-    client_id = await gepa_stack.connect(gepa_http)
+async def test_finished_steps_replay_deterministically(gepa_stack, gepa_http, gepa_client_id, temporal_client):
+    client_id = gepa_client_id
     ok = await gepa_http.post("/execute_step", json=step(client_id, "replay-ok"))
     failed = await gepa_http.post("/execute_step", json=step(client_id, "replay-failed", entry_point="broken.Broken"))
     assert ok.json()["status"] == "success" and failed.json()["status"] == "failed"
