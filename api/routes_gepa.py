@@ -46,7 +46,8 @@ async def connect_git(body: ConnectGitRequest, request: Request) -> ConnectGitRe
     """Register a repository and clone it once (the client's one clone; worktrees branch off it)."""
     services = request.app.state.services
     try:
-        url = programs.check_repo_url(body.repo_url, services.settings.gepa_local_repo_roots)
+        url = programs.check_repo_url(body.repo_url, services.settings.gepa_local_repo_roots,
+                                      services.settings.gepa_allow_http_repos)
     except programs.InvalidId as exc:
         raise _invalid("repo_url", str(exc)) from None
     client_id = programs.new_client_id()

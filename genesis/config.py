@@ -180,6 +180,8 @@ class Settings(BaseSettings):
     gepa_github_app_id: str = ""
     gepa_github_private_key_path: Path | None = None
     gepa_github_api_url: str = "https://api.github.com"
+    # Also accept http:// repository URLs (a GitHub Enterprise on a trusted network, tests).
+    gepa_allow_http_repos: bool = False
 
     def gepa_task_queue(self) -> str:
         return self.task_queue + self.gepa_task_queue_suffix

@@ -102,7 +102,7 @@ def apply_candidate(program_json: dict, candidate: dict[str, str]) -> dict:
     return updated
 
 
-def check_repo_url(url: str, local_roots: str) -> str:
+def check_repo_url(url: str, local_roots: str, allow_http: bool = False) -> str:
     """What /connect-git may clone: an ``https://`` URL without credentials, or a local path /
     ``file://`` URL under one of ``local_roots`` (comma separated; GENESIS_GEPA_LOCAL_REPO_ROOTS).
     Other transports (ssh, git://, ext::, ...) are refused. Returns what to hand to git."""
@@ -110,7 +110,7 @@ def check_repo_url(url: str, local_roots: str) -> str:
         raise InvalidId("repo_url must be a non-empty URL or path of at most 2048 characters")
     url = url.strip()
     parts = urlsplit(url)
-    if parts.scheme == "https":
+    if parts.scheme == "https" or (allow_http and parts.scheme == "http"):
         if not parts.hostname or parts.username or parts.password or parts.query or parts.fragment:
             raise InvalidId("repo_url must be https://host/owner/repo without credentials, query or fragment "
                             "(private repositories: pass installation_id)")

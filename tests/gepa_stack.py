@@ -5,6 +5,7 @@ the session's worker never picks up these steps."""
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,8 +20,12 @@ from genesis import gepa_envs
 from genesis.db.session import get_engine
 from genesis.config import Settings
 from genesis.harness import api_process, free_port, wait_for_api, worker_process
+from tests.fake_github import APP_ID, FakeGitHub
 from tests.gepa_repo import make_repo
 from tests.scripted_lm import ScriptedLM
+
+
+GITHUB_INSTALLATION_ID = 7001
 
 
 @dataclass
@@ -31,6 +36,7 @@ class GepaStack:
     repo: Path  # the client's source repository (a local git repo made by the test)
     allowed: tuple[str, int]  # an HTTP server on the allow-list (GENESIS_GEPA_EGRESS_ALLOW)
     forbidden: tuple[str, int]  # an HTTP server on every host address, not on the allow-list
+    github: FakeGitHub  # the App API and a private repository acme/private-qa.git
 
     def clone_of(self, client_id: str) -> Path:
         return Path(self.settings.gepa_workspace_dir) / "clients" / client_id / "repo"
@@ -47,9 +53,14 @@ async def gepa_stack(settings, tmp_path_factory):
     async with get_engine(settings.database_url).begin() as conn:  # program ids of an earlier run
         await conn.execute(text("TRUNCATE programs, gepa_clients"))
     lm = ScriptedLM()
+    repo = make_repo(root / "sources" / "qa-repo")
     allowed = ScriptedLM("127.0.0.1")  # any real HTTP server will do: the egress tests GET it
     forbidden = ScriptedLM("0.0.0.0")
-    repo = make_repo(root / "sources" / "qa-repo")
+    github_root = root / "github" / "acme"
+    github_root.mkdir(parents=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(github_root / "private-qa.git")], check=True)
+    github = FakeGitHub(root / "github", installation_id=GITHUB_INSTALLATION_ID)
+    (root / "github-app.pem").write_bytes(github.private_key_pem)
     stack_settings = settings.model_copy(update={
         "task_queue": f"genesis-test-gepa-{free_port()}",
         "api_port": free_port(),
@@ -63,6 +74,10 @@ async def gepa_stack(settings, tmp_path_factory):
         "gepa_coder_api_key": SecretStr("sk-test-coder-key"),
         "gepa_gateway_port": free_port(),
         "gepa_egress_allow": f"127.0.0.1:{allowed.port}",
+        "gepa_github_app_id": APP_ID,
+        "gepa_github_private_key_path": root / "github-app.pem",
+        "gepa_github_api_url": github.url,
+        "gepa_allow_http_repos": True,
         "gepa_run_timeout_s": 60.0,
         "gepa_step_timeout_s": 240.0,
     })
@@ -77,11 +92,11 @@ async def gepa_stack(settings, tmp_path_factory):
     try:
         url = await asyncio.to_thread(wait_for_api, api)
         yield GepaStack(url=url, settings=stack_settings, lm=lm, repo=repo,
-                        allowed=("127.0.0.1", allowed.port), forbidden=("0.0.0.0", forbidden.port))
+                        allowed=("127.0.0.1", allowed.port), forbidden=("0.0.0.0", forbidden.port), github=github)
     finally:
         api.stop()
         worker.stop()
-        for server in (lm, allowed, forbidden):
+        for server in (lm, allowed, forbidden, github):
             server.close()
 
 
