@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime, timezone
 
-from fastapi import APIRouter, Path as PathParam, Query, Request
+from fastapi import APIRouter, Depends, Path as PathParam, Query, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
@@ -15,6 +15,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
+from api.auth import API_KEY, authenticate
 from api.errors import ApiError
 from api.gepa_schemas import (
     ConnectGitRequest, ConnectGitResponse, ExecuteStepAccepted, ExecuteStepRequest, ProgramResponse,
@@ -30,11 +31,24 @@ from genesis.gepa_dto import (
 router = APIRouter(tags=["gepa"])
 EXECUTE_STEP_PATH = "/execute_step"
 ERRORS = {
-    404: {"model": ErrorResponse, "description": "Unknown client or program"},
+    401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key (GENESIS_AUTH=required)"},
+    404: {"model": ErrorResponse, "description": "Unknown client or program (or another agent's)"},
     409: {"model": ErrorResponse, "description": "PROGRAM_EXISTS: the program_id belongs to another client"},
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
     503: {"model": ErrorResponse, "description": "Temporal is unavailable"},
 }
+
+
+async def _caller(services, api_key: str | None) -> str | None:
+    """The agent behind the request's X-API-Key; None for a keyless request under GENESIS_AUTH=open."""
+    if api_key or services.settings.auth == "required":
+        return (await authenticate(services, api_key)).agent_id
+    return None
+
+
+def _visible(client: GepaClient | None, caller: str | None) -> bool:
+    """A client is used only by the agent that connected it (one without an owner: by anyone)."""
+    return client is not None and (client.owner_agent_id is None or client.owner_agent_id == caller)
 
 
 def _invalid(field: str, message: str) -> ApiError:
@@ -42,9 +56,11 @@ def _invalid(field: str, message: str) -> ApiError:
 
 
 @router.post("/connect-git", status_code=201, response_model=ConnectGitResponse, responses=ERRORS)
-async def connect_git(body: ConnectGitRequest, request: Request) -> ConnectGitResponse:
-    """Register a repository and clone it once (the client's one clone; worktrees branch off it)."""
+async def connect_git(body: ConnectGitRequest, request: Request, api_key: str | None = Depends(API_KEY)) -> ConnectGitResponse:
+    """Register a repository and clone it once (the client's one clone; worktrees branch off it).
+    The client belongs to the calling agent: only its X-API-Key can run steps on it."""
     services = request.app.state.services
+    owner = await _caller(services, api_key)
     try:
         url = programs.check_repo_url(body.repo_url, services.settings.gepa_local_repo_roots,
                                       services.settings.gepa_allow_http_repos)
@@ -52,7 +68,8 @@ async def connect_git(body: ConnectGitRequest, request: Request) -> ConnectGitRe
         raise _invalid("repo_url", str(exc)) from None
     client_id = programs.new_client_id()
     async with services.sessions() as session:
-        session.add(GepaClient(client_id=client_id, repo_url=url, installation_id=body.installation_id, status="connecting"))
+        session.add(GepaClient(client_id=client_id, repo_url=url, installation_id=body.installation_id,
+                               owner_agent_id=owner, status="connecting"))
         await session.commit()
     temporal = await services.temporal()
     result: ConnectResult = await temporal.execute_workflow(
@@ -69,7 +86,7 @@ async def connect_git(body: ConnectGitRequest, request: Request) -> ConnectGitRe
     EXECUTE_STEP_PATH, response_model=StepResult,
     responses={**ERRORS, 202: {"model": ExecuteStepAccepted, "description": "?async=true (or the step outlasted the wait): follow status_url"}},
 )
-async def execute_step(body: ExecuteStepRequest, request: Request,
+async def execute_step(body: ExecuteStepRequest, request: Request, api_key: str | None = Depends(API_KEY),
                        run_async: bool = Query(False, alias="async", description="answer 202 at once and run in the background")):
     """Run one GEPA step: a worktree on branch ``program_<program_id>`` from the parent's branch,
     the prompt or code mutation committed there, then the program run on ``test_examples`` in
@@ -83,11 +100,12 @@ async def execute_step(body: ExecuteStepRequest, request: Request,
     if body.mutation_type == "code" and not (body.change_request or "").strip():
         raise _invalid("change_request", "a code mutation needs a change_request")
     step = StepRequest(**body.model_dump())
+    caller = await _caller(services, api_key)
     async with services.sessions() as session:
         client = await session.get(GepaClient, body.client_id)
-        if client is None or client.status != "connected":
+        if not _visible(client, caller) or client.status != "connected":
             detail = f"unknown client_id {body.client_id!r}: connect the repository with POST /connect-git first"
-            raise ApiError(404, "CLIENT_NOT_FOUND", detail, extra={"program_id": body.program_id, "status": "failed", "error": detail})
+            raise ApiError(404, "CLIENT_NOT_FOUND", detail, extra={"program_id": body.program_id, "status": "failed"})
         existing = await _record_program(session, step)
     if existing is not None and existing.status == ProgramStatus.completed.value and existing.result:
         return JSONResponse(existing.result)  # the step already ran: same answer
@@ -134,16 +152,20 @@ async def _record_program(session, step: StepRequest) -> Program | None:
 
 
 @router.get("/program/{program_id}", response_model=ProgramResponse, responses=ERRORS)
-async def get_program(request: Request, program_id: str = PathParam(max_length=64)) -> ProgramResponse:
-    """A program version: status, branch, program.json and, once its step ended, the step's response."""
+async def get_program(request: Request, program_id: str = PathParam(max_length=64),
+                      api_key: str | None = Depends(API_KEY)) -> ProgramResponse:
+    """A program version: status, branch, program.json and, once its step ended, the step's response
+    (for the agent that connected its repository)."""
     try:
         programs.check_program_id(program_id)
     except programs.InvalidId as exc:
         raise _invalid("program_id", str(exc)) from None
     services = request.app.state.services
+    caller = await _caller(services, api_key)
     async with services.sessions() as session:
         row = await session.get(Program, program_id)
-    if row is None:
+        client = await session.get(GepaClient, row.client_id) if row is not None else None
+    if row is None or not _visible(client, caller):
         raise ApiError(404, "PROGRAM_NOT_FOUND", f"no program {program_id!r}")
     progress = None
     if row.status in (ProgramStatus.pending.value, ProgramStatus.in_progress.value):

@@ -89,7 +89,7 @@ async def main() -> None:
 
     await asyncio.to_thread(upgrade_to_head, DATABASE_URL)
     lm = ScriptedLM()
-    settings = Settings(database_url=DATABASE_URL, task_queue=f"bench-gepa-{free_port()}", api_port=free_port(),
+    settings = Settings(database_url=DATABASE_URL, auth="open", task_queue=f"bench-gepa-{free_port()}", api_port=free_port(),
                         gepa_workspace_dir=root / "workspace", gepa_local_repo_roots=str(root),
                         gepa_lm_model="openai/scripted", gepa_lm_base_url=lm.base_url, gepa_lm_api_key=SecretStr("sk-bench"))
     await asyncio.to_thread(gepa_envs.ensure_environment, Path(settings.gepa_envs_dir), [], settings.gepa_dspy_requirement)

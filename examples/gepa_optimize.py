@@ -7,7 +7,7 @@
 ``--data`` is a JSON-lines file of examples (inputs and the label field). The metric is exact
 match of the program's ``--label`` output with the example's (case and surrounding space
 ignored); write your own for real work. The reflection LM's key is read from
-$REFLECTION_API_KEY. Genesis itself needs GENESIS_GEPA_LM_* set for the program's own LM.
+$REFLECTION_API_KEY, Genesis' X-API-Key (POST /v1/agents/register) from $GENESIS_API_KEY. Genesis itself needs GENESIS_GEPA_LM_* set for the program's own LM.
 Pass --client-id to reuse a connected repository instead of --repo.
 """
 
@@ -27,9 +27,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a ch
 from genesis.gepa_adapter import CodeEvolverAdapter  # noqa: E402
 
 
-def connect(api: str, repo: str, installation_id: int | None) -> str:
+def connect(api: str, repo: str, installation_id: int | None, headers: dict) -> str:
     body = {"repo_url": repo, **({"installation_id": installation_id} if installation_id else {})}
-    response = httpx.post(f"{api}/connect-git", json=body, timeout=900)
+    response = httpx.post(f"{api}/connect-git", json=body, timeout=900, headers=headers)
     if response.status_code != 201:
         sys.exit(f"connect-git failed: HTTP {response.status_code} {response.text}")
     return response.json()["client_id"]
@@ -67,18 +67,22 @@ def main() -> None:
         sys.exit("--data needs at least two examples (a train and a validation half)")
     random.Random(0).shuffle(examples)
     half = len(examples) // 2
-    client_id = args.client_id or connect(args.api, args.repo or sys.exit("--repo or --client-id is required"), args.installation_id)
+    api_key = os.environ.get("GENESIS_API_KEY")
+    headers = {"X-API-Key": api_key} if api_key else {}
+    client_id = args.client_id or connect(args.api, args.repo or sys.exit("--repo or --client-id is required"),
+                                          args.installation_id, headers)
 
     def metric(example: dict, output: dict | None) -> tuple[float, str]:
         got = str((output or {}).get(args.label, "")).strip().lower()
         want = str(example.get(args.label, "")).strip().lower()
         return float(got == want), f"expected {args.label}={example.get(args.label)!r}, got {got!r}"
 
-    adapter = CodeEvolverAdapter(args.api, client_id, args.program_json, args.entry_point, metric, max_workers=args.workers)
+    adapter = CodeEvolverAdapter(args.api, client_id, args.program_json, args.entry_point, metric,
+                                 max_workers=args.workers, api_key=api_key)
     seed_step = adapter.evaluate(examples[:1], {}, capture_traces=False)  # the program as committed
     seed_program = adapter.program_for({})
     seed = {name: spec["signature"]["instructions"]
-            for name, spec in httpx.get(f"{args.api}/program/{seed_program}").json()["program_json"].items()
+            for name, spec in httpx.get(f"{args.api}/program/{seed_program}", headers=headers).json()["program_json"].items()
             if isinstance(spec, dict) and "signature" in spec}
     print(f"client {client_id}; seed program {seed_program} scores {seed_step.scores}; components {sorted(seed)}")
     result = gepa.optimize(

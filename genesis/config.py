@@ -173,7 +173,8 @@ class Settings(BaseSettings):
     gepa_runner_pids_limit: int = Field(default=512, ge=16)
     gepa_runner_idle_s: float = Field(default=600.0, gt=0)  # an idle program host is removed after this
     gepa_keep_worktrees: bool = False  # false: a step's worktree is removed when it ends (its branch stays)
-    gepa_max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)  # POST /execute_step
+    # POST /execute_step: the request travels through Temporal (2 MB payloads by default).
+    gepa_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     gepa_max_examples: int = Field(default=1000, ge=1)
     # GitHub App for private repositories (installation_id): tokens are fetched per clone and
     # passed to git in a header, never stored or logged.

@@ -4,7 +4,7 @@ own git branch whose program runs in Genesis' sandbox; scores are computed here,
 by the researcher's metric.
 
     from genesis.gepa_adapter import CodeEvolverAdapter
-    adapter = CodeEvolverAdapter("http://127.0.0.1:8000", client_id, "program.json", "qa.QA", metric)
+    adapter = CodeEvolverAdapter("http://127.0.0.1:8000", client_id, "program.json", "qa.QA", metric, api_key=key)
     result = gepa.optimize(seed_candidate=..., trainset=..., valset=..., adapter=adapter,
                            reflection_lm=..., max_metric_calls=...)
     adapter.program_for(result.best_candidate)  # the program_id (and branch) of the best one
@@ -37,12 +37,13 @@ class CodeEvolverAdapter(GEPAAdapter[dict, dict, Any]):
 
     def __init__(self, api_url: str, client_id: str, program_json_path: str, entry_point: str, metric: Metric, *,
                  parent_program_id: str | None = None, max_workers: int = 8, timeout_s: float = 600.0,
-                 program_id_prefix: str = "gepa", failure_score: float = 0.0):
+                 program_id_prefix: str = "gepa", failure_score: float = 0.0, api_key: str | None = None):
         self.api_url, self.client_id = api_url.rstrip("/"), client_id
         self.program_json_path, self.entry_point, self.metric = program_json_path, entry_point, metric
         self.parent_program_id = parent_program_id  # the program every candidate is applied to (None: default branch)
         self.max_workers, self.failure_score, self.program_id_prefix = max_workers, failure_score, program_id_prefix
-        self._http = httpx.Client(base_url=self.api_url, timeout=timeout_s)
+        # api_key: the X-API-Key of the agent that connected the repository (GENESIS_AUTH=required)
+        self._http = httpx.Client(base_url=self.api_url, timeout=timeout_s, headers={"X-API-Key": api_key} if api_key else {})
         self._programs: dict[str, str] = {}  # candidate (as JSON) -> the program_id of its latest evaluation
         self._lock = threading.Lock()
         self.steps = 0  # execute_step calls made

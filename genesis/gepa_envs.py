@@ -73,14 +73,21 @@ def ensure_environment(envs_dir: Path, requirements: list[str], dspy_requirement
         shutil.rmtree(staging, ignore_errors=True)
         progress(f"installing the program environment {key} ({len(requirements)} requirements + {dspy_requirement})")
         started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input",
-             "--only-binary", ":all:", "--target", str(staging), dspy_requirement, *requirements],
-            capture_output=True, text=True, timeout=INSTALL_TIMEOUT_S,
-        )
-        if done.returncode != 0:
+        log = envs_dir / f"{key}.log"
+        with open(log, "w") as output:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input",
+                 "--only-binary", ":all:", "--target", str(staging), dspy_requirement, *requirements],
+                stdout=output, stderr=subprocess.STDOUT,
+            )
+            while process.poll() is None:  # a long install still shows progress (activity heartbeats)
+                if time.monotonic() - started > INSTALL_TIMEOUT_S:
+                    process.kill()
+                progress(f"installing the program environment {key}: {time.monotonic() - started:.0f}s")
+                time.sleep(2)
+        if process.returncode != 0:
             shutil.rmtree(staging, ignore_errors=True)
-            raise RequirementsRejected(f"installing the requirements failed: {(done.stderr or done.stdout).strip()[-1500:]}")
+            raise RequirementsRejected(f"installing the requirements failed: {log.read_text(errors='replace').strip()[-1500:]}")
         (staging / ".complete").write_text(json.dumps({"requirements": requirements, "dspy": dspy_requirement,
                                                        "seconds": round(time.monotonic() - started, 1)}))
         shutil.rmtree(target, ignore_errors=True)

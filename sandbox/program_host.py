@@ -24,7 +24,8 @@ import sys
 import time
 import traceback
 
-MAX_REPLY_BYTES = 32 * 1024 * 1024
+# Outputs travel back through Temporal, whose payloads are limited to 2 MB by default.
+MAX_REPLY_BYTES = 1536 * 1024
 
 
 def _configure_dspy():
@@ -132,7 +133,8 @@ def _child(request, write_fd: int) -> None:
         reply = {"ok": False, "error": str(exc) if isinstance(exc, RuntimeError) else _error_text(exc)}
     data = json.dumps(reply, default=str).encode()
     if len(data) > MAX_REPLY_BYTES:
-        data = json.dumps({"ok": False, "error": f"the outputs are {len(data):,} bytes; the limit is {MAX_REPLY_BYTES:,}"}).encode()
+        data = json.dumps({"ok": False, "error": f"the outputs and traces are {len(data):,} bytes of JSON; the limit "
+                                                 f"is {MAX_REPLY_BYTES:,} (send fewer examples per step)"}).encode()
     view = memoryview(data)
     while view:
         view = view[os.write(write_fd, view):]

@@ -20,6 +20,8 @@ from genesis import gepa_envs
 from genesis.db.session import get_engine
 from genesis.config import Settings
 from genesis.harness import api_process, free_port, wait_for_api, worker_process
+from tests import agents
+from tests.agents import TestAgent
 from tests.fake_github import APP_ID, FakeGitHub
 from tests.gepa_repo import make_repo
 from tests.scripted_lm import ScriptedLM
@@ -37,6 +39,7 @@ class GepaStack:
     allowed: tuple[str, int]  # an HTTP server on the allow-list (GENESIS_GEPA_EGRESS_ALLOW)
     forbidden: tuple[str, int]  # an HTTP server on every host address, not on the allow-list
     github: FakeGitHub  # the App API and a private repository acme/private-qa.git
+    agent: TestAgent | None = None  # the tests' agent: its X-API-Key owns the clients they connect
 
     def clone_of(self, client_id: str) -> Path:
         return Path(self.settings.gepa_workspace_dir) / "clients" / client_id / "repo"
@@ -91,7 +94,9 @@ async def gepa_stack(settings, tmp_path_factory):
     api.start()
     try:
         url = await asyncio.to_thread(wait_for_api, api)
-        yield GepaStack(url=url, settings=stack_settings, lm=lm, repo=repo,
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            agent = await agents.register(http, "gepa-tests")
+        yield GepaStack(agent=agent, url=url, settings=stack_settings, lm=lm, repo=repo,
                         allowed=("127.0.0.1", allowed.port), forbidden=("0.0.0.0", forbidden.port), github=github)
     finally:
         api.stop()
@@ -104,13 +109,13 @@ async def gepa_stack(settings, tmp_path_factory):
 async def gepa_client_id(gepa_stack) -> str:
     """One connected client for the tests that need no repository of their own: its program host
     stays warm from test to test."""
-    async with httpx.AsyncClient(base_url=gepa_stack.url, timeout=300) as http:
+    async with httpx.AsyncClient(base_url=gepa_stack.url, timeout=300, headers=gepa_stack.agent.headers) as http:
         return await gepa_stack.connect(http)
 
 
 @pytest.fixture
 async def gepa_http(gepa_stack):
-    async with httpx.AsyncClient(base_url=gepa_stack.url, timeout=300) as client:
+    async with httpx.AsyncClient(base_url=gepa_stack.url, timeout=300, headers=gepa_stack.agent.headers) as client:
         yield client
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 
@@ -26,7 +27,8 @@ def metric(example: dict, output: dict | None) -> float:
 async def test_gepa_optimize_improves_the_toy_metric_over_http(gepa_stack, gepa_http, gepa_client_id):
     client_id = gepa_client_id
     examples = [{"question": q, "answer": f"ANSWER: {q.upper()}"} for q in QUESTIONS]
-    adapter = CodeEvolverAdapter(gepa_stack.url, client_id, "program.json", "qa.QA", metric, max_workers=4)
+    adapter = CodeEvolverAdapter(gepa_stack.url, client_id, "program.json", "qa.QA", metric, max_workers=4,
+                                 api_key=gepa_stack.agent.api_key)
     reflections: list[str] = []
 
     def reflection_lm(prompt: str) -> str:
@@ -57,7 +59,8 @@ async def test_gepa_optimize_improves_the_toy_metric_over_http(gepa_stack, gepa_
 
 async def test_a_failed_step_scores_zero_with_the_error_as_feedback(gepa_stack, gepa_http, gepa_client_id):
     client_id = gepa_client_id
-    adapter = CodeEvolverAdapter(gepa_stack.url, client_id, "program.json", "broken.Broken", metric)
+    adapter = CodeEvolverAdapter(gepa_stack.url, client_id, "program.json", "broken.Broken", metric,
+                                 api_key=gepa_stack.agent.api_key)
     batch = [{"question": "x", "answer": "X"}]
     evaluation = await asyncio.to_thread(adapter.evaluate, batch, {"answer": "anything"}, True)
     assert evaluation.scores == [0.0]
@@ -76,7 +79,7 @@ async def test_the_example_script_runs_against_genesis(gepa_stack, gepa_http, ge
         [sys.executable, str(PROJECT_ROOT / "examples" / "gepa_optimize.py"), "--api", gepa_stack.url, "--client-id", client_id,
          "--entry-point", "qa.QA", "--data", str(data), "--reflection-base-url", gepa_stack.lm.base_url,
          "--reflection-model", "scripted", "--max-metric-calls", "8", "--workers", "2"],
-        capture_output=True, text=True, timeout=240,
+        capture_output=True, text=True, timeout=240, env={**os.environ, "GENESIS_API_KEY": gepa_stack.agent.api_key},
     )
     assert done.returncode == 0, done.stderr[-2000:]
     summary = json.loads(done.stdout[done.stdout.index("{"):])

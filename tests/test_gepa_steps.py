@@ -16,6 +16,7 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from tests import agents
 from tests.gepa_stack import wait_for_program
 from tests.scripted_lm import transform
 from workflows.gepa_connect import GepaConnectWorkflow
@@ -111,7 +112,8 @@ async def test_bad_inputs_fail_clearly_and_leave_nothing_locked(gepa_stack, gepa
 
     unknown = await gepa_http.post("/execute_step", json=step("client_00000000deadbeef", "bad0"))
     assert unknown.status_code == 404
-    assert unknown.json()["status"] == "failed" and "unknown client_id" in unknown.json()["error"]
+    assert unknown.json()["status"] == "failed" and unknown.json()["error"] == "CLIENT_NOT_FOUND"
+    assert "unknown client_id 'client_00000000deadbeef'" in unknown.json()["detail"]
 
     cases = {
         "bad1": (step(client_id, "bad1", program_json_path="missing/program.json"), "missing/program.json does not exist"),
@@ -170,3 +172,13 @@ async def test_finished_steps_replay_deterministically(gepa_stack, gepa_http, ge
 async def test_recorded_gepa_histories_replay(path):
     history = WorkflowHistory.from_json(f"recorded-{path.name}", path.read_text())
     await Replayer(workflows=GEPA_WORKFLOWS, data_converter=pydantic_data_converter).replay_workflow(history)
+
+
+async def test_a_client_is_used_only_by_the_agent_that_connected_it(gepa_stack, gepa_http, gepa_client_id):
+    assert (await gepa_http.post("/execute_step", json=step(gepa_client_id, "owned1"))).json()["status"] == "success"
+    stranger = await agents.register(gepa_http, "gepa-stranger")
+    foreign = await gepa_http.post("/execute_step", json=step(gepa_client_id, "stolen1"), headers=stranger.headers)
+    assert foreign.status_code == 404 and foreign.json()["error"] == "CLIENT_NOT_FOUND"
+    assert (await gepa_http.get("/program/owned1", headers=stranger.headers)).status_code == 404
+    keyless = await gepa_http.post("/execute_step", json=step(gepa_client_id, "stolen2"), headers={"X-API-Key": ""})
+    assert keyless.status_code == 401 and keyless.json()["error"] == "API_KEY_REQUIRED"

@@ -152,6 +152,9 @@ class GepaClient(Base):
     client_id: Mapped[str] = mapped_column(String(40), primary_key=True)
     repo_url: Mapped[str] = mapped_column(Text)
     installation_id: Mapped[int | None] = mapped_column(BigInteger)
+    # The agent (X-API-Key) that connected it: only that agent may run its steps and read its
+    # programs. None: connected without a key under GENESIS_AUTH=open (anyone may use it).
+    owner_agent_id: Mapped[str | None] = mapped_column(String(40))
     # connecting (clone in progress) | connected | failed
     status: Mapped[str] = mapped_column(String(16))
     default_branch: Mapped[str | None] = mapped_column(String(255))

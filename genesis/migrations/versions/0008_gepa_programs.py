@@ -21,6 +21,7 @@ def upgrade() -> None:
         sa.Column("client_id", sa.String(40), primary_key=True),
         sa.Column("repo_url", sa.Text, nullable=False),
         sa.Column("installation_id", sa.BigInteger, nullable=True),
+        sa.Column("owner_agent_id", sa.String(40), nullable=True),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("default_branch", sa.String(255), nullable=True),
         sa.Column("error", sa.Text, nullable=True),
