@@ -172,6 +172,15 @@ class ProgramHosts:
         self._hosts: dict[tuple[str, str], ProgramHost] = {}
         self._starting: dict[tuple[str, str], threading.Lock] = {}
         self._lock = threading.Lock()
+        self._closed = threading.Event()
+        threading.Thread(target=self._reap_periodically, name="program-host-reaper", daemon=True).start()
+
+    def _reap_periodically(self) -> None:
+        while not self._closed.wait(min(self._idle_s / 4, 60.0)):
+            try:
+                self.reap_idle()
+            except Exception:  # noqa: BLE001 - Docker hiccups: try again next round
+                log.exception("reaping idle program hosts failed")
 
     def host_for(self, client_id: str, worktrees: Path, env_dir: Path) -> ProgramHost:
         key = (client_id, str(env_dir))
@@ -180,6 +189,7 @@ class ProgramHosts:
         with start_lock:  # one start per key; concurrent steps of the client wait for it
             host = self._hosts.get(key)
             if host is not None and host.alive:
+                host.last_used = time.monotonic()
                 return host
             if host is not None:
                 host.close()
@@ -189,9 +199,9 @@ class ProgramHosts:
             except ProgramHostDied:
                 host.close()
                 raise
+            host.last_used = time.monotonic()
             with self._lock:
                 self._hosts[key] = host
-        self.reap_idle()
         return host
 
     def reap_idle(self) -> None:
@@ -203,6 +213,7 @@ class ProgramHosts:
             host.close()
 
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             hosts, self._hosts = list(self._hosts.values()), {}
         with ThreadPoolExecutor(max_workers=8) as pool:  # each removal is a Docker round trip
