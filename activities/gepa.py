@@ -200,14 +200,14 @@ class GepaActivities:
             raise rejected(str(exc)) from None
         activity.heartbeat("program host")
         started = time.monotonic()
-        host = self._hosts.host_for(request.client_id, dirs.worktrees, env_dir)
+        host = self._hosts.host_for(request.client_id, dirs.worktrees, env_dir, waiting=lambda: activity.heartbeat("program host"))
         try:
             reply = host.run({
                 "op": "run", "worktree": f"{program_image.WORKTREES_IN_IMAGE}/{request.program_id}",
                 "program_json_path": request.program_json_path, "entry_point": request.entry_point,
                 "examples": request.test_examples, "capture_traces": request.capture_traces,
                 "timeout_s": self._settings.gepa_run_timeout_s,
-            }, timeout=self._settings.gepa_run_timeout_s + 30)
+            }, timeout=self._settings.gepa_run_timeout_s + 30, waiting=lambda: activity.heartbeat("running"))
         except ProgramHostDied as exc:
             raise ApplicationError(f"the program host failed: {exc}") from None  # retried
         duration_ms = round((time.monotonic() - started) * 1000, 1)

@@ -66,7 +66,13 @@ def ensure_environment(envs_dir: Path, requirements: list[str], dspy_requirement
         return target
     envs_dir.mkdir(parents=True, exist_ok=True)
     with open(envs_dir / f"{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+        while True:  # another step (or worker) may be installing it: wait, showing progress
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                progress(f"waiting for the program environment {key} to be installed")
+                time.sleep(2)
         if (target / ".complete").exists():
             return target
         staging = envs_dir / f"{key}.installing"

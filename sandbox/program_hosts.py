@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import docker
 from docker.errors import APIError, NotFound
@@ -33,6 +33,7 @@ LABEL_ROLE = "genesis.role"
 LABEL_CLIENT = "genesis.gepa.client"
 ROLE = "gepa-program-host"
 READY_TIMEOUT_S = 60.0
+WAIT_SLICE_S = 3.0  # how often a waiting step reports that it is alive
 
 
 class ProgramHostDied(RuntimeError):
@@ -84,16 +85,21 @@ class ProgramHost:
     def alive(self) -> bool:
         return self._reader.is_alive()
 
-    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> dict:
-        try:
-            return self._ready.result(timeout)
-        except FutureTimeout:
-            self.close()
-            raise ProgramHostDied(f"the program host did not start within {timeout:.0f}s; stderr: {self.stderr_tail()}")
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S, waiting: Callable[[], None] = lambda: None) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                return self._ready.result(min(WAIT_SLICE_S, max(deadline - time.monotonic(), 0)))
+            except FutureTimeout:
+                if time.monotonic() >= deadline:
+                    self.close()
+                    raise ProgramHostDied(f"the program host did not start within {timeout:.0f}s; stderr: {self.stderr_tail()}") from None
+                waiting()
 
-    def run(self, request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    def run(self, request: dict[str, Any], timeout: float, waiting: Callable[[], None] = lambda: None) -> dict[str, Any]:
         """Send one run request and wait for its reply (the host kills the step itself at
-        ``request['timeout_s']``; ``timeout`` here is the last resort if the host hangs)."""
+        ``request['timeout_s']``; ``timeout`` here is the last resort if the host hangs).
+        ``waiting`` is called every few seconds meanwhile (activity heartbeats)."""
         self.last_used = time.monotonic()
         request_id = secrets.token_hex(8)
         future: Future = Future()
@@ -102,10 +108,15 @@ class ProgramHost:
                 raise ProgramHostDied(f"the program host has exited; stderr: {self.stderr_tail()}")
             self._waiting[request_id] = future
             self._sock.sendall(json.dumps({**request, "id": request_id}).encode() + b"\n")
+        deadline = time.monotonic() + timeout
         try:
-            return future.result(timeout)
-        except FutureTimeout:
-            raise ProgramHostDied(f"no answer from the program host within {timeout:.0f}s") from None
+            while True:
+                try:
+                    return future.result(min(WAIT_SLICE_S, max(deadline - time.monotonic(), 0)))
+                except FutureTimeout:
+                    if time.monotonic() >= deadline:
+                        raise ProgramHostDied(f"no answer from the program host within {timeout:.0f}s") from None
+                    waiting()
         finally:
             with self._lock:
                 self._waiting.pop(request_id, None)
@@ -182,11 +193,13 @@ class ProgramHosts:
             except Exception:  # noqa: BLE001 - Docker hiccups: try again next round
                 log.exception("reaping idle program hosts failed")
 
-    def host_for(self, client_id: str, worktrees: Path, env_dir: Path) -> ProgramHost:
+    def host_for(self, client_id: str, worktrees: Path, env_dir: Path, waiting: Callable[[], None] = lambda: None) -> ProgramHost:
         key = (client_id, str(env_dir))
         with self._lock:
             start_lock = self._starting.setdefault(key, threading.Lock())
-        with start_lock:  # one start per key; concurrent steps of the client wait for it
+        while not start_lock.acquire(timeout=WAIT_SLICE_S):  # one start per key; the client's other steps wait
+            waiting()
+        try:
             host = self._hosts.get(key)
             if host is not None and host.alive:
                 host.last_used = time.monotonic()
@@ -195,14 +208,16 @@ class ProgramHosts:
                 host.close()
             host = ProgramHost(self._client, client_id, worktrees, env_dir, self._network, self._environment, self._limits)
             try:
-                host.wait_ready()
+                host.wait_ready(waiting=waiting)
             except ProgramHostDied:
                 host.close()
                 raise
             host.last_used = time.monotonic()
             with self._lock:
                 self._hosts[key] = host
-        return host
+            return host
+        finally:
+            start_lock.release()
 
     def reap_idle(self) -> None:
         now = time.monotonic()

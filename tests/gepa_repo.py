@@ -72,6 +72,23 @@ class Probe(dspy.Module):
         return dspy.Prediction(answer=json.dumps(seen))
 '''
 
+SLOW_SOURCE = '''import time
+
+import dspy
+
+
+class Slow(dspy.Module):
+    """The QA program, after a pause: long enough to kill a worker in the middle of its run."""
+
+    def __init__(self):
+        super().__init__()
+        self.answer = dspy.Predict("question -> answer")
+
+    def forward(self, question):
+        time.sleep(6)
+        return self.answer(question=question)
+'''
+
 
 def program_json(instructions: str = "Answer the question.") -> dict:
     """What ``qa.QA().save('program.json')`` writes (DSPy 3.4), with these instructions."""
@@ -92,6 +109,7 @@ def make_repo(path: Path) -> Path:
     (path / "qa.py").write_text(QA_SOURCE)
     (path / "broken.py").write_text(RAISING_SOURCE)
     (path / "probe.py").write_text(PROBE_SOURCE)
+    (path / "slow.py").write_text(SLOW_SOURCE)
     (path / "program.json").write_text(json.dumps(program_json(), indent=2))
     (path / "requirements.txt").write_text("# DSPy is provided by Genesis\n")
     env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",

@@ -19,7 +19,7 @@ from sqlalchemy import text
 from genesis import gepa_envs
 from genesis.db.session import get_engine
 from genesis.config import Settings
-from genesis.harness import api_process, free_port, wait_for_api, worker_process
+from genesis.harness import ManagedProcess, api_process, free_port, wait_for_api, worker_process
 from tests import agents
 from tests.agents import TestAgent
 from tests.fake_github import APP_ID, FakeGitHub
@@ -40,6 +40,7 @@ class GepaStack:
     forbidden: tuple[str, int]  # an HTTP server on every host address, not on the allow-list
     github: FakeGitHub  # the App API and a private repository acme/private-qa.git
     agent: TestAgent | None = None  # the tests' agent: its X-API-Key owns the clients they connect
+    worker: ManagedProcess | None = None
 
     def clone_of(self, client_id: str) -> Path:
         return Path(self.settings.gepa_workspace_dir) / "clients" / client_id / "repo"
@@ -96,7 +97,7 @@ async def gepa_stack(settings, tmp_path_factory):
         url = await asyncio.to_thread(wait_for_api, api)
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             agent = await agents.register(http, "gepa-tests")
-        yield GepaStack(agent=agent, url=url, settings=stack_settings, lm=lm, repo=repo,
+        yield GepaStack(agent=agent, worker=worker, url=url, settings=stack_settings, lm=lm, repo=repo,
                         allowed=("127.0.0.1", allowed.port), forbidden=("0.0.0.0", forbidden.port), github=github)
     finally:
         api.stop()

@@ -182,3 +182,20 @@ async def test_a_client_is_used_only_by_the_agent_that_connected_it(gepa_stack, 
     assert (await gepa_http.get("/program/owned1", headers=stranger.headers)).status_code == 404
     keyless = await gepa_http.post("/execute_step", json=step(gepa_client_id, "stolen2"), headers={"X-API-Key": ""})
     assert keyless.status_code == 401 and keyless.json()["error"] == "API_KEY_REQUIRED"
+
+
+async def test_a_step_survives_its_worker_being_killed_mid_run(gepa_stack, gepa_http, gepa_client_id):
+    response = await gepa_http.post("/execute_step?async=true", json=step(
+        gepa_client_id, "survivor1", entry_point="slow.Slow", candidate={"answer": "UPPERCASE"}, test_examples=[{"question": "still here"}]))
+    assert response.status_code == 202
+    deadline = asyncio.get_running_loop().time() + 60
+    while (await gepa_http.get("/program/survivor1")).json().get("progress") != "running the program":
+        assert asyncio.get_running_loop().time() < deadline, "the step never reached its run"
+        await asyncio.sleep(0.2)
+    await asyncio.sleep(1.0)  # inside the program's sleep
+    gepa_stack.worker.kill()  # SIGKILL: its program hosts lose their stdin and exit with it
+    gepa_stack.worker.start()
+    program = await wait_for_program(gepa_http, "survivor1", timeout=120)
+    assert program["status"] == "completed", program
+    assert program["result"]["pipeline_outputs"][0]["output"]["answer"] == "STILL HERE"
+    assert branches(gepa_stack.clone_of(gepa_client_id)).count("program_survivor1") == 1

@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
 
 INFRA_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5),
                           maximum_attempts=3, non_retryable_error_types=["GEPA_STEP_FAILED"])
+RUN_HEARTBEAT = timedelta(seconds=20)
 DB_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10),
                        non_retryable_error_types=["GEPA_STEP_FAILED"])
 
@@ -64,7 +65,9 @@ class GepaStepWorkflow:
             self._stage = "running the program"
             run = await workflow.execute_activity(
                 names.GEPA_RUN_PROGRAM, request, result_type=ProgramRun,
-                start_to_close_timeout=timedelta(minutes=30), heartbeat_timeout=timedelta(minutes=20),
+                # It heartbeats every few seconds (also while an environment installs), so a run
+                # whose worker died is retried on another within RUN_HEARTBEAT.
+                start_to_close_timeout=timedelta(minutes=30), heartbeat_timeout=RUN_HEARTBEAT,
                 retry_policy=INFRA_RETRY,
             )
             result = StepResult(
