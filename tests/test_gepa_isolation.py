@@ -19,7 +19,12 @@ from tests.test_gepa_steps import step
 async def test_a_program_reaches_only_the_gateway_and_sees_only_its_own_worktree(gepa_stack, gepa_http):
     other_client = await gepa_stack.connect(gepa_http)
     client_id = await gepa_stack.connect(gepa_http)
-    network = docker.from_env().networks.get(gepa_stack.settings.gepa_network)
+    # The other client's program host is running (it ran a step): its container is a neighbour.
+    assert (await gepa_http.post("/execute_step", json=step(other_client, "neighbour1"))).json()["status"] == "success"
+    docker_client = docker.from_env()
+    neighbour = docker_client.containers.list(filters={"label": f"genesis.gepa.client={other_client}"})[0]
+    neighbour_ip = neighbour.attrs["NetworkSettings"]["Networks"][gepa_stack.settings.gepa_network]["IPAddress"]
+    network = docker_client.networks.get(gepa_stack.settings.gepa_network)
     assert network.attrs["Internal"] is True
     gateway = network.attrs["IPAM"]["Config"][0]["Gateway"]
     gateway_port = gepa_stack.settings.gepa_gateway_port
@@ -30,6 +35,7 @@ async def test_a_program_reaches_only_the_gateway_and_sees_only_its_own_worktree
             "host_service": [gateway, forbidden_port],  # listening on every host address
             "postgres": [gateway, 5432],
             "internet": ["192.0.2.200", 80],
+            "other_client": [neighbour_ip, 8080],  # no inter-container traffic on the network
         },
         "proxied": {
             "allowed": f"http://127.0.0.1:{allowed_port}/",
@@ -46,6 +52,7 @@ async def test_a_program_reaches_only_the_gateway_and_sees_only_its_own_worktree
     assert seen["host_service"] == "blocked: TimeoutError"  # dropped by the GENESIS-GEPA chain
     assert seen["postgres"].startswith("blocked")
     assert seen["internet"].startswith("blocked")  # --internal: no route off the host
+    assert seen["other_client"] == "blocked: TimeoutError"  # dropped (enable_icc=false), not even refused
     assert seen["allowed"] == f"reached {allowed_port}"
     assert seen["not_allowed"] == "HTTP 403"
     assert seen["worktrees"] == ["probe1"]
