@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import logging
 import shutil
 import time
 from datetime import datetime, timezone
@@ -33,10 +32,6 @@ from genesis.gepa_dto import (
 from genesis.github_app import GitHubApp, GitHubAppError
 from sandbox import egress, program_image
 from sandbox.program_hosts import HostLimits, ProgramHostDied, ProgramHosts, remove_exited_hosts
-
-log = logging.getLogger("genesis.gepa")
-
-
 
 def storable(value):
     """Program outputs as Postgres can hold them: NUL characters (which JSONB and text refuse)
