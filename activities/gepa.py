@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import shutil
 import time
 from datetime import datetime, timezone
@@ -57,10 +58,13 @@ class GepaActivities:
         program_image.ensure(self._docker)
         remove_exited_hosts(self._docker)
         gateway_ip = egress.ensure_network(self._docker, settings.gepa_network)
+        # Route names carry a random part only the intended containers are told: a program cannot
+        # spend the coding model's key, nor the coding agent the programs' LM.
+        lm_route, coder_route = f"lm-{secrets.token_hex(12)}", f"coder-{secrets.token_hex(12)}"
         self.gateway = egress.EgressGateway(
             gateway_ip, settings.gepa_gateway_port,
-            routes={"lm": egress.Route(settings.gepa_lm_base_url, settings.gepa_lm_api_key.get_secret_value()),
-                    "coder": egress.Route(settings.gepa_coder_base_url, settings.gepa_coder_api_key.get_secret_value())},
+            routes={lm_route: egress.Route(settings.gepa_lm_base_url, settings.gepa_lm_api_key.get_secret_value()),
+                    coder_route: egress.Route(settings.gepa_coder_base_url, settings.gepa_coder_api_key.get_secret_value())},
             allow=egress.parse_allow_list(settings.gepa_egress_allow),
         ).start()
         if settings.gepa_enforce_egress:
@@ -70,12 +74,12 @@ class GepaActivities:
                  "https_proxy": gateway_url, "NO_PROXY": gateway_ip, "no_proxy": gateway_ip}
         self._hosts = ProgramHosts(
             self._docker, settings.gepa_network,
-            {"GENESIS_LM_MODEL": settings.gepa_lm_model, "GENESIS_LM_BASE_URL": f"{gateway_url}/lm",
+            {"GENESIS_LM_MODEL": settings.gepa_lm_model, "GENESIS_LM_BASE_URL": f"{gateway_url}/{lm_route}",
              "LITELLM_LOCAL_MODEL_COST_MAP": "true", **proxy},
             HostLimits(settings.gepa_runner_memory, settings.gepa_runner_pids_limit, settings.gepa_runner_cpus),
             idle_s=settings.gepa_runner_idle_s,
         )
-        self._coder = CodingAgent(self._docker, settings, f"{gateway_url}/coder", proxy)
+        self._coder = CodingAgent(self._docker, settings, f"{gateway_url}/{coder_route}", proxy)
         self._github = GitHubApp(settings)
 
     def close(self) -> None:

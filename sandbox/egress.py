@@ -5,8 +5,9 @@
 - On the host side of that bridge only the egress gateway's port is open: an iptables chain
   (``GENESIS-GEPA``) drops everything else the containers send to the host (Postgres, Redis,
   Temporal, the Docker API, ...).
-- The gateway (this module, run by the worker) forwards ``/lm/...`` to the configured LM
-  endpoint and ``/coder/...`` to the coding model, adding their API keys on the way (the keys
+- The gateway (this module, run by the worker) forwards ``/lm-<random>/...`` to the configured LM
+  endpoint and ``/coder-<random>/...`` to the coding model (each container is told only its own
+  route), adding their API keys on the way (the keys
   never enter a container), and acts as an HTTP proxy (CONNECT or absolute URLs) for the
   ``host:port`` pairs of ``GENESIS_GEPA_EGRESS_ALLOW``. Everything else gets a 403 and a log line.
 """

@@ -40,6 +40,7 @@ async def test_a_program_reaches_only_the_gateway_and_sees_only_its_own_worktree
         "proxied": {
             "allowed": f"http://127.0.0.1:{allowed_port}/",
             "not_allowed": f"http://127.0.0.1:{forbidden_port}/",
+            "coder_route_guess": f"http://{gateway}:{gateway_port}/coder/chat/completions",
         },
         "paths": [str(gepa_stack.clone_of(other_client)), str(gepa_stack.settings.gepa_workspace_dir), "/work", "/var/run/docker.sock"],
     }
@@ -55,6 +56,7 @@ async def test_a_program_reaches_only_the_gateway_and_sees_only_its_own_worktree
     assert seen["other_client"] == "blocked: TimeoutError"  # dropped (enable_icc=false), not even refused
     assert seen["allowed"] == f"reached {allowed_port}"
     assert seen["not_allowed"] == "HTTP 403"
+    assert seen["coder_route_guess"] == "HTTP 403"  # the coding model's route is not the program's to guess
     assert seen["worktrees"] == ["probe1"]
     assert not any(seen["paths"].values()), seen["paths"]
     assert seen["secrets"] == []
