@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 
 import docker
 import httpx
-from docker.errors import NotFound
+from docker.errors import APIError, NotFound
 
 log = logging.getLogger("genesis.egress")
 
@@ -43,12 +43,15 @@ def ensure_network(client: docker.DockerClient, name: str) -> str:
     try:
         network = client.networks.get(name)
     except NotFound:
-        network = client.networks.create(
-            name, driver="bridge", internal=True,
-            options={"com.docker.network.bridge.name": BRIDGE_INTERFACE,
-                     "com.docker.network.bridge.enable_icc": "false"},
-            labels={"genesis.role": "gepa-egress"},
-        )
+        try:
+            network = client.networks.create(
+                name, driver="bridge", internal=True, check_duplicate=True,
+                options={"com.docker.network.bridge.name": BRIDGE_INTERFACE,
+                         "com.docker.network.bridge.enable_icc": "false"},
+                labels={"genesis.role": "gepa-egress"},
+            )
+        except APIError:  # another worker created it meanwhile
+            network = client.networks.get(name)
     if not network.attrs.get("Internal"):
         raise EgressSetupError(f"docker network {name!r} exists but is not --internal: remove it and restart the worker")
     network.reload()
@@ -74,8 +77,8 @@ def _bridge_interface(client: docker.DockerClient, name: str) -> str:
 def open_host_port(client: docker.DockerClient, network: str, port: int) -> None:
     """Containers on the network may reach this host only on ``port`` (the gateway)."""
     interface = _bridge_interface(client, network)
-    if not _iptables("-n", "-L", IPTABLES_CHAIN, check=False):
-        _iptables("-N", IPTABLES_CHAIN)
+    if not _iptables("-n", "-L", IPTABLES_CHAIN, check=False) and not _iptables("-N", IPTABLES_CHAIN, check=False):
+        _iptables("-n", "-L", IPTABLES_CHAIN)  # not created by another worker either: raise with iptables' reason
     if not _iptables("-C", IPTABLES_CHAIN, "-j", "DROP", check=False):
         _iptables("-A", IPTABLES_CHAIN, "-j", "DROP")
     accept = ["-p", "tcp", "--dport", str(port), "-j", "ACCEPT"]
