@@ -127,6 +127,7 @@ async def test_bad_inputs_fail_clearly_and_leave_nothing_locked(gepa_stack, gepa
         result = response.json()
         assert response.status_code == 200 and result["status"] == "failed", result
         assert expected in result["error"], (pid, result["error"])
+        assert not result["error"].startswith("GEPA_STEP_FAILED")  # the message itself, not Temporal's error type
         program = (await gepa_http.get(f"/program/{pid}")).json()
         assert program["status"] == "failed" and expected in program["error"]
         assert f"program_{pid}" not in branches(clone)

@@ -34,7 +34,7 @@ def failure_message(error: BaseException) -> str:
     """The innermost message: the activity's own explanation, not Temporal's wrapper."""
     while isinstance(error, ActivityError) and error.cause is not None:
         error = error.cause
-    return str(error) or type(error).__name__
+    return getattr(error, "message", None) or str(error) or type(error).__name__
 
 
 @workflow.defn(name=GEPA_STEP_WORKFLOW)
