@@ -77,7 +77,7 @@ class GepaActivities:
             {"GENESIS_LM_MODEL": settings.gepa_lm_model, "GENESIS_LM_BASE_URL": f"{gateway_url}/{lm_route}",
              "LITELLM_LOCAL_MODEL_COST_MAP": "true", **proxy},
             HostLimits(settings.gepa_runner_memory, settings.gepa_runner_pids_limit, settings.gepa_runner_cpus),
-            idle_s=settings.gepa_runner_idle_s,
+            idle_s=settings.gepa_runner_idle_s, gateway=self.gateway,
         )
         self._coder = CodingAgent(self._docker, settings, f"{gateway_url}/{coder_route}", proxy)
         self._github = GitHubApp(settings)
@@ -105,6 +105,7 @@ class GepaActivities:
         try:
             gitops.clone(request.repo_url, dirs.repo, config=config, redact=secret)
             dirs.worktrees.mkdir(parents=True, exist_ok=True)
+            dirs.egress_file.write_text(json.dumps(request.egress_allow))
             return ConnectResult(client_id=request.client_id, default_branch=gitops.default_branch(dirs.repo),
                                  head_commit=gitops.head_commit(dirs.repo))
         except gitops.GitError as exc:
@@ -199,7 +200,8 @@ class GepaActivities:
             raise rejected(str(exc)) from None
         activity.heartbeat("program host")
         started = time.monotonic()
-        host = self._hosts.host_for(request.client_id, dirs.worktrees, env_dir, waiting=lambda: activity.heartbeat("program host"))
+        host = self._hosts.host_for(request.client_id, dirs.worktrees, env_dir, waiting=lambda: activity.heartbeat("program host"),
+                                    egress_allow=egress.parse_allow_list(",".join(self._client_egress(dirs))))
         try:
             reply = host.run({
                 "op": "run", "worktree": f"{program_image.WORKTREES_IN_IMAGE}/{request.program_id}",
@@ -214,6 +216,10 @@ class GepaActivities:
             raise rejected(f"running {request.entry_point} failed: {reply.get('error')}")
         return ProgramRun(ok=True, pipeline_outputs=reply.get("pipeline_outputs") or [],
                           traces=reply.get("traces"), duration_ms=duration_ms)
+
+    @staticmethod
+    def _client_egress(dirs: programs.ClientDirs) -> list[str]:
+        return json.loads(dirs.egress_file.read_text()) if dirs.egress_file.exists() else []
 
     @activity.defn(name=names.GEPA_FINISH_PROGRAM)
     async def finish_program(self, change: ProgramStatusUpdate) -> None:

@@ -31,12 +31,21 @@ class ConnectGitRequest(BaseModel):
 
     repo_url: str = Field(description="https://host/owner/repo, or a local path / file:// URL under GENESIS_GEPA_LOCAL_REPO_ROOTS")
     installation_id: int | None = Field(default=None, ge=1, description="GitHub App installation id (private repositories)")
+    egress_allow: list[str] = Field(default_factory=list, max_length=programs.MAX_EGRESS_ENTRIES,
+                                    description="host:port this client's programs may reach through the egress proxy "
+                                                "(besides the LM and the server's GENESIS_GEPA_EGRESS_ALLOW)")
+
+    @field_validator("egress_allow")
+    @classmethod
+    def _egress(cls, value: list[str]) -> list[str]:
+        return programs.check_egress_allow(value)
 
 
 class ConnectGitResponse(BaseModel):
     client_id: str
     status: Literal["connected"]
     default_branch: str
+    egress_allow: list[str] = Field(default_factory=list)
 
 
 class ExecuteStepRequest(BaseModel):

@@ -69,17 +69,19 @@ async def connect_git(body: ConnectGitRequest, request: Request, api_key: str | 
     client_id = programs.new_client_id()
     async with services.sessions() as session:
         session.add(GepaClient(client_id=client_id, repo_url=url, installation_id=body.installation_id,
-                               owner_agent_id=owner, status="connecting"))
+                               owner_agent_id=owner, egress_allow=body.egress_allow, status="connecting"))
         await session.commit()
     temporal = await services.temporal()
     result: ConnectResult = await temporal.execute_workflow(
-        GEPA_CONNECT_WORKFLOW, ConnectRequest(client_id=client_id, repo_url=url, installation_id=body.installation_id),
+        GEPA_CONNECT_WORKFLOW, ConnectRequest(client_id=client_id, repo_url=url, installation_id=body.installation_id,
+                                              egress_allow=body.egress_allow),
         id=programs.connect_workflow_id(client_id), task_queue=services.settings.gepa_task_queue(),
         result_type=ConnectResult,
     )
     if result.error:
         raise ApiError(422, "CLONE_FAILED", result.error, extra={"client_id": client_id, "status": "failed"})
-    return ConnectGitResponse(client_id=client_id, status="connected", default_branch=result.default_branch or "")
+    return ConnectGitResponse(client_id=client_id, status="connected", default_branch=result.default_branch or "",
+                              egress_allow=body.egress_allow)
 
 
 @router.post(

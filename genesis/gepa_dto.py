@@ -20,6 +20,7 @@ class ConnectRequest(BaseModel):
     client_id: str
     repo_url: str
     installation_id: int | None = None
+    egress_allow: list[str] = Field(default_factory=list)  # host:port this client's programs may reach
 
 
 class ConnectResult(BaseModel):

@@ -74,6 +74,7 @@ class ClientDirs:
         self.root = Path(workspace) / "clients" / check_client_id(client_id)
         self.repo = self.root / "repo"
         self.worktrees = self.root / "worktrees"
+        self.egress_file = self.root / "egress-allow.json"  # the client's own allow-list (connect-git)
 
     def worktree(self, program_id: str) -> Path:
         return self.worktrees / check_program_id(program_id)
@@ -125,3 +126,21 @@ def check_repo_url(url: str, local_roots: str, allow_http: bool = False) -> str:
         return str(path)
     raise InvalidId(f"repo_url scheme {parts.scheme or url.split(':', 1)[0]!r} is not supported: use https:// "
                     "(or a local path / file:// URL where the server allows it)")
+
+
+_HOST = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
+MAX_EGRESS_ENTRIES = 32
+
+
+def check_egress_allow(entries: list[str]) -> list[str]:
+    """A client's own egress allow-list: ``host:port`` entries (a DNS name or IPv4 address and a
+    port), normalised to lower case."""
+    if len(entries) > MAX_EGRESS_ENTRIES:
+        raise InvalidId(f"egress_allow has {len(entries)} entries; at most {MAX_EGRESS_ENTRIES}")
+    checked = []
+    for entry in entries:
+        host, _, port = str(entry).strip().lower().rpartition(":")
+        if not host or not _HOST.match(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise InvalidId(f"egress_allow entry {entry!r} must be host:port (a DNS name or IPv4 address, port 1-65535)")
+        checked.append(f"{host}:{int(port)}")
+    return sorted(set(checked))

@@ -117,6 +117,14 @@ class EgressGateway:
     routes: dict[str, Route] = field(default_factory=dict)
     allow: frozenset[tuple[str, int]] = frozenset()
     refused: int = 0
+    # A client's own allow-list (POST /connect-git egress_allow), by the address of its container.
+    allow_by_peer: dict[str, frozenset[tuple[str, int]]] = field(default_factory=dict)
+
+    def allow_peer(self, address: str, pairs: frozenset[tuple[str, int]]) -> None:
+        self.allow_by_peer[address] = pairs
+
+    def forget_peer(self, address: str) -> None:
+        self.allow_by_peer.pop(address, None)
 
     def start(self) -> "EgressGateway":
         ready = threading.Event()
@@ -191,7 +199,8 @@ class EgressGateway:
                 writer.close()
 
     def _allowed(self, host: str, port: int, peer, what: str) -> bool:
-        if (host.lower(), port) in self.allow:
+        pair = (host.lower(), port)
+        if pair in self.allow or pair in self.allow_by_peer.get(peer[0] if peer else "", frozenset()):
             log.info("egress %s %s:%d from %s", what, host, port, peer)
             return True
         self.refused += 1

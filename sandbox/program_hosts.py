@@ -25,6 +25,7 @@ from docker.errors import APIError, NotFound
 from docker.utils.socket import STDERR, STDOUT, next_frame_header, read_exactly
 
 from sandbox import program_image
+from sandbox.egress import EgressGateway
 from sandbox.container import remove_all
 
 log = logging.getLogger("genesis.program_hosts")
@@ -58,6 +59,7 @@ class ProgramHost:
         self._lock = threading.Lock()
         self._ready: Future = Future()
         self.stderr = b""
+        self.address = ""  # on the egress network, once started
         self._container = client.containers.create(
             program_image.ensure(client),
             name=f"genesis-gepa-{client_id}-{secrets.token_hex(3)}",
@@ -80,6 +82,10 @@ class ProgramHost:
         self._container.start()
         self._reader = threading.Thread(target=self._read_replies, name=f"program-host-{client_id}", daemon=True)
         self._reader.start()
+
+    def network_address(self, network: str) -> str:
+        self._container.reload()
+        return self._container.attrs["NetworkSettings"]["Networks"][network]["IPAddress"]
 
     @property
     def alive(self) -> bool:
@@ -178,8 +184,9 @@ class ProgramHosts:
     """The warm hosts of this worker, keyed by (client_id, environment directory)."""
 
     def __init__(self, client: docker.DockerClient, network: str, environment: dict[str, str],
-                 limits: HostLimits, idle_s: float = 600.0):
+                 limits: HostLimits, idle_s: float = 600.0, gateway: "EgressGateway | None" = None):
         self._client, self._network, self._environment, self._limits, self._idle_s = client, network, environment, limits, idle_s
+        self._gateway = gateway  # told each host's address and its client's own allow-list
         self._hosts: dict[tuple[str, str], ProgramHost] = {}
         self._starting: dict[tuple[str, str], threading.Lock] = {}
         self._lock = threading.Lock()
@@ -193,7 +200,8 @@ class ProgramHosts:
             except Exception:  # noqa: BLE001 - Docker hiccups: try again next round
                 log.exception("reaping idle program hosts failed")
 
-    def host_for(self, client_id: str, worktrees: Path, env_dir: Path, waiting: Callable[[], None] = lambda: None) -> ProgramHost:
+    def host_for(self, client_id: str, worktrees: Path, env_dir: Path, waiting: Callable[[], None] = lambda: None,
+                 egress_allow: frozenset[tuple[str, int]] = frozenset()) -> ProgramHost:
         key = (client_id, str(env_dir))
         with self._lock:
             start_lock = self._starting.setdefault(key, threading.Lock())
@@ -203,9 +211,11 @@ class ProgramHosts:
             host = self._hosts.get(key)
             if host is not None and host.alive:
                 host.last_used = time.monotonic()
+                if self._gateway is not None:  # the client's list as of now
+                    self._gateway.allow_peer(host.address, egress_allow)
                 return host
             if host is not None:
-                host.close()
+                self._retire(host)
             host = ProgramHost(self._client, client_id, worktrees, env_dir, self._network, self._environment, self._limits)
             try:
                 host.wait_ready(waiting=waiting)
@@ -213,6 +223,9 @@ class ProgramHosts:
                 host.close()
                 raise
             host.last_used = time.monotonic()
+            if self._gateway is not None:
+                host.address = host.network_address(self._network)
+                self._gateway.allow_peer(host.address, egress_allow)
             with self._lock:
                 self._hosts[key] = host
             return host
@@ -225,14 +238,19 @@ class ProgramHosts:
             idle = [k for k, h in self._hosts.items() if now - h.last_used > self._idle_s and not h._waiting]
             hosts = [self._hosts.pop(k) for k in idle]
         for host in hosts:
-            host.close()
+            self._retire(host)
+
+    def _retire(self, host: ProgramHost) -> None:
+        if self._gateway is not None and host.address:
+            self._gateway.forget_peer(host.address)
+        host.close()
 
     def close(self) -> None:
         self._closed.set()
         with self._lock:
             hosts, self._hosts = list(self._hosts.values()), {}
         with ThreadPoolExecutor(max_workers=8) as pool:  # each removal is a Docker round trip
-            list(pool.map(ProgramHost.close, hosts))
+            list(pool.map(self._retire, hosts))
 
 
 

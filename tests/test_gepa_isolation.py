@@ -83,3 +83,22 @@ def test_environment_keys_follow_the_requirements():
     assert gepa_envs.environment_key([], "dspy==3.4.1") == base
     assert gepa_envs.environment_key(["numpy"], "dspy==3.4.1") != base
     assert gepa_envs.environment_key(["a", "b"], "dspy==3.4.1") == gepa_envs.environment_key(["b", "a"], "dspy==3.4.1")
+
+
+async def test_a_clients_own_allow_list_opens_only_its_own_programs_egress(gepa_stack, gepa_http):
+    forbidden_port = gepa_stack.forbidden[1]
+    target = f"127.0.0.1:{forbidden_port}"
+    response = await gepa_http.post("/connect-git", json={"repo_url": str(gepa_stack.repo), "egress_allow": [target, target]})
+    assert response.status_code == 201, response.text
+    assert response.json()["egress_allow"] == [target]
+    opened, closed = response.json()["client_id"], await gepa_stack.connect(gepa_http)
+    targets = {"direct": {}, "proxied": {"page": f"http://{target}/"}, "paths": []}
+    seen = {}
+    for client_id, program_id in ((opened, "egress-own"), (closed, "egress-other")):
+        result = (await gepa_http.post("/execute_step", json=step(
+            client_id, program_id, entry_point="probe.Probe", test_examples=[{"question": json.dumps(targets)}]))).json()
+        assert result["status"] == "success", result
+        seen[client_id] = json.loads(result["pipeline_outputs"][0]["output"]["answer"])["page"]
+    assert seen == {opened: f"reached {forbidden_port}", closed: "HTTP 403"}
+    bad = await gepa_http.post("/connect-git", json={"repo_url": str(gepa_stack.repo), "egress_allow": ["evil.example.com"]})
+    assert bad.status_code == 422 and "must be host:port" in bad.json()["detail"]

@@ -155,6 +155,7 @@ class GepaClient(Base):
     # The agent (X-API-Key) that connected it: only that agent may run its steps and read its
     # programs. None: connected without a key under GENESIS_AUTH=open (anyone may use it).
     owner_agent_id: Mapped[str | None] = mapped_column(String(40))
+    egress_allow: Mapped[list[str]] = mapped_column(JSONB, default=list)  # host:port its programs may reach
     # connecting (clone in progress) | connected | failed
     status: Mapped[str] = mapped_column(String(16))
     default_branch: Mapped[str | None] = mapped_column(String(255))

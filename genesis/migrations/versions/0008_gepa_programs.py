@@ -22,6 +22,7 @@ def upgrade() -> None:
         sa.Column("repo_url", sa.Text, nullable=False),
         sa.Column("installation_id", sa.BigInteger, nullable=True),
         sa.Column("owner_agent_id", sa.String(40), nullable=True),
+        sa.Column("egress_allow", JSONB, nullable=False, server_default="[]"),
         sa.Column("status", sa.String(16), nullable=False),
         sa.Column("default_branch", sa.String(255), nullable=True),
         sa.Column("error", sa.Text, nullable=True),
