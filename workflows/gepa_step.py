@@ -25,7 +25,7 @@ with workflow.unsafe.imports_passed_through():
 
 INFRA_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5),
                           maximum_attempts=3, non_retryable_error_types=["GEPA_STEP_FAILED"])
-RUN_HEARTBEAT = timedelta(seconds=20)
+RUN_HEARTBEAT = timedelta(seconds=10)
 DB_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10),
                        non_retryable_error_types=["GEPA_STEP_FAILED"])
 
