@@ -63,9 +63,14 @@ def ensure_network(client: docker.DockerClient, name: str) -> str:
 
 
 def _iptables(*args: str, check: bool = True) -> bool:
-    done = subprocess.run(["iptables", "-w", *args], capture_output=True, text=True)
+    try:
+        done = subprocess.run(["iptables", "-w", *args], capture_output=True, text=True)
+    except FileNotFoundError:
+        raise EgressSetupError("iptables is not installed (scripts/services.sh installs it); GEPA containers' "
+                               "egress cannot be limited. Set GENESIS_GEPA_ENFORCE_EGRESS=false to run without") from None
     if check and done.returncode != 0:
-        raise EgressSetupError(f"iptables {' '.join(args)} failed: {done.stderr.strip()}")
+        raise EgressSetupError(f"iptables {' '.join(args)} failed: {done.stderr.strip()} (the worker needs root for "
+                               "the GEPA egress rules; GENESIS_GEPA_ENFORCE_EGRESS=false runs without them)")
     return done.returncode == 0
 
 
