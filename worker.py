@@ -15,6 +15,7 @@ from temporalio.worker import Worker
 import redis.asyncio as aioredis
 
 from activities.lifecycle import LifecycleActivities
+from activities.metrics import PipelineMetrics
 from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
 from activities.webhooks import WebhookActivities
@@ -22,6 +23,8 @@ from activities.tasks import TaskActivities
 from activities.gepa import GepaActivities
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
+from genesis.logs import configure_logging
+from genesis.metrics import serve_metrics, temporal_sdk_runtime
 from genesis.temporal import connect
 from workflows.mutation import MutationWorkflow
 from workflows.rollback import RollbackWorkflow
@@ -30,6 +33,8 @@ from workflows.gepa_connect import GepaConnectWorkflow
 from workflows.gepa_step import GepaStepWorkflow
 
 WORKFLOWS = [MutationWorkflow, RollbackWorkflow, TaskWorkflow]
+GEPA_WORKFLOWS = [GepaStepWorkflow, GepaConnectWorkflow]  # on the GEPA task queue (build_gepa_worker)
+log = logging.getLogger("genesis.worker")
 
 
 def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandbox: SandboxActivities) -> Worker:
@@ -55,6 +60,7 @@ def build_worker(client, settings: Settings, executor: ThreadPoolExecutor, sandb
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.sandbox_concurrency,  # regular activities: sandbox tests only
+        interceptors=[PipelineMetrics()],  # stage durations and verdicts for /metrics
     )
 
 
@@ -64,7 +70,7 @@ def build_gepa_worker(client, settings: Settings, executor: ThreadPoolExecutor, 
     return Worker(
         client,
         task_queue=settings.gepa_task_queue(),
-        workflows=[GepaStepWorkflow, GepaConnectWorkflow],
+        workflows=GEPA_WORKFLOWS,
         activities=[gepa.clone_repository, gepa.record_client, gepa.start_program, gepa.mutate,
                     gepa.run_program, gepa.finish_program],
         activity_executor=executor,
@@ -73,9 +79,10 @@ def build_gepa_worker(client, settings: Settings, executor: ThreadPoolExecutor, 
 
 
 async def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(message)s")
     settings = get_settings()
-    client = await connect(settings)
+    configure_logging("worker", settings)
+    serve_metrics("worker", settings.metrics_host, settings.worker_metrics_port)
+    client = await connect(settings, temporal_sdk_runtime(settings.metrics_host, settings.worker_sdk_metrics_port))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -88,14 +95,14 @@ async def main() -> None:
                 ThreadPoolExecutor(max_workers=settings.gepa_concurrency, thread_name_prefix="gepa") as gepa_executor:
             worker = build_worker(client, settings, executor, sandbox)
             gepa_worker = build_gepa_worker(client, settings, gepa_executor, gepa)
-            logging.info("worker polling task queues %r and %r on %s", settings.task_queue,
-                         settings.gepa_task_queue(), settings.temporal_address)
+            log.info("worker polling task queues %r and %r on %s", settings.task_queue,
+                     settings.gepa_task_queue(), settings.temporal_address)
             async with worker, gepa_worker:
                 await stop.wait()
     finally:
         await asyncio.to_thread(gepa.close)
         await asyncio.to_thread(sandbox.close)
-    logging.info("worker stopped")
+    log.info("worker stopped")
 
 
 if __name__ == "__main__":

@@ -234,7 +234,9 @@ class SandboxActivities:
         """Sync activity (the Docker SDK blocks) on the worker's thread pool, with heartbeats."""
         info = activity.info()
         activity.logger.info("sandbox test of %s, attempt %d", request.mutation_id, info.attempt)
-        return run_trial(
+        report = run_trial(
             request, self._settings, self._client, heartbeat=activity.heartbeat,
             hosts=self.pool,
         )
+        activity.logger.info("sandbox verdict %s for %s: %s", report.verdict, request.mutation_id, report.summary)
+        return report

@@ -13,28 +13,35 @@ from api import (
     routes_context,
     routes_evolution,
     routes_health,
+    routes_mutation_list,
+    routes_mutation_ops,
     routes_mutations,
     routes_tasks,
     routes_telemetry,
     routes_traits,
+    routes_viewer,
     routes_webhooks,
     routes_world,
 )
 from api import routes_gepa
 from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
+from api.metrics import RequestMetrics
+from api.metrics import router as metrics_router
 from api.telemetry_hub import TelemetryHub
 from api.workflow_starter import WorkflowStarter
 from genesis.apikeys import load_pepper
 from genesis.config import Settings, get_settings
 from genesis.webhooks import load_server_secret
 from genesis.db.session import get_engine, get_sessionmaker
+from genesis.logs import configure_logging
 
 MAX_BODY_BYTES = 96 * 1024  # 32 KB of code can grow when JSON-escaped
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
+    configure_logging("api", settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -82,5 +89,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_world.router)
     app.include_router(routes_telemetry.router)
     app.include_router(routes_traits.router)
+    # The mutation list and the world viewer at / (api/static/, no build step).
+    app.include_router(routes_mutation_list.router)
+    routes_viewer.install(app)
+    # Prometheus: GET /metrics, and every request counted/timed (outermost: sees 413s too)
+    app.include_router(metrics_router)
+    app.add_middleware(RequestMetrics)
+    # Re-run a mutation whose workflow failed for an infrastructure reason (the CLI's `mutations retry`).
+    app.include_router(routes_mutation_ops.router)
     app.include_router(routes_gepa.router)  # GEPA optimisation steps
     return app

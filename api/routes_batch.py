@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from api.auth import API_KEY, acting_agent, authenticate
 from api.errors import ApiError, validation_error_body
+from api.metrics import count_proposal
 from api.routes_mutations import ERRORS, WRITE_ERRORS, accept_proposal, router
 from api.schemas import BatchItemResult, BatchProposeItem, BatchProposeRequest, BatchProposeResponse, ErrorResponse
 
@@ -56,6 +57,8 @@ async def propose_batch(body: BatchProposeRequest, request: Request,
             log.exception("batch item %d failed", index)
             results.append(BatchItemResult(index=index, status_code=500, error="INTERNAL_ERROR",
                                            detail=f"{type(exc).__name__}: {exc}"))
+    for result in results:
+        count_proposal("batch", "accepted" if result.status_code == 202 else result.error or str(result.status_code))
     accepted_count = sum(1 for r in results if r.status_code == 202)
     reply = BatchProposeResponse(accepted=accepted_count, refused=len(results) - accepted_count, results=results)
     return JSONResponse(reply.model_dump(exclude_none=True), status_code=207)

@@ -11,6 +11,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import API_KEY, acting_agent
 from api.errors import ApiError
+from api.metrics import count_proposal
 from api.routes_tasks import check_proposal_claim
 from api.routes_traits import check_replacement, replaces_ref
 from api.schemas import (
@@ -63,8 +64,13 @@ async def propose(
     Needs the agent's ``X-API-Key`` (unless GENESIS_AUTH=open) and is rate limited per agent
     (active mutations, proposals per hour) and per client IP (proposals per minute)."""
     services = request.app.state.services
-    agent_id = await acting_agent(services, api_key, body.agent_id)
-    accepted = await accept_proposal(services, request, body, agent_id, idempotency_key)
+    try:
+        agent_id = await acting_agent(services, api_key, body.agent_id)
+        accepted = await accept_proposal(services, request, body, agent_id, idempotency_key)
+    except ApiError as exc:
+        count_proposal("single", exc.error)
+        raise
+    count_proposal("single", "accepted")
     return JSONResponse(accepted.model_dump(), status_code=202)
 
 
@@ -160,10 +166,27 @@ async def _load(request: Request, mutation_id: str) -> Mutation:
     return record
 
 
+async def load_own_mutation(request: Request, mutation_id: str, api_key: str | None, action: str) -> Mutation:
+    """The mutation, if the caller's key is its agent's (any caller in GENESIS_AUTH=open without a key)."""
+    services = request.app.state.services
+    caller = None
+    if api_key or services.settings.auth == "required":
+        caller = await acting_agent(services, api_key, None)
+    record = await _load(request, mutation_id)
+    if caller is not None and caller != record.agent_id:
+        raise ApiError(403, "NOT_YOUR_MUTATION",
+                       f"mutation {mutation_id} belongs to agent '{record.agent_id}'; only it may {action}")
+    return record
+
+
 @router.get("/{mutation_id}/status", response_model=MutationStatusResponse, responses=ERRORS)
 async def status(mutation_id: str, request: Request) -> MutationStatusResponse:
     """Where a mutation is in its pipeline, with the validation log a person can act on."""
-    record = await _load(request, mutation_id)
+    return status_response(await _load(request, mutation_id))
+
+
+def status_response(record: Mutation) -> MutationStatusResponse:
+    """The status shape of one mutation row (shared with the list, GET /api/mutations)."""
     return MutationStatusResponse(
         mutation_id=record.mutation_id, trait_name=record.trait_name, agent_id=record.agent_id,
         status=record.status, failure_reason_code=record.failure_reason_code,
@@ -196,13 +219,7 @@ async def rollback(mutation_id: str, request: Request, body: RollbackBody | None
     """Take a trait out of the world (the previous version of the same trait, if any, comes back).
     Needs the ``X-API-Key`` of the agent that proposed it (unless GENESIS_AUTH=open)."""
     services = request.app.state.services
-    caller = None
-    if api_key or services.settings.auth == "required":
-        caller = await acting_agent(services, api_key, None)
-    record = await _load(request, mutation_id)
-    if caller is not None and caller != record.agent_id:
-        raise ApiError(403, "NOT_YOUR_MUTATION",
-                       f"mutation {mutation_id} belongs to agent '{record.agent_id}'; only it may roll it back")
+    record = await load_own_mutation(request, mutation_id, api_key, "roll it back")
     reason = body.reason if body else "manual"
     if record.status == MutationStatus.rolled_back.value:
         return _rollback_reply(record.mutation_id, record.status, "already rolled back", 200)

@@ -20,7 +20,7 @@ import logging
 from datetime import datetime, timedelta, timezone
 
 from sqlalchemy import select, update
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes, WorkflowIDConflictPolicy
 
 from genesis.config import Settings
@@ -53,6 +53,25 @@ def mutation_input(record: Mutation, settings: Settings) -> MutationInput:
     )
 
 
+async def start_mutation_workflow(client: Client, settings: Settings, mutation: MutationInput,
+                                  workflow_id: str) -> WorkflowHandle:
+    """Start (or find running: USE_EXISTING) the MutationWorkflow of a recorded mutation. A closed
+    earlier run of the same id does not block a new one (the default reuse policy): that is how
+    POST /api/mutations/{id}/retry re-runs a mutation whose workflow failed."""
+    return await client.start_workflow(
+        MUTATION_WORKFLOW,
+        mutation,
+        id=workflow_id,
+        task_queue=settings.task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        search_attributes=TypedSearchAttributes([
+            SearchAttributePair(SA_AGENT_ID, mutation.agent_id),
+            SearchAttributePair(SA_TRAIT_NAME, mutation.trait_name),
+            SearchAttributePair(SA_STATUS, MutationStatus.queued.value),
+        ]),
+    )
+
+
 class WorkflowStarter:
     def __init__(self, services) -> None:
         self._services = services
@@ -78,22 +97,11 @@ class WorkflowStarter:
 
     async def _start_now(self, mutation: MutationInput, workflow_id: str) -> bool:
         try:
-            client: Client = await self._services.temporal()
-            await client.start_workflow(
-                MUTATION_WORKFLOW,
-                mutation,
-                id=workflow_id,
-                task_queue=self._settings.task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                search_attributes=TypedSearchAttributes([
-                    SearchAttributePair(SA_AGENT_ID, mutation.agent_id),
-                    SearchAttributePair(SA_TRAIT_NAME, mutation.trait_name),
-                    SearchAttributePair(SA_STATUS, MutationStatus.queued.value),
-                ]),
-            )
+            await start_mutation_workflow(await self._services.temporal(), self._settings, mutation, workflow_id)
         except Exception as exc:  # the row stays queued: the sweeper tries again
             self.failed += 1
-            log.warning("could not start %s yet (%s); it stays queued and will be retried", workflow_id, exc)
+            log.warning("could not start %s yet (%s); it stays queued and will be retried", workflow_id, exc,
+                        extra={"workflow_id": workflow_id, "mutation_id": mutation.mutation_id})
             return False
         self.started += 1
         return True

@@ -34,7 +34,7 @@ from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from genesis.config import Settings  # noqa: E402
-from genesis.harness import TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process  # noqa: E402
+from genesis.harness import TEMPORAL_CLI, free_port, worker_and_api  # noqa: E402
 from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME  # noqa: E402
 from sandbox.image import ensure, sandbox_runtime  # noqa: E402
 
@@ -155,27 +155,21 @@ async def main(samples: int, in_flight: int) -> dict:
         ratelimit_proposals_per_agent_hour=10**9,
         activate_mutations=False,
     )
-    worker = worker_process(settings, "bench-worker")
-    api = api_process(settings, "bench-api")
-    worker.start()
-    api.start()
     try:
-        url = await asyncio.to_thread(wait_for_api, api)
-        run_id = uuid.uuid4().hex[:8]
-        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
-            await propose_and_wait(http, valid_trait(f"warmup-{run_id}"), "sandbox_ok")  # warm caches
-            rejected = [await propose_and_wait(http, forbidden_trait(f"{run_id}-{i}"), "rejected") for i in range(samples)]
-            accepted = [await propose_and_wait(http, valid_trait(f"{run_id}-{i}"), "sandbox_ok") for i in range(samples)]
-            started = time.perf_counter()
-            burst = await asyncio.gather(
-                *(propose_and_wait(http, valid_trait(f"{run_id}-burst-{i}"), "sandbox_ok") for i in range(in_flight))
-            )
-            burst_s = time.perf_counter() - started
+        async with worker_and_api(settings, "bench") as url:
+            run_id = uuid.uuid4().hex[:8]
+            async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+                await propose_and_wait(http, valid_trait(f"warmup-{run_id}"), "sandbox_ok")  # warm caches
+                rejected = [await propose_and_wait(http, forbidden_trait(f"{run_id}-{i}"), "rejected") for i in range(samples)]
+                accepted = [await propose_and_wait(http, valid_trait(f"{run_id}-{i}"), "sandbox_ok") for i in range(samples)]
+                started = time.perf_counter()
+                burst = await asyncio.gather(
+                    *(propose_and_wait(http, valid_trait(f"{run_id}-burst-{i}"), "sandbox_ok") for i in range(in_flight))
+                )
+                burst_s = time.perf_counter() - started
         docker_floor = await asyncio.to_thread(docker_run_floor, image, samples)
         workflow_floor = await empty_workflow_floor(env, samples)
     finally:
-        api.stop()
-        worker.stop()
         await env.shutdown()
 
     sandbox_ok = percentiles(accepted)

@@ -11,15 +11,19 @@ import logging
 import signal
 
 import redis.asyncio as aioredis
+from prometheus_client import REGISTRY
 
 from genesis import registry
 from genesis.config import get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.effects import WorldSample
+from genesis.logs import configure_logging
+from genesis.metrics import serve_metrics
 from genesis.temporal import connect
 
 from .live_traits import HostTraitRunner
 from .loop import Engine
+from .metrics import EngineCollector
 from .observers import ObservationReporter
 
 log = logging.getLogger("genesis.engine")
@@ -59,6 +63,8 @@ async def main() -> None:
     runner = HostTraitRunner(settings, redis)
     engine = Engine(settings, runner)
     engine.snapshot_hooks.append(observation_hook(settings, runner))
+    REGISTRY.register(EngineCollector(engine))
+    serve_metrics("engine", settings.metrics_host, settings.engine_metrics_port)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -68,7 +74,7 @@ async def main() -> None:
     finally:
         await engine.close()
         await redis.aclose()
-        logging.info(
+        log.info(
             "engine stopped at tick %d: mean tick %.3f ms, %d overruns, %d snapshots, %d trait-host restarts",
             engine.world.tick, engine.mean_tick_ms(), engine.tick_overruns, engine.snapshots_taken,
             runner.stats.restarts,
@@ -76,5 +82,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s engine %(levelname)s %(message)s")
+    configure_logging("engine", get_settings())
     asyncio.run(main())

@@ -207,7 +207,8 @@ class HostTraitRunner:
         reply = self._send_load(entry)
         if reply.get("ok"):
             self._traits[entry.trait_name] = TraitState(entry)
-            log.info("loaded trait %s v%d (%s)", entry.trait_name, entry.version, entry.mutation_id)
+            log.info("loaded trait %s v%d (%s)", entry.trait_name, entry.version, entry.mutation_id,
+                     extra={"mutation_id": entry.mutation_id, "trait_name": entry.trait_name})
         else:
             log.warning("trait %s v%d failed to load: %s", entry.trait_name, entry.version, reply.get("error"))
             self._quarantined[entry.trait_name] = entry.mutation_id

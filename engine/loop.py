@@ -26,6 +26,7 @@ from typing import Any
 
 from genesis.config import Settings
 
+from .metrics import TICK_SECONDS
 from .telemetry import PeriodCounters, TelemetrySink, build_frame, build_snapshot, entity_list, to_row
 from .traits import NoTraits, TraitRunner
 from .world import World, WorldParams
@@ -153,6 +154,7 @@ class Engine:
         self._account(work)
 
     def _account(self, work: float) -> None:
+        TICK_SECONDS.observe(work)
         self.ticks_run += 1
         self.work_total_s += work
         self._window_ticks += 1

@@ -139,6 +139,20 @@ class Settings(BaseSettings):
     watcher_pause_s: int = Field(default=300, ge=1)
     watcher_report_ttl_s: int = Field(default=600, ge=1)  # evo:trigger:{id}
 
+    # Observability (genesis/logs.py, genesis/metrics.py). Logs: console (readable, `make run`)
+    # or json (one object per line with service, logger, level, timestamp and, inside Temporal
+    # activities, workflow_id / mutation_id; compose sets json). Prometheus: the API serves
+    # GET /metrics on its own port; the engine and the worker have no HTTP server of their own,
+    # so each serves /metrics on its port below (0: off). A port already taken is logged and
+    # skipped: metrics never stop the world or the pipeline.
+    log_format: Literal["console", "json"] = "console"
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    metrics_host: str = "127.0.0.1"  # where the engine/worker metrics servers listen (0.0.0.0 in compose)
+    engine_metrics_port: int = Field(default=9101, ge=0, le=65535)
+    worker_metrics_port: int = Field(default=9102, ge=0, le=65535)
+    # The Temporal SDK's own metrics of the worker (task slots, schedule-to-start latency: the
+    # signal to add workers), served by the SDK core; 0 (default): off.
+    worker_sdk_metrics_port: int = Field(default=0, ge=0, le=65535)
     # GEPA optimisation steps (POST /connect-git, /execute_step, GET /program; README "GEPA
     # optimisation steps"). Clones and worktrees live under gepa_workspace_dir on the worker host
     # (the API reads nothing there); program environments under gepa_envs_dir, one per requirements hash.

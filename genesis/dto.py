@@ -83,6 +83,9 @@ class MutationInput(BaseModel):
     # version that went live meanwhile; both default to the old, unchecked behaviour.
     replaces: TraitRef | None = None
     require_new: bool = False
+    # A re-run after an infrastructure failure (POST /api/mutations/{id}/retry): its webhook ids
+    # carry the run, so receivers that deduplicate on webhook-id do not drop the new run's changes.
+    retried: bool = False
 
 
 class ValidationOutcome(BaseModel):

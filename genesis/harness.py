@@ -5,13 +5,16 @@ the processes exactly as `make run` starts them, only pointed elsewhere."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import AsyncIterator
 
 import httpx
 from pydantic import SecretStr
@@ -97,3 +100,18 @@ def wait_for_api(process: ManagedProcess, timeout_s: float = 30) -> str:
         if time.monotonic() > deadline or (process.proc and process.proc.poll() is not None):
             raise RuntimeError(f"the API did not start; see {process.log_path}")
         time.sleep(0.2)
+
+
+@asynccontextmanager
+async def worker_and_api(settings: Settings, prefix: str) -> AsyncIterator[str]:
+    """A worker and an API process of their own on ``settings``; yields the API's URL and stops
+    both on the way out (their logs are ``<prefix>-worker.log`` and ``<prefix>-api.log``)."""
+    worker = worker_process(settings, f"{prefix}-worker")
+    api = api_process(settings, f"{prefix}-api")
+    worker.start()
+    api.start()
+    try:
+        yield await asyncio.to_thread(wait_for_api, api)
+    finally:
+        api.stop()
+        worker.stop()

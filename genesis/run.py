@@ -23,6 +23,10 @@ def _die_with_parent() -> None:
         pass
 
 
+def _metrics_url(settings, port: int) -> str:
+    return f"http://{settings.metrics_host}:{port}/metrics" if port else "off"
+
+
 def main() -> int:
     settings = get_settings()
 
@@ -42,11 +46,14 @@ def main() -> int:
     print(
         "\n  Genesis is starting\n"
         f"    API           {base}\n"
+        f"    World viewer  {base}/\n"
         f"    API docs      {base}/docs\n"
         f"    Health        {base}/api/health\n"
         f"    World stats   {base}/api/stats   (frames: ws://{settings.api_host}:{settings.api_port}/ws/world)\n"
         f"    Temporal UI   {settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows\n"
         f"    Agents        POST {base}/v1/agents/register, then send X-API-Key (GENESIS_AUTH={settings.auth})\n"
+        f"    Metrics       {base}/metrics, engine {_metrics_url(settings, settings.engine_metrics_port)}, "
+        f"worker {_metrics_url(settings, settings.worker_metrics_port)}\n"
         "  Ctrl-C stops the worker, the engine, the Watcher and the API (services keep running).\n",
         flush=True,
     )

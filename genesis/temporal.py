@@ -4,13 +4,16 @@ from __future__ import annotations
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
 
 from genesis.config import Settings
 
 
-async def connect(settings: Settings) -> Client:
+async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
+    """``runtime``: a Temporal runtime of one's own (e.g. with SDK metrics); None: the default."""
     return await Client.connect(
         settings.temporal_address,
         namespace=settings.temporal_namespace,
         data_converter=pydantic_data_converter,
+        runtime=runtime,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import io
+import logging
 import os
 import re
 import shutil
@@ -30,6 +31,8 @@ from docker.errors import ImageNotFound
 
 from genesis import rules
 from genesis.config import get_settings
+
+log = logging.getLogger("genesis.sandbox.image")
 
 HERE = Path(__file__).resolve().parent
 TRAIT_HOST = HERE / "trait_host.py"
@@ -230,7 +233,7 @@ def build(client: docker.DockerClient | None = None, rt: Runtime | None = None) 
         changes=[f"USER {SANDBOX_UID}:{SANDBOX_UID}", "WORKDIR /tmp", f"CMD {rt.command!r}".replace("'", '"')],
     )
     client.images.get(tag)  # raises if the import did not produce it
-    print(f"built {tag} from {rt.binary()} ({rt.name}, {len(data) / 1e6:.0f} MB rootfs, {time.monotonic() - started:.1f}s)", file=sys.stderr)
+    log.info("built %s from %s (%s, %.0f MB rootfs, %.1fs)", tag, rt.binary(), rt.name, len(data) / 1e6, time.monotonic() - started)
     return tag
 
 
@@ -241,7 +244,7 @@ def ensure(client: docker.DockerClient | None = None, rt: Runtime | None = None)
     tag = image_tag(rt)
     try:
         client.images.get(tag)
-        print(f"trait-host image {tag} is present", file=sys.stderr)
+        log.info("trait-host image %s is present", tag)
         return tag
     except ImageNotFound:
         built = build(client, rt)
@@ -271,6 +274,7 @@ def both_runtimes() -> list[Runtime]:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)  # what it built or found
     action = sys.argv[1] if len(sys.argv) > 1 else "ensure"
     if action == "name":
         print(image_tag())

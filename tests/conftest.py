@@ -92,6 +92,10 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         webhook_allow_private=True,
         webhook_secret=SecretStr("genesis-test-webhook-secret"),
         webhook_max_retry_interval_s=2.0,
+        # No fixed metrics ports for the suite's engines and workers (several may run on one
+        # machine); tests/test_observability.py starts processes with ports of their own.
+        engine_metrics_port=0,
+        worker_metrics_port=0,
     )
 
 

@@ -18,7 +18,6 @@ from genesis.workflow_api import SA_STATUS
 from sandbox.container import containers_of as sandbox_containers_of
 from tests import agents, traits
 from workflows.mutation import MutationWorkflow
-from workflows.task import TaskWorkflow
 
 # A verdict on the sandbox has been reached once the status leaves queued/validating.
 PASSED = {"sandbox_ok", "activated", "kept"}
@@ -201,5 +200,7 @@ async def test_recorded_histories_replay(path):
 
     with open(os.path.join(HISTORIES, path)) as f:
         history = WorkflowHistory.from_json(f"recorded-{path}", f.read())
-    replayer = Replayer(workflows=[MutationWorkflow, TaskWorkflow], data_converter=pydantic_data_converter)
+    from genesis.cli.replay import default_workflows  # every workflow the worker registers
+
+    replayer = Replayer(workflows=default_workflows(), data_converter=pydantic_data_converter)
     await replayer.replay_workflow(history)

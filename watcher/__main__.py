@@ -11,6 +11,7 @@ import redis.asyncio as aioredis
 
 from genesis.config import get_settings
 from genesis.db.session import get_sessionmaker
+from genesis.logs import configure_logging
 from genesis.temporal import connect
 from genesis.watcher import Watcher
 
@@ -46,5 +47,5 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging("watcher", get_settings())
     asyncio.run(main())

@@ -217,7 +217,9 @@ class MutationWorkflow:
             **{k: later[k] for k in ("trait_version", "fitness_verdict", "rollback_reason") if later.get(k) is not None},
         }
         self._webhooks.append(WebhookDelivery(
-            delivery_id=f"{mutation.mutation_id}.{sequence}", mutation_id=mutation.mutation_id,
+            delivery_id=(f"{mutation.mutation_id}.{workflow.info().run_id[:8]}.{sequence}" if mutation.retried
+                         else f"{mutation.mutation_id}.{sequence}"),
+            mutation_id=mutation.mutation_id,
             agent_id=mutation.agent_id, notify_url=mutation.notify_url, event=event,
             deadline=now + mutation.webhook_retry_window_s,
         ))

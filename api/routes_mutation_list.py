@@ -1,0 +1,48 @@
+"""List mutations, newest first: ``GET /api/mutations?status=&agent_id=&trait_name=&limit=``.
+
+Each item has the shape of ``GET /api/mutations/{id}/status`` (which carries ``workflow_id``, the
+Temporal workflow to open in its UI). The world viewer's mutation list reads it."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Query, Request
+from pydantic import BaseModel
+from sqlalchemy import select
+
+from api.routes_mutations import status_response
+from api.schemas import AGENT_ID_PATTERN, ErrorResponse, MutationStatusResponse
+from genesis import rules
+from genesis.db.models import Mutation
+from genesis.dto import MutationStatus
+
+router = APIRouter(prefix="/api/mutations", tags=["mutations"])
+
+MAX_LIMIT = 200
+
+
+class MutationListResponse(BaseModel):
+    mutations: list[MutationStatusResponse]
+
+
+@router.get(
+    "", response_model=MutationListResponse,
+    responses={422: {"model": ErrorResponse, "description": "An invalid status, agent_id, trait_name or limit (the detail names it)"}},
+)
+async def list_mutations(
+    request: Request,
+    status: MutationStatus | None = Query(None, description="only mutations in this status"),
+    agent_id: str | None = Query(None, pattern=AGENT_ID_PATTERN.pattern, description="only this agent's mutations"),
+    limit: int = Query(50, ge=1, le=MAX_LIMIT, description=f"how many (1..{MAX_LIMIT}), newest first"),
+    trait_name: str | None = Query(None, pattern=rules.TRAIT_NAME_PATTERN, description="only this trait's mutations"),
+) -> MutationListResponse:
+    """Mutations, newest first, optionally of one status and/or one agent."""
+    query = select(Mutation).order_by(Mutation.created_at.desc(), Mutation.mutation_id.desc()).limit(limit)
+    if status is not None:
+        query = query.where(Mutation.status == status.value)
+    if agent_id is not None:
+        query = query.where(Mutation.agent_id == agent_id)
+    if trait_name is not None:
+        query = query.where(Mutation.trait_name == trait_name)
+    async with request.app.state.services.sessions() as session:
+        records = (await session.scalars(query)).all()
+    return MutationListResponse(mutations=[status_response(r) for r in records])

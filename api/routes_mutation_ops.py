@@ -1,0 +1,105 @@
+"""Re-run a mutation whose workflow failed for an infrastructure reason (POST /api/mutations/{id}/retry).
+
+Retry is a *fresh run with the same workflow id*, not a Temporal reset: every step of a
+MutationWorkflow is cheap (validation ~10 ms, the sandbox test ~0.5 s) and idempotent on the
+mutation id (the code-hash claim, activation), so re-running from the start costs under a second
+and needs no choice of a reset point; the failed run stays in Temporal as the previous run of the
+same id. A verdict (rejected, kept, rolled_back) or a live trait (activated) is never re-run."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from sqlalchemy import update
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from api.auth import API_KEY
+from api.errors import ApiError
+from api.routes_mutations import WRITE_ERRORS, load_own_mutation
+from api.schemas import ErrorResponse
+from api.schemas_mutation_ops import RetryResponse
+from api.workflow_starter import mutation_input, start_mutation_workflow
+from genesis.db.models import Mutation
+from genesis.dto import MutationStatus
+
+router = APIRouter(prefix="/api/mutations", tags=["mutations"])
+
+# Statuses that are verdicts on the code, or a trait that is live: a re-run would judge it again.
+NOT_RETRYABLE = {
+    MutationStatus.rejected.value: "it was rejected on its merits ({code}): fix the code and propose it again",
+    MutationStatus.kept.value: "its verdict is in (kept): the trait is live; there is nothing to re-run",
+    MutationStatus.rolled_back.value: "its verdict is in (rolled_back): propose a new version instead",
+    MutationStatus.activated.value: "its trait is live and under observation: roll it back "
+                                    "(POST /api/mutations/{id}/rollback) instead of re-running it",
+}
+
+
+@router.post(
+    "/{mutation_id}/retry", status_code=202, response_model=RetryResponse,
+    responses={**WRITE_ERRORS, 409: {"model": ErrorResponse, "description":
+               "NOT_RETRYABLE (a verdict or a live trait), MUTATION_IN_PROGRESS (its workflow is running)"}},
+)
+async def retry(mutation_id: str, request: Request, api_key: str | None = Depends(API_KEY)) -> JSONResponse:
+    """Re-run a mutation whose workflow ended without a verdict (Failed, TimedOut, Terminated,
+    Canceled, or never started / vanished while the record is not final): a fresh run of its
+    MutationWorkflow under the same workflow id. Needs the ``X-API-Key`` of the agent that
+    proposed it (unless GENESIS_AUTH=open)."""
+    services = request.app.state.services
+    record = await load_own_mutation(request, mutation_id, api_key, "retry it")
+    if record.status in NOT_RETRYABLE:
+        reason = NOT_RETRYABLE[record.status].format(code=record.failure_reason_code, id=mutation_id)
+        raise ApiError(409, "NOT_RETRYABLE", f"mutation {mutation_id} is {record.status}: {reason}")
+    client = await services.temporal()
+    run_status = await _workflow_status(client, record.workflow_id)
+    if run_status == WorkflowExecutionStatus.RUNNING:
+        still = (" (a failed run may still be delivering its notify_url webhooks)"
+                 if record.status == MutationStatus.failed.value else "")
+        raise ApiError(409, "MUTATION_IN_PROGRESS",
+                       f"mutation {mutation_id} is {record.status} and its workflow {record.workflow_id} is still "
+                       f"running{still}: retry once it has ended (follow it with GET /api/mutations/{mutation_id}/status)")
+    if (record.status == MutationStatus.sandbox_ok.value and run_status == WorkflowExecutionStatus.COMPLETED):
+        raise ApiError(409, "NOT_RETRYABLE",
+                       f"mutation {mutation_id} passed its sandbox test and its workflow completed "
+                       "(activation was off): that is its verdict")
+    ended = run_status.name if run_status is not None else None
+    note = (f"Retry: the previous run ended {ended}; started again" if ended
+            else "Retry: no workflow run was found; started")
+    async with services.sessions() as session:
+        reset = await session.scalar(
+            update(Mutation)
+            .where(Mutation.mutation_id == mutation_id, Mutation.status == record.status)
+            .values(status=MutationStatus.queued.value, failure_reason_code=None,
+                    validation_log=[*(record.validation_log or []), note], updated_at=datetime.now(timezone.utc))
+            .returning(Mutation)
+        )
+        await session.commit()
+    if reset is None:
+        raise ApiError(409, "MUTATION_IN_PROGRESS",
+                       f"mutation {mutation_id} changed status while the retry was being prepared; look again")
+    try:
+        rerun = mutation_input(reset, services.settings).model_copy(update={"retried": True})
+        handle = await start_mutation_workflow(client, services.settings, rerun, reset.workflow_id)
+    except Exception as exc:  # the row is queued again: the API's sweeper starts it once Temporal answers
+        raise ApiError(503, "TEMPORAL_UNAVAILABLE",
+                       f"mutation {mutation_id} is queued again but its workflow could not be started now ({exc}); "
+                       "it will be started automatically once Temporal is reachable") from exc
+    body = RetryResponse(
+        mutation_id=mutation_id, status=MutationStatus.queued.value, workflow_id=reset.workflow_id,
+        run_id=handle.result_run_id, previous_status=record.status, previous_workflow_status=ended,
+        message=f"re-running {mutation_id} (previous run: {ended or 'none'})",
+    )
+    return JSONResponse(body.model_dump(), status_code=202)
+
+
+async def _workflow_status(client, workflow_id: str) -> WorkflowExecutionStatus | None:
+    """How the latest run of ``workflow_id`` stands, or None if no run exists."""
+    try:
+        description = await client.get_workflow_handle(workflow_id).describe()
+    except RPCError as exc:
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return None
+        raise ApiError(503, "TEMPORAL_UNAVAILABLE", f"could not look up workflow {workflow_id}: {exc}") from exc
+    return description.status

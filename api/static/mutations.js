@@ -1,0 +1,83 @@
+// The mutation list (GET /api/mutations, newest first), refreshed every few seconds; each row
+// links to its workflow in the Temporal UI and unfolds its validation log.
+
+import { describeError, el, request, timeOf } from "./api.js";
+
+const REFRESH_MS = 2000;
+
+export function workflowUrl(config, workflowId) {
+  return config.workflow_url_template.replace("{workflow_id}", encodeURIComponent(workflowId));
+}
+
+// A validation log as a list; the line that failed is highlighted.
+export function logList(lines) {
+  return el("ol", { class: "log" }, lines.map((line) => el("li", { class: /FAILED|ERROR/.test(line) ? "failed" : null, text: line })));
+}
+
+export class MutationList {
+  constructor({ list, note, statusFilter, mineFilter }, config, agent) {
+    Object.assign(this, { list, note, statusFilter, mineFilter, config, agent });
+    this.expanded = new Set();
+    this.timer = null;
+    statusFilter.addEventListener("change", () => this.refresh());
+    mineFilter.addEventListener("change", () => this.refresh());
+  }
+
+  start() {
+    this.refresh();
+  }
+
+  async refresh() {
+    clearTimeout(this.timer);
+    const params = new URLSearchParams({ limit: "50" });
+    if (this.statusFilter.value) params.set("status", this.statusFilter.value);
+    if (this.mineFilter.checked) {
+      if (!this.agent.agentId) {
+        this.note.textContent = "“only mine” needs your agent: register or paste a key above";
+        this.list.replaceChildren();
+        this.timer = setTimeout(() => this.refresh(), REFRESH_MS);
+        return;
+      }
+      params.set("agent_id", this.agent.agentId);
+    }
+    const answer = await request(`/api/mutations?${params}`);
+    if (answer.ok) {
+      this.note.textContent = answer.data.mutations.length ? "" : "no mutations yet";
+      this.render(answer.data.mutations);
+    } else {
+      const { title, lines } = describeError(answer);
+      this.note.textContent = `the list is unavailable: ${title} ${lines.join("; ")}`;
+    }
+    this.timer = setTimeout(() => this.refresh(), REFRESH_MS);
+  }
+
+  render(mutations) {
+    this.list.replaceChildren(...mutations.map((m) => this.row(m)));
+  }
+
+  row(m) {
+    const open = this.expanded.has(m.mutation_id);
+    const toggle = () => {
+      if (this.expanded.has(m.mutation_id)) this.expanded.delete(m.mutation_id);
+      else this.expanded.add(m.mutation_id);
+      this.refresh();
+    };
+    const version = m.trait_version != null ? ` v${m.trait_version}` : "";
+    return el("li", { "data-mutation-id": m.mutation_id },
+      el("div", { class: "head", onclick: toggle, title: "show the validation log" },
+        el("span", { class: `status ${m.status}`, text: m.status }),
+        el("strong", { text: `${m.trait_name}${version}` }),
+        m.failure_reason_code ? el("span", { class: "failure", text: m.failure_reason_code }) : null,
+        m.fitness_verdict ? el("span", { text: `fitness ${m.fitness_verdict}` }) : null,
+        el("code", { text: m.mutation_id }),
+        el("span", { class: "note", text: `${m.agent_id} · ${timeOf(m.created_at)}` }),
+        el("a", { class: "workflow", href: workflowUrl(this.config, m.workflow_id), target: "_blank", rel: "noopener",
+                  onclick: (event) => event.stopPropagation(), text: "workflow ↗" }),
+      ),
+      open ? el("div", {},
+        m.goal ? el("p", { class: "note", text: `goal: ${m.goal}` }) : null,
+        m.rollback_reason ? el("p", { class: "note", text: `rolled back: ${m.rollback_reason}` }) : null,
+        logList(m.validation_log)) : null,
+    );
+  }
+}

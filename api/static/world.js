@@ -1,0 +1,94 @@
+// The world canvas: frames from /ws/world ({"tick", "entities": [[id, x, y, energy, trait|null]],
+// "resources": [[x, y]]}) drawn once per animation frame, entities coloured by their trait.
+
+import { el, reconnectingSocket } from "./api.js";
+
+const NO_TRAIT = "#8a93a3";
+const RESOURCE = "#3fae5a";
+
+// A stable colour per trait name (hash → hue), so a trait keeps its colour across reloads.
+export function traitColour(name) {
+  if (!name) return NO_TRAIT;
+  let h = 0;
+  for (const ch of name) h = (h * 31 + ch.codePointAt(0)) >>> 0;
+  return `hsl(${h % 360}, 75%, 60%)`;
+}
+
+export class WorldView {
+  constructor(canvas, legend, { width, height, maxEnergy = 100 }) {
+    this.canvas = canvas;
+    this.ctx = canvas.getContext("2d");
+    this.legend = legend;
+    this.world = { width, height };
+    this.maxEnergy = maxEnergy;
+    this.frame = null;
+    this.framesReceived = 0;
+    this.framesDrawn = 0;
+    this.dirty = false;
+    this.listeners = [];
+  }
+
+  setWorldSize(width, height, maxEnergy) {
+    this.world = { width, height };
+    if (maxEnergy) this.maxEnergy = maxEnergy;
+    this.dirty = true;
+  }
+
+  onFrame(listener) { this.listeners.push(listener); }
+
+  connect(onState) {
+    reconnectingSocket("/ws/world", {
+      onState,
+      onMessage: (text) => {
+        this.frame = JSON.parse(text);
+        this.framesReceived += 1;
+        this.dirty = true;
+        for (const listener of this.listeners) listener(this.frame);
+      },
+    });
+    this.draw();
+    const loop = () => {
+      if (this.dirty) { this.draw(); this.dirty = false; }
+      requestAnimationFrame(loop);
+    };
+    requestAnimationFrame(loop);
+  }
+
+  draw() {
+    const { ctx, canvas, frame } = this;
+    const sx = canvas.width / this.world.width;
+    const sy = canvas.height / this.world.height;
+    ctx.fillStyle = "#0b0d11";
+    ctx.fillRect(0, 0, canvas.width, canvas.height);
+    if (!frame) {
+      ctx.fillStyle = NO_TRAIT;
+      ctx.font = "16px system-ui, sans-serif";
+      ctx.fillText("waiting for the world's frames (is the engine running? `python -m engine`)", 20, 30);
+      return;
+    }
+    ctx.fillStyle = RESOURCE;
+    for (const [x, y] of frame.resources) ctx.fillRect(x * sx - 2, y * sy - 2, 4, 4);
+    const counts = new Map();
+    for (const [, x, y, energy, trait] of frame.entities) {
+      counts.set(trait, (counts.get(trait) ?? 0) + 1);
+      ctx.globalAlpha = 0.35 + 0.65 * Math.max(0, Math.min(1, energy / this.maxEnergy));
+      ctx.fillStyle = traitColour(trait);
+      ctx.beginPath();
+      ctx.arc(x * sx, y * sy, 3.5, 0, 2 * Math.PI);
+      ctx.fill();
+    }
+    ctx.globalAlpha = 1;
+    this.framesDrawn += 1;
+    if (this.framesDrawn % 15 === 1) this.drawLegend(counts);
+  }
+
+  drawLegend(counts) {
+    const items = [...counts.entries()].sort((a, b) => b[1] - a[1]).slice(0, 10);
+    const dominant = items.find(([trait]) => trait)?.[0];  // the most carried trait on screen
+    this.legend.replaceChildren(
+      ...items.map(([trait, n]) => el("li", { class: trait === dominant ? "dominant" : null },
+        el("i", { style: `background:${traitColour(trait)}` }), `${trait ?? "no trait"} ${n}${trait === dominant ? " (dominant)" : ""}`)),
+      el("li", {}, el("i", { style: `background:${RESOURCE};border-radius:0` }), `resources ${this.frame.resources.length}`),
+    );
+  }
+}

@@ -1,0 +1,40 @@
+"""``genesis``: the command line of Genesis, a client of its REST API (and, for
+``genesis workflows replay``, of Temporal). Entry point: ``genesis.cli:app``."""
+
+from __future__ import annotations
+
+from typing import Annotated, Optional
+
+import typer
+
+from genesis.cli import mutations, operate, workflows
+from genesis.cli.output import Cli
+
+DEFAULT_API = "http://127.0.0.1:8000"
+
+app = typer.Typer(
+    name="genesis",
+    help="Genesis: propose traits and follow them to a verdict, watch the Evolution Feed, run the world.",
+    no_args_is_help=True,
+    rich_markup_mode="rich",
+    pretty_exceptions_enable=False,
+)
+
+
+@app.callback()
+def main(
+    ctx: typer.Context,
+    api: Annotated[str, typer.Option("--api", envvar="GENESIS_API_URL", help="the Genesis API")] = DEFAULT_API,
+    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="GENESIS_API_KEY",
+                                                   help="an agent's X-API-Key (write commands)")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="print JSON for scripts (every command)")] = False,
+    timeout: Annotated[float, typer.Option("--http-timeout", min=0.1, help="seconds per HTTP request")] = 30.0,
+) -> None:
+    if not api.startswith(("http://", "https://")):
+        raise typer.BadParameter(f"{api!r} is not an http(s) URL", param_hint="--api")
+    ctx.obj = Cli(api_url=api, api_key=api_key or None, json=json_out, timeout=timeout)
+
+
+mutations.register(app)
+operate.register(app)
+workflows.register(app)

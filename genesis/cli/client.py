@@ -1,0 +1,84 @@
+"""The CLI's client of the Genesis REST API: one place that turns every failure (refused
+connection, timeout, an error answer, a body that is not JSON) into a CliError that says what
+went wrong and what to do."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+# Exit codes of every command (documented in README.md, "genesis CLI").
+EXIT_OK = 0
+EXIT_ERROR = 1  # the API refused the request, or could not be reached
+EXIT_USAGE = 2  # bad arguments (typer/click's own code)
+EXIT_REJECTED = 3  # the mutation was rejected (failure code + validation log)
+EXIT_ROLLED_BACK = 4  # the mutation went live and was rolled back
+EXIT_FAILED = 5  # the mutation's workflow failed for an infrastructure reason (retry it)
+EXIT_TIMEOUT = 6  # no verdict within --timeout
+EXIT_NONDETERMINISM = 7  # a replayed history does not match the current workflow code
+
+
+class CliError(Exception):
+    def __init__(self, message: str, *, code: int = EXIT_ERROR, status_code: int | None = None,
+                 error: str | None = None, body: Any = None):
+        super().__init__(message)
+        self.message, self.code, self.status_code, self.error, self.body = message, code, status_code, error, body
+
+    def to_json(self) -> dict:
+        return {"error": self.error or "CLI_ERROR", "detail": self.message, "status_code": self.status_code}
+
+
+class ApiClient:
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 30.0):
+        self.base_url = base_url.rstrip("/")
+        headers = {"X-API-Key": api_key} if api_key else {}
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
+        self.has_key = bool(api_key)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200, 201, 202), **kwargs) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.ConnectError as exc:
+            raise CliError(f"cannot reach the Genesis API at {self.base_url} ({exc}); is it running? "
+                           "Start it with `genesis up`, or point --api / GENESIS_API_URL at it") from exc
+        except httpx.TimeoutException as exc:
+            raise CliError(f"the Genesis API at {self.base_url} did not answer {method} {path} in time ({exc!r})") from exc
+        except httpx.HTTPError as exc:
+            raise CliError(f"{method} {path} failed: {exc}") from exc
+        try:
+            body = response.json() if response.content else None
+        except ValueError:
+            body = None
+        if response.status_code in ok:
+            if body is None and response.content:
+                raise CliError(f"{method} {path} answered {response.status_code} with a body that is not JSON")
+            return body
+        raise self._refusal(method, path, response.status_code, body)
+
+    def _refusal(self, method: str, path: str, status: int, body: Any) -> CliError:
+        error = body.get("error") if isinstance(body, dict) else None
+        detail = body.get("detail") if isinstance(body, dict) else None
+        if status == 404 and error == "NOT_FOUND":  # the route itself does not exist on this API
+            message = (f"{method} {path}: the API at {self.base_url} has no such endpoint (404); "
+                       "it is probably an older Genesis version than this CLI")
+        elif status == 401:
+            hint = "" if self.has_key else " (no key was sent: pass --api-key or set GENESIS_API_KEY; `genesis agents register` makes one)"
+            message = f"{error or 'UNAUTHORIZED'}: {detail or 'an API key is required'}{hint}"
+        else:
+            message = f"{error or f'HTTP {status}'}: {detail if detail is not None else body}"
+        if isinstance(body, dict) and body.get("retry_after_sec") is not None:
+            message += f" (retry after {body['retry_after_sec']} s)"
+        return CliError(message, status_code=status, error=error or f"HTTP_{status}", body=body)
+
+    def get(self, path: str, **kwargs) -> Any:
+        return self.request("GET", path, **kwargs)
+
+    def post(self, path: str, **kwargs) -> Any:
+        return self.request("POST", path, **kwargs)
+
+    def delete(self, path: str, **kwargs) -> Any:
+        return self.request("DELETE", path, ok=(200, 202, 204), **kwargs)

@@ -1,0 +1,290 @@
+"""Mutation commands: propose (and follow it live to its verdict), status, list, rollback, retry."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from genesis.cli.client import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_REJECTED,
+    EXIT_ROLLED_BACK,
+    EXIT_TIMEOUT,
+    CliError,
+)
+from genesis.cli.output import Cli, cli_of, group, handled, styled, table, when
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (for scripts)")]
+TimeoutOpt = Annotated[float, typer.Option("--timeout", min=0.1, help="Give up following after this many seconds")]
+
+# The pipeline in order; a verdict ends it.
+PIPELINE = ["queued", "validating", "sandbox_ok", "activated"]
+VERDICT_EXIT = {"kept": EXIT_OK, "rolled_back": EXIT_ROLLED_BACK, "rejected": EXIT_REJECTED, "failed": EXIT_FAILED}
+UNTIL = {"verdict": set(), "activated": {"activated"}, "sandbox_ok": {"sandbox_ok", "activated"}}
+POLL_S = 0.1
+_MUTATION_ID = re.compile(r"^mut_[0-9a-f]{6,32}$")
+
+
+def check_mutation_id(value: str) -> str:
+    if not _MUTATION_ID.match(value):
+        raise typer.BadParameter(f"{value!r} is not a mutation id: ids look like 'mut_' followed by hex digits")
+    return value
+
+
+MutationId = Annotated[str, typer.Argument(help="mutation id (mut_…)", callback=check_mutation_id)]
+
+
+def parse_replaces(value: str | None, trait_name: str) -> dict | None:
+    """``--replaces``: ``live`` / ``NAME`` (whatever version is live), ``V`` / ``vV`` / ``NAME@V`` (that version)."""
+    if value is None:
+        return None
+    name, _, version = value.rpartition("@") if "@" in value else ("", "", value)
+    if not name and not re.fullmatch(r"v?\d+", version):  # 'live' or a bare name
+        name, version = ("" if version == "live" else version), ""
+    if name and name != trait_name:
+        raise typer.BadParameter(f"--replaces names trait {name!r} but --name is {trait_name!r}: "
+                                 "a modification is a new version of the same trait")
+    if version and not re.fullmatch(r"v?\d+", version):
+        raise typer.BadParameter(f"--replaces version {version!r} is not a number (e.g. 3 or {trait_name}@3)")
+    ref: dict[str, Any] = {"trait_name": trait_name}
+    if version:
+        ref["version"] = int(version.lstrip("v"))
+    return ref
+
+
+def follow(cli: Cli, mutation_id: str, *, timeout_s: float, until: str = "verdict",
+           started: float | None = None) -> tuple[dict, list[dict], int]:
+    """Poll the mutation's status until a verdict (or ``until``), printing each stage as it is
+    reached with its time since ``started``; stages passed between two polls are shown as such.
+    Returns (final status, stages, exit code)."""
+    started = time.monotonic() if started is None else started
+    stop_at = UNTIL[until]
+    stages: list[dict] = []
+    printed: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    status: dict = {}
+
+    def reach(name: str, observed: bool) -> None:
+        at = round(time.monotonic() - started, 3)
+        if stages and stages[-1]["status"] == name:
+            return
+        stages.append({"status": name, "at_s": at, "observed": observed})
+        mark = f"+{at:.2f}s" if observed else f"≤+{at:.2f}s (passed between polls)"
+        cli.say(f"  [bold]●[/] {styled(name, 12)} {mark}")
+
+    with cli.err_console.status("following…", spinner="dots") if not cli.json else nullcontext() as spinner:
+        while True:
+            status = cli.api.get(f"/api/mutations/{mutation_id}/status")
+            current = status["status"]
+            implied = _implied_stage(status)  # the last pipeline stage this status must have passed
+            if implied is not None:  # fill in the stages passed since the last poll
+                last = PIPELINE.index(stages[-1]["status"]) if stages and stages[-1]["status"] in PIPELINE else -1
+                for skipped in PIPELINE[last + 1:PIPELINE.index(implied) + 1]:
+                    if skipped != current:
+                        reach(skipped, observed=False)
+            reach(current, observed=True)
+            log = status.get("validation_log") or []
+            for i, line in enumerate(log):  # new lines, and lines rewritten in place ("Sandbox: running" → "OK")
+                if i >= len(printed) or printed[i] != line:
+                    cli.say(f"      [dim]{line}[/]")
+            printed = log
+            if current in VERDICT_EXIT or current in stop_at:
+                break
+            if time.monotonic() > deadline:
+                raise CliError(f"{mutation_id} is still {current} after {timeout_s:.0f}s; follow it with "
+                               f"`genesis status {mutation_id} --follow`", code=EXIT_TIMEOUT)
+            if spinner is not None:
+                spinner.update(f"{current} — {time.monotonic() - started:.1f}s")
+            time.sleep(POLL_S)
+    for i, stage in enumerate(stages):  # each stage's duration: until the next one was seen
+        nxt = stages[i + 1]["at_s"] if i + 1 < len(stages) else None
+        stage["duration_s"] = round(nxt - stage["at_s"], 3) if nxt is not None else None
+    return status, stages, VERDICT_EXIT.get(status["status"], EXIT_OK)
+
+
+def _implied_stage(status: dict) -> str | None:
+    """The furthest pipeline stage a status implies was passed (itself, for a pipeline stage)."""
+    current = status["status"]
+    if current in PIPELINE:
+        return current
+    if current in ("kept", "rolled_back"):
+        return "activated" if status.get("trait_version") else "sandbox_ok"
+    if current == "rejected":
+        report = status.get("sandbox_report") or {}
+        return "sandbox_ok" if report.get("verdict") == "ok" else "validating"
+    return None
+
+
+def render_verdict(cli: Cli, status: dict, stages: list[dict]) -> None:
+    path = " → ".join(
+        f"{s['status']} ({s['duration_s']:.2f}s)" if s.get("duration_s") is not None else s["status"] for s in stages
+    )
+    cli.console.print(f"  {path}")
+    final = status["status"]
+    if final == "rejected":
+        cli.console.print(f"[bold red]Rejected:[/] {status.get('failure_reason_code')}")
+        failed = [line for line in status.get("validation_log") or [] if "FAILED" in line]
+        for line in failed or (status.get("validation_log") or [])[-1:]:
+            cli.console.print(f"  [red]{line}[/]")
+    elif final == "failed":
+        cli.console.print(f"[bold magenta]Failed (infrastructure, not a verdict on the code):[/] "
+                          f"retry it with `genesis mutations retry {status['mutation_id']}`")
+    elif final == "rolled_back":
+        cli.console.print(f"[yellow]Rolled back:[/] {status.get('rollback_reason')} "
+                          f"(fitness {status.get('fitness_verdict') or 'n/a'})")
+    else:
+        version = f" v{status['trait_version']}" if status.get("trait_version") else ""
+        verdict = f", fitness {status['fitness_verdict']}" if status.get("fitness_verdict") else ""
+        cli.console.print(f"[bold green]{final}:[/] {status['trait_name']}{version}{verdict}")
+
+
+def _follow_and_report(cli: Cli, mutation_id: str, timeout: float, until: str, started: float,
+                       extra: dict | None = None) -> None:
+    status, stages, code = follow(cli, mutation_id, timeout_s=timeout, until=until, started=started)
+    cli.emit({**(extra or {}), **status, "stages": stages, "elapsed_s": round(time.monotonic() - started, 3)},
+             lambda: render_verdict(cli, status, stages))
+    raise typer.Exit(code)
+
+
+def register(app: typer.Typer) -> None:
+    mutations = group(app, "mutations", "List, retry and inspect mutations")
+
+    @app.command()
+    @handled
+    def propose(
+        ctx: typer.Context,
+        file: Annotated[Path, typer.Argument(help="the trait's Python source ('-' reads stdin)", allow_dash=True)],
+        name: Annotated[str, typer.Option("--name", "-n", help="trait_name (snake_case)")],
+        goal: Annotated[str, typer.Option(help="what the trait is for")] = "",
+        replaces: Annotated[Optional[str], typer.Option(
+            help="modify a live trait: 'live' (whatever version is live) or a version: 3, or NAME@3")] = None,
+        task: Annotated[Optional[str], typer.Option("--task", help="the task_id this answers")] = None,
+        agent_id: Annotated[Optional[str], typer.Option(envvar="GENESIS_AGENT_ID",
+                                                        help="only without a key (GENESIS_AUTH=open)")] = None,
+        notify_url: Annotated[Optional[str], typer.Option(help="webhook for every status change")] = None,
+        idempotency_key: Annotated[Optional[str], typer.Option(help="same key, same mutation (safe to retry)")] = None,
+        no_follow: Annotated[bool, typer.Option("--no-follow", help="print the mutation id and return")] = False,
+        until: Annotated[str, typer.Option(help="follow until: verdict (kept/rolled_back), activated, or sandbox_ok "
+                                                "(use it when the API runs with GENESIS_ACTIVATE_MUTATIONS=false)")] = "verdict",
+        timeout: TimeoutOpt = 900.0,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Propose a trait and follow it live: queued → validating → sandbox_ok → activated → kept/rolled_back,
+        or rejected with its failure code and validation log. Exit code 0 kept/live, 3 rejected,
+        4 rolled back, 5 failed, 6 timeout."""
+        cli = cli_of(ctx, json_out)
+        if until not in UNTIL:
+            raise typer.BadParameter(f"--until must be one of {', '.join(UNTIL)}")
+        try:
+            code = sys.stdin.read() if str(file) == "-" else file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CliError(f"cannot read {file}: {exc}") from exc
+        body: dict[str, Any] = {"trait_name": name, "code": code, "goal": goal}
+        if (ref := parse_replaces(replaces, name)) is not None:
+            body["replaces"] = ref
+        for key, value in (("task_id", task), ("agent_id", agent_id), ("notify_url", notify_url)):
+            if value is not None:
+                body[key] = value
+        headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
+        started = time.monotonic()
+        accepted = cli.api.post("/api/mutations/propose", json=body, headers=headers)
+        mutation_id = accepted["mutation_id"]
+        if no_follow:
+            cli.emit(accepted, lambda: cli.console.print(f"{mutation_id} {styled(accepted['status'])} "
+                                                         f"(follow: genesis status {mutation_id} --follow)"))
+            return
+        cli.say(f"Proposed [bold]{name}[/] as [bold]{mutation_id}[/] (workflow {accepted['workflow_id']})")
+        _follow_and_report(cli, mutation_id, timeout, until, started, {"workflow_id": accepted["workflow_id"]})
+
+    @app.command()
+    @handled
+    def status(
+        ctx: typer.Context,
+        mutation_id: MutationId,
+        follow_it: Annotated[bool, typer.Option("--follow", "-f", help="follow it live until its verdict")] = False,
+        timeout: TimeoutOpt = 900.0,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """A mutation's status, failure code and validation log (--follow: until its verdict)."""
+        cli = cli_of(ctx, json_out)
+        if follow_it:
+            _follow_and_report(cli, mutation_id, timeout, "verdict", time.monotonic())
+        record = cli.api.get(f"/api/mutations/{mutation_id}/status")
+
+        def render() -> None:
+            rows = [["status", styled(record["status"])], ["trait", record["trait_name"]],
+                    ["agent", record["agent_id"]], ["failure code", record.get("failure_reason_code")],
+                    ["version", record.get("trait_version")], ["fitness", record.get("fitness_verdict")],
+                    ["rollback reason", record.get("rollback_reason")], ["workflow", record.get("workflow_id")],
+                    ["created", when(record.get("created_at"))], ["updated", when(record.get("updated_at"))]]
+            cli.console.print(table(mutation_id, ["field", "value"], [r for r in rows if r[1] is not None]))
+            for line in record.get("validation_log") or []:
+                cli.console.print(f"  [dim]{line}[/]")
+
+        cli.emit(record, render)
+        raise typer.Exit(VERDICT_EXIT.get(record["status"], EXIT_OK))  # scripts: 3 rejected, 4 rolled back, 5 failed
+
+    @app.command()
+    @handled
+    def rollback(
+        ctx: typer.Context,
+        mutation_id: MutationId,
+        reason: Annotated[str, typer.Option(help="why (recorded as rollback_reason)")] = "manual",
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Take a live trait out of the world (the previous version comes back). Needs the proposer's key."""
+        cli = cli_of(ctx, json_out)
+        answer = cli.api.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": reason})
+        cli.emit(answer, lambda: cli.console.print(f"{mutation_id}: {answer['message']} (was {styled(answer['status'])})"))
+
+    @mutations.command("list")
+    @handled
+    def list_(
+        ctx: typer.Context,
+        status_: Annotated[Optional[str], typer.Option("--status", help="only this status")] = None,
+        agent: Annotated[Optional[str], typer.Option("--agent", help="only this agent_id")] = None,
+        trait: Annotated[Optional[str], typer.Option("--trait", help="only this trait_name")] = None,
+        limit: Annotated[int, typer.Option(min=1, max=200, help="at most this many, newest first")] = 20,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Recorded mutations, newest first."""
+        cli = cli_of(ctx, json_out)
+        params = {k: v for k, v in (("status", status_), ("agent_id", agent), ("trait_name", trait)) if v}
+        answer = cli.api.get("/api/mutations", params={**params, "limit": limit})
+        rows = [[m["mutation_id"], m["trait_name"], styled(m["status"]), m["failure_reason_code"],
+                 m["trait_version"], m["agent_id"], when(m["created_at"])] for m in answer["mutations"]]
+        cli.emit(answer, lambda: cli.console.print(
+            table(f"{len(rows)} mutation(s)", ["id", "trait", "status", "failure", "version", "agent", "created"], rows)))
+
+    @mutations.command()
+    @handled
+    def retry(
+        ctx: typer.Context,
+        mutation_id: MutationId,
+        no_follow: Annotated[bool, typer.Option("--no-follow", help="return once the new run has started")] = False,
+        timeout: TimeoutOpt = 900.0,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Re-run a mutation whose workflow failed for an infrastructure reason (Failed, TimedOut,
+        Terminated, or stuck with no running workflow); never one with a verdict (409)."""
+        cli = cli_of(ctx, json_out)
+        started = time.monotonic()
+        answer = cli.api.post(f"/api/mutations/{mutation_id}/retry")
+        if no_follow:
+            cli.emit(answer, lambda: cli.console.print(f"{mutation_id}: {answer['message']}"))
+            return
+        cli.say(f"{mutation_id}: {answer['message']}")
+        _follow_and_report(cli, mutation_id, timeout, "verdict", started, {"retry": answer})
+
+    @mutations.command("status")
+    @handled
+    def status_alias(ctx: typer.Context, mutation_id: MutationId, json_out: JsonOpt = False) -> None:
+        """Same as `genesis status ID`."""
+        ctx.invoke(status, ctx=ctx, mutation_id=mutation_id, json_out=json_out)
