@@ -69,6 +69,7 @@ class GepaActivities:
         ).start()
         if settings.gepa_enforce_egress:
             egress.open_host_port(self._docker, settings.gepa_network, self.gateway.port)
+            egress.prune_stale_ports(gateway_ip)
         gateway_url = f"http://{gateway_ip}:{self.gateway.port}"
         proxy = {"HTTP_PROXY": gateway_url, "HTTPS_PROXY": gateway_url, "http_proxy": gateway_url,
                  "https_proxy": gateway_url, "NO_PROXY": gateway_ip, "no_proxy": gateway_ip}

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
+import socket
 import subprocess
 import threading
 from dataclasses import dataclass, field
@@ -92,6 +94,21 @@ def open_host_port(client: docker.DockerClient, network: str, port: int) -> None
     jump = ["-i", interface, "-j", IPTABLES_CHAIN]
     if not _iptables("-C", "INPUT", *jump, check=False):
         _iptables("-I", "INPUT", "1", *jump)
+
+
+def prune_stale_ports(gateway_ip: str) -> list[int]:
+    """Remove the ACCEPT rules of gateways that are gone (a worker killed before it closed its
+    port): a port nothing listens on must not stay open for the containers to whatever binds it
+    next. Returns the ports removed."""
+    listed = subprocess.run(["iptables", "-w", "-S", IPTABLES_CHAIN], capture_output=True, text=True).stdout
+    removed = []
+    for port in (int(p) for p in re.findall(r"--dport (\d+) -j ACCEPT", listed)):
+        try:
+            socket.create_connection((gateway_ip, port), timeout=0.2).close()
+        except OSError:
+            close_host_port(port)
+            removed.append(port)
+    return removed
 
 
 def close_host_port(port: int) -> None:

@@ -12,6 +12,8 @@ import docker
 import pytest
 
 from genesis import gepa_envs
+from genesis.harness import free_port
+from sandbox import egress
 from tests.gepa_repo import make_repo
 from tests.test_gepa_steps import step
 
@@ -102,3 +104,16 @@ async def test_a_clients_own_allow_list_opens_only_its_own_programs_egress(gepa_
     assert seen == {opened: f"reached {forbidden_port}", closed: "HTTP 403"}
     bad = await gepa_http.post("/connect-git", json={"repo_url": str(gepa_stack.repo), "egress_allow": ["evil.example.com"]})
     assert bad.status_code == 422 and "must be host:port" in bad.json()["detail"]
+
+
+def test_accept_rules_of_gateways_that_are_gone_are_pruned(gepa_stack):
+    """A worker killed before closing its gateway port leaves an ACCEPT rule; the next worker's
+    start removes every rule whose port nothing listens on, and keeps the live gateway's."""
+    client = docker.from_env()
+    gateway = egress.ensure_network(client, gepa_stack.settings.gepa_network)
+    dead_port = free_port()
+    egress.open_host_port(client, gepa_stack.settings.gepa_network, dead_port)
+    assert dead_port in egress.prune_stale_ports(gateway)
+    rules = subprocess.run(["iptables", "-S", egress.IPTABLES_CHAIN], capture_output=True, text=True, check=True).stdout
+    assert f"--dport {dead_port} " not in rules
+    assert f"--dport {gepa_stack.settings.gepa_gateway_port} -j ACCEPT" in rules
