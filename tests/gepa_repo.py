@@ -51,7 +51,7 @@ class Probe(dspy.Module):
         seen = {}
         for name, (host, port) in targets["direct"].items():
             sock = socket.socket()
-            sock.settimeout(2)
+            sock.settimeout(1)
             try:
                 sock.connect((host, port))
                 seen[name] = "open"
