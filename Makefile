@@ -41,6 +41,7 @@ bench: services
 	$(PY) bench/bench_pipeline.py
 	$(PY) -m bench.bench_api
 	$(PY) -m bench.engine --entities 500,5000 --traits 3 --ticks 300 --compare-mesa
+	$(PY) -m bench.bench_gepa
 
 image: venv
 	$(PY) -m sandbox.image build

@@ -20,6 +20,7 @@ from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
 from activities.webhooks import WebhookActivities
 from activities.tasks import TaskActivities
+from activities.gepa import GepaActivities
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.logs import configure_logging
@@ -31,8 +32,12 @@ from workflows.rollback import RollbackWorkflow
 from workflows.task import TaskWorkflow
 from activities.evolution import EvolutionActivities
 from workflows.evolution import EvolutionCycleWorkflow
+from workflows.gepa_connect import GepaConnectWorkflow
+from workflows.gepa_step import GepaStepWorkflow
 
 WORKFLOWS = [MutationWorkflow, RollbackWorkflow, TaskWorkflow, EvolutionCycleWorkflow]
+GEPA_WORKFLOWS = [GepaStepWorkflow, GepaConnectWorkflow]  # on the GEPA task queue (build_gepa_worker)
+
 log = logging.getLogger("genesis.worker")
 
 
@@ -81,6 +86,20 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
     return [pipeline, llm]
 
 
+def build_gepa_worker(client, settings: Settings, executor: ThreadPoolExecutor, gepa: GepaActivities) -> Worker:
+    """GEPA optimisation steps poll a task queue of their own, so their long program runs never
+    take the slots of the trait sandbox tests (and the other way round)."""
+    return Worker(
+        client,
+        task_queue=settings.gepa_task_queue(),
+        workflows=GEPA_WORKFLOWS,
+        activities=[gepa.clone_repository, gepa.record_client, gepa.start_program, gepa.mutate,
+                    gepa.run_program, gepa.finish_program],
+        activity_executor=executor,
+        max_concurrent_activities=settings.gepa_concurrency,
+    )
+
+
 async def main() -> None:
     settings = get_settings()
     configure_logging("worker", settings)
@@ -91,14 +110,19 @@ async def main() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     sandbox = await asyncio.to_thread(SandboxActivities, settings)  # builds the image, warms the pool
+    # GEPA: the program image, the egress network and gateway (sandbox/egress.py).
+    gepa = await asyncio.to_thread(GepaActivities, settings, get_sessionmaker(settings.database_url))
     try:
-        with ThreadPoolExecutor(max_workers=settings.sandbox_concurrency) as executor:
+        with ThreadPoolExecutor(max_workers=settings.sandbox_concurrency) as executor, \
+                ThreadPoolExecutor(max_workers=settings.gepa_concurrency, thread_name_prefix="gepa") as gepa_executor:
             pipeline, llm = build_workers(client, settings, executor, sandbox)
-            log.info("worker polling task queues %r and %r on %s", settings.task_queue,
-                     llm_task_queue(settings.task_queue), settings.temporal_address)
-            async with pipeline, llm:
+            gepa_worker = build_gepa_worker(client, settings, gepa_executor, gepa)
+            log.info("worker polling task queues %r, %r and %r on %s", settings.task_queue,
+                     llm_task_queue(settings.task_queue), settings.gepa_task_queue(), settings.temporal_address)
+            async with pipeline, llm, gepa_worker:
                 await stop.wait()
     finally:
+        await asyncio.to_thread(gepa.close)
         await asyncio.to_thread(sandbox.close)
     log.info("worker stopped")
 

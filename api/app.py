@@ -25,6 +25,7 @@ from api import (
     routes_webhooks,
     routes_world,
 )
+from api import routes_gepa
 from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
 from api.metrics import RequestMetrics
@@ -78,7 +79,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_error_handlers(app)
     document_error_responses(app)
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES,
-                       per_path={routes_batch.BATCH_PATH: MAX_BODY_BYTES * settings.batch_max_items})
+                       per_path={routes_batch.BATCH_PATH: MAX_BODY_BYTES * settings.batch_max_items,
+                                 routes_gepa.EXECUTE_STEP_PATH: settings.gepa_max_body_bytes})
     app.include_router(routes_mutations.router)
     app.include_router(routes_agents.router)
     app.include_router(routes_webhooks.router)
@@ -100,4 +102,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestMetrics)
     # Re-run a mutation whose workflow failed for an infrastructure reason (the CLI's `mutations retry`).
     app.include_router(routes_mutation_ops.router)
+    app.include_router(routes_gepa.router)  # GEPA optimisation steps
     return app

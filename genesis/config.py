@@ -173,6 +173,53 @@ class Settings(BaseSettings):
     # The Temporal SDK's own metrics of the worker (task slots, schedule-to-start latency: the
     # signal to add workers), served by the SDK core; 0 (default): off.
     worker_sdk_metrics_port: int = Field(default=0, ge=0, le=65535)
+    # GEPA optimisation steps (POST /connect-git, /execute_step, GET /program; README "GEPA
+    # optimisation steps"). Clones and worktrees live under gepa_workspace_dir on the worker host
+    # (the API reads nothing there); program environments under gepa_envs_dir, one per requirements hash.
+    gepa_workspace_dir: Path = PROJECT_ROOT / ".state" / "gepa"
+    gepa_envs_dir: Path = PROJECT_ROOT / ".state" / "gepa-envs"
+    gepa_task_queue_suffix: str = "-gepa"  # GEPA workflows and activities poll <task_queue><suffix>
+    gepa_concurrency: int = Field(default=24, ge=1)  # GEPA activities in flight per worker
+    gepa_dspy_requirement: str = "dspy==3.4.1"  # installed into every program environment
+    # Local repositories (a path or file:// URL) are cloned only from under these directories
+    # (comma separated); empty: only https:// URLs can be connected.
+    gepa_local_repo_roots: str = ""
+    # The LM the programs call (OpenAI-compatible). Containers reach it only through the egress
+    # gateway, which adds the key: no key ever enters a container.
+    gepa_lm_model: str = "openai/gpt-4o-mini"
+    gepa_lm_base_url: str = "https://api.openai.com/v1"
+    gepa_lm_api_key: SecretStr = SecretStr("")
+    # The coding model of code mutations (OpenAI-compatible chat; it answers with a unified diff).
+    gepa_coder_model: str = "gpt-4o-mini"
+    gepa_coder_base_url: str = "https://api.openai.com/v1"
+    gepa_coder_api_key: SecretStr = SecretStr("")
+    # Egress of GEPA containers: an internal Docker network whose only way out is the worker's
+    # gateway on gepa_gateway_port (iptables drops the rest), which forwards the LM/coder routes
+    # and proxies the host:port pairs of gepa_egress_allow (comma separated).
+    gepa_network: str = "genesis-gepa"
+    gepa_gateway_port: int = Field(default=0, ge=0, le=65535)  # 0: any free port
+    gepa_egress_allow: str = ""
+    gepa_enforce_egress: bool = True  # false: skip the iptables rules (a host without iptables)
+    gepa_run_timeout_s: float = Field(default=300.0, gt=0)  # one step's program run
+    gepa_step_timeout_s: float = Field(default=1800.0, gt=0)  # a synchronous execute_step waits this long
+    gepa_runner_memory: str = "2g"  # per client's program host container
+    gepa_runner_cpus: float = Field(default=2.0, gt=0)
+    gepa_runner_pids_limit: int = Field(default=512, ge=16)
+    gepa_runner_idle_s: float = Field(default=600.0, gt=0)  # an idle program host is removed after this
+    gepa_keep_worktrees: bool = False  # false: a step's worktree is removed when it ends (its branch stays)
+    # POST /execute_step: the request travels through Temporal (2 MB payloads by default).
+    gepa_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
+    gepa_max_examples: int = Field(default=1000, ge=1)
+    # GitHub App for private repositories (installation_id): tokens are fetched per clone and
+    # passed to git in a header, never stored or logged.
+    gepa_github_app_id: str = ""
+    gepa_github_private_key_path: Path | None = None
+    gepa_github_api_url: str = "https://api.github.com"
+    # Also accept http:// repository URLs (a GitHub Enterprise on a trusted network, tests).
+    gepa_allow_http_repos: bool = False
+
+    def gepa_task_queue(self) -> str:
+        return self.task_queue + self.gepa_task_queue_suffix
 
     def task_ttl_s(self, severity: str) -> float:
         """Time to live of a task of this severity (critical 15 min, high 10, low 5)."""

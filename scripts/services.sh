@@ -120,6 +120,9 @@ fi
 # --- Headless browser for the world viewer's test (tests/test_viewer.py drives Debian's chromium) ---
 if command -v chromium >/dev/null 2>&1; then say "Chromium is installed"
 else apt_install chromium; fi
+# --- GEPA steps: git (worktrees), iptables (the egress rules of GEPA containers) ---------------
+command -v git >/dev/null 2>&1 || apt_install git
+command -v iptables >/dev/null 2>&1 || apt_install iptables
 
 # --- Schema and sandbox image ----------------------------------------------------------------
 for db in $PG_DATABASES; do
@@ -135,4 +138,5 @@ if ! docker compose version >/dev/null 2>&1 && [ -x "$COMPOSE_BIN" ]; then
   ln -sf "$COMPOSE_BIN" "$HOME/.docker/cli-plugins/docker-compose"
   say "docker compose: linked $("$COMPOSE_BIN" version)"
 fi
+"$VENV/bin/python" -m sandbox.program_image ensure 2>&1 | sed 's/^/[services] GEPA program image: /'
 say "all services are up"

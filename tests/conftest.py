@@ -24,6 +24,9 @@ from genesis.db.session import get_engine
 from genesis.temporal import connect
 from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME
 
+# GEPA tests share one worker + API of their own (tests/gepa_stack.py), started once per session.
+pytest_plugins = ["tests.gepa_stack"]
+
 TEST_DATABASE_URL = os.environ.get(
     "GENESIS_TEST_DATABASE_URL", "postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis_test"
 )

@@ -307,10 +307,11 @@ async def test_retry_while_the_workflow_runs_is_refused(start_api, temporal_clie
 
 
 def test_recorded_histories_replay_through_the_cli():
-    """Every history in tests/histories/ (every workflow type) replays via `genesis workflows replay --file`."""
+    """Every history in tests/histories/ (every workflow type, GEPA's in gepa/) replays via
+    `genesis workflows replay --file`."""
     import subprocess
 
-    files = sorted(Path(HISTORIES).glob("*.json"))
+    files = sorted(Path(HISTORIES).glob("*.json")) + sorted(Path(HISTORIES, "gepa").glob("*.json"))
     args = [a for f in files for a in ("--file", str(f))]
     done = subprocess.run([sys.executable, "-m", "genesis.cli", "--json", "workflows", "replay", *args],
                           cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
@@ -318,7 +319,7 @@ def test_recorded_histories_replay_through_the_cli():
     report = json.loads(done.stdout)
     assert report["replayed"] == len(files) and report["failed"] == 0
     types = {r["workflow_type"] for r in report["reports"]}
-    assert {"MutationWorkflow", "TaskWorkflow"} <= types
+    assert {"MutationWorkflow", "TaskWorkflow", "GepaStepWorkflow", "GepaConnectWorkflow"} <= types
 
 
 def test_a_changed_activity_is_reported_at_its_event(tmp_path):

@@ -108,10 +108,11 @@ class ReplayReport:
 
 
 def default_workflows() -> list[type]:
-    """The worker's registered workflows: what production runs, so what a history must replay on."""
-    from worker import WORKFLOWS
+    """The worker's registered workflows (both task queues): what production runs, so what a
+    history must replay on."""
+    from worker import GEPA_WORKFLOWS, WORKFLOWS
 
-    return list(WORKFLOWS)
+    return [*WORKFLOWS, *GEPA_WORKFLOWS]
 
 
 def _event_name(event) -> str:

@@ -170,4 +170,46 @@ class EvolutionCycle(Base):
     estimated_cost_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), index=True)
+
+
+# --- GEPA optimisation steps (migration 0008; genesis/programs.py, api/routes_gepa.py) ---
+
+
+class GepaClient(Base):
+    """A repository connected with POST /connect-git: one clone per client. A GitHub App
+    ``installation_id`` is kept (tokens are fetched per use and never stored)."""
+
+    __tablename__ = "gepa_clients"
+
+    client_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    repo_url: Mapped[str] = mapped_column(Text)
+    installation_id: Mapped[int | None] = mapped_column(BigInteger)
+    # The agent (X-API-Key) that connected it: only that agent may run its steps and read its
+    # programs. None: connected without a key under GENESIS_AUTH=open (anyone may use it).
+    owner_agent_id: Mapped[str | None] = mapped_column(String(40))
+    egress_allow: Mapped[list[str]] = mapped_column(JSONB, default=list)  # host:port its programs may reach
+    # connecting (clone in progress) | connected | failed
+    status: Mapped[str] = mapped_column(String(16))
+    default_branch: Mapped[str | None] = mapped_column(String(255))
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class Program(Base):
+    """One program version of a GEPA run (codeevolver-gepa.md "Program Database"): its
+    ``program.json`` after the mutation, its git branch and, once run, the step's response."""
+
+    __tablename__ = "programs"
+
+    program_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    client_id: Mapped[str] = mapped_column(String(40), index=True)
+    parent_program_id: Mapped[str | None] = mapped_column(String(64))
+    mutation_type: Mapped[str] = mapped_column(String(8))
+    program_json: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    branch_name: Mapped[str] = mapped_column(String(80))
+    # pending | in_progress | completed | failed
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSONB)  # the execute_step response
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

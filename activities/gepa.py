@@ -1,0 +1,249 @@
+"""Activities of GEPA optimisation steps: clone, mutate (in a git worktree), run the program in its
+client's sandbox container, record. Git runs here through its CLI (genesis/gitops.py); the
+repository's own code runs only in containers (sandbox/program_hosts.py, activities/gepa_coder.py).
+
+Verdicts on the input (an unknown parent, a missing program.json, a candidate naming unknown
+components, a patch that does not apply, a program that raises) are non-retryable
+ApplicationErrors with a message for the caller; infrastructure errors are retried."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import shutil
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import docker
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities import names
+from activities.gepa_coder import CodingAgent
+from genesis import gepa_envs, gitops, programs
+from genesis.config import Settings
+from genesis.db.models import GepaClient, Program
+from genesis.gepa_dto import (
+    STEP_FAILED, ConnectRequest, ConnectResult, MutationOutcome, ProgramRun, ProgramStatus, ProgramStatusUpdate, StepRequest,
+)
+from genesis.github_app import GitHubApp, GitHubAppError
+from sandbox import egress, program_image
+from sandbox.program_hosts import HostLimits, ProgramHostDied, ProgramHosts, remove_exited_hosts
+
+def storable(value):
+    """Program outputs as Postgres can hold them: NUL characters (which JSONB and text refuse)
+    become U+FFFD; a program's output must not be able to wedge its step's record."""
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {storable(k): storable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [storable(v) for v in value]
+    return value
+
+
+def rejected(message: str) -> ApplicationError:
+    return ApplicationError(message, type=STEP_FAILED, non_retryable=True)
+
+
+class GepaActivities:
+    def __init__(self, settings: Settings, sessions: async_sessionmaker):
+        self._settings, self._sessions = settings, sessions
+        self._workspace = Path(settings.gepa_workspace_dir)
+        self._docker = docker.from_env(timeout=120)
+        program_image.ensure(self._docker)
+        remove_exited_hosts(self._docker)
+        gateway_ip = egress.ensure_network(self._docker, settings.gepa_network)
+        # Route names carry a random part only the intended containers are told: a program cannot
+        # spend the coding model's key, nor the coding agent the programs' LM.
+        lm_route, coder_route = f"lm-{secrets.token_hex(12)}", f"coder-{secrets.token_hex(12)}"
+        self.gateway = egress.EgressGateway(
+            gateway_ip, settings.gepa_gateway_port,
+            routes={lm_route: egress.Route(settings.gepa_lm_base_url, settings.gepa_lm_api_key.get_secret_value()),
+                    coder_route: egress.Route(settings.gepa_coder_base_url, settings.gepa_coder_api_key.get_secret_value())},
+            allow=egress.parse_allow_list(settings.gepa_egress_allow),
+        ).start()
+        if settings.gepa_enforce_egress:
+            egress.open_host_port(self._docker, settings.gepa_network, self.gateway.port)
+            egress.prune_stale_ports(gateway_ip)
+        gateway_url = f"http://{gateway_ip}:{self.gateway.port}"
+        proxy = {"HTTP_PROXY": gateway_url, "HTTPS_PROXY": gateway_url, "http_proxy": gateway_url,
+                 "https_proxy": gateway_url, "NO_PROXY": gateway_ip, "no_proxy": gateway_ip}
+        self._hosts = ProgramHosts(
+            self._docker, settings.gepa_network,
+            {"GENESIS_LM_MODEL": settings.gepa_lm_model, "GENESIS_LM_BASE_URL": f"{gateway_url}/{lm_route}",
+             "LITELLM_LOCAL_MODEL_COST_MAP": "true", **proxy},
+            HostLimits(settings.gepa_runner_memory, settings.gepa_runner_pids_limit, settings.gepa_runner_cpus),
+            idle_s=settings.gepa_runner_idle_s, gateway=self.gateway,
+        )
+        self._coder = CodingAgent(self._docker, settings, f"{gateway_url}/{coder_route}", proxy)
+        self._github = GitHubApp(settings)
+
+    def close(self) -> None:
+        self._hosts.close()
+        self.gateway.close()
+        if self._settings.gepa_enforce_egress:
+            egress.close_host_port(self.gateway.port)
+
+    # --- connect-git -------------------------------------------------------------------------
+
+    @activity.defn(name=names.GEPA_CLONE_REPOSITORY)
+    def clone_repository(self, request: ConnectRequest) -> ConnectResult:
+        """The one clone of a client (an earlier attempt's partial clone is removed first)."""
+        dirs = programs.ClientDirs(self._workspace, request.client_id)
+        shutil.rmtree(dirs.root, ignore_errors=True)
+        config, secret = {}, None
+        if request.installation_id is not None:
+            try:
+                secret = self._github.installation_token(request.installation_id)
+            except GitHubAppError as exc:
+                raise rejected(str(exc)) from None
+            config = GitHubApp.git_auth_config(secret)
+        try:
+            gitops.clone(request.repo_url, dirs.repo, config=config, redact=secret)
+            dirs.worktrees.mkdir(parents=True, exist_ok=True)
+            dirs.egress_file.write_text(json.dumps(request.egress_allow))
+            return ConnectResult(client_id=request.client_id, default_branch=gitops.default_branch(dirs.repo),
+                                 head_commit=gitops.head_commit(dirs.repo))
+        except gitops.GitError as exc:
+            shutil.rmtree(dirs.root, ignore_errors=True)
+            raise rejected(f"cloning {request.repo_url} failed: {exc}") from None
+
+    @activity.defn(name=names.GEPA_RECORD_CLIENT)
+    async def record_client(self, client_id: str, status: str, default_branch: str | None, error: str | None) -> None:
+        async with self._sessions() as session:
+            await session.execute(update(GepaClient).where(GepaClient.client_id == client_id)
+                                  .values(status=status, default_branch=default_branch, error=error))
+            await session.commit()
+
+    # --- execute_step ------------------------------------------------------------------------
+
+    @activity.defn(name=names.GEPA_START_PROGRAM)
+    async def start_program(self, request: StepRequest) -> str:
+        """Mark the program in progress; return the git ref its branch starts from (the parent
+        program's branch, or the client's default branch for a step without a parent)."""
+        async with self._sessions() as session:
+            client = await session.get(GepaClient, request.client_id)
+            if client is None or client.status != "connected":
+                raise rejected(f"unknown client_id {request.client_id!r}: connect the repository with POST /connect-git first")
+            start = client.default_branch or "HEAD"
+            if request.parent_program_id is not None:
+                parent = await session.get(Program, request.parent_program_id)
+                if parent is None or parent.client_id != request.client_id:
+                    raise rejected(f"unknown parent_program_id {request.parent_program_id!r} for this client")
+                if parent.status != ProgramStatus.completed.value:
+                    raise rejected(f"parent program {request.parent_program_id!r} is {parent.status}, not completed")
+                start = parent.branch_name
+            await session.execute(update(Program).where(Program.program_id == request.program_id)
+                                  .values(status=ProgramStatus.in_progress.value, updated_at=datetime.now(timezone.utc)))
+            await session.commit()
+        return start
+
+    @activity.defn(name=names.GEPA_MUTATE)
+    def mutate(self, request: StepRequest, start: str) -> MutationOutcome:
+        """A worktree on ``program_<id>`` from ``start``, the mutation applied and committed."""
+        dirs = programs.ClientDirs(self._workspace, request.client_id)
+        worktree = dirs.worktree(request.program_id)
+        branch = programs.branch_name(request.program_id)
+        try:
+            gitops.add_worktree(dirs.repo, worktree, branch, start)
+        except gitops.GitError as exc:
+            raise rejected(f"creating the worktree from {start!r} failed: {exc}") from None
+        program_path = worktree / request.program_json_path
+        changed: list[str] = []
+        if request.mutation_type == "code":
+            activity.heartbeat("coding agent")
+            patch = self._coder.propose_patch(request, worktree)
+            try:
+                changed = gitops.apply_patch(worktree, patch)
+            except gitops.GitError as exc:
+                raise rejected(f"the coding agent's patch does not apply: {exc}") from None
+        program_json = self._read_program_json(program_path, request.program_json_path, branch)
+        if request.mutation_type == "prompt":
+            try:
+                program_json = programs.apply_candidate(program_json, request.candidate)
+            except programs.CandidateRejected as exc:
+                raise rejected(str(exc)) from None
+            program_path.write_text(json.dumps(program_json, indent=2, ensure_ascii=False) + "\n")
+            changed = [request.program_json_path]
+        parent = request.parent_program_id or start
+        commit = gitops.commit_all(worktree, f"GEPA {request.mutation_type} mutation {request.program_id} (parent {parent})")
+        return MutationOutcome(branch_name=branch, worktree=str(worktree), commit=commit,
+                               program_json=program_json, changed_files=changed)
+
+    @staticmethod
+    def _read_program_json(path: Path, relative: str, branch: str) -> dict:
+        if not path.is_file():
+            raise rejected(f"{relative} does not exist on branch {branch} (program_json_path is relative to the repository root)")
+        try:
+            data = json.loads(path.read_text())
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise rejected(f"{relative} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise rejected(f"{relative} is not a JSON object (a saved DSPy program is)")
+        return data
+
+    @activity.defn(name=names.GEPA_RUN_PROGRAM)
+    def run_program(self, request: StepRequest) -> ProgramRun:
+        """Run the program of the step's worktree on ``test_examples`` in the client's container."""
+        dirs = programs.ClientDirs(self._workspace, request.client_id)
+        worktree = dirs.worktree(request.program_id)
+        try:
+            requirements = gepa_envs.requirements_of(worktree)
+            env_dir = gepa_envs.ensure_environment(
+                Path(self._settings.gepa_envs_dir), requirements, self._settings.gepa_dspy_requirement,
+                progress=activity.heartbeat)
+        except gepa_envs.RequirementsRejected as exc:
+            raise rejected(str(exc)) from None
+        activity.heartbeat("program host")
+        started = time.monotonic()
+        host = self._hosts.host_for(request.client_id, dirs.worktrees, env_dir, waiting=lambda: activity.heartbeat("program host"),
+                                    egress_allow=egress.parse_allow_list(",".join(self._client_egress(dirs))))
+        try:
+            reply = host.run({
+                "op": "run", "worktree": f"{program_image.WORKTREES_IN_IMAGE}/{request.program_id}",
+                "program_json_path": request.program_json_path, "entry_point": request.entry_point,
+                "examples": request.test_examples, "capture_traces": request.capture_traces,
+                "timeout_s": self._settings.gepa_run_timeout_s,
+            }, timeout=self._settings.gepa_run_timeout_s + 30, waiting=lambda: activity.heartbeat("running"))
+        except ProgramHostDied as exc:
+            raise ApplicationError(f"the program host failed: {exc}") from None  # retried
+        duration_ms = round((time.monotonic() - started) * 1000, 1)
+        if not reply.get("ok"):
+            raise rejected(f"running {request.entry_point} failed: {reply.get('error')}")
+        return ProgramRun(ok=True, pipeline_outputs=reply.get("pipeline_outputs") or [],
+                          traces=reply.get("traces"), duration_ms=duration_ms)
+
+    @staticmethod
+    def _client_egress(dirs: programs.ClientDirs) -> list[str]:
+        return json.loads(dirs.egress_file.read_text()) if dirs.egress_file.exists() else []
+
+    @activity.defn(name=names.GEPA_FINISH_PROGRAM)
+    async def finish_program(self, change: ProgramStatusUpdate) -> None:
+        """Record the step's end, then apply the worktree policy: the worktree goes (unless
+        gepa_keep_worktrees), the branch stays for a completed program and goes for a failed one."""
+        values: dict = {"status": change.status.value, "updated_at": datetime.now(timezone.utc)}
+        if change.program_json is not None:
+            values["program_json"] = storable(change.program_json)
+        if change.result is not None:
+            values["result"] = storable(change.result.model_dump())
+            values["error"] = storable(change.result.error)
+        async with self._sessions() as session:
+            await session.execute(update(Program).where(Program.program_id == change.program_id).values(**values))
+            await session.commit()
+            client_id = await session.scalar(select(Program.client_id).where(Program.program_id == change.program_id))
+        if client_id is None:
+            return
+        dirs = programs.ClientDirs(self._workspace, client_id)
+        if not dirs.repo.exists():
+            return
+        failed = change.status == ProgramStatus.failed
+        if failed or not self._settings.gepa_keep_worktrees:
+            await asyncio.to_thread(gitops.remove_worktree, dirs.repo, dirs.worktree(change.program_id))
+        if failed:
+            await asyncio.to_thread(gitops.delete_branch, dirs.repo, programs.branch_name(change.program_id))
+

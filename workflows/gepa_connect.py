@@ -1,0 +1,35 @@
+"""GepaConnectWorkflow (id ``gepa-connect-<client_id>``): clone a client's repository once
+(POST /connect-git) and record whether it worked. Orchestration only."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from activities import names
+    from genesis.gepa_dto import GEPA_CONNECT_WORKFLOW, ConnectRequest, ConnectResult
+
+from workflows.gepa_step import DB_RETRY, INFRA_RETRY, failure_message
+
+
+@workflow.defn(name=GEPA_CONNECT_WORKFLOW)
+class GepaConnectWorkflow:
+    @workflow.run
+    async def run(self, request: ConnectRequest) -> ConnectResult:
+        try:
+            result = await workflow.execute_activity(
+                names.GEPA_CLONE_REPOSITORY, request, result_type=ConnectResult,
+                start_to_close_timeout=timedelta(minutes=15), retry_policy=INFRA_RETRY,
+            )
+        except ActivityError as exc:
+            result = ConnectResult(client_id=request.client_id, error=failure_message(exc))
+        await workflow.execute_local_activity(
+            names.GEPA_RECORD_CLIENT,
+            args=[request.client_id, "failed" if result.error else "connected", result.default_branch, result.error],
+            start_to_close_timeout=timedelta(seconds=30), retry_policy=DB_RETRY,
+            schedule_to_close_timeout=timedelta(minutes=30),
+        )
+        return result
