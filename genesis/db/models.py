@@ -170,6 +170,7 @@ class EvolutionCycle(Base):
     estimated_cost_usd: Mapped[float] = mapped_column(Float, default=0.0, server_default=text("0"))
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now(), index=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
 # --- GEPA optimisation steps (migration 0008; genesis/programs.py, api/routes_gepa.py) ---
