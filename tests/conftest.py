@@ -96,6 +96,10 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         # machine); tests/test_observability.py starts processes with ports of their own.
         engine_metrics_port=0,
         worker_metrics_port=0,
+        # Tests with API processes on a task queue nobody polls keep rows queued on purpose; a
+        # sweep of the suite's other API processes would start them on the polled queue when the
+        # machine is slow. Only tests/test_workflow_starter.py sweeps (with its own settings).
+        workflow_start_stale_s=600.0,
     )
 
 
