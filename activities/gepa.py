@@ -61,10 +61,13 @@ class GepaActivities:
         # Route names carry a random part only the intended containers are told: a program cannot
         # spend the coding model's key, nor the coding agent the programs' LM.
         lm_route, coder_route = f"lm-{secrets.token_hex(12)}", f"coder-{secrets.token_hex(12)}"
+        claude_route = f"claude-{secrets.token_hex(12)}"  # the Claude Agent SDK backend's Anthropic API
         self.gateway = egress.EgressGateway(
             gateway_ip, settings.gepa_gateway_port,
             routes={lm_route: egress.Route(settings.gepa_lm_base_url, settings.gepa_lm_api_key.get_secret_value()),
-                    coder_route: egress.Route(settings.gepa_coder_base_url, settings.gepa_coder_api_key.get_secret_value())},
+                    coder_route: egress.Route(settings.gepa_coder_base_url, settings.gepa_coder_api_key.get_secret_value()),
+                    claude_route: egress.Route(settings.gepa_anthropic_base_url,
+                                               settings.gepa_anthropic_api_key.get_secret_value(), key_header="x-api-key")},
             allow=egress.parse_allow_list(settings.gepa_egress_allow),
         ).start()
         if settings.gepa_enforce_egress:
@@ -80,7 +83,8 @@ class GepaActivities:
             HostLimits(settings.gepa_runner_memory, settings.gepa_runner_pids_limit, settings.gepa_runner_cpus),
             idle_s=settings.gepa_runner_idle_s, gateway=self.gateway,
         )
-        self._coder = CodingAgent(self._docker, settings, f"{gateway_url}/{coder_route}", proxy)
+        self._coder = CodingAgent(self._docker, settings, f"{gateway_url}/{coder_route}", proxy,
+                                  claude_url=f"{gateway_url}/{claude_route}")
         self._github = GitHubApp(settings)
 
     def close(self) -> None:
@@ -157,7 +161,7 @@ class GepaActivities:
         changed: list[str] = []
         if request.mutation_type == "code":
             activity.heartbeat("coding agent")
-            patch = self._coder.propose_patch(request, worktree)
+            patch = self._coder.propose_patch(request, worktree, progress=activity.heartbeat)
             try:
                 changed = gitops.apply_patch(worktree, patch)
             except gitops.GitError as exc:

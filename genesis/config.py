@@ -217,6 +217,19 @@ class Settings(BaseSettings):
     gepa_github_api_url: str = "https://api.github.com"
     # Also accept http:// repository URLs (a GitHub Enterprise on a trusted network, tests).
     gepa_allow_http_repos: bool = False
+    # GEPA code mutations' coding agent (README "GEPA optimisation steps"): "chat" asks the
+    # OpenAI-compatible gepa_coder_* model for a diff; "claude_agent_sdk" runs Claude Code (the
+    # gepa_claude_sdk_requirement package, installed into a coder environment under gepa_envs_dir)
+    # in the coder container, reaching gepa_anthropic_base_url through the egress gateway, which
+    # adds gepa_anthropic_api_key (required for this backend; it never enters the container).
+    gepa_coder_backend: Literal["chat", "claude_agent_sdk"] = "chat"
+    gepa_anthropic_base_url: str = "https://api.anthropic.com"
+    gepa_anthropic_api_key: SecretStr = SecretStr("")
+    gepa_claude_model: str = "claude-sonnet-4-5"
+    gepa_claude_sdk_requirement: str = "claude-agent-sdk==0.2.184"
+    gepa_claude_max_turns: int = Field(default=30, ge=1, le=200)
+    gepa_claude_timeout_s: float = Field(default=600.0, gt=0)  # one agent run, inside the container
+    gepa_claude_memory: str = "2g"  # the Claude Code process (a Bun runtime) needs more than the chat agent
 
     def gepa_task_queue(self) -> str:
         return self.task_queue + self.gepa_task_queue_suffix

@@ -6,8 +6,8 @@
   (``GENESIS-GEPA``) drops everything else the containers send to the host (Postgres, Redis,
   Temporal, the Docker API, ...).
 - The gateway (this module, run by the worker) forwards ``/lm-<random>/...`` to the configured LM
-  endpoint and ``/coder-<random>/...`` to the coding model (each container is told only its own
-  route), adding their API keys on the way (the keys
+  endpoint, ``/coder-<random>/...`` to the coding model and ``/claude-<random>/...`` to the
+  Anthropic API of the Claude Agent SDK backend (each container is told only its own route), adding their API keys on the way (the keys
   never enter a container), and acts as an HTTP proxy (CONNECT or absolute URLs) for the
   ``host:port`` pairs of ``GENESIS_GEPA_EGRESS_ALLOW``. Everything else gets a 403 and a log line.
 """
@@ -130,6 +130,7 @@ class Route:
 
     base_url: str
     api_key: str = ""
+    key_header: str = "authorization"  # "authorization" (Bearer, OpenAI style) or "x-api-key" (Anthropic)
 
 
 @dataclass
@@ -206,7 +207,8 @@ class EgressGateway:
             upstream_headers = {k: v for k, v in headers.items()
                                 if k not in ("host", "authorization", "api-key", "x-api-key", "content-length", "connection", "accept-encoding")}
             if route.api_key:
-                upstream_headers["authorization"] = f"Bearer {route.api_key}"
+                bearer = route.key_header == "authorization"
+                upstream_headers[route.key_header] = f"Bearer {route.api_key}" if bearer else route.api_key
             url = route.base_url.rstrip("/") + "/" + rest
             log.info("egress %s %s -> %s", method, target.split("?")[0], urlsplit(url).netloc)
             response = await self._http.request(method, url, content=body, headers=upstream_headers)

@@ -26,10 +26,12 @@ from sandbox import image as trait_image
 HERE = Path(__file__).resolve().parent
 PROGRAM_HOST = HERE / "program_host.py"
 CODING_AGENT = HERE / "coding_agent.py"
+CLAUDE_AGENT = HERE / "claude_coding_agent.py"
 IMAGE_REPOSITORY = "genesis-program-host"
 PYTHON_IN_IMAGE = "/usr/local/bin/python3"
 HOST_IN_IMAGE = "/opt/genesis/program_host.py"
 AGENT_IN_IMAGE = "/opt/genesis/coding_agent.py"
+CLAUDE_AGENT_IN_IMAGE = "/opt/genesis/claude_coding_agent.py"
 ENV_IN_IMAGE = "/opt/env"  # the mounted per-requirements environment (PYTHONPATH)
 WORKTREES_IN_IMAGE = "/worktrees"  # the client's worktrees, mounted read-only
 STDLIB_EXCLUDES = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages",
@@ -51,6 +53,7 @@ def image_tag() -> str:
     digest = hashlib.sha256()
     digest.update(PROGRAM_HOST.read_bytes())
     digest.update(CODING_AGENT.read_bytes())
+    digest.update(CLAUDE_AGENT.read_bytes())
     digest.update(Path(__file__).read_bytes())
     digest.update(str(python_binary()).encode())
     return f"{IMAGE_REPOSITORY}:{digest.hexdigest()[:12]}"
@@ -88,6 +91,7 @@ def _rootfs_tar() -> bytes:
         tar.add(str(python), arcname=PYTHON_IN_IMAGE.lstrip("/"), filter=root_owned)
         tar.add(str(PROGRAM_HOST), arcname=HOST_IN_IMAGE.lstrip("/"), filter=root_owned)
         tar.add(str(CODING_AGENT), arcname=AGENT_IN_IMAGE.lstrip("/"), filter=root_owned)
+        tar.add(str(CLAUDE_AGENT), arcname=CLAUDE_AGENT_IN_IMAGE.lstrip("/"), filter=root_owned)
 
         def skip_unneeded(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
             relative = info.name[len(stdlib.as_posix().lstrip("/")) + 1:]
