@@ -32,6 +32,7 @@ from api.metrics import RequestMetrics
 from api.metrics import router as metrics_router
 from api.telemetry_hub import TelemetryHub
 from api.workflow_starter import WorkflowStarter
+from genesis import proposal_store
 from genesis.apikeys import load_pepper
 from genesis.config import Settings, get_settings
 from genesis.webhooks import load_server_secret
@@ -39,6 +40,7 @@ from genesis.db.session import get_engine, get_sessionmaker
 from genesis.logs import configure_logging
 
 MAX_BODY_BYTES = 96 * 1024  # 32 KB of code can grow when JSON-escaped
+PROPOSE_POOL_SIZE = 10  # Postgres connections of the propose path (beside the ORM's pool)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -61,7 +63,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.telemetry.start()
         app.state.services.starter = WorkflowStarter(app.state.services)
         app.state.services.starter.start_sweeping()
+        # Propose admits through raw asyncpg statements on a pool of its own (genesis/proposal_store.py)
+        app.state.services.pg = await proposal_store.create_pool(settings.database_url, PROPOSE_POOL_SIZE)
         yield
+        await app.state.services.pg.close()
         await app.state.services.starter.close()
         await app.state.telemetry.close()
         await app.state.services.redis.aclose()
