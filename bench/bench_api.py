@@ -195,6 +195,13 @@ def children_cpu_s() -> dict[str, float]:
     return used
 
 
+def machine_busy_s() -> float:
+    """CPU seconds all processes of the machine have used so far (/proc/stat: user..steal)."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    busy = sum(int(v) for v in fields[:8]) - int(fields[3]) - int(fields[4])  # minus idle, iowait
+    return busy / os.sysconf("SC_CLK_TCK")
+
+
 def renice_temporal(niceness: int) -> None:
     """Run the dev server at a lower CPU priority than the API (all its threads: Go runs several)."""
     for pid, name, _ in _children():
@@ -204,7 +211,7 @@ def renice_temporal(niceness: int) -> None:
 
 
 def profile_api(pid: int, seconds: int, out: str) -> subprocess.Popen:
-    """Sample the API process with py-spy (a dev tool: pip install py-spy) while hey runs; the
+    """Sample the API process with py-spy (the `bench` extra) while hey runs, without pausing it; the
     output is py-spy's collapsed stacks ("raw"), one ``frame;frame;... count`` line per stack."""
     return subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid), "--duration", str(seconds), "--rate", "250",
                              "--format", "raw", "--output", out, "--nonblocking"],
@@ -243,10 +250,13 @@ async def main(seconds: int, database_url: str, redis_url: str, propose_only: bo
         context = {} if propose_only else {
             path: await asyncio.to_thread(run_wrk, url + path, seconds) for path in CONTEXT_PATHS}
         since = datetime.now(timezone.utc)
-        cpu_before = children_cpu_s()
+        cpu_before, machine_before, wall_before = children_cpu_s(), machine_busy_s(), time.monotonic()
         profiler = profile_api(api.proc.pid, seconds, py_spy_out) if py_spy_out else None
         with tempfile.TemporaryDirectory() as workdir:
             propose = await asyncio.to_thread(run_hey, url + "/api/mutations/propose", seconds, Path(workdir))
+        machine_after, wall_after = machine_busy_s(), time.monotonic()
+        # Everything on the machine, the run's own processes included (the machine may be shared).
+        propose["machine_cores_busy"] = round((machine_after - machine_before) / (wall_after - wall_before), 2)
         if profiler is not None:
             await asyncio.to_thread(profiler.wait, 30)
         lags = await start_lags(env, settings, since)

@@ -16,6 +16,7 @@ restart) is replaced on the next acquire, as asyncpg's pool does for any closed 
 
 from __future__ import annotations
 
+import asyncio
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
@@ -24,6 +25,7 @@ from sqlalchemy.engine import make_url
 
 from genesis.dto import MutationStatus
 
+ACQUIRE_TIMEOUT_S = 5.0
 _LIVE_TRAIT = "SELECT version, mutation_id FROM trait_versions WHERE trait_name = $1 AND status = 'active'"
 _LATEST_TRAIT = "SELECT version, status FROM trait_versions WHERE trait_name = $1 ORDER BY version DESC LIMIT 1"
 _PROPOSAL = ("SELECT mutation_id, status, code, trait_name, replaces_trait, replaces_version "
@@ -51,9 +53,22 @@ async def create_pool(database_url: str, max_size: int) -> asyncpg.Pool:
                                      reset=_keep_session)
 
 
+async def warm(pool: asyncpg.Pool, connections: int) -> None:
+    """Open ``connections`` connections and run the lookups once on each (an empty name matches
+    nothing), which puts them in asyncpg's statement cache, so the first proposals pay for
+    neither. Run in the background at startup: Postgres may be down, and then the first
+    proposals connect (or answer 503)."""
+    async def prepare() -> None:
+        async with pool.acquire() as conn:
+            await live_trait(conn, "")
+            await proposal(conn, "")
+    await asyncio.gather(*(prepare() for _ in range(connections)))
+
+
 @asynccontextmanager
 async def connection(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
-    async with pool.acquire() as conn:
+    """A pooled connection; TimeoutError when none frees up (or connects) within ACQUIRE_TIMEOUT_S."""
+    async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
         yield conn
 
 
