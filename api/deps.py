@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+import asyncpg
 import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from temporalio.client import Client
@@ -26,6 +27,7 @@ class Services:
     pepper: bytes = b""  # server secret of the API key hashes (genesis/apikeys.py)
     webhook_secret: bytes = b""  # server secret the agents' webhook secrets derive from (genesis/webhooks.py)
     starter: "WorkflowStarter | None" = None  # api/workflow_starter.py, set in the app's lifespan
+    pg: asyncpg.Pool | None = None  # the propose path's own pool (genesis/proposal_store.py), set in the lifespan
     _temporal: Client | None = None
     _temporal_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+import asyncpg
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
-from sqlalchemy.exc import IntegrityError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -13,7 +15,7 @@ from api.auth import API_KEY, acting_agent
 from api.errors import ApiError
 from api.metrics import count_proposal
 from api.routes_tasks import check_proposal_claim
-from api.routes_traits import check_replacement, replaces_ref
+from api.routes_traits import check_replacement, db_down, replaces_ref
 from api.schemas import (
     EffectsResponse,
     ErrorResponse,
@@ -24,13 +26,15 @@ from api.schemas import (
     RollbackBody,
     RollbackResponse,
 )
-from genesis import ratelimit, webhooks
+from genesis import proposal_store, ratelimit, webhooks
 from genesis.db.models import Mutation
 from genesis.dto import FailureCode, MutationStatus, RollbackRequest
 from genesis.ids import MUTATION_ID_PATTERN, mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
 from genesis.workflow_api import ROLLBACK_WORKFLOW, rollback_workflow_id
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
+# Postgres unreachable or failing while admitting a proposal: 503 DATABASE_UNAVAILABLE, nothing recorded.
+POSTGRES_ERRORS = (asyncpg.PostgresError, asyncpg.InterfaceError, OSError, TimeoutError)
 
 ERRORS = {
     400: {"model": ErrorResponse, "description": "Malformed JSON"},
@@ -84,35 +88,43 @@ async def accept_proposal(services, request: Request, body: ProposeRequest, agen
             raise ApiError(422, "VALIDATION_ERROR", f"notify_url: {problem}",
                            extra={"errors": [{"field": "notify_url", "message": problem}]})
     mutation_id = mutation_id_for_idempotency_key(agent_id, idempotency_key) if idempotency_key else new_mutation_id()
-    workflow_id = mutation_workflow_id(mutation_id)
+    try:  # one pooled connection for the whole admission (genesis/proposal_store.py: why)
+        async with proposal_store.connection(services.pg) as conn:
+            return await _admit(services, conn, request, body, agent_id, idempotency_key, mutation_id)
+    except POSTGRES_ERRORS as exc:
+        raise db_down(exc) from exc
+
+
+async def _admit(services, conn, request: Request, body: ProposeRequest, agent_id: str,
+                 idempotency_key: str | None, mutation_id: str) -> ProposeResponse:
     if idempotency_key:  # a retry of an accepted proposal is answered without touching the limits
-        async with services.sessions() as session:
-            existing = await session.get(Mutation, mutation_id)
+        existing = await proposal_store.proposal(conn, mutation_id)
         if existing is not None:
             return _same_proposal(existing, body)
-    target = await check_replacement(services, body)  # 409 TRAIT_EXISTS / TRAIT_NOT_LIVE / VERSION_CONFLICT
+    target = await check_replacement(services, conn, body)  # 409 TRAIT_EXISTS / TRAIT_NOT_LIVE / VERSION_CONFLICT
     await check_proposal_claim(request, body.task_id, agent_id)  # 409 if another agent holds the task
     ip = request.client.host if request.client else "unknown"
     decision = await _take_rate_limit(services, agent_id, ip, mutation_id)
     record = Mutation(
         mutation_id=mutation_id, agent_id=agent_id, task_id=body.task_id, trait_name=body.trait_name,
         goal=body.goal, code=body.code, status=MutationStatus.queued.value, validation_log=[],
-        workflow_id=workflow_id, client_ip=request.client.host if request.client else None,
+        workflow_id=mutation_workflow_id(mutation_id), client_ip=request.client.host if request.client else None,
         notify_url=body.notify_url, **target.record_fields(),
     )
-    async with services.sessions() as session:
-        session.add(record)
-        try:
-            await session.commit()
-        except IntegrityError:  # the same Idempotency-Key again: answer with the existing mutation
-            # (a concurrent request with that key recorded it first; the slot taken is its slot)
-            await session.rollback()
-            existing = await session.get(Mutation, mutation_id)
-            return _same_proposal(existing, body)
-        except Exception:  # nothing was recorded: give the quota back
-            if not decision.already_held:
-                await ratelimit.refund(services.redis, agent_id, ip, mutation_id)
-            raise
+    try:
+        inserted = await proposal_store.insert_proposal(
+            conn, mutation_id=record.mutation_id, agent_id=record.agent_id, task_id=record.task_id,
+            trait_name=record.trait_name, goal=record.goal, code=record.code, workflow_id=record.workflow_id,
+            client_ip=record.client_ip, notify_url=record.notify_url, replaces_trait=record.replaces_trait,
+            replaces_version=record.replaces_version,
+        )
+    except Exception:  # nothing was recorded: give the quota back
+        if not decision.already_held:
+            await ratelimit.refund(services.redis, agent_id, ip, mutation_id)
+        raise
+    if not inserted:  # the same Idempotency-Key again: answer with the existing mutation
+        # (a concurrent request with that key recorded it first; the slot taken is its slot)
+        return _same_proposal(await proposal_store.proposal(conn, mutation_id), body)
     # Recorded = accepted: the workflow starts right after the answer (api/workflow_starter.py),
     # or, if Temporal is unavailable now, when the sweeper finds the row still queued.
     services.starter.start_soon(record)
@@ -141,12 +153,13 @@ async def _take_rate_limit(services, agent_id: str, ip: str, mutation_id: str) -
     return decision
 
 
-def _same_proposal(existing: Mutation | None, body: ProposeRequest) -> ProposeResponse:
+def _same_proposal(existing: Mapping | None, body: ProposeRequest) -> ProposeResponse:
+    """``existing``: the recorded proposal (proposal_store.proposal)."""
     replaces = (body.replaces.trait_name, body.replaces.version) if body.replaces else (None, None)
-    if (existing is None or existing.code != body.code or existing.trait_name != body.trait_name
-            or (existing.replaces_trait, existing.replaces_version) != replaces):
+    if (existing is None or existing["code"] != body.code or existing["trait_name"] != body.trait_name
+            or (existing["replaces_trait"], existing["replaces_version"]) != replaces):
         raise ApiError(409, "IDEMPOTENCY_KEY_REUSED", "this Idempotency-Key was used for a different proposal")
-    return _accepted(existing.mutation_id, existing.status, "Mutation already accepted (same Idempotency-Key)")
+    return _accepted(existing["mutation_id"], existing["status"], "Mutation already accepted (same Idempotency-Key)")
 
 
 def _accepted(mutation_id: str, status: str, message: str) -> ProposeResponse:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+import asyncpg
 from fastapi import APIRouter, Query, Request
 from redis.exceptions import RedisError
 from sqlalchemy import select
@@ -26,7 +27,7 @@ from api.schemas import (
     TraitVersionRef,
     trait_name_problem,
 )
-from genesis import world_metrics
+from genesis import proposal_store, world_metrics
 from genesis.db.models import Mutation, TraitVersion
 from genesis.dto import MutationStatus, TraitRef, terminal_statuses
 
@@ -62,8 +63,9 @@ class ProposalTarget:
         return {"replaces": self.replaces, "require_new": self.require_new}
 
 
-async def check_replacement(services, body: ProposeRequest) -> ProposalTarget:
-    """Called by ``accept_proposal`` before any limit is charged. ``replaces`` must name a live
+async def check_replacement(services, conn: asyncpg.Connection, body: ProposeRequest) -> ProposalTarget:
+    """Called by ``accept_proposal`` (on its connection, genesis/proposal_store.py) before any
+    limit is charged. ``replaces`` must name a live
     trait (409 TRAIT_NOT_LIVE) at the given version, if any (409 VERSION_CONFLICT); without
     ``replaces`` a live trait_name is 409 TRAIT_EXISTS unless GENESIS_TRAIT_EXISTS_POLICY=replace.
     The answer only reflects the moment of the proposal: activation checks again."""
@@ -71,56 +73,39 @@ async def check_replacement(services, body: ProposeRequest) -> ProposalTarget:
     reject_existing = services.settings.trait_exists_policy == "reject"
     if body.replaces is None and not reject_existing:
         return ProposalTarget()
-    live = await _live_row(services, name)
+    live = await proposal_store.live_trait(conn, name)
     if body.replaces is None:
         if live is not None:
             raise ApiError(
                 409, "TRAIT_EXISTS",
-                f"trait '{name}' is live as v{live.version} (mutation {live.mutation_id}); to modify it, propose "
-                f'with "replaces": {{"trait_name": "{name}", "version": {live.version}}} (read it first: '
-                f"GET /api/traits/{name}), or choose another trait_name for a new trait",
-                extra={"live_version": live.version},
+                f"trait '{name}' is live as v{live['version']} (mutation {live['mutation_id']}); to modify it, "
+                f'propose with "replaces": {{"trait_name": "{name}", "version": {live["version"]}}} (read it '
+                f"first: GET /api/traits/{name}), or choose another trait_name for a new trait",
+                extra={"live_version": live["version"]},
             )
         return ProposalTarget(require_new=True)
     if live is None:
-        latest = await _latest_row(services, name)
+        latest = await proposal_store.latest_trait(conn, name)
         why = (f"no version of trait '{name}' was ever activated" if latest is None
-               else f"trait '{name}' has no live version (v{latest.version} is {latest.status})")
+               else f"trait '{name}' has no live version (v{latest['version']} is {latest['status']})")
         raise ApiError(
             409, "TRAIT_NOT_LIVE",
             f"{why}: there is nothing to replace; propose it without replaces to add it as a new trait "
             "(GET /api/traits lists the live traits)",
         )
     wanted = body.replaces.version
-    if wanted is not None and wanted != live.version:
+    if wanted is not None and wanted != live["version"]:
         raise ApiError(
             409, "VERSION_CONFLICT",
-            f"replaces.version is {wanted}, but trait '{name}' is live as v{live.version} "
-            f"(mutation {live.mutation_id}); read GET /api/traits/{name} and base your change on v{live.version}",
-            extra={"live_version": live.version},
+            f"replaces.version is {wanted}, but trait '{name}' is live as v{live['version']} "
+            f"(mutation {live['mutation_id']}); read GET /api/traits/{name} and base your change on "
+            f"v{live['version']}",
+            extra={"live_version": live["version"]},
         )
     return ProposalTarget(replaces=TraitRef(trait_name=name, version=wanted))
 
 
-async def _live_row(services, name: str) -> TraitVersion | None:
-    return await _scalar(services, select(TraitVersion).where(
-        TraitVersion.trait_name == name, TraitVersion.status == "active"))
-
-
-async def _latest_row(services, name: str) -> TraitVersion | None:
-    return await _scalar(services, select(TraitVersion).where(TraitVersion.trait_name == name)
-                         .order_by(TraitVersion.version.desc()).limit(1))
-
-
-async def _scalar(services, statement):
-    try:
-        async with services.sessions() as session:
-            return await session.scalar(statement)
-    except (SQLAlchemyError, OSError) as exc:
-        raise _db_down(exc) from exc
-
-
-def _db_down(exc: Exception) -> ApiError:
+def db_down(exc: Exception) -> ApiError:
     return ApiError(503, "DATABASE_UNAVAILABLE", f"Postgres is not reachable: {type(exc).__name__}: {exc}")
 
 
@@ -158,7 +143,7 @@ async def list_traits(request: Request) -> TraitsResponse:
                 .order_by(TraitVersion.trait_name)
             )).all()
     except (SQLAlchemyError, OSError) as exc:
-        raise _db_down(exc) from exc
+        raise db_down(exc) from exc
     carriers, tick = await _carriers(request)
     return TraitsResponse(
         traits=[
@@ -210,7 +195,7 @@ async def trait_detail(
                 .limit(50)
             )).all()
     except (SQLAlchemyError, OSError) as exc:
-        raise _db_down(exc) from exc
+        raise db_down(exc) from exc
     if not rows:
         raise ApiError(
             404, "TRAIT_NOT_FOUND",

@@ -16,6 +16,7 @@ clock (``TIME``), so several API hosts agree on time. All keys must live on one 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -112,13 +113,19 @@ class Decision:
         return f"Too many proposals from IP {ip} this minute (limit: {self.limit_value} per minute)"
 
 
+@functools.lru_cache(maxsize=32)
+def _script(redis: aioredis.Redis, source: str):
+    """The client's Script object for ``source`` (made once: it hashes the source; EVALSHA after)."""
+    return redis.register_script(source)
+
+
 def _keys(agent_id: str, ip: str) -> list[str]:
     return [ratelimit_active(agent_id), ratelimit_ip_minute(ip), ratelimit_agent_hour(agent_id)]
 
 
 async def acquire(redis: aioredis.Redis, limits: Limits, agent_id: str, ip: str, mutation_id: str) -> Decision:
     """Check every limit and, when all allow it, count the proposal and give it an active slot."""
-    result = await redis.register_script(_ACQUIRE)(
+    result = await _script(redis, _ACQUIRE)(
         keys=_keys(agent_id, ip),
         args=[mutation_id, limits.active_per_agent, limits.active_slot_ttl_s, limits.per_ip_minute,
               limits.per_agent_hour, limits.active_retry_after_s, IP_WINDOW_S, AGENT_WINDOW_S],
@@ -136,7 +143,7 @@ async def acquire(redis: aioredis.Redis, limits: Limits, agent_id: str, ip: str,
 
 
 async def refund(redis: aioredis.Redis, agent_id: str, ip: str, mutation_id: str) -> None:
-    await redis.register_script(_REFUND)(keys=_keys(agent_id, ip), args=[mutation_id])
+    await _script(redis, _REFUND)(keys=_keys(agent_id, ip), args=[mutation_id])
 
 
 async def release(redis: aioredis.Redis, agent_id: str, mutation_id: str) -> bool:
