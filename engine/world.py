@@ -64,6 +64,7 @@ import numpy as np
 
 from genesis.entity_api import MAX_SPEED, MAX_STATE_LENGTH, READABLE_ATTRS, WRITABLE_ATTRS
 
+from .intent_columns import KIND_EAT, KIND_SET, KIND_TOWARDS, IntentColumns
 from .sensing import Sensed, sense
 from .spatial import SpatialGrid
 
@@ -84,7 +85,6 @@ __all__ = [
 _PI = math.pi
 _TWO_PI = 2.0 * math.pi
 
-_MISSING = object()
 
 DEATH_CAUSES = ("starvation", "age", "collision")
 
@@ -254,6 +254,10 @@ class Resource:
 _WRITABLE = {
     name: spec for name, spec in WRITABLE_ATTRS.items() if name in Entity.__dataclass_fields__
 }
+
+
+# name -> (lo, hi) of the writable numbers (World._apply_columns clamps them in bulk).
+_NUMBERS = {name: (spec[1], spec[2]) for name, spec in _WRITABLE.items() if spec[0] != "str"}
 
 
 @dataclass
@@ -654,6 +658,110 @@ class World:
                 out[k] = v
         return out
 
+    def _intents_by_entity(self, intents: Any, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int]]:
+        """Check every entity's intents (ids ascending) and apply its ``set`` intents; return
+        each entity's last move intent ``(towards, a, b)`` and the ids that asked to eat.
+
+        Setting happens for all entities before anyone moves: a tick's movement, eating,
+        metabolism and aging read only the entity's own attributes, so this equals applying
+        them entity by entity inside the tick's loop."""
+        if isinstance(intents, IntentColumns):
+            return self._apply_columns(intents, rejected)
+        by_entity = self._collect_intents(intents, rejected)
+        moves: dict[int, tuple] = {}
+        eats: set[int] = set()
+        entities = self.entities
+        for eid in sorted(by_entity):
+            move, eat = self._apply_intents(entities[eid], by_entity[eid], rejected)
+            if move is not None:
+                moves[eid] = move
+            if eat:
+                eats.add(eid)
+        return moves, eats
+
+    def _apply_columns(self, ic: IntentColumns, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int]]:
+        """:meth:`_intents_by_entity` of columnar intents, with the same result and rejections.
+
+        The intents every check would pass unchanged (a finite float for a number or a move, a
+        valid string for ``state``, ``eat``) of entities that sent nothing else are applied in
+        bulk; an entity with any other intent, or too many, goes through :meth:`_apply_intents`
+        with its whole list, so it is rejected (and counted) exactly as in the plain form."""
+        moves: dict[int, tuple] = {}
+        eats: set[int] = set()
+        ids = ic.entity
+        if not len(ids):
+            return moves, eats
+        entities = self.entities
+        kind = ic.kind
+        names = ic.names
+        uniq, first, inverse, counts = np.unique(ids, return_index=True, return_inverse=True, return_counts=True)
+        uniq_ids = uniq.tolist()
+        alive = np.fromiter((k in entities for k in uniq_ids), dtype=bool, count=len(uniq_ids))
+        if not alive.all():  # as _collect_intents: in the order the ids first appear
+            next_id = self._next_entity_id
+            gone = np.flatnonzero(~alive)
+            for j in gone[np.argsort(first[gone])].tolist():
+                k = uniq_ids[j]
+                rejected.append((k, "dead_entity" if 1 <= k < next_id else "unknown_entity"))
+        is_set = kind == KIND_SET
+        is_move = (kind != KIND_SET) & (kind != KIND_EAT)  # decode let only s, m, t, e through
+        # An intent is plain when it needs no check: a number set to a finite float, a move by
+        # finite floats, eat; a state set with a valid string is plain too (found below).
+        numeric_name = np.array([nm in _NUMBERS for nm in names] + [False])
+        odd = is_set & ~numeric_name[np.where(is_set, ic.attr, len(names))]
+        finite_a = np.isfinite(ic.a)
+        odd |= (is_set | is_move) & ~finite_a
+        odd |= is_move & ~np.isfinite(ic.b)
+        state_sets = []
+        for i, v in ic.over_a.items():
+            if kind[i] == KIND_EAT:
+                continue  # eat has no arguments: whatever replaced one is never read
+            if (is_set[i] and names[ic.attr[i]] == "state" and type(v) is str
+                    and len(v) <= MAX_STATE_LENGTH and v.isprintable()):
+                odd[i] = False
+                state_sets.append(i)
+            else:
+                odd[i] = True
+        for i in ic.over_b:
+            if is_move[i]:
+                odd[i] = True
+        odd_entity = np.zeros(len(uniq_ids), dtype=bool)
+        odd_entity[inverse[odd]] = True
+        odd_entity |= counts > self.params.max_intents_per_entity
+        plain = (alive & ~odd_entity)[inverse]
+        # sets: per attribute, in intent order (the last one wins)
+        for name in sorted({names[j] for j in np.unique(ic.attr[plain & is_set]).tolist()} & _NUMBERS.keys()):
+            sel = plain & is_set & np.isin(ic.attr, [j for j, nm in enumerate(names) if nm == name])
+            values = ic.a[sel]
+            if name == "direction":
+                vals = values.tolist()
+                for j in np.flatnonzero((values < -_PI) | (values > _PI)).tolist():
+                    vals[j] = _wrap_angle(vals[j])
+            else:
+                lo, hi = _NUMBERS[name]
+                vals = np.where(values < lo, lo, np.where(values > hi, hi, values)).tolist()
+            for e, v in zip(map(entities.__getitem__, ids[sel].tolist()), vals):
+                setattr(e, name, v)
+        for i in sorted(state_sets):
+            if plain[i]:
+                entities[int(ids[i])].state = ic.over_a[i]
+        sel = plain & is_move
+        moves.update(zip(ids[sel].tolist(), zip((kind[sel] == KIND_TOWARDS).tolist(), ic.a[sel].tolist(),
+                                                ic.b[sel].tolist())))
+        eats.update(ids[plain & (kind == KIND_EAT)].tolist())
+        odd_alive = np.flatnonzero(alive & odd_entity)
+        if len(odd_alive):
+            order = np.argsort(ids, kind="stable")  # each entity's intents stay in order
+            ends = np.cumsum(counts)
+            for j in odd_alive.tolist():
+                eid = uniq_ids[j]
+                move, eat = self._apply_intents(entities[eid], ic.lists_of(order[ends[j] - counts[j]:ends[j]]), rejected)
+                if move is not None:
+                    moves[eid] = move
+                if eat:
+                    eats.add(eid)
+        return moves, eats
+
     def _apply_intents(self, e: Entity, lst: Any, rejected: list[tuple[int, str]]) -> tuple[Any, bool]:
         """Apply ``set`` intents to ``e``; return (last move intent or None, eat requested)."""
         eid = e.id
@@ -736,7 +844,8 @@ class World:
         rnd = rng.random
         report = TickReport(tick=tick)
         rejected = report.rejected_intents
-        by_entity = self._collect_intents(intents, rejected)
+        moves, eats = self._intents_by_entity(intents, rejected)
+        get_move = moves.get
 
         entities = self.entities
         order = [entities[eid] for eid in sorted(entities)]
@@ -764,12 +873,8 @@ class World:
 
         # (1) intents, (2) movement, (3) eating, (4) metabolism, (6) aging — per entity.
         for e in order:
-            move = None
-            eat = False
-            if by_entity:
-                lst = by_entity.get(e.id, _MISSING)
-                if lst is not _MISSING:
-                    move, eat = self._apply_intents(e, lst, rejected)
+            move = get_move(e.id) if moves else None
+            eat = e.id in eats if eats else False
 
             x = e.x
             y = e.y
