@@ -95,6 +95,13 @@ VIEW_FIELDS = (
     "traits", "energy_consumption_rate", "generation", "neighbors",
     "nearest_dx", "nearest_dy", "nearest_dist",
 )
+# The view fields read straight from Entity attributes, with their column type.
+_VIEW_ATTR_COLUMNS = tuple(
+    (name, np.int64 if name in ("id", "age", "max_age", "generation") else np.float64)
+    for name in VIEW_FIELDS[:13] if name not in ("state", "traits")
+)
+_STATE = attrgetter("state")
+_TRAITS = attrgetter("traits")
 _LITTLE = sys.byteorder == "little"
 # Entity fields in the state hash (World.state_hash), besides parent_id, DNA, state and traits.
 _HASH_INT_FIELDS = ("id", "age", "max_age", "generation")
@@ -580,25 +587,18 @@ class World:
                     set_index[t] = len(set_index)
                 carriers.append(e)
         sensed = self._sense(carriers)
-        columns = {
-            "id": _pack("q", [e.id for e in carriers]),
-            "x": _pack("d", [e.x for e in carriers]),
-            "y": _pack("d", [e.y for e in carriers]),
-            "energy": _pack("d", [e.energy for e in carriers]),
-            "max_energy": _pack("d", [e.max_energy for e in carriers]),
-            "speed": _pack("d", [e.speed for e in carriers]),
-            "direction": _pack("d", [e.direction for e in carriers]),
-            "age": _pack("q", [e.age for e in carriers]),
-            "max_age": _pack("q", [e.max_age for e in carriers]),
-            "state": [e.state for e in carriers],
-            "traits": _pack("q", [set_index[e.traits] for e in carriers]),
-            "energy_consumption_rate": _pack("d", [e.energy_consumption_rate for e in carriers]),
-            "generation": _pack("q", [e.generation for e in carriers]),
-            "neighbors": _pack_array(sensed.neighbors),
-            "nearest_dx": _pack_array(sensed.dx),
-            "nearest_dy": _pack_array(sensed.dy),
-            "nearest_dist": _pack_array(sensed.dist),
+        n = len(carriers)
+        columns: dict[str, Any] = {
+            name: _pack_array(np.fromiter(map(attrgetter(name), carriers), dtype=dtype, count=n))
+            for name, dtype in _VIEW_ATTR_COLUMNS
         }
+        columns["state"] = list(map(_STATE, carriers))
+        columns["traits"] = _pack_array(np.fromiter(map(set_index.__getitem__, map(_TRAITS, carriers)),
+                                                    dtype=np.int64, count=n))
+        columns["neighbors"] = _pack_array(sensed.neighbors)
+        columns["nearest_dx"] = _pack_array(sensed.dx)
+        columns["nearest_dy"] = _pack_array(sensed.dy)
+        columns["nearest_dist"] = _pack_array(sensed.dist)
         p = self.params
         return {
             "fields": list(VIEW_FIELDS),
