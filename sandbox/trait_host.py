@@ -20,7 +20,8 @@ Requests (one JSON object per line) and replies:
       The compact form (the live engine's): every carrier's view is sent once, as a row of the
       values of ``fields`` (its "traits" value is an index into ``trait_sets``); ``world`` holds
       the values shared by every entity. Instead of "rows" the request may carry "columns", one
-      per field: a JSON list, or {"f8"|"i8": base64 of a little-endian float64/int64 array}; a
+      per field: a JSON list, {"f8"|"i8"|"i4": base64 of a little-endian float64/int64/int32
+      array}, or {"same": value} for a column whose every row (of "count") holds that value; a
       NaN ``nearest_dx`` column value means no resource in range. Each trait of ``run`` runs, in that order, on the rows
       whose trait set contains it (rows in the order sent).
       -> {"ok": true, "op": "views", "tick": N, "intents": [[id, [...]], ...],
@@ -143,7 +144,7 @@ class Host:
 
     def views(self, msg):
         fields = msg["fields"]
-        rows = msg["rows"] if "rows" in msg else decode_columns(msg["columns"])
+        rows = msg["rows"] if "rows" in msg else decode_columns(msg["columns"], msg.get("count"))
         sets = [tuple(names) for names in msg["trait_sets"]]
         proxy_class = self.row_proxy_class(tuple(fields), msg.get("world") or {})
         proxy_class.trait_sets = sets
@@ -330,15 +331,24 @@ def make_proxy_class(readable, writable):
     return Entity
 
 
-def decode_columns(columns):
-    """Rows (tuples) from columns: JSON lists, or {"f8"|"i8": base64 of a little-endian
-    float64/int64 array}."""
+ARRAY_CODES = {"f8": "d", "i8": "q", "i4": "i"}
+
+
+def decode_columns(columns, count=None):
+    """Rows (tuples) from columns: JSON lists, {"f8"|"i8"|"i4": base64 of a little-endian
+    float64/int64/int32 array}, or {"same": value} (every one of the ``count`` rows holds it)."""
     lists = []
     for col in columns:
-        if type(col) is dict:
-            code = "d" if "f8" in col else "q"
-            arr = array.array(code)
-            arr.frombytes(binascii.a2b_base64(col["f8" if code == "d" else "i8"]))
+        if type(col) is dict and "same" in col:
+            if type(count) is not int or count < 0:
+                raise ValueError("a 'same' column needs the request's count")
+            col = [col["same"]] * count
+        elif type(col) is dict:
+            (key, data), = col.items()
+            arr = array.array(ARRAY_CODES[key])
+            if arr.itemsize != int(key[1]):
+                raise ValueError("no %s array type on this platform" % key)
+            arr.frombytes(binascii.a2b_base64(data))
             if sys.byteorder != "little":
                 arr.byteswap()
             col = arr.tolist()
