@@ -24,19 +24,22 @@ class MalformedIntents(ValueError):
     """The host's intent columns do not decode."""
 
 
-def _column(value: Any, key: str, count: int) -> np.ndarray:
-    if not isinstance(value, dict) or set(value) != {key}:
-        raise MalformedIntents(f"expected {{{key!r}: base64}}")
+def _column(value: Any, keys: tuple[str, ...], count: int) -> np.ndarray:
+    """A column {key: base64 of a little-endian array}, key one of ``keys`` ("f8", "i8", "i4")."""
+    if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in keys:
+        raise MalformedIntents(f"expected {{{'|'.join(map(repr, keys))}: base64}}")
+    (key, data), = value.items()
+    size = int(key[1])
     try:
-        raw = base64.b64decode(value[key], validate=True)
+        raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError, TypeError) as exc:
         raise MalformedIntents(f"bad {key} column: {exc}") from exc
-    if len(raw) % 8:
+    if len(raw) % size:
         raise MalformedIntents(f"bad {key} column: bytes length not a multiple of item size")
-    if len(raw) // 8 != count:
-        raise MalformedIntents(f"column of {len(raw) // 8} values, expected {count}")
+    if len(raw) // size != count:
+        raise MalformedIntents(f"column of {len(raw) // size} values, expected {count}")
     # the wire is little-endian; astype gives a writable array in the native order
-    return np.frombuffer(raw, dtype="<" + key).astype(np.int64 if key == "i8" else np.float64)
+    return np.frombuffer(raw, dtype="<" + key).astype(np.float64 if key == "f8" else np.int64)
 
 
 def _missing(values: np.ndarray, over: dict[int, Any]) -> np.ndarray:
@@ -64,10 +67,10 @@ def decode_intents(columns: Any) -> IntentColumns:
         raise MalformedIntents("names must be a short list of strings")
     if type(other) is not list:
         raise MalformedIntents("other must be a list")
-    entity = _column(columns.get("entity"), "i8", count)
-    attr = _column(columns.get("attr"), "i8", count)
-    a = _column(columns.get("a"), "f8", count)
-    b = _column(columns.get("b"), "f8", count)
+    entity = _column(columns.get("entity"), ("i8", "i4"), count)
+    attr = _column(columns.get("attr"), ("i8", "i4"), count)
+    a = _column(columns.get("a"), ("f8",), count)
+    b = _column(columns.get("b"), ("f8",), count)
     over_a: dict[int, Any] = {}
     over_b: dict[int, Any] = {}
     for item in other:

@@ -439,8 +439,8 @@ INTENT_KINDS = {"set": "s", "move": "m", "move_towards": "t", "eat": "e"}
 
 def encode_intents(merged):
     """The merged intents as columns (one entry per intent, entity by entity, each entity's
-    intents in order): ``entity`` (i8), ``kind`` (one letter each: s set, m move,
-    t move_towards, e eat), ``attr`` (i8 index into ``names``, -1 if not a set), ``a``/``b``
+    intents in order): ``entity`` (i4, or i8 if an id needs it), ``kind`` (one letter each: s set,
+    m move, t move_towards, e eat), ``attr`` (int index into ``names``, -1 if not a set; i4 or i8), ``a``/``b``
     (f8 first/second argument, NaN if none), and ``other``: [index, slot, value] for each
     argument that is not a finite float (ints, strings, markers), so nothing is coerced here.
     Floats cross as raw bytes: formatting thousands of them as JSON text costs more than
@@ -480,16 +480,24 @@ def encode_intents(merged):
                 if kind == "move" or kind == "move_towards":
                     other.append([i, 1, second])
             i += 1
-    return {"count": i, "entity": pack("q", entity), "kind": "".join(kinds), "attr": pack("q", attr),
+    return {"count": i, "entity": pack_ints(entity), "kind": "".join(kinds), "attr": pack_ints(attr),
             "names": list(names), "a": pack("d", a), "b": pack("d", b), "other": other}
 
 
 def pack(code, values):
-    """{"f8"|"i8": base64 of a little-endian float64/int64 array} (as in requests)."""
+    """{"f8"|"i8"|"i4": base64 of a little-endian float64/int64/int32 array} (as in requests)."""
     arr = array.array(code, values)
     if sys.byteorder != "little":
         arr.byteswap()
-    return {"f8" if code == "d" else "i8": binascii.b2a_base64(arr.tobytes(), newline=False).decode("ascii")}
+    key = {"d": "f8", "q": "i8", "i": "i4"}[code]
+    return {key: binascii.b2a_base64(arr.tobytes(), newline=False).decode("ascii")}
+
+
+def pack_ints(values):
+    """:func:`pack` of ints: as "i4" when every value fits in 32 bits (half the bytes), else "i8"."""
+    if not values or (min(values) >= -2**31 and max(values) < 2**31):
+        return pack("i", values)
+    return pack("q", values)
 
 
 def plain(value):

@@ -184,6 +184,10 @@ def test_intent_columns_round_trip_every_value_kind():
     decoded = decode_intents(encoded)
     assert decoded == merged
     assert [type(v) for v in decoded[1][0]] == [str, int, float] and decoded[1][1][2] is True
+    assert "i4" in encoded["entity"]  # small ids cross as int32; an id beyond that as int64
+    big = {2**40: [["eat"], ["set", "speed", 1.0]]}
+    wide = json.loads(json.dumps(trait_host.encode_intents(big)))
+    assert "i8" in wide["entity"] and decode_intents(wide) == big
 
 
 @pytest.mark.parametrize("corrupt, why", [
