@@ -26,6 +26,7 @@ _OFFSETS = [(dx, dy) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
 _X = attrgetter("x")
 _Y = attrgetter("y")
 _ID = attrgetter("id")
+_ID_MAX = np.iinfo(np.int64).max
 
 
 @dataclass
@@ -129,7 +130,7 @@ def sense(ents: Sequence[Any], egrid: SpatialGrid, rgrid: SpatialGrid, sense_rad
             np.minimum.at(best, pq, d2)
             tie = d2 == best[pq]
             pq, dx, dy, rid = pq[tie], dx[tie], dy[tie], rid[tie]
-            low = np.full(n, np.iinfo(np.int64).max)
+            low = np.full(n, _ID_MAX)
             np.minimum.at(low, pq, rid)
             pick = rid == low[pq]
             who = pq[pick]
