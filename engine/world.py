@@ -17,7 +17,8 @@ Phases 1-4 and 6 only touch the entity itself (eating takes resources lowest id 
 they run in one pass per entity; the result is identical to running them phase by phase.
 
 Intents (``{entity_id: [intent, ...]}``, ids must be exact ``int`` — convert JSON's string
-keys before calling :meth:`World.step`):
+keys before calling :meth:`World.step`; or the trait host's decoded columns,
+:class:`engine.intent_columns.IntentColumns`, which are checked the same way but applied in bulk):
 
 - ``["set", attr, value]`` — only ``entity_api.WRITABLE_ATTRS``; numbers must be ``int`` or
   ``float`` (not bool) and finite, and are clamped to the attribute's bounds (``direction``
