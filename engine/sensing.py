@@ -15,6 +15,7 @@ inserted in) while coordinates are read from the items, exactly as the scalar lo
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Sequence
 
 import numpy as np
@@ -22,6 +23,10 @@ import numpy as np
 from .spatial import SpatialGrid
 
 _OFFSETS = [(dx, dy) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
+_X = attrgetter("x")
+_Y = attrgetter("y")
+_ID = attrgetter("id")
+_ID_MAX = np.iinfo(np.int64).max
 
 
 @dataclass
@@ -43,12 +48,12 @@ class _GridArrays:
     def __init__(self, grid: SpatialGrid, with_ids: bool) -> None:
         cells = grid.cells
         keys = np.fromiter(cells.keys(), dtype=np.int64, count=len(cells))
-        counts = np.fromiter((len(b) for b in cells.values()), dtype=np.int64, count=len(cells))
+        counts = np.fromiter(map(len, cells.values()), dtype=np.int64, count=len(cells))
         items = [item for bucket in cells.values() for item in bucket]
         n = len(items)
-        self.x = np.fromiter((item.x for item in items), dtype=np.float64, count=n)
-        self.y = np.fromiter((item.y for item in items), dtype=np.float64, count=n)
-        self.ids = np.fromiter((item.id for item in items), dtype=np.int64, count=n) if with_ids else None
+        self.x = np.fromiter(map(_X, items), dtype=np.float64, count=n)
+        self.y = np.fromiter(map(_Y, items), dtype=np.float64, count=n)
+        self.ids = np.fromiter(map(_ID, items), dtype=np.int64, count=n) if with_ids else None
         # Items are laid out bucket by bucket (dict order); start[cell] is where a cell's run
         # begins, so cells need not be contiguous or sorted.
         ncell = grid.cols * grid.rows
@@ -95,8 +100,8 @@ def sense(ents: Sequence[Any], egrid: SpatialGrid, rgrid: SpatialGrid, sense_rad
     if n == 0:
         return Sensed(np.zeros(0, dtype=np.int64), nan, nan.copy(), nan.copy())
     r2 = sense_radius * sense_radius
-    qx = np.fromiter((e.x for e in ents), dtype=np.float64, count=n)
-    qy = np.fromiter((e.y for e in ents), dtype=np.float64, count=n)
+    qx = np.fromiter(map(_X, ents), dtype=np.float64, count=n)
+    qy = np.fromiter(map(_Y, ents), dtype=np.float64, count=n)
     # int() truncates toward zero, as astype does; negatives clamp to 0 either way.
     qcx = np.clip((qx * egrid.inv).astype(np.int64), 0, egrid.cols - 1)
     qcy = np.clip((qy * egrid.inv).astype(np.int64), 0, egrid.rows - 1)
@@ -119,11 +124,17 @@ def sense(ents: Sequence[Any], egrid: SpatialGrid, rgrid: SpatialGrid, sense_rad
         hit = d2 <= r2
         if hit.any():
             pq, dx, dy, d2, rid = pq[hit], dx[hit], dy[hit], d2[hit], rarr.ids[pi[hit]]
-            order = np.lexsort((rid, d2, pq))  # per query: smallest distance, then lowest id
-            pq_sorted = pq[order]
-            first = order[np.concatenate(([True], pq_sorted[1:] != pq_sorted[:-1]))]
-            who = pq[first]
-            ndx[who] = dx[first]
-            ndy[who] = dy[first]
-            nd[who] = np.sqrt(d2[first])
+            # per query: smallest distance, then lowest id (a resource is at most once among a
+            # query's candidates, so exactly one pair per query is left)
+            best = np.full(n, np.inf)
+            np.minimum.at(best, pq, d2)
+            tie = d2 == best[pq]
+            pq, dx, dy, rid = pq[tie], dx[tie], dy[tie], rid[tie]
+            low = np.full(n, _ID_MAX)
+            np.minimum.at(low, pq, rid)
+            pick = rid == low[pq]
+            who = pq[pick]
+            ndx[who] = dx[pick]
+            ndy[who] = dy[pick]
+            nd[who] = np.sqrt(best[who])
     return Sensed(neighbors, ndx, ndy, nd)

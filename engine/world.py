@@ -17,7 +17,8 @@ Phases 1-4 and 6 only touch the entity itself (eating takes resources lowest id 
 they run in one pass per entity; the result is identical to running them phase by phase.
 
 Intents (``{entity_id: [intent, ...]}``, ids must be exact ``int`` — convert JSON's string
-keys before calling :meth:`World.step`):
+keys before calling :meth:`World.step`; or the trait host's decoded columns,
+:class:`engine.intent_columns.IntentColumns`, which are checked the same way but applied in bulk):
 
 - ``["set", attr, value]`` — only ``entity_api.WRITABLE_ATTRS``; numbers must be ``int`` or
   ``float`` (not bool) and finite, and are clamped to the attribute's bounds (``direction``
@@ -51,9 +52,7 @@ import hashlib
 import json
 import math
 import random
-import sys
 import zlib
-from array import array
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from itertools import chain
@@ -64,6 +63,7 @@ import numpy as np
 
 from genesis.entity_api import MAX_SPEED, MAX_STATE_LENGTH, READABLE_ATTRS, WRITABLE_ATTRS
 
+from .intent_columns import KIND_EAT, KIND_SET, KIND_TOWARDS, IntentColumns
 from .sensing import Sensed, sense
 from .spatial import SpatialGrid
 
@@ -84,7 +84,6 @@ __all__ = [
 _PI = math.pi
 _TWO_PI = 2.0 * math.pi
 
-_MISSING = object()
 
 DEATH_CAUSES = ("starvation", "age", "collision")
 
@@ -95,36 +94,54 @@ VIEW_FIELDS = (
     "traits", "energy_consumption_rate", "generation", "neighbors",
     "nearest_dx", "nearest_dy", "nearest_dist",
 )
-_LITTLE = sys.byteorder == "little"
+# The view fields read straight from Entity attributes, with their column type.
+_VIEW_ATTR_COLUMNS = tuple(
+    (name, np.int64 if name in ("id", "age", "max_age", "generation") else np.float64)
+    for name in VIEW_FIELDS[:13] if name not in ("state", "traits")
+)
+_STATE = attrgetter("state")
+_TRAITS = attrgetter("traits")
 # Entity fields in the state hash (World.state_hash), besides parent_id, DNA, state and traits.
 _HASH_INT_FIELDS = ("id", "age", "max_age", "generation")
 _HASH_FLOAT_FIELDS = ("x", "y", "energy", "max_energy", "speed", "direction", "energy_consumption_rate")
 
 
-def _pack(code: str, values: list[Any]) -> dict[str, str]:
-    """A column of numbers as base64 of a little-endian array ("d": float64, "q": int64)."""
-    arr = array(code, values)
-    if not _LITTLE:
-        arr.byteswap()
-    return {"f8" if code == "d" else "i8": base64.b64encode(arr.tobytes()).decode("ascii")}
+_INT32 = np.iinfo(np.int32)
+_WIRE = {"f8": "<f8", "i8": "<i8", "i4": "<i4"}
 
 
-def _pack_array(values: np.ndarray) -> dict[str, str]:
-    """:func:`_pack` of a numpy int64 or float64 array."""
-    code = "i8" if values.dtype.kind == "i" else "f8"
-    return {code: base64.b64encode(values.astype("<" + code).tobytes()).decode("ascii")}
+def _pack_array(values: np.ndarray) -> dict[str, Any]:
+    """A column of the ``views`` request: ``{"same": value}`` when every row holds the same
+    finite value (bit for bit), else base64 of a little-endian array: float64 as ``"f8"``,
+    int64 as ``"i4"`` when every value fits in 32 bits, else ``"i8"``. Fewer bytes cross to the
+    host: at thousands of entities, moving and decoding them is a large part of a tick."""
+    if len(values):
+        first = values[0]
+        if values.dtype.kind == "f":
+            bits = values.view(np.int64)
+            if np.isfinite(first) and (bits == bits[0]).all():
+                return {"same": float(first)}
+        elif (values == first).all():
+            return {"same": int(first)}
+    if values.dtype.kind == "f":
+        code = "f8"
+    elif not len(values) or (values.min() >= _INT32.min and values.max() <= _INT32.max):
+        code = "i4"
+    else:
+        code = "i8"
+    return {code: base64.b64encode(values.astype(_WIRE[code]).tobytes()).decode("ascii")}
 
 
 def decode_views(views: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The views of a :meth:`World.trait_views` message as dicts (for tests and tools)."""
     cols = []
+    count = views["count"]
     for col in views["columns"]:
-        if isinstance(col, dict):
-            code = "d" if "f8" in col else "q"
-            arr = array(code, base64.b64decode(col["f8" if code == "d" else "i8"]))
-            if not _LITTLE:
-                arr.byteswap()
-            cols.append(arr.tolist())
+        if isinstance(col, dict) and "same" in col:
+            cols.append([col["same"]] * count)
+        elif isinstance(col, dict):
+            (code, data), = col.items()
+            cols.append(np.frombuffer(base64.b64decode(data), dtype=_WIRE[code]).tolist())
         else:
             cols.append(list(col))
     out = []
@@ -254,6 +271,30 @@ class Resource:
 _WRITABLE = {
     name: spec for name, spec in WRITABLE_ATTRS.items() if name in Entity.__dataclass_fields__
 }
+
+
+# name -> (lo, hi) of the writable numbers (World._apply_columns clamps them in bulk).
+_NUMBERS = {name: (spec[1], spec[2]) for name, spec in _WRITABLE.items() if spec[0] != "str"}
+
+
+def _set_speed(ents: Any, values: list[float]) -> None:
+    for e, v in zip(ents, values):
+        e.speed = v
+
+
+def _set_direction(ents: Any, values: list[float]) -> None:
+    for e, v in zip(ents, values):
+        e.direction = v
+
+
+def _set_rate(ents: Any, values: list[float]) -> None:
+    for e, v in zip(ents, values):
+        e.energy_consumption_rate = v
+
+
+# One plain loop per number attribute (a store by name is cheaper than setattr per entity).
+_SETTERS = {"speed": _set_speed, "direction": _set_direction, "energy_consumption_rate": _set_rate}
+assert _SETTERS.keys() == _NUMBERS.keys()
 
 
 @dataclass
@@ -544,7 +585,9 @@ class World:
 
         Each carrier appears once however many traits it carries, ids ascending, as one column
         per name of ``VIEW_FIELDS`` (``fields``): numbers as base64 of little-endian float64
-        (``{"f8": ...}``) or int64 (``{"i8": ...}``) arrays, ``state`` as a JSON list. ``traits``
+        (``{"f8": ...}``), int32 (``{"i4": ...}``, ints that fit) or int64 (``{"i8": ...}``)
+        arrays, ``state`` as a JSON list; a column whose rows all hold the same value is sent as
+        ``{"same": value}`` (see ``_pack_array``). ``traits``
         is an index into ``trait_sets`` (the distinct carried trait tuples); the nearest resource
         is split into ``nearest_dx``/``nearest_dy``/``nearest_dist`` (NaN when none is in range);
         the world-wide values are sent once in ``world``. ``run`` lists the traits to run
@@ -576,25 +619,19 @@ class World:
                     set_index[t] = len(set_index)
                 carriers.append(e)
         sensed = self._sense(carriers)
-        columns = {
-            "id": _pack("q", [e.id for e in carriers]),
-            "x": _pack("d", [e.x for e in carriers]),
-            "y": _pack("d", [e.y for e in carriers]),
-            "energy": _pack("d", [e.energy for e in carriers]),
-            "max_energy": _pack("d", [e.max_energy for e in carriers]),
-            "speed": _pack("d", [e.speed for e in carriers]),
-            "direction": _pack("d", [e.direction for e in carriers]),
-            "age": _pack("q", [e.age for e in carriers]),
-            "max_age": _pack("q", [e.max_age for e in carriers]),
-            "state": [e.state for e in carriers],
-            "traits": _pack("q", [set_index[e.traits] for e in carriers]),
-            "energy_consumption_rate": _pack("d", [e.energy_consumption_rate for e in carriers]),
-            "generation": _pack("q", [e.generation for e in carriers]),
-            "neighbors": _pack_array(sensed.neighbors),
-            "nearest_dx": _pack_array(sensed.dx),
-            "nearest_dy": _pack_array(sensed.dy),
-            "nearest_dist": _pack_array(sensed.dist),
+        n = len(carriers)
+        columns: dict[str, Any] = {
+            name: _pack_array(np.fromiter(map(attrgetter(name), carriers), dtype=dtype, count=n))
+            for name, dtype in _VIEW_ATTR_COLUMNS
         }
+        states = list(map(_STATE, carriers))
+        columns["state"] = {"same": states[0]} if n and states.count(states[0]) == n else states
+        columns["traits"] = _pack_array(np.fromiter(map(set_index.__getitem__, map(_TRAITS, carriers)),
+                                                    dtype=np.int64, count=n))
+        columns["neighbors"] = _pack_array(sensed.neighbors)
+        columns["nearest_dx"] = _pack_array(sensed.dx)
+        columns["nearest_dy"] = _pack_array(sensed.dy)
+        columns["nearest_dist"] = _pack_array(sensed.dist)
         p = self.params
         return {
             "fields": list(VIEW_FIELDS),
@@ -653,6 +690,109 @@ class World:
             else:
                 out[k] = v
         return out
+
+    def _intents_by_entity(self, intents: Any, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int]]:
+        """Check every entity's intents (ids ascending) and apply its ``set`` intents; return
+        each entity's last move intent ``(towards, a, b)`` and the ids that asked to eat.
+
+        Setting happens for all entities before anyone moves: a tick's movement, eating,
+        metabolism and aging read only the entity's own attributes, so this equals applying
+        them entity by entity inside the tick's loop."""
+        if isinstance(intents, IntentColumns):
+            return self._apply_columns(intents, rejected)
+        by_entity = self._collect_intents(intents, rejected)
+        moves: dict[int, tuple] = {}
+        eats: set[int] = set()
+        entities = self.entities
+        for eid in sorted(by_entity):
+            move, eat = self._apply_intents(entities[eid], by_entity[eid], rejected)
+            if move is not None:
+                moves[eid] = move
+            if eat:
+                eats.add(eid)
+        return moves, eats
+
+    def _apply_columns(self, ic: IntentColumns, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int]]:
+        """:meth:`_intents_by_entity` of columnar intents, with the same result and rejections.
+
+        The intents every check would pass unchanged (a finite float for a number or a move, a
+        valid string for ``state``, ``eat``) of entities that sent nothing else are applied in
+        bulk; an entity with any other intent, or too many, goes through :meth:`_apply_intents`
+        with its whole list, so it is rejected (and counted) exactly as in the plain form."""
+        moves: dict[int, tuple] = {}
+        eats: set[int] = set()
+        ids = ic.entity
+        if not len(ids):
+            return moves, eats
+        entities = self.entities
+        kind = ic.kind
+        names = ic.names
+        uniq, first, inverse, counts = np.unique(ids, return_index=True, return_inverse=True, return_counts=True)
+        uniq_ids = uniq.tolist()
+        alive = np.fromiter(map(entities.__contains__, uniq_ids), dtype=bool, count=len(uniq_ids))
+        if not alive.all():  # as _collect_intents: in the order the ids first appear
+            next_id = self._next_entity_id
+            gone = np.flatnonzero(~alive)
+            for j in gone[np.argsort(first[gone])].tolist():
+                k = uniq_ids[j]
+                rejected.append((k, "dead_entity" if 1 <= k < next_id else "unknown_entity"))
+        is_set = kind == KIND_SET
+        is_move = (kind != KIND_SET) & (kind != KIND_EAT)  # decode let only s, m, t, e through
+        # An intent is plain when it needs no check: a number set to a finite float, a move by
+        # finite floats, eat; a state set with a valid string is plain too (found below).
+        numeric_name = np.array([nm in _NUMBERS for nm in names] + [False])
+        odd = is_set & ~numeric_name[np.where(is_set, ic.attr, len(names))]
+        finite_a = np.isfinite(ic.a)
+        odd |= (is_set | is_move) & ~finite_a
+        odd |= is_move & ~np.isfinite(ic.b)
+        state_sets = []
+        for i, v in ic.over_a.items():
+            if kind[i] == KIND_EAT:
+                continue  # eat has no arguments: whatever replaced one is never read
+            if (is_set[i] and names[ic.attr[i]] == "state" and type(v) is str
+                    and len(v) <= MAX_STATE_LENGTH and v.isprintable()):
+                odd[i] = False
+                state_sets.append(i)
+            else:
+                odd[i] = True
+        for i in ic.over_b:
+            if is_move[i]:
+                odd[i] = True
+        odd_entity = np.zeros(len(uniq_ids), dtype=bool)
+        odd_entity[inverse[odd]] = True
+        odd_entity |= counts > self.params.max_intents_per_entity
+        plain = (alive & ~odd_entity)[inverse]
+        # sets: per attribute, in intent order (the last one wins)
+        for name in sorted({names[j] for j in np.unique(ic.attr[plain & is_set]).tolist()} & _NUMBERS.keys()):
+            sel = plain & is_set & np.isin(ic.attr, [j for j, nm in enumerate(names) if nm == name])
+            values = ic.a[sel]
+            if name == "direction":
+                vals = values.tolist()
+                for j in np.flatnonzero((values < -_PI) | (values > _PI)).tolist():
+                    vals[j] = _wrap_angle(vals[j])
+            else:
+                lo, hi = _NUMBERS[name]
+                vals = np.where(values < lo, lo, np.where(values > hi, hi, values)).tolist()
+            _SETTERS[name](map(entities.__getitem__, ids[sel].tolist()), vals)
+        for i in sorted(state_sets):
+            if plain[i]:
+                entities[int(ids[i])].state = ic.over_a[i]
+        sel = plain & is_move
+        moves.update(zip(ids[sel].tolist(), zip((kind[sel] == KIND_TOWARDS).tolist(), ic.a[sel].tolist(),
+                                                ic.b[sel].tolist())))
+        eats.update(ids[plain & (kind == KIND_EAT)].tolist())
+        odd_alive = np.flatnonzero(alive & odd_entity)
+        if len(odd_alive):
+            order = np.argsort(ids, kind="stable")  # each entity's intents stay in order
+            ends = np.cumsum(counts)
+            for j in odd_alive.tolist():
+                eid = uniq_ids[j]
+                move, eat = self._apply_intents(entities[eid], ic.lists_of(order[ends[j] - counts[j]:ends[j]]), rejected)
+                if move is not None:
+                    moves[eid] = move
+                if eat:
+                    eats.add(eid)
+        return moves, eats
 
     def _apply_intents(self, e: Entity, lst: Any, rejected: list[tuple[int, str]]) -> tuple[Any, bool]:
         """Apply ``set`` intents to ``e``; return (last move intent or None, eat requested)."""
@@ -736,7 +876,8 @@ class World:
         rnd = rng.random
         report = TickReport(tick=tick)
         rejected = report.rejected_intents
-        by_entity = self._collect_intents(intents, rejected)
+        moves, eats = self._intents_by_entity(intents, rejected)
+        get_move = moves.get
 
         entities = self.entities
         order = [entities[eid] for eid in sorted(entities)]
@@ -764,12 +905,8 @@ class World:
 
         # (1) intents, (2) movement, (3) eating, (4) metabolism, (6) aging — per entity.
         for e in order:
-            move = None
-            eat = False
-            if by_entity:
-                lst = by_entity.get(e.id, _MISSING)
-                if lst is not _MISSING:
-                    move, eat = self._apply_intents(e, lst, rejected)
+            move = get_move(e.id) if moves else None
+            eat = e.id in eats if eats else False
 
             x = e.x
             y = e.y

@@ -1,7 +1,8 @@
 """Trusted side of the trait host's columnar intents (``"reply": "columns"``).
 
 The host (sandbox/trait_host.py, ``encode_intents``) sends intents as columns; this turns them
-back into the ``{entity_id: [[kind, ...], ...]}`` form ``World.step`` checks and applies. The
+back into intents for ``World.step`` to check and apply: :class:`engine.intent_columns.IntentColumns`,
+which is also a ``Mapping`` of the ``{entity_id: [[kind, ...], ...]}`` form. The
 host runs untrusted code, so its reply is data to check, never to trust: anything malformed
 raises :class:`MalformedIntents` (the caller treats the tick as having no intents).
 """
@@ -10,34 +11,48 @@ from __future__ import annotations
 
 import base64
 import binascii
-import sys
-from array import array
 from typing import Any
 
+import numpy as np
+
+from engine.intent_columns import KIND_EAT, KIND_MOVE, KIND_SET, KIND_TOWARDS, IntentColumns
+
 MAX_NAMES = 64
-_BIG_ENDIAN = sys.byteorder == "big"
 
 
 class MalformedIntents(ValueError):
     """The host's intent columns do not decode."""
 
 
-def _column(value: Any, key: str, code: str, count: int) -> list:
-    if not isinstance(value, dict) or set(value) != {key}:
-        raise MalformedIntents(f"expected {{{key!r}: base64}}")
+def _column(value: Any, keys: tuple[str, ...], count: int) -> np.ndarray:
+    """A column {key: base64 of a little-endian array}, key one of ``keys`` ("f8", "i8", "i4")."""
+    if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in keys:
+        raise MalformedIntents(f"expected {{{'|'.join(map(repr, keys))}: base64}}")
+    (key, data), = value.items()
+    size = int(key[1])
     try:
-        arr = array(code, base64.b64decode(value[key], validate=True))
+        raw = base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError, TypeError) as exc:
         raise MalformedIntents(f"bad {key} column: {exc}") from exc
-    if len(arr) != count:
-        raise MalformedIntents(f"column of {len(arr)} values, expected {count}")
-    if _BIG_ENDIAN:  # the wire is little-endian
-        arr.byteswap()
-    return arr.tolist()
+    if len(raw) % size:
+        raise MalformedIntents(f"bad {key} column: bytes length not a multiple of item size")
+    if len(raw) // size != count:
+        raise MalformedIntents(f"column of {len(raw) // size} values, expected {count}")
+    # the wire is little-endian; astype gives a writable array in the native order
+    return np.frombuffer(raw, dtype="<" + key).astype(np.float64 if key == "f8" else np.int64)
 
 
-def decode_intents(columns: Any) -> dict[int, list[list]]:
-    """``{entity_id: [intent, ...]}``, each entity's intents in the order the host sent them."""
+def _missing(values: np.ndarray, over: dict[int, Any]) -> np.ndarray:
+    """Per intent: its argument is NaN (the float, or the value that replaces it)."""
+    nan = np.isnan(values)
+    for i, v in over.items():
+        nan[i] = bool(v != v)
+    return nan
+
+
+def decode_intents(columns: Any) -> IntentColumns:
+    """The intents as :class:`IntentColumns` (a ``Mapping`` ``{entity_id: [intent, ...]}``, each
+    entity's intents in the order the host sent them, which ``World.step`` applies in bulk)."""
     if not isinstance(columns, dict):
         raise MalformedIntents("intent_columns must be an object")
     count = columns.get("count")
@@ -52,36 +67,30 @@ def decode_intents(columns: Any) -> dict[int, list[list]]:
         raise MalformedIntents("names must be a short list of strings")
     if type(other) is not list:
         raise MalformedIntents("other must be a list")
-    entity = _column(columns.get("entity"), "i8", "q", count)
-    attr = _column(columns.get("attr"), "i8", "q", count)
-    a = _column(columns.get("a"), "f8", "d", count)
-    b = _column(columns.get("b"), "f8", "d", count)
+    entity = _column(columns.get("entity"), ("i8", "i4"), count)
+    attr = _column(columns.get("attr"), ("i8", "i4"), count)
+    a = _column(columns.get("a"), ("f8",), count)
+    b = _column(columns.get("b"), ("f8",), count)
+    over_a: dict[int, Any] = {}
+    over_b: dict[int, Any] = {}
     for item in other:
         if (type(item) is not list or len(item) != 3 or type(item[0]) is not int
                 or not 0 <= item[0] < count or item[1] not in (0, 1)):
             raise MalformedIntents("other entries must be [index, 0|1, value]")
-        (a if item[1] == 0 else b)[item[0]] = item[2]
-    out: dict[int, list[list]] = {}
-    nnames = len(names)
-    for i, letter in enumerate(kinds):
-        first = a[i]
-        if letter == "m" or letter == "t":
-            second = b[i]
-            if first != first or second != second:  # NaN: an argument is missing
-                raise MalformedIntents("a move intent lacks an argument")
-            intent = ["move" if letter == "m" else "move_towards", first, second]
-        elif letter == "s":
-            at = attr[i]
-            if not 0 <= at < nnames or first != first:
-                raise MalformedIntents("a set intent lacks its attribute or value")
-            intent = ["set", names[at], first]
-        elif letter == "e":
-            intent = ["eat"]
-        else:
-            raise MalformedIntents(f"unknown intent kind {letter!r}")
-        have = out.get(entity[i])
-        if have is None:
-            out[entity[i]] = [intent]
-        else:
-            have.append(intent)
-    return out
+        (over_a if item[1] == 0 else over_b)[item[0]] = item[2]
+    kind = np.frombuffer(kinds.encode("utf-32-le", "surrogatepass"), dtype="<u4").astype(np.uint32)
+    is_set = kind == KIND_SET
+    is_move = (kind == KIND_MOVE) | (kind == KIND_TOWARDS)
+    nan_a = _missing(a, over_a)
+    bad_move = is_move & (nan_a | _missing(b, over_b))  # NaN: an argument is missing
+    bad_set = is_set & ((attr < 0) | (attr >= len(names)) | nan_a)
+    unknown = ~(is_set | is_move | (kind == KIND_EAT))
+    wrong = bad_move | bad_set | unknown
+    if wrong.any():  # the first wrong intent names the problem
+        i = int(np.argmax(wrong))
+        if unknown[i]:
+            raise MalformedIntents(f"unknown intent kind {kinds[i]!r}")
+        if bad_set[i]:
+            raise MalformedIntents("a set intent lacks its attribute or value")
+        raise MalformedIntents("a move intent lacks an argument")
+    return IntentColumns(entity, kind, attr, a, b, list(names), over_a, over_b)

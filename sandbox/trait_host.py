@@ -20,7 +20,8 @@ Requests (one JSON object per line) and replies:
       The compact form (the live engine's): every carrier's view is sent once, as a row of the
       values of ``fields`` (its "traits" value is an index into ``trait_sets``); ``world`` holds
       the values shared by every entity. Instead of "rows" the request may carry "columns", one
-      per field: a JSON list, or {"f8"|"i8": base64 of a little-endian float64/int64 array}; a
+      per field: a JSON list, {"f8"|"i8"|"i4": base64 of a little-endian float64/int64/int32
+      array}, or {"same": value} for a column whose every row (of "count") holds that value; a
       NaN ``nearest_dx`` column value means no resource in range. Each trait of ``run`` runs, in that order, on the rows
       whose trait set contains it (rows in the order sent).
       -> {"ok": true, "op": "views", "tick": N, "intents": [[id, [...]], ...],
@@ -143,7 +144,7 @@ class Host:
 
     def views(self, msg):
         fields = msg["fields"]
-        rows = msg["rows"] if "rows" in msg else decode_columns(msg["columns"])
+        rows = msg["rows"] if "rows" in msg else decode_columns(msg["columns"], msg.get("count"))
         sets = [tuple(names) for names in msg["trait_sets"]]
         proxy_class = self.row_proxy_class(tuple(fields), msg.get("world") or {})
         proxy_class.trait_sets = sets
@@ -330,15 +331,24 @@ def make_proxy_class(readable, writable):
     return Entity
 
 
-def decode_columns(columns):
-    """Rows (tuples) from columns: JSON lists, or {"f8"|"i8": base64 of a little-endian
-    float64/int64 array}."""
+ARRAY_CODES = {"f8": "d", "i8": "q", "i4": "i"}
+
+
+def decode_columns(columns, count=None):
+    """Rows (tuples) from columns: JSON lists, {"f8"|"i8"|"i4": base64 of a little-endian
+    float64/int64/int32 array}, or {"same": value} (every one of the ``count`` rows holds it)."""
     lists = []
     for col in columns:
-        if type(col) is dict:
-            code = "d" if "f8" in col else "q"
-            arr = array.array(code)
-            arr.frombytes(binascii.a2b_base64(col["f8" if code == "d" else "i8"]))
+        if type(col) is dict and "same" in col:
+            if type(count) is not int or count < 0:
+                raise ValueError("a 'same' column needs the request's count")
+            col = [col["same"]] * count
+        elif type(col) is dict:
+            (key, data), = col.items()
+            arr = array.array(ARRAY_CODES[key])
+            if arr.itemsize != int(key[1]):
+                raise ValueError("no %s array type on this platform" % key)
+            arr.frombytes(binascii.a2b_base64(data))
             if sys.byteorder != "little":
                 arr.byteswap()
             col = arr.tolist()
@@ -429,8 +439,8 @@ INTENT_KINDS = {"set": "s", "move": "m", "move_towards": "t", "eat": "e"}
 
 def encode_intents(merged):
     """The merged intents as columns (one entry per intent, entity by entity, each entity's
-    intents in order): ``entity`` (i8), ``kind`` (one letter each: s set, m move,
-    t move_towards, e eat), ``attr`` (i8 index into ``names``, -1 if not a set), ``a``/``b``
+    intents in order): ``entity`` (i4, or i8 if an id needs it), ``kind`` (one letter each: s set,
+    m move, t move_towards, e eat), ``attr`` (int index into ``names``, -1 if not a set; i4 or i8), ``a``/``b``
     (f8 first/second argument, NaN if none), and ``other``: [index, slot, value] for each
     argument that is not a finite float (ints, strings, markers), so nothing is coerced here.
     Floats cross as raw bytes: formatting thousands of them as JSON text costs more than
@@ -470,16 +480,24 @@ def encode_intents(merged):
                 if kind == "move" or kind == "move_towards":
                     other.append([i, 1, second])
             i += 1
-    return {"count": i, "entity": pack("q", entity), "kind": "".join(kinds), "attr": pack("q", attr),
+    return {"count": i, "entity": pack_ints(entity), "kind": "".join(kinds), "attr": pack_ints(attr),
             "names": list(names), "a": pack("d", a), "b": pack("d", b), "other": other}
 
 
 def pack(code, values):
-    """{"f8"|"i8": base64 of a little-endian float64/int64 array} (as in requests)."""
+    """{"f8"|"i8"|"i4": base64 of a little-endian float64/int64/int32 array} (as in requests)."""
     arr = array.array(code, values)
     if sys.byteorder != "little":
         arr.byteswap()
-    return {"f8" if code == "d" else "i8": binascii.b2a_base64(arr.tobytes(), newline=False).decode("ascii")}
+    key = {"d": "f8", "q": "i8", "i": "i4"}[code]
+    return {key: binascii.b2a_base64(arr.tobytes(), newline=False).decode("ascii")}
+
+
+def pack_ints(values):
+    """:func:`pack` of ints: as "i4" when every value fits in 32 bits (half the bytes), else "i8"."""
+    if not values or (min(values) >= -2**31 and max(values) < 2**31):
+        return pack("i", values)
+    return pack("q", values)
 
 
 def plain(value):

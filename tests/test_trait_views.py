@@ -184,6 +184,10 @@ def test_intent_columns_round_trip_every_value_kind():
     decoded = decode_intents(encoded)
     assert decoded == merged
     assert [type(v) for v in decoded[1][0]] == [str, int, float] and decoded[1][1][2] is True
+    assert "i4" in encoded["entity"]  # small ids cross as int32; an id beyond that as int64
+    big = {2**40: [["eat"], ["set", "speed", 1.0]]}
+    wide = json.loads(json.dumps(trait_host.encode_intents(big)))
+    assert "i8" in wide["entity"] and decode_intents(wide) == big
 
 
 @pytest.mark.parametrize("corrupt, why", [
@@ -204,3 +208,55 @@ def test_malformed_intent_columns_are_refused(corrupt, why):
         decode_intents(columns)
     with pytest.raises(MalformedIntents):
         decode_intents(["not", "an", "object"])
+
+
+def _hostile_intents(rnd, w: World, dead: list[int]) -> dict[int, list[list]]:
+    """Intents as a trait host may send them: mostly plain, some of every kind of wrong."""
+    values = [0.5, 7, 1e308, "<non-finite>", True, "s", "x" * 40, "bad\n", -0.0, 2**1100, 99.0]
+    out: dict[int, list[list]] = {}
+    for eid in sorted(w.entities) + [10**6] + dead[-2:]:
+        lst: list[list] = []
+        for _ in range(rnd.choice([1, 2, 3])):
+            k = rnd.random()
+            if k < 0.3:
+                lst.append(["set", "direction", rnd.uniform(-4.0, 4.0) if k < 0.25 else rnd.choice(values)])
+            elif k < 0.45:
+                attr = rnd.choice(["speed", "energy_consumption_rate", "state", "energy", "nope"])
+                lst.append(["set", attr, rnd.choice(values) if k < 0.38 else rnd.uniform(-1.0, 6.0)])
+            elif k < 0.55:
+                lst.append(["set", "state", rnd.choice(["saving", "", "x" * 33, "a\tb"])])
+            elif k < 0.75:
+                lst.append(["move", rnd.uniform(-5, 5), rnd.uniform(-5, 5) if k < 0.72 else rnd.choice(values)])
+            elif k < 0.85:
+                lst.append(["move_towards", rnd.uniform(-10, 900), rnd.uniform(0, 700)])
+            else:
+                lst.append(["eat"])
+        out[eid] = lst * (20 if rnd.random() < 0.03 else 1)  # sometimes too many
+    return out
+
+
+def test_columnar_intents_step_the_world_exactly_as_the_plain_form():
+    # World.step applies decoded intent columns in bulk; the plain dict of the same intents
+    # must give the same state, rejections (same order) and counts, tick after tick.
+    import random
+
+    from dataclasses import replace
+    params = replace(World().params, initial_population=120, min_population=60, initial_energy=8.0,
+                     collision_radius=6.0, resource_spawn_chance=1.0)
+    plain_world, columns_world = World(params, seed=5), World(params, seed=5)
+    rnd = random.Random(5)
+    rejected, dead = 0, []
+    for _ in range(40):
+        encoded = json.loads(json.dumps(trait_host.encode_intents(_hostile_intents(rnd, plain_world, dead)),
+                                        allow_nan=False))
+        columns = decode_intents(encoded)
+        a = plain_world.step(dict(columns.items()))
+        b = columns_world.step(columns)
+        assert (a.rejected_intents, a.deaths, a.births) == (b.rejected_intents, b.deaths, b.births)
+        assert plain_world.state_hash() == columns_world.state_hash()
+        rejected += len(a.rejected_intents)
+        dead += [eid for eid, _ in a.deaths]
+    assert plain_world.stats() == columns_world.stats()
+    assert rejected > 100 and set(plain_world.stats()["rejected_intents"]) >= {
+        "bad_type", "not_finite", "bad_state", "read_only_attr", "unknown_attr", "too_many_intents",
+        "unknown_entity", "dead_entity"}
