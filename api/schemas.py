@@ -6,7 +6,7 @@ import math
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
 
 from genesis import gatekeeper, rules, webhooks
 from genesis.dto import TaskSeverity
@@ -40,26 +40,29 @@ def trait_name_problem(value: str) -> str | None:
     return problems[0] if problems else None
 
 
+def _valid_trait_name(value: str) -> str:
+    problem = trait_name_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+# A trait_name field: snake_case, checked by the gatekeeper's own rule.
+TraitName = Annotated[str, AfterValidator(_valid_trait_name)]
+
+
 class ReplacesRef(BaseModel):
     """``replaces`` of a proposal: the live trait it modifies."""
 
     model_config = ConfigDict(extra="forbid")
 
-    trait_name: str = Field(description="The live trait this proposal modifies; must equal the proposal's trait_name")
+    trait_name: TraitName = Field(description="The live trait this proposal modifies; must equal the proposal's trait_name")
     version: StrictInt | None = Field(
         default=None, ge=1, le=MAX_TRAIT_VERSION,
         description="Optional optimistic-concurrency check: the version you read as live (GET /api/traits/{name}). "
         "If another version is live at propose time the answer is 409 VERSION_CONFLICT; if it changes before "
         "activation the mutation ends rejected with VERSION_CONFLICT. Left out: replace whatever is live then",
     )
-
-    @field_validator("trait_name")
-    @classmethod
-    def _trait_name(cls, value: str) -> str:
-        problem = trait_name_problem(value)
-        if problem:
-            raise ValueError(problem)
-        return value
 
 
 class ProposeRequest(BaseModel):
@@ -74,7 +77,7 @@ class ProposeRequest(BaseModel):
     )
     task_id: str | None = Field(default=None, description="Optional task from /api/agents/context/tasks",
                                 json_schema_extra={"pattern": TASK_ID_PATTERN.pattern})
-    trait_name: str = Field(description="snake_case; becomes part of mutations/trait_{name}_v{N}.py",
+    trait_name: TraitName = Field(description="snake_case; becomes part of mutations/trait_{name}_v{N}.py",
                             json_schema_extra={"pattern": rules.TRAIT_NAME_PATTERN})
     goal: str = Field(default="", max_length=2000, description="What the trait is for (shown in the Evolution Feed)")
     code: str = Field(description="Python source of the trait (UTF-8, at most 32 KB)", json_schema_extra={"minLength": 1})
@@ -125,14 +128,6 @@ class ProposeRequest(BaseModel):
     def _goal(cls, value: str) -> str:
         if "\0" in value:  # Postgres text cannot hold NUL: refuse it here, not with a 500 on insert
             raise ValueError("goal must not contain NUL characters")
-        return value
-
-    @field_validator("trait_name")
-    @classmethod
-    def _trait_name(cls, value: str) -> str:
-        problem = trait_name_problem(value)
-        if problem:
-            raise ValueError(problem)
         return value
 
     @field_validator("code")
