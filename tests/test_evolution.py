@@ -29,6 +29,7 @@ from genesis.redis_keys import Channels
 from genesis.watcher import GO, Watcher
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, evolution_workflow_id, task_workflow_id
 from tests.llm_server import Answer, ScriptedLLM
+from tests.test_lifecycle import wait_for_status
 from tests.test_mutation_pipeline import HISTORIES
 from workflows.evolution import EvolutionCycleWorkflow
 
@@ -291,7 +292,9 @@ async def test_rejected_code_is_retried_once_with_the_validators_feedback(evo_wo
     messages = await feed_of(http, trigger_id)
     failed = [m for m in messages if m["action"] == "validation_failed"]
     assert len(failed) == 1 and "Retrying once" in failed[0]["message"] and failed[0]["agent"] == "coder"
-    # Withdraw the trait: the cycle ends with the mutation's verdict.
+    # Withdraw the trait once it is live (the cycle records the mutation id just before it starts
+    # the child workflow): the cycle ends with the mutation's verdict.
+    await wait_for_status(http, cycle["mutation_id"], {"activated"})
     await temporal_client.get_workflow_handle(f"mutation-{cycle['mutation_id']}").signal("rollback", "test over")
     cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
     assert (cycle["stage"], cycle["status"], cycle["mutation_status"]) == ("completed", "succeeded", "rolled_back")
