@@ -21,6 +21,7 @@ from activities.sandbox import SandboxActivities
 from activities.webhooks import WebhookActivities
 from activities.tasks import TaskActivities
 from activities.gepa import GepaActivities
+from genesis import gc_tuning
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.logs import configure_logging
@@ -103,6 +104,7 @@ def build_gepa_worker(client, settings: Settings, executor: ThreadPoolExecutor, 
 async def main() -> None:
     settings = get_settings()
     configure_logging("worker", settings)
+    gc_tuning.observe_gc_pauses()
     serve_metrics("worker", settings.metrics_host, settings.worker_metrics_port)
     client = await connect(settings, temporal_sdk_runtime(settings.metrics_host, settings.worker_sdk_metrics_port))
     stop = asyncio.Event()
@@ -117,6 +119,7 @@ async def main() -> None:
                 ThreadPoolExecutor(max_workers=settings.gepa_concurrency, thread_name_prefix="gepa") as gepa_executor:
             pipeline, llm = build_workers(client, settings, executor, sandbox)
             gepa_worker = build_gepa_worker(client, settings, gepa_executor, gepa)
+            log.info("start-up heap frozen: %d objects", gc_tuning.freeze_startup_heap())
             log.info("worker polling task queues %r, %r and %r on %s", settings.task_queue,
                      llm_task_queue(settings.task_queue), settings.gepa_task_queue(), settings.temporal_address)
             async with pipeline, llm, gepa_worker:

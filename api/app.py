@@ -35,7 +35,7 @@ from api.metrics import RequestMetrics
 from api.metrics import router as metrics_router
 from api.telemetry_hub import TelemetryHub
 from api.workflow_starter import WorkflowStarter
-from genesis import proposal_store
+from genesis import gc_tuning, proposal_store
 from genesis.apikeys import load_pepper
 from genesis.config import Settings, get_settings
 from genesis.webhooks import load_server_secret
@@ -59,11 +59,14 @@ async def _warm_up(services: Services) -> None:
             await step
         except Exception as exc:  # noqa: BLE001 - warming up is optional
             log.info("warm-up step skipped: %s", exc)
+    # Last: what start-up built lives as long as the process; full collections skip it from now on.
+    log.info("start-up heap frozen: %d objects", gc_tuning.freeze_startup_heap())
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     configure_logging("api", settings)
+    gc_tuning.observe_gc_pauses()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):

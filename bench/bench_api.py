@@ -202,6 +202,17 @@ def machine_busy_s() -> float:
     return busy / os.sysconf("SC_CLK_TCK")
 
 
+def gc_pauses(exposition: str) -> dict:
+    """The API's garbage-collection pauses since it started (genesis/gc_tuning.py), per generation."""
+    found: dict[str, dict] = {}
+    for metric, generation, value in re.findall(
+            r'^genesis_gc_pause_(seconds_count|seconds_sum|max_seconds)\{generation="(\d)"\} (\S+)$', exposition, re.M):
+        key = {"seconds_count": "count", "seconds_sum": "total_ms", "max_seconds": "max_ms"}[metric]
+        number = float(value)
+        found.setdefault(generation, {})[key] = int(number) if key == "count" else round(number * 1000, 1)
+    return found
+
+
 def renice_temporal(niceness: int) -> None:
     """Run the dev server at a lower CPU priority than the API (all its threads: Go runs several)."""
     for pid, name, _ in _children():
@@ -259,6 +270,8 @@ async def main(seconds: int, database_url: str, redis_url: str, propose_only: bo
         propose["machine_cores_busy"] = round((machine_after - machine_before) / (wall_after - wall_before), 2)
         if profiler is not None:
             await asyncio.to_thread(profiler.wait, 30)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            propose["api_gc_pauses"] = gc_pauses((await http.get("/metrics")).text)
         lags = await start_lags(env, settings, since)
         cpu_after = children_cpu_s()  # once every workflow has started: the starts' cost is in
         answered = sum(propose["status_codes"].values()) or 1
@@ -287,8 +300,9 @@ if __name__ == "__main__":
     parser.add_argument("--database-url", default=BENCH_DATABASE_URL, help="a migrated database of your own")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14", help="flushed by the run")
     parser.add_argument("--py-spy", metavar="OUT", help="profile the API during the propose run (collapsed stacks)")
-    parser.add_argument("--temporal-nice", type=int, default=0, metavar="N",
-                        help="run the Temporal dev server at niceness N: the API first, the workflow starts after")
+    parser.add_argument("--temporal-nice", type=int, default=int(os.environ.get("GENESIS_TEMPORAL_NICE", "10")),
+                        metavar="N", help="run the Temporal dev server at niceness N, as `make run` does "
+                        "(GENESIS_TEMPORAL_NICE, default 10): the API first, the workflow starts after")
     args = parser.parse_args()
     print(json.dumps(asyncio.run(main(args.seconds, args.database_url, args.redis_url, args.propose_only,
                                       args.py_spy, args.temporal_nice)), indent=2))

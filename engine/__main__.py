@@ -13,7 +13,7 @@ import signal
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 
-from genesis import registry
+from genesis import gc_tuning, registry
 from genesis.config import get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.effects import WorldSample
@@ -68,6 +68,9 @@ async def main() -> None:
     params = ParamsFollower(engine.world, redis)
     engine.snapshot_hooks.append(observation_hook(settings, runner, params))
     REGISTRY.register(EngineCollector(engine))
+    gc_tuning.observe_gc_pauses()
+    # A full collection over the start-up heap costs several ticks' budget: skip it from now on.
+    log.info("start-up heap frozen: %d objects", gc_tuning.freeze_startup_heap())
     serve_metrics("engine", settings.metrics_host, settings.engine_metrics_port)
     stop = asyncio.Event()
     following = asyncio.create_task(params.follow(stop))

@@ -126,6 +126,7 @@ async def test_engine_metrics_report_ticks_entities_and_traits(settings):
     assert ("genesis_engine_tick_overruns_total", frozenset()) in second
     assert ("genesis_engine_trait_host_restarts_total", frozenset()) in second
     assert ("genesis_engine_live_traits", frozenset()) in second
+    assert value(second, "genesis_gc_pause_seconds_count", generation="2") >= 1  # the start-up freeze
 
 
 # -- worker: verdicts, stage durations, JSON logs of one mutation ----------------------------------
@@ -192,6 +193,14 @@ async def test_worker_metrics_and_json_logs_of_a_mutation(settings, start_api):
         assert len(verdict_lines) == 1 and verdict_lines[0]["activity"] == "run_sandbox_test"
         assert verdict_lines[0]["attempt"] >= 1 and verdict_lines[0]["run_id"]
         assert "({" not in verdict_lines[0]["event"]  # the ids are fields, not appended to the message
+
+    # Both processes froze their start-up heap and time their collections (genesis/gc_tuning.py):
+    # the freeze's own full collection is the first generation-2 pause each one reports.
+    assert any(r["event"].startswith("start-up heap frozen: ") for r in records)
+    for scraped in (after, api_metrics):
+        assert value(scraped, "genesis_gc_pause_seconds_count", generation="2") >= 1
+        assert value(scraped, "genesis_gc_pause_max_seconds", generation="2") > 0
+        assert value(scraped, "genesis_gc_pause_seconds_count", generation="0") > 0
 
 
 def test_workflow_ids_name_their_mutation_or_task():
