@@ -210,9 +210,10 @@ def remove_all(containers: list) -> int:
     return removed
 
 
-def remove_containers_of(client: docker.DockerClient, owner: str) -> int:
-    """Remove trait-host containers left behind by an earlier attempt for the same owner."""
-    return remove_all(containers_of(client, owner))
+def remove_containers_of(client: docker.DockerClient, owner: str, keep: str | None = None) -> int:
+    """Remove trait-host containers left behind by an earlier attempt for the same owner (all but
+    the container ``keep``, the id of the one now serving it)."""
+    return remove_all([c for c in containers_of(client, owner) if c.id != keep])
 
 
 def remove_exited_trait_hosts(client: docker.DockerClient) -> int:
