@@ -105,6 +105,7 @@ class ForagerTrait(BaseTrait):
 
 
 POOL_IN_FLIGHT = 16
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def per_call_seconds(function: Callable[[], object], calls: int) -> float:
@@ -114,17 +115,33 @@ def per_call_seconds(function: Callable[[], object], calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
-async def pool_call_seconds(request: Callable[[], object], calls: int) -> float:
-    """Wall time per call with POOL_IN_FLIGHT callers each awaiting its calls one after another."""
+def process_cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime + stime
+
+
+def machine_busy_seconds() -> float:
+    """CPU time every process on the machine used so far (all cores, not idle or iowait)."""
+    values = [int(value) for value in Path("/proc/stat").read_text().split("\n")[0].split()[1:]]
+    return (sum(values[:8]) - values[3] - values[4]) / CLOCK_TICKS
+
+
+async def pool_call_seconds(pool: GatekeeperPool, request: Callable[[], object], calls: int) -> tuple[float, float]:
+    """(wall time, CPU time of this process and the helpers) per call, with POOL_IN_FLIGHT callers
+    each awaiting its calls one after another."""
 
     async def caller(count: int) -> None:
         for _ in range(count):
             await request()
 
     share, extra = divmod(calls, POOL_IN_FLIGHT)
+    pids = pool.pids
+    cpu = time.process_time() + sum(map(process_cpu_seconds, pids))
     start = time.perf_counter()
     await asyncio.gather(*(caller(share + (index < extra)) for index in range(POOL_IN_FLIGHT)))
-    return (time.perf_counter() - start) / calls
+    wall = time.perf_counter() - start
+    cpu = time.process_time() + sum(map(process_cpu_seconds, pids)) - cpu
+    return wall / calls, cpu / calls
 
 
 async def measure(calls: int, processes: int) -> dict[str, list[float]]:
@@ -150,14 +167,18 @@ async def measure(calls: int, processes: int) -> dict[str, list[float]]:
         for function in singles.values():  # warm caches and the allocator
             per_call_seconds(function, max(calls // 10, 10))
         for request in pooled_requests.values():
-            await pool_call_seconds(request, max(calls // 10, 10))
+            await pool_call_seconds(pool, request, max(calls // 10, 10))
         # Interleaved rounds so all see the same machine load; the median resists noise.
-        times: dict[str, list[float]] = {name: [] for name in (*singles, *pooled_requests)}
+        times: dict[str, list[float]] = {
+            name: [] for name in (*singles, *pooled_requests, *(f"{name}_cpu" for name in pooled_requests))
+        }
         for _ in range(ROUNDS):
             for name, function in singles.items():
                 times[name].append(per_call_seconds(function, calls))
             for name, request in pooled_requests.items():
-                times[name].append(await pool_call_seconds(request, calls))
+                wall, cpu = await pool_call_seconds(pool, request, calls)
+                times[name].append(wall)
+                times[f"{name}_cpu"].append(cpu)
         return times
     finally:
         if pool is not None:
@@ -174,7 +195,9 @@ def main() -> None:
     if not result.ok:
         raise SystemExit(f"benchmark trait was rejected: {result.validation_log}")
     load = os.getloadavg()[0]
+    busy, started = machine_busy_seconds(), time.perf_counter()
     times = asyncio.run(measure(options.calls, options.processes))
+    busy_cores = (machine_busy_seconds() - busy) / (time.perf_counter() - started)
     median = {name: statistics.median(values) for name, values in times.items()}
     parse_seconds, validate_seconds = median["parse"], median["validate"]
 
@@ -200,6 +223,9 @@ def main() -> None:
         "speedup_vs_pure_python": round(median["pure"] / validate_seconds, 2),
         "cpu_count": os.cpu_count(),
         "load_average_1m_at_start": round(load, 2),
+        # Cores busy on the whole machine during the run (this run included): near cpu_count,
+        # other work competed for them and the pool could not use both.
+        "machine_cores_busy": round(busy_cores, 2),
     }
     if options.processes:
         pool_validate, pool_parse = median["pool_validate"], median["pool_parse"]
@@ -211,6 +237,11 @@ def main() -> None:
             "pool_ratio_to_ast_parse": round(pool_parse / pool_validate, 3),
             "pool_speedup_vs_single_process": round(validate_seconds / pool_validate, 2),
             "pool_meets_target": 1.0 / pool_validate >= TARGET_VALIDATIONS_PER_SEC,
+            # CPU per validation (this process + helpers): what the pool can do with its cores free.
+            "pool_cpu_us_per_validation": round(median["pool_validate_cpu"] * 1e6, 1),
+            "pool_validations_per_sec_on_free_cores": round(
+                min(options.processes, os.cpu_count() or 1) / median["pool_validate_cpu"], 1
+            ),
         })
     print(json.dumps(report))
 

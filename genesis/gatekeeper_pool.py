@@ -15,6 +15,7 @@ cannot be analysed safely). Dead helpers are replaced on the next request.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import logging
 import marshal
@@ -61,6 +62,7 @@ class _Helper:
         )
         self.pending: deque[_Request] = deque()
         self.buffer = bytearray()
+        self.outbox = bytearray()  # requests not yet written
         self.writer: asyncio.WriteTransport | None = None
         self.reader: asyncio.ReadTransport | None = None
         self.alive = True
@@ -70,19 +72,21 @@ class _Helper:
         self.writer, _ = await loop.connect_write_pipe(asyncio.Protocol, self.process.stdin)
 
     def send(self, request: _Request) -> None:
+        """Queue a request; the requests of one event-loop iteration go out in one write."""
         self.pending.append(request)
-        self.writer.write(request.frame)
+        if not self.outbox:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self.outbox += request.frame
+
+    def flush(self) -> None:
+        if self.outbox and self.alive:
+            self.writer.write(bytes(self.outbox))
+        self.outbox.clear()
 
     def received(self, data: bytes) -> None:
-        buffer = self.buffer
-        buffer += data
-        while len(buffer) >= HEADER.size:
-            (size,) = HEADER.unpack_from(buffer)
-            end = HEADER.size + size
-            if len(buffer) < end:
-                break
-            status, value = marshal.loads(bytes(buffer[HEADER.size:end]))
-            del buffer[:end]
+        self.buffer += data
+        while (payload := _next_frame(self.buffer)) is not None:
+            status, value = marshal.loads(payload)
             future = self.pending.popleft().future
             if future.done():  # the caller was cancelled
                 continue
@@ -159,6 +163,8 @@ class GatekeeperPool:
             raise ValueError("a gatekeeper pool needs at least one process")
         self.closed = False
         self._helpers = [_Helper(self) for _ in range(processes)]
+        log.info("gatekeeper pool: %d helper processes (%s gatekeeper)", processes,
+                 "compiled" if gatekeeper.COMPILED else "pure-Python")
         self._attached: set[_Helper] = set()
         self._lock: asyncio.Lock | None = None
 
@@ -219,40 +225,61 @@ class GatekeeperPool:
 # ---------------------------------------------------------------------------------------------
 
 
-def _read_exactly(stream, size: int) -> bytes | None:
-    data = stream.read(size)
-    return data if len(data) == size else None
+def _next_frame(buffer: bytearray) -> bytes | None:
+    """Take the first complete frame's payload off the buffer, if there is one."""
+    if len(buffer) < HEADER.size:
+        return None
+    end = HEADER.size + HEADER.unpack_from(buffer)[0]
+    if len(buffer) < end:
+        return None
+    payload = bytes(buffer[HEADER.size:end])
+    del buffer[:end]
+    return payload
+
+
+def _write_all(fd: int, data: bytearray) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _answer(payload: bytes) -> bytes:
+    op, trait_name, code = marshal.loads(payload)
+    try:
+        if op == OP_VALIDATE:
+            result = gatekeeper.validate(trait_name, code)
+            value = (result.ok, result.failure_code, list(result.validation_log), result.class_name,
+                     result.code_hash)
+        else:
+            ast.parse(code)
+            value = None
+        answer = marshal.dumps(("ok", value))
+    except Exception as error:  # noqa: BLE001 - reported to the caller, the helper carries on
+        answer = marshal.dumps(("error", f"{type(error).__name__}: {error}"))
+    return HEADER.pack(len(answer)) + answer
 
 
 def serve() -> None:
-    """Answer framed requests from stdin on stdout until stdin closes (the parent went away)."""
-    import ast
+    """Answer framed requests from stdin on stdout until stdin closes (the parent went away).
 
+    Answers are written when no complete request is left to work on: one at a time when the
+    parent waits for each, in batches (one write, one wake-up of the parent) when it is ahead."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the worker, which closes our stdin
-    requests = os.fdopen(os.dup(0), "rb")
-    answers = os.fdopen(os.dup(1), "wb")
+    requests, answers = os.dup(0), os.dup(1)
     os.dup2(2, 1)  # anything else printed goes to stderr, never into the answer stream
+    received, outbox = bytearray(), bytearray()
     while True:
-        header = _read_exactly(requests, HEADER.size)
-        if header is None:
+        payload = _next_frame(received)
+        if payload is not None:
+            outbox += _answer(payload)
+            continue
+        if outbox:
+            _write_all(answers, outbox)
+            outbox.clear()
+        chunk = os.read(requests, 1 << 16)
+        if not chunk:
             return
-        payload = _read_exactly(requests, HEADER.unpack(header)[0])
-        if payload is None:
-            return
-        op, trait_name, code = marshal.loads(payload)
-        try:
-            if op == OP_VALIDATE:
-                result = gatekeeper.validate(trait_name, code)
-                value = (result.ok, result.failure_code, list(result.validation_log), result.class_name,
-                         result.code_hash)
-            else:
-                ast.parse(code)
-                value = None
-            answer = marshal.dumps(("ok", value))
-        except Exception as error:  # noqa: BLE001 - reported to the caller, the helper carries on
-            answer = marshal.dumps(("error", f"{type(error).__name__}: {error}"))
-        answers.write(HEADER.pack(len(answer)) + answer)
-        answers.flush()
+        received += chunk
 
 
 if __name__ == "__main__":

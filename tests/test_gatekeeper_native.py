@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -154,3 +155,30 @@ def test_compiled_and_pure_give_identical_results() -> None:
             codes.add(pure_result.failure_code)
     assert {None, "SCHEMA_INVALID", "SYNTAX_ERROR", "AST_IMPORT_FORBIDDEN", "AST_BANNED_ATTR",
             "AST_UNBOUND_VARIABLE", "AST_ENTITY_ATTR_FORBIDDEN", "AST_AWAIT_ON_SYNC", "AST_INIT_REQUIRED_ARGS"} <= codes
+
+
+FALLBACK_PROBE = "from genesis import gatekeeper; print(gatekeeper.COMPILED, gatekeeper.validate.__module__)"
+
+
+@pytest.mark.skipif(native.compiled_problem("gatekeeper_core") is not None, reason="compiled gatekeeper not built")
+@pytest.mark.parametrize("change", ["none", "source_edited", "extension_missing"])
+def test_a_stale_or_missing_build_falls_back_to_pure_python_and_says_so(tmp_path: Path, change: str) -> None:
+    """A copy of the package, changed as named, imported by a fresh interpreter."""
+    package = tmp_path / "genesis"
+    shutil.copytree(ROOT / "genesis", package, ignore=shutil.ignore_patterns("__pycache__", "migrations"))
+    if change == "source_edited":
+        with open(package / "gatekeeper_core.py", "a") as source:
+            source.write("\n# edited after the build\n")
+    elif change == "extension_missing":
+        for extension in package.glob("_gatekeeper_core_native.*.so"):
+            extension.unlink()
+    done = subprocess.run([sys.executable, "-c", FALLBACK_PROBE], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    if change == "none":
+        assert done.stdout.split() == ["True", "genesis._gatekeeper_core_native"]
+        assert "pure-Python" not in done.stderr
+    else:
+        assert done.stdout.split() == ["False", "genesis.gatekeeper_core"]
+        reason = "stale" if change == "source_edited" else "not built"
+        assert f"using the pure-Python module, the compiled build is {reason}" in done.stderr, done.stderr
