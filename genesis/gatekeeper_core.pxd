@@ -51,6 +51,16 @@ cdef class _Scanner:
     @cython.locals(tokens=list, attr=str, base=str, name=str)
     cpdef _attribute(self, node)
 
+    # Handlers reached through the dispatch table (their Python-callable form) and directly.
+    cpdef _call(self, node)
+    cpdef _name(self, node)
+    cpdef _constant(self, node)
+    cpdef _arg(self, node)
+    cpdef _return(self, node)
+    cpdef _loop(self, node)
+    cpdef _comprehension(self, node)
+    cpdef _enter_function(self, node, bint is_async, fields)
+
 
 cdef class _FlowChecker:
     cdef public set module_names
@@ -70,3 +80,12 @@ cdef class _FlowChecker:
 
     cpdef _bind(self, target, set state)
     cpdef _block(self, list statements, set state)
+    cpdef _expr_statement(self, node, set state)
+    cpdef _assign(self, node, set state)
+    cpdef _aug_assign(self, node, set state)
+    cpdef _return(self, node, set state)
+    cpdef _if(self, node, set state)
+    cpdef _for(self, node, set state)
+    cpdef check_function(self, node, tuple enclosing)
+    cpdef _nested(self, node)
+    cpdef _comprehension(self, node, set state)
