@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test services venv bench image clean-state help
+.PHONY: run test services venv native bench image clean-state help
 
 help:
 	@echo "make run       start every service, then the worker, the engine and the API (Ctrl-C stops them)"
@@ -13,13 +13,23 @@ help:
 	@echo "make bench     run the benchmarks in bench/ (JSON on stdout)"
 	@echo "make services  only install/start Docker, Redis, Postgres, Temporal; migrate; build the sandbox image"
 
-venv: $(STAMP)
+venv: $(STAMP) native
 
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	@touch $@
+
+# The compiled gatekeeper (Cython, scripts/build_native.py): about a minute when its sources
+# changed, instant when current. gcc and Python's headers are installed first when missing;
+# without them the build is skipped and Genesis runs the pure-Python gatekeeper (logged).
+PYTHON_H = $(shell test -x $(PY) && $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h
+native: $(STAMP)
+	@test -f $(PYTHON_H) && command -v gcc >/dev/null || { [ "$$(id -u)" = 0 ] \
+	  && echo "installing gcc and python3.11-dev for the compiled gatekeeper" \
+	  && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc python3.11-dev >/dev/null; } || true
+	$(PY) scripts/build_native.py
 
 services: venv
 	@bash scripts/services.sh

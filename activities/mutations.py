@@ -14,15 +14,21 @@ from temporalio.exceptions import ApplicationError
 from activities import names
 from genesis import gatekeeper, ratelimit
 from genesis.db.models import Mutation
+from genesis.gatekeeper_pool import GatekeeperPool
 from genesis.dto import FailureCode, MutationInput, MutationStatus, StatusUpdate, ValidationOutcome, terminal_statuses
 
 ENDED = terminal_statuses(activate=True)
 
 
 class MutationRecordActivities:
-    def __init__(self, sessions: async_sessionmaker, redis: aioredis.Redis | None = None):
+    def __init__(
+        self, sessions: async_sessionmaker, redis: aioredis.Redis | None = None,
+        gatekeeper_pool: GatekeeperPool | None = None,
+    ):
         self._sessions = sessions
         self._redis = redis  # releases the agent's active-mutation slot (rate limits) at the end
+        # Validations in helper processes (every core); None: in this process, on the event loop.
+        self._gatekeeper_pool = gatekeeper_pool
 
     @activity.defn(name=names.VALIDATE_MUTATION)
     async def validate_mutation(self, mutation: MutationInput) -> ValidationOutcome:
@@ -30,7 +36,10 @@ class MutationRecordActivities:
 
         A rejection is a non-retryable ApplicationError whose type is the failure code and whose
         details carry the ValidationOutcome (with the validation log)."""
-        result = gatekeeper.validate(mutation.trait_name, mutation.code)
+        if self._gatekeeper_pool is not None:
+            result = await self._gatekeeper_pool.validate(mutation.trait_name, mutation.code)
+        else:
+            result = gatekeeper.validate(mutation.trait_name, mutation.code)
         outcome = ValidationOutcome(
             ok=result.ok,
             failure_code=result.failure_code,

@@ -230,6 +230,10 @@ class Settings(BaseSettings):
     gepa_claude_max_turns: int = Field(default=30, ge=1, le=200)
     gepa_claude_timeout_s: float = Field(default=600.0, gt=0)  # one agent run, inside the container
     gepa_claude_memory: str = "2g"  # the Claude Code process (a Bun runtime) needs more than the chat agent
+    # Gatekeeper process pool (genesis/gatekeeper_pool.py): the worker's validate activity hands
+    # proposals to this many helper processes, so validations use every core; 0 validates in the
+    # worker process itself.
+    gatekeeper_processes: int = Field(default=2, ge=0, le=64)
 
     def gepa_task_queue(self) -> str:
         return self.task_queue + self.gepa_task_queue_suffix

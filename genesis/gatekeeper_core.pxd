@@ -1,0 +1,91 @@
+# Static types for the Cython build of gatekeeper_core.py (scripts/build_native.py); the .py
+# stays plain Python. Only what the profile pays for: the two walkers as extension types with
+# C-level attributes and methods, and the lookup tables of the hot paths as C globals.
+
+cimport cython
+
+cdef dict _DISPATCH
+cdef dict _FIELDS
+cdef dict _EXPR_FIELDS
+cdef dict _OPERATOR_NAMES
+cdef dict _FLOW_HANDLERS
+cdef frozenset _SUSPECT_NAMES
+cdef frozenset _BUILTINS
+cdef object _Name, _Constant, _Load, _Store, _Attribute, _Call
+cdef tuple _COMPREHENSION_TYPES
+
+
+cdef class _Scanner:
+    cdef public list tokens
+    cdef public dict findings
+    cdef public object trait_node
+    cdef public object entity
+    cdef public bint in_trait
+    cdef public dict module_aliases
+    cdef public set imported_names
+    cdef public object module_base
+    cdef public set module_scope
+    cdef public set scope
+    cdef public set function_scope
+    cdef public object function_node
+    cdef public dict function_locals
+    cdef public set functions_with_del
+    cdef public bint in_function
+    cdef public bint async_ok
+    cdef public int loop_depth
+    cdef public int depth
+
+    cpdef found(self, step, node, code, problem, hint=*)
+    cpdef visit(self, node)
+
+    @cython.locals(count=Py_ssize_t, tokens=list, name=str, values=object)
+    cpdef generic(self, node)
+
+    @cython.locals(tokens=list)
+    cpdef field(self, value)
+
+    cpdef bind(self, name, node)
+    cpdef _name_checks(self, node, name)
+    cpdef _dunder_string(self, node)
+
+    @cython.locals(tokens=list, attr=str, base=str, name=str)
+    cpdef _attribute(self, node)
+
+    # Handlers reached through the dispatch table (their Python-callable form) and directly.
+    cpdef _call(self, node)
+    cpdef _name(self, node)
+    cpdef _constant(self, node)
+    cpdef _arg(self, node)
+    cpdef _return(self, node)
+    cpdef _loop(self, node)
+    cpdef _comprehension(self, node)
+    cpdef _enter_function(self, node, bint is_async, fields)
+
+
+cdef class _FlowChecker:
+    cdef public set module_names
+    cdef public dict function_locals
+    cdef public set functions_with_del
+    cdef public bint future_annotations
+    cdef public set locals
+    cdef public tuple enclosing
+    cdef public object function_name
+    cdef public bint has_del
+    cdef public list loops
+
+    cpdef _missing(self, node)
+
+    @cython.locals(count=Py_ssize_t)
+    cpdef _expr(self, node, set state)
+
+    cpdef _bind(self, target, set state)
+    cpdef _block(self, list statements, set state)
+    cpdef _expr_statement(self, node, set state)
+    cpdef _assign(self, node, set state)
+    cpdef _aug_assign(self, node, set state)
+    cpdef _return(self, node, set state)
+    cpdef _if(self, node, set state)
+    cpdef _for(self, node, set state)
+    cpdef check_function(self, node, tuple enclosing)
+    cpdef _nested(self, node)
+    cpdef _comprehension(self, node, set state)

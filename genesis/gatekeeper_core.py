@@ -1,0 +1,1858 @@
+"""AST gatekeeper: steps 2-10 of the mutation validation pipeline (open-mutation-api seed).
+
+The implementation behind ``genesis.gatekeeper``: plain Python that is also compiled with
+Cython into ``genesis._gatekeeper_native`` (scripts/build_native.py; typing in the .pxd of the
+same name); ``genesis.gatekeeper`` imports the compiled module when it is built and current.
+
+Pure and fast: no I/O, never executes the submitted code. ``validate`` parses once, then makes
+one pass over the tree (``_Scanner``) that gathers the facts for steps 3-5, 7 and 10 and the
+normalised code hash, and one flow-sensitive pass over function bodies for step 9
+(``_FlowChecker``). Steps are reported in pipeline order and validation stops at the first
+failing step.
+
+The gatekeeper is a first line only: submitted code runs in the sandbox container, which is
+the boundary (DESIGN.md, "Untrusted code never runs in a trusted process"). The hardening here
+rejects the published AST-filter bypass families (NOTES.md, "Running untrusted Python").
+
+Every check acts on identifiers as the parser returns them, which is NFKC-normalised
+(PEP 3131): ``ｅｖａｌ`` arrives as ``eval`` and ``__ｇlobals__`` as ``__globals__``, exactly the
+names the interpreter would resolve.
+"""
+
+from __future__ import annotations
+
+import __future__ as future_module
+import ast
+import difflib
+import gc
+import hashlib
+import importlib
+import re
+import threading
+import types
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from functools import cache
+from operator import attrgetter
+
+from genesis import entity_api, rules
+from genesis.dto import FailureCode
+
+__all__ = ["GateResult", "schema_problems", "validate"]
+
+# Step names as they appear in the validation log.
+STEP_SCHEMA = "Schema"
+STEP_PARSE = "AST parse"
+STEP_IMPORTS = "Import whitelist"
+STEP_BANNED = "Banned calls/attrs"
+STEP_CONTRACT = "Trait contract"
+STEP_ENTITY = "Entity attribute whitelist"
+STEP_INIT = "Init signature"
+STEP_UNBOUND = "Unbound variables"
+STEP_AWAIT = "Await-on-sync"
+
+# The failure codes are defined once, in genesis.dto.FailureCode; plain strings here for speed.
+SCHEMA_INVALID = FailureCode.SCHEMA_INVALID.value
+SYNTAX_ERROR = FailureCode.SYNTAX_ERROR.value
+AST_IMPORT_FORBIDDEN = FailureCode.AST_IMPORT_FORBIDDEN.value
+AST_BANNED_CALL = FailureCode.AST_BANNED_CALL.value
+AST_BANNED_ATTR = FailureCode.AST_BANNED_ATTR.value
+AST_NO_TRAIT_CLASS = FailureCode.AST_NO_TRAIT_CLASS.value
+AST_ENTITY_ATTR_FORBIDDEN = FailureCode.AST_ENTITY_ATTR_FORBIDDEN.value
+AST_INIT_REQUIRED_ARGS = FailureCode.AST_INIT_REQUIRED_ARGS.value
+AST_UNBOUND_VARIABLE = FailureCode.AST_UNBOUND_VARIABLE.value
+AST_AWAIT_ON_SYNC = FailureCode.AST_AWAIT_ON_SYNC.value
+
+
+@dataclass(frozen=True)
+class GateResult:
+    ok: bool
+    failure_code: str | None  # None when ok
+    validation_log: list[str]  # one line per step that ran
+    class_name: str | None  # the trait class (once step 6 passed)
+    code_hash: str | None  # sha256 of the normalised AST (comments/formatting ignored)
+
+
+_TRAIT_NAME_RE = re.compile(rules.TRAIT_NAME_PATTERN)
+_ALLOWED_MODULES = frozenset(rules.ALLOWED_IMPORTS)
+_ALLOWED_MODULES_TEXT = ", ".join(sorted(_ALLOWED_MODULES))
+_FUTURE_FEATURES = frozenset(future_module.all_feature_names)
+_ENTITY_NAMES = entity_api.allowed_entity_names()
+_ENTITY_WRITABLE = frozenset(entity_api.WRITABLE_ATTRS)
+_WRITABLE_TEXT = ", ".join(sorted(_ENTITY_WRITABLE))
+_BANNED_CALLS = rules.BANNED_CALLS
+_BANNED_EXCEPTIONS = rules.BANNED_EXCEPTION_NAMES
+_BANNED_ATTRS = rules.BANNED_ATTRS
+_BUILTINS = rules.ALLOWED_BUILTINS
+_TRAIT_BASES = frozenset(rules.TRAIT_BASE_NAMES)
+
+_NAME_HINTS = {
+    "eval": "code must be static", "exec": "code must be static", "compile": "code must be static",
+    "print": "traits have no console; expose a label through entity.state instead",
+    "open": "traits have no file system",
+    "__import__": "use a plain import of an allowed module",
+    "getattr": "access attributes directly (obj.name)",
+    "setattr": "assign attributes directly (obj.name = value)",
+    "hasattr": "access attributes directly (obj.name)",
+    "delattr": "attributes cannot be deleted by name",
+    "type": "use isinstance()",
+    "super": "the BaseTrait stub has nothing to initialise; drop the super() call",
+    "classmethod": "use plain methods", "staticmethod": "use plain methods",
+    "property": "use plain methods",
+    "globals": "introspection is not available", "locals": "introspection is not available",
+    "vars": "introspection is not available", "dir": "introspection is not available",
+}
+_DEFAULT_NAME_HINT = "it is a banned builtin; if this is your own variable, choose another name"
+_FRAME_HINT = "frame, generator, coroutine and code introspection is not available"
+_ATTR_HINTS = {
+    "format": "use an f-string instead of str.format",
+    "format_map": "use an f-string instead of str.format_map",
+    "obj": "exception objects may not hand out other objects",
+    "mro": "class introspection is not available",
+}
+
+
+def _line(node: ast.AST) -> int:
+    return getattr(node, "lineno", 0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 2: schema
+# ---------------------------------------------------------------------------------------------
+
+
+def schema_problems(trait_name: object, code: object) -> list[str]:
+    """Step 2: what is wrong with the request fields, as messages a person can act on."""
+    problems: list[str] = []
+    if not isinstance(trait_name, str):
+        problems.append(f"trait_name must be a string, got {type(trait_name).__name__}")
+    elif _TRAIT_NAME_RE.fullmatch(trait_name) is None:
+        problems.append(
+            f"trait_name {trait_name!r} must be snake_case: lowercase letters, digits and "
+            "underscores, starting with a letter (max 64 chars)"
+        )
+    if not isinstance(code, str):
+        problems.append(f"code must be a string, got {type(code).__name__}")
+        return problems
+    if not code:
+        problems.append("code is empty; submit the Python source of a trait class")
+        return problems
+    if code.isspace():
+        problems.append("code contains only whitespace; submit the Python source of a trait class")
+        return problems
+    try:
+        size = len(code.encode("utf-8"))
+    except UnicodeEncodeError as error:
+        problems.append(f"code is not valid UTF-8 text (character {error.start} is a lone surrogate)")
+        return problems
+    if size > rules.MAX_CODE_BYTES:
+        problems.append(f"code is {size:,} bytes; the limit is {rules.MAX_CODE_BYTES:,}")
+    nul = code.find("\0")
+    if nul >= 0:
+        problems.append(f"code contains a NUL byte on line {code.count(chr(10), 0, nul) + 1}; remove it")
+    return problems
+
+
+# ---------------------------------------------------------------------------------------------
+# Allowed modules: which of their names a trait may use (computed once from the real modules)
+# ---------------------------------------------------------------------------------------------
+
+
+@cache
+def _module_public_names(module: str) -> frozenset[str]:
+    """Public, non-module, non-denied attributes of an allowed module."""
+    if module == "__future__":
+        return _FUTURE_FEATURES
+    loaded = importlib.import_module(module)  # trusted stdlib, in the allow-list
+    denied = rules.MODULE_ATTR_DENYLIST.get(module, {})
+    return frozenset(
+        name
+        for name in dir(loaded)
+        if not name.startswith("_")
+        and name not in denied
+        and not isinstance(getattr(loaded, name), types.ModuleType)
+    )
+
+
+def _module_name_problem(module: str, name: str) -> str | None:
+    """Why ``module.name`` (or ``from module import name``) is refused, or None."""
+    if name in _module_public_names(module):
+        return None
+    if name.startswith("_"):
+        return f"'{module}.{name}' is private"
+    denied = rules.MODULE_ATTR_DENYLIST.get(module, {})
+    if name in denied:
+        return f"'{module}.{name}' is not allowed: it {denied[name]}"
+    if module == "__future__":
+        return f"'{name}' is not a __future__ feature; use 'from __future__ import annotations'"
+    value = getattr(importlib.import_module(module), name, None)
+    if isinstance(value, types.ModuleType):
+        return f"'{module}.{name}' is a module; only modules in the allow-list may be used"
+    return f"module '{module}' has no public name '{name}'"
+
+
+for _module in rules.ALLOWED_IMPORTS:  # warm the cache so the first validation is fast too
+    _module_public_names(_module)
+
+
+# ---------------------------------------------------------------------------------------------
+# Small AST predicates
+# ---------------------------------------------------------------------------------------------
+
+_NUMBER_TYPES = (int, float, complex)
+
+# The deepest nesting of the tree the analysis follows; deeper code is a SYNTAX_ERROR. The
+# compiled module recurses on the C stack, where Python's recursion limit does not protect it
+# (a raised sys.setrecursionlimit lets ast.parse build far deeper trees), so every recursive
+# walk counts its depth against this bound; real traits nest a few dozen levels.
+MAX_NESTING = 400
+
+
+class _TooDeep(Exception):
+    """The tree nests deeper than MAX_NESTING."""
+
+
+def _is_constant(node: ast.AST, depth: int = 0) -> bool:
+    """A literal, a tuple/list/set/dict of literals, or a signed number."""
+    cls = node.__class__
+    if cls is ast.Constant:
+        return True
+    if depth > MAX_NESTING:
+        raise _TooDeep
+    depth += 1
+    if cls is ast.Tuple or cls is ast.List or cls is ast.Set:
+        return all(_is_constant(element, depth) for element in node.elts)
+    if cls is ast.Dict:
+        return all(key is not None and _is_constant(key, depth) for key in node.keys) and all(
+            _is_constant(value, depth) for value in node.values
+        )
+    if cls is ast.UnaryOp and node.op.__class__ in (ast.USub, ast.UAdd):
+        operand = node.operand
+        return operand.__class__ is ast.Constant and isinstance(operand.value, _NUMBER_TYPES)
+    return False
+
+
+def _describe_statement(node: ast.stmt) -> str:
+    cls = node.__class__
+    if cls is ast.Expr and node.value.__class__ is ast.Call:
+        func = node.value.func
+        name = func.id if func.__class__ is ast.Name else getattr(func, "attr", "...")
+        return f"a call to {name}()"
+    if cls in (ast.Assign, ast.AnnAssign, ast.AugAssign):
+        targets = node.targets if cls is ast.Assign else [node.target]
+        odd = [target for target in targets if target.__class__ is not ast.Name]
+        if odd or cls is ast.AugAssign:
+            target = ast.unparse(odd[0] if odd else node.target)
+            return f"an assignment to {target} (only plain names may be assigned here)"
+        return f"an assignment of a computed value to {targets[0].id} (only literals may be assigned here)"
+    names = {
+        ast.For: "a for loop", ast.AsyncFor: "an async for loop", ast.While: "a while loop",
+        ast.If: "an if statement", ast.Try: "a try statement", ast.With: "a with statement",
+        ast.AsyncWith: "an async with statement", ast.Expr: "an expression statement",
+        ast.Return: "a return statement", ast.Delete: "a del statement", ast.Raise: "a raise statement",
+        ast.Assert: "an assert statement", ast.ClassDef: "a nested class",
+    }
+    return names.get(cls, f"a {cls.__name__} statement")
+
+
+def _root_name(node: ast.AST) -> ast.Name | None:
+    """The Name at the root of ``a.b[c](d).e``, if any."""
+    while True:
+        cls = node.__class__
+        if cls is ast.Name:
+            return node
+        if cls is ast.Attribute or cls is ast.Subscript:
+            node = node.value
+        elif cls is ast.Call:
+            node = node.func
+        else:
+            return None
+
+
+def _positional_params(args: ast.arguments) -> list[ast.arg]:
+    return args.posonlyargs + args.args
+
+
+def _all_params(args: ast.arguments) -> list[ast.arg]:
+    params = args.posonlyargs + args.args + args.kwonlyargs
+    if args.vararg is not None:
+        params.append(args.vararg)
+    if args.kwarg is not None:
+        params.append(args.kwarg)
+    return params
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 6: the trait class (found before the scan because steps 7 and 10 depend on it)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Trait:
+    node: ast.ClassDef
+    entity_param: str
+
+
+def _class_where(statement: ast.ClassDef) -> str:
+    return f"class {statement.name} (line {statement.lineno})"
+
+
+def _find_trait(tree: ast.Module) -> tuple[_Trait | None, str]:
+    """The first top-level class that qualifies, or None and why nothing did."""
+    reasons: list[str] = []
+    for statement in tree.body:
+        if statement.__class__ is not ast.ClassDef:
+            continue
+        if not any(base.__class__ is ast.Name and base.id in _TRAIT_BASES for base in statement.bases):
+            continue
+        execute = None
+        for member in statement.body:
+            if member.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef) and member.name == "execute":
+                execute = member  # the last definition wins, as at runtime
+        if execute is None:
+            reasons.append(f"{_class_where(statement)} has no 'async def execute(self, entity) -> None'")
+            continue
+        if execute.__class__ is not ast.AsyncFunctionDef:
+            reasons.append(
+                f"{_class_where(statement)}: execute must be 'async def', not 'def' (line {execute.lineno})"
+            )
+            continue
+        positional = _positional_params(execute.args)
+        required_kwonly = [
+            arg.arg for arg, default in zip(execute.args.kwonlyargs, execute.args.kw_defaults) if default is None
+        ]
+        if len(positional) != 2 or required_kwonly:
+            reasons.append(
+                f"{_class_where(statement)}: execute must take exactly (self, entity) (line {execute.lineno})"
+            )
+            continue
+        return _Trait(statement, positional[1].arg), ""
+    if reasons:
+        return None, "; ".join(reasons)
+    return None, (
+        "No trait class found: define the stub 'class BaseTrait: pass' in the file and a class "
+        "inheriting from it with 'async def execute(self, entity) -> None'"
+    )
+
+
+def _init_problem(tree: ast.Module, trait: ast.ClassDef) -> str | None:
+    """Step 8: the __init__ the trait is created with must need no arguments."""
+    classes = {node.name: node for node in tree.body if node.__class__ is ast.ClassDef}
+    pending, seen = [trait], set()
+    while pending:  # depth-first over bases defined in the file, like a simple MRO
+        cls = pending.pop(0)
+        if cls.name in seen:
+            continue
+        seen.add(cls.name)
+        init = None
+        for member in cls.body:
+            if member.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef) and member.name == "__init__":
+                init = member
+        if init is None:
+            pending.extend(classes[b.id] for b in cls.bases if b.__class__ is ast.Name and b.id in classes)
+            continue
+        where = f"{cls.name}.__init__ (line {init.lineno})"
+        if init.__class__ is ast.AsyncFunctionDef:
+            return f"{where} must be a plain 'def', not 'async def'"
+        args = init.args
+        positional = _positional_params(args)
+        if not positional and args.vararg is None:
+            return f"{where} must accept self"
+        without_default = positional[1 : len(positional) - len(args.defaults)]
+        required = [arg.arg for arg in without_default]
+        required += [arg.arg for arg, default in zip(args.kwonlyargs, args.kw_defaults) if default is None]
+        if required:
+            names = ", ".join(repr(name) for name in required)
+            return (
+                f"{where} requires {names}; traits are created without arguments, so give every "
+                f"parameter a default (e.g. {required[0]}=25)"
+            )
+        return None
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# The single scan: steps 3 (compile-time errors), 4, 5, 7, 10, scopes for step 9, and the hash
+# ---------------------------------------------------------------------------------------------
+
+_SKIPPED_FIELDS = frozenset({"ctx", "type_comment", "kind"})
+
+
+def _ast_classes() -> list[type]:
+    """Every node class the parser can produce (all subclasses of ast.AST)."""
+    found: list[type] = []
+    pending = [ast.AST]
+    while pending:
+        for sub in pending.pop().__subclasses__():
+            if sub not in found:
+                found.append(sub)
+                pending.append(sub)
+    return found
+
+
+def _no_fields(node: ast.AST) -> tuple[()]:
+    return ()
+
+
+def _field_getter(fields: tuple[str, ...]) -> Callable[[ast.AST], tuple[object, ...]]:
+    """One C-level call that returns the values of ``fields`` as a tuple."""
+    if not fields:
+        return _no_fields
+    return attrgetter(*fields)  # with one field: the value itself, not a 1-tuple
+
+
+def _field_table(skipped: frozenset[str]) -> dict[type, tuple[Callable[[ast.AST], object], int]]:
+    """Node class -> (getter, field count) for the fields of each node class not in ``skipped``."""
+    table = {}
+    for cls in _ast_classes():
+        fields = tuple(f for f in cls._fields if f not in skipped)
+        table[cls] = (_field_getter(fields), len(fields))
+    return table
+
+
+# The scanned (hashed) fields of every node class.
+_FIELDS = _field_table(_SKIPPED_FIELDS)
+
+
+_Finding = tuple[int, str, str]  # (line, failure code, message)
+
+# Operator nodes have no fields: emitted by name without a visit.
+_OPERATOR_TYPES = frozenset(
+    cls
+    for base in (ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
+    for cls in base.__subclasses__()
+)
+_OPERATOR_NAMES: dict[type, str] = {cls: cls.__name__ for cls in _OPERATOR_TYPES}
+_SUSPECT_NAMES = _BANNED_CALLS | _BANNED_EXCEPTIONS
+_Name = ast.Name
+_Constant = ast.Constant
+_Load = ast.Load
+_Store = ast.Store
+_DUNDER_RE = re.compile(r"__\w+__")
+
+_COMPREHENSION_TYPES = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+
+
+class _Scanner:
+    """One pre-order pass: records the first finding of each step and the normalised hash.
+
+    The hash is sha256 over a canonical token stream of the tree (node types, identifiers,
+    constant reprs and list brackets; no positions), so comments, blank lines, formatting and
+    parentheses do not change it, while any change of logic does.
+    """
+
+    def __init__(self, trait: _Trait | None, module_aliases: dict[str, str]) -> None:
+        self.tokens: list[str] = []
+        self.findings: dict[str, _Finding] = {}
+        self.trait_node = trait.node if trait else None
+        self.entity = trait.entity_param if trait else None
+        self.in_trait = False
+        self.module_aliases = module_aliases  # bound name -> allowed module
+        self.imported_names: set[str] = set()  # objects bound by 'from module import name'
+        self.module_base: ast.Name | None = None  # the Name being used as 'module.<attr>'
+        # Scopes for step 9: the names each function binds (Python scoping).
+        self.module_scope: set[str] = set()
+        self.scope: set[str] = self.module_scope
+        self.function_scope: set[str] = self.module_scope  # nearest non-comprehension scope
+        self.function_node: ast.AST | None = None
+        self.function_locals: dict[ast.AST, set[str]] = {}
+        self.functions_with_del: set[ast.AST] = set()
+        # Context for compile-time errors that ast.parse does not report.
+        self.in_function = False
+        self.async_ok = False
+        self.loop_depth = 0
+        self.depth = 0  # nesting of the node being visited (MAX_NESTING)
+
+    # -- infrastructure ----------------------------------------------------------------------
+
+    def found(self, step: str, node: ast.AST | int, code: str, problem: str, hint: str = "") -> None:
+        """Record a finding as 'problem (line N); hint', keeping the earliest per step."""
+        line = node if isinstance(node, int) else _line(node)
+        current = self.findings.get(step)
+        if current is None or line < current[0]:
+            self.findings[step] = (line, code, f"{problem} (line {line})" + (f"; {hint}" if hint else ""))
+
+    def digest(self) -> str:
+        return hashlib.sha256("\0".join(self.tokens).encode("utf-8", "surrogatepass")).hexdigest()
+
+    def visit(self, node: ast.AST) -> None:
+        cls = node.__class__
+        self.tokens.append(cls.__name__)
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise _TooDeep
+        _DISPATCH[cls](self, node)
+        self.depth -= 1
+
+    def generic(self, node: ast.AST) -> None:
+        """Emit/visit every field of a node: the hot path of every validation.
+
+        Children are dispatched directly (no visit() frame), and names, constants and
+        operators, about half of all nodes, are handled inline. Tokens that always follow each
+        other are emitted pre-joined with the separator: the digest only sees the joined text."""
+        getter, count = _FIELDS[node.__class__]
+        values = getter(node)
+        if count == 1:
+            values = (values,)
+        tokens = self.tokens
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise _TooDeep
+        for value in values:
+            value_cls = value.__class__
+            if value_cls is list:
+                if not value:
+                    tokens.append("[\0]")
+                    continue
+                tokens.append("[")
+                for item in value:
+                    item_cls = item.__class__
+                    if item_cls is _Name:
+                        name = item.id
+                        tokens.append("Name\0" + name)
+                        ctx = item.ctx.__class__
+                        if name in _SUSPECT_NAMES or name[0] == "_" or name in self.module_aliases:
+                            self._name_checks(item, name)
+                        elif ctx is _Store:
+                            self.scope.add(name)  # what bind() does for an unremarkable name
+                        elif ctx is not _Load:
+                            self._name_checks(item, name)
+                    elif item_cls is _Constant:
+                        constant = item.value
+                        tokens.append("Constant\0" + repr(constant))
+                        if constant.__class__ is str and constant[:2] == "__":
+                            self._dunder_string(item)
+                    elif item_cls in _OPERATOR_NAMES:
+                        tokens.append(_OPERATOR_NAMES[item_cls])
+                    elif item is None:
+                        tokens.append("~")  # kw_defaults without a default, dict unpacking
+                    elif item_cls is str:
+                        tokens.append(item)  # identifiers, e.g. Global.names
+                    else:
+                        tokens.append(item_cls.__name__)
+                        handler = _DISPATCH[item_cls]
+                        if handler is _GENERIC:
+                            self.generic(item)  # a direct C call in the compiled build
+                        else:
+                            handler(self, item)
+                tokens.append("]")
+            elif value_cls is _Name:
+                name = value.id
+                tokens.append("Name\0" + name)
+                ctx = value.ctx.__class__
+                if name in _SUSPECT_NAMES or name[0] == "_" or name in self.module_aliases:
+                    self._name_checks(value, name)
+                elif ctx is _Store:
+                    self.scope.add(name)  # what bind() does for an unremarkable name
+                elif ctx is not _Load:
+                    self._name_checks(value, name)
+            elif value_cls is _Constant:
+                constant = value.value
+                tokens.append("Constant\0" + repr(constant))
+                if constant.__class__ is str and constant[:2] == "__":
+                    self._dunder_string(value)
+            elif value is None:
+                tokens.append("~")
+            elif value_cls is str:
+                tokens.append(value)
+            elif value_cls in _OPERATOR_NAMES:
+                tokens.append(_OPERATOR_NAMES[value_cls])
+            elif isinstance(value, ast.AST):
+                tokens.append(value_cls.__name__)
+                handler = _DISPATCH[value_cls]
+                if handler is _GENERIC:
+                    self.generic(value)
+                else:
+                    handler(self, value)
+            else:
+                tokens.append(repr(value))
+        self.depth -= 1
+
+    def field(self, value: object) -> None:
+        """Emit/visit one field value (used by handlers that change context between fields)."""
+        if value.__class__ is list:
+            if not value:
+                self.tokens.append("[\0]")
+                return
+            self.tokens.append("[")
+            for item in value:
+                if item is None:
+                    self.tokens.append("~")
+                else:
+                    self.visit(item)
+            self.tokens.append("]")
+        elif value is None:
+            self.tokens.append("~")
+        elif isinstance(value, ast.AST):
+            self.visit(value)
+        else:
+            self.tokens.append(value if value.__class__ is str else repr(value))
+
+    def bind(self, name: str, node: ast.AST) -> None:
+        """A name bound by an assignment, def, class, import, parameter or except clause."""
+        self.scope.add(name)
+        if name in _SUSPECT_NAMES or name[0] == "_":
+            problem = _name_problem(name)
+            if problem is not None:
+                code, text, hint = problem
+                if name in _SUSPECT_NAMES:
+                    hint = "banned builtin names cannot be reused; choose another name"
+                self.found(STEP_BANNED, node, code, text, hint)
+        if name in self.module_aliases:
+            self.found(
+                STEP_BANNED, node, AST_BANNED_ATTR,
+                f"Name '{name}' is an imported module and cannot be rebound", "choose another name",
+            )
+
+    # -- module and statements ----------------------------------------------------------------
+
+    def _module(self, node: ast.Module) -> None:
+        body = node.body
+        future_allowed = True
+        for index, statement in enumerate(body):
+            cls = statement.__class__
+            is_docstring = cls is ast.Expr and statement.value.__class__ is ast.Constant and isinstance(
+                statement.value.value, str
+            )
+            if cls is ast.ImportFrom and statement.module == "__future__" and statement.level == 0:
+                if not future_allowed:
+                    self.found(
+                        STEP_PARSE, statement, SYNTAX_ERROR,
+                        "from __future__ imports must occur at the beginning of the file",
+                    )
+            elif not (is_docstring and index == 0):
+                future_allowed = False
+        self.field(body)
+        # After the body, so a more specific finding on the same line (e.g. eval) wins.
+        for statement in body:
+            if not _module_statement_ok(statement):
+                self.found(
+                    STEP_BANNED, statement, AST_BANNED_CALL,
+                    f"Module-level code is not allowed: {_describe_statement(statement)}",
+                    "the module may only hold imports, classes, functions and constant "
+                    "assignments; move the code into a method",
+                )
+
+    def _import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            full = alias.name
+            top = full.partition(".")[0]
+            if top not in _ALLOWED_MODULES:
+                self.found(
+                    STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN,
+                    f"Forbidden import: {full}", f"allowed modules: {_ALLOWED_MODULES_TEXT}",
+                )
+            elif full != top:
+                self.found(
+                    STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN,
+                    f"Forbidden import: {full}", f"submodules are not allowed; import {top} itself",
+                )
+            elif full == "__future__":
+                self.found(
+                    STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN,
+                    "Forbidden import: __future__", "write 'from __future__ import annotations'",
+                )
+            bound = alias.asname or top
+            if top in _ALLOWED_MODULES and full == top:
+                self.module_aliases[bound] = top
+            self.scope.add(bound)
+            problem = _name_problem(bound)
+            if problem is not None:
+                self.found(STEP_BANNED, alias, *problem)
+        self.generic(node)
+
+    def _import_from(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        names = ", ".join(alias.name for alias in node.names)
+        top = module.partition(".")[0]
+        if node.level:
+            self.found(
+                STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN,
+                f"Forbidden import: relative import 'from {'.' * node.level}{module} import {names}'",
+                f"allowed modules: {_ALLOWED_MODULES_TEXT}",
+            )
+        elif top not in _ALLOWED_MODULES:
+            self.found(
+                STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN,
+                f"Forbidden import: {module}", f"allowed modules: {_ALLOWED_MODULES_TEXT}",
+            )
+        elif module != top:
+            self.found(
+                STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN,
+                f"Forbidden import: {module}", f"submodules are not allowed; import from {top}",
+            )
+        else:
+            for alias in node.names:
+                name = alias.name
+                if name == "*":
+                    self.found(
+                        STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN,
+                        f"Forbidden import: 'from {module} import *'", "import the names you use",
+                    )
+                    continue
+                problem = _module_name_problem(module, name)
+                if problem is not None:
+                    self.found(STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN, f"Forbidden import: {problem}")
+        if module != "__future__":
+            for alias in node.names:
+                if alias.name != "*":
+                    bound = alias.asname or alias.name
+                    self.imported_names.add(bound)
+                    self.bind(bound, alias)
+        self.generic(node)
+
+    def _ann_assign(self, node: ast.AnnAssign) -> None:
+        self._check_annotation(node.annotation)
+        self.generic(node)
+
+    def _global(self, node: ast.Global | ast.Nonlocal) -> None:
+        keyword = "global" if node.__class__ is ast.Global else "nonlocal"
+        self.found(
+            STEP_BANNED, node, AST_BANNED_CALL,
+            f"'{keyword}' is not allowed", "keep state on self instead",
+        )
+        self.generic(node)
+
+    def _match(self, node: ast.Match) -> None:
+        self.found(
+            STEP_BANNED, node, AST_BANNED_CALL,
+            "'match' statements are not allowed",
+            "class patterns read attributes named in strings; use if/elif",
+        )
+        self.generic(node)
+
+    def _yield(self, node: ast.Yield | ast.YieldFrom) -> None:
+        keyword = "yield" if node.__class__ is ast.Yield else "yield from"
+        self.found(
+            STEP_BANNED, node, AST_BANNED_CALL,
+            f"'{keyword}' is not allowed", "generators expose their frames; build and return a list",
+        )
+        self.generic(node)
+
+    def _loop(self, node: ast.For | ast.AsyncFor | ast.While) -> None:
+        if node.__class__ is ast.While:
+            self.field(node.test)
+        else:
+            self.field(node.target)
+            self.field(node.iter)
+        self.loop_depth += 1
+        self.field(node.body)
+        self.loop_depth -= 1
+        self.field(node.orelse)  # break/continue in 'else' belong to an outer loop
+
+    def _break_continue(self, node: ast.Break | ast.Continue) -> None:
+        if self.loop_depth == 0:
+            keyword = "break" if node.__class__ is ast.Break else "continue"
+            self.found(STEP_PARSE, node, SYNTAX_ERROR, f"'{keyword}' outside loop")
+
+    def _return(self, node: ast.Return) -> None:
+        if not self.in_function:
+            self.found(STEP_PARSE, node, SYNTAX_ERROR, "'return' outside function")
+        self.generic(node)
+
+    def _except_handler(self, node: ast.ExceptHandler) -> None:
+        caught = node.type
+        if caught is None:
+            self.found(
+                STEP_BANNED, node, AST_BANNED_CALL,
+                "Bare 'except:' is not allowed",
+                "it would swallow the sandbox's deadline signal; catch Exception or a specific error",
+            )
+        else:
+            for item in caught.elts if caught.__class__ is ast.Tuple else (caught,):
+                if item.__class__ is ast.Name and item.id in _BANNED_EXCEPTIONS:
+                    self.found(
+                        STEP_BANNED, node, AST_BANNED_CALL,
+                        f"Catching {item.id} is not allowed",
+                        "it would swallow the sandbox's deadline signal; catch Exception or a specific error",
+                    )
+        if node.name:
+            self.bind(node.name, node)
+        self.generic(node)
+
+    # -- definitions ----------------------------------------------------------------------
+
+    def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        name = node.name
+        if name.startswith("__") and name.endswith("__") and name != "__init__":
+            self.found(
+                STEP_BANNED, node, AST_BANNED_CALL,
+                f"Special method '{name}' is not allowed",
+                "special methods run implicitly; only __init__ may be defined",
+            )
+        elif name != "__init__":
+            problem = _name_problem(name)
+            if problem is not None:
+                self.found(STEP_BANNED, node, *problem)
+        if name in self.module_aliases:
+            self.found(
+                STEP_BANNED, node, AST_BANNED_ATTR,
+                f"Name '{name}' is an imported module and cannot be rebound", "choose another name",
+            )
+        self.scope.add(name)
+        if node.decorator_list:
+            self.found(
+                STEP_BANNED, node.decorator_list[0], AST_BANNED_CALL,
+                f"Decorators are not allowed (on {name})",
+                "they run code at definition time; call helpers explicitly instead",
+            )
+        self._check_signature(node.args, name)
+        if node.returns is not None:
+            self._check_annotation(node.returns)
+        self.tokens.append(name)
+        self._enter_function(node, node.__class__ is ast.AsyncFunctionDef, (node.args, node.body))
+        self.field(node.decorator_list)
+        self.field(node.returns)
+
+    def _lambda(self, node: ast.Lambda) -> None:
+        self._check_signature(node.args, "lambda")
+        self._enter_function(node, False, (node.args, node.body))
+
+    def _enter_function(self, node: ast.AST, is_async: bool, fields: Iterable[object]) -> None:
+        saved = (
+            self.scope, self.function_scope, self.function_node,
+            self.in_function, self.async_ok, self.loop_depth,
+        )
+        self.scope = self.function_scope = self.function_locals[node] = set()
+        self.function_node = node
+        self.in_function, self.async_ok, self.loop_depth = True, is_async, 0
+        for value in fields:
+            self.field(value)
+        (
+            self.scope, self.function_scope, self.function_node,
+            self.in_function, self.async_ok, self.loop_depth,
+        ) = saved
+
+    def _check_signature(self, args: ast.arguments, owner: str) -> None:
+        seen: set[str] = set()
+        for param in _all_params(args):
+            if param.arg in seen:
+                self.found(
+                    STEP_PARSE, param, SYNTAX_ERROR,
+                    f"duplicate argument '{param.arg}' in function definition",
+                )
+            seen.add(param.arg)
+            if param.annotation is not None:
+                self._check_annotation(param.annotation)
+        for default in args.defaults + [d for d in args.kw_defaults if d is not None]:
+            if not _is_constant(default):
+                self.found(
+                    STEP_BANNED, default, AST_BANNED_CALL,
+                    f"Default values must be constant literals (in {owner})",
+                    "defaults are evaluated at definition time; use None and compute the value inside",
+                )
+
+    def _arg(self, node: ast.arg) -> None:
+        self.bind(node.arg, node)
+        self.generic(node)
+
+    def _class(self, node: ast.ClassDef) -> None:
+        name = node.name
+        self.bind(name, node)
+        if node.keywords:
+            self.found(
+                STEP_BANNED, node, AST_BANNED_CALL,
+                f"Class keywords are not allowed (class {name}: "
+                f"{', '.join(str(k.arg) for k in node.keywords)}=...)",
+                "metaclasses and class hooks run code at definition time",
+            )
+        if node.decorator_list:
+            self.found(
+                STEP_BANNED, node.decorator_list[0], AST_BANNED_CALL,
+                f"Decorators are not allowed (on class {name})", "they run code at definition time",
+            )
+        for base in node.bases:
+            cls = base.__class__
+            if not (
+                cls is ast.Name
+                or (cls is ast.Attribute and base.value.__class__ is ast.Name
+                    and base.value.id in self.module_aliases)
+            ):
+                self.found(
+                    STEP_BANNED, base, AST_BANNED_CALL,
+                    f"Class bases must be plain names (class {name})",
+                    "computed bases run code at definition time",
+                )
+        for statement in node.body:
+            if not _class_statement_ok(statement):
+                self.found(
+                    STEP_BANNED, statement, AST_BANNED_CALL,
+                    f"Class-level code is not allowed in class {name}: {_describe_statement(statement)}",
+                    "class bodies may only hold methods, docstrings, pass and constant assignments",
+                )
+        self.tokens.append(name)
+        self.field(node.bases)
+        self.field(node.keywords)
+        saved = (self.scope, self.in_function, self.async_ok, self.loop_depth, self.in_trait)
+        self.scope = set()  # class scope: not visible from methods
+        self.in_function, self.async_ok, self.loop_depth = False, False, 0
+        if node is self.trait_node:
+            self.in_trait = True
+        self.field(node.body)
+        self.scope, self.in_function, self.async_ok, self.loop_depth, self.in_trait = saved
+        self.field(node.decorator_list)
+
+    def _comprehension(self, node: ast.AST) -> None:
+        saved = self.scope
+        self.scope = set()  # comprehension variables do not leak into the function
+        self.generic(node)
+        self.scope = saved
+
+    def _named_expr(self, node: ast.NamedExpr) -> None:
+        # ':=' binds in the enclosing function even inside a comprehension.
+        self.function_scope.add(node.target.id)
+        self.generic(node)
+
+    # -- expressions ----------------------------------------------------------------------
+
+    def _constant(self, node: ast.Constant) -> None:
+        constant = node.value
+        self.tokens.append(repr(constant))
+        if constant.__class__ is str and constant[:2] == "__":
+            self._dunder_string(node)
+
+    def _dunder_string(self, node: ast.Constant) -> None:
+        # Dictionaries handed to enum.Enum(), dataclass/class factories or update_wrapper
+        # define or reach special methods by name, without a 'def' or an attribute access.
+        if _DUNDER_RE.fullmatch(node.value):
+            self.found(
+                STEP_BANNED, node, AST_BANNED_ATTR, f"String {node.value!r} names a special attribute",
+                "special methods and attributes cannot be defined or reached by name",
+            )
+
+    def _name(self, node: ast.Name) -> None:
+        name = node.id  # already NFKC-normalised by the parser
+        self.tokens.append(name)
+        self._name_checks(node, name)
+
+    def _name_checks(self, node: ast.Name, name: str) -> None:
+        ctx = node.ctx.__class__
+        if ctx is not ast.Load:
+            self.bind(name, node)
+            if ctx is ast.Del and self.function_node is not None:
+                self.functions_with_del.add(self.function_node)
+            return
+        if name in _SUSPECT_NAMES or name[0] == "_":
+            problem = _name_problem(name)
+            if problem is not None:
+                self.found(STEP_BANNED, node, *problem)
+        if name in self.module_aliases and node is not self.module_base:
+            self.found(
+                STEP_BANNED, node, AST_BANNED_ATTR,
+                f"Module '{name}' may only be used as {name}.<name>",
+                "a module cannot be assigned, passed or returned",
+            )
+
+    def _call(self, node: ast.Call) -> None:
+        func = node.func
+        if func.__class__ is ast.Name:
+            name = func.id
+            if name in _BANNED_CALLS:
+                hint = _NAME_HINTS.get(name, _DEFAULT_NAME_HINT)
+                self.found(STEP_BANNED, node, AST_BANNED_CALL, f"Call to {name}() is not allowed", hint)
+        self.generic(node)
+
+    def _attribute(self, node: ast.Attribute) -> None:
+        attr = node.attr  # already NFKC-normalised by the parser
+        value = node.value
+        ctx = node.ctx.__class__
+        if attr[0] == "_":
+            kind = "special" if attr.startswith("__") and attr.endswith("__") else "private"
+            shown = f"{value.id}.{attr}" if value.__class__ is ast.Name else f".{attr}"
+            self.found(
+                STEP_BANNED, node, AST_BANNED_ATTR, f"Access to {shown} is not allowed",
+                f"{kind} attributes (names starting with '_') are not available"
+                + ("" if kind == "special" else "; rename it without the underscore"),
+            )
+        elif attr in _BANNED_ATTRS:
+            self.found(
+                STEP_BANNED, node, AST_BANNED_ATTR, f"Access to .{attr} is not allowed",
+                _ATTR_HINTS.get(attr, _FRAME_HINT),
+            )
+        if value.__class__ is ast.Name:
+            base = value.id
+            if base in self.module_aliases:
+                self.module_base = value
+                module = self.module_aliases[base]
+                problem = None if attr.startswith("_") else _module_name_problem(module, attr)
+                if problem is not None:
+                    self.found(STEP_BANNED, node, AST_BANNED_ATTR, f"Access to {base}.{attr} is not allowed", problem)
+            elif base == self.entity and self.in_trait:
+                self._entity_attribute(node, attr, ctx)
+        if ctx is not ast.Load:
+            root = _root_name(value)
+            if root is not None and (root.id in self.module_aliases or root.id in self.imported_names):
+                self.found(
+                    STEP_BANNED, node, AST_BANNED_ATTR,
+                    f"Cannot assign or delete .{attr} on '{root.id}'",
+                    "imported modules and their objects are shared and read-only",
+                )
+        # The generic walk of (value, attr), inlined.
+        value_cls = value.__class__
+        if value_cls is _Name:
+            name = value.id
+            self.tokens.append(f"Name\0{name}\0{attr}")
+            if (
+                value.ctx.__class__ is not _Load or name in _SUSPECT_NAMES or name[0] == "_"
+                or name in self.module_aliases
+            ):
+                self._name_checks(value, name)
+            return
+        tokens = self.tokens
+        tokens.append(value_cls.__name__)
+        self.depth += 1
+        if self.depth > MAX_NESTING:
+            raise _TooDeep
+        _DISPATCH[value_cls](self, value)
+        self.depth -= 1
+        tokens.append(attr)
+
+    def _entity_attribute(self, node: ast.Attribute, attr: str, ctx: type) -> None:
+        entity = self.entity
+        if ctx is ast.Load:
+            if attr not in _ENTITY_NAMES:
+                close = difflib.get_close_matches(attr, sorted(_ENTITY_NAMES), n=1)
+                suggestion = f"did you mean {entity}.{close[0]}? " if close else ""
+                self.found(
+                    STEP_ENTITY, node, AST_ENTITY_ATTR_FORBIDDEN,
+                    f"{entity}.{attr} is not part of the entity API",
+                    f"{suggestion}readable: {', '.join(sorted(entity_api.READABLE_ATTRS))}; "
+                    f"methods: {', '.join(sorted(entity_api.METHODS))}",
+                )
+        elif ctx is ast.Del or attr not in _ENTITY_WRITABLE:
+            verb = "assigned" if ctx is ast.Store else "deleted"
+            if ctx is ast.Del and attr in _ENTITY_WRITABLE:
+                why = "entity attributes can be assigned but never deleted"
+            elif attr in entity_api.READABLE_ATTRS:
+                why = f"{attr} is read-only ({entity_api.READABLE_ATTRS[attr][1]})"
+            elif attr in entity_api.METHODS:
+                why = f"{attr} is a method"
+            else:
+                why = f"{attr} is not part of the entity API"
+            self.found(
+                STEP_ENTITY, node, AST_ENTITY_ATTR_FORBIDDEN, f"{entity}.{attr} cannot be {verb}",
+                f"{why}; writable attributes: {_WRITABLE_TEXT}",
+            )
+
+    def _await(self, node: ast.Await) -> None:
+        if not self.async_ok:
+            self.found(STEP_PARSE, node, SYNTAX_ERROR, "'await' outside async function")
+        if self.in_trait:
+            root = _root_name(node.value)
+            if root is not None and root.id == self.entity:
+                target = node.value
+                shown = (
+                    f"{ast.unparse(target.func)}(...)" if target.__class__ is ast.Call else ast.unparse(target)
+                )
+                self.found(
+                    STEP_AWAIT, node, AST_AWAIT_ON_SYNC, f"'await {shown}' on a synchronous entity method",
+                    f"entity methods are synchronous; call {shown} without await",
+                )
+        self.generic(node)
+
+    def _check_annotation(self, annotation: ast.AST) -> None:
+        """Annotations may only name types: without 'from __future__ import annotations' they
+        are evaluated at definition time, and strings in them can be evaluated later."""
+        cls = annotation.__class__
+        if cls is ast.Name or (cls is ast.Constant and annotation.value is None):
+            return
+        strings: list[str] = []
+        if not _is_type_expression(annotation, strings):
+            self.found(
+                STEP_BANNED, annotation, AST_BANNED_CALL, "Annotations may only name types",
+                "e.g. int, list[float], Optional[str]; they must not compute anything",
+            )
+            return
+        for text in strings:
+            self._check_annotation_string(text, _line(annotation))
+
+    def _check_annotation_string(self, text: str, line: int) -> None:
+        try:
+            parsed = ast.parse(text.strip(), mode="eval")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            return  # not an expression, so nothing could ever evaluate it
+        if not _is_type_expression(parsed.body, []):
+            self.found(
+                STEP_BANNED, line, AST_BANNED_CALL,
+                f"Annotation string {text!r} is not a type expression", "annotations may only name types",
+            )
+            return
+        for node in ast.walk(parsed):
+            cls = node.__class__
+            if cls is ast.Name:
+                problem = _name_problem(node.id)
+                if problem is not None:
+                    self.found(STEP_BANNED, line, *problem)
+            elif cls is ast.Attribute and (node.attr.startswith("_") or node.attr in _BANNED_ATTRS):
+                self.found(STEP_BANNED, line, AST_BANNED_ATTR, f"Access to .{node.attr} is not allowed",
+                           "special, private and introspection attributes are not available")
+
+
+def _is_type_expression(node: ast.AST, strings: list[str], depth: int = 0) -> bool:
+    """Names, dotted names, subscripts, tuples/lists, constants and ``|`` only; string
+    constants are collected for a separate check."""
+    cls = node.__class__
+    if cls is ast.Name:
+        return True
+    if cls is ast.Constant:
+        if isinstance(node.value, str):
+            strings.append(node.value)
+        return True
+    if depth > MAX_NESTING:
+        raise _TooDeep
+    depth += 1
+    if cls is ast.Attribute:
+        return _is_type_expression(node.value, strings, depth)
+    if cls is ast.Subscript:
+        return _is_type_expression(node.value, strings, depth) and _is_type_expression(node.slice, strings, depth)
+    if cls is ast.Tuple or cls is ast.List:
+        return all(_is_type_expression(element, strings, depth) for element in node.elts)
+    if cls is ast.BinOp:
+        return (
+            node.op.__class__ is ast.BitOr
+            and _is_type_expression(node.left, strings, depth)
+            and _is_type_expression(node.right, strings, depth)
+        )
+    return False
+
+
+def _unbound_methods(cls: type, names: dict[type, str]) -> dict[type, Callable[..., object]]:
+    """Node class -> the method of ``cls`` named for it, unbound (called as ``f(self, node)``).
+
+    Handlers are plain functions in a module-level table: bound methods stored on the instance
+    would form a reference cycle that keeps every tree alive until the cyclic GC runs. They are
+    looked up by name so that the compiled build gets their Python-callable form."""
+    return {node_cls: getattr(cls, name) for node_cls, name in names.items()}
+
+
+_SCANNER_HANDLERS: dict[type, Callable[[_Scanner, ast.AST], None]] = _unbound_methods(_Scanner, {
+    ast.Module: "_module",
+    ast.Import: "_import",
+    ast.ImportFrom: "_import_from",
+    ast.Name: "_name",
+    ast.Attribute: "_attribute",
+    ast.Call: "_call",
+    ast.Constant: "_constant",
+    ast.FunctionDef: "_function",
+    ast.AsyncFunctionDef: "_function",
+    ast.Lambda: "_lambda",
+    ast.ClassDef: "_class",
+    ast.arg: "_arg",
+    ast.For: "_loop",
+    ast.AsyncFor: "_loop",
+    ast.While: "_loop",
+    ast.Break: "_break_continue",
+    ast.Continue: "_break_continue",
+    ast.Return: "_return",
+    ast.Await: "_await",
+    ast.ExceptHandler: "_except_handler",
+    ast.NamedExpr: "_named_expr",
+    ast.ListComp: "_comprehension",
+    ast.SetComp: "_comprehension",
+    ast.GeneratorExp: "_comprehension",
+    ast.DictComp: "_comprehension",
+    ast.AnnAssign: "_ann_assign",
+    ast.Global: "_global",
+    ast.Nonlocal: "_global",
+    ast.Match: "_match",
+    ast.Yield: "_yield",
+    ast.YieldFrom: "_yield",
+})
+
+
+# Node class -> scanner function; classes without a handler get the generic walk. A plain dict
+# holding every node class: its lookups are faster than a dict subclass with __missing__.
+_GENERIC = getattr(_Scanner, "generic")
+_DISPATCH: dict[type, Callable[[_Scanner, ast.AST], None]] = {
+    cls: _SCANNER_HANDLERS.get(cls, _GENERIC) for cls in _ast_classes()
+}
+
+
+def _name_problem(name: str) -> tuple[str, str, str] | None:
+    """(code, problem, hint) if a bare name may not appear at all (call, reference or binding)."""
+    if name in _BANNED_CALLS:
+        return AST_BANNED_CALL, f"Use of {name} is not allowed", _NAME_HINTS.get(name, _DEFAULT_NAME_HINT)
+    if name in _BANNED_EXCEPTIONS:
+        return AST_BANNED_CALL, f"Use of {name} is not allowed", (
+            "the sandbox's deadline signal must not be caught; use Exception or a specific error"
+        )
+    if name.startswith("_") and name != "_":
+        if name in _BANNED_ATTRS:
+            return AST_BANNED_ATTR, f"Use of {name} is not allowed", "interpreter internals are not available"
+        return AST_BANNED_ATTR, f"Name '{name}' is not allowed", "names starting with '_' are reserved; rename it"
+    return None
+
+
+def _module_statement_ok(node: ast.stmt) -> bool:
+    cls = node.__class__
+    if cls in (ast.Import, ast.ImportFrom, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Pass):
+        return True
+    return _constant_statement_ok(node)
+
+
+def _class_statement_ok(node: ast.stmt) -> bool:
+    cls = node.__class__
+    if cls in (ast.FunctionDef, ast.AsyncFunctionDef, ast.Pass):
+        return True
+    return _constant_statement_ok(node)
+
+
+def _constant_statement_ok(node: ast.stmt) -> bool:
+    """A docstring, or a constant assigned to plain names."""
+    cls = node.__class__
+    if cls is ast.Expr:
+        value = node.value
+        return value.__class__ is ast.Constant and isinstance(value.value, str)
+    if cls is ast.Assign:
+        return all(t.__class__ is ast.Name for t in node.targets) and _is_constant(node.value)
+    if cls is ast.AnnAssign:
+        return node.target.__class__ is ast.Name and (node.value is None or _is_constant(node.value))
+    return False
+
+
+# ---------------------------------------------------------------------------------------------
+# Step 9: definitely-assigned analysis
+# ---------------------------------------------------------------------------------------------
+
+
+class _Unbound(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+_State = set[str]
+
+
+def _meet(states: Iterable[_State | None]) -> _State | None:
+    """Names assigned on every path that reaches this point (None: no path reaches it)."""
+    live = [state for state in states if state is not None]
+    if not live:
+        return None
+    first = live[0]
+    return first.intersection(*live[1:]) if len(live) > 1 else first
+
+
+def _deleted_names(statements: list[ast.stmt]) -> set[str]:
+    return {
+        node.id
+        for statement in statements
+        for node in ast.walk(statement)
+        if node.__class__ is ast.Name and node.ctx.__class__ is ast.Del
+    }
+
+
+_EXPR_SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "kind", "conversion", "is_async"})
+# The fields _FlowChecker._expr walks generically.
+_EXPR_FIELDS = _field_table(_EXPR_SKIPPED_FIELDS)
+_Attribute = ast.Attribute
+_Call = ast.Call
+
+
+class _FlowChecker:
+    """Flow-sensitive check that every local is assigned on every path before it is read,
+    and that every other name is module-level, an allowed builtin or a closure variable."""
+
+    def __init__(self, scanner: _Scanner, future_annotations: bool) -> None:
+        self.module_names = scanner.module_scope
+        self.function_locals = scanner.function_locals
+        self.functions_with_del = scanner.functions_with_del
+        self.future_annotations = future_annotations
+        # Per-function context, saved and restored around nested functions.
+        self.locals: set[str] = set()
+        self.enclosing: tuple[set[str], ...] = ()
+        self.function_name = "<module>"
+        self.has_del = False
+        self.loops: list[tuple[list[_State], list[_State]]] = []
+
+    # -- module level ---------------------------------------------------------------------
+
+    def check_module(self, tree: ast.Module) -> None:
+        defined: set[str] = set()
+        for statement in tree.body:
+            cls = statement.__class__
+            if cls is ast.ClassDef:
+                for base in statement.bases:
+                    if base.__class__ is ast.Name and (base.id in defined or base.id in _BUILTINS):
+                        continue  # the common case, decided without building the message
+                    self._module_level_names(base, defined, f"base of class {statement.name}")
+                class_defined = set(defined)
+                for member in statement.body:
+                    if member.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef):
+                        self._definition_time_annotations(member, class_defined)
+                        self.check_function(member, ())
+                        class_defined.add(member.name)
+                    elif member.__class__ is ast.AnnAssign and not self.future_annotations:
+                        self._module_level_names(member.annotation, class_defined, "annotation")
+                    if member.__class__ in (ast.Assign, ast.AnnAssign):
+                        targets = member.targets if member.__class__ is ast.Assign else [member.target]
+                        class_defined.update(t.id for t in targets if t.__class__ is ast.Name)
+                defined.add(statement.name)
+            elif cls in (ast.FunctionDef, ast.AsyncFunctionDef):
+                self._definition_time_annotations(statement, defined)
+                self.check_function(statement, ())
+                defined.add(statement.name)
+            elif cls is ast.Import or cls is ast.ImportFrom:
+                for alias in statement.names:
+                    defined.add((alias.asname or alias.name).partition(".")[0])
+            elif cls is ast.Assign:
+                defined.update(t.id for t in statement.targets if t.__class__ is ast.Name)
+            elif cls is ast.AnnAssign:
+                if not self.future_annotations:
+                    self._module_level_names(statement.annotation, defined, "annotation")
+                if statement.value is not None and statement.target.__class__ is ast.Name:
+                    defined.add(statement.target.id)
+
+    def _definition_time_annotations(self, function: ast.AST, defined: set[str]) -> None:
+        if self.future_annotations:
+            return
+        args = function.args
+        for param in _all_params(args):
+            if param.annotation is not None:
+                self._module_level_names(param.annotation, defined, "annotation")
+        if function.returns is not None:
+            self._module_level_names(function.returns, defined, "annotation")
+
+    def _module_level_names(self, node: ast.AST, defined: set[str], where: str) -> None:
+        """Names evaluated while the module loads must already be defined."""
+        for child in ast.walk(node):
+            if child.__class__ is ast.Name and child.id not in defined and child.id not in _BUILTINS:
+                if child.id in self.module_names:
+                    raise _Unbound(
+                        f"'{child.id}' is used in the {where} before it is defined "
+                        f"(line {child.lineno}); define it earlier in the file"
+                    )
+                raise _Unbound(f"undefined name '{child.id}' in the {where} (line {child.lineno})")
+
+    # -- functions ------------------------------------------------------------------------
+
+    def check_function(self, node: ast.AST, enclosing: tuple[set[str], ...]) -> None:
+        saved = (self.locals, self.enclosing, self.function_name, self.has_del, self.loops)
+        self.locals = self.function_locals.get(node, set())
+        self.enclosing = enclosing
+        self.function_name = getattr(node, "name", "lambda")
+        self.has_del = node in self.functions_with_del
+        self.loops = []
+        state = {param.arg for param in _all_params(node.args)}
+        if node.__class__ is ast.Lambda:
+            self._expr(node.body, state)
+        else:
+            self._block(node.body, state)
+        self.locals, self.enclosing, self.function_name, self.has_del, self.loops = saved
+
+    def _nested(self, node: ast.AST) -> None:
+        self.check_function(node, (self.locals,) + self.enclosing)
+
+    def _missing(self, node: ast.Name) -> None:
+        """A read of a name not definitely assigned in this function at this point."""
+        name = node.id
+        if name in self.locals:
+            raise _Unbound(
+                f"'{name}' may be used before it is assigned (line {node.lineno}, in "
+                f"{self.function_name}); assign it on every path before this line, e.g. "
+                f"{name} = None at the top"
+            )
+        if name in self.module_names or name in _BUILTINS:
+            return
+        for scope in self.enclosing:
+            if name in scope:
+                return
+        raise _Unbound(
+            f"undefined name '{name}' (line {node.lineno}, in {self.function_name}); "
+            "define it, import it from an allowed module, or read class constants as self.NAME"
+        )
+
+    # -- statements -----------------------------------------------------------------------
+
+    def _block(self, statements: list[ast.stmt], state: _State) -> _State | None:
+        for statement in statements:
+            # Statements without a handler (global, match, ...) were rejected in step 5.
+            state = _FLOW_HANDLERS.get(statement.__class__, _FLOW_PASS)(self, statement, state)
+            if state is None:
+                return None  # the rest is unreachable
+        return state
+
+    def _expr_statement(self, node: ast.Expr, state: _State) -> _State:
+        self._expr(node.value, state)
+        return state
+
+    def _assign(self, node: ast.Assign, state: _State) -> _State:
+        self._expr(node.value, state)
+        for target in node.targets:
+            self._bind(target, state)
+        return state
+
+    def _aug_assign(self, node: ast.AugAssign, state: _State) -> _State:
+        target = node.target
+        if target.__class__ is ast.Name:
+            if target.id not in state:
+                self._missing(target)
+            self._expr(node.value, state)
+            state.add(target.id)
+        else:
+            self._bind(target, state)
+            self._expr(node.value, state)
+        return state
+
+    def _ann_assign(self, node: ast.AnnAssign, state: _State) -> _State:
+        # Annotations of local variables are never evaluated.
+        if node.value is not None:
+            self._expr(node.value, state)
+            self._bind(node.target, state)
+        elif node.target.__class__ is not ast.Name:
+            self._bind(node.target, state)
+        return state
+
+    def _return(self, node: ast.Return, state: _State) -> None:
+        if node.value is not None:
+            self._expr(node.value, state)
+        return None
+
+    def _raise(self, node: ast.Raise, state: _State) -> None:
+        if node.exc is not None:
+            self._expr(node.exc, state)
+        if node.cause is not None:
+            self._expr(node.cause, state)
+        return None
+
+    def _assert(self, node: ast.Assert, state: _State) -> _State:
+        self._expr(node.test, state)
+        if node.msg is not None:
+            self._expr(node.msg, set(state))
+        return state
+
+    def _delete(self, node: ast.Delete, state: _State) -> _State:
+        for target in node.targets:
+            if target.__class__ is ast.Name:
+                if target.id not in state:
+                    self._missing(target)
+                state.discard(target.id)
+            elif target.__class__ in (ast.Tuple, ast.List):
+                self._delete(ast.Delete(targets=target.elts), state)
+            else:
+                self._bind(target, state)
+        return state
+
+    def _pass(self, node: ast.Pass, state: _State) -> _State:
+        return state
+
+    def _break(self, node: ast.Break, state: _State) -> None:
+        if self.loops:
+            self.loops[-1][0].append(state)
+        return None
+
+    def _continue(self, node: ast.Continue, state: _State) -> None:
+        if self.loops:
+            self.loops[-1][1].append(state)
+        return None
+
+    def _if(self, node: ast.If, state: _State) -> _State | None:
+        self._expr(node.test, state)
+        taken = self._block(node.body, set(state))
+        if not node.orelse:
+            return _meet((taken, state))
+        return _meet((taken, self._block(node.orelse, set(state))))
+
+    def _loop_head(self, body: list[ast.stmt], state: _State) -> _State:
+        # Without 'del', states only grow, so the first iteration is the worst case.
+        if self.has_del:
+            return state - _deleted_names(body)
+        return state
+
+    def _for(self, node: ast.For | ast.AsyncFor, state: _State) -> _State | None:
+        self._expr(node.iter, state)
+        head = self._loop_head(node.body, state)
+        inside = set(head)
+        self._bind(node.target, inside)
+        self.loops.append(([], []))
+        self._block(node.body, inside)
+        breaks, _ = self.loops.pop()
+        after_else = self._block(node.orelse, set(head)) if node.orelse else head
+        return _meet([after_else, *breaks])
+
+    def _while(self, node: ast.While, state: _State) -> _State | None:
+        head = set(self._loop_head(node.body, state))
+        self._expr(node.test, head)
+        self.loops.append(([], []))
+        self._block(node.body, set(head))
+        breaks, _ = self.loops.pop()
+        test = node.test
+        endless = test.__class__ is ast.Constant and bool(test.value)
+        if endless:
+            return _meet(breaks)  # leaves only through break
+        after_else = self._block(node.orelse, set(head)) if node.orelse else head
+        return _meet([after_else, *breaks])
+
+    def _try(self, node: ast.Try, state: _State) -> _State | None:
+        floor = state
+        if self.has_del:
+            floor = state - _deleted_names(node.body + node.orelse + node.finalbody) - _deleted_names(
+                [statement for handler in node.handlers for statement in handler.body]
+            )
+        after_body = self._block(node.body, set(state))
+        outcomes: list[_State | None] = []
+        for handler in node.handlers:
+            # An exception can interrupt the body anywhere: only what held before it is certain.
+            inside = set(floor)
+            if handler.type is not None:
+                self._expr(handler.type, inside)
+            if handler.name:
+                inside.add(handler.name)
+            after = self._block(handler.body, inside)
+            if after is not None and handler.name:
+                after.discard(handler.name)  # Python deletes the name when the handler ends
+            outcomes.append(after)
+        if after_body is not None:
+            outcomes.append(self._block(node.orelse, after_body) if node.orelse else after_body)
+        normal = _meet(outcomes)
+        if not node.finalbody:
+            return normal
+        after_finally = self._block(node.finalbody, set(floor))
+        if normal is None or after_finally is None:
+            return None
+        if normal == floor:
+            return after_finally
+        return self._block(node.finalbody, set(normal))
+
+    def _with(self, node: ast.With | ast.AsyncWith, state: _State) -> _State | None:
+        for item in node.items:
+            self._expr(item.context_expr, state)
+            if item.optional_vars is not None:
+                self._bind(item.optional_vars, state)
+        return self._block(node.body, state)
+
+    def _def(self, node: ast.FunctionDef | ast.AsyncFunctionDef, state: _State) -> _State:
+        if not self.future_annotations:
+            for param in _all_params(node.args):
+                if param.annotation is not None:
+                    self._expr(param.annotation, state)
+            if node.returns is not None:
+                self._expr(node.returns, state)
+        state.add(node.name)
+        self._nested(node)
+        return state
+
+    def _class(self, node: ast.ClassDef, state: _State) -> _State:
+        for base in node.bases:
+            self._expr(base, state)
+        state.add(node.name)
+        for member in node.body:
+            if member.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef):
+                self._nested(member)
+        return state
+
+    def _import(self, node: ast.Import | ast.ImportFrom, state: _State) -> _State:
+        for alias in node.names:
+            state.add((alias.asname or alias.name).partition(".")[0])
+        return state
+
+    # -- expressions ----------------------------------------------------------------------
+
+    def _bind(self, target: ast.AST, state: _State) -> None:
+        cls = target.__class__
+        if cls is ast.Name:
+            state.add(target.id)
+        elif cls is ast.Tuple or cls is ast.List:
+            for element in target.elts:
+                self._bind(element, state)
+        elif cls is ast.Starred:
+            self._bind(target.value, state)
+        elif cls is ast.Attribute:
+            self._expr(target.value, state)
+        elif cls is ast.Subscript:
+            self._expr(target.value, state)
+            self._expr(target.slice, state)
+
+    def _expr(self, node: ast.AST, state: _State) -> None:
+        """Check the reads in an expression, in field order; names and constants among the
+        children are handled inline rather than by a recursive call."""
+        cls = node.__class__
+        if cls is _Name:
+            if node.id not in state:
+                self._missing(node)
+        elif cls is _Attribute:
+            value = node.value
+            while value.__class__ is _Attribute:
+                value = value.value
+            if value.__class__ is _Name:
+                if value.id not in state:
+                    self._missing(value)
+            elif value.__class__ is not _Constant:
+                self._expr(value, state)
+        elif cls is _Constant:
+            pass
+        elif cls is _Call:
+            func = node.func
+            if func.__class__ is _Name:
+                if func.id not in state:
+                    self._missing(func)
+            else:
+                self._expr(func, state)
+            for argument in node.args:
+                argument_cls = argument.__class__
+                if argument_cls is _Name:
+                    if argument.id not in state:
+                        self._missing(argument)
+                elif argument_cls is not _Constant:
+                    self._expr(argument, state)
+            for keyword in node.keywords:
+                value = keyword.value
+                value_cls = value.__class__
+                if value_cls is _Name:
+                    if value.id not in state:
+                        self._missing(value)
+                elif value_cls is not _Constant:
+                    self._expr(value, state)
+        elif cls is ast.BoolOp:
+            values = node.values
+            self._expr(values[0], state)
+            maybe = set(state)  # later operands may not run: their ':=' are not certain
+            for value in values[1:]:
+                self._expr(value, maybe)
+        elif cls is ast.IfExp:
+            self._expr(node.test, state)
+            self._expr(node.body, set(state))
+            self._expr(node.orelse, set(state))
+        elif cls is ast.NamedExpr:
+            self._expr(node.value, state)
+            state.add(node.target.id)
+        elif cls in _COMPREHENSION_TYPES:
+            self._comprehension(node, state)
+        elif cls is ast.Lambda:
+            self._nested(node)
+        else:
+            getter, count = _EXPR_FIELDS[cls]
+            values = getter(node)
+            if count == 1:
+                values = (values,)
+            for value in values:
+                value_cls = value.__class__
+                if value_cls is list:
+                    for item in value:
+                        item_cls = item.__class__
+                        if item_cls is _Name:
+                            if item.id not in state:
+                                self._missing(item)
+                        elif item_cls is not _Constant and item is not None:  # dict unpacking: None key
+                            self._expr(item, state)
+                elif value_cls is _Name:
+                    if value.id not in state:
+                        self._missing(value)
+                elif value_cls is not _Constant and value is not None and isinstance(value, ast.AST):
+                    self._expr(value, state)
+
+    def _comprehension(self, node: ast.AST, state: _State) -> None:
+        generators = node.generators
+        self._expr(generators[0].iter, state)  # evaluated in the enclosing scope
+        inner = set(state)  # comprehension variables and conditional ':=' stay inside
+        for index, generator in enumerate(generators):
+            if index:
+                self._expr(generator.iter, inner)
+            self._bind(generator.target, inner)
+            for condition in generator.ifs:
+                self._expr(condition, inner)
+        if node.__class__ is ast.DictComp:
+            self._expr(node.key, inner)
+            self._expr(node.value, inner)
+        else:
+            self._expr(node.elt, inner)
+
+
+_FLOW_HANDLERS: dict[type, Callable[[_FlowChecker, ast.AST, _State], _State | None]] = _unbound_methods(_FlowChecker, {
+    ast.Expr: "_expr_statement",
+    ast.Assign: "_assign",
+    ast.AugAssign: "_aug_assign",
+    ast.AnnAssign: "_ann_assign",
+    ast.Return: "_return",
+    ast.If: "_if",
+    ast.For: "_for",
+    ast.AsyncFor: "_for",
+    ast.While: "_while",
+    ast.Try: "_try",
+    ast.TryStar: "_try",
+    ast.With: "_with",
+    ast.AsyncWith: "_with",
+    ast.Raise: "_raise",
+    ast.Assert: "_assert",
+    ast.Delete: "_delete",
+    ast.Pass: "_pass",
+    ast.Break: "_break",
+    ast.Continue: "_continue",
+    ast.FunctionDef: "_def",
+    ast.AsyncFunctionDef: "_def",
+    ast.ClassDef: "_class",
+    ast.Import: "_import",
+    ast.ImportFrom: "_import",
+})
+_FLOW_PASS = getattr(_FlowChecker, "_pass")
+
+
+# ---------------------------------------------------------------------------------------------
+# Orchestration
+# ---------------------------------------------------------------------------------------------
+
+
+def _module_aliases(tree: ast.Module) -> dict[str, str]:
+    """Names bound to allowed modules by top-level 'import X [as Y]' (used before the scan)."""
+    aliases: dict[str, str] = {}
+    for statement in tree.body:
+        if statement.__class__ is ast.Import:
+            for alias in statement.names:
+                name = alias.name
+                if name in _ALLOWED_MODULES and name != "__future__":
+                    aliases[alias.asname if alias.asname else name] = name
+    return aliases
+
+
+def _has_future_annotations(tree: ast.Module) -> bool:
+    for statement in tree.body:
+        if (
+            statement.__class__ is ast.ImportFrom
+            and statement.module == "__future__"
+            and any(alias.name == "annotations" for alias in statement.names)
+        ):
+            return True
+    return False
+
+
+def _syntax_message(error: SyntaxError) -> str:
+    where = f"line {error.lineno}" if error.lineno else "unknown line"
+    if error.offset:
+        where += f", col {error.offset}"
+    text = (error.text or "").strip()
+    shown = f": {text[:80]}" if text else ""
+    return f"{error.msg} ({where}){shown}"
+
+
+_OK_LINES = {
+    step: f"{step}: OK"
+    for step in (
+        STEP_SCHEMA, STEP_PARSE, STEP_IMPORTS, STEP_BANNED, STEP_CONTRACT, STEP_ENTITY, STEP_INIT,
+        STEP_UNBOUND, STEP_AWAIT,
+    )
+}
+
+
+class _Run:
+    """Accumulates the log of one validation."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    def ok(self, step: str, detail: str = "") -> None:
+        self.log.append(f"{step}: OK — {detail}" if detail else _OK_LINES[step])
+
+    def fail(
+        self, step: str, code: str, message: str, class_name: str | None = None, code_hash: str | None = None
+    ) -> GateResult:
+        self.log.append(f"{step}: FAILED — {message}")
+        return GateResult(False, code, self.log, class_name, code_hash)
+
+
+# The cyclic GC paused while a validation runs: the parser allocates a few thousand nodes per
+# trait, enough to trigger young-generation collections (and, in a small heap, full ones) that
+# cost ~25% of ast.parse, while the tree and the walk's state are acyclic and freed by reference
+# counting. Paused for the whole process (one switch), by counting so concurrent validations in
+# threads resume it only when the last one ends, and never resumed if the caller had paused it.
+_GC_LOCK = threading.Lock()
+_gc_pauses = 0
+_gc_resume = False
+
+
+def _pause_gc() -> None:
+    global _gc_pauses, _gc_resume
+    with _GC_LOCK:
+        if _gc_pauses == 0:
+            _gc_resume = gc.isenabled()
+            gc.disable()
+        _gc_pauses += 1
+
+
+def _resume_gc() -> None:
+    global _gc_pauses
+    with _GC_LOCK:
+        _gc_pauses -= 1
+        if _gc_pauses == 0 and _gc_resume:
+            gc.enable()
+
+
+_TOO_DEEP = f"the code is nested too deeply to analyse (limit: {MAX_NESTING} levels); flatten it"
+
+
+def validate(trait_name: str, code: str) -> GateResult:
+    """Run steps 2-10 in order and stop at the first failure."""
+    _pause_gc()
+    try:
+        return _validate(trait_name, code)
+    finally:
+        _resume_gc()
+
+
+def _validate(trait_name: str, code: str) -> GateResult:
+    run = _Run()
+    problems = schema_problems(trait_name, code)
+    if problems:
+        return run.fail(STEP_SCHEMA, SCHEMA_INVALID, "; ".join(problems))
+    run.ok(STEP_SCHEMA)
+
+    try:
+        tree = ast.parse(code, filename="<trait>", feature_version=rules.trait_language())
+    except SyntaxError as error:
+        message = _syntax_message(error)
+        if "only supported in Python" in message:
+            message += "; traits are written in Python %d.%d (the trait runtime's language)" % rules.trait_language()
+        return run.fail(STEP_PARSE, SYNTAX_ERROR, message)
+    except (RecursionError, MemoryError):  # the parser's own depth limits (MemoryError: its stack)
+        return run.fail(STEP_PARSE, SYNTAX_ERROR, _TOO_DEEP)
+    except ValueError as error:
+        return run.fail(STEP_PARSE, SYNTAX_ERROR, f"the code cannot be parsed: {error}")
+
+    trait, no_trait_reason = _find_trait(tree)
+    scanner = _Scanner(trait, _module_aliases(tree))
+    try:
+        scanner.visit(tree)
+    except (_TooDeep, RecursionError):
+        return run.fail(STEP_PARSE, SYNTAX_ERROR, _TOO_DEEP)
+    code_hash = scanner.digest()
+    findings = scanner.findings
+
+    def failed(step: str, class_name: str | None = None) -> GateResult:
+        _, code, message = findings[step]
+        return run.fail(step, code, message, class_name, code_hash)
+
+    if STEP_PARSE in findings:
+        return failed(STEP_PARSE)
+    run.ok(STEP_PARSE)
+    if STEP_IMPORTS in findings:
+        return failed(STEP_IMPORTS)
+    run.ok(STEP_IMPORTS)
+    if STEP_BANNED in findings:
+        return failed(STEP_BANNED)
+    run.ok(STEP_BANNED)
+
+    if trait is None:
+        return run.fail(STEP_CONTRACT, AST_NO_TRAIT_CLASS, no_trait_reason, None, code_hash)
+    class_name = trait.node.name
+    run.ok(STEP_CONTRACT, class_name)
+
+    if STEP_ENTITY in findings:
+        return failed(STEP_ENTITY, class_name)
+    run.ok(STEP_ENTITY)
+
+    init_problem = _init_problem(tree, trait.node)
+    if init_problem is not None:
+        return run.fail(STEP_INIT, AST_INIT_REQUIRED_ARGS, init_problem, class_name, code_hash)
+    run.ok(STEP_INIT)
+
+    try:
+        _FlowChecker(scanner, _has_future_annotations(tree)).check_module(tree)
+    except _Unbound as unbound:
+        return run.fail(STEP_UNBOUND, AST_UNBOUND_VARIABLE, unbound.message, class_name, code_hash)
+    except (_TooDeep, RecursionError):
+        return run.fail(STEP_UNBOUND, AST_UNBOUND_VARIABLE, _TOO_DEEP, class_name, code_hash)
+    run.ok(STEP_UNBOUND)
+
+    if STEP_AWAIT in findings:
+        return failed(STEP_AWAIT, class_name)
+    run.ok(STEP_AWAIT)
+    return GateResult(True, None, run.log, class_name, code_hash)
