@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import importlib
 import json
+import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 from pathlib import Path
 
@@ -172,8 +174,11 @@ def test_a_stale_or_missing_build_falls_back_to_pure_python_and_says_so(tmp_path
     elif change == "extension_missing":
         for extension in package.glob("_gatekeeper_core_native.*.so"):
             extension.unlink()
-    done = subprocess.run([sys.executable, "-c", FALLBACK_PROBE], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60)
+    # -S: without the site hook the venv's editable-install finder (which maps ``genesis.*`` to the
+    # checkout) is not installed, so the copy is what gets imported; the venv's packages stay reachable.
+    site_packages = sysconfig.get_paths()["purelib"]
+    done = subprocess.run([sys.executable, "-S", "-c", FALLBACK_PROBE], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{site_packages}"})
     assert done.returncode == 0, done.stderr
     if change == "none":
         assert done.stdout.split() == ["True", "genesis._gatekeeper_core_native"]
