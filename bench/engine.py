@@ -474,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--compare-mesa", action="store_true")
     ap.add_argument("--mesa-seconds", type=float, default=30.0, help="wall-time cap of the Mesa run per size")
-    ap.add_argument("--redis-db", type=int, default=12, help="Redis database owned by the bench (flushed)")
+    ap.add_argument("--redis-db", type=int, default=11, help="Redis database owned by the bench (flushed; not one the test suite uses: 12, 13, 15)")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.entities.split(",") if s.strip()]
     entries = validated_traits(args.traits)
