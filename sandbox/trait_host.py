@@ -144,12 +144,18 @@ class Host:
 
     def views(self, msg):
         fields = msg["fields"]
-        rows = msg["rows"] if "rows" in msg else decode_columns(msg["columns"], msg.get("count"))
+        if "rows" in msg:
+            rows = msg["rows"]
+            if len({len(row) for row in rows} | {len(fields)}) > 1:
+                raise ValueError("every row must hold one value per field")
+            columns = [list(col) for col in zip(*rows)] if rows else [[] for _ in fields]
+        else:
+            columns = decode_columns(msg["columns"], msg.get("count"))
+        if len(columns) != len(fields):
+            raise ValueError("one column per field is needed")
         sets = [tuple(names) for names in msg["trait_sets"]]
-        proxy_class = self.row_proxy_class(tuple(fields), msg.get("world") or {})
-        proxy_class.trait_sets = sets
-        id_at = fields.index("id")
-        set_at = fields.index("traits")
+        proxy_class = self.column_proxy_class(tuple(fields), msg.get("world") or {})
+        proxy_class.bind(columns, sets)
         merged = {}
         results = {}
         # No cyclic GC pass inside a timed trait call (at thousands of rows a full pass takes
@@ -157,10 +163,12 @@ class Host:
         gc_was_on = gc.isenabled()
         gc.disable()
         try:
-            self.run_views(msg["run"], sets, rows, set_at, id_at, proxy_class, merged, results)
+            self.run_views(msg["run"], sets, columns[fields.index("traits")], columns[fields.index("id")],
+                           proxy_class, merged, results)
         finally:
             if gc_was_on:
                 gc.enable()
+            proxy_class.bind(None, ())
         reply = {"ok": True, "op": "views", "tick": msg.get("tick"), "results": results}
         if msg.get("reply") == "columns":
             reply["intent_columns"] = encode_intents(merged)
@@ -168,7 +176,9 @@ class Host:
             reply["intents"] = [[entity_id, intents] for entity_id, intents in merged.items()]
         return reply
 
-    def run_views(self, run, sets, rows, set_at, id_at, proxy_class, merged, results):
+    def run_views(self, run, sets, set_column, id_column, proxy_class, merged, results):
+        """Each trait of ``run`` on the rows whose trait set holds it; a proxy is a row index."""
+        everyone = range(len(id_column))
         for name in run:
             if name not in self.classes:
                 results[name] = {"calls": 0, "total_us": 0, "error_count": 1,
@@ -176,22 +186,21 @@ class Host:
                                  "timeouts": []}
                 continue
             member = [name in names for names in sets]
-            results[name] = self.run_rows(
-                name, [row for row in rows if member[row[set_at]]], id_at, proxy_class, merged
-            )
+            if all(member):
+                rows, ids = everyone, id_column
+            else:
+                rows = [i for i in everyone if member[set_column[i]]]
+                ids = [id_column[i] for i in rows]
+            results[name] = self.run_calls(name, ids, rows, proxy_class, merged)
 
-    def row_proxy_class(self, fields, world):
+    def column_proxy_class(self, fields, world):
         key = (fields, tuple(sorted(world.items())))
         cls = self.row_proxies.get(key)
         if cls is None:
-            cls = self.row_proxies[key] = make_row_proxy_class(self.readable, self.writable, fields, world)
+            cls = self.row_proxies[key] = make_column_proxy_class(self.readable, self.writable, fields, world)
         return cls
 
     # -- running traits ----------------------------------------------------------------------
-    def run_rows(self, name, rows, id_at, proxy_class, merged):
-        """Run one trait on rows (the ``views`` form), merging intents into ``merged``."""
-        return self.run_calls(name, [row[id_at] for row in rows], rows, proxy_class, merged)
-
     def run_trait(self, name, views):
         """Run one trait on dict views (the ``tick`` form)."""
         merged = {}
@@ -335,7 +344,7 @@ ARRAY_CODES = {"f8": "d", "i8": "q", "i4": "i"}
 
 
 def decode_columns(columns, count=None):
-    """Rows (tuples) from columns: JSON lists, {"f8"|"i8"|"i4": base64 of a little-endian
+    """Lists (one per column, of equal length) from columns: JSON lists, {"f8"|"i8"|"i4": base64 of a little-endian
     float64/int64/int32 array}, or {"same": value} (every one of the ``count`` rows holds it)."""
     lists = []
     for col in columns:
@@ -357,14 +366,16 @@ def decode_columns(columns, count=None):
         lists.append(col)
     if len({len(col) for col in lists}) > 1:
         raise ValueError("columns of different lengths")
-    return list(zip(*lists))
+    return lists
 
 
-def make_row_proxy_class(readable, writable, fields, world):
-    """The entity proxy of the ``views`` form: reads index the entity's row (one property per
-    readable attribute, built once per field layout), writes become intents and are seen by
-    later reads of the same call (never by other traits: each call has its own proxy)."""
+def make_column_proxy_class(readable, writable, fields, world):
+    """The entity proxy of the ``views`` form: a proxy is a row index, and reads index the
+    tick's columns (one property per readable attribute, built once per field layout; no
+    per-row tuple is ever built). Writes become intents and are seen by later reads of the
+    same call (never by other traits: each call has its own proxy)."""
     index = {name: i for i, name in enumerate(fields)}
+    cols = [None] * len(fields)  # this tick's columns, filled in place by bind()
 
     class Entity(IntentMethods):
         """What a trait sees as ``entity``: reads come from the view, writes become intents."""
@@ -376,6 +387,11 @@ def make_row_proxy_class(readable, writable, fields, world):
             object.__setattr__(self, "_row", row)
             object.__setattr__(self, "_intents", intents)
             object.__setattr__(self, "_writes", None)
+
+        @classmethod
+        def bind(cls, columns, trait_sets):
+            cols[:] = columns if columns is not None else [None] * len(fields)
+            cls.trait_sets = trait_sets
 
         def __getattr__(self, name):  # only reached for names that are not readable
             raise AttributeError("entity has no attribute %r in Entity API v1" % name)
@@ -392,31 +408,31 @@ def make_row_proxy_class(readable, writable, fields, world):
 
         if "nearest_dx" in index:
             def nearest_resource(self, _at=(index["nearest_dx"], index.get("nearest_dy"), index.get("nearest_dist"))):
-                row = self._row
-                dx = row[_at[0]]
+                i = self._row
+                dx = cols[_at[0]][i]
                 if dx != dx:  # NaN: nothing in range
                     return None
-                return (dx, row[_at[1]], row[_at[2]])
+                return (dx, cols[_at[1]][i], cols[_at[2]][i])
         else:
             def nearest_resource(self):
                 at = index.get("nearest_resource")
-                found = None if at is None else self._row[at]
+                found = None if at is None else cols[at][self._row]
                 return tuple(found) if found else None
 
     def reader(name):
         at = index.get(name)
         if name == "traits" and at is not None:
             def get(self):
-                return list(self.trait_sets[self._row[at]])
+                return list(self.trait_sets[cols[at][self._row]])
         elif at is not None and name in writable:
             def get(self):
                 writes = self._writes
                 if writes is not None and name in writes:
                     return writes[name]
-                return self._row[at]
+                return cols[at][self._row]
         elif at is not None:
             def get(self):
-                value = self._row[at]
+                value = cols[at][self._row]
                 return list(value) if type(value) is list else value
         else:
             constant = world.get(name)
@@ -524,18 +540,21 @@ def describe(exc):
 
 def main():
     signal.signal(signal.SIGVTALRM, WATCHDOG.on_alarm)
-    out = sys.stdout
+    # Bytes in and out: the text layer's decoding of half-megabyte lines costs PyPy more than
+    # running the traits (json reads UTF-8 bytes; it writes ASCII).
+    out = sys.stdout.buffer
+    requests = sys.stdin.buffer
     sys.stdout = sys.stderr  # nothing a trait does can write into the protocol stream
     host = Host()
     handlers = {"hello": host.hello, "load": host.load, "unload": host.unload, "tick": host.tick,
                 "views": host.views}
-    for line in sys.stdin:
+    for line in iter(requests.readline, b""):
         try:
             msg = json.loads(line)
             reply = handlers[msg["op"]](msg)
         except Exception as exc:
             reply = {"ok": False, "error": "bad request: %s" % describe(exc)}
-        out.write(json.dumps(reply, allow_nan=False, separators=(",", ":")) + "\n")
+        out.write(json.dumps(reply, allow_nan=False, separators=(",", ":")).encode("ascii") + b"\n")
         out.flush()
 
 
