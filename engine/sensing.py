@@ -1,32 +1,32 @@
-"""What each entity senses, for many entities at once: neighbour count and nearest resource.
+"""Neighbourhood queries for many points at once, over numpy arrays laid out by grid cell.
 
-Vectorised with numpy over the world's uniform grids (engine/spatial.py): for every query
-entity the 3x3 block of cells around its cell is expanded into (query, candidate) pairs, the
+A :class:`Layout` holds points (entities or resources) sorted by the cell of a uniform grid
+(cell size = the query radius or more), with each cell's [start, length) run. For every query
+point the 3x3 block of cells around its cell is expanded into (query, candidate) pairs, the
 squared distances are computed for all pairs in one go, and the results reduced per query.
-This is the same rule, with the same float operations in the same order, as the scalar
-loop it replaces (``dx = ox - x``, ``dx*dx + dy*dy <= r*r``; nearest resource by squared
-distance, ties by lower resource id), so results are bit-identical and deterministic; only
-the cost changes (the scalar loop was the largest part of a tick at thousands of entities).
+The float operations are those of the scalar loops they replaced (``dx = ox - x``,
+``dx*dx + dy*dy <= r*r``; nearest by squared distance, ties by lower id), so results are
+bit-identical and deterministic; only the cost changes.
 
-Grid membership is read from the grids themselves (an item is found in the cell it was
-inserted in) while coordinates are read from the items, exactly as the scalar loop did.
+Used for what each entity senses (neighbour count, nearest resource), for eating (nearest
+resource within eat_radius) and for collisions (pairs closer than collision_radius).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Sequence
+from typing import Any, Iterable
 
 import numpy as np
-
-from .spatial import SpatialGrid
 
 _OFFSETS = [(dx, dy) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
 _X = attrgetter("x")
 _Y = attrgetter("y")
 _ID = attrgetter("id")
 _ID_MAX = np.iinfo(np.int64).max
+_EMPTY = np.empty(0, dtype=np.int64)
 
 
 @dataclass
@@ -40,101 +40,148 @@ class Sensed:
     dist: np.ndarray
 
 
-class _GridArrays:
-    """A grid's items sorted by cell: coordinates, ids and per-cell [start, end) offsets."""
+@dataclass(frozen=True)
+class Grid:
+    """A uniform grid over the world: cells of ``cell`` units, positions clamped to the border
+    cells (as engine/spatial.py's SpatialGrid)."""
 
-    __slots__ = ("x", "y", "ids", "start")
+    inv: float
+    cols: int
+    rows: int
 
-    def __init__(self, grid: SpatialGrid, with_ids: bool) -> None:
-        cells = grid.cells
-        keys = np.fromiter(cells.keys(), dtype=np.int64, count=len(cells))
-        counts = np.fromiter(map(len, cells.values()), dtype=np.int64, count=len(cells))
-        items = [item for bucket in cells.values() for item in bucket]
-        n = len(items)
-        self.x = np.fromiter(map(_X, items), dtype=np.float64, count=n)
-        self.y = np.fromiter(map(_Y, items), dtype=np.float64, count=n)
-        self.ids = np.fromiter(map(_ID, items), dtype=np.int64, count=n) if with_ids else None
-        # Items are laid out bucket by bucket (dict order); start[cell] is where a cell's run
-        # begins, so cells need not be contiguous or sorted.
-        ncell = grid.cols * grid.rows
-        per_cell = np.zeros(ncell, dtype=np.int64)
-        per_cell[keys] = counts
-        run_start = np.zeros(ncell, dtype=np.int64)
-        run_start[keys] = np.cumsum(counts) - counts
-        self.start = np.stack([run_start, per_cell])  # row 0: first index, row 1: length
+    @classmethod
+    def over(cls, width: float, height: float, cell: float) -> "Grid":
+        cell = float(cell)
+        return cls(1.0 / cell, max(1, math.ceil(width / cell)), max(1, math.ceil(height / cell)))
+
+    def cells_of(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # astype truncates toward zero, as int() does; negatives clamp to 0 either way.
+        cx = np.clip((x * self.inv).astype(np.int64), 0, self.cols - 1)
+        cy = np.clip((y * self.inv).astype(np.int64), 0, self.rows - 1)
+        return cx, cy
 
 
-def _pairs(qcx: np.ndarray, qcy: np.ndarray, grid: SpatialGrid, arrays: _GridArrays) -> tuple[np.ndarray, np.ndarray]:
-    """(query index, item index) for every item in the 3x3 block of each query's cell."""
+class Layout:
+    """Points sorted by cell: ``x``, ``y``, ``ids``, ``index`` (position in the arrays given)
+    and ``start`` (row 0: a cell's first index, row 1: its length)."""
+
+    __slots__ = ("grid", "x", "y", "ids", "index", "start")
+
+    def __init__(self, grid: Grid, x: np.ndarray, y: np.ndarray, ids: np.ndarray) -> None:
+        cx, cy = grid.cells_of(x, y)
+        keys = cy * grid.cols + cx
+        order = np.argsort(keys, kind="stable")
+        per_cell = np.bincount(keys, minlength=grid.cols * grid.rows)
+        self.grid = grid
+        self.index = order
+        self.x = x[order]
+        self.y = y[order]
+        self.ids = ids[order]
+        self.start = np.stack([np.cumsum(per_cell) - per_cell, per_cell])
+
+    @classmethod
+    def of_items(cls, grid: Grid, items: Iterable[Any], count: int) -> "Layout":
+        """The layout of objects with ``id``, ``x``, ``y`` (in the order given)."""
+        items = list(items)
+        return cls(grid, np.fromiter(map(_X, items), dtype=np.float64, count=count),
+                   np.fromiter(map(_Y, items), dtype=np.float64, count=count),
+                   np.fromiter(map(_ID, items), dtype=np.int64, count=count))
+
+    def __len__(self) -> int:
+        return len(self.x)
+
+
+def pairs(qx: np.ndarray, qy: np.ndarray, lay: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """(query index, layout index) for every point in the 3x3 block of each query's cell."""
+    grid = lay.grid
     cols, rows = grid.cols, grid.rows
+    qcx, qcy = grid.cells_of(qx, qy)
     q_parts, first_parts, len_parts = [], [], []
-    nq = len(qcx)
-    qidx = np.arange(nq, dtype=np.int64)
+    qidx = np.arange(len(qx), dtype=np.int64)
     for ox, oy in _OFFSETS:
         cx = qcx + ox
         cy = qcy + oy
         ok = (cx >= 0) & (cx < cols) & (cy >= 0) & (cy < rows)
         cell = (cy * cols + cx)[ok]
-        first = arrays.start[0, cell]
-        length = arrays.start[1, cell]
+        length = lay.start[1, cell]
         keep = length > 0
         q_parts.append(qidx[ok][keep])
-        first_parts.append(first[keep])
+        first_parts.append(lay.start[0, cell][keep])
         len_parts.append(length[keep])
     q = np.concatenate(q_parts)
     first = np.concatenate(first_parts)
     length = np.concatenate(len_parts)
     total = int(length.sum())
     if total == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        return _EMPTY, _EMPTY
     run_offset = np.cumsum(length) - length  # where each run starts among the pairs
     pair_q = np.repeat(q, length)
     pair_item = np.repeat(first - run_offset, length) + np.arange(total, dtype=np.int64)
     return pair_q, pair_item
 
 
-def sense(ents: Sequence[Any], egrid: SpatialGrid, rgrid: SpatialGrid, sense_radius: float) -> Sensed:
-    """Neighbour counts and nearest resources of ``ents`` (entities with ``x``, ``y``)."""
-    n = len(ents)
-    nan = np.full(n, np.nan)
+def nearest(qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per query: the layout index of the nearest point with ``dx*dx + dy*dy <= radius**2``
+    (ties by lower id; -1 if none), and its dx, dy (NaN if none)."""
+    n = len(qx)
+    found = np.full(n, -1, dtype=np.int64)
+    ndx = np.full(n, np.nan)
+    ndy = np.full(n, np.nan)
+    if not n or not len(lay):
+        return found, ndx, ndy
+    pq, pi = pairs(qx, qy, lay)
+    dx = lay.x[pi] - qx[pq]
+    dy = lay.y[pi] - qy[pq]
+    d2 = dx * dx + dy * dy
+    hit = d2 <= radius * radius
+    if hit.any():
+        pq, pi, dx, dy, d2 = pq[hit], pi[hit], dx[hit], dy[hit], d2[hit]
+        rid = lay.ids[pi]
+        # per query: smallest distance, then lowest id (a point is at most once among a
+        # query's candidates, so exactly one pair per query is left)
+        best = np.full(n, np.inf)
+        np.minimum.at(best, pq, d2)
+        tie = d2 == best[pq]
+        pq, pi, dx, dy, rid = pq[tie], pi[tie], dx[tie], dy[tie], rid[tie]
+        low = np.full(n, _ID_MAX)
+        np.minimum.at(low, pq, rid)
+        pick = rid == low[pq]
+        who = pq[pick]
+        found[who] = pi[pick]
+        ndx[who] = dx[pick]
+        ndy[who] = dy[pick]
+    return found, ndx, ndy
+
+
+def sense(qx: np.ndarray, qy: np.ndarray, entities: Layout, resources: Layout, sense_radius: float) -> Sensed:
+    """Neighbour counts (every entity of ``entities`` within range, less the query entity itself,
+    which must be among them) and nearest resources of the query points."""
+    n = len(qx)
     if n == 0:
+        nan = np.full(0, np.nan)
         return Sensed(np.zeros(0, dtype=np.int64), nan, nan.copy(), nan.copy())
     r2 = sense_radius * sense_radius
-    qx = np.fromiter(map(_X, ents), dtype=np.float64, count=n)
-    qy = np.fromiter(map(_Y, ents), dtype=np.float64, count=n)
-    # int() truncates toward zero, as astype does; negatives clamp to 0 either way.
-    qcx = np.clip((qx * egrid.inv).astype(np.int64), 0, egrid.cols - 1)
-    qcy = np.clip((qy * egrid.inv).astype(np.int64), 0, egrid.rows - 1)
-
-    earr = _GridArrays(egrid, with_ids=False)
-    pq, pi = _pairs(qcx, qcy, egrid, earr)
-    dx = earr.x[pi] - qx[pq]
-    dy = earr.y[pi] - qy[pq]
+    pq, pi = pairs(qx, qy, entities)
+    dx = entities.x[pi] - qx[pq]
+    dy = entities.y[pi] - qy[pq]
     within = dx * dx + dy * dy <= r2
     # The entity itself is in its own block at distance 0: one less, never below zero.
     neighbors = np.maximum(np.bincount(pq[within], minlength=n) - 1, 0)
+    found, ndx, ndy = nearest(qx, qy, resources, sense_radius)
+    dist = np.full(n, np.nan)
+    hit = found >= 0
+    dist[hit] = np.sqrt(ndx[hit] * ndx[hit] + ndy[hit] * ndy[hit])
+    return Sensed(neighbors, ndx, ndy, dist)
 
-    ndx, ndy, nd = nan, nan.copy(), nan.copy()
-    if rgrid.cells:
-        rarr = _GridArrays(rgrid, with_ids=True)
-        pq, pi = _pairs(qcx, qcy, rgrid, rarr)
-        dx = rarr.x[pi] - qx[pq]
-        dy = rarr.y[pi] - qy[pq]
-        d2 = dx * dx + dy * dy
-        hit = d2 <= r2
-        if hit.any():
-            pq, dx, dy, d2, rid = pq[hit], dx[hit], dy[hit], d2[hit], rarr.ids[pi[hit]]
-            # per query: smallest distance, then lowest id (a resource is at most once among a
-            # query's candidates, so exactly one pair per query is left)
-            best = np.full(n, np.inf)
-            np.minimum.at(best, pq, d2)
-            tie = d2 == best[pq]
-            pq, dx, dy, rid = pq[tie], dx[tie], dy[tie], rid[tie]
-            low = np.full(n, _ID_MAX)
-            np.minimum.at(low, pq, rid)
-            pick = rid == low[pq]
-            who = pq[pick]
-            ndx[who] = dx[pick]
-            ndy[who] = dy[pick]
-            nd[who] = np.sqrt(best[who])
-    return Sensed(neighbors, ndx, ndy, nd)
+
+def close_pairs(lay: Layout, radius: float) -> tuple[np.ndarray, np.ndarray]:
+    """Every pair of points closer than ``radius`` (``dx*dx + dy*dy < radius**2``), once, as
+    (lower-id index, higher-id index) into the arrays the layout was built from."""
+    pq, pi = pairs(lay.x, lay.y, lay)
+    ids = lay.ids
+    upper = ids[pi] > ids[pq]
+    pq, pi = pq[upper], pi[upper]
+    dx = lay.x[pi] - lay.x[pq]
+    dy = lay.y[pi] - lay.y[pq]
+    hit = dx * dx + dy * dy < radius * radius
+    return lay.index[pq[hit]], lay.index[pi[hit]]

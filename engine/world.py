@@ -14,7 +14,8 @@ world be saved and resumed (replay from a snapshot reproduces the hash).
 Tick order (see :meth:`World.step`): intents -> movement -> eating -> metabolism ->
 collisions -> aging -> births -> deaths -> population floor -> resource respawn -> tick + 1.
 Phases 1-4 and 6 only touch the entity itself (eating takes resources lowest id first), so
-they run in one pass per entity; the result is identical to running them phase by phase.
+they run over numpy columns of all entities at once (see :meth:`World.step`); the result is
+bit-identical to running them entity by entity, phase by phase.
 
 Intents (``{entity_id: [intent, ...]}``, ids must be exact ``int`` — convert JSON's string
 keys before calling :meth:`World.step`; or the trait host's decoded columns,
@@ -31,8 +32,8 @@ The distance moved per tick is ``min(speed, MAX_SPEED * min(1, energy_consumptio
 positions are clamped into ``0 <= x < width``, ``0 <= y < height``; the last move intent of
 a tick wins; without one the entity wanders (small random turn, bouncing off walls).
 
-The spatial grids are kept current by the world: change positions only through
-:meth:`World.step`, :meth:`World.add_entity` and :meth:`World.add_resource`.
+The spatial layouts (engine/sensing.py) are kept current by the world: change positions only
+through :meth:`World.step`, :meth:`World.add_entity` and :meth:`World.add_resource`.
 
 DNA and new traits: every entity carries ``dna``, DNA_GENES floats in 0..1 (random for fresh
 entities, the parent's with small seeded Gaussian noise for newborns). Each trait name maps to
@@ -64,7 +65,7 @@ import numpy as np
 from genesis.entity_api import MAX_SPEED, MAX_STATE_LENGTH, READABLE_ATTRS, WRITABLE_ATTRS
 
 from .intent_columns import KIND_EAT, KIND_SET, KIND_TOWARDS, IntentColumns
-from .sensing import Sensed, sense
+from .sensing import Grid, Layout, Sensed, close_pairs, nearest, sense
 from .spatial import SpatialGrid
 
 __all__ = [
@@ -100,6 +101,8 @@ _VIEW_ATTR_COLUMNS = tuple(
     for name in VIEW_FIELDS[:13] if name not in ("state", "traits")
 )
 _STATE = attrgetter("state")
+_X = attrgetter("x")
+_Y = attrgetter("y")
 _TRAITS = attrgetter("traits")
 # Entity fields in the state hash (World.state_hash), besides parent_id, DNA, state and traits.
 _HASH_INT_FIELDS = ("id", "age", "max_age", "generation")
@@ -353,7 +356,6 @@ class World:
         self._trait_deaths: dict[str, dict[str, int]] = {}  # deaths of carriers, by cause
         self._trait_gains: dict[str, int] = {}  # newborns that gained the trait
         self._set_bounds(params)
-        self._egrid = SpatialGrid(params.width, params.height, params.sense_radius)
         self._rgrid = SpatialGrid(params.width, params.height, params.sense_radius)
 
         rng = self._rng("init")
@@ -361,12 +363,29 @@ class World:
             self._spawn_fresh(rng)
         for _ in range(min(params.initial_resources, params.max_resources)):
             self._spawn_resource(rng)
-        self._egrid.rebuild(self.entities.values())
 
     def _set_bounds(self, params: WorldParams) -> None:
         # Positions satisfy 0 <= x < width: the largest allowed value is just below width.
         self._xmax = math.nextafter(float(params.width), 0.0)
         self._ymax = math.nextafter(float(params.height), 0.0)
+        # Every entity's / resource's position laid out by cell (engine/sensing.py), rebuilt
+        # when None: step() leaves the entities' when nobody was born or died; adding a
+        # resource or eating one drops the resources'.
+        self._grid = Grid.over(params.width, params.height, params.sense_radius)
+        self._positions: Layout | None = None
+        self._resource_arrays: Layout | None = None
+
+    def _entity_layout(self) -> Layout:
+        if self._positions is None:
+            ents = self.entities
+            self._positions = Layout.of_items(self._grid, ents.values(), len(ents))
+        return self._positions
+
+    def _resource_layout(self) -> Layout:
+        if self._resource_arrays is None:
+            res = self.resources
+            self._resource_arrays = Layout.of_items(self._grid, res.values(), len(res))
+        return self._resource_arrays
 
     # -- randomness -------------------------------------------------------------------------
 
@@ -399,6 +418,7 @@ class World:
         gen = self._rng(f"dna:{eid}")
         e.dna = tuple(gen.random() for _ in range(DNA_GENES))
         self.entities[eid] = e
+        self._positions = None
         return e
 
     def _spawn_resource(self, rng: random.Random) -> Resource:
@@ -438,7 +458,7 @@ class World:
         )
         self._next_entity_id += 1
         self.entities[eid] = e
-        self._egrid.insert(e)
+        self._positions = None
         return e
 
     def add_resource(self, x: float, y: float, energy: float | None = None) -> Resource:
@@ -453,6 +473,7 @@ class World:
         )
         self.resources[rid] = r
         self._rgrid.insert(r)
+        self._resource_arrays = None
         return r
 
     # -- traits -----------------------------------------------------------------------------
@@ -539,7 +560,10 @@ class World:
 
     def _sense(self, ents: list[Entity]) -> Sensed:
         """Neighbour counts and nearest resources of ``ents`` (engine/sensing.py)."""
-        return sense(ents, self._egrid, self._rgrid, self.params.sense_radius)
+        n = len(ents)
+        qx = np.fromiter(map(_X, ents), dtype=np.float64, count=n)
+        qy = np.fromiter(map(_Y, ents), dtype=np.float64, count=n)
+        return sense(qx, qy, self._entity_layout(), self._resource_layout(), self.params.sense_radius)
 
     def _sensed_by_id(self, ents: list[Entity]) -> dict[int, tuple[int, list[float] | None]]:
         """(neighbour count, nearest resource as [dx, dy, distance] or None) for ``ents``, by id."""
@@ -869,7 +893,13 @@ class World:
     # -- the tick ---------------------------------------------------------------------------
 
     def step(self, intents: Mapping[int, Sequence[Sequence[Any]]] | None = None) -> TickReport:
-        """Advance one tick, applying (checked) intents. Never raises on bad intents."""
+        """Advance one tick, applying (checked) intents. Never raises on bad intents.
+
+        Movement, eating, metabolism, aging and collisions run over numpy columns of every
+        entity (ids ascending) with the float operations of the per-entity rules, in the same
+        order, and ``math``'s cos/sin/hypot/atan2 applied element by element (numpy's own may
+        differ in the last bit from one CPU to another); so the result does not depend on
+        vectorising. Only eaters that find a resource, births and deaths go entity by entity."""
         p = self.params
         tick = self.tick
         rng = self._rng(tick)
@@ -877,176 +907,101 @@ class World:
         report = TickReport(tick=tick)
         rejected = report.rejected_intents
         moves, eats = self._intents_by_entity(intents, rejected)
-        get_move = moves.get
 
         entities = self.entities
         order = [entities[eid] for eid in sorted(entities)]
-
+        n = len(order)
         width_max = self._xmax
         height_max = self._ymax
-        turn = p.wander_turn
-        base_met = p.base_metabolism
-        move_cost = p.move_cost
-        hunger = p.hunger_fraction
-        eat_r = p.eat_radius
-        eat_r2 = eat_r * eat_r
-        rgrid = self._rgrid
-        rcells = rgrid.cells
+
+        def column(name: str, dtype: Any = np.float64) -> np.ndarray:
+            return np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n)
+
+        ids = column("id", np.int64)
+        x = column("x")
+        y = column("y")
+        direction = column("direction")
+        rate = column("energy_consumption_rate")
+        energy = column("energy")
+        max_energy = column("max_energy")
+        # (1) intents were applied above; (2) movement.
+        cap = np.where(rate < 1.0, MAX_SPEED * rate, MAX_SPEED)
+        speed = column("speed")
+        sp = np.where(speed > cap, cap, speed)
+        nx = x.copy()
+        ny = y.copy()
+        moving = np.zeros(n, dtype=bool)
+        if moves:
+            at = np.searchsorted(ids, np.fromiter(moves, dtype=np.int64, count=len(moves)))
+            moving[at] = True
+            towards = np.zeros(n, dtype=bool)
+            a = np.zeros(n)
+            b = np.zeros(n)
+            vals = list(moves.values())
+            towards[at] = [m[0] for m in vals]
+            a[at] = [m[1] for m in vals]
+            b[at] = [m[2] for m in vals]
+            self._move_by_intent(np.flatnonzero(moving), towards, a, b, x, y, sp, nx, ny, direction)
+        wander = np.flatnonzero(~moving)
+        if len(wander):
+            # Instinct: wander with a small random turn (one draw per wanderer, ids ascending),
+            # bouncing off the walls.
+            draws = np.array([rnd() for _ in range(len(wander))])
+            d = direction[wander] + (draws * 2.0 - 1.0) * p.wander_turn
+            d = np.where(d > _PI, d - _TWO_PI, np.where(d < -_PI, d + _TWO_PI, d))
+            dl = d.tolist()
+            wx = x[wander] + np.array(list(map(math.cos, dl))) * sp[wander]
+            wy = y[wander] + np.array(list(map(math.sin, dl))) * sp[wander]
+            out_x = (wx < 0.0) | (wx > width_max)
+            if out_x.any():
+                wx = np.where(out_x, np.where(wx < 0.0, 0.0, width_max), wx)
+                bounced = _PI - d
+                d = np.where(out_x, np.where(bounced > _PI, bounced - _TWO_PI, bounced), d)
+            out_y = (wy < 0.0) | (wy > height_max)
+            if out_y.any():
+                wy = np.where(out_y, np.where(wy < 0.0, 0.0, height_max), wy)
+                d = np.where(out_y, -d, d)
+            nx[wander] = wx
+            ny[wander] = wy
+            direction[wander] = d
+        moved = np.array(list(map(math.hypot, (nx - x).tolist(), (ny - y).tolist())))
+
+        # (3) eating: the nearest resource within eat_radius (ties by lower id), eaters by
+        # ascending id, each taking what is left; (4) metabolism.
         resources = self.resources
-        egrid = self._egrid
-        egrid.clear()
-        cells = egrid.cells
-        inv = egrid.inv
-        cols = egrid.cols
-        rows = egrid.rows
-        cos = math.cos
-        sin = math.sin
-        hypot = math.hypot
-
-        # (1) intents, (2) movement, (3) eating, (4) metabolism, (6) aging — per entity.
-        for e in order:
-            move = get_move(e.id) if moves else None
-            eat = e.id in eats if eats else False
-
-            x = e.x
-            y = e.y
-            rate = e.energy_consumption_rate
-            cap = MAX_SPEED * rate if rate < 1.0 else MAX_SPEED
-            sp = e.speed
-            if sp > cap:
-                sp = cap
-            if move is None:
-                # Instinct: wander with a small random turn, bouncing off the walls.
-                d = e.direction + (rnd() * 2.0 - 1.0) * turn
-                if d > _PI:
-                    d -= _TWO_PI
-                elif d < -_PI:
-                    d += _TWO_PI
-                nx = x + cos(d) * sp
-                ny = y + sin(d) * sp
-                if nx < 0.0 or nx > width_max:
-                    nx = 0.0 if nx < 0.0 else width_max
-                    d = _PI - d
-                    if d > _PI:
-                        d -= _TWO_PI
-                if ny < 0.0 or ny > height_max:
-                    ny = 0.0 if ny < 0.0 else height_max
-                    d = -d
-                e.direction = d
-            else:
-                towards, a, b = move
-                if towards:
-                    dx = a - x
-                    dy = b - y
-                else:
-                    dx = a
-                    dy = b
-                m = abs(dx)
-                if abs(dy) > m:
-                    m = abs(dy)
-                nx = x
-                ny = y
-                if m > 0.0:
-                    ux = dx / m
-                    uy = dy / m
-                    h = hypot(ux, uy)
-                    dist = sp
-                    if towards:
-                        full = m * h
-                        if full < dist:
-                            dist = full
-                    if dist > 0.0:
-                        nx = x + ux / h * dist
-                        ny = y + uy / h * dist
-                        if nx < 0.0:
-                            nx = 0.0
-                        elif nx > width_max:
-                            nx = width_max
-                        if ny < 0.0:
-                            ny = 0.0
-                        elif ny > height_max:
-                            ny = height_max
-                    e.direction = math.atan2(uy, ux)
-            moved = hypot(nx - x, ny - y)
-            e.x = nx
-            e.y = ny
-
-            cx = int(nx * inv)
-            cy = int(ny * inv)
-            if cx >= cols:
-                cx = cols - 1
-            if cy >= rows:
-                cy = rows - 1
-            k = cy * cols + cx
-            bucket = cells.get(k)
-            if bucket is None:
-                cells[k] = [e]
-            else:
-                bucket.append(e)
-
-            energy = e.energy
-            if resources and (eat or energy < hunger * e.max_energy):
-                # Nearest resource within eat_radius, ties by lower id.
-                cx0 = int((nx - eat_r) * inv)
-                cy0 = int((ny - eat_r) * inv)
-                if (
-                    cx0 == int((nx + eat_r) * inv) and cy0 == int((ny + eat_r) * inv)
-                    and cx0 < cols and cy0 < rows
-                ):
-                    res = None
-                    best = eat_r2
-                    for r in rcells.get(cy0 * cols + cx0, ()):
-                        dx = r.x - nx
-                        dy = r.y - ny
-                        d2 = dx * dx + dy * dy
-                        if d2 < best or (d2 == best and (res is None or r.id < res.id)):
-                            best = d2
-                            res = r
-                else:
-                    near = rgrid.nearest(nx, ny, eat_r)
-                    res = None if near is None else near[0]
-                if res is not None:
-                    energy += res.energy
-                    if energy > e.max_energy:
-                        energy = e.max_energy
-                    rgrid.remove(res)
-                    del resources[res.id]
-            e.energy = energy - base_met * rate - move_cost * moved
-            e.age += 1
+        if resources:
+            eater = energy < p.hunger_fraction * max_energy
+            if eats:
+                eater[np.searchsorted(ids, np.fromiter(eats, dtype=np.int64, count=len(eats)))] = True
+            self._eat(np.flatnonzero(eater), nx, ny, energy, max_energy)
+        energy = energy - p.base_metabolism * rate - p.move_cost * moved
+        # (6) aging
+        age = column("age", np.int64) + 1
 
         # (5) collisions: every pair closer than collision_radius, each pair once.
+        positions = Layout(self._grid, nx, ny, ids)
         pre_collision: dict[int, float] = {}
         cr = p.collision_radius
         dmg = p.collision_damage
-        if cr > 0.0 and dmg > 0.0 and len(order) > 1:
-            cr2 = cr * cr
-            candidates = egrid.candidates
-            for e in order:
-                eid = e.id
-                x = e.x
-                y = e.y
-                cx0 = int((x - cr) * inv)
-                cy0 = int((y - cr) * inv)
-                if (
-                    cx0 == int((x + cr) * inv) and cy0 == int((y + cr) * inv)
-                    and cx0 < cols and cy0 < rows
-                ):
-                    near_ents = cells[cy0 * cols + cx0]  # holds e itself
-                else:
-                    near_ents = candidates(x, y, cr)
-                for o in near_ents:
-                    if o.id <= eid:
-                        continue
-                    dx = o.x - x
-                    dy = o.y - y
-                    if dx * dx + dy * dy < cr2:
-                        if eid not in pre_collision:
-                            pre_collision[eid] = e.energy
-                        if o.id not in pre_collision:
-                            pre_collision[o.id] = o.energy
-                        e.energy -= dmg
-                        o.energy -= dmg
-                        self._collisions += 1
+        if cr > 0.0 and dmg > 0.0 and n > 1:
+            lay = positions if cr <= p.sense_radius else Layout(Grid.over(p.width, p.height, cr), nx, ny, ids)
+            lo, hi = close_pairs(lay, cr)
+            if len(lo):
+                hits = np.bincount(np.concatenate([lo, hi]), minlength=n)
+                hit = np.flatnonzero(hits)
+                pre_collision = dict(zip(ids[hit].tolist(), energy[hit].tolist()))
+                for k in range(int(hits.max())):  # one subtraction per pair, as pair by pair
+                    energy = np.where(hits > k, energy - dmg, energy)
+                self._collisions += len(lo)
+
+        for e, ex, ey, ed, en, ag in zip(order, nx.tolist(), ny.tolist(), direction.tolist(), energy.tolist(),
+                                         age.tolist()):
+            e.x = ex
+            e.y = ey
+            e.direction = ed
+            e.energy = en
+            e.age = ag
+        self._positions = positions
 
         # (7) births and (8) deaths. Dying entities never reproduce; newborns are not in
         # ``order``, so they neither die nor reproduce in the tick they are born.
@@ -1055,9 +1010,11 @@ class World:
         cost = p.reproduction_cost
         child_energy = cost * p.birth_energy_fraction
         offset = 2.0 * cr + 1.0
-        room = p.max_population - len(order)
+        room = p.max_population - n
+        max_age = column("max_age", np.int64)
+        notable = (energy <= 0.0) | (age >= max_age) | ((energy >= threshold) & (age >= maturity))
         dead: list[tuple[Entity, str]] = []
-        for e in order:
+        for e in map(order.__getitem__, np.flatnonzero(notable).tolist()):
             if e.energy <= 0.0:
                 pre = pre_collision.get(e.id)
                 dead.append((e, "collision" if pre is not None and pre > 0.0 else "starvation"))
@@ -1067,8 +1024,8 @@ class World:
                 room -= 1
                 e.energy -= cost
                 angle = rnd() * _TWO_PI - _PI
-                bx = e.x + cos(angle) * offset
-                by = e.y + sin(angle) * offset
+                bx = e.x + math.cos(angle) * offset
+                by = e.y + math.sin(angle) * offset
                 cid = self._next_entity_id
                 self._next_entity_id += 1
                 child = Entity(
@@ -1095,7 +1052,6 @@ class World:
                         tb[name] = tb.get(name, 0) + 1
                 self._give_new_trait(child, gen, report)
                 entities[cid] = child
-                egrid.insert(child)
                 report.births.append(cid)
         self._births += len(report.births)
 
@@ -1104,7 +1060,6 @@ class World:
         trait_deaths = self._trait_deaths
         for e, cause in dead:
             del entities[e.id]
-            egrid.remove(e)
             deaths.append((e.id, cause))
             counts[cause] += 1
             for name in e.traits:
@@ -1117,9 +1072,10 @@ class World:
         while len(entities) < p.min_population:
             fresh = self._spawn_fresh(rng)
             self._give_new_trait(fresh, self._rng(f"trait:{fresh.id}"), report)
-            egrid.insert(fresh)
             report.respawned.append(fresh.id)
         self._respawns += len(report.respawned)
+        if dead or report.births or report.respawned:
+            self._positions = None  # rebuilt from the entities when next needed
 
         # (9) resource respawn.
         if len(resources) < p.max_resources and rnd() < p.resource_spawn_chance:
@@ -1133,6 +1089,67 @@ class World:
         # (10)
         self.tick = tick + 1
         return report
+
+    def _move_by_intent(self, idx: np.ndarray, towards: np.ndarray, a: np.ndarray, b: np.ndarray, x: np.ndarray,
+                        y: np.ndarray, sp: np.ndarray, nx: np.ndarray, ny: np.ndarray, direction: np.ndarray) -> None:
+        """Movement of the entities at ``idx`` by their move intent: along (a, b), or towards
+        the point (a, b) without overshooting, at most ``sp``; clamped into the world."""
+        tw = towards[idx]
+        px = x[idx]
+        py = y[idx]
+        dx = np.where(tw, a[idx] - px, a[idx])
+        dy = np.where(tw, b[idx] - py, b[idx])
+        ax = np.abs(dx)
+        ay = np.abs(dy)
+        m = np.where(ay > ax, ay, ax)
+        go = m > 0.0  # a zero vector: the entity stays and keeps its direction
+        idx, tw, px, py, dx, dy, m = idx[go], tw[go], px[go], py[go], dx[go], dy[go], m[go]
+        ux = dx / m
+        uy = dy / m
+        uxl = ux.tolist()
+        uyl = uy.tolist()
+        h = np.array(list(map(math.hypot, uxl, uyl)))
+        dist = sp[idx]
+        full = m * h
+        dist = np.where(tw & (full < dist), full, dist)
+        step = dist > 0.0
+        mx = np.where(step, px + ux / h * dist, px)
+        my = np.where(step, py + uy / h * dist, py)
+        mx = np.where(mx < 0.0, 0.0, np.where(mx > self._xmax, self._xmax, mx))
+        my = np.where(my < 0.0, 0.0, np.where(my > self._ymax, self._ymax, my))
+        nx[idx] = np.where(step, mx, px)
+        ny[idx] = np.where(step, my, py)
+        direction[idx] = list(map(math.atan2, uyl, uxl))
+
+    def _eat(self, eaters: np.ndarray, nx: np.ndarray, ny: np.ndarray, energy: np.ndarray,
+             max_energy: np.ndarray) -> None:
+        """Eaters (indices, ids ascending) at (nx, ny) take the nearest resource within
+        eat_radius that is still there; ``energy`` gains it, up to ``max_energy``."""
+        if not len(eaters):
+            return
+        resources = self.resources
+        lay = self._resource_layout()
+        eat_r = self.params.eat_radius
+        found, _, _ = nearest(nx[eaters], ny[eaters], lay, eat_r)
+        hit = found >= 0
+        if not hit.any():
+            return
+        rgrid = self._rgrid
+        rids = lay.ids[found[hit]].tolist()
+        for i, rid in zip(eaters[hit].tolist(), rids):
+            res = resources.get(rid)
+            if res is None:  # an eater with a lower id took it: the nearest of what is left
+                if not resources:
+                    break
+                near = rgrid.nearest(float(nx[i]), float(ny[i]), eat_r)
+                if near is None:
+                    continue
+                res = near[0]
+            gained = energy[i] + res.energy
+            energy[i] = max_energy[i] if gained > max_energy[i] else gained
+            rgrid.remove(res)
+            del resources[res.id]
+        self._resource_arrays = None
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -1291,12 +1308,10 @@ class World:
             )
             w.entities[e.id] = e
         w.resources = {}
-        w._egrid = SpatialGrid(params.width, params.height, params.sense_radius)
         w._rgrid = SpatialGrid(params.width, params.height, params.sense_radius)
         for d in sorted(snap["resources"], key=lambda d: d["id"]):
             r = Resource(id=int(d["id"]), x=float(d["x"]), y=float(d["y"]), energy=float(d["energy"]))
             w.resources[r.id] = r
             w._rgrid.insert(r)
-        w._egrid.rebuild(w.entities.values())
         return w
 
