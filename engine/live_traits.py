@@ -179,7 +179,7 @@ class HostTraitRunner:
             tag = image.ensure(self._client, runtime)
             remove_exited_trait_hosts(self._client)  # e.g. the host of an engine that was killed
             host = TraitHostContainer(self._client, tag, IsolationLimits.from_settings(self._settings), host_owner(),
-                                      runtime)
+                                      runtime, private_socket=self._settings.engine_trait_host_socket)
             try:
                 host.say_hello(self._settings.sandbox_call_timeout_ms, 20.0)
             except BaseException:

@@ -27,6 +27,7 @@ _Y = attrgetter("y")
 _ID = attrgetter("id")
 _ID_MAX = np.iinfo(np.int64).max
 _EMPTY = np.empty(0, dtype=np.int64)
+_BLOCKS: dict["Grid", np.ndarray] = {}  # Grid.block() by grid (few distinct grids per process)
 
 
 @dataclass
@@ -60,6 +61,21 @@ class Grid:
         cy = np.clip((y * self.inv).astype(np.int64), 0, self.rows - 1)
         return cx, cy
 
+    def block(self) -> np.ndarray:
+        """Per cell (row-major), the 9 cells of its 3x3 block; outside the grid: the empty
+        sentinel cell ``cols * rows``."""
+        cached = _BLOCKS.get(self)
+        if cached is None:
+            cx, cy = np.meshgrid(np.arange(self.cols), np.arange(self.rows))
+            cx, cy = cx.ravel(), cy.ravel()
+            out = []
+            for ox, oy in _OFFSETS:
+                nx, ny = cx + ox, cy + oy
+                ok = (nx >= 0) & (nx < self.cols) & (ny >= 0) & (ny < self.rows)
+                out.append(np.where(ok, ny * self.cols + nx, self.cols * self.rows))
+            cached = _BLOCKS[self] = np.stack(out, axis=1)
+        return cached
+
 
 class Layout:
     """Points sorted by cell: ``x``, ``y``, ``ids``, ``index`` (position in the arrays given)
@@ -71,7 +87,7 @@ class Layout:
         cx, cy = grid.cells_of(x, y)
         keys = cy * grid.cols + cx
         order = np.argsort(keys, kind="stable")
-        per_cell = np.bincount(keys, minlength=grid.cols * grid.rows)
+        per_cell = np.bincount(keys, minlength=grid.cols * grid.rows + 1)  # + the empty sentinel
         self.grid = grid
         self.index = order
         self.x = x[order]
@@ -94,28 +110,15 @@ class Layout:
 def pairs(qx: np.ndarray, qy: np.ndarray, lay: Layout) -> tuple[np.ndarray, np.ndarray]:
     """(query index, layout index) for every point in the 3x3 block of each query's cell."""
     grid = lay.grid
-    cols, rows = grid.cols, grid.rows
     qcx, qcy = grid.cells_of(qx, qy)
-    q_parts, first_parts, len_parts = [], [], []
-    qidx = np.arange(len(qx), dtype=np.int64)
-    for ox, oy in _OFFSETS:
-        cx = qcx + ox
-        cy = qcy + oy
-        ok = (cx >= 0) & (cx < cols) & (cy >= 0) & (cy < rows)
-        cell = (cy * cols + cx)[ok]
-        length = lay.start[1, cell]
-        keep = length > 0
-        q_parts.append(qidx[ok][keep])
-        first_parts.append(lay.start[0, cell][keep])
-        len_parts.append(length[keep])
-    q = np.concatenate(q_parts)
-    first = np.concatenate(first_parts)
-    length = np.concatenate(len_parts)
+    cells = grid.block()[qcy * grid.cols + qcx].ravel()  # 9 per query, query by query
+    first = lay.start[0, cells]
+    length = lay.start[1, cells]
     total = int(length.sum())
     if total == 0:
         return _EMPTY, _EMPTY
     run_offset = np.cumsum(length) - length  # where each run starts among the pairs
-    pair_q = np.repeat(q, length)
+    pair_q = np.repeat(np.arange(len(cells), dtype=np.int64) // 9, length)
     pair_item = np.repeat(first - run_offset, length) + np.arange(total, dtype=np.int64)
     return pair_q, pair_item
 

@@ -231,6 +231,12 @@ class Settings(BaseSettings):
     gepa_claude_timeout_s: float = Field(default=600.0, gt=0)  # one agent run, inside the container
     gepa_claude_memory: str = "2g"  # the Claude Code process (a Bun runtime) needs more than the chat agent
 
+    # Engine speed (bench/engine.py): the live trait host answers over a Unix socket in a private
+    # directory bind-mounted read-only into its container, instead of docker attach (dockerd copies
+    # every byte twice: ~1 MB per tick at 5,000 entities). Needs root (to hand the directory to
+    # the sandbox uid); otherwise, or when false, docker attach is used.
+    engine_trait_host_socket: bool = True
+
     def gepa_task_queue(self) -> str:
         return self.task_queue + self.gepa_task_queue_suffix
 

@@ -1,7 +1,8 @@
 """Trait host: runs untrusted trait code inside a sandbox container. Standard library only.
 
-It speaks JSON lines over stdin/stdout with the trusted side (the sandbox activity in the
-worker, later the live engine). Each tick it receives plain entity views for the carriers of
+It speaks JSON lines with the trusted side (the sandbox activity in the worker, the live
+engine) over stdin/stdout, or, when GENESIS_HOST_SOCKET names one, over a Unix socket it
+connects to (the live engine's private channel, see sandbox/container.py). Each tick it receives plain entity views for the carriers of
 each trait, runs ``execute(entity)`` for each through an entity proxy that *records intents*,
 and returns the intents, per-call timings and errors. The trusted side checks every intent.
 
@@ -30,7 +31,7 @@ Requests (one JSON object per line) and replies:
       where an entity's intents are those of its traits concatenated in ``run`` order. With
       "reply": "columns" in the request, "intent_columns" (see ``encode_intents``) replaces
       "intents".
-The host exits when stdin closes.
+The host exits when stdin (or the socket) closes.
 """
 
 import array
@@ -39,7 +40,9 @@ import builtins
 import gc
 import json
 import math
+import os
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -544,6 +547,12 @@ def main():
     # running the traits (json reads UTF-8 bytes; it writes ASCII).
     out = sys.stdout.buffer
     requests = sys.stdin.buffer
+    channel = os.environ.get("GENESIS_HOST_SOCKET")
+    if channel:  # the engine's private Unix socket instead of stdin/stdout (sandbox/container.py)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(channel)
+        requests = conn.makefile("rb")
+        out = conn.makefile("wb")
     sys.stdout = sys.stderr  # nothing a trait does can write into the protocol stream
     host = Host()
     handlers = {"hello": host.hello, "load": host.load, "unload": host.unload, "tick": host.tick,
