@@ -32,8 +32,10 @@ The distance moved per tick is ``min(speed, MAX_SPEED * min(1, energy_consumptio
 positions are clamped into ``0 <= x < width``, ``0 <= y < height``; the last move intent of
 a tick wins; without one the entity wanders (small random turn, bouncing off walls).
 
-The spatial layouts (engine/sensing.py) are kept current by the world: change positions only
-through :meth:`World.step`, :meth:`World.add_entity` and :meth:`World.add_resource`.
+The spatial layouts (engine/sensing.py) and the columns of world-owned numbers (position,
+energy, max_energy, age, max_age, generation, kept between ticks) are kept current by the
+world: change those only through :meth:`World.step`, :meth:`World.add_entity` and
+:meth:`World.add_resource`, never by assigning to an Entity.
 
 DNA and new traits: every entity carries ``dna``, DNA_GENES floats in 0..1 (random for fresh
 entities, the parent's with small seeded Gaussian noise for newborns). Each trait name maps to
@@ -101,6 +103,9 @@ _VIEW_ATTR_COLUMNS = tuple(
     for name in VIEW_FIELDS[:13] if name not in ("state", "traits")
 )
 _STATE = attrgetter("state")
+# Entity numbers that only World.step changes (kept as columns between ticks, World._columns).
+_WORLD_COLUMNS = (("id", np.int64), ("x", np.float64), ("y", np.float64), ("energy", np.float64),
+                  ("max_energy", np.float64), ("age", np.int64), ("max_age", np.int64), ("generation", np.int64))
 _X = attrgetter("x")
 _Y = attrgetter("y")
 _TRAITS = attrgetter("traits")
@@ -380,6 +385,17 @@ class World:
         self._positions: Layout | None = None
         self._resource_arrays: Layout | None = None
         self._resource_near: Layout | None = None
+        # The numbers only the world changes (_WORLD_COLUMNS) of every entity, ids ascending, as
+        # step() left them; None when an entity was added from outside. Intents change speed,
+        # direction, rate and state: those are always read from the entities.
+        self._columns: dict[str, np.ndarray] | None = None
+
+    def _cached_columns(self, ids: np.ndarray) -> dict[str, np.ndarray] | None:
+        """:attr:`_columns` if they are those of exactly these entities (ids ascending)."""
+        cols = self._columns
+        if cols is None or not np.array_equal(cols["id"], ids):
+            return None
+        return cols
 
     def _entity_layout(self) -> Layout:
         if self._positions is None:
@@ -435,6 +451,7 @@ class World:
         e.dna = tuple(gen.random() for _ in range(DNA_GENES))
         self.entities[eid] = e
         self._positions = None
+        self._columns = None
         return e
 
     def _spawn_resource(self, rng: random.Random) -> Resource:
@@ -475,6 +492,7 @@ class World:
         self._next_entity_id += 1
         self.entities[eid] = e
         self._positions = None
+        self._columns = None
         return e
 
     def add_resource(self, x: float, y: float, energy: float | None = None) -> Resource:
@@ -658,12 +676,25 @@ class World:
                 if t not in set_index:
                     set_index[t] = len(set_index)
                 carriers.append(e)
-        sensed = self._sense(carriers)
         n = len(carriers)
-        columns: dict[str, Any] = {
-            name: _pack_array(np.fromiter(map(attrgetter(name), carriers), dtype=dtype, count=n))
-            for name, dtype in _VIEW_ATTR_COLUMNS
-        }
+        values: dict[str, np.ndarray] = {}
+        cols = self._columns
+        if cols is not None and n:
+            everyone = n == len(entities)
+            ids = np.array(sorted(entities) if everyone else [e.id for e in carriers], dtype=np.int64)
+            cached = self._cached_columns(ids) if everyone else None
+            if cached is not None:
+                values = dict(cached)
+            elif len(cols["id"]) == len(entities):
+                at = np.searchsorted(cols["id"], ids).clip(0, len(cols["id"]) - 1)
+                if np.array_equal(cols["id"][at], ids):
+                    values = {name: col[at] for name, col in cols.items()}
+        for name, dtype in _VIEW_ATTR_COLUMNS:
+            if name not in values:
+                values[name] = np.fromiter(map(attrgetter(name), carriers), dtype=dtype, count=n)
+        sensed = sense(values["x"], values["y"], self._entity_layout(), self._resource_layout(),
+                       self.params.sense_radius)
+        columns: dict[str, Any] = {name: _pack_array(values[name]) for name, _ in _VIEW_ATTR_COLUMNS}
         states = list(map(_STATE, carriers))
         columns["state"] = {"same": states[0]} if n and states.count(states[0]) == n else states
         columns["traits"] = _pack_array(np.fromiter(map(set_index.__getitem__, map(_TRAITS, carriers)),
@@ -933,13 +964,16 @@ class World:
         def column(name: str, dtype: Any = np.float64) -> np.ndarray:
             return np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n)
 
-        ids = column("id", np.int64)
-        x = column("x")
-        y = column("y")
+        ids = np.array(sorted(entities), dtype=np.int64)
+        cols = self._cached_columns(ids)
+        if cols is None:
+            cols = {name: column(name, dtype) for name, dtype in _WORLD_COLUMNS}
+        x = cols["x"]
+        y = cols["y"]
         direction = column("direction")
         rate = column("energy_consumption_rate")
-        energy = column("energy")
-        max_energy = column("max_energy")
+        energy = cols["energy"].copy()
+        max_energy = cols["max_energy"]
         # (1) intents were applied above; (2) movement.
         cap = np.where(rate < 1.0, MAX_SPEED * rate, MAX_SPEED)
         speed = column("speed")
@@ -992,7 +1026,7 @@ class World:
             self._eat(np.flatnonzero(eater), nx, ny, energy, max_energy)
         energy = energy - p.base_metabolism * rate - p.move_cost * moved
         # (6) aging
-        age = column("age", np.int64) + 1
+        age = cols["age"] + 1
 
         # (5) collisions: every pair closer than collision_radius, each pair once.
         positions = Layout(self._grid, nx, ny, ids)
@@ -1016,7 +1050,6 @@ class World:
             e.direction = ed
             e.energy = en
             e.age = ag
-        self._positions = positions
 
         # (7) births and (8) deaths. Dying entities never reproduce; newborns are not in
         # ``order``, so they neither die nor reproduce in the tick they are born.
@@ -1026,18 +1059,24 @@ class World:
         child_energy = cost * p.birth_energy_fraction
         offset = 2.0 * cr + 1.0
         room = p.max_population - n
-        max_age = column("max_age", np.int64)
+        max_age = cols["max_age"]
         notable = (energy <= 0.0) | (age >= max_age) | ((energy >= threshold) & (age >= maturity))
         dead: list[tuple[Entity, str]] = []
-        for e in map(order.__getitem__, np.flatnonzero(notable).tolist()):
+        dead_at: list[int] = []
+        parents: list[int] = []
+        for i in np.flatnonzero(notable).tolist():
+            e = order[i]
             if e.energy <= 0.0:
+                dead_at.append(i)
                 pre = pre_collision.get(e.id)
                 dead.append((e, "collision" if pre is not None and pre > 0.0 else "starvation"))
             elif e.age >= e.max_age:
+                dead_at.append(i)
                 dead.append((e, "age"))
             elif e.energy >= threshold and e.age >= maturity and room > 0:
                 room -= 1
                 e.energy -= cost
+                parents.append(i)
                 angle = rnd() * _TWO_PI - _PI
                 bx = e.x + math.cos(angle) * offset
                 by = e.y + math.sin(angle) * offset
@@ -1089,8 +1128,20 @@ class World:
             self._give_new_trait(fresh, self._rng(f"trait:{fresh.id}"), report)
             report.respawned.append(fresh.id)
         self._respawns += len(report.respawned)
-        if dead or report.births or report.respawned:
-            self._positions = None  # rebuilt from the entities when next needed
+        if parents:
+            energy[parents] = [order[i].energy for i in parents]
+        after = {"id": ids, "x": nx, "y": ny, "energy": energy, "max_energy": max_energy, "age": age,
+                 "max_age": max_age, "generation": cols["generation"]}
+        if dead_at or report.births or report.respawned:
+            keep = np.ones(n, dtype=bool)
+            keep[dead_at] = False
+            new = [entities[i] for i in report.births + report.respawned]
+            after = {name: np.concatenate([after[name][keep],
+                                           np.fromiter(map(attrgetter(name), new), dtype=dtype, count=len(new))])
+                     for name, dtype in _WORLD_COLUMNS}
+            positions = Layout(self._grid, after["x"], after["y"], after["id"])
+        self._columns = after
+        self._positions = positions
 
         # (9) resource respawn.
         if len(resources) < p.max_resources and rnd() < p.resource_spawn_chance:
