@@ -136,23 +136,23 @@ def nearest(qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float) -> tuple
     dx = lay.x[pi] - qx[pq]
     dy = lay.y[pi] - qy[pq]
     d2 = dx * dx + dy * dy
-    hit = d2 <= radius * radius
-    if hit.any():
-        pq, pi, dx, dy, d2 = pq[hit], pi[hit], dx[hit], dy[hit], d2[hit]
+    hit = np.flatnonzero(d2 <= radius * radius)
+    if len(hit):
+        pq, pi, d2 = pq[hit], pi[hit], d2[hit]
+        # Pairs come query by query (pq ascending), so each query's candidates are one run:
+        # per run the smallest distance, then among those at it the lowest id.
+        run = np.flatnonzero(np.concatenate(([True], pq[1:] != pq[:-1])))
+        best = np.minimum.reduceat(d2, run)
+        tie = np.flatnonzero(d2 == np.repeat(best, np.diff(np.append(run, len(pq)))))
+        pq, pi = pq[tie], pi[tie]
         rid = lay.ids[pi]
-        # per query: smallest distance, then lowest id (a point is at most once among a
-        # query's candidates, so exactly one pair per query is left)
-        best = np.full(n, np.inf)
-        np.minimum.at(best, pq, d2)
-        tie = d2 == best[pq]
-        pq, pi, dx, dy, rid = pq[tie], pi[tie], dx[tie], dy[tie], rid[tie]
-        low = np.full(n, _ID_MAX)
-        np.minimum.at(low, pq, rid)
-        pick = rid == low[pq]
+        run = np.flatnonzero(np.concatenate(([True], pq[1:] != pq[:-1])))
+        low = np.minimum.reduceat(rid, run)
+        pick = rid == np.repeat(low, np.diff(np.append(run, len(pq))))  # one per query
         who = pq[pick]
-        found[who] = pi[pick]
-        ndx[who] = dx[pick]
-        ndy[who] = dy[pick]
+        found[who] = pi = pi[pick]
+        ndx[who] = lay.x[pi] - qx[who]
+        ndy[who] = lay.y[pi] - qy[who]
     return found, ndx, ndy
 
 
@@ -169,7 +169,7 @@ def sense(qx: np.ndarray, qy: np.ndarray, entities: Layout, resources: Layout, s
     dy = entities.y[pi] - qy[pq]
     within = dx * dx + dy * dy <= r2
     # The entity itself is in its own block at distance 0: one less, never below zero.
-    neighbors = np.maximum(np.bincount(pq[within], minlength=n) - 1, 0)
+    neighbors = np.maximum(np.bincount(pq, weights=within, minlength=n).astype(np.int64) - 1, 0)
     found, ndx, ndy = nearest(qx, qy, resources, sense_radius)
     dist = np.full(n, np.nan)
     hit = found >= 0
