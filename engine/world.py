@@ -762,7 +762,7 @@ class World:
                 out[k] = v
         return out
 
-    def _intents_by_entity(self, intents: Any, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int]]:
+    def _intents_by_entity(self, intents: Any, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int], Any]:
         """Check every entity's intents (ids ascending) and apply its ``set`` intents; return
         each entity's last move intent ``(towards, a, b)`` and the ids that asked to eat.
 
@@ -781,10 +781,12 @@ class World:
                 moves[eid] = move
             if eat:
                 eats.add(eid)
-        return moves, eats
+        return moves, eats, None
 
-    def _apply_columns(self, ic: IntentColumns, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int]]:
-        """:meth:`_intents_by_entity` of columnar intents, with the same result and rejections.
+    def _apply_columns(self, ic: IntentColumns, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int], Any]:
+        """:meth:`_intents_by_entity` of columnar intents, with the same result and rejections;
+        the bulk's move intents come as columns ``(ids, towards, a, b)`` (each entity's last move,
+        ids unique) besides the dict of the entities checked one by one.
 
         The intents every check would pass unchanged (a finite float for a number or a move, a
         valid string for ``state``, ``eat``) of entities that sent nothing else are applied in
@@ -794,7 +796,7 @@ class World:
         eats: set[int] = set()
         ids = ic.entity
         if not len(ids):
-            return moves, eats
+            return moves, eats, None
         entities = self.entities
         kind = ic.kind
         names = ic.names
@@ -848,9 +850,13 @@ class World:
         for i in sorted(state_sets):
             if plain[i]:
                 entities[int(ids[i])].state = ic.over_a[i]
-        sel = plain & is_move
-        moves.update(zip(ids[sel].tolist(), zip((kind[sel] == KIND_TOWARDS).tolist(), ic.a[sel].tolist(),
-                                                ic.b[sel].tolist())))
+        sel = np.flatnonzero(plain & is_move)
+        bulk = None
+        if len(sel):
+            # the last move of an entity wins: the first of each id in reverse order
+            _, last = np.unique(ids[sel][::-1], return_index=True)
+            sel = sel[len(sel) - 1 - last]
+            bulk = (ids[sel], kind[sel] == KIND_TOWARDS, ic.a[sel], ic.b[sel])
         eats.update(ids[plain & (kind == KIND_EAT)].tolist())
         odd_alive = np.flatnonzero(alive & odd_entity)
         if len(odd_alive):
@@ -863,7 +869,7 @@ class World:
                     moves[eid] = move
                 if eat:
                     eats.add(eid)
-        return moves, eats
+        return moves, eats, bulk
 
     def _apply_intents(self, e: Entity, lst: Any, rejected: list[tuple[int, str]]) -> tuple[Any, bool]:
         """Apply ``set`` intents to ``e``; return (last move intent or None, eat requested)."""
@@ -953,7 +959,7 @@ class World:
         rnd = rng.random
         report = TickReport(tick=tick)
         rejected = report.rejected_intents
-        moves, eats = self._intents_by_entity(intents, rejected)
+        moves, eats, bulk_moves = self._intents_by_entity(intents, rejected)
 
         entities = self.entities
         order = [entities[eid] for eid in sorted(entities)]
@@ -981,16 +987,21 @@ class World:
         nx = x.copy()
         ny = y.copy()
         moving = np.zeros(n, dtype=bool)
-        if moves:
-            at = np.searchsorted(ids, np.fromiter(moves, dtype=np.int64, count=len(moves)))
-            moving[at] = True
+        if moves or bulk_moves is not None:
             towards = np.zeros(n, dtype=bool)
             a = np.zeros(n)
             b = np.zeros(n)
-            vals = list(moves.values())
-            towards[at] = [m[0] for m in vals]
-            a[at] = [m[1] for m in vals]
-            b[at] = [m[2] for m in vals]
+            if bulk_moves is not None:  # ids unique, none of them in ``moves``
+                at = np.searchsorted(ids, bulk_moves[0])
+                moving[at] = True
+                towards[at], a[at], b[at] = bulk_moves[1:]
+            if moves:
+                at = np.searchsorted(ids, np.fromiter(moves, dtype=np.int64, count=len(moves)))
+                moving[at] = True
+                vals = list(moves.values())
+                towards[at] = [m[0] for m in vals]
+                a[at] = [m[1] for m in vals]
+                b[at] = [m[2] for m in vals]
             self._move_by_intent(np.flatnonzero(moving), towards, a, b, x, y, sp, nx, ny, direction)
         wander = np.flatnonzero(~moving)
         if len(wander):
