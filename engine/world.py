@@ -315,6 +315,12 @@ class TickReport:
     gained: list[tuple[int, str]] = field(default_factory=list)  # (newborn id, new trait)
 
 
+def _last_of_each(ids: np.ndarray) -> np.ndarray:
+    """Indices of the last occurrence of each distinct id (ascending by id)."""
+    _, first_in_reverse = np.unique(ids[::-1], return_index=True)
+    return len(ids) - 1 - first_in_reverse
+
+
 def _wrap_angle(a: float) -> float:
     """Wrap a finite angle into [-pi, pi]."""
     if -_PI <= a <= _PI:
@@ -785,8 +791,9 @@ class World:
 
     def _apply_columns(self, ic: IntentColumns, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int], Any]:
         """:meth:`_intents_by_entity` of columnar intents, with the same result and rejections;
-        the bulk's move intents come as columns ``(ids, towards, a, b)`` (each entity's last move,
-        ids unique) besides the dict of the entities checked one by one.
+        the bulk's move intents come as columns, ``bulk["moves"] = (ids, towards, a, b)`` (each
+        entity's last move, ids unique), besides the dict of the entities checked one by one, and
+        its direction sets as ``bulk["direction"] = (ids, values)`` (not yet applied).
 
         The intents every check would pass unchanged (a finite float for a number or a move, a
         valid string for ``state``, ``eat``) of entities that sent nothing else are applied in
@@ -836,13 +843,17 @@ class World:
         odd_entity |= counts > self.params.max_intents_per_entity
         plain = (alive & ~odd_entity)[inverse]
         # sets: per attribute, in intent order (the last one wins)
+        bulk: dict[str, tuple] = {}
         for name in sorted({names[j] for j in np.unique(ic.attr[plain & is_set]).tolist()} & _NUMBERS.keys()):
             sel = plain & is_set & np.isin(ic.attr, [j for j, nm in enumerate(names) if nm == name])
             values = ic.a[sel]
-            if name == "direction":
+            if name == "direction":  # step() takes these as a column (every direction is stored back)
                 vals = values.tolist()
                 for j in np.flatnonzero((values < -_PI) | (values > _PI)).tolist():
                     vals[j] = _wrap_angle(vals[j])
+                keep = _last_of_each(ids[sel])
+                bulk["direction"] = (ids[sel][keep], np.array(vals)[keep])
+                continue
             else:
                 lo, hi = _NUMBERS[name]
                 vals = np.where(values < lo, lo, np.where(values > hi, hi, values)).tolist()
@@ -851,12 +862,9 @@ class World:
             if plain[i]:
                 entities[int(ids[i])].state = ic.over_a[i]
         sel = np.flatnonzero(plain & is_move)
-        bulk = None
         if len(sel):
-            # the last move of an entity wins: the first of each id in reverse order
-            _, last = np.unique(ids[sel][::-1], return_index=True)
-            sel = sel[len(sel) - 1 - last]
-            bulk = (ids[sel], kind[sel] == KIND_TOWARDS, ic.a[sel], ic.b[sel])
+            sel = sel[_last_of_each(ids[sel])]  # an entity's last move wins
+            bulk["moves"] = (ids[sel], kind[sel] == KIND_TOWARDS, ic.a[sel], ic.b[sel])
         eats.update(ids[plain & (kind == KIND_EAT)].tolist())
         odd_alive = np.flatnonzero(alive & odd_entity)
         if len(odd_alive):
@@ -959,7 +967,8 @@ class World:
         rnd = rng.random
         report = TickReport(tick=tick)
         rejected = report.rejected_intents
-        moves, eats, bulk_moves = self._intents_by_entity(intents, rejected)
+        moves, eats, bulk = self._intents_by_entity(intents, rejected)
+        bulk_moves = bulk.get("moves") if bulk else None
 
         entities = self.entities
         order = [entities[eid] for eid in sorted(entities)]
@@ -977,6 +986,9 @@ class World:
         x = cols["x"]
         y = cols["y"]
         direction = column("direction")
+        if bulk and "direction" in bulk:
+            set_ids, values = bulk["direction"]
+            direction[np.searchsorted(ids, set_ids)] = values
         rate = column("energy_consumption_rate")
         energy = cols["energy"].copy()
         max_energy = cols["max_energy"]
