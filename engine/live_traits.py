@@ -147,7 +147,8 @@ class HostTraitRunner:
         try:
             if not reply.get("ok"):
                 raise MalformedIntents(f"the host refused the tick: {reply.get('error')}")
-            intents = decode_intents(reply.get("intent_columns"))
+            attachment = reply.get("attachment")
+            intents = decode_intents(reply.get("intent_columns"), attachment if isinstance(attachment, bytes) else None)
         except MalformedIntents as exc:
             # A host that answers garbage is replaced (not logged at 60 lines a second) and the
             # batch's traits take a strike, as for a host that died; this tick runs on instinct.

@@ -118,7 +118,7 @@ _INT32 = np.iinfo(np.int32)
 _WIRE = {"f8": "<f8", "i8": "<i8", "i4": "<i4"}
 
 
-def _pack_array(values: np.ndarray) -> dict[str, Any]:
+def _pack_array(values: np.ndarray, raw: bool = False) -> dict[str, Any]:
     """A column of the ``views`` request: ``{"same": value}`` when every row holds the same
     finite value (bit for bit), else base64 of a little-endian array: float64 as ``"f8"``,
     int64 as ``"i4"`` when every value fits in 32 bits, else ``"i8"``. Fewer bytes cross to the
@@ -137,7 +137,9 @@ def _pack_array(values: np.ndarray) -> dict[str, Any]:
         code = "i4"
     else:
         code = "i8"
-    return {code: base64.b64encode(values.astype(_WIRE[code]).tobytes()).decode("ascii")}
+    data = values.astype(_WIRE[code]).tobytes()
+    # raw: the bytes themselves, for a channel that carries them beside the JSON (an attachment)
+    return {code: data if raw else base64.b64encode(data).decode("ascii")}
 
 
 def decode_views(views: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -149,7 +151,8 @@ def decode_views(views: Mapping[str, Any]) -> list[dict[str, Any]]:
             cols.append([col["same"]] * count)
         elif isinstance(col, dict):
             (code, data), = col.items()
-            cols.append(np.frombuffer(base64.b64decode(data), dtype=_WIRE[code]).tolist())
+            data = data if isinstance(data, bytes) else base64.b64decode(data)
+            cols.append(np.frombuffer(data, dtype=_WIRE[code]).tolist())
         else:
             cols.append(list(col))
     out = []
@@ -644,7 +647,7 @@ class World:
             }
         return out
 
-    def trait_views(self, run: Sequence[str] | None = None) -> dict[str, Any]:
+    def trait_views(self, run: Sequence[str] | None = None, raw: bool = False) -> dict[str, Any]:
         """The carriers' views in the compact form of the trait host's ``views`` request.
 
         Each carrier appears once however many traits it carries, ids ascending, as one column
@@ -657,6 +660,8 @@ class World:
         the world-wide values are sent once in ``world``. ``run`` lists the traits to run
         (sorted; default: every carried trait); only entities carrying one of them are sent.
         The values are exactly those of :meth:`trait_batches`; :func:`decode_views` reads it.
+        ``raw``: the arrays as bytes rather than base64 (for ``TraitHostContainer.request``, which
+        sends them as the request's binary attachment).
         """
         entities = self.entities
         if run is None:
@@ -700,15 +705,15 @@ class World:
                 values[name] = np.fromiter(map(attrgetter(name), carriers), dtype=dtype, count=n)
         sensed = sense(values["x"], values["y"], self._entity_layout(), self._resource_layout(),
                        self.params.sense_radius)
-        columns: dict[str, Any] = {name: _pack_array(values[name]) for name, _ in _VIEW_ATTR_COLUMNS}
+        columns: dict[str, Any] = {name: _pack_array(values[name], raw) for name, _ in _VIEW_ATTR_COLUMNS}
         states = list(map(_STATE, carriers))
         columns["state"] = {"same": states[0]} if n and states.count(states[0]) == n else states
         columns["traits"] = _pack_array(np.fromiter(map(set_index.__getitem__, map(_TRAITS, carriers)),
-                                                    dtype=np.int64, count=n))
-        columns["neighbors"] = _pack_array(sensed.neighbors)
-        columns["nearest_dx"] = _pack_array(sensed.dx)
-        columns["nearest_dy"] = _pack_array(sensed.dy)
-        columns["nearest_dist"] = _pack_array(sensed.dist)
+                                                    dtype=np.int64, count=n), raw)
+        columns["neighbors"] = _pack_array(sensed.neighbors, raw)
+        columns["nearest_dx"] = _pack_array(sensed.dx, raw)
+        columns["nearest_dy"] = _pack_array(sensed.dy, raw)
+        columns["nearest_dist"] = _pack_array(sensed.dist, raw)
         p = self.params
         return {
             "fields": list(VIEW_FIELDS),

@@ -45,6 +45,7 @@ SOCKET_DIR_IN_CONTAINER = "/run/genesis"
 SOCKET_NAME = "host.sock"
 SOCKET_DIR_PREFIX = "genesis-host-"
 SOCKET_ENV = "GENESIS_HOST_SOCKET"  # tells sandbox/trait_host.py to connect there
+MAX_ATTACHMENT = 64 * 2**20  # a reply's binary part; far above what 100,000 intents need
 
 log = logging.getLogger("genesis.sandbox.container")
 
@@ -185,13 +186,22 @@ class TraitHostContainer:
         self._container.rename(container_name(owner))
 
     def request(self, message: dict[str, Any], deadline_s: float) -> dict[str, Any]:
-        """Send one request and wait for its reply line, killing the container past the deadline."""
+        """Send one request and wait for its reply, killing the container past the deadline.
+
+        Bytes values in the request travel as its attachment (see :func:`encode_message`); a
+        reply with an attachment has its bytes under ``"attachment"``."""
         deadline = time.monotonic() + deadline_s
         try:
             sock = self._sock if self._sock is not None else self._accept(deadline)
             sock.settimeout(deadline_s)
-            sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
-            return json.loads(self._read_line(deadline))
+            sock.sendall(encode_message(message))
+            reply = json.loads(self._read_line(deadline))
+            if isinstance(reply, dict) and "attachment" in reply:
+                size = reply["attachment"]
+                if type(size) is not int or not 0 <= size <= MAX_ATTACHMENT:
+                    raise HostCrashed(f"trait host announced an attachment of {size!r} bytes")
+                reply["attachment"] = self._read_exactly(size, deadline)
+            return reply
         except (socket.timeout, TimeoutError) as exc:
             self.kill()
             raise HostDeadlineExceeded(f"trait host gave no answer within {deadline_s:.2f}s") from exc
@@ -217,39 +227,42 @@ class TraitHostContainer:
         return conn
 
     def _read_line(self, deadline: float) -> bytes:
-        if not self.framed:
-            return self._read_raw_line(deadline)
-        while b"\n" not in self._pending:
+        buf = bytearray(self._pending)
+        searched = 0
+        while (end := buf.find(b"\n", searched)) < 0:
+            searched = len(buf)
+            buf += self._read_chunk(deadline)
+        self._pending = bytes(buf[end + 1:])
+        return bytes(buf[:end])
+
+    def _read_exactly(self, size: int, deadline: float) -> bytes:
+        buf = bytearray(self._pending)
+        while len(buf) < size:
+            buf += self._read_chunk(deadline)
+        self._pending = bytes(buf[size:])
+        return bytes(buf[:size])
+
+    def _read_chunk(self, deadline: float) -> bytes:
+        """The next bytes of the host's output (docker attach: its next stdout frame)."""
+        assert self._sock is not None
+        while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise socket.timeout()
             self._sock.settimeout(remaining)
-            header = next_frame_header(self._sock)
-            stream, size = header
+            if not self.framed:
+                chunk = self._sock.recv(1 << 20)
+                if not chunk:
+                    raise HostCrashed(f"trait host exited; stderr: {self.stderr_tail()}")
+                return chunk
+            stream, size = next_frame_header(self._sock)
             if size < 0:
                 raise HostCrashed(f"trait host exited; stderr: {self.stderr_tail()}")
             payload = read_exactly(self._sock, size)
             if stream == STDOUT:
-                self._pending += payload
-            elif stream == STDERR:
+                return payload
+            if stream == STDERR:
                 self.stderr = (self.stderr + payload)[-8192:]
-        line, _, self._pending = self._pending.partition(b"\n")
-        return line
-
-    def _read_raw_line(self, deadline: float) -> bytes:
-        assert self._sock is not None
-        chunks = [self._pending]
-        while b"\n" not in chunks[-1]:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise socket.timeout()
-            self._sock.settimeout(remaining)
-            chunk = self._sock.recv(1 << 20)
-            if not chunk:
-                raise HostCrashed(f"trait host exited; stderr: {self.stderr_tail()}")
-            chunks.append(chunk)
-        line, _, self._pending = b"".join(chunks).partition(b"\n")
-        return line
 
     def stderr_tail(self) -> str:
         if not self.framed:  # stderr is not on our channel: ask Docker (only after a failure)
@@ -296,6 +309,31 @@ class TraitHostContainer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def encode_message(message: dict[str, Any]) -> bytes:
+    """One JSON line; if the message holds ``bytes`` values (anywhere in its dicts and lists),
+    each is replaced by ``[offset, length]`` into an attachment of ``"attachment": total`` bytes
+    that follows the line. Raw arrays so cross without base64 or JSON escaping."""
+    blobs: list[bytes] = []
+    at = 0
+
+    def lift(value: Any) -> Any:
+        nonlocal at
+        if isinstance(value, bytes):
+            blobs.append(value)
+            at += len(value)
+            return [at - len(value), len(value)]
+        if isinstance(value, dict):
+            return {k: lift(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [lift(v) for v in value]
+        return value
+
+    lifted = lift(message)
+    if blobs:
+        lifted["attachment"] = at
+    return json.dumps(lifted, separators=(",", ":")).encode() + b"\n" + b"".join(blobs)
 
 
 def _listen_privately() -> tuple[str, socket.socket]:
