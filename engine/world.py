@@ -149,6 +149,8 @@ def decode_views(views: Mapping[str, Any]) -> list[dict[str, Any]]:
     for col in views["columns"]:
         if isinstance(col, dict) and "same" in col:
             cols.append([col["same"]] * count)
+        elif isinstance(col, dict) and "text" in col:
+            cols.append(col["text"].decode("utf-8").split("\x1f") if count else [])
         elif isinstance(col, dict):
             (code, data), = col.items()
             data = data if isinstance(data, bytes) else base64.b64decode(data)
@@ -660,8 +662,9 @@ class World:
         the world-wide values are sent once in ``world``. ``run`` lists the traits to run
         (sorted; default: every carried trait); only entities carrying one of them are sent.
         The values are exactly those of :meth:`trait_batches`; :func:`decode_views` reads it.
-        ``raw``: the arrays as bytes rather than base64 (for ``TraitHostContainer.request``, which
-        sends them as the request's binary attachment).
+        ``raw``: the arrays as bytes rather than base64, and differing states as ``{"text": bytes}``
+        (joined by "\x1f") rather than a list (for ``TraitHostContainer.request``, which sends bytes
+        as the request's binary attachment).
         """
         entities = self.entities
         if run is None:
@@ -707,7 +710,12 @@ class World:
                        self.params.sense_radius)
         columns: dict[str, Any] = {name: _pack_array(values[name], raw) for name, _ in _VIEW_ATTR_COLUMNS}
         states = list(map(_STATE, carriers))
-        columns["state"] = {"same": states[0]} if n and states.count(states[0]) == n else states
+        if n and states.count(states[0]) == n:
+            columns["state"] = {"same": states[0]}
+        elif raw:  # states are printable: the unit separator cannot occur in one
+            columns["state"] = {"text": "\x1f".join(states).encode("utf-8")}
+        else:
+            columns["state"] = states
         columns["traits"] = _pack_array(np.fromiter(map(set_index.__getitem__, map(_TRAITS, carriers)),
                                                     dtype=np.int64, count=n), raw)
         columns["neighbors"] = _pack_array(sensed.neighbors, raw)

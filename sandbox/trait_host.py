@@ -32,7 +32,8 @@ Requests (one JSON object per line) and replies:
       "reply": "columns" in the request, "intent_columns" (see ``encode_intents``) replaces
       "intents".
 Attachments: a request line with "attachment": N is followed by N raw bytes, and a column
-value [offset, length] (instead of a base64 string) names its bytes there. A ``views`` request
+value [offset, length] (instead of a base64 string) names its bytes there; a string column may
+be {"text": [offset, length]}: UTF-8 strings joined by "\x1f". A ``views`` request
 that came with an attachment is answered in kind: its intent columns are [offset, length] into
 the reply's attachment ("attachment": N on the reply line, N bytes after it). Arrays so cross
 without base64 or JSON escaping (the live engine's form; see sandbox/container.py).
@@ -358,13 +359,19 @@ ARRAY_CODES = {"f8": "d", "i8": "q", "i4": "i"}
 def decode_columns(columns, count=None, attachment=None):
     """Lists (one per column, of equal length) from columns: JSON lists, {"f8"|"i8"|"i4": base64 of a little-endian
     float64/int64/int32 array, or [offset, length] of those bytes in the request's attachment},
-    or {"same": value} (every one of the ``count`` rows holds it)."""
+    {"text": [offset, length]} (strings joined by "\\x1f", UTF-8, in the attachment), or
+    {"same": value} (every one of the ``count`` rows holds it)."""
     lists = []
     for col in columns:
         if type(col) is dict and "same" in col:
             if type(count) is not int or count < 0:
                 raise ValueError("a 'same' column needs the request's count")
             col = [col["same"]] * count
+        elif type(col) is dict and "text" in col:  # strings joined by the unit separator
+            start, size = col["text"]
+            if attachment is None or not 0 <= start <= start + size <= len(attachment):
+                raise ValueError("a column outside the attachment")
+            col = bytes(attachment[start:start + size]).decode("utf-8").split("\x1f") if count else []
         elif type(col) is dict:
             (key, data), = col.items()
             arr = array.array(ARRAY_CODES[key])

@@ -8,7 +8,7 @@ import json
 import docker
 import pytest
 
-from engine.world import World, decode_views
+from engine.world import VIEW_FIELDS, World, decode_views
 from genesis import entity_api, rules
 from sandbox import image, trait_host
 from sandbox.container import IsolationLimits, TraitHostContainer
@@ -178,6 +178,9 @@ def test_raw_views_and_the_binary_reply_mean_the_same_as_base64(host, other_host
     # The live engine's form: arrays as the request's attachment, intents in the reply's.
     worlds = {"raw": make_world(), "base64": make_world()}
     run = ["counter", "steerer"]
+    for w in worlds.values():  # states that differ (and one non-ASCII) cross as one text column
+        w.step({eid: [["set", "state", f"s{eid % 3}é" if eid % 2 else ""]] for eid in sorted(w.entities)})
+    assert "text" in worlds["raw"].trait_views(run, raw=True)["columns"][VIEW_FIELDS.index("state")]
     for _ in range(5):
         b64 = other_host.request({"op": "views", "tick": 0, **worlds["base64"].trait_views(run), "reply": "columns"}, 10)
         raw = host.request({"op": "views", "tick": 0, **worlds["raw"].trait_views(run, raw=True), "reply": "columns"}, 10)
