@@ -27,7 +27,8 @@ _Y = attrgetter("y")
 _ID = attrgetter("id")
 _ID_MAX = np.iinfo(np.int64).max
 _EMPTY = np.empty(0, dtype=np.int64)
-_BLOCKS: dict["Grid", np.ndarray] = {}  # Grid.block() by grid (few distinct grids per process)
+_FORWARD = [(0, 0), (1, 0), (-1, 1), (0, 1), (1, 1)]
+_BLOCKS: dict[tuple["Grid", bool], np.ndarray] = {}  # Grid.block() (few distinct grids per process)
 
 
 @dataclass
@@ -61,19 +62,20 @@ class Grid:
         cy = np.clip((y * self.inv).astype(np.int64), 0, self.rows - 1)
         return cx, cy
 
-    def block(self) -> np.ndarray:
-        """Per cell (row-major), the 9 cells of its 3x3 block; outside the grid: the empty
-        sentinel cell ``cols * rows``."""
-        cached = _BLOCKS.get(self)
+    def block(self, forward: bool = False) -> np.ndarray:
+        """Per cell (row-major), the 9 cells of its 3x3 block (``forward``: the cell itself and the
+        4 neighbours after it, so that of two adjacent cells exactly one lists the other);
+        outside the grid: the empty sentinel cell ``cols * rows``."""
+        cached = _BLOCKS.get((self, forward))
         if cached is None:
             cx, cy = np.meshgrid(np.arange(self.cols), np.arange(self.rows))
             cx, cy = cx.ravel(), cy.ravel()
             out = []
-            for ox, oy in _OFFSETS:
+            for ox, oy in _FORWARD if forward else _OFFSETS:
                 nx, ny = cx + ox, cy + oy
                 ok = (nx >= 0) & (nx < self.cols) & (ny >= 0) & (ny < self.rows)
                 out.append(np.where(ok, ny * self.cols + nx, self.cols * self.rows))
-            cached = _BLOCKS[self] = np.stack(out, axis=1)
+            cached = _BLOCKS[(self, forward)] = np.stack(out, axis=1)
         return cached
 
 
@@ -81,7 +83,7 @@ class Layout:
     """Points sorted by cell: ``x``, ``y``, ``ids``, ``index`` (position in the arrays given)
     and ``start`` (row 0: a cell's first index, row 1: its length)."""
 
-    __slots__ = ("grid", "x", "y", "ids", "index", "start")
+    __slots__ = ("grid", "x", "y", "ids", "index", "start", "keys")
 
     def __init__(self, grid: Grid, x: np.ndarray, y: np.ndarray, ids: np.ndarray) -> None:
         cx, cy = grid.cells_of(x, y)
@@ -93,6 +95,7 @@ class Layout:
         self.x = x[order]
         self.y = y[order]
         self.ids = ids[order]
+        self.keys = keys[order]
         self.start = np.stack([np.cumsum(per_cell) - per_cell, per_cell])
 
     @classmethod
@@ -107,18 +110,21 @@ class Layout:
         return len(self.x)
 
 
-def pairs(qx: np.ndarray, qy: np.ndarray, lay: Layout) -> tuple[np.ndarray, np.ndarray]:
-    """(query index, layout index) for every point in the 3x3 block of each query's cell."""
+def pairs(qx: np.ndarray, qy: np.ndarray, lay: Layout, forward: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(query index, layout index) for every point in the 3x3 block of each query's cell
+    (``forward``: in the cells of ``Grid.block(forward=True)``)."""
     grid = lay.grid
     qcx, qcy = grid.cells_of(qx, qy)
-    cells = grid.block()[qcy * grid.cols + qcx].ravel()  # 9 per query, query by query
+    block = grid.block(forward)
+    width = block.shape[1]
+    cells = block[qcy * grid.cols + qcx].ravel()  # ``width`` per query, query by query
     first = lay.start[0, cells]
     length = lay.start[1, cells]
     total = int(length.sum())
     if total == 0:
         return _EMPTY, _EMPTY
     run_offset = np.cumsum(length) - length  # where each run starts among the pairs
-    pair_q = np.repeat(np.arange(len(cells), dtype=np.int64) // 9, length)
+    pair_q = np.repeat(np.arange(len(cells), dtype=np.int64) // width, length)
     pair_item = np.repeat(first - run_offset, length) + np.arange(total, dtype=np.int64)
     return pair_q, pair_item
 
@@ -156,20 +162,43 @@ def nearest(qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float) -> tuple
     return found, ndx, ndy
 
 
-def sense(qx: np.ndarray, qy: np.ndarray, entities: Layout, resources: Layout, sense_radius: float) -> Sensed:
+def neighbour_counts(lay: Layout, radius: float) -> np.ndarray:
+    """For every point (in the order of the arrays the layout was built from), how many other
+    points are within ``radius`` (``dx*dx + dy*dy <= radius**2``). Each pair of points in two
+    different cells is measured once and counted for both (``a - b`` is exactly ``-(b - a)``, so
+    the squared distance is the same either way): half the work of a query per point."""
+    n = len(lay)
+    pq, pi = pairs(lay.x, lay.y, lay, forward=True)
+    dx = lay.x[pi] - lay.x[pq]
+    dy = lay.y[pi] - lay.y[pq]
+    within = dx * dx + dy * dy <= radius * radius
+    # same cell: every ordered pair (and the point with itself) is among the pairs already
+    other_cell = within & (lay.keys[pi] != lay.keys[pq])
+    counts = np.bincount(pq, weights=within, minlength=n) + np.bincount(pi, weights=other_cell, minlength=n)
+    out = np.empty(n, dtype=np.int64)
+    out[lay.index] = counts.astype(np.int64) - 1  # less the point itself
+    return out
+
+
+def sense(qx: np.ndarray, qy: np.ndarray, entities: Layout, resources: Layout, sense_radius: float,
+          everyone: bool = False) -> Sensed:
     """Neighbour counts (every entity of ``entities`` within range, less the query entity itself,
-    which must be among them) and nearest resources of the query points."""
+    which must be among them) and nearest resources of the query points. ``everyone``: the
+    queries are exactly the layout's points, in the order it was built from."""
     n = len(qx)
     if n == 0:
         nan = np.full(0, np.nan)
         return Sensed(np.zeros(0, dtype=np.int64), nan, nan.copy(), nan.copy())
     r2 = sense_radius * sense_radius
-    pq, pi = pairs(qx, qy, entities)
-    dx = entities.x[pi] - qx[pq]
-    dy = entities.y[pi] - qy[pq]
-    within = dx * dx + dy * dy <= r2
-    # The entity itself is in its own block at distance 0: one less, never below zero.
-    neighbors = np.maximum(np.bincount(pq, weights=within, minlength=n).astype(np.int64) - 1, 0)
+    if everyone:
+        neighbors = neighbour_counts(entities, sense_radius)
+    else:
+        pq, pi = pairs(qx, qy, entities)
+        dx = entities.x[pi] - qx[pq]
+        dy = entities.y[pi] - qy[pq]
+        within = dx * dx + dy * dy <= r2
+        # The entity itself is in its own block at distance 0: one less, never below zero.
+        neighbors = np.maximum(np.bincount(pq, weights=within, minlength=n).astype(np.int64) - 1, 0)
     found, ndx, ndy = nearest(qx, qy, resources, sense_radius)
     dist = np.full(n, np.nan)
     hit = found >= 0

@@ -706,8 +706,9 @@ class World:
         for name, dtype in _VIEW_ATTR_COLUMNS:
             if name not in values:
                 values[name] = np.fromiter(map(attrgetter(name), carriers), dtype=dtype, count=n)
+        # every entity a carrier: the layout's points are the queries (entities are kept in id order)
         sensed = sense(values["x"], values["y"], self._entity_layout(), self._resource_layout(),
-                       self.params.sense_radius)
+                       self.params.sense_radius, everyone=n == len(entities))
         columns: dict[str, Any] = {name: _pack_array(values[name], raw) for name, _ in _VIEW_ATTR_COLUMNS}
         states = list(map(_STATE, carriers))
         if n and states.count(states[0]) == n:
