@@ -50,11 +50,12 @@ class Grid:
     inv: float
     cols: int
     rows: int
+    cell: float
 
     @classmethod
     def over(cls, width: float, height: float, cell: float) -> "Grid":
         cell = float(cell)
-        return cls(1.0 / cell, max(1, math.ceil(width / cell)), max(1, math.ceil(height / cell)))
+        return cls(1.0 / cell, max(1, math.ceil(width / cell)), max(1, math.ceil(height / cell)), cell)
 
     def cells_of(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # astype truncates toward zero, as int() does; negatives clamp to 0 either way.
@@ -129,9 +130,21 @@ def pairs(qx: np.ndarray, qy: np.ndarray, lay: Layout, forward: bool = False) ->
     return pair_q, pair_item
 
 
-def nearest(qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per query: the layout index of the nearest point with ``dx*dx + dy*dy <= radius**2``
-    (ties by lower id; -1 if none), and its dx, dy (NaN if none)."""
+def nearest(qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float,
+            near: Layout | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per query: the id of the nearest point with ``dx*dx + dy*dy <= radius**2`` (ties by
+    lower id; -1 if none), and its dx, dy (NaN if none).
+
+    ``near``: the same points on a finer grid (cell <= radius): every query first looks only at
+    the points within one of its cells, which holds the answer whenever one is that close, and
+    only the others search the whole radius (at the usual densities most queries stop early)."""
+    if near is not None and near.grid.inv > lay.grid.inv and len(qx):
+        close = near.grid.cell * 0.99  # well inside the 3x3 block, whatever the rounding
+        found, ndx, ndy = nearest(qx, qy, near, close)
+        far = np.flatnonzero(found < 0)
+        if len(far):
+            found[far], ndx[far], ndy[far] = nearest(qx[far], qy[far], lay, radius)
+        return found, ndx, ndy
     n = len(qx)
     found = np.full(n, -1, dtype=np.int64)
     ndx = np.full(n, np.nan)
@@ -156,7 +169,8 @@ def nearest(qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float) -> tuple
         low = np.minimum.reduceat(rid, run)
         pick = rid == np.repeat(low, np.diff(np.append(run, len(pq))))  # one per query
         who = pq[pick]
-        found[who] = pi = pi[pick]
+        pi = pi[pick]
+        found[who] = lay.ids[pi]
         ndx[who] = lay.x[pi] - qx[who]
         ndy[who] = lay.y[pi] - qy[who]
     return found, ndx, ndy
@@ -181,10 +195,11 @@ def neighbour_counts(lay: Layout, radius: float) -> np.ndarray:
 
 
 def sense(qx: np.ndarray, qy: np.ndarray, entities: Layout, resources: Layout, sense_radius: float,
-          everyone: bool = False) -> Sensed:
+          everyone: bool = False, near_resources: Layout | None = None) -> Sensed:
     """Neighbour counts (every entity of ``entities`` within range, less the query entity itself,
     which must be among them) and nearest resources of the query points. ``everyone``: the
-    queries are exactly the layout's points, in the order it was built from."""
+    queries are exactly the layout's points, in the order it was built from. ``near_resources``:
+    the resources on a finer grid (see :func:`nearest`)."""
     n = len(qx)
     if n == 0:
         nan = np.full(0, np.nan)
@@ -199,7 +214,7 @@ def sense(qx: np.ndarray, qy: np.ndarray, entities: Layout, resources: Layout, s
         within = dx * dx + dy * dy <= r2
         # The entity itself is in its own block at distance 0: one less, never below zero.
         neighbors = np.maximum(np.bincount(pq, weights=within, minlength=n).astype(np.int64) - 1, 0)
-    found, ndx, ndy = nearest(qx, qy, resources, sense_radius)
+    found, ndx, ndy = nearest(qx, qy, resources, sense_radius, near_resources)
     dist = np.full(n, np.nan)
     hit = found >= 0
     dist[hit] = np.sqrt(ndx[hit] * ndx[hit] + ndy[hit] * ndy[hit])

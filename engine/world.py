@@ -393,9 +393,12 @@ class World:
         near = max(params.collision_radius, params.eat_radius, params.sense_radius / 4.0,
                    math.sqrt(params.width * params.height / 250_000.0))
         self._near_grid = Grid.over(params.width, params.height, near)
+        # Half the sense radius: most entities find their nearest resource within one such cell.
+        self._half_grid = Grid.over(params.width, params.height, params.sense_radius / 2.0)
         self._positions: Layout | None = None
         self._resource_arrays: Layout | None = None
         self._resource_near: Layout | None = None
+        self._resource_half: Layout | None = None
         # The numbers only the world changes (_WORLD_COLUMNS) of every entity, ids ascending, as
         # step() left them; None when an entity was added from outside. Intents change speed,
         # direction, rate and state: those are always read from the entities.
@@ -426,9 +429,16 @@ class World:
             self._resource_near = Layout(self._near_grid, lay.x, lay.y, lay.ids)
         return self._resource_near
 
+    def _resource_half_layout(self) -> Layout:
+        if self._resource_half is None:
+            lay = self._resource_layout()
+            self._resource_half = Layout(self._half_grid, lay.x, lay.y, lay.ids)
+        return self._resource_half
+
     def _resources_changed(self) -> None:
         self._resource_arrays = None
         self._resource_near = None
+        self._resource_half = None
 
     # -- randomness -------------------------------------------------------------------------
 
@@ -608,7 +618,8 @@ class World:
         n = len(ents)
         qx = np.fromiter(map(_X, ents), dtype=np.float64, count=n)
         qy = np.fromiter(map(_Y, ents), dtype=np.float64, count=n)
-        return sense(qx, qy, self._entity_layout(), self._resource_layout(), self.params.sense_radius)
+        return sense(qx, qy, self._entity_layout(), self._resource_layout(), self.params.sense_radius,
+                     near_resources=self._resource_half_layout())
 
     def _sensed_by_id(self, ents: list[Entity]) -> dict[int, tuple[int, list[float] | None]]:
         """(neighbour count, nearest resource as [dx, dy, distance] or None) for ``ents``, by id."""
@@ -708,7 +719,8 @@ class World:
                 values[name] = np.fromiter(map(attrgetter(name), carriers), dtype=dtype, count=n)
         # every entity a carrier: the layout's points are the queries (entities are kept in id order)
         sensed = sense(values["x"], values["y"], self._entity_layout(), self._resource_layout(),
-                       self.params.sense_radius, everyone=n == len(entities))
+                       self.params.sense_radius, everyone=n == len(entities),
+                       near_resources=self._resource_half_layout())
         columns: dict[str, Any] = {name: _pack_array(values[name], raw) for name, _ in _VIEW_ATTR_COLUMNS}
         states = list(map(_STATE, carriers))
         if n and states.count(states[0]) == n:
@@ -1238,7 +1250,7 @@ class World:
         if not hit.any():
             return
         rgrid = self._rgrid
-        rids = lay.ids[found[hit]].tolist()
+        rids = found[hit].tolist()
         for i, rid in zip(eaters[hit].tolist(), rids):
             res = resources.get(rid)
             if res is None:  # an eater with a lower id took it: the nearest of what is left
