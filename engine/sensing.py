@@ -89,7 +89,8 @@ class Layout:
     def __init__(self, grid: Grid, x: np.ndarray, y: np.ndarray, ids: np.ndarray) -> None:
         cx, cy = grid.cells_of(x, y)
         keys = cy * grid.cols + cx
-        order = np.argsort(keys, kind="stable")
+        # a stable sort of small keys is a radix sort: ten times faster than of int64
+        order = np.argsort(keys.astype(np.uint16) if grid.cols * grid.rows < 2**16 else keys, kind="stable")
         per_cell = np.bincount(keys, minlength=grid.cols * grid.rows + 1)  # + the empty sentinel
         self.grid = grid
         self.index = order

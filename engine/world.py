@@ -320,8 +320,25 @@ class TickReport:
     gained: list[tuple[int, str]] = field(default_factory=list)  # (newborn id, new trait)
 
 
+def _is_sorted(ids: np.ndarray) -> bool:
+    return bool((ids[1:] >= ids[:-1]).all())
+
+
+def _group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(ids, return_index, return_inverse, return_counts)``; without sorting when the
+    ids come ascending already (the trait host sends them so; anything else is sorted here)."""
+    if not _is_sorted(ids):
+        return np.unique(ids, return_index=True, return_inverse=True, return_counts=True)
+    new = np.concatenate(([True], ids[1:] != ids[:-1]))
+    first = np.flatnonzero(new)
+    counts = np.diff(np.append(first, len(ids)))
+    return ids[first], first, np.cumsum(new) - 1, counts
+
+
 def _last_of_each(ids: np.ndarray) -> np.ndarray:
     """Indices of the last occurrence of each distinct id (ascending by id)."""
+    if _is_sorted(ids):
+        return np.flatnonzero(np.append(ids[1:] != ids[:-1], True))
     _, first_in_reverse = np.unique(ids[::-1], return_index=True)
     return len(ids) - 1 - first_in_reverse
 
@@ -833,7 +850,7 @@ class World:
         entities = self.entities
         kind = ic.kind
         names = ic.names
-        uniq, first, inverse, counts = np.unique(ids, return_index=True, return_inverse=True, return_counts=True)
+        uniq, first, inverse, counts = _group(ids)
         uniq_ids = uniq.tolist()
         alive = np.fromiter(map(entities.__contains__, uniq_ids), dtype=bool, count=len(uniq_ids))
         if not alive.all():  # as _collect_intents: in the order the ids first appear

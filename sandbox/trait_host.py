@@ -491,7 +491,8 @@ def encode_intents(merged, blob=None):
     names = {}
     nan = math.nan
     i = 0
-    for entity_id, intents in merged.items():
+    for entity_id in sorted(merged):  # ids ascending: the engine groups them without sorting
+        intents = merged[entity_id]
         for intent in intents:
             kind = intent[0]
             entity.append(entity_id)
