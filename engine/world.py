@@ -703,21 +703,17 @@ class World:
         else:
             run_names = sorted(set(run))
         wanted = frozenset(run_names)
-        set_index: dict[tuple[str, ...], int] = {}
-        runs: dict[tuple[str, ...], bool] = {}  # carried tuple -> carries a trait to run
-        carriers = []
-        for eid in sorted(entities):
-            e = entities[eid]
-            t = e.traits
-            if not t:
-                continue
-            go = runs.get(t)
-            if go is None:
-                go = runs[t] = not wanted.isdisjoint(t)
-            if go:
-                if t not in set_index:
-                    set_index[t] = len(set_index)
-                carriers.append(e)
+        everybody = list(map(entities.__getitem__, sorted(entities)))
+        carried = list(map(_TRAITS, everybody))
+        # the distinct carried tuples that hold a trait to run, in order of first appearance
+        set_index = {t: 0 for t in dict.fromkeys(carried) if t and not wanted.isdisjoint(t)}
+        for i, t in enumerate(set_index):
+            set_index[t] = i
+        if len(set_index) == len(set(carried)):  # everybody carries a trait to run
+            carriers = everybody
+        else:
+            carriers = [e for e, t in zip(everybody, carried) if t in set_index]
+            carried = list(map(_TRAITS, carriers))
         n = len(carriers)
         values: dict[str, np.ndarray] = {}
         cols = self._columns
@@ -746,8 +742,7 @@ class World:
             columns["state"] = {"text": "\x1f".join(states).encode("utf-8")}
         else:
             columns["state"] = states
-        columns["traits"] = _pack_array(np.fromiter(map(set_index.__getitem__, map(_TRAITS, carriers)),
-                                                    dtype=np.int64, count=n), raw)
+        columns["traits"] = _pack_array(np.fromiter(map(set_index.__getitem__, carried), dtype=np.int64, count=n), raw)
         columns["neighbors"] = _pack_array(sensed.neighbors, raw)
         columns["nearest_dx"] = _pack_array(sensed.dx, raw)
         columns["nearest_dy"] = _pack_array(sensed.dy, raw)
