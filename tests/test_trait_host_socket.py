@@ -17,6 +17,7 @@ from sandbox.container import (
     HostDeadlineExceeded,
     IsolationLimits,
     TraitHostContainer,
+    remove_exited_trait_hosts,
 )
 
 BUSY = '''class Busy:
@@ -84,3 +85,19 @@ def test_socket_host_that_hangs_is_killed_at_the_deadline_and_one_that_dies_is_r
             dying.request({"op": "tick", "tick": 0, "batches": {}}, 5)
     finally:
         dying.close()
+
+
+def test_the_socket_directory_of_a_host_whose_engine_died_is_removed_with_its_container(client):
+    host = start(client, "test-socket-orphan")
+    socket_dir = host._socket_dir
+    container = client.containers.get(host.id)
+    try:
+        host.disconnect()  # as when the engine is killed: the host reads EOF and exits
+        assert container.wait(timeout=20)["StatusCode"] == 0
+        assert os.path.isdir(socket_dir)
+        remove_exited_trait_hosts(client)  # what the next engine does before starting its host
+        assert not os.path.exists(socket_dir)
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(host.id)
+    finally:
+        host.close()
