@@ -6,7 +6,8 @@
 Prints one JSON object (or, for several sizes, an object keyed by size) with:
 
 - ``ticks_per_s``, ``ms_per_tick_p50``, ``ms_per_tick_p99``: unpaced ``Engine.tick_once`` (views ->
-  trait host container over the JSON-lines protocol -> intents -> ``World.step``), after a warm-up.
+  trait host container over its channel (a private Unix socket, JSON lines with binary
+  attachments) -> intents -> ``World.step``), after a warm-up.
 - ``entities``: mean population during the measured ticks; ``carriers_at_end``: entities with >= 1
   trait; ``traits``: live traits (every entity carries all of them).
 - ``snapshot_ms``: median wall time of ``engine.telemetry.build_snapshot`` (with the state hash)
