@@ -45,6 +45,7 @@ SOCKET_DIR_IN_CONTAINER = "/run/genesis"
 SOCKET_NAME = "host.sock"
 SOCKET_DIR_PREFIX = "genesis-host-"
 SOCKET_ENV = "GENESIS_HOST_SOCKET"  # tells sandbox/trait_host.py to connect there
+SOCKET_BUFFER = 4 * 2**20
 MAX_ATTACHMENT = 64 * 2**20  # a reply's binary part; far above what 100,000 intents need
 
 log = logging.getLogger("genesis.sandbox.container")
@@ -223,6 +224,7 @@ class TraitHostContainer:
             conn.close()  # not the sandbox: never a peer
         self._listener.close()
         self._listener = None
+        _widen_buffers(conn)
         self._sock = conn
         return conn
 
@@ -334,6 +336,16 @@ def encode_message(message: dict[str, Any]) -> bytes:
     if blobs:
         lifted["attachment"] = at
     return json.dumps(lifted, separators=(",", ":")).encode() + b"\n" + b"".join(blobs)
+
+
+def _widen_buffers(sock: socket.socket) -> None:
+    """Room for a whole request / reply (~1 MB at 5,000 entities) in the socket, so that neither
+    side waits for the other to drain it (the kernel caps it at net.core.wmem_max / rmem_max)."""
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+        except OSError:
+            pass
 
 
 def _listen_privately() -> tuple[str, socket.socket]:

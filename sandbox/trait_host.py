@@ -580,6 +580,11 @@ def main():
     channel = os.environ.get("GENESIS_HOST_SOCKET")
     if channel:  # the engine's private Unix socket instead of stdin/stdout (sandbox/container.py)
         conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):  # a whole reply fits: no waiting to drain
+            try:
+                conn.setsockopt(socket.SOL_SOCKET, option, 4 * 2**20)
+            except OSError:
+                pass
         conn.connect(channel)
         requests = conn.makefile("rb")
         out = conn.makefile("wb")
