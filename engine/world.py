@@ -108,6 +108,7 @@ _WORLD_COLUMNS = (("id", np.int64), ("x", np.float64), ("y", np.float64), ("ener
                   ("max_energy", np.float64), ("age", np.int64), ("max_age", np.int64), ("generation", np.int64))
 _X = attrgetter("x")
 _Y = attrgetter("y")
+_ID = attrgetter("id")
 _TRAITS = attrgetter("traits")
 # Entity fields in the state hash (World.state_hash), besides parent_id, DNA, state and traits.
 _HASH_INT_FIELDS = ("id", "age", "max_age", "generation")
@@ -416,6 +417,8 @@ class World:
         self._resource_arrays: Layout | None = None
         self._resource_near: Layout | None = None
         self._resource_half: Layout | None = None
+        # (ids, x, y) of the resources (ids ascending), kept as they are eaten and added
+        self._resource_columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         # The numbers only the world changes (_WORLD_COLUMNS) of every entity, ids ascending, as
         # step() left them; None when an entity was added from outside. Intents change speed,
         # direction, rate and state: those are always read from the entities.
@@ -436,8 +439,13 @@ class World:
 
     def _resource_layout(self) -> Layout:
         if self._resource_arrays is None:
-            res = self.resources
-            self._resource_arrays = Layout.of_items(self._grid, res.values(), len(res))
+            if self._resource_columns is None:
+                res = list(self.resources.values())
+                self._resource_columns = (np.fromiter(map(_ID, res), dtype=np.int64, count=len(res)),
+                                          np.fromiter(map(_X, res), dtype=np.float64, count=len(res)),
+                                          np.fromiter(map(_Y, res), dtype=np.float64, count=len(res)))
+            ids, x, y = self._resource_columns
+            self._resource_arrays = Layout(self._grid, x, y, ids)
         return self._resource_arrays
 
     def _resource_near_layout(self) -> Layout:
@@ -546,6 +554,8 @@ class World:
         self.resources[rid] = r
         self._rgrid.insert(r)
         self._resources_changed()
+        if self._resource_columns is not None:
+            self._resource_columns = tuple(np.append(col, v) for col, v in zip(self._resource_columns, (rid, r.x, r.y)))
         return r
 
     # -- traits -----------------------------------------------------------------------------
@@ -1090,7 +1100,6 @@ class World:
         age = cols["age"] + 1
 
         # (5) collisions: every pair closer than collision_radius, each pair once.
-        positions = Layout(self._grid, nx, ny, ids)
         pre_collision: dict[int, float] = {}
         cr = p.collision_radius
         dmg = p.collision_damage
@@ -1200,9 +1209,8 @@ class World:
             after = {name: np.concatenate([after[name][keep],
                                            np.fromiter(map(attrgetter(name), new), dtype=dtype, count=len(new))])
                      for name, dtype in _WORLD_COLUMNS}
-            positions = Layout(self._grid, after["x"], after["y"], after["id"])
         self._columns = after
-        self._positions = positions
+        self._positions = Layout(self._grid, after["x"], after["y"], after["id"])
 
         # (9) resource respawn.
         if len(resources) < p.max_resources and rnd() < p.resource_spawn_chance:
@@ -1263,6 +1271,7 @@ class World:
             return
         rgrid = self._rgrid
         rids = found[hit].tolist()
+        eaten: list[int] = []
         for i, rid in zip(eaters[hit].tolist(), rids):
             res = resources.get(rid)
             if res is None:  # an eater with a lower id took it: the nearest of what is left
@@ -1276,7 +1285,13 @@ class World:
             energy[i] = max_energy[i] if gained > max_energy[i] else gained
             rgrid.remove(res)
             del resources[res.id]
+            eaten.append(res.id)
         self._resources_changed()
+        if self._resource_columns is not None and eaten:
+            ids = self._resource_columns[0]
+            keep = np.ones(len(ids), dtype=bool)
+            keep[np.searchsorted(ids, eaten)] = False
+            self._resource_columns = tuple(col[keep] for col in self._resource_columns)
 
     # -- inspection -------------------------------------------------------------------------
 
