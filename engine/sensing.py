@@ -59,8 +59,11 @@ class Grid:
 
     def cells_of(self, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # astype truncates toward zero, as int() does; negatives clamp to 0 either way.
-        cx = np.clip((x * self.inv).astype(np.int64), 0, self.cols - 1)
-        cy = np.clip((y * self.inv).astype(np.int64), 0, self.rows - 1)
+        # (minimum/maximum in place: np.clip's wrapper costs ~20 us a call, 10 calls a tick)
+        cx = (x * self.inv).astype(np.int64)
+        cy = (y * self.inv).astype(np.int64)
+        np.minimum(np.maximum(cx, 0, out=cx), self.cols - 1, out=cx)
+        np.minimum(np.maximum(cy, 0, out=cy), self.rows - 1, out=cy)
         return cx, cy
 
     def block(self, forward: bool = False) -> np.ndarray:
