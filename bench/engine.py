@@ -6,13 +6,19 @@
 Prints one JSON object (or, for several sizes, an object keyed by size) with:
 
 - ``ticks_per_s``, ``ms_per_tick_p50``, ``ms_per_tick_p99``: unpaced ``Engine.tick_once`` (views ->
-  trait host container over the JSON-lines protocol -> intents -> ``World.step``), after a warm-up.
+  trait host container over its channel (a private Unix socket, JSON lines with binary
+  attachments) -> intents -> ``World.step``), after a warm-up.
 - ``entities``: mean population during the measured ticks; ``carriers_at_end``: entities with >= 1
   trait; ``traits``: live traits (every entity carries all of them).
 - ``snapshot_ms``: median wall time of ``engine.telemetry.build_snapshot`` (with the state hash)
   on the final world, measured apart from the ticks.
 - ``memory_per_1000_entities_kb``: tracemalloc (Python heap, engine side) of a world with N entities
   minus the same world with none, per 1,000 entities (includes the spatial grid entries).
+- ``engine_cpu_ms_per_tick`` (this process, all threads) and ``host_cpu_ms_per_tick`` (the
+  trait-host container, from Docker's stats) during the measured ticks, and
+  ``cpu_bound_ticks_per_s`` = 1000 / their sum: the rate if neither side ever waited for a CPU
+  (the two run one after the other each tick). On a machine shared with other work the wall-clock
+  ``ticks_per_s`` falls below it; ``loadavg_1m`` (before, after) says how busy the machine was.
 - ``host_restarts`` / ``host_deadline_misses`` / ``trait_errors``: must be 0 for a valid run.
 - with ``--compare-mesa``: ``mesa_ticks_per_s`` (and its percentiles) of the same model written
   the Mesa 3.3 way — agents with the three behaviours as plain methods called in process,
@@ -31,6 +37,7 @@ import asyncio
 import gc
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -194,6 +201,9 @@ async def run_genesis(n: int, entries: list[registry.RegistryEntry], ticks: int,
         times: list[float] = []
         pops: list[int] = []
         carriers: list[int] = []
+        load_before = os.getloadavg()[0]
+        host_cpu0 = await asyncio.to_thread(host_cpu_ns, runner)
+        cpu0 = time.process_time()
         started = clock()
         for _ in range(ticks):
             t = clock()
@@ -202,6 +212,9 @@ async def run_genesis(n: int, entries: list[registry.RegistryEntry], ticks: int,
             ents = world.entities
             pops.append(len(ents))
         total = clock() - started
+        engine_cpu = time.process_time() - cpu0
+        host_cpu1 = await asyncio.to_thread(host_cpu_ns, runner)
+        host_cpu_ms = (host_cpu1 - host_cpu0) / 1e6 / ticks if host_cpu0 is not None and host_cpu1 is not None else None
         carriers.append(sum(1 for e in world.entities.values() if e.traits))
         calls = sum(s["calls"] for s in runner.trait_timings().values())
         trait_us = sum(s["mean_us"] * s["calls"] for s in runner.trait_timings().values())
@@ -222,6 +235,11 @@ async def run_genesis(n: int, entries: list[registry.RegistryEntry], ticks: int,
             "traits": len(entries),
             "trait_calls_per_tick": round(calls / (ticks + warmup), 1),
             "trait_exec_ms_per_tick": round(trait_us / (ticks + warmup) / 1000, 3),
+            "engine_cpu_ms_per_tick": round(engine_cpu / ticks * 1000, 3),
+            "host_cpu_ms_per_tick": None if host_cpu_ms is None else round(host_cpu_ms, 3),
+            "cpu_bound_ticks_per_s": (None if host_cpu_ms is None
+                                      else round(1000.0 / (engine_cpu / ticks * 1000 + host_cpu_ms), 1)),
+            "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             "snapshot_ms": round(statistics.median(snap_times) * 1000, 3),
             "host_startup_s": round(startup_s, 2),
             "host_restarts": runner.stats.restarts,
@@ -236,6 +254,18 @@ async def run_genesis(n: int, entries: list[registry.RegistryEntry], ticks: int,
         await engine.close()
         await redis.flushdb()
         await redis.aclose()
+
+
+def host_cpu_ns(runner) -> int | None:
+    """CPU time the trait-host container has used so far (Docker's stats), or None."""
+    host = getattr(runner, "_host", None)
+    if host is None:
+        return None
+    try:
+        stats = runner._client.containers.get(host.id).stats(stream=False)
+        return int(stats["cpu_stats"]["cpu_usage"]["total_usage"])
+    except Exception:
+        return None
 
 
 # -- the same model in Mesa 3.3 ----------------------------------------------------------------------

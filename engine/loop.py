@@ -129,7 +129,8 @@ class Engine:
             run_views = getattr(self.runner, "run_tick_views", None)
             try:
                 if run_views is not None:  # the compact form: each carrier's view once
-                    views = world.trait_views(self.active_traits)
+                    # raw arrays: the host channel sends them as bytes (sandbox/container.py)
+                    views = world.trait_views(self.active_traits, raw=True)
                     if views["count"]:
                         intents = await run_views(world.tick, views)
                 else:

@@ -19,7 +19,7 @@ class TraitRunner(Protocol):
         ...
 
     # Optional: ``async def run_tick_views(tick, views) -> intents`` taking
-    # ``World.trait_views(active_traits)`` (each carrier's view once, the trait host's "views"
+    # ``World.trait_views(active_traits, raw=True)`` (each carrier's view once, the trait host's "views"
     # request) instead of per-trait batches; the engine uses it when the runner has it.
 
     def active_traits(self) -> list[str]:

@@ -14,7 +14,8 @@ world be saved and resumed (replay from a snapshot reproduces the hash).
 Tick order (see :meth:`World.step`): intents -> movement -> eating -> metabolism ->
 collisions -> aging -> births -> deaths -> population floor -> resource respawn -> tick + 1.
 Phases 1-4 and 6 only touch the entity itself (eating takes resources lowest id first), so
-they run in one pass per entity; the result is identical to running them phase by phase.
+they run over numpy columns of all entities at once (see :meth:`World.step`); the result is
+bit-identical to running them entity by entity, phase by phase.
 
 Intents (``{entity_id: [intent, ...]}``, ids must be exact ``int`` — convert JSON's string
 keys before calling :meth:`World.step`; or the trait host's decoded columns,
@@ -31,8 +32,10 @@ The distance moved per tick is ``min(speed, MAX_SPEED * min(1, energy_consumptio
 positions are clamped into ``0 <= x < width``, ``0 <= y < height``; the last move intent of
 a tick wins; without one the entity wanders (small random turn, bouncing off walls).
 
-The spatial grids are kept current by the world: change positions only through
-:meth:`World.step`, :meth:`World.add_entity` and :meth:`World.add_resource`.
+The spatial layouts (engine/sensing.py) and the columns of world-owned numbers (position,
+energy, max_energy, age, max_age, generation, kept between ticks) are kept current by the
+world: change those only through :meth:`World.step`, :meth:`World.add_entity` and
+:meth:`World.add_resource`, never by assigning to an Entity.
 
 DNA and new traits: every entity carries ``dna``, DNA_GENES floats in 0..1 (random for fresh
 entities, the parent's with small seeded Gaussian noise for newborns). Each trait name maps to
@@ -64,7 +67,7 @@ import numpy as np
 from genesis.entity_api import MAX_SPEED, MAX_STATE_LENGTH, READABLE_ATTRS, WRITABLE_ATTRS
 
 from .intent_columns import KIND_EAT, KIND_SET, KIND_TOWARDS, IntentColumns
-from .sensing import Sensed, sense
+from .sensing import Grid, Layout, Sensed, close_pairs, nearest, sense
 from .spatial import SpatialGrid
 
 __all__ = [
@@ -100,6 +103,12 @@ _VIEW_ATTR_COLUMNS = tuple(
     for name in VIEW_FIELDS[:13] if name not in ("state", "traits")
 )
 _STATE = attrgetter("state")
+# Entity numbers that only World.step changes (kept as columns between ticks, World._columns).
+_WORLD_COLUMNS = (("id", np.int64), ("x", np.float64), ("y", np.float64), ("energy", np.float64),
+                  ("max_energy", np.float64), ("age", np.int64), ("max_age", np.int64), ("generation", np.int64))
+_X = attrgetter("x")
+_Y = attrgetter("y")
+_ID = attrgetter("id")
 _TRAITS = attrgetter("traits")
 # Entity fields in the state hash (World.state_hash), besides parent_id, DNA, state and traits.
 _HASH_INT_FIELDS = ("id", "age", "max_age", "generation")
@@ -110,7 +119,7 @@ _INT32 = np.iinfo(np.int32)
 _WIRE = {"f8": "<f8", "i8": "<i8", "i4": "<i4"}
 
 
-def _pack_array(values: np.ndarray) -> dict[str, Any]:
+def _pack_array(values: np.ndarray, raw: bool = False) -> dict[str, Any]:
     """A column of the ``views`` request: ``{"same": value}`` when every row holds the same
     finite value (bit for bit), else base64 of a little-endian array: float64 as ``"f8"``,
     int64 as ``"i4"`` when every value fits in 32 bits, else ``"i8"``. Fewer bytes cross to the
@@ -129,7 +138,9 @@ def _pack_array(values: np.ndarray) -> dict[str, Any]:
         code = "i4"
     else:
         code = "i8"
-    return {code: base64.b64encode(values.astype(_WIRE[code]).tobytes()).decode("ascii")}
+    data = values.astype(_WIRE[code]).tobytes()
+    # raw: the bytes themselves, for a channel that carries them beside the JSON (an attachment)
+    return {code: data if raw else base64.b64encode(data).decode("ascii")}
 
 
 def decode_views(views: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -139,9 +150,12 @@ def decode_views(views: Mapping[str, Any]) -> list[dict[str, Any]]:
     for col in views["columns"]:
         if isinstance(col, dict) and "same" in col:
             cols.append([col["same"]] * count)
+        elif isinstance(col, dict) and "text" in col:
+            cols.append(col["text"].decode("utf-8").split("\x1f") if count else [])
         elif isinstance(col, dict):
             (code, data), = col.items()
-            cols.append(np.frombuffer(base64.b64decode(data), dtype=_WIRE[code]).tolist())
+            data = data if isinstance(data, bytes) else base64.b64decode(data)
+            cols.append(np.frombuffer(data, dtype=_WIRE[code]).tolist())
         else:
             cols.append(list(col))
     out = []
@@ -307,6 +321,29 @@ class TickReport:
     gained: list[tuple[int, str]] = field(default_factory=list)  # (newborn id, new trait)
 
 
+def _is_sorted(ids: np.ndarray) -> bool:
+    return bool((ids[1:] >= ids[:-1]).all())
+
+
+def _group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``np.unique(ids, return_index, return_inverse, return_counts)``; without sorting when the
+    ids come ascending already (the trait host sends them so; anything else is sorted here)."""
+    if not _is_sorted(ids):
+        return np.unique(ids, return_index=True, return_inverse=True, return_counts=True)
+    new = np.concatenate(([True], ids[1:] != ids[:-1]))
+    first = np.flatnonzero(new)
+    counts = np.diff(np.append(first, len(ids)))
+    return ids[first], first, np.cumsum(new) - 1, counts
+
+
+def _last_of_each(ids: np.ndarray) -> np.ndarray:
+    """Indices of the last occurrence of each distinct id (ascending by id)."""
+    if _is_sorted(ids):
+        return np.flatnonzero(np.append(ids[1:] != ids[:-1], True))
+    _, first_in_reverse = np.unique(ids[::-1], return_index=True)
+    return len(ids) - 1 - first_in_reverse
+
+
 def _wrap_angle(a: float) -> float:
     """Wrap a finite angle into [-pi, pi]."""
     if -_PI <= a <= _PI:
@@ -353,7 +390,6 @@ class World:
         self._trait_deaths: dict[str, dict[str, int]] = {}  # deaths of carriers, by cause
         self._trait_gains: dict[str, int] = {}  # newborns that gained the trait
         self._set_bounds(params)
-        self._egrid = SpatialGrid(params.width, params.height, params.sense_radius)
         self._rgrid = SpatialGrid(params.width, params.height, params.sense_radius)
 
         rng = self._rng("init")
@@ -361,12 +397,73 @@ class World:
             self._spawn_fresh(rng)
         for _ in range(min(params.initial_resources, params.max_resources)):
             self._spawn_resource(rng)
-        self._egrid.rebuild(self.entities.values())
 
     def _set_bounds(self, params: WorldParams) -> None:
         # Positions satisfy 0 <= x < width: the largest allowed value is just below width.
         self._xmax = math.nextafter(float(params.width), 0.0)
         self._ymax = math.nextafter(float(params.height), 0.0)
+        # Every entity's / resource's position laid out by cell (engine/sensing.py), rebuilt
+        # when None: step() leaves the entities' when nobody was born or died; adding a
+        # resource or eating one drops the resources'.
+        self._grid = Grid.over(params.width, params.height, params.sense_radius)
+        # A finer grid for the short-range queries (collisions, eating): a 3x3 block of sense-radius
+        # cells holds ~10x more candidates than they need. At most ~250,000 cells.
+        near = max(params.collision_radius, params.eat_radius, params.sense_radius / 4.0,
+                   math.sqrt(params.width * params.height / 250_000.0))
+        self._near_grid = Grid.over(params.width, params.height, near)
+        # Half the sense radius: most entities find their nearest resource within one such cell.
+        self._half_grid = Grid.over(params.width, params.height, params.sense_radius / 2.0)
+        self._positions: Layout | None = None
+        self._resource_arrays: Layout | None = None
+        self._resource_near: Layout | None = None
+        self._resource_half: Layout | None = None
+        # (ids, x, y) of the resources (ids ascending), kept as they are eaten and added
+        self._resource_columns: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        # The numbers only the world changes (_WORLD_COLUMNS) of every entity, ids ascending, as
+        # step() left them; None when an entity was added from outside. Intents change speed,
+        # direction, rate and state: those are always read from the entities.
+        self._columns: dict[str, np.ndarray] | None = None
+
+    def _cached_columns(self, ids: np.ndarray) -> dict[str, np.ndarray] | None:
+        """:attr:`_columns` if they are those of exactly these entities (ids ascending)."""
+        cols = self._columns
+        if cols is None or not np.array_equal(cols["id"], ids):
+            return None
+        return cols
+
+    def _entity_layout(self) -> Layout:
+        if self._positions is None:
+            ents = self.entities
+            self._positions = Layout.of_items(self._grid, ents.values(), len(ents))
+        return self._positions
+
+    def _resource_layout(self) -> Layout:
+        if self._resource_arrays is None:
+            if self._resource_columns is None:
+                res = list(self.resources.values())
+                self._resource_columns = (np.fromiter(map(_ID, res), dtype=np.int64, count=len(res)),
+                                          np.fromiter(map(_X, res), dtype=np.float64, count=len(res)),
+                                          np.fromiter(map(_Y, res), dtype=np.float64, count=len(res)))
+            ids, x, y = self._resource_columns
+            self._resource_arrays = Layout(self._grid, x, y, ids)
+        return self._resource_arrays
+
+    def _resource_near_layout(self) -> Layout:
+        if self._resource_near is None:
+            lay = self._resource_layout()
+            self._resource_near = Layout(self._near_grid, lay.x, lay.y, lay.ids)
+        return self._resource_near
+
+    def _resource_half_layout(self) -> Layout:
+        if self._resource_half is None:
+            lay = self._resource_layout()
+            self._resource_half = Layout(self._half_grid, lay.x, lay.y, lay.ids)
+        return self._resource_half
+
+    def _resources_changed(self) -> None:
+        self._resource_arrays = None
+        self._resource_near = None
+        self._resource_half = None
 
     # -- randomness -------------------------------------------------------------------------
 
@@ -399,6 +496,8 @@ class World:
         gen = self._rng(f"dna:{eid}")
         e.dna = tuple(gen.random() for _ in range(DNA_GENES))
         self.entities[eid] = e
+        self._positions = None
+        self._columns = None
         return e
 
     def _spawn_resource(self, rng: random.Random) -> Resource:
@@ -438,7 +537,8 @@ class World:
         )
         self._next_entity_id += 1
         self.entities[eid] = e
-        self._egrid.insert(e)
+        self._positions = None
+        self._columns = None
         return e
 
     def add_resource(self, x: float, y: float, energy: float | None = None) -> Resource:
@@ -453,6 +553,9 @@ class World:
         )
         self.resources[rid] = r
         self._rgrid.insert(r)
+        self._resources_changed()
+        if self._resource_columns is not None:
+            self._resource_columns = tuple(np.append(col, v) for col, v in zip(self._resource_columns, (rid, r.x, r.y)))
         return r
 
     # -- traits -----------------------------------------------------------------------------
@@ -539,7 +642,11 @@ class World:
 
     def _sense(self, ents: list[Entity]) -> Sensed:
         """Neighbour counts and nearest resources of ``ents`` (engine/sensing.py)."""
-        return sense(ents, self._egrid, self._rgrid, self.params.sense_radius)
+        n = len(ents)
+        qx = np.fromiter(map(_X, ents), dtype=np.float64, count=n)
+        qy = np.fromiter(map(_Y, ents), dtype=np.float64, count=n)
+        return sense(qx, qy, self._entity_layout(), self._resource_layout(), self.params.sense_radius,
+                     near_resources=self._resource_half_layout())
 
     def _sensed_by_id(self, ents: list[Entity]) -> dict[int, tuple[int, list[float] | None]]:
         """(neighbour count, nearest resource as [dx, dy, distance] or None) for ``ents``, by id."""
@@ -580,7 +687,7 @@ class World:
             }
         return out
 
-    def trait_views(self, run: Sequence[str] | None = None) -> dict[str, Any]:
+    def trait_views(self, run: Sequence[str] | None = None, raw: bool = False) -> dict[str, Any]:
         """The carriers' views in the compact form of the trait host's ``views`` request.
 
         Each carrier appears once however many traits it carries, ids ascending, as one column
@@ -593,6 +700,9 @@ class World:
         the world-wide values are sent once in ``world``. ``run`` lists the traits to run
         (sorted; default: every carried trait); only entities carrying one of them are sent.
         The values are exactly those of :meth:`trait_batches`; :func:`decode_views` reads it.
+        ``raw``: the arrays as bytes rather than base64, and differing states as ``{"text": bytes}``
+        (joined by "\x1f") rather than a list (for ``TraitHostContainer.request``, which sends bytes
+        as the request's binary attachment).
         """
         entities = self.entities
         if run is None:
@@ -603,35 +713,50 @@ class World:
         else:
             run_names = sorted(set(run))
         wanted = frozenset(run_names)
-        set_index: dict[tuple[str, ...], int] = {}
-        runs: dict[tuple[str, ...], bool] = {}  # carried tuple -> carries a trait to run
-        carriers = []
-        for eid in sorted(entities):
-            e = entities[eid]
-            t = e.traits
-            if not t:
-                continue
-            go = runs.get(t)
-            if go is None:
-                go = runs[t] = not wanted.isdisjoint(t)
-            if go:
-                if t not in set_index:
-                    set_index[t] = len(set_index)
-                carriers.append(e)
-        sensed = self._sense(carriers)
+        everybody = list(map(entities.__getitem__, sorted(entities)))
+        carried = list(map(_TRAITS, everybody))
+        # the distinct carried tuples that hold a trait to run, in order of first appearance
+        set_index = {t: 0 for t in dict.fromkeys(carried) if t and not wanted.isdisjoint(t)}
+        for i, t in enumerate(set_index):
+            set_index[t] = i
+        if len(set_index) == len(set(carried)):  # everybody carries a trait to run
+            carriers = everybody
+        else:
+            carriers = [e for e, t in zip(everybody, carried) if t in set_index]
+            carried = list(map(_TRAITS, carriers))
         n = len(carriers)
-        columns: dict[str, Any] = {
-            name: _pack_array(np.fromiter(map(attrgetter(name), carriers), dtype=dtype, count=n))
-            for name, dtype in _VIEW_ATTR_COLUMNS
-        }
+        values: dict[str, np.ndarray] = {}
+        cols = self._columns
+        if cols is not None and n:
+            everyone = n == len(entities)
+            ids = np.array(sorted(entities) if everyone else [e.id for e in carriers], dtype=np.int64)
+            cached = self._cached_columns(ids) if everyone else None
+            if cached is not None:
+                values = dict(cached)
+            elif len(cols["id"]) == len(entities):
+                at = np.searchsorted(cols["id"], ids).clip(0, len(cols["id"]) - 1)
+                if np.array_equal(cols["id"][at], ids):
+                    values = {name: col[at] for name, col in cols.items()}
+        for name, dtype in _VIEW_ATTR_COLUMNS:
+            if name not in values:
+                values[name] = np.fromiter(map(attrgetter(name), carriers), dtype=dtype, count=n)
+        # every entity a carrier: the layout's points are the queries (entities are kept in id order)
+        sensed = sense(values["x"], values["y"], self._entity_layout(), self._resource_layout(),
+                       self.params.sense_radius, everyone=n == len(entities),
+                       near_resources=self._resource_half_layout())
+        columns: dict[str, Any] = {name: _pack_array(values[name], raw) for name, _ in _VIEW_ATTR_COLUMNS}
         states = list(map(_STATE, carriers))
-        columns["state"] = {"same": states[0]} if n and states.count(states[0]) == n else states
-        columns["traits"] = _pack_array(np.fromiter(map(set_index.__getitem__, map(_TRAITS, carriers)),
-                                                    dtype=np.int64, count=n))
-        columns["neighbors"] = _pack_array(sensed.neighbors)
-        columns["nearest_dx"] = _pack_array(sensed.dx)
-        columns["nearest_dy"] = _pack_array(sensed.dy)
-        columns["nearest_dist"] = _pack_array(sensed.dist)
+        if n and states.count(states[0]) == n:
+            columns["state"] = {"same": states[0]}
+        elif raw:  # states are printable: the unit separator cannot occur in one
+            columns["state"] = {"text": "\x1f".join(states).encode("utf-8")}
+        else:
+            columns["state"] = states
+        columns["traits"] = _pack_array(np.fromiter(map(set_index.__getitem__, carried), dtype=np.int64, count=n), raw)
+        columns["neighbors"] = _pack_array(sensed.neighbors, raw)
+        columns["nearest_dx"] = _pack_array(sensed.dx, raw)
+        columns["nearest_dy"] = _pack_array(sensed.dy, raw)
+        columns["nearest_dist"] = _pack_array(sensed.dist, raw)
         p = self.params
         return {
             "fields": list(VIEW_FIELDS),
@@ -691,7 +816,7 @@ class World:
                 out[k] = v
         return out
 
-    def _intents_by_entity(self, intents: Any, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int]]:
+    def _intents_by_entity(self, intents: Any, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int], Any]:
         """Check every entity's intents (ids ascending) and apply its ``set`` intents; return
         each entity's last move intent ``(towards, a, b)`` and the ids that asked to eat.
 
@@ -710,10 +835,13 @@ class World:
                 moves[eid] = move
             if eat:
                 eats.add(eid)
-        return moves, eats
+        return moves, eats, None
 
-    def _apply_columns(self, ic: IntentColumns, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int]]:
-        """:meth:`_intents_by_entity` of columnar intents, with the same result and rejections.
+    def _apply_columns(self, ic: IntentColumns, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int], Any]:
+        """:meth:`_intents_by_entity` of columnar intents, with the same result and rejections;
+        the bulk's move intents come as columns, ``bulk["moves"] = (ids, towards, a, b)`` (each
+        entity's last move, ids unique), besides the dict of the entities checked one by one, and
+        its direction sets as ``bulk["direction"] = (ids, values)`` (not yet applied).
 
         The intents every check would pass unchanged (a finite float for a number or a move, a
         valid string for ``state``, ``eat``) of entities that sent nothing else are applied in
@@ -723,11 +851,11 @@ class World:
         eats: set[int] = set()
         ids = ic.entity
         if not len(ids):
-            return moves, eats
+            return moves, eats, None
         entities = self.entities
         kind = ic.kind
         names = ic.names
-        uniq, first, inverse, counts = np.unique(ids, return_index=True, return_inverse=True, return_counts=True)
+        uniq, first, inverse, counts = _group(ids)
         uniq_ids = uniq.tolist()
         alive = np.fromiter(map(entities.__contains__, uniq_ids), dtype=bool, count=len(uniq_ids))
         if not alive.all():  # as _collect_intents: in the order the ids first appear
@@ -763,13 +891,17 @@ class World:
         odd_entity |= counts > self.params.max_intents_per_entity
         plain = (alive & ~odd_entity)[inverse]
         # sets: per attribute, in intent order (the last one wins)
+        bulk: dict[str, tuple] = {}
         for name in sorted({names[j] for j in np.unique(ic.attr[plain & is_set]).tolist()} & _NUMBERS.keys()):
             sel = plain & is_set & np.isin(ic.attr, [j for j, nm in enumerate(names) if nm == name])
             values = ic.a[sel]
-            if name == "direction":
+            if name == "direction":  # step() takes these as a column (every direction is stored back)
                 vals = values.tolist()
                 for j in np.flatnonzero((values < -_PI) | (values > _PI)).tolist():
                     vals[j] = _wrap_angle(vals[j])
+                keep = _last_of_each(ids[sel])
+                bulk["direction"] = (ids[sel][keep], np.array(vals)[keep])
+                continue
             else:
                 lo, hi = _NUMBERS[name]
                 vals = np.where(values < lo, lo, np.where(values > hi, hi, values)).tolist()
@@ -777,9 +909,10 @@ class World:
         for i in sorted(state_sets):
             if plain[i]:
                 entities[int(ids[i])].state = ic.over_a[i]
-        sel = plain & is_move
-        moves.update(zip(ids[sel].tolist(), zip((kind[sel] == KIND_TOWARDS).tolist(), ic.a[sel].tolist(),
-                                                ic.b[sel].tolist())))
+        sel = np.flatnonzero(plain & is_move)
+        if len(sel):
+            sel = sel[_last_of_each(ids[sel])]  # an entity's last move wins
+            bulk["moves"] = (ids[sel], kind[sel] == KIND_TOWARDS, ic.a[sel], ic.b[sel])
         eats.update(ids[plain & (kind == KIND_EAT)].tolist())
         odd_alive = np.flatnonzero(alive & odd_entity)
         if len(odd_alive):
@@ -792,7 +925,7 @@ class World:
                     moves[eid] = move
                 if eat:
                     eats.add(eid)
-        return moves, eats
+        return moves, eats, bulk
 
     def _apply_intents(self, e: Entity, lst: Any, rejected: list[tuple[int, str]]) -> tuple[Any, bool]:
         """Apply ``set`` intents to ``e``; return (last move intent or None, eat requested)."""
@@ -869,184 +1002,124 @@ class World:
     # -- the tick ---------------------------------------------------------------------------
 
     def step(self, intents: Mapping[int, Sequence[Sequence[Any]]] | None = None) -> TickReport:
-        """Advance one tick, applying (checked) intents. Never raises on bad intents."""
+        """Advance one tick, applying (checked) intents. Never raises on bad intents.
+
+        Movement, eating, metabolism, aging and collisions run over numpy columns of every
+        entity (ids ascending) with the float operations of the per-entity rules, in the same
+        order, and ``math``'s cos/sin/hypot/atan2 applied element by element (numpy's own may
+        differ in the last bit from one CPU to another); so the result does not depend on
+        vectorising. Only eaters that find a resource, births and deaths go entity by entity."""
         p = self.params
         tick = self.tick
         rng = self._rng(tick)
         rnd = rng.random
         report = TickReport(tick=tick)
         rejected = report.rejected_intents
-        moves, eats = self._intents_by_entity(intents, rejected)
-        get_move = moves.get
+        moves, eats, bulk = self._intents_by_entity(intents, rejected)
+        bulk_moves = bulk.get("moves") if bulk else None
 
         entities = self.entities
         order = [entities[eid] for eid in sorted(entities)]
-
+        n = len(order)
         width_max = self._xmax
         height_max = self._ymax
-        turn = p.wander_turn
-        base_met = p.base_metabolism
-        move_cost = p.move_cost
-        hunger = p.hunger_fraction
-        eat_r = p.eat_radius
-        eat_r2 = eat_r * eat_r
-        rgrid = self._rgrid
-        rcells = rgrid.cells
+
+        def column(name: str, dtype: Any = np.float64) -> np.ndarray:
+            return np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n)
+
+        ids = np.array(sorted(entities), dtype=np.int64)
+        cols = self._cached_columns(ids)
+        if cols is None:
+            cols = {name: column(name, dtype) for name, dtype in _WORLD_COLUMNS}
+        x = cols["x"]
+        y = cols["y"]
+        direction = column("direction")
+        if bulk and "direction" in bulk:
+            set_ids, values = bulk["direction"]
+            direction[np.searchsorted(ids, set_ids)] = values
+        rate = column("energy_consumption_rate")
+        energy = cols["energy"].copy()
+        max_energy = cols["max_energy"]
+        # (1) intents were applied above; (2) movement.
+        cap = np.where(rate < 1.0, MAX_SPEED * rate, MAX_SPEED)
+        speed = column("speed")
+        sp = np.where(speed > cap, cap, speed)
+        nx = x.copy()
+        ny = y.copy()
+        moving = np.zeros(n, dtype=bool)
+        if moves or bulk_moves is not None:
+            towards = np.zeros(n, dtype=bool)
+            a = np.zeros(n)
+            b = np.zeros(n)
+            if bulk_moves is not None:  # ids unique, none of them in ``moves``
+                at = np.searchsorted(ids, bulk_moves[0])
+                moving[at] = True
+                towards[at], a[at], b[at] = bulk_moves[1:]
+            if moves:
+                at = np.searchsorted(ids, np.fromiter(moves, dtype=np.int64, count=len(moves)))
+                moving[at] = True
+                vals = list(moves.values())
+                towards[at] = [m[0] for m in vals]
+                a[at] = [m[1] for m in vals]
+                b[at] = [m[2] for m in vals]
+            self._move_by_intent(np.flatnonzero(moving), towards, a, b, x, y, sp, nx, ny, direction)
+        wander = np.flatnonzero(~moving)
+        if len(wander):
+            # Instinct: wander with a small random turn (one draw per wanderer, ids ascending),
+            # bouncing off the walls.
+            draws = np.array([rnd() for _ in range(len(wander))])
+            d = direction[wander] + (draws * 2.0 - 1.0) * p.wander_turn
+            d = np.where(d > _PI, d - _TWO_PI, np.where(d < -_PI, d + _TWO_PI, d))
+            dl = d.tolist()
+            wx = x[wander] + np.array(list(map(math.cos, dl))) * sp[wander]
+            wy = y[wander] + np.array(list(map(math.sin, dl))) * sp[wander]
+            out_x = (wx < 0.0) | (wx > width_max)
+            if out_x.any():
+                wx = np.where(out_x, np.where(wx < 0.0, 0.0, width_max), wx)
+                bounced = _PI - d
+                d = np.where(out_x, np.where(bounced > _PI, bounced - _TWO_PI, bounced), d)
+            out_y = (wy < 0.0) | (wy > height_max)
+            if out_y.any():
+                wy = np.where(out_y, np.where(wy < 0.0, 0.0, height_max), wy)
+                d = np.where(out_y, -d, d)
+            nx[wander] = wx
+            ny[wander] = wy
+            direction[wander] = d
+        moved = np.array(list(map(math.hypot, (nx - x).tolist(), (ny - y).tolist())))
+
+        # (3) eating: the nearest resource within eat_radius (ties by lower id), eaters by
+        # ascending id, each taking what is left; (4) metabolism.
         resources = self.resources
-        egrid = self._egrid
-        egrid.clear()
-        cells = egrid.cells
-        inv = egrid.inv
-        cols = egrid.cols
-        rows = egrid.rows
-        cos = math.cos
-        sin = math.sin
-        hypot = math.hypot
-
-        # (1) intents, (2) movement, (3) eating, (4) metabolism, (6) aging — per entity.
-        for e in order:
-            move = get_move(e.id) if moves else None
-            eat = e.id in eats if eats else False
-
-            x = e.x
-            y = e.y
-            rate = e.energy_consumption_rate
-            cap = MAX_SPEED * rate if rate < 1.0 else MAX_SPEED
-            sp = e.speed
-            if sp > cap:
-                sp = cap
-            if move is None:
-                # Instinct: wander with a small random turn, bouncing off the walls.
-                d = e.direction + (rnd() * 2.0 - 1.0) * turn
-                if d > _PI:
-                    d -= _TWO_PI
-                elif d < -_PI:
-                    d += _TWO_PI
-                nx = x + cos(d) * sp
-                ny = y + sin(d) * sp
-                if nx < 0.0 or nx > width_max:
-                    nx = 0.0 if nx < 0.0 else width_max
-                    d = _PI - d
-                    if d > _PI:
-                        d -= _TWO_PI
-                if ny < 0.0 or ny > height_max:
-                    ny = 0.0 if ny < 0.0 else height_max
-                    d = -d
-                e.direction = d
-            else:
-                towards, a, b = move
-                if towards:
-                    dx = a - x
-                    dy = b - y
-                else:
-                    dx = a
-                    dy = b
-                m = abs(dx)
-                if abs(dy) > m:
-                    m = abs(dy)
-                nx = x
-                ny = y
-                if m > 0.0:
-                    ux = dx / m
-                    uy = dy / m
-                    h = hypot(ux, uy)
-                    dist = sp
-                    if towards:
-                        full = m * h
-                        if full < dist:
-                            dist = full
-                    if dist > 0.0:
-                        nx = x + ux / h * dist
-                        ny = y + uy / h * dist
-                        if nx < 0.0:
-                            nx = 0.0
-                        elif nx > width_max:
-                            nx = width_max
-                        if ny < 0.0:
-                            ny = 0.0
-                        elif ny > height_max:
-                            ny = height_max
-                    e.direction = math.atan2(uy, ux)
-            moved = hypot(nx - x, ny - y)
-            e.x = nx
-            e.y = ny
-
-            cx = int(nx * inv)
-            cy = int(ny * inv)
-            if cx >= cols:
-                cx = cols - 1
-            if cy >= rows:
-                cy = rows - 1
-            k = cy * cols + cx
-            bucket = cells.get(k)
-            if bucket is None:
-                cells[k] = [e]
-            else:
-                bucket.append(e)
-
-            energy = e.energy
-            if resources and (eat or energy < hunger * e.max_energy):
-                # Nearest resource within eat_radius, ties by lower id.
-                cx0 = int((nx - eat_r) * inv)
-                cy0 = int((ny - eat_r) * inv)
-                if (
-                    cx0 == int((nx + eat_r) * inv) and cy0 == int((ny + eat_r) * inv)
-                    and cx0 < cols and cy0 < rows
-                ):
-                    res = None
-                    best = eat_r2
-                    for r in rcells.get(cy0 * cols + cx0, ()):
-                        dx = r.x - nx
-                        dy = r.y - ny
-                        d2 = dx * dx + dy * dy
-                        if d2 < best or (d2 == best and (res is None or r.id < res.id)):
-                            best = d2
-                            res = r
-                else:
-                    near = rgrid.nearest(nx, ny, eat_r)
-                    res = None if near is None else near[0]
-                if res is not None:
-                    energy += res.energy
-                    if energy > e.max_energy:
-                        energy = e.max_energy
-                    rgrid.remove(res)
-                    del resources[res.id]
-            e.energy = energy - base_met * rate - move_cost * moved
-            e.age += 1
+        if resources:
+            eater = energy < p.hunger_fraction * max_energy
+            if eats:
+                eater[np.searchsorted(ids, np.fromiter(eats, dtype=np.int64, count=len(eats)))] = True
+            self._eat(np.flatnonzero(eater), nx, ny, energy, max_energy)
+        energy = energy - p.base_metabolism * rate - p.move_cost * moved
+        # (6) aging
+        age = cols["age"] + 1
 
         # (5) collisions: every pair closer than collision_radius, each pair once.
         pre_collision: dict[int, float] = {}
         cr = p.collision_radius
         dmg = p.collision_damage
-        if cr > 0.0 and dmg > 0.0 and len(order) > 1:
-            cr2 = cr * cr
-            candidates = egrid.candidates
-            for e in order:
-                eid = e.id
-                x = e.x
-                y = e.y
-                cx0 = int((x - cr) * inv)
-                cy0 = int((y - cr) * inv)
-                if (
-                    cx0 == int((x + cr) * inv) and cy0 == int((y + cr) * inv)
-                    and cx0 < cols and cy0 < rows
-                ):
-                    near_ents = cells[cy0 * cols + cx0]  # holds e itself
-                else:
-                    near_ents = candidates(x, y, cr)
-                for o in near_ents:
-                    if o.id <= eid:
-                        continue
-                    dx = o.x - x
-                    dy = o.y - y
-                    if dx * dx + dy * dy < cr2:
-                        if eid not in pre_collision:
-                            pre_collision[eid] = e.energy
-                        if o.id not in pre_collision:
-                            pre_collision[o.id] = o.energy
-                        e.energy -= dmg
-                        o.energy -= dmg
-                        self._collisions += 1
+        if cr > 0.0 and dmg > 0.0 and n > 1:
+            lo, hi = close_pairs(Layout(self._near_grid, nx, ny, ids), cr)
+            if len(lo):
+                hits = np.bincount(np.concatenate([lo, hi]), minlength=n)
+                hit = np.flatnonzero(hits)
+                pre_collision = dict(zip(ids[hit].tolist(), energy[hit].tolist()))
+                for k in range(int(hits.max())):  # one subtraction per pair, as pair by pair
+                    energy = np.where(hits > k, energy - dmg, energy)
+                self._collisions += len(lo)
+
+        for e, ex, ey, ed, en, ag in zip(order, nx.tolist(), ny.tolist(), direction.tolist(), energy.tolist(),
+                                         age.tolist()):
+            e.x = ex
+            e.y = ey
+            e.direction = ed
+            e.energy = en
+            e.age = ag
 
         # (7) births and (8) deaths. Dying entities never reproduce; newborns are not in
         # ``order``, so they neither die nor reproduce in the tick they are born.
@@ -1055,20 +1128,28 @@ class World:
         cost = p.reproduction_cost
         child_energy = cost * p.birth_energy_fraction
         offset = 2.0 * cr + 1.0
-        room = p.max_population - len(order)
+        room = p.max_population - n
+        max_age = cols["max_age"]
+        notable = (energy <= 0.0) | (age >= max_age) | ((energy >= threshold) & (age >= maturity))
         dead: list[tuple[Entity, str]] = []
-        for e in order:
+        dead_at: list[int] = []
+        parents: list[int] = []
+        for i in np.flatnonzero(notable).tolist():
+            e = order[i]
             if e.energy <= 0.0:
+                dead_at.append(i)
                 pre = pre_collision.get(e.id)
                 dead.append((e, "collision" if pre is not None and pre > 0.0 else "starvation"))
             elif e.age >= e.max_age:
+                dead_at.append(i)
                 dead.append((e, "age"))
             elif e.energy >= threshold and e.age >= maturity and room > 0:
                 room -= 1
                 e.energy -= cost
+                parents.append(i)
                 angle = rnd() * _TWO_PI - _PI
-                bx = e.x + cos(angle) * offset
-                by = e.y + sin(angle) * offset
+                bx = e.x + math.cos(angle) * offset
+                by = e.y + math.sin(angle) * offset
                 cid = self._next_entity_id
                 self._next_entity_id += 1
                 child = Entity(
@@ -1095,7 +1176,6 @@ class World:
                         tb[name] = tb.get(name, 0) + 1
                 self._give_new_trait(child, gen, report)
                 entities[cid] = child
-                egrid.insert(child)
                 report.births.append(cid)
         self._births += len(report.births)
 
@@ -1104,7 +1184,6 @@ class World:
         trait_deaths = self._trait_deaths
         for e, cause in dead:
             del entities[e.id]
-            egrid.remove(e)
             deaths.append((e.id, cause))
             counts[cause] += 1
             for name in e.traits:
@@ -1117,9 +1196,21 @@ class World:
         while len(entities) < p.min_population:
             fresh = self._spawn_fresh(rng)
             self._give_new_trait(fresh, self._rng(f"trait:{fresh.id}"), report)
-            egrid.insert(fresh)
             report.respawned.append(fresh.id)
         self._respawns += len(report.respawned)
+        if parents:
+            energy[parents] = [order[i].energy for i in parents]
+        after = {"id": ids, "x": nx, "y": ny, "energy": energy, "max_energy": max_energy, "age": age,
+                 "max_age": max_age, "generation": cols["generation"]}
+        if dead_at or report.births or report.respawned:
+            keep = np.ones(n, dtype=bool)
+            keep[dead_at] = False
+            new = [entities[i] for i in report.births + report.respawned]
+            after = {name: np.concatenate([after[name][keep],
+                                           np.fromiter(map(attrgetter(name), new), dtype=dtype, count=len(new))])
+                     for name, dtype in _WORLD_COLUMNS}
+        self._columns = after
+        self._positions = Layout(self._grid, after["x"], after["y"], after["id"])
 
         # (9) resource respawn.
         if len(resources) < p.max_resources and rnd() < p.resource_spawn_chance:
@@ -1133,6 +1224,74 @@ class World:
         # (10)
         self.tick = tick + 1
         return report
+
+    def _move_by_intent(self, idx: np.ndarray, towards: np.ndarray, a: np.ndarray, b: np.ndarray, x: np.ndarray,
+                        y: np.ndarray, sp: np.ndarray, nx: np.ndarray, ny: np.ndarray, direction: np.ndarray) -> None:
+        """Movement of the entities at ``idx`` by their move intent: along (a, b), or towards
+        the point (a, b) without overshooting, at most ``sp``; clamped into the world."""
+        tw = towards[idx]
+        px = x[idx]
+        py = y[idx]
+        dx = np.where(tw, a[idx] - px, a[idx])
+        dy = np.where(tw, b[idx] - py, b[idx])
+        ax = np.abs(dx)
+        ay = np.abs(dy)
+        m = np.where(ay > ax, ay, ax)
+        go = m > 0.0  # a zero vector: the entity stays and keeps its direction
+        idx, tw, px, py, dx, dy, m = idx[go], tw[go], px[go], py[go], dx[go], dy[go], m[go]
+        ux = dx / m
+        uy = dy / m
+        uxl = ux.tolist()
+        uyl = uy.tolist()
+        h = np.array(list(map(math.hypot, uxl, uyl)))
+        dist = sp[idx]
+        full = m * h
+        dist = np.where(tw & (full < dist), full, dist)
+        step = dist > 0.0
+        mx = np.where(step, px + ux / h * dist, px)
+        my = np.where(step, py + uy / h * dist, py)
+        mx = np.where(mx < 0.0, 0.0, np.where(mx > self._xmax, self._xmax, mx))
+        my = np.where(my < 0.0, 0.0, np.where(my > self._ymax, self._ymax, my))
+        nx[idx] = np.where(step, mx, px)
+        ny[idx] = np.where(step, my, py)
+        direction[idx] = list(map(math.atan2, uyl, uxl))
+
+    def _eat(self, eaters: np.ndarray, nx: np.ndarray, ny: np.ndarray, energy: np.ndarray,
+             max_energy: np.ndarray) -> None:
+        """Eaters (indices, ids ascending) at (nx, ny) take the nearest resource within
+        eat_radius that is still there; ``energy`` gains it, up to ``max_energy``."""
+        if not len(eaters):
+            return
+        resources = self.resources
+        lay = self._resource_near_layout()
+        eat_r = self.params.eat_radius
+        found, _, _ = nearest(nx[eaters], ny[eaters], lay, eat_r)
+        hit = found >= 0
+        if not hit.any():
+            return
+        rgrid = self._rgrid
+        rids = found[hit].tolist()
+        eaten: list[int] = []
+        for i, rid in zip(eaters[hit].tolist(), rids):
+            res = resources.get(rid)
+            if res is None:  # an eater with a lower id took it: the nearest of what is left
+                if not resources:
+                    break
+                near = rgrid.nearest(float(nx[i]), float(ny[i]), eat_r)
+                if near is None:
+                    continue
+                res = near[0]
+            gained = energy[i] + res.energy
+            energy[i] = max_energy[i] if gained > max_energy[i] else gained
+            rgrid.remove(res)
+            del resources[res.id]
+            eaten.append(res.id)
+        self._resources_changed()
+        if self._resource_columns is not None and eaten:
+            ids = self._resource_columns[0]
+            keep = np.ones(len(ids), dtype=bool)
+            keep[np.searchsorted(ids, eaten)] = False
+            self._resource_columns = tuple(col[keep] for col in self._resource_columns)
 
     # -- inspection -------------------------------------------------------------------------
 
@@ -1291,12 +1450,10 @@ class World:
             )
             w.entities[e.id] = e
         w.resources = {}
-        w._egrid = SpatialGrid(params.width, params.height, params.sense_radius)
         w._rgrid = SpatialGrid(params.width, params.height, params.sense_radius)
         for d in sorted(snap["resources"], key=lambda d: d["id"]):
             r = Resource(id=int(d["id"]), x=float(d["x"]), y=float(d["y"]), energy=float(d["energy"]))
             w.resources[r.id] = r
             w._rgrid.insert(r)
-        w._egrid.rebuild(w.entities.values())
         return w
 

@@ -235,6 +235,12 @@ class Settings(BaseSettings):
     # worker process itself.
     gatekeeper_processes: int = Field(default=2, ge=0, le=64)
 
+    # Engine speed (bench/engine.py): the live trait host answers over a Unix socket in a private
+    # directory bind-mounted read-only into its container, instead of docker attach (dockerd copies
+    # every byte twice: ~1 MB per tick at 5,000 entities). Needs root (to hand the directory to
+    # the sandbox uid); otherwise, or when false, docker attach is used.
+    engine_trait_host_socket: bool = True
+
     def gepa_task_queue(self) -> str:
         return self.task_queue + self.gepa_task_queue_suffix
 

@@ -4,19 +4,33 @@ Every container runs with the isolation flags of DESIGN.md (no network, read-onl
 tmpfs, non-root, no capabilities, no-new-privileges, memory/pids/cpu limits) and is killed when
 a request misses its wall-clock deadline. Containers carry labels so a crashed worker's leftovers
 can be found and removed.
+
+The channel is the container's stdin/stdout through ``docker attach`` (dockerd copies every byte
+twice and frames stdout), or, with ``private_socket`` (the live engine's host, which exchanges
+about a megabyte per tick at 5,000 entities), a Unix socket: the engine listens on
+``host.sock`` in a fresh directory of its own (mode 0700, owned by the sandbox uid, removed with
+the container) that is bind-mounted **read-only** at /run/genesis, the container's only mount;
+the host connects to it and speaks the same JSON lines. Only a process of the sandbox uid may
+connect (checked with SO_PEERCRED), and the host can write nothing into the directory.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import secrets
+import shutil
 import socket
+import struct
+import tempfile
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import docker
 from docker.errors import APIError, NotFound
+from docker.types import Mount
 from docker.utils.socket import STDERR, STDOUT, next_frame_header, read_exactly
 
 from genesis import entity_api, rules
@@ -25,7 +39,16 @@ from sandbox import image as trait_image
 
 LABEL_ROLE = "genesis.role"
 LABEL_OWNER = "genesis.owner"
+LABEL_SOCKET_DIR = "genesis.socket_dir"  # the private socket directory to remove with the container
 ROLE_TRAIT_HOST = "trait-host"
+SOCKET_DIR_IN_CONTAINER = "/run/genesis"
+SOCKET_NAME = "host.sock"
+SOCKET_DIR_PREFIX = "genesis-host-"
+SOCKET_ENV = "GENESIS_HOST_SOCKET"  # tells sandbox/trait_host.py to connect there
+SOCKET_BUFFER = 4 * 2**20
+MAX_ATTACHMENT = 64 * 2**20  # a reply's binary part; far above what 100,000 intents need
+
+log = logging.getLogger("genesis.sandbox.container")
 
 
 class HostDeadlineExceeded(Exception):
@@ -84,16 +107,56 @@ class TraitHostContainer:
     """One trait-host process in one container, answering requests in order."""
 
     def __init__(self, client: docker.DockerClient, image: str, limits: IsolationLimits, owner: str,
-                 runtime: "trait_image.Runtime | None" = None):
-        """``image`` must hold ``runtime`` (default: the sandbox test's runtime)."""
+                 runtime: "trait_image.Runtime | None" = None, *, private_socket: bool = False):
+        """``image`` must hold ``runtime`` (default: the sandbox test's runtime). ``private_socket``:
+        talk over a Unix socket in a private directory instead of docker attach (falls back to
+        attach, with a warning, when this process may not chown the directory)."""
         runtime = runtime or trait_image.sandbox_runtime()
         self._client = client
-        self._container = client.containers.create(
+        self._pending = b""
+        self.stderr = b""
+        self._listener: socket.socket | None = None
+        self._socket_dir: str | None = None
+        environment = limits.environment(runtime)
+        labels = {LABEL_ROLE: ROLE_TRAIT_HOST, LABEL_OWNER: owner}
+        mounts = []
+        if private_socket:
+            try:
+                self._socket_dir, self._listener = _listen_privately()
+            except PermissionError as exc:  # not root: cannot hand the directory to the sandbox uid
+                log.warning("no private socket for the trait host (%s); using docker attach", exc)
+            else:
+                mounts.append(Mount(target=SOCKET_DIR_IN_CONTAINER, source=self._socket_dir, type="bind",
+                                    read_only=True))
+                environment[SOCKET_ENV] = f"{SOCKET_DIR_IN_CONTAINER}/{SOCKET_NAME}"
+                labels[LABEL_SOCKET_DIR] = self._socket_dir
+        self.framed = self._listener is None  # docker attach: stdout/stderr frames
+        try:
+            self._container = self._create(client, image, runtime, limits, owner, environment, labels, mounts)
+        except BaseException:
+            self._remove_socket_dir()
+            raise
+        self._sock: socket.socket | None = None
+        if self.framed:
+            self._socket_io = self._container.attach_socket(
+                params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
+            )
+            self._sock = self._socket_io._sock
+        try:
+            self._container.start()
+        except BaseException:
+            self.close()
+            raise
+
+    @staticmethod
+    def _create(client: docker.DockerClient, image: str, runtime: "trait_image.Runtime", limits: IsolationLimits,
+                owner: str, environment: dict[str, str], labels: dict[str, str], mounts: list[Mount]) -> Any:
+        return client.containers.create(
             image,
             name=container_name(owner),
             command=runtime.command,
-            stdin_open=True,  # (docker-py also sets StdinOnce: when our attach closes, the host gets
-            tty=False,  # EOF on stdin and exits)
+            stdin_open=not mounts,  # (docker-py also sets StdinOnce: when our attach closes, the
+            tty=False,  # host gets EOF on stdin and exits; on the socket, at its EOF)
             network_mode="none",
             read_only=True,
             tmpfs={"/tmp": f"rw,noexec,nosuid,size={limits.tmpfs_size}"},
@@ -104,16 +167,10 @@ class TraitHostContainer:
             memswap_limit=limits.memory,
             pids_limit=limits.pids_limit,
             nano_cpus=int(limits.cpus * 1e9),
-            labels={LABEL_ROLE: ROLE_TRAIT_HOST, LABEL_OWNER: owner},
-            environment=limits.environment(runtime),
+            labels=labels,
+            environment=environment,
+            mounts=mounts,
         )
-        self._socket_io = self._container.attach_socket(
-            params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-        )
-        self._sock: socket.socket = self._socket_io._sock
-        self._container.start()
-        self._pending = b""
-        self.stderr = b""
 
     @property
     def id(self) -> str:
@@ -130,36 +187,91 @@ class TraitHostContainer:
         self._container.rename(container_name(owner))
 
     def request(self, message: dict[str, Any], deadline_s: float) -> dict[str, Any]:
-        """Send one request and wait for its reply line, killing the container past the deadline."""
+        """Send one request and wait for its reply, killing the container past the deadline.
+
+        Bytes values in the request travel as its attachment (see :func:`encode_message`); a
+        reply with an attachment has its bytes under ``"attachment"``."""
+        deadline = time.monotonic() + deadline_s
         try:
-            self._sock.settimeout(deadline_s)
-            self._sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
-            return json.loads(self._read_line(time.monotonic() + deadline_s))
+            sock = self._sock if self._sock is not None else self._accept(deadline)
+            sock.settimeout(deadline_s)
+            sock.sendall(encode_message(message))
+            reply = json.loads(self._read_line(deadline))
+            if isinstance(reply, dict) and "attachment" in reply:
+                size = reply["attachment"]
+                if type(size) is not int or not 0 <= size <= MAX_ATTACHMENT:
+                    raise HostCrashed(f"trait host announced an attachment of {size!r} bytes")
+                reply["attachment"] = self._read_exactly(size, deadline)
+            return reply
         except (socket.timeout, TimeoutError) as exc:
             self.kill()
             raise HostDeadlineExceeded(f"trait host gave no answer within {deadline_s:.2f}s") from exc
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
             raise HostCrashed(f"trait host connection broke: {exc}; stderr: {self.stderr_tail()}") from exc
 
+    def _accept(self, deadline: float) -> socket.socket:
+        """The host's connection to our private socket (made once, right after it starts)."""
+        assert self._listener is not None
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise socket.timeout()
+            self._listener.settimeout(remaining)
+            conn, _ = self._listener.accept()
+            _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+            if uid == trait_image.SANDBOX_UID:
+                break
+            conn.close()  # not the sandbox: never a peer
+        self._listener.close()
+        self._listener = None
+        _widen_buffers(conn)
+        self._sock = conn
+        return conn
+
     def _read_line(self, deadline: float) -> bytes:
-        while b"\n" not in self._pending:
+        buf = bytearray(self._pending)
+        searched = 0
+        while (end := buf.find(b"\n", searched)) < 0:
+            searched = len(buf)
+            buf += self._read_chunk(deadline)
+        self._pending = bytes(buf[end + 1:])
+        return bytes(buf[:end])
+
+    def _read_exactly(self, size: int, deadline: float) -> bytes:
+        buf = bytearray(self._pending)
+        while len(buf) < size:
+            buf += self._read_chunk(deadline)
+        self._pending = bytes(buf[size:])
+        return bytes(buf[:size])
+
+    def _read_chunk(self, deadline: float) -> bytes:
+        """The next bytes of the host's output (docker attach: its next stdout frame)."""
+        assert self._sock is not None
+        while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise socket.timeout()
             self._sock.settimeout(remaining)
-            header = next_frame_header(self._sock)
-            stream, size = header
+            if not self.framed:
+                chunk = self._sock.recv(1 << 20)
+                if not chunk:
+                    raise HostCrashed(f"trait host exited; stderr: {self.stderr_tail()}")
+                return chunk
+            stream, size = next_frame_header(self._sock)
             if size < 0:
                 raise HostCrashed(f"trait host exited; stderr: {self.stderr_tail()}")
             payload = read_exactly(self._sock, size)
             if stream == STDOUT:
-                self._pending += payload
-            elif stream == STDERR:
+                return payload
+            if stream == STDERR:
                 self.stderr = (self.stderr + payload)[-8192:]
-        line, _, self._pending = self._pending.partition(b"\n")
-        return line
 
     def stderr_tail(self) -> str:
+        if not self.framed:  # stderr is not on our channel: ask Docker (only after a failure)
+            try:
+                self.stderr = self._container.logs(stdout=False, stderr=True, tail=50)[-8192:]
+            except (APIError, NotFound):
+                pass
         return self.stderr.decode(errors="replace")[-500:] or "(empty)"
 
     def kill(self) -> None:
@@ -170,16 +282,24 @@ class TraitHostContainer:
 
     def disconnect(self) -> None:
         """Close our end: the host sees EOF and exits. The container remains until removed."""
-        try:
-            self._sock.close()
-        except OSError:
-            pass
+        for sock in (self._sock, self._listener):
+            try:
+                if sock is not None:
+                    sock.close()
+            except OSError:
+                pass
 
     def remove(self) -> None:
         try:
             self._container.remove(force=True)
         except (APIError, NotFound):
             pass
+        self._remove_socket_dir()
+
+    def _remove_socket_dir(self) -> None:
+        if self._socket_dir is not None:
+            shutil.rmtree(self._socket_dir, ignore_errors=True)
+            self._socket_dir = None
 
     def close(self) -> None:
         """Stop and remove the container; never raises."""
@@ -191,6 +311,70 @@ class TraitHostContainer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def encode_message(message: dict[str, Any]) -> bytes:
+    """One JSON line; if the message holds ``bytes`` values (anywhere in its dicts and lists),
+    each is replaced by ``[offset, length]`` into an attachment of ``"attachment": total`` bytes
+    that follows the line. Raw arrays so cross without base64 or JSON escaping."""
+    blobs: list[bytes] = []
+    at = 0
+
+    def lift(value: Any) -> Any:
+        nonlocal at
+        if isinstance(value, bytes):
+            blobs.append(value)
+            at += len(value)
+            return [at - len(value), len(value)]
+        if isinstance(value, dict):
+            return {k: lift(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [lift(v) for v in value]
+        return value
+
+    lifted = lift(message)
+    if blobs:
+        lifted["attachment"] = at
+    return json.dumps(lifted, separators=(",", ":")).encode() + b"\n" + b"".join(blobs)
+
+
+def _widen_buffers(sock: socket.socket) -> None:
+    """Room for a whole request / reply (~1 MB at 5,000 entities) in the socket, so that neither
+    side waits for the other to drain it (the kernel caps it at net.core.wmem_max / rmem_max)."""
+    for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, option, SOCKET_BUFFER)
+        except OSError:
+            pass
+
+
+def _listen_privately() -> tuple[str, socket.socket]:
+    """A fresh directory (0700, owned by the sandbox uid) holding our listening ``host.sock``
+    (0600, sandbox uid). Raises PermissionError when this process may not chown."""
+    uid = trait_image.SANDBOX_UID
+    path = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)  # 0700
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock_path = os.path.join(path, SOCKET_NAME)
+        listener.bind(sock_path)
+        os.chmod(sock_path, 0o600)
+        os.chown(sock_path, uid, uid)
+        os.chown(path, uid, uid)
+        listener.listen(1)
+    except BaseException:
+        listener.close()
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+    return path, listener
+
+
+def remove_socket_dir_of(container: Any) -> None:
+    """The private socket directory of a (dead) trait host, if it is one of ours."""
+    attrs = container.attrs or {}
+    labels = attrs.get("Labels") or (attrs.get("Config") or {}).get("Labels") or {}  # sparse or full
+    path = labels.get(LABEL_SOCKET_DIR, "")
+    if os.path.basename(path).startswith(SOCKET_DIR_PREFIX) and os.path.dirname(path) == tempfile.gettempdir():
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def containers_of(client: docker.DockerClient, owner: str) -> list:
@@ -207,6 +391,7 @@ def remove_all(containers: list) -> int:
             removed += 1
         except (APIError, NotFound):
             pass
+        remove_socket_dir_of(container)
     return removed
 
 

@@ -24,16 +24,23 @@ class MalformedIntents(ValueError):
     """The host's intent columns do not decode."""
 
 
-def _column(value: Any, keys: tuple[str, ...], count: int) -> np.ndarray:
-    """A column {key: base64 of a little-endian array}, key one of ``keys`` ("f8", "i8", "i4")."""
+def _column(value: Any, keys: tuple[str, ...], count: int, attachment: bytes | None) -> np.ndarray:
+    """A column {key: base64 of a little-endian array, or [offset, length] of its bytes in the
+    reply's attachment}, key one of ``keys`` ("f8", "i8", "i4")."""
     if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in keys:
         raise MalformedIntents(f"expected {{{'|'.join(map(repr, keys))}: base64}}")
     (key, data), = value.items()
     size = int(key[1])
-    try:
-        raw = base64.b64decode(data, validate=True)
-    except (binascii.Error, ValueError, TypeError) as exc:
-        raise MalformedIntents(f"bad {key} column: {exc}") from exc
+    if type(data) is list:
+        if (attachment is None or len(data) != 2 or any(type(v) is not int for v in data)
+                or not 0 <= data[0] <= data[0] + data[1] <= len(attachment)):
+            raise MalformedIntents(f"bad {key} column: [offset, length] outside the attachment")
+        raw = attachment[data[0]:data[0] + data[1]]
+    else:
+        try:
+            raw = base64.b64decode(data, validate=True)
+        except (binascii.Error, ValueError, TypeError) as exc:
+            raise MalformedIntents(f"bad {key} column: {exc}") from exc
     if len(raw) % size:
         raise MalformedIntents(f"bad {key} column: bytes length not a multiple of item size")
     if len(raw) // size != count:
@@ -50,7 +57,7 @@ def _missing(values: np.ndarray, over: dict[int, Any]) -> np.ndarray:
     return nan
 
 
-def decode_intents(columns: Any) -> IntentColumns:
+def decode_intents(columns: Any, attachment: bytes | None = None) -> IntentColumns:
     """The intents as :class:`IntentColumns` (a ``Mapping`` ``{entity_id: [intent, ...]}``, each
     entity's intents in the order the host sent them, which ``World.step`` applies in bulk)."""
     if not isinstance(columns, dict):
@@ -67,10 +74,10 @@ def decode_intents(columns: Any) -> IntentColumns:
         raise MalformedIntents("names must be a short list of strings")
     if type(other) is not list:
         raise MalformedIntents("other must be a list")
-    entity = _column(columns.get("entity"), ("i8", "i4"), count)
-    attr = _column(columns.get("attr"), ("i8", "i4"), count)
-    a = _column(columns.get("a"), ("f8",), count)
-    b = _column(columns.get("b"), ("f8",), count)
+    entity = _column(columns.get("entity"), ("i8", "i4"), count, attachment)
+    attr = _column(columns.get("attr"), ("i8", "i4"), count, attachment)
+    a = _column(columns.get("a"), ("f8",), count, attachment)
+    b = _column(columns.get("b"), ("f8",), count, attachment)
     over_a: dict[int, Any] = {}
     over_b: dict[int, Any] = {}
     for item in other:

@@ -1,7 +1,8 @@
 """Trait host: runs untrusted trait code inside a sandbox container. Standard library only.
 
-It speaks JSON lines over stdin/stdout with the trusted side (the sandbox activity in the
-worker, later the live engine). Each tick it receives plain entity views for the carriers of
+It speaks JSON lines with the trusted side (the sandbox activity in the worker, the live
+engine) over stdin/stdout, or, when GENESIS_HOST_SOCKET names one, over a Unix socket it
+connects to (the live engine's private channel, see sandbox/container.py). Each tick it receives plain entity views for the carriers of
 each trait, runs ``execute(entity)`` for each through an entity proxy that *records intents*,
 and returns the intents, per-call timings and errors. The trusted side checks every intent.
 
@@ -30,7 +31,13 @@ Requests (one JSON object per line) and replies:
       where an entity's intents are those of its traits concatenated in ``run`` order. With
       "reply": "columns" in the request, "intent_columns" (see ``encode_intents``) replaces
       "intents".
-The host exits when stdin closes.
+Attachments: a request line with "attachment": N is followed by N raw bytes, and a column
+value [offset, length] (instead of a base64 string) names its bytes there; a string column may
+be {"text": [offset, length]}: UTF-8 strings joined by "\x1f". A ``views`` request
+that came with an attachment is answered in kind: its intent columns are [offset, length] into
+the reply's attachment ("attachment": N on the reply line, N bytes after it). Arrays so cross
+without base64 or JSON escaping (the live engine's form; see sandbox/container.py).
+The host exits when stdin (or the socket) closes.
 """
 
 import array
@@ -39,7 +46,9 @@ import builtins
 import gc
 import json
 import math
+import os
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -144,12 +153,18 @@ class Host:
 
     def views(self, msg):
         fields = msg["fields"]
-        rows = msg["rows"] if "rows" in msg else decode_columns(msg["columns"], msg.get("count"))
+        if "rows" in msg:
+            rows = msg["rows"]
+            if len({len(row) for row in rows} | {len(fields)}) > 1:
+                raise ValueError("every row must hold one value per field")
+            columns = [list(col) for col in zip(*rows)] if rows else [[] for _ in fields]
+        else:
+            columns = decode_columns(msg["columns"], msg.get("count"), msg.get("attachment"))
+        if len(columns) != len(fields):
+            raise ValueError("one column per field is needed")
         sets = [tuple(names) for names in msg["trait_sets"]]
-        proxy_class = self.row_proxy_class(tuple(fields), msg.get("world") or {})
-        proxy_class.trait_sets = sets
-        id_at = fields.index("id")
-        set_at = fields.index("traits")
+        proxy_class = self.column_proxy_class(tuple(fields), msg.get("world") or {})
+        proxy_class.bind(columns, sets)
         merged = {}
         results = {}
         # No cyclic GC pass inside a timed trait call (at thousands of rows a full pass takes
@@ -157,18 +172,26 @@ class Host:
         gc_was_on = gc.isenabled()
         gc.disable()
         try:
-            self.run_views(msg["run"], sets, rows, set_at, id_at, proxy_class, merged, results)
+            self.run_views(msg["run"], sets, columns[fields.index("traits")], columns[fields.index("id")],
+                           proxy_class, merged, results)
         finally:
             if gc_was_on:
                 gc.enable()
+            proxy_class.bind(None, ())
         reply = {"ok": True, "op": "views", "tick": msg.get("tick"), "results": results}
-        if msg.get("reply") == "columns":
+        if msg.get("reply") == "columns" and "attachment" in msg:  # answered in kind: raw bytes
+            blob = bytearray()
+            reply["intent_columns"] = encode_intents(merged, blob)
+            reply["attachment"] = bytes(blob)
+        elif msg.get("reply") == "columns":
             reply["intent_columns"] = encode_intents(merged)
         else:
             reply["intents"] = [[entity_id, intents] for entity_id, intents in merged.items()]
         return reply
 
-    def run_views(self, run, sets, rows, set_at, id_at, proxy_class, merged, results):
+    def run_views(self, run, sets, set_column, id_column, proxy_class, merged, results):
+        """Each trait of ``run`` on the rows whose trait set holds it; a proxy is a row index."""
+        everyone = range(len(id_column))
         for name in run:
             if name not in self.classes:
                 results[name] = {"calls": 0, "total_us": 0, "error_count": 1,
@@ -176,22 +199,21 @@ class Host:
                                  "timeouts": []}
                 continue
             member = [name in names for names in sets]
-            results[name] = self.run_rows(
-                name, [row for row in rows if member[row[set_at]]], id_at, proxy_class, merged
-            )
+            if all(member):
+                rows, ids = everyone, id_column
+            else:
+                rows = [i for i in everyone if member[set_column[i]]]
+                ids = [id_column[i] for i in rows]
+            results[name] = self.run_calls(name, ids, rows, proxy_class, merged)
 
-    def row_proxy_class(self, fields, world):
+    def column_proxy_class(self, fields, world):
         key = (fields, tuple(sorted(world.items())))
         cls = self.row_proxies.get(key)
         if cls is None:
-            cls = self.row_proxies[key] = make_row_proxy_class(self.readable, self.writable, fields, world)
+            cls = self.row_proxies[key] = make_column_proxy_class(self.readable, self.writable, fields, world)
         return cls
 
     # -- running traits ----------------------------------------------------------------------
-    def run_rows(self, name, rows, id_at, proxy_class, merged):
-        """Run one trait on rows (the ``views`` form), merging intents into ``merged``."""
-        return self.run_calls(name, [row[id_at] for row in rows], rows, proxy_class, merged)
-
     def run_trait(self, name, views):
         """Run one trait on dict views (the ``tick`` form)."""
         merged = {}
@@ -334,37 +356,52 @@ def make_proxy_class(readable, writable):
 ARRAY_CODES = {"f8": "d", "i8": "q", "i4": "i"}
 
 
-def decode_columns(columns, count=None):
-    """Rows (tuples) from columns: JSON lists, {"f8"|"i8"|"i4": base64 of a little-endian
-    float64/int64/int32 array}, or {"same": value} (every one of the ``count`` rows holds it)."""
+def decode_columns(columns, count=None, attachment=None):
+    """Lists (one per column, of equal length) from columns: JSON lists, {"f8"|"i8"|"i4": base64 of a little-endian
+    float64/int64/int32 array, or [offset, length] of those bytes in the request's attachment},
+    {"text": [offset, length]} (strings joined by "\\x1f", UTF-8, in the attachment), or
+    {"same": value} (every one of the ``count`` rows holds it)."""
     lists = []
     for col in columns:
         if type(col) is dict and "same" in col:
             if type(count) is not int or count < 0:
                 raise ValueError("a 'same' column needs the request's count")
             col = [col["same"]] * count
+        elif type(col) is dict and "text" in col:  # strings joined by the unit separator
+            start, size = col["text"]
+            if attachment is None or not 0 <= start <= start + size <= len(attachment):
+                raise ValueError("a column outside the attachment")
+            col = bytes(attachment[start:start + size]).decode("utf-8").split("\x1f") if count else []
         elif type(col) is dict:
             (key, data), = col.items()
             arr = array.array(ARRAY_CODES[key])
             if arr.itemsize != int(key[1]):
                 raise ValueError("no %s array type on this platform" % key)
-            arr.frombytes(binascii.a2b_base64(data))
+            if type(data) is list:
+                start, size = data
+                if attachment is None or not 0 <= start <= start + size <= len(attachment):
+                    raise ValueError("a column outside the attachment")
+                arr.frombytes(memoryview(attachment)[start:start + size])
+            else:
+                arr.frombytes(binascii.a2b_base64(data))
             if sys.byteorder != "little":
                 arr.byteswap()
-            col = arr.tolist()
+            col = arr  # PyPy indexes an array as fast as a list; no list of boxed values
         elif type(col) is not list:
             raise ValueError("a column must be a list or an encoded array")
         lists.append(col)
     if len({len(col) for col in lists}) > 1:
         raise ValueError("columns of different lengths")
-    return list(zip(*lists))
+    return lists
 
 
-def make_row_proxy_class(readable, writable, fields, world):
-    """The entity proxy of the ``views`` form: reads index the entity's row (one property per
-    readable attribute, built once per field layout), writes become intents and are seen by
-    later reads of the same call (never by other traits: each call has its own proxy)."""
+def make_column_proxy_class(readable, writable, fields, world):
+    """The entity proxy of the ``views`` form: a proxy is a row index, and reads index the
+    tick's columns (one property per readable attribute, built once per field layout; no
+    per-row tuple is ever built). Writes become intents and are seen by later reads of the
+    same call (never by other traits: each call has its own proxy)."""
     index = {name: i for i, name in enumerate(fields)}
+    cols = [None] * len(fields)  # this tick's columns, filled in place by bind()
 
     class Entity(IntentMethods):
         """What a trait sees as ``entity``: reads come from the view, writes become intents."""
@@ -376,6 +413,11 @@ def make_row_proxy_class(readable, writable, fields, world):
             object.__setattr__(self, "_row", row)
             object.__setattr__(self, "_intents", intents)
             object.__setattr__(self, "_writes", None)
+
+        @classmethod
+        def bind(cls, columns, trait_sets):
+            cols[:] = columns if columns is not None else [None] * len(fields)
+            cls.trait_sets = trait_sets
 
         def __getattr__(self, name):  # only reached for names that are not readable
             raise AttributeError("entity has no attribute %r in Entity API v1" % name)
@@ -392,31 +434,31 @@ def make_row_proxy_class(readable, writable, fields, world):
 
         if "nearest_dx" in index:
             def nearest_resource(self, _at=(index["nearest_dx"], index.get("nearest_dy"), index.get("nearest_dist"))):
-                row = self._row
-                dx = row[_at[0]]
+                i = self._row
+                dx = cols[_at[0]][i]
                 if dx != dx:  # NaN: nothing in range
                     return None
-                return (dx, row[_at[1]], row[_at[2]])
+                return (dx, cols[_at[1]][i], cols[_at[2]][i])
         else:
             def nearest_resource(self):
                 at = index.get("nearest_resource")
-                found = None if at is None else self._row[at]
+                found = None if at is None else cols[at][self._row]
                 return tuple(found) if found else None
 
     def reader(name):
         at = index.get(name)
         if name == "traits" and at is not None:
             def get(self):
-                return list(self.trait_sets[self._row[at]])
+                return list(self.trait_sets[cols[at][self._row]])
         elif at is not None and name in writable:
             def get(self):
                 writes = self._writes
                 if writes is not None and name in writes:
                     return writes[name]
-                return self._row[at]
+                return cols[at][self._row]
         elif at is not None:
             def get(self):
-                value = self._row[at]
+                value = cols[at][self._row]
                 return list(value) if type(value) is list else value
         else:
             constant = world.get(name)
@@ -437,7 +479,7 @@ def make_row_proxy_class(readable, writable, fields, world):
 INTENT_KINDS = {"set": "s", "move": "m", "move_towards": "t", "eat": "e"}
 
 
-def encode_intents(merged):
+def encode_intents(merged, blob=None):
     """The merged intents as columns (one entry per intent, entity by entity, each entity's
     intents in order): ``entity`` (i4, or i8 if an id needs it), ``kind`` (one letter each: s set,
     m move, t move_towards, e eat), ``attr`` (int index into ``names``, -1 if not a set; i4 or i8), ``a``/``b``
@@ -449,7 +491,8 @@ def encode_intents(merged):
     names = {}
     nan = math.nan
     i = 0
-    for entity_id, intents in merged.items():
+    for entity_id in sorted(merged):  # ids ascending: the engine groups them without sorting
+        intents = merged[entity_id]
         for intent in intents:
             kind = intent[0]
             entity.append(entity_id)
@@ -480,24 +523,30 @@ def encode_intents(merged):
                 if kind == "move" or kind == "move_towards":
                     other.append([i, 1, second])
             i += 1
-    return {"count": i, "entity": pack_ints(entity), "kind": "".join(kinds), "attr": pack_ints(attr),
-            "names": list(names), "a": pack("d", a), "b": pack("d", b), "other": other}
+    return {"count": i, "entity": pack_ints(entity, blob), "kind": "".join(kinds), "attr": pack_ints(attr, blob),
+            "names": list(names), "a": pack("d", a, blob), "b": pack("d", b, blob), "other": other}
 
 
-def pack(code, values):
-    """{"f8"|"i8"|"i4": base64 of a little-endian float64/int64/int32 array} (as in requests)."""
+def pack(code, values, blob=None):
+    """{"f8"|"i8"|"i4": base64 of a little-endian float64/int64/int32 array} (as in requests), or
+    with ``blob`` (a bytearray: the reply's attachment) the array appended to it as
+    {key: [offset, length]}."""
     arr = array.array(code, values)
     if sys.byteorder != "little":
         arr.byteswap()
     key = {"d": "f8", "q": "i8", "i": "i4"}[code]
+    if blob is not None:
+        start = len(blob)
+        blob += arr.tobytes()
+        return {key: [start, len(blob) - start]}
     return {key: binascii.b2a_base64(arr.tobytes(), newline=False).decode("ascii")}
 
 
-def pack_ints(values):
+def pack_ints(values, blob=None):
     """:func:`pack` of ints: as "i4" when every value fits in 32 bits (half the bytes), else "i8"."""
     if not values or (min(values) >= -2**31 and max(values) < 2**31):
-        return pack("i", values)
-    return pack("q", values)
+        return pack("i", values, blob)
+    return pack("q", values, blob)
 
 
 def plain(value):
@@ -524,18 +573,42 @@ def describe(exc):
 
 def main():
     signal.signal(signal.SIGVTALRM, WATCHDOG.on_alarm)
-    out = sys.stdout
+    # Bytes in and out: the text layer's decoding of half-megabyte lines costs PyPy more than
+    # running the traits (json reads UTF-8 bytes; it writes ASCII).
+    out = sys.stdout.buffer
+    requests = sys.stdin.buffer
+    channel = os.environ.get("GENESIS_HOST_SOCKET")
+    if channel:  # the engine's private Unix socket instead of stdin/stdout (sandbox/container.py)
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        for option in (socket.SO_SNDBUF, socket.SO_RCVBUF):  # a whole reply fits: no waiting to drain
+            try:
+                conn.setsockopt(socket.SOL_SOCKET, option, 4 * 2**20)
+            except OSError:
+                pass
+        conn.connect(channel)
+        requests = conn.makefile("rb")
+        out = conn.makefile("wb")
     sys.stdout = sys.stderr  # nothing a trait does can write into the protocol stream
     host = Host()
     handlers = {"hello": host.hello, "load": host.load, "unload": host.unload, "tick": host.tick,
                 "views": host.views}
-    for line in sys.stdin:
+    for line in iter(requests.readline, b""):
         try:
             msg = json.loads(line)
+            if type(msg) is dict and "attachment" in msg:  # the request's raw bytes follow its line
+                size = msg["attachment"]
+                msg["attachment"] = requests.read(size) if type(size) is int and size >= 0 else b""
+                if len(msg["attachment"]) != size:
+                    raise ValueError("the attachment is shorter than announced")
             reply = handlers[msg["op"]](msg)
         except Exception as exc:
             reply = {"ok": False, "error": "bad request: %s" % describe(exc)}
-        out.write(json.dumps(reply, allow_nan=False, separators=(",", ":")) + "\n")
+        blob = reply.pop("attachment", None)
+        if blob is not None:
+            reply["attachment"] = len(blob)
+        out.write(json.dumps(reply, allow_nan=False, separators=(",", ":")).encode("ascii") + b"\n")
+        if blob:
+            out.write(blob)
         out.flush()
 
 

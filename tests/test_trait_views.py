@@ -8,7 +8,7 @@ import json
 import docker
 import pytest
 
-from engine.world import World, decode_views
+from engine.world import VIEW_FIELDS, World, decode_views
 from genesis import entity_api, rules
 from sandbox import image, trait_host
 from sandbox.container import IsolationLimits, TraitHostContainer
@@ -172,6 +172,40 @@ def test_intent_columns_reply_means_the_same_as_the_list_reply(host, other_host)
         assert expected and decode_intents(cols["intent_columns"]) == expected
         for w in worlds.values():
             w.step(expected)
+
+
+def test_raw_views_and_the_binary_reply_mean_the_same_as_base64(host, other_host):
+    # The live engine's form: arrays as the request's attachment, intents in the reply's.
+    worlds = {"raw": make_world(), "base64": make_world()}
+    run = ["counter", "steerer"]
+    for w in worlds.values():  # states that differ (and one non-ASCII) cross as one text column
+        w.step({eid: [["set", "state", f"s{eid % 3}é" if eid % 2 else ""]] for eid in sorted(w.entities)})
+    assert "text" in worlds["raw"].trait_views(run, raw=True)["columns"][VIEW_FIELDS.index("state")]
+    for _ in range(5):
+        b64 = other_host.request({"op": "views", "tick": 0, **worlds["base64"].trait_views(run), "reply": "columns"}, 10)
+        raw = host.request({"op": "views", "tick": 0, **worlds["raw"].trait_views(run, raw=True), "reply": "columns"}, 10)
+        assert isinstance(raw["attachment"], bytes) and "attachment" not in b64
+        assert all(isinstance(raw["intent_columns"][k], dict) and isinstance(next(iter(raw["intent_columns"][k].values())), list)
+                   for k in ("entity", "attr", "a", "b"))
+        expected = decode_intents(b64["intent_columns"])
+        assert expected and decode_intents(raw["intent_columns"], raw["attachment"]) == expected
+        assert decode_views(worlds["raw"].trait_views(run, raw=True)) == decode_views(worlds["base64"].trait_views(run))
+        for w in worlds.values():
+            w.step(dict(expected))
+        assert worlds["raw"].state_hash() == worlds["base64"].state_hash()
+
+
+def test_binary_intent_columns_outside_their_attachment_are_refused():
+    blob = bytearray()
+    columns = trait_host.encode_intents({4: [["set", "direction", 1.0], ["eat"]]}, blob)
+    assert decode_intents(columns, bytes(blob))[4] == [["set", "direction", 1.0], ["eat"]]
+    with pytest.raises(MalformedIntents, match="outside the attachment"):
+        decode_intents(columns, bytes(blob)[:-1])
+    with pytest.raises(MalformedIntents, match="outside the attachment"):
+        decode_intents(columns)  # no attachment at all
+    columns["a"] = {"f8": [0, -8]}
+    with pytest.raises(MalformedIntents, match="outside the attachment"):
+        decode_intents(columns, bytes(blob))
 
 
 def test_intent_columns_round_trip_every_value_kind():
