@@ -91,8 +91,11 @@ def configure_logging(service: str, settings: Settings) -> None:
         _add_service(service),
         add_context_ids,
     ]
+    # Console tracebacks as Python prints them: structlog's default (rich, with every frame's
+    # locals) took tens of ms and ~600 lines per failed activity, e.g. every gatekeeper rejection.
     renderer = (structlog.processors.JSONRenderer() if json_lines
-                else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
+                else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(),
+                                                   exception_formatter=structlog.dev.plain_traceback))
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[structlog.stdlib.ExtraAdder(allow=CONTEXT_FIELDS), *shared],
         processors=[
