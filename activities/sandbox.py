@@ -60,7 +60,8 @@ class ColdHosts:
         self._client, self._settings = client, settings
 
     def new_host(self, owner: str) -> TraitHostContainer:
-        host = TraitHostContainer(self._client, image.image_tag(), IsolationLimits.from_settings(self._settings), owner)
+        host = TraitHostContainer(self._client, image.image_tag(), IsolationLimits.from_settings(self._settings), owner,
+                                  private_socket=self._settings.sandbox_host_socket)
         try:
             host.say_hello(self._settings.sandbox_call_timeout_ms, HOST_START_DEADLINE_S)
         except BaseException:
@@ -228,7 +229,7 @@ class SandboxActivities:
         if settings.sandbox_pool_size > 0:
             self.pool = WarmPool(
                 self._client, image.ensure(self._client), IsolationLimits.from_settings(settings),
-                settings.sandbox_pool_size, settings.sandbox_call_timeout_ms,
+                settings.sandbox_pool_size, settings.sandbox_call_timeout_ms, settings.sandbox_host_socket,
             ).start()
 
     def close(self) -> None:

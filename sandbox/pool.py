@@ -36,8 +36,9 @@ MAX_DEFERRED_REMOVALS = 16  # finished (exited) containers left for a quiet mome
 
 class WarmPool:
     def __init__(self, client: docker.DockerClient, image: str, limits: IsolationLimits, size: int,
-                 call_timeout_ms: float):
+                 call_timeout_ms: float, private_socket: bool = False):
         self._client, self._image, self._limits = client, image, limits
+        self._private_socket = private_socket  # hosts talk over a private Unix socket, not docker attach
         self._size, self._call_timeout_ms = size, call_timeout_ms
         self._idle: deque[TraitHostContainer] = deque()
         self._starting = 0
@@ -140,7 +141,7 @@ class WarmPool:
             host.remove()
 
     def _start(self, owner: str) -> TraitHostContainer:
-        host = TraitHostContainer(self._client, self._image, self._limits, owner)
+        host = TraitHostContainer(self._client, self._image, self._limits, owner, private_socket=self._private_socket)
         try:
             host.say_hello(self._call_timeout_ms, START_DEADLINE_S)
         except BaseException:

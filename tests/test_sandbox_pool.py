@@ -4,6 +4,7 @@ refills in the background and never holds more than its size, however many tests
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import uuid
@@ -12,6 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import docker
 import pytest
 
+from genesis.config import Settings
 from sandbox import image
 from sandbox.container import IsolationLimits, containers_of, hello_message
 from sandbox.pool import WarmPool
@@ -28,7 +30,9 @@ def client():
 
 @pytest.fixture
 def pool(client):
-    pool = WarmPool(client, image.image_tag(), IsolationLimits("256m", 32, 1.0), SIZE, call_timeout_ms=50).start()
+    # As the worker runs it: hosts on a private Unix socket (GENESIS_SANDBOX_HOST_SOCKET, default on)
+    pool = WarmPool(client, image.image_tag(), IsolationLimits("256m", 32, 1.0), SIZE, call_timeout_ms=50,
+                    private_socket=Settings().sandbox_host_socket).start()
     yield pool
     pool.close()
 
@@ -51,10 +55,13 @@ def test_a_test_gets_a_warm_greeted_container_that_serves_only_its_mutation(clie
     assert pool.warm_hits == 1 and pool.cold_starts == 0
     assert taken_ms < 300, f"a warm container should be handed out at once, took {taken_ms:.0f} ms"
     assert host.request(hello_message(50), 5)["ok"]
+    assert not host.framed, "the test talks to its host over the private socket, not docker attach"
+    socket_dir = host._socket_dir
     [named] = containers_of(client, owner)  # renamed for the mutation it serves
     assert named.id == host.id
     pool.retire(host)
     wait_for(lambda: not containers_of(client, owner), 30, "the used container to be destroyed")
+    wait_for(lambda: not os.path.exists(socket_dir), 10, "its private socket directory to go with it")
     again = pool.new_host(f"mut_{uuid.uuid4().hex[:12]}")
     assert again.id != host.id, "a container never serves a second mutation"
     pool.retire(again)
