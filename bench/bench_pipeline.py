@@ -153,6 +153,9 @@ async def main(samples: int, in_flight: int) -> dict:
         ratelimit_active_per_agent=10**9,
         ratelimit_proposals_per_ip_minute=10**9,
         ratelimit_proposals_per_agent_hour=10**9,
+        # Its proposals are started right away; the sweeper must not restart rows other runs (or an
+        # interrupted test run) left queued in the same database: extra load inside the measurement.
+        workflow_start_stale_s=86400.0,
         activate_mutations=False,
     )
     try:
