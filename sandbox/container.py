@@ -213,10 +213,7 @@ class TraitHostContainer:
         """The host's connection to our private socket (made once, right after it starts)."""
         assert self._listener is not None
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise socket.timeout()
-            self._listener.settimeout(remaining)
+            _time_left(self._listener, deadline)
             conn, _ = self._listener.accept()
             _pid, uid, _gid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
             if uid == trait_image.SANDBOX_UID:
@@ -248,10 +245,7 @@ class TraitHostContainer:
         """The next bytes of the host's output (docker attach: its next stdout frame)."""
         assert self._sock is not None
         while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise socket.timeout()
-            self._sock.settimeout(remaining)
+            _time_left(self._sock, deadline)
             if not self.framed:
                 chunk = self._sock.recv(1 << 20)
                 if not chunk:
@@ -336,6 +330,14 @@ def encode_message(message: dict[str, Any]) -> bytes:
     if blobs:
         lifted["attachment"] = at
     return json.dumps(lifted, separators=(",", ":")).encode() + b"\n" + b"".join(blobs)
+
+
+def _time_left(sock: socket.socket, deadline: float) -> None:
+    """Let ``sock``'s next call block only until the monotonic ``deadline`` (timeout once past it)."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise socket.timeout()
+    sock.settimeout(remaining)
 
 
 def _widen_buffers(sock: socket.socket) -> None:
