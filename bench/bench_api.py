@@ -37,11 +37,11 @@ import redis.asyncio as aioredis
 from sqlalchemy import delete, func, select
 
 
-from bench.bench_pipeline import BENCH_DATABASE_URL, start_temporal
+from bench.bench_pipeline import BENCH_DATABASE_URL, bench_settings, start_temporal
 from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.db.session import get_engine, get_sessionmaker
-from genesis.harness import api_process, free_port, wait_for_api
+from genesis.harness import api_process, wait_for_api
 from genesis.ids import mutation_workflow_id
 
 CONTEXT_PATHS = ["/api/agents/context/sandbox-api", "/api/agents/context/tasks", "/api/agents/context/metrics"]
@@ -235,20 +235,8 @@ async def main(seconds: int, database_url: str, redis_url: str, propose_only: bo
     env = await start_temporal()
     if temporal_nice:
         renice_temporal(temporal_nice)
-    settings = Settings(
-        database_url=database_url,
-        redis_url=redis_url,
-        temporal_address=env.client.service_client.config.target_host,
-        task_queue=f"genesis-bench-api-{time.time_ns()}",  # nobody polls it: admission only
-        api_port=free_port(),
-        auth="open",
-        ratelimit_active_per_agent=10**9,
-        ratelimit_proposals_per_ip_minute=10**9,
-        ratelimit_proposals_per_agent_hour=10**9,
-        # Its proposals are started right away; the sweeper must not restart rows other runs (or an
-        # interrupted test run) left queued in the same database: extra load inside the measurement.
-        workflow_start_stale_s=86400.0,
-    )
+    settings = bench_settings(env, database_url=database_url, redis_url=redis_url,
+                              task_queue=f"genesis-bench-api-{time.time_ns()}")  # nobody polls it: admission only
     await seed_context(settings)
     backlog = await queued_backlog(settings)
     api = api_process(settings, "bench-api")

@@ -139,16 +139,12 @@ async def start_temporal() -> WorkflowEnvironment:
         os.close(saved)
 
 
-async def main(samples: int, in_flight: int) -> dict:
-    image = ensure()
-    env = await start_temporal()
-    settings = Settings(
-        database_url=BENCH_DATABASE_URL,
-        redis_url="redis://127.0.0.1:6379/14",
+def bench_settings(env: WorkflowEnvironment, **values) -> Settings:
+    """Settings of a bench's own API (and worker) on ``env``'s dev server, plus ``values``."""
+    return Settings(
         temporal_address=env.client.service_client.config.target_host,
-        task_queue="genesis-bench",
         api_port=free_port(),
-        # The bench proposes as one client, keyless, many times, and measures up to sandbox_ok.
+        # A bench proposes as one client, keyless, far more often than the seed's limits allow.
         auth="open",
         ratelimit_active_per_agent=10**9,
         ratelimit_proposals_per_ip_minute=10**9,
@@ -156,8 +152,15 @@ async def main(samples: int, in_flight: int) -> dict:
         # Its proposals are started right away; the sweeper must not restart rows other runs (or an
         # interrupted test run) left queued in the same database: extra load inside the measurement.
         workflow_start_stale_s=86400.0,
-        activate_mutations=False,
+        **values,
     )
+
+
+async def main(samples: int, in_flight: int) -> dict:
+    image = ensure()
+    env = await start_temporal()
+    settings = bench_settings(env, database_url=BENCH_DATABASE_URL, redis_url="redis://127.0.0.1:6379/14",
+                              task_queue="genesis-bench", activate_mutations=False)
     try:
         async with worker_and_api(settings, "bench") as url:
             run_id = uuid.uuid4().hex[:8]
