@@ -23,7 +23,7 @@ from genesis.harness import api_process, free_port, wait_for_api, worker_process
 from sandbox.claude_coding_agent import WORKING_COPY, git_diff
 from tests.gepa_repo import QA_SOURCE
 from tests.scripted_anthropic import FINAL_TEXT, ScriptedAnthropic
-from tests.test_gepa_steps import QUESTION, git_show, step
+from tests.test_gepa_steps import assert_every_answer_exclaims, exclaiming_code_step, git_show, step
 
 ANTHROPIC_KEY = "sk-ant-test-key"
 FORWARD = "        return self.answer(question=question)\n"
@@ -66,12 +66,8 @@ async def test_a_claude_agent_code_mutation_commits_its_edit_and_changes_the_out
     ]
     async with httpx.AsyncClient(base_url=url, timeout=300, headers=gepa_stack.agent.headers) as http:
         client_id = await gepa_stack.connect(http)
-        response = await http.post("/execute_step", json=step(
-            client_id, "claude1", mutation_type="code", candidate={},
-            change_request="Make every answer end with an exclamation mark", change_location="qa.QA.forward"))
-    result = response.json()
-    assert result["status"] == "success", result
-    assert [o["output"]["answer"] for o in result["pipeline_outputs"]] == [f"{QUESTION}!", "second!"]
+        response = await http.post("/execute_step", json=exclaiming_code_step(client_id, "claude1"))
+    assert_every_answer_exclaims(response.json())
     show = git_show(gepa_stack.clone_of(client_id), "program_claude1")
     assert "GEPA code mutation claude1" in show
     assert '+        return dspy.Prediction(answer=prediction.answer + "!")' in show

@@ -5,10 +5,9 @@ the returned diff with ``git apply`` and commits it on the program's branch."""
 from __future__ import annotations
 
 import difflib
-import subprocess
 
 from tests.gepa_repo import QA_SOURCE
-from tests.test_gepa_steps import QUESTION, branches, step
+from tests.test_gepa_steps import assert_every_answer_exclaims, branches, exclaiming_code_step, git_show, step
 
 EXCLAIMING_QA = QA_SOURCE.replace(
     "        return self.answer(question=question)\n",
@@ -24,14 +23,9 @@ def diff(path: str, before: str, after: str) -> str:
 async def test_a_code_mutation_commits_the_coding_models_patch_on_its_branch(gepa_stack, gepa_http, gepa_client_id):
     client_id = gepa_client_id
     gepa_stack.lm.coder_reply = diff("qa.py", QA_SOURCE, EXCLAIMING_QA)
-    response = await gepa_http.post("/execute_step", json=step(
-        client_id, "code1", mutation_type="code", candidate={},
-        change_request="Make every answer end with an exclamation mark", change_location="qa.QA.forward"))
-    result = response.json()
-    assert result["status"] == "success", result
-    assert [o["output"]["answer"] for o in result["pipeline_outputs"]] == [f"{QUESTION}!", "second!"]
-    clone = gepa_stack.clone_of(client_id)
-    show = subprocess.run(["git", "show", "program_code1"], cwd=clone, capture_output=True, text=True, check=True).stdout
+    response = await gepa_http.post("/execute_step", json=exclaiming_code_step(client_id, "code1"))
+    assert_every_answer_exclaims(response.json())
+    show = git_show(gepa_stack.clone_of(client_id), "program_code1")
     assert "GEPA code mutation code1" in show and '+        return dspy.Prediction(answer=prediction.answer + "!")' in show
     # The agent saw the worktree and the request; the model's key was added outside the container.
     coder_calls = [c for c in gepa_stack.lm.calls if "GENESIS-CODER" in str(c["body"])]

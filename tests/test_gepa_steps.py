@@ -36,6 +36,17 @@ def step(client_id: str, program_id: str, **changes) -> dict:
     return body
 
 
+def exclaiming_code_step(client_id: str, program_id: str) -> dict:
+    """A code mutation asking that every answer end with "!" (the code-mutation tests' request)."""
+    return step(client_id, program_id, mutation_type="code", candidate={},
+                change_request="Make every answer end with an exclamation mark", change_location="qa.QA.forward")
+
+
+def assert_every_answer_exclaims(result: dict) -> None:
+    assert result["status"] == "success", result
+    assert [o["output"]["answer"] for o in result["pipeline_outputs"]] == [f"{QUESTION}!", "second!"]
+
+
 def git_show(repo, ref: str) -> str:
     return subprocess.run(["git", "show", ref], cwd=repo, capture_output=True, text=True, check=True).stdout
 
