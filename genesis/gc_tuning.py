@@ -8,7 +8,8 @@ at start-up to the permanent generation that collections skip (``gc.freeze``; ob
 later are collected as usual).
 
 ``observe_gc_pauses`` times every collection so ``/metrics`` shows whether pauses are back:
-``genesis_gc_pause_seconds`` (count/sum per generation) and ``genesis_gc_pause_max_seconds``.
+``genesis_gc_pause_seconds`` (count/sum per generation) and ``genesis_gc_pause_max_seconds``;
+``genesis_gc_frozen_objects`` is what the freeze exempted (0: not frozen yet).
 The callback only adds numbers (no locks: it runs inside whatever code allocated)."""
 
 from __future__ import annotations
@@ -59,6 +60,9 @@ class _PauseCollector(Collector):
             longest.add_metric(label, self.max_s[generation])
         yield pauses
         yield longest
+        yield GaugeMetricFamily("genesis_gc_frozen_objects",
+                                "Objects of the start-up heap exempted from collections (gc.freeze)",
+                                value=gc.get_freeze_count())
 
 
 _collector: _PauseCollector | None = None

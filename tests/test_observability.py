@@ -203,6 +203,16 @@ async def test_worker_metrics_and_json_logs_of_a_mutation(settings, start_api):
         assert value(scraped, "genesis_gc_pause_seconds_count", generation="0") > 0
 
 
+async def test_the_api_freezes_its_start_up_heap_before_it_serves(start_api):
+    """The freeze (and its ~100 ms collection) and FastAPI's per-route state are done before the
+    API accepts a connection (api/app.py), not in the first seconds of traffic."""
+    url = await start_api("api-frozen-heap")
+    async with httpx.AsyncClient(base_url=url, timeout=10) as http:
+        scraped = samples((await http.get("/metrics")).text)
+    assert value(scraped, "genesis_gc_frozen_objects") > 10_000
+    assert value(scraped, "genesis_gc_pause_seconds_count", generation="2") >= 1
+
+
 def test_workflow_ids_name_their_mutation_or_task():
     assert ids_from_workflow_id("mutation-mut_3f9c2a1b7d40") == {"mutation_id": "mut_3f9c2a1b7d40"}
     assert ids_from_workflow_id("rollback-mut_3f9c2a1b7d40") == {"mutation_id": "mut_3f9c2a1b7d40"}
