@@ -66,9 +66,10 @@ async def _warm_connections(services: Services) -> None:
     """The propose pool's connections and statements, and the Temporal client, opened in the
     background after start-up. A dependency that is down is not an error here: the requests
     that need it say so."""
-    for step in (proposal_store.warm(services.pg, PROPOSE_POOL_WARM), services.temporal()):
+    steps = (lambda: proposal_store.warm(services.pg, PROPOSE_POOL_WARM), services.temporal)
+    for step in steps:  # each coroutine made when its turn comes: none is left un-awaited if cancelled
         try:
-            await step
+            await step()
         except Exception as exc:  # noqa: BLE001 - warming up is optional
             log.info("warm-up step skipped: %s", exc)
 
