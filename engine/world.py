@@ -892,8 +892,12 @@ class World:
         plain = (alive & ~odd_entity)[inverse]
         # sets: per attribute, in intent order (the last one wins)
         bulk: dict[str, tuple] = {}
-        for name in sorted({names[j] for j in np.unique(ic.attr[plain & is_set]).tolist()} & _NUMBERS.keys()):
-            sel = plain & is_set & np.isin(ic.attr, [j for j, nm in enumerate(names) if nm == name])
+        plain_set = plain & is_set
+        # the attributes set (attr is in range for every set: checked by decode_intents)
+        used = np.flatnonzero(np.bincount(ic.attr[plain_set], minlength=len(names))).tolist()
+        for name in sorted({names[j] for j in used} & _NUMBERS.keys()):
+            at = [j for j, nm in enumerate(names) if nm == name]
+            sel = plain_set & (ic.attr == at[0] if len(at) == 1 else np.isin(ic.attr, at))
             values = ic.a[sel]
             if name == "direction":  # step() takes these as a column (every direction is stored back)
                 vals = values.tolist()
@@ -1071,8 +1075,8 @@ class World:
             d = direction[wander] + (draws * 2.0 - 1.0) * p.wander_turn
             d = np.where(d > _PI, d - _TWO_PI, np.where(d < -_PI, d + _TWO_PI, d))
             dl = d.tolist()
-            wx = x[wander] + np.array(list(map(math.cos, dl))) * sp[wander]
-            wy = y[wander] + np.array(list(map(math.sin, dl))) * sp[wander]
+            wx = x[wander] + np.fromiter(map(math.cos, dl), np.float64, len(dl)) * sp[wander]
+            wy = y[wander] + np.fromiter(map(math.sin, dl), np.float64, len(dl)) * sp[wander]
             out_x = (wx < 0.0) | (wx > width_max)
             if out_x.any():
                 wx = np.where(out_x, np.where(wx < 0.0, 0.0, width_max), wx)
@@ -1085,7 +1089,7 @@ class World:
             nx[wander] = wx
             ny[wander] = wy
             direction[wander] = d
-        moved = np.array(list(map(math.hypot, (nx - x).tolist(), (ny - y).tolist())))
+        moved = np.fromiter(map(math.hypot, (nx - x).tolist(), (ny - y).tolist()), np.float64, n)
 
         # (3) eating: the nearest resource within eat_radius (ties by lower id), eaters by
         # ascending id, each taking what is left; (4) metabolism.
@@ -1243,7 +1247,7 @@ class World:
         uy = dy / m
         uxl = ux.tolist()
         uyl = uy.tolist()
-        h = np.array(list(map(math.hypot, uxl, uyl)))
+        h = np.fromiter(map(math.hypot, uxl, uyl), np.float64, len(uxl))
         dist = sp[idx]
         full = m * h
         dist = np.where(tw & (full < dist), full, dist)
@@ -1254,7 +1258,7 @@ class World:
         my = np.where(my < 0.0, 0.0, np.where(my > self._ymax, self._ymax, my))
         nx[idx] = np.where(step, mx, px)
         ny[idx] = np.where(step, my, py)
-        direction[idx] = list(map(math.atan2, uyl, uxl))
+        direction[idx] = np.fromiter(map(math.atan2, uyl, uxl), np.float64, len(uxl))
 
     def _eat(self, eaters: np.ndarray, nx: np.ndarray, ny: np.ndarray, energy: np.ndarray,
              max_energy: np.ndarray) -> None:
