@@ -29,6 +29,9 @@ _ID_MAX = np.iinfo(np.int64).max
 _EMPTY = np.empty(0, dtype=np.int64)
 _FORWARD = [(0, 0), (1, 0), (-1, 1), (0, 1), (1, 1)]
 _BLOCKS: dict[tuple["Grid", bool], np.ndarray] = {}  # Grid.block() (few distinct grids per process)
+# nearest()'s two-step search pays when the one-step search would measure at least this many
+# (query, point) pairs (see two_steps_pay).
+TWO_STEPS_MIN_PAIRS = 5000
 
 
 @dataclass
@@ -141,7 +144,8 @@ def nearest(qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float,
 
     ``near``: the same points on a finer grid (cell <= radius): every query first looks only at
     the points within one of its cells, which holds the answer whenever one is that close, and
-    only the others search the whole radius (at the usual densities most queries stop early)."""
+    only the others search the whole radius (at the usual densities most queries stop early;
+    pass it only where that pays, see :func:`two_steps_pay`). Same answers either way."""
     if near is not None and near.grid.inv > lay.grid.inv and len(qx):
         close = near.grid.cell * 0.99  # well inside the 3x3 block, whatever the rounding
         found, ndx, ndy = nearest(qx, qy, near, close)
@@ -178,6 +182,16 @@ def nearest(qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float,
         ndx[who] = lay.x[pi] - qx[who]
         ndy[who] = lay.y[pi] - qy[who]
     return found, ndx, ndy
+
+
+def two_steps_pay(queries: int, lay: Layout) -> bool:
+    """Whether nearest()'s two-step search (``near``) is worth its second round of numpy calls:
+    when the one-step search would measure many pairs (``TWO_STEPS_MIN_PAIRS``; measured on
+    this machine: with fewer, e.g. 5,000 queries among 40-100 resources on the bench's world,
+    or 500 among 500, one step is faster; with more, e.g. 5,000 among 300 or 1,000 among 300 on
+    800 x 600, two are)."""
+    grid = lay.grid
+    return queries * len(lay) * 9 >= TWO_STEPS_MIN_PAIRS * grid.cols * grid.rows
 
 
 def neighbour_counts(lay: Layout, radius: float) -> np.ndarray:

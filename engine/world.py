@@ -67,7 +67,7 @@ import numpy as np
 from genesis.entity_api import MAX_SPEED, MAX_STATE_LENGTH, READABLE_ATTRS, WRITABLE_ATTRS
 
 from .intent_columns import KIND_EAT, KIND_SET, KIND_TOWARDS, IntentColumns
-from .sensing import Grid, Layout, Sensed, close_pairs, nearest, sense
+from .sensing import Grid, Layout, Sensed, close_pairs, nearest, sense, two_steps_pay
 from .spatial import SpatialGrid
 
 __all__ = [
@@ -124,20 +124,20 @@ def _pack_array(values: np.ndarray, raw: bool = False) -> dict[str, Any]:
     finite value (bit for bit), else base64 of a little-endian array: float64 as ``"f8"``,
     int64 as ``"i4"`` when every value fits in 32 bits, else ``"i8"``. Fewer bytes cross to the
     host: at thousands of entities, moving and decoding them is a large part of a tick."""
-    if len(values):
-        first = values[0]
-        if values.dtype.kind == "f":
+    if values.dtype.kind == "f":
+        code = "f8"
+        if len(values):
+            first = values[0]
             bits = values.view(np.int64)
             if np.isfinite(first) and (bits == bits[0]).all():
                 return {"same": float(first)}
-        elif (values == first).all():
-            return {"same": int(first)}
-    if values.dtype.kind == "f":
-        code = "f8"
-    elif not len(values) or (values.min() >= _INT32.min and values.max() <= _INT32.max):
+    elif not len(values):
         code = "i4"
-    else:
-        code = "i8"
+    else:  # ints: one min and one max tell both whether all are the same and whether they fit
+        lo, hi = int(values.min()), int(values.max())
+        if lo == hi:
+            return {"same": lo}
+        code = "i4" if lo >= _INT32.min and hi <= _INT32.max else "i8"
     data = values.astype(_WIRE[code]).tobytes()
     # raw: the bytes themselves, for a channel that carries them beside the JSON (an attachment)
     return {code: data if raw else base64.b64encode(data).decode("ascii")}
@@ -460,6 +460,11 @@ class World:
             self._resource_half = Layout(self._half_grid, lay.x, lay.y, lay.ids)
         return self._resource_half
 
+    def _near_resources_for(self, queries: int) -> Layout | None:
+        """The finer resource layout for ``queries`` nearest-resource queries, if nearest() will
+        use it (it is built only then)."""
+        return self._resource_half_layout() if two_steps_pay(queries, self._resource_layout()) else None
+
     def _resources_changed(self) -> None:
         self._resource_arrays = None
         self._resource_near = None
@@ -646,7 +651,7 @@ class World:
         qx = np.fromiter(map(_X, ents), dtype=np.float64, count=n)
         qy = np.fromiter(map(_Y, ents), dtype=np.float64, count=n)
         return sense(qx, qy, self._entity_layout(), self._resource_layout(), self.params.sense_radius,
-                     near_resources=self._resource_half_layout())
+                     near_resources=self._near_resources_for(n))
 
     def _sensed_by_id(self, ents: list[Entity]) -> dict[int, tuple[int, list[float] | None]]:
         """(neighbour count, nearest resource as [dx, dy, distance] or None) for ``ents``, by id."""
@@ -743,7 +748,7 @@ class World:
         # every entity a carrier: the layout's points are the queries (entities are kept in id order)
         sensed = sense(values["x"], values["y"], self._entity_layout(), self._resource_layout(),
                        self.params.sense_radius, everyone=n == len(entities),
-                       near_resources=self._resource_half_layout())
+                       near_resources=self._near_resources_for(n))
         columns: dict[str, Any] = {name: _pack_array(values[name], raw) for name, _ in _VIEW_ATTR_COLUMNS}
         states = list(map(_STATE, carriers))
         if n and states.count(states[0]) == n:
