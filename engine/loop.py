@@ -132,7 +132,8 @@ class Engine:
                     # raw arrays: the host channel sends them as bytes (sandbox/container.py)
                     views = world.trait_views(self.active_traits, raw=True)
                     if views["count"]:
-                        intents = await run_views(world.tick, views)
+                        # step's reading ahead runs while the host computes (the 2 cores overlap)
+                        intents = await run_views(world.tick, views, while_waiting=world.prepare_step)
                 else:
                     batches = world.trait_batches()
                     batches = {name: batches[name] for name in self.active_traits if name in batches}

@@ -423,6 +423,7 @@ class World:
         # step() left them; None when an entity was added from outside. Intents change speed,
         # direction, rate and state: those are always read from the entities.
         self._columns: dict[str, np.ndarray] | None = None
+        self._prepared: tuple | None = None  # prepare_step()
 
     def _cached_columns(self, ids: np.ndarray) -> dict[str, np.ndarray] | None:
         """:attr:`_columns` if they are those of exactly these entities (ids ascending)."""
@@ -827,7 +828,9 @@ class World:
 
         Setting happens for all entities before anyone moves: a tick's movement, eating,
         metabolism and aging read only the entity's own attributes, so this equals applying
-        them entity by entity inside the tick's loop."""
+        them entity by entity inside the tick's loop. The third value (None or a dict) holds the
+        ids of the entities whose ``Entity`` attributes were set, under ``"touched"`` (a list of
+        arrays; see :meth:`_apply_columns` for the rest)."""
         if isinstance(intents, IntentColumns):
             return self._apply_columns(intents, rejected)
         by_entity = self._collect_intents(intents, rejected)
@@ -840,7 +843,7 @@ class World:
                 moves[eid] = move
             if eat:
                 eats.add(eid)
-        return moves, eats, None
+        return moves, eats, {"touched": [np.fromiter(by_entity, dtype=np.int64, count=len(by_entity))]}
 
     def _apply_columns(self, ic: IntentColumns, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int], Any]:
         """:meth:`_intents_by_entity` of columnar intents, with the same result and rejections;
@@ -898,6 +901,8 @@ class World:
         # sets: per attribute, in intent order (the last one wins)
         bulk: dict[str, tuple] = {}
         plain_set = plain & is_set
+        touched: list[np.ndarray] = [uniq[alive & odd_entity]]  # whose speed/direction/rate may change
+        bulk["touched"] = touched
         # the attributes set (attr is in range for every set: checked by decode_intents)
         used = np.flatnonzero(np.bincount(ic.attr[plain_set], minlength=len(names))).tolist()
         for name in sorted({names[j] for j in used} & _NUMBERS.keys()):
@@ -915,6 +920,7 @@ class World:
                 lo, hi = _NUMBERS[name]
                 vals = np.where(values < lo, lo, np.where(values > hi, hi, values)).tolist()
             _SETTERS[name](map(entities.__getitem__, ids[sel].tolist()), vals)
+            touched.append(ids[sel])
         for i in sorted(state_sets):
             if plain[i]:
                 entities[int(ids[i])].state = ic.over_a[i]
@@ -1010,6 +1016,33 @@ class World:
 
     # -- the tick ---------------------------------------------------------------------------
 
+    def prepare_step(self) -> None:
+        """Read ahead what the next :meth:`step` reads whatever the intents are (the entities in
+        id order, their columns, the resource layout of eating) — for the engine to call while
+        the trait host computes this tick's intents, so that this work overlaps the host's.
+
+        ``step`` uses it only for the same tick and if no entity was added or removed since;
+        the speed, direction and rate of the entities that intents set are read again. Nothing
+        else may change an entity's numbers in between (they are changed only by ``World``)."""
+        self._prepared = self._step_columns()
+        if self.resources:
+            self._resource_near_layout()
+
+    def _step_columns(self) -> tuple:
+        """(tick, the kept columns, entities in id order, ids, world columns, direction, rate,
+        speed) as :meth:`step` reads them."""
+        entities = self.entities
+        order = [entities[eid] for eid in sorted(entities)]
+        n = len(order)
+        ids = np.array(sorted(entities), dtype=np.int64)
+        cols = self._cached_columns(ids)
+        if cols is None:
+            cols = {name: np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n)
+                    for name, dtype in _WORLD_COLUMNS}
+        direction, rate, speed = (np.fromiter(map(attrgetter(name), order), dtype=np.float64, count=n)
+                                  for name in ("direction", "energy_consumption_rate", "speed"))
+        return self.tick, self._columns, order, ids, cols, direction, rate, speed
+
     def step(self, intents: Mapping[int, Sequence[Sequence[Any]]] | None = None) -> TickReport:
         """Advance one tick, applying (checked) intents. Never raises on bad intents.
 
@@ -1028,30 +1061,29 @@ class World:
         bulk_moves = bulk.get("moves") if bulk else None
 
         entities = self.entities
-        order = [entities[eid] for eid in sorted(entities)]
-        n = len(order)
         width_max = self._xmax
         height_max = self._ymax
-
-        def column(name: str, dtype: Any = np.float64) -> np.ndarray:
-            return np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n)
-
-        ids = np.array(sorted(entities), dtype=np.int64)
-        cols = self._cached_columns(ids)
-        if cols is None:
-            cols = {name: column(name, dtype) for name, dtype in _WORLD_COLUMNS}
+        prepared, self._prepared = self._prepared, None
+        early = (prepared is not None and prepared[0] == tick and prepared[1] is not None
+                 and prepared[1] is self._columns)
+        if not early:
+            prepared = self._step_columns()
+        _, _, order, ids, cols, direction, rate, speed = prepared
+        n = len(order)
+        if early and bulk and bulk.get("touched"):  # read before the intents: refresh what they set
+            at = np.searchsorted(ids, np.unique(np.concatenate(bulk["touched"]))).tolist()
+            for name, col in (("direction", direction), ("energy_consumption_rate", rate), ("speed", speed)):
+                get = attrgetter(name)
+                col[at] = [get(order[i]) for i in at]
         x = cols["x"]
         y = cols["y"]
-        direction = column("direction")
         if bulk and "direction" in bulk:
             set_ids, values = bulk["direction"]
             direction[np.searchsorted(ids, set_ids)] = values
-        rate = column("energy_consumption_rate")
         energy = cols["energy"].copy()
         max_energy = cols["max_energy"]
         # (1) intents were applied above; (2) movement.
         cap = np.where(rate < 1.0, MAX_SPEED * rate, MAX_SPEED)
-        speed = column("speed")
         sp = np.where(speed > cap, cap, speed)
         nx = x.copy()
         ny = y.copy()
