@@ -104,7 +104,11 @@ class Layout:
         self.y = y[order]
         self.ids = ids[order]
         self.keys = keys[order]
-        self.start = np.stack([np.cumsum(per_cell) - per_cell, per_cell])
+        start = np.empty((2, len(per_cell)), dtype=per_cell.dtype)  # (np.stack: ~10 us more a call)
+        np.cumsum(per_cell, out=start[0])
+        start[0] -= per_cell
+        start[1] = per_cell
+        self.start = start
 
     @classmethod
     def of_items(cls, grid: Grid, items: Iterable[Any], count: int) -> "Layout":
@@ -149,7 +153,7 @@ def nearest(qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float,
     if near is not None and near.grid.inv > lay.grid.inv and len(qx):
         close = near.grid.cell * 0.99  # well inside the 3x3 block, whatever the rounding
         found, ndx, ndy = nearest(qx, qy, near, close)
-        far = np.flatnonzero(found < 0)
+        far = (found < 0).nonzero()[0]
         if len(far):
             found[far], ndx[far], ndy[far] = nearest(qx[far], qy[far], lay, radius)
         return found, ndx, ndy
@@ -163,17 +167,17 @@ def nearest(qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float,
     dx = lay.x[pi] - qx[pq]
     dy = lay.y[pi] - qy[pq]
     d2 = dx * dx + dy * dy
-    hit = np.flatnonzero(d2 <= radius * radius)
+    hit = (d2 <= radius * radius).nonzero()[0]
     if len(hit):
         pq, pi, d2 = pq[hit], pi[hit], d2[hit]
         # Pairs come query by query (pq ascending), so each query's candidates are one run:
         # per run the smallest distance, then among those at it the lowest id.
-        run = np.flatnonzero(np.concatenate(([True], pq[1:] != pq[:-1])))
+        run = np.concatenate(([True], pq[1:] != pq[:-1])).nonzero()[0]
         best = np.minimum.reduceat(d2, run)
-        tie = np.flatnonzero(d2 == np.repeat(best, np.diff(np.append(run, len(pq)))))
+        tie = (d2 == np.repeat(best, np.diff(np.append(run, len(pq))))).nonzero()[0]
         pq, pi = pq[tie], pi[tie]
         rid = lay.ids[pi]
-        run = np.flatnonzero(np.concatenate(([True], pq[1:] != pq[:-1])))
+        run = np.concatenate(([True], pq[1:] != pq[:-1])).nonzero()[0]
         low = np.minimum.reduceat(rid, run)
         pick = rid == np.repeat(low, np.diff(np.append(run, len(pq))))  # one per query
         who = pq[pick]

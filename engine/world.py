@@ -331,7 +331,7 @@ def _group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     if not _is_sorted(ids):
         return np.unique(ids, return_index=True, return_inverse=True, return_counts=True)
     new = np.concatenate(([True], ids[1:] != ids[:-1]))
-    first = np.flatnonzero(new)
+    first = new.nonzero()[0]
     counts = np.diff(np.append(first, len(ids)))
     return ids[first], first, np.cumsum(new) - 1, counts
 
@@ -339,7 +339,7 @@ def _group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
 def _last_of_each(ids: np.ndarray) -> np.ndarray:
     """Indices of the last occurrence of each distinct id (ascending by id)."""
     if _is_sorted(ids):
-        return np.flatnonzero(np.append(ids[1:] != ids[:-1], True))
+        return np.append(ids[1:] != ids[:-1], True).nonzero()[0]
     _, first_in_reverse = np.unique(ids[::-1], return_index=True)
     return len(ids) - 1 - first_in_reverse
 
@@ -868,7 +868,7 @@ class World:
         alive = np.fromiter(map(entities.__contains__, uniq_ids), dtype=bool, count=len(uniq_ids))
         if not alive.all():  # as _collect_intents: in the order the ids first appear
             next_id = self._next_entity_id
-            gone = np.flatnonzero(~alive)
+            gone = (~alive).nonzero()[0]
             for j in gone[np.argsort(first[gone])].tolist():
                 k = uniq_ids[j]
                 rejected.append((k, "dead_entity" if 1 <= k < next_id else "unknown_entity"))
@@ -904,14 +904,14 @@ class World:
         touched: list[np.ndarray] = [uniq[alive & odd_entity]]  # whose speed/direction/rate may change
         bulk["touched"] = touched
         # the attributes set (attr is in range for every set: checked by decode_intents)
-        used = np.flatnonzero(np.bincount(ic.attr[plain_set], minlength=len(names))).tolist()
+        used = np.bincount(ic.attr[plain_set], minlength=len(names)).nonzero()[0].tolist()
         for name in sorted({names[j] for j in used} & _NUMBERS.keys()):
             at = [j for j, nm in enumerate(names) if nm == name]
             sel = plain_set & (ic.attr == at[0] if len(at) == 1 else np.isin(ic.attr, at))
             values = ic.a[sel]
             if name == "direction":  # step() takes these as a column (every direction is stored back)
                 vals = values.tolist()
-                for j in np.flatnonzero((values < -_PI) | (values > _PI)).tolist():
+                for j in ((values < -_PI) | (values > _PI)).nonzero()[0].tolist():
                     vals[j] = _wrap_angle(vals[j])
                 keep = _last_of_each(ids[sel])
                 bulk["direction"] = (ids[sel][keep], np.array(vals)[keep])
@@ -924,12 +924,12 @@ class World:
         for i in sorted(state_sets):
             if plain[i]:
                 entities[int(ids[i])].state = ic.over_a[i]
-        sel = np.flatnonzero(plain & is_move)
+        sel = (plain & is_move).nonzero()[0]
         if len(sel):
             sel = sel[_last_of_each(ids[sel])]  # an entity's last move wins
             bulk["moves"] = (ids[sel], kind[sel] == KIND_TOWARDS, ic.a[sel], ic.b[sel])
         eats.update(ids[plain & (kind == KIND_EAT)].tolist())
-        odd_alive = np.flatnonzero(alive & odd_entity)
+        odd_alive = (alive & odd_entity).nonzero()[0]
         if len(odd_alive):
             order = np.argsort(ids, kind="stable")  # each entity's intents stay in order
             ends = np.cumsum(counts)
@@ -1103,8 +1103,8 @@ class World:
                 towards[at] = [m[0] for m in vals]
                 a[at] = [m[1] for m in vals]
                 b[at] = [m[2] for m in vals]
-            self._move_by_intent(np.flatnonzero(moving), towards, a, b, x, y, sp, nx, ny, direction)
-        wander = np.flatnonzero(~moving)
+            self._move_by_intent(moving.nonzero()[0], towards, a, b, x, y, sp, nx, ny, direction)
+        wander = (~moving).nonzero()[0]
         if len(wander):
             # Instinct: wander with a small random turn (one draw per wanderer, ids ascending),
             # bouncing off the walls.
@@ -1135,7 +1135,7 @@ class World:
             eater = energy < p.hunger_fraction * max_energy
             if eats:
                 eater[np.searchsorted(ids, np.fromiter(eats, dtype=np.int64, count=len(eats)))] = True
-            self._eat(np.flatnonzero(eater), nx, ny, energy, max_energy)
+            self._eat(eater.nonzero()[0], nx, ny, energy, max_energy)
         energy = energy - p.base_metabolism * rate - p.move_cost * moved
         # (6) aging
         age = cols["age"] + 1
@@ -1148,7 +1148,7 @@ class World:
             lo, hi = close_pairs(Layout(self._near_grid, nx, ny, ids), cr)
             if len(lo):
                 hits = np.bincount(np.concatenate([lo, hi]), minlength=n)
-                hit = np.flatnonzero(hits)
+                hit = hits.nonzero()[0]
                 pre_collision = dict(zip(ids[hit].tolist(), energy[hit].tolist()))
                 for k in range(int(hits.max())):  # one subtraction per pair, as pair by pair
                     energy = np.where(hits > k, energy - dmg, energy)
@@ -1175,7 +1175,7 @@ class World:
         dead: list[tuple[Entity, str]] = []
         dead_at: list[int] = []
         parents: list[int] = []
-        for i in np.flatnonzero(notable).tolist():
+        for i in notable.nonzero()[0].tolist():
             e = order[i]
             if e.energy <= 0.0:
                 dead_at.append(i)
