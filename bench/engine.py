@@ -17,7 +17,8 @@ Prints one JSON object (or, for several sizes, an object keyed by size) with:
 - ``engine_cpu_ms_per_tick`` (this process, all threads) and ``host_cpu_ms_per_tick`` (the
   trait-host container, from Docker's stats) during the measured ticks, and
   ``cpu_bound_ticks_per_s`` = 1000 / their sum: the rate if neither side ever waited for a CPU
-  (the two run one after the other each tick). On a machine shared with other work the wall-clock
+  (the two run mostly one after the other each tick: only ``World.prepare_step`` overlaps the
+  host). On a machine shared with other work the wall-clock
   ``ticks_per_s`` falls below it; ``loadavg_1m`` (before, after) says how busy the machine was.
 - ``host_restarts`` / ``host_deadline_misses`` / ``trait_errors``: must be 0 for a valid run.
 - with ``--compare-mesa``: ``mesa_ticks_per_s`` (and its percentiles) of the same model written

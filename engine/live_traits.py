@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import docker
@@ -126,9 +127,12 @@ class HostTraitRunner:
                 merged.setdefault(entity_id, []).extend(intents)
         return merged
 
-    async def run_tick_views(self, tick: int, views: dict) -> dict[int, list[list]]:
+    async def run_tick_views(self, tick: int, views: dict,
+                             while_waiting: Callable[[], None] | None = None) -> dict[int, list[list]]:
         """:meth:`run_tick` in the compact form (``World.trait_views``): each carrier's view
-        crosses to the host once, however many traits it carries; the host merges the intents."""
+        crosses to the host once, however many traits it carries; the host merges the intents.
+        ``while_waiting``: work that runs once the request is sent, while the host computes
+        (``World.prepare_step``), only if the request is sent."""
         run = [name for name in views["run"] if name in self._traits]
         if not run or not views["count"] or self._host_lock.locked():
             self.stats.skipped_ticks += bool(run and views["count"])
@@ -144,7 +148,7 @@ class HostTraitRunner:
                 # call to a worker thread cost ~0.7-1 ms of CPU per tick (500 entities: ~10% of
                 # it). The loop is held at most deadline_s (the host is killed then); other tasks
                 # run between ticks. The host exists here, so no container is started.
-                reply = self._request(message)
+                reply = self._host.request(message, self.deadline_s, while_waiting)
             except (HostDeadlineExceeded, HostCrashed) as exc:
                 await self._host_failed(exc, run)
                 return {}

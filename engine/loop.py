@@ -2,7 +2,9 @@
 
 Each tick: sync the active traits -> (only if a trait is active) build the carriers' views and
 run the traits -> ``World.step`` -> every ``engine_snapshot_interval`` ticks a WorldSnapshot ->
-every ``engine_frame_interval`` ticks a viewer frame (while someone subscribes). The tick's work
+every ``engine_frame_interval`` ticks a viewer frame (while someone subscribes); these two are
+built at the start of the next tick, while the trait host computes its intents (the world does
+not change until that tick's step), or before its step if no host request is made. The tick's work
 is measured against the budget ``1 / engine_tick_rate``; a tick that exceeded it is an overrun
 (counted, logged). The loop then sleeps until the next tick is due; when behind it does not
 sleep (it only yields to the event loop) — it never runs several ticks at once to catch up, and
@@ -22,6 +24,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
+from functools import partial
 from typing import Any
 
 from genesis.config import Settings
@@ -101,6 +104,7 @@ class Engine:
         self._overrun_log_at = 0.0
         self._started = False
         self._refresh_task: asyncio.Task | None = None
+        self._telemetry: list[Callable[[], None]] = []  # the last tick's snapshot / frame, to build
 
     # -- one tick -----------------------------------------------------------------------------
 
@@ -112,6 +116,7 @@ class Engine:
             return
         if names == self.active_traits:
             return
+        self._flush_telemetry()  # the last tick's snapshot and frame see the world before this
         removed = sorted(set(self.active_traits) - set(names))
         self.world.set_available_traits(names)
         for name in removed:
@@ -132,7 +137,9 @@ class Engine:
                     # raw arrays: the host channel sends them as bytes (sandbox/container.py)
                     views = world.trait_views(self.active_traits, raw=True)
                     if views["count"]:
-                        intents = await run_views(world.tick, views)
+                        # the last tick's telemetry and step's reading ahead run while the host
+                        # computes (on 2 cores, beside it rather than after it)
+                        intents = await run_views(world.tick, views, while_waiting=self._while_waiting)
                 else:
                     batches = world.trait_batches()
                     batches = {name: batches[name] for name in self.active_traits if name in batches}
@@ -142,17 +149,34 @@ class Engine:
                 self.trait_errors += 1
                 log.exception("trait runner failed at tick %d; the tick runs on instinct", world.tick)
                 intents = {}
+        self._flush_telemetry()  # whatever did not run while waiting (no host request this tick)
         world.step(intents)
         tick = world.tick
         settings = self.settings
+        # The snapshot and the viewer frame of this tick are built at the next tick, while the
+        # host computes (or before its step, whichever comes first): the world is unchanged
+        # until then. run_ticks, close and a change of the live traits build them at once.
         if tick % settings.engine_snapshot_interval == 0:
-            s0 = self.clock()
-            self._snapshot(tick)
-            self.snapshot_total_s += self.clock() - s0
+            self._telemetry.append(partial(self._snapshot, tick))
         if tick % settings.engine_frame_interval == 0 and self.sink.frame_subscribers > 0:
-            self.sink.publish_frame(build_frame(world))
+            self._telemetry.append(self._frame)
         work = self.clock() - started
         self._account(work)
+
+    def _while_waiting(self) -> None:
+        self._flush_telemetry()
+        self.world.prepare_step()
+
+    def _flush_telemetry(self) -> None:
+        pending, self._telemetry = self._telemetry, []
+        for build in pending:
+            try:
+                build()
+            except Exception:
+                log.exception("telemetry of tick %d failed", self.world.tick)
+
+    def _frame(self) -> None:
+        self.sink.publish_frame(build_frame(self.world))
 
     def _account(self, work: float) -> None:
         TICK_SECONDS.observe(work)
@@ -175,7 +199,7 @@ class Engine:
                 self._overrun_log_at = now + OVERRUN_LOG_INTERVAL_S
 
     def _snapshot(self, tick: int) -> None:
-        now = self.clock()
+        s0 = now = self.clock()
         elapsed = now - self._period_wall
         tps = (tick - self._period_tick) / elapsed if elapsed > 0 else 0.0
         snap, self._period = build_snapshot(
@@ -192,6 +216,7 @@ class Engine:
         every = self.settings.engine_snapshot_interval * self.settings.engine_postgres_every
         if tick % every == 0:
             self.sink.persist(to_row(snap))
+        self.snapshot_total_s += self.clock() - s0
 
     async def _run_hook(self, hook: Callable[[dict[str, Any]], Awaitable[None]], snap: dict[str, Any]) -> None:
         try:
@@ -257,6 +282,8 @@ class Engine:
         for _ in range(n):
             await self.tick_once()
             await asyncio.sleep(0)  # let the telemetry writer run
+        self._flush_telemetry()
+        await asyncio.sleep(0)
 
     async def run(self, stop: asyncio.Event | None = None, max_ticks: int | None = None) -> None:
         """The fixed-timestep loop, until ``stop`` is set (or ``max_ticks`` ticks ran)."""
@@ -289,6 +316,7 @@ class Engine:
                     self.lag_resets += 1
                     next_due = clock()
                 await self.sleep(0)
+        self._flush_telemetry()  # the last tick's (no next tick builds it)
 
     def _refresh_in_background(self) -> None:
         """Registry changes may start a container: never make the ticks wait for that."""
@@ -304,6 +332,7 @@ class Engine:
         self._refresh_task = asyncio.create_task(refresh())
 
     async def close(self) -> None:
+        self._flush_telemetry()
         if self._refresh_task is not None:
             await asyncio.wait([self._refresh_task], timeout=30)
         try:

@@ -67,7 +67,7 @@ import numpy as np
 from genesis.entity_api import MAX_SPEED, MAX_STATE_LENGTH, READABLE_ATTRS, WRITABLE_ATTRS
 
 from .intent_columns import KIND_EAT, KIND_SET, KIND_TOWARDS, IntentColumns
-from .sensing import Grid, Layout, Sensed, close_pairs, nearest, sense
+from .sensing import Grid, Layout, Sensed, close_pairs, nearest, sense, two_steps_pay
 from .spatial import SpatialGrid
 
 __all__ = [
@@ -124,20 +124,20 @@ def _pack_array(values: np.ndarray, raw: bool = False) -> dict[str, Any]:
     finite value (bit for bit), else base64 of a little-endian array: float64 as ``"f8"``,
     int64 as ``"i4"`` when every value fits in 32 bits, else ``"i8"``. Fewer bytes cross to the
     host: at thousands of entities, moving and decoding them is a large part of a tick."""
-    if len(values):
-        first = values[0]
-        if values.dtype.kind == "f":
+    if values.dtype.kind == "f":
+        code = "f8"
+        if len(values):
+            first = values[0]
             bits = values.view(np.int64)
             if np.isfinite(first) and (bits == bits[0]).all():
                 return {"same": float(first)}
-        elif (values == first).all():
-            return {"same": int(first)}
-    if values.dtype.kind == "f":
-        code = "f8"
-    elif not len(values) or (values.min() >= _INT32.min and values.max() <= _INT32.max):
+    elif not len(values):
         code = "i4"
-    else:
-        code = "i8"
+    else:  # ints: one min and one max tell both whether all are the same and whether they fit
+        lo, hi = int(values.min()), int(values.max())
+        if lo == hi:
+            return {"same": lo}
+        code = "i4" if lo >= _INT32.min and hi <= _INT32.max else "i8"
     data = values.astype(_WIRE[code]).tobytes()
     # raw: the bytes themselves, for a channel that carries them beside the JSON (an attachment)
     return {code: data if raw else base64.b64encode(data).decode("ascii")}
@@ -331,7 +331,7 @@ def _group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
     if not _is_sorted(ids):
         return np.unique(ids, return_index=True, return_inverse=True, return_counts=True)
     new = np.concatenate(([True], ids[1:] != ids[:-1]))
-    first = np.flatnonzero(new)
+    first = new.nonzero()[0]
     counts = np.diff(np.append(first, len(ids)))
     return ids[first], first, np.cumsum(new) - 1, counts
 
@@ -339,7 +339,7 @@ def _group(ids: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndar
 def _last_of_each(ids: np.ndarray) -> np.ndarray:
     """Indices of the last occurrence of each distinct id (ascending by id)."""
     if _is_sorted(ids):
-        return np.flatnonzero(np.append(ids[1:] != ids[:-1], True))
+        return np.append(ids[1:] != ids[:-1], True).nonzero()[0]
     _, first_in_reverse = np.unique(ids[::-1], return_index=True)
     return len(ids) - 1 - first_in_reverse
 
@@ -423,6 +423,7 @@ class World:
         # step() left them; None when an entity was added from outside. Intents change speed,
         # direction, rate and state: those are always read from the entities.
         self._columns: dict[str, np.ndarray] | None = None
+        self._prepared: tuple | None = None  # prepare_step()
 
     def _cached_columns(self, ids: np.ndarray) -> dict[str, np.ndarray] | None:
         """:attr:`_columns` if they are those of exactly these entities (ids ascending)."""
@@ -459,6 +460,11 @@ class World:
             lay = self._resource_layout()
             self._resource_half = Layout(self._half_grid, lay.x, lay.y, lay.ids)
         return self._resource_half
+
+    def _near_resources_for(self, queries: int) -> Layout | None:
+        """The finer resource layout for ``queries`` nearest-resource queries, if nearest() will
+        use it (it is built only then)."""
+        return self._resource_half_layout() if two_steps_pay(queries, self._resource_layout()) else None
 
     def _resources_changed(self) -> None:
         self._resource_arrays = None
@@ -646,7 +652,7 @@ class World:
         qx = np.fromiter(map(_X, ents), dtype=np.float64, count=n)
         qy = np.fromiter(map(_Y, ents), dtype=np.float64, count=n)
         return sense(qx, qy, self._entity_layout(), self._resource_layout(), self.params.sense_radius,
-                     near_resources=self._resource_half_layout())
+                     near_resources=self._near_resources_for(n))
 
     def _sensed_by_id(self, ents: list[Entity]) -> dict[int, tuple[int, list[float] | None]]:
         """(neighbour count, nearest resource as [dx, dy, distance] or None) for ``ents``, by id."""
@@ -743,7 +749,7 @@ class World:
         # every entity a carrier: the layout's points are the queries (entities are kept in id order)
         sensed = sense(values["x"], values["y"], self._entity_layout(), self._resource_layout(),
                        self.params.sense_radius, everyone=n == len(entities),
-                       near_resources=self._resource_half_layout())
+                       near_resources=self._near_resources_for(n))
         columns: dict[str, Any] = {name: _pack_array(values[name], raw) for name, _ in _VIEW_ATTR_COLUMNS}
         states = list(map(_STATE, carriers))
         if n and states.count(states[0]) == n:
@@ -822,7 +828,9 @@ class World:
 
         Setting happens for all entities before anyone moves: a tick's movement, eating,
         metabolism and aging read only the entity's own attributes, so this equals applying
-        them entity by entity inside the tick's loop."""
+        them entity by entity inside the tick's loop. The third value (None or a dict) holds the
+        ids of the entities whose ``Entity`` attributes were set, under ``"touched"`` (a list of
+        arrays; see :meth:`_apply_columns` for the rest)."""
         if isinstance(intents, IntentColumns):
             return self._apply_columns(intents, rejected)
         by_entity = self._collect_intents(intents, rejected)
@@ -835,7 +843,7 @@ class World:
                 moves[eid] = move
             if eat:
                 eats.add(eid)
-        return moves, eats, None
+        return moves, eats, {"touched": [np.fromiter(by_entity, dtype=np.int64, count=len(by_entity))]}
 
     def _apply_columns(self, ic: IntentColumns, rejected: list[tuple[int, str]]) -> tuple[dict[int, tuple], set[int], Any]:
         """:meth:`_intents_by_entity` of columnar intents, with the same result and rejections;
@@ -860,7 +868,7 @@ class World:
         alive = np.fromiter(map(entities.__contains__, uniq_ids), dtype=bool, count=len(uniq_ids))
         if not alive.all():  # as _collect_intents: in the order the ids first appear
             next_id = self._next_entity_id
-            gone = np.flatnonzero(~alive)
+            gone = (~alive).nonzero()[0]
             for j in gone[np.argsort(first[gone])].tolist():
                 k = uniq_ids[j]
                 rejected.append((k, "dead_entity" if 1 <= k < next_id else "unknown_entity"))
@@ -892,12 +900,18 @@ class World:
         plain = (alive & ~odd_entity)[inverse]
         # sets: per attribute, in intent order (the last one wins)
         bulk: dict[str, tuple] = {}
-        for name in sorted({names[j] for j in np.unique(ic.attr[plain & is_set]).tolist()} & _NUMBERS.keys()):
-            sel = plain & is_set & np.isin(ic.attr, [j for j, nm in enumerate(names) if nm == name])
+        plain_set = plain & is_set
+        touched: list[np.ndarray] = [uniq[alive & odd_entity]]  # whose speed/direction/rate may change
+        bulk["touched"] = touched
+        # the attributes set (attr is in range for every set: checked by decode_intents)
+        used = np.bincount(ic.attr[plain_set], minlength=len(names)).nonzero()[0].tolist()
+        for name in sorted({names[j] for j in used} & _NUMBERS.keys()):
+            at = [j for j, nm in enumerate(names) if nm == name]
+            sel = plain_set & (ic.attr == at[0] if len(at) == 1 else np.isin(ic.attr, at))
             values = ic.a[sel]
             if name == "direction":  # step() takes these as a column (every direction is stored back)
                 vals = values.tolist()
-                for j in np.flatnonzero((values < -_PI) | (values > _PI)).tolist():
+                for j in ((values < -_PI) | (values > _PI)).nonzero()[0].tolist():
                     vals[j] = _wrap_angle(vals[j])
                 keep = _last_of_each(ids[sel])
                 bulk["direction"] = (ids[sel][keep], np.array(vals)[keep])
@@ -906,15 +920,16 @@ class World:
                 lo, hi = _NUMBERS[name]
                 vals = np.where(values < lo, lo, np.where(values > hi, hi, values)).tolist()
             _SETTERS[name](map(entities.__getitem__, ids[sel].tolist()), vals)
+            touched.append(ids[sel])
         for i in sorted(state_sets):
             if plain[i]:
                 entities[int(ids[i])].state = ic.over_a[i]
-        sel = np.flatnonzero(plain & is_move)
+        sel = (plain & is_move).nonzero()[0]
         if len(sel):
             sel = sel[_last_of_each(ids[sel])]  # an entity's last move wins
             bulk["moves"] = (ids[sel], kind[sel] == KIND_TOWARDS, ic.a[sel], ic.b[sel])
         eats.update(ids[plain & (kind == KIND_EAT)].tolist())
-        odd_alive = np.flatnonzero(alive & odd_entity)
+        odd_alive = (alive & odd_entity).nonzero()[0]
         if len(odd_alive):
             order = np.argsort(ids, kind="stable")  # each entity's intents stay in order
             ends = np.cumsum(counts)
@@ -1001,6 +1016,33 @@ class World:
 
     # -- the tick ---------------------------------------------------------------------------
 
+    def prepare_step(self) -> None:
+        """Read ahead what the next :meth:`step` reads whatever the intents are (the entities in
+        id order, their columns, the resource layout of eating) — for the engine to call while
+        the trait host computes this tick's intents, so that this work overlaps the host's.
+
+        ``step`` uses it only for the same tick and if no entity was added or removed since;
+        the speed, direction and rate of the entities that intents set are read again. Nothing
+        else may change an entity's numbers in between (they are changed only by ``World``)."""
+        self._prepared = self._step_columns()
+        if self.resources:
+            self._resource_near_layout()
+
+    def _step_columns(self) -> tuple:
+        """(tick, the kept columns, entities in id order, ids, world columns, direction, rate,
+        speed) as :meth:`step` reads them."""
+        entities = self.entities
+        order = [entities[eid] for eid in sorted(entities)]
+        n = len(order)
+        ids = np.array(sorted(entities), dtype=np.int64)
+        cols = self._cached_columns(ids)
+        if cols is None:
+            cols = {name: np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n)
+                    for name, dtype in _WORLD_COLUMNS}
+        direction, rate, speed = (np.fromiter(map(attrgetter(name), order), dtype=np.float64, count=n)
+                                  for name in ("direction", "energy_consumption_rate", "speed"))
+        return self.tick, self._columns, order, ids, cols, direction, rate, speed
+
     def step(self, intents: Mapping[int, Sequence[Sequence[Any]]] | None = None) -> TickReport:
         """Advance one tick, applying (checked) intents. Never raises on bad intents.
 
@@ -1019,30 +1061,29 @@ class World:
         bulk_moves = bulk.get("moves") if bulk else None
 
         entities = self.entities
-        order = [entities[eid] for eid in sorted(entities)]
-        n = len(order)
         width_max = self._xmax
         height_max = self._ymax
-
-        def column(name: str, dtype: Any = np.float64) -> np.ndarray:
-            return np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n)
-
-        ids = np.array(sorted(entities), dtype=np.int64)
-        cols = self._cached_columns(ids)
-        if cols is None:
-            cols = {name: column(name, dtype) for name, dtype in _WORLD_COLUMNS}
+        prepared, self._prepared = self._prepared, None
+        early = (prepared is not None and prepared[0] == tick and prepared[1] is not None
+                 and prepared[1] is self._columns)
+        if not early:
+            prepared = self._step_columns()
+        _, _, order, ids, cols, direction, rate, speed = prepared
+        n = len(order)
+        if early and bulk and bulk.get("touched"):  # read before the intents: refresh what they set
+            at = np.searchsorted(ids, np.unique(np.concatenate(bulk["touched"]))).tolist()
+            for name, col in (("direction", direction), ("energy_consumption_rate", rate), ("speed", speed)):
+                get = attrgetter(name)
+                col[at] = [get(order[i]) for i in at]
         x = cols["x"]
         y = cols["y"]
-        direction = column("direction")
         if bulk and "direction" in bulk:
             set_ids, values = bulk["direction"]
             direction[np.searchsorted(ids, set_ids)] = values
-        rate = column("energy_consumption_rate")
         energy = cols["energy"].copy()
         max_energy = cols["max_energy"]
         # (1) intents were applied above; (2) movement.
         cap = np.where(rate < 1.0, MAX_SPEED * rate, MAX_SPEED)
-        speed = column("speed")
         sp = np.where(speed > cap, cap, speed)
         nx = x.copy()
         ny = y.copy()
@@ -1062,8 +1103,8 @@ class World:
                 towards[at] = [m[0] for m in vals]
                 a[at] = [m[1] for m in vals]
                 b[at] = [m[2] for m in vals]
-            self._move_by_intent(np.flatnonzero(moving), towards, a, b, x, y, sp, nx, ny, direction)
-        wander = np.flatnonzero(~moving)
+            self._move_by_intent(moving.nonzero()[0], towards, a, b, x, y, sp, nx, ny, direction)
+        wander = (~moving).nonzero()[0]
         if len(wander):
             # Instinct: wander with a small random turn (one draw per wanderer, ids ascending),
             # bouncing off the walls.
@@ -1071,8 +1112,8 @@ class World:
             d = direction[wander] + (draws * 2.0 - 1.0) * p.wander_turn
             d = np.where(d > _PI, d - _TWO_PI, np.where(d < -_PI, d + _TWO_PI, d))
             dl = d.tolist()
-            wx = x[wander] + np.array(list(map(math.cos, dl))) * sp[wander]
-            wy = y[wander] + np.array(list(map(math.sin, dl))) * sp[wander]
+            wx = x[wander] + np.fromiter(map(math.cos, dl), np.float64, len(dl)) * sp[wander]
+            wy = y[wander] + np.fromiter(map(math.sin, dl), np.float64, len(dl)) * sp[wander]
             out_x = (wx < 0.0) | (wx > width_max)
             if out_x.any():
                 wx = np.where(out_x, np.where(wx < 0.0, 0.0, width_max), wx)
@@ -1085,7 +1126,7 @@ class World:
             nx[wander] = wx
             ny[wander] = wy
             direction[wander] = d
-        moved = np.array(list(map(math.hypot, (nx - x).tolist(), (ny - y).tolist())))
+        moved = np.fromiter(map(math.hypot, (nx - x).tolist(), (ny - y).tolist()), np.float64, n)
 
         # (3) eating: the nearest resource within eat_radius (ties by lower id), eaters by
         # ascending id, each taking what is left; (4) metabolism.
@@ -1094,7 +1135,7 @@ class World:
             eater = energy < p.hunger_fraction * max_energy
             if eats:
                 eater[np.searchsorted(ids, np.fromiter(eats, dtype=np.int64, count=len(eats)))] = True
-            self._eat(np.flatnonzero(eater), nx, ny, energy, max_energy)
+            self._eat(eater.nonzero()[0], nx, ny, energy, max_energy)
         energy = energy - p.base_metabolism * rate - p.move_cost * moved
         # (6) aging
         age = cols["age"] + 1
@@ -1107,7 +1148,7 @@ class World:
             lo, hi = close_pairs(Layout(self._near_grid, nx, ny, ids), cr)
             if len(lo):
                 hits = np.bincount(np.concatenate([lo, hi]), minlength=n)
-                hit = np.flatnonzero(hits)
+                hit = hits.nonzero()[0]
                 pre_collision = dict(zip(ids[hit].tolist(), energy[hit].tolist()))
                 for k in range(int(hits.max())):  # one subtraction per pair, as pair by pair
                     energy = np.where(hits > k, energy - dmg, energy)
@@ -1134,7 +1175,7 @@ class World:
         dead: list[tuple[Entity, str]] = []
         dead_at: list[int] = []
         parents: list[int] = []
-        for i in np.flatnonzero(notable).tolist():
+        for i in notable.nonzero()[0].tolist():
             e = order[i]
             if e.energy <= 0.0:
                 dead_at.append(i)
@@ -1243,7 +1284,7 @@ class World:
         uy = dy / m
         uxl = ux.tolist()
         uyl = uy.tolist()
-        h = np.array(list(map(math.hypot, uxl, uyl)))
+        h = np.fromiter(map(math.hypot, uxl, uyl), np.float64, len(uxl))
         dist = sp[idx]
         full = m * h
         dist = np.where(tw & (full < dist), full, dist)
@@ -1254,7 +1295,7 @@ class World:
         my = np.where(my < 0.0, 0.0, np.where(my > self._ymax, self._ymax, my))
         nx[idx] = np.where(step, mx, px)
         ny[idx] = np.where(step, my, py)
-        direction[idx] = list(map(math.atan2, uyl, uxl))
+        direction[idx] = np.fromiter(map(math.atan2, uyl, uxl), np.float64, len(uxl))
 
     def _eat(self, eaters: np.ndarray, nx: np.ndarray, ny: np.ndarray, energy: np.ndarray,
              max_energy: np.ndarray) -> None:

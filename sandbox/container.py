@@ -25,6 +25,7 @@ import socket
 import struct
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -186,16 +187,24 @@ class TraitHostContainer:
         """A pooled container now serves ``owner``: rename it so leftovers can be found by owner."""
         self._container.rename(container_name(owner))
 
-    def request(self, message: dict[str, Any], deadline_s: float) -> dict[str, Any]:
+    def request(self, message: dict[str, Any], deadline_s: float,
+                while_waiting: Callable[[], None] | None = None) -> dict[str, Any]:
         """Send one request and wait for its reply, killing the container past the deadline.
 
         Bytes values in the request travel as its attachment (see :func:`encode_message`); a
-        reply with an attachment has its bytes under ``"attachment"``."""
+        reply with an attachment has its bytes under ``"attachment"``. ``while_waiting`` runs
+        once the request is sent, before the reply is read (the host works meanwhile); its
+        exceptions are logged, never raised, so the reply is always read."""
         deadline = time.monotonic() + deadline_s
         try:
             sock = self._sock if self._sock is not None else self._accept(deadline)
             sock.settimeout(deadline_s)
             sock.sendall(encode_message(message))
+            if while_waiting is not None:
+                try:
+                    while_waiting()
+                except Exception:
+                    log.exception("work done while waiting for the trait host failed")
             reply = json.loads(self._read_line(deadline))
             if isinstance(reply, dict) and "attachment" in reply:
                 size = reply["attachment"]

@@ -185,6 +185,46 @@ class ForagerRunner:
         pass
 
 
+async def test_snapshots_built_while_the_trait_host_computes_hold_their_own_tick(engine_settings):
+    # A tick's snapshot is built at the next tick, while the (real) trait host computes that
+    # tick's intents: it must still describe its own tick (state hash, tick).
+    from bench.engine import validated_traits
+    from engine.live_traits import HostTraitRunner
+    from genesis import registry
+
+    s = engine_settings.model_copy(update={"engine_snapshot_interval": 5, "engine_trait_deadline_ms": 10_000.0})
+    redis = aioredis.from_url(ENGINE_REDIS_URL)
+    entry = validated_traits(1)[0]  # bench/engine.py's wander trait, through the gatekeeper
+    await registry.put_entry(redis, entry)
+    world = World(WorldParams(initial_population=30), seed=21)
+    world.set_available_traits([entry.trait_name])
+    world.give_trait_to_all(entry.trait_name)
+    runner = HostTraitRunner(s, redis)
+    engine = Engine(s, runner, world=world)
+    snapshots: list[dict] = []
+
+    async def keep(snap: dict) -> None:
+        snapshots.append(snap)
+
+    engine.snapshot_hooks.append(keep)
+    try:
+        await engine.start()
+        assert runner.active_traits() == [entry.trait_name]
+        hashes, taken = {}, []
+        for _ in range(16):
+            await engine.tick_once()
+            hashes[world.tick] = world.state_hash()
+            taken.append(engine.snapshots_taken)
+        await asyncio.sleep(0.1)  # the hooks run as tasks
+        assert taken[4] == 0 and taken[5] == 1  # tick 5's snapshot was built during tick 6
+        assert runner.stats.skipped_ticks == 0 and runner.stats.restarts == 0 and engine.trait_errors == 0
+        assert [snap["tick"] for snap in snapshots] == [5, 10, 15]
+        assert all(snap["state_hash"] == hashes[snap["tick"]] for snap in snapshots)
+    finally:
+        await engine.close()
+        await redis.aclose()
+
+
 async def test_same_seed_same_state_hash(engine_settings):
     s = engine_settings.model_copy(update={"engine_trait_gain_chance": 1.0, "engine_snapshot_interval": 100})
     hashes = []

@@ -269,6 +269,43 @@ def _hostile_intents(rnd, w: World, dead: list[int]) -> dict[int, list[list]]:
     return out
 
 
+def test_prepare_step_while_the_host_computes_changes_nothing():
+    # The engine calls World.prepare_step while the trait host computes the tick's intents:
+    # step then starts from columns read before the intents were applied. With hostile intents
+    # (speed, direction and rate set in bulk and one by one, rejections, dead and unknown ids),
+    # births, deaths and collisions, every tick's state must equal that of a plain step.
+    import random
+
+    from dataclasses import replace
+    params = replace(World().params, initial_population=120, min_population=60, initial_energy=8.0,
+                     collision_radius=6.0, resource_spawn_chance=1.0)
+    worlds = [World(params, seed=9) for _ in range(4)]  # plain, plain prepared, columns, columns prepared
+    rnd = random.Random(9)
+    dead: list[int] = []
+    for tick in range(40):
+        encoded = json.loads(json.dumps(trait_host.encode_intents(_hostile_intents(rnd, worlds[0], dead)),
+                                        allow_nan=False))
+        columns = decode_intents(encoded)
+        reports = []
+        for i, w in enumerate(worlds):
+            w.trait_views()
+            if i % 2:
+                w.prepare_step()
+            reports.append(w.step(columns if i >= 2 else dict(columns.items())))
+        assert len({(r.rejected_intents.__repr__(), r.deaths.__repr__(), r.births.__repr__()) for r in reports}) == 1
+        assert len({w.state_hash() for w in worlds}) == 1, f"tick {tick}"
+        dead += [eid for eid, _ in reports[0].deaths]
+    # a prepared step is not used for another tick, nor after an entity was added
+    w = worlds[1]
+    w.prepare_step()
+    w.add_entity(10.0, 10.0, speed=2.0)
+    w.step()
+    worlds[0].add_entity(10.0, 10.0, speed=2.0)
+    worlds[0].step()
+    assert w.state_hash() == worlds[0].state_hash()
+    assert len({w.stats().__repr__() for w in worlds[2:]}) == 1
+
+
 def test_columnar_intents_step_the_world_exactly_as_the_plain_form():
     # World.step applies decoded intent columns in bulk; the plain dict of the same intents
     # must give the same state, rejections (same order) and counts, tick after tick.

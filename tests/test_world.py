@@ -771,6 +771,34 @@ def test_vectorised_sensing_is_bit_identical_to_the_scalar_rule(seed, population
             assert sensed == {e.id: scalar_sense(w, e) for e in ents}
 
 
+@pytest.mark.parametrize("queries, points", [(2000, 2000), (2000, 40), (30, 60)])
+def test_nearest_gives_the_same_answer_in_one_step_or_two(queries, points):
+    """nearest()'s two-step search (``near``, used where it pays) and the one-step search agree
+    exactly: ids, and dx/dy bit for bit (NaN where nothing is in range)."""
+    import numpy as np
+
+    from engine.sensing import Grid, Layout, nearest, two_steps_pay
+
+    rnd = random.Random(queries * 7 + points)
+    width, height, radius = 1600.0, 1200.0, 80.0
+    qx = np.array([rnd.uniform(0, width) for _ in range(queries)])
+    qy = np.array([rnd.uniform(0, height) for _ in range(queries)])
+    # some points exactly on a query or at the same distance, to exercise the ties
+    px = np.array([rnd.uniform(0, width) if i % 5 else float(qx[i % queries]) for i in range(points)])
+    py = np.array([rnd.uniform(0, height) if i % 5 else float(qy[i % queries]) + 10.0 for i in range(points)])
+    ids = np.arange(1, points + 1, dtype=np.int64)
+    lay = Layout(Grid.over(width, height, radius), px, py, ids)
+    near = Layout(Grid.over(width, height, radius / 2), px, py, ids)
+    # the world passes ``near`` only where it pays: 2,000 queries among 2,000 points, not among 40
+    assert two_steps_pay(queries, lay) == (points == 2000 and queries == 2000)
+    one = nearest(qx, qy, lay, radius)
+    two = nearest(qx, qy, lay, radius, near)
+    assert np.array_equal(one[0], two[0])
+    for a, b in zip(one[1:], two[1:]):
+        assert np.array_equal(a.view(np.int64), b.view(np.int64))
+    assert (one[0] >= 0).any()
+
+
 def test_nearest_resource_none_when_out_of_range():
     w = World(QUIET)
     e = w.add_entity(100, 100, traits=("t",))
