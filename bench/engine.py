@@ -7,7 +7,11 @@ Prints one JSON object (or, for several sizes, an object keyed by size) with:
 
 - ``ticks_per_s``, ``ms_per_tick_p50``, ``ms_per_tick_p99``: unpaced ``Engine.tick_once`` (views ->
   trait host container over its channel (a private Unix socket, JSON lines with binary
-  attachments) -> intents -> ``World.step``), after a warm-up.
+  attachments) -> intents -> ``World.step``), after ``--warmup`` ticks (``warmup_ticks``; default
+  500). The default measures the steady state the live engine runs in for hours: the trait host
+  runs on PyPy, whose JIT is still compiling the traits' and the host's loops in the first few
+  hundred ticks (at 500 entities the host needs ~4 ms a tick after 20 ticks, ~2.5 ms after 500);
+  ``--warmup 20`` shows the engine's first seconds.
 - ``entities``: mean population during the measured ticks; ``carriers_at_end``: entities with >= 1
   trait; ``traits``: live traits (every entity carries all of them).
 - ``snapshot_ms``: median wall time of ``engine.telemetry.build_snapshot`` (with the state hash)
@@ -501,7 +505,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--entities", default="500", help="N, or several: 500,5000")
     ap.add_argument("--traits", type=int, default=3, help="how many of wander, forage, energy_saver (1-3)")
     ap.add_argument("--ticks", type=int, default=300)
-    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=500,
+                    help="ticks run before the measured ones (default 500: PyPy's JIT has settled)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--compare-mesa", action="store_true")
     ap.add_argument("--mesa-seconds", type=float, default=30.0, help="wall-time cap of the Mesa run per size")
@@ -514,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
         results[n] = bench_one(n, args, entries)
         results[n]["entities_requested"] = n
         results[n]["ticks_measured"] = args.ticks
+        results[n]["warmup_ticks"] = args.warmup
         print(f"bench.engine: {n} entities done", file=sys.stderr)
     out: Any = results[sizes[0]] if len(sizes) == 1 else {str(n): r for n, r in results.items()}
     print(json.dumps(out, indent=2))
