@@ -21,7 +21,8 @@ class TraitRunner(Protocol):
     # Optional: ``async def run_tick_views(tick, views, while_waiting=None) -> intents`` taking
     # ``World.trait_views(active_traits, raw=True)`` (each carrier's view once, the trait host's "views"
     # request) instead of per-trait batches; the engine uses it when the runner has it, with
-    # ``while_waiting=World.prepare_step`` (to be called once the request is out, if it is sent).
+    # ``while_waiting``: the last tick's telemetry and ``World.prepare_step``, to be called once
+    # the request is out (only if it is sent).
 
     def active_traits(self) -> list[str]:
         """Traits loaded and not quarantined (cheap: called every tick)."""

@@ -194,17 +194,22 @@ class TraitHostContainer:
         Bytes values in the request travel as its attachment (see :func:`encode_message`); a
         reply with an attachment has its bytes under ``"attachment"``. ``while_waiting`` runs
         once the request is sent, before the reply is read (the host works meanwhile); its
-        exceptions are logged, never raised, so the reply is always read."""
+        exceptions are logged, never raised, so the reply is always read, and the time it takes
+        is added to the host's deadline."""
         deadline = time.monotonic() + deadline_s
         try:
             sock = self._sock if self._sock is not None else self._accept(deadline)
             sock.settimeout(deadline_s)
             sock.sendall(encode_message(message))
             if while_waiting is not None:
+                began = time.monotonic()
                 try:
                     while_waiting()
                 except Exception:
                     log.exception("work done while waiting for the trait host failed")
+                # Our own work does not count against the host's deadline: a snapshot or viewer
+                # frame of a large world must not get a host that answered in time killed.
+                deadline += time.monotonic() - began
             reply = json.loads(self._read_line(deadline))
             if isinstance(reply, dict) and "attachment" in reply:
                 size = reply["attachment"]

@@ -87,6 +87,29 @@ def test_socket_host_that_hangs_is_killed_at_the_deadline_and_one_that_dies_is_r
         dying.close()
 
 
+def test_work_done_while_waiting_does_not_count_against_the_hosts_deadline(client):
+    """The engine builds telemetry while the host computes (engine/loop.py); however long that
+    takes, a host that answered in time is not killed, and the work's failure is only logged."""
+    import time
+
+    with start(client, "test-socket-while-waiting") as host:
+        assert host.request({"op": "load", "trait": "writer", "source": STATE_WRITER, "class_name": "Writer"}, 10)["ok"]
+        ran = []
+
+        def slow_work() -> None:
+            time.sleep(0.6)  # three times the deadline below
+            ran.append(True)
+
+        reply = host.request({"op": "tick", "tick": 0, "batches": {"writer": [{"id": 3}]}}, 0.2, slow_work)
+        assert ran and reply["results"]["writer"]["intents"] == [[3, [["set", "state", "seen 3"]]]]
+
+        def failing_work() -> None:
+            raise RuntimeError("telemetry broke")
+
+        reply = host.request({"op": "tick", "tick": 1, "batches": {"writer": [{"id": 4}]}}, 5, failing_work)
+        assert reply["results"]["writer"]["intents"] == [[4, [["set", "state", "seen 4"]]]]
+
+
 def test_the_socket_directory_of_a_host_whose_engine_died_is_removed_with_its_container(client):
     host = start(client, "test-socket-orphan")
     socket_dir = host._socket_dir
