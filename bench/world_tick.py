@@ -3,7 +3,7 @@ test world (``World(WorldParams(), seed=7)``: 40 entities, one trait carried by 
 sandbox test runs it 50 times.
 
     python -m bench.world_tick
-    python -m bench.world_tick --base /work/main      # side by side with another checkout's engine
+    python -m bench.world_tick --base ../genesis-old   # side by side with another checkout's engine
 
 Prints one JSON object: per tick, the median thread CPU time (ms) of ``trait_views`` (the
 sandbox's base64 form) and of ``step``, over ``--worlds`` fresh worlds of ``--ticks`` ticks each.
@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worlds", type=int, default=30)
     ap.add_argument("--ticks", type=int, default=50)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--base", help="another checkout whose engine/ to compare with (e.g. /work/main)")
+    ap.add_argument("--base", help="another checkout whose engine/ to compare with (e.g. a git worktree of an older commit)")
     args = ap.parse_args(argv)
     base = load_engine(args.base) if args.base else None
     print(json.dumps(run(args.worlds, args.ticks, args.seed, base), indent=2))
