@@ -253,14 +253,15 @@ async def main(seconds: int, database_url: str, redis_url: str, propose_only: bo
                     raise SystemExit(f"{path} answered {response.status_code}: {response.text[:300]}")
         context = {} if propose_only else {
             path: await asyncio.to_thread(run_wrk, url + path, seconds) for path in CONTEXT_PATHS}
-        if warm_up_s:
-            with tempfile.TemporaryDirectory() as workdir:
-                await asyncio.to_thread(run_hey, url + "/api/mutations/propose", warm_up_s, Path(workdir))
-        since = datetime.now(timezone.utc)
-        cpu_before, machine_before, wall_before = children_cpu_s(), machine_busy_s(), time.monotonic()
-        profiler = profile_api(api.proc.pid, seconds, py_spy_out) if py_spy_out else None
-        with tempfile.TemporaryDirectory() as workdir:
-            propose = await asyncio.to_thread(run_hey, url + "/api/mutations/propose", seconds, Path(workdir))
+        propose_url = url + "/api/mutations/propose"
+        with tempfile.TemporaryDirectory() as tmp:
+            workdir = Path(tmp)
+            if warm_up_s:
+                await asyncio.to_thread(run_hey, propose_url, warm_up_s, workdir)
+            since = datetime.now(timezone.utc)
+            cpu_before, machine_before, wall_before = children_cpu_s(), machine_busy_s(), time.monotonic()
+            profiler = profile_api(api.proc.pid, seconds, py_spy_out) if py_spy_out else None
+            propose = await asyncio.to_thread(run_hey, propose_url, seconds, workdir)
         machine_after, wall_after = machine_busy_s(), time.monotonic()
         # Everything on the machine, the run's own processes included (the machine may be shared).
         propose["machine_cores_busy"] = round((machine_after - machine_before) / (wall_after - wall_before), 2)

@@ -25,7 +25,6 @@ _OFFSETS = [(dx, dy) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
 _X = attrgetter("x")
 _Y = attrgetter("y")
 _ID = attrgetter("id")
-_ID_MAX = np.iinfo(np.int64).max
 _EMPTY = np.empty(0, dtype=np.int64)
 _FORWARD = [(0, 0), (1, 0), (-1, 1), (0, 1), (1, 1)]
 _BLOCKS: dict[tuple["Grid", bool], np.ndarray] = {}  # Grid.block() (few distinct grids per process)

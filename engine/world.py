@@ -1032,9 +1032,10 @@ class World:
         """(tick, the kept columns, entities in id order, ids, world columns, direction, rate,
         speed) as :meth:`step` reads them."""
         entities = self.entities
-        order = [entities[eid] for eid in sorted(entities)]
+        keys = sorted(entities)
+        order = [entities[eid] for eid in keys]
         n = len(order)
-        ids = np.array(sorted(entities), dtype=np.int64)
+        ids = np.array(keys, dtype=np.int64)
         cols = self._cached_columns(ids)
         if cols is None:
             cols = {name: np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n)

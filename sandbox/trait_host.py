@@ -368,20 +368,15 @@ def decode_columns(columns, count=None, attachment=None):
                 raise ValueError("a 'same' column needs the request's count")
             col = [col["same"]] * count
         elif type(col) is dict and "text" in col:  # strings joined by the unit separator
-            start, size = col["text"]
-            if attachment is None or not 0 <= start <= start + size <= len(attachment):
-                raise ValueError("a column outside the attachment")
-            col = bytes(attachment[start:start + size]).decode("utf-8").split("\x1f") if count else []
+            text = bytes(attached(attachment, col["text"])).decode("utf-8")
+            col = text.split("\x1f") if count else []
         elif type(col) is dict:
             (key, data), = col.items()
             arr = array.array(ARRAY_CODES[key])
             if arr.itemsize != int(key[1]):
                 raise ValueError("no %s array type on this platform" % key)
             if type(data) is list:
-                start, size = data
-                if attachment is None or not 0 <= start <= start + size <= len(attachment):
-                    raise ValueError("a column outside the attachment")
-                arr.frombytes(memoryview(attachment)[start:start + size])
+                arr.frombytes(attached(attachment, data))
             else:
                 arr.frombytes(binascii.a2b_base64(data))
             if sys.byteorder != "little":
@@ -393,6 +388,14 @@ def decode_columns(columns, count=None, attachment=None):
     if len({len(col) for col in lists}) > 1:
         raise ValueError("columns of different lengths")
     return lists
+
+
+def attached(attachment, span):
+    """The bytes ``[offset, length]`` names in the request's attachment (a view, not a copy)."""
+    start, size = span
+    if attachment is None or not 0 <= start <= start + size <= len(attachment):
+        raise ValueError("a column outside the attachment")
+    return memoryview(attachment)[start:start + size]
 
 
 def make_column_proxy_class(readable, writable, fields, world):
