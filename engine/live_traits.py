@@ -26,7 +26,7 @@ from sandbox.container import (
     HostDeadlineExceeded,
     IsolationLimits,
     TraitHostContainer,
-    remove_exited_trait_hosts,
+    remove_abandoned_trait_hosts,
 )
 
 log = logging.getLogger("genesis.engine.traits")
@@ -186,7 +186,7 @@ class HostTraitRunner:
         if self._host is None:
             runtime = image.engine_runtime()
             tag = image.ensure(self._client, runtime)
-            remove_exited_trait_hosts(self._client)  # e.g. the host of an engine that was killed
+            remove_abandoned_trait_hosts(self._client)  # e.g. the host of an engine that was killed
             host = TraitHostContainer(self._client, tag, IsolationLimits.from_settings(self._settings), host_owner(),
                                       runtime, private_socket=self._settings.engine_trait_host_socket)
             try:

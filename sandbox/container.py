@@ -417,9 +417,17 @@ def remove_containers_of(client: docker.DockerClient, owner: str, keep: str | No
     return remove_all([c for c in containers_of(client, owner) if c.id != keep])
 
 
-def remove_exited_trait_hosts(client: docker.DockerClient) -> int:
-    """Trait hosts whose owner died have exited (their stdin closed). Only exited ones: a
-    container in "created" may be another process's, between its create and start."""
-    return remove_all(client.containers.list(
-        all=True, sparse=True, filters={"label": [f"{LABEL_ROLE}={ROLE_TRAIT_HOST}"], "status": "exited"},
-    ))
+CREATED_GRACE_S = 120.0  # far above a container's create-to-start gap (START_DEADLINE_S is 20 s)
+
+
+def remove_abandoned_trait_hosts(client: docker.DockerClient, created_grace_s: float = CREATED_GRACE_S) -> int:
+    """Remove trait hosts nobody will use again: those that exited (their owner died, so their
+    stdin closed) and those stuck in "created" for longer than ``created_grace_s`` (their owner
+    was killed between create and start, e.g. a worker stopped while its pool was refilling).
+    A younger "created" container may be another process's, about to be started."""
+    role = {"label": [f"{LABEL_ROLE}={ROLE_TRAIT_HOST}"]}
+    exited = client.containers.list(all=True, sparse=True, filters={**role, "status": "exited"})
+    created = client.containers.list(all=True, sparse=True, filters={**role, "status": "created"})
+    oldest_allowed = time.time() - created_grace_s
+    stuck = [c for c in created if (c.attrs or {}).get("Created", oldest_allowed) < oldest_allowed]
+    return remove_all([*exited, *stuck])

@@ -23,7 +23,7 @@ from sandbox.container import (
     HostDeadlineExceeded,
     IsolationLimits,
     TraitHostContainer,
-    remove_exited_trait_hosts,
+    remove_abandoned_trait_hosts,
 )
 
 log = logging.getLogger("genesis.sandbox.pool")
@@ -56,7 +56,7 @@ class WarmPool:
         self._renamer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-rename")
 
     def start(self) -> "WarmPool":
-        remove_exited_trait_hosts(self._client)
+        remove_abandoned_trait_hosts(self._client)
         self._refiller.start()
         self._reaper.start()
         return self

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import stat
+import tempfile
 
 import docker
 import pytest
@@ -12,12 +13,17 @@ import pytest
 from sandbox import image
 from tests.isolation import assert_isolated
 from sandbox.container import (
+    LABEL_OWNER,
+    LABEL_ROLE,
+    LABEL_SOCKET_DIR,
+    ROLE_TRAIT_HOST,
     SOCKET_DIR_IN_CONTAINER,
+    SOCKET_DIR_PREFIX,
     HostCrashed,
     HostDeadlineExceeded,
     IsolationLimits,
     TraitHostContainer,
-    remove_exited_trait_hosts,
+    remove_abandoned_trait_hosts,
 )
 
 BUSY = '''class Busy:
@@ -118,9 +124,29 @@ def test_the_socket_directory_of_a_host_whose_engine_died_is_removed_with_its_co
         host.disconnect()  # as when the engine is killed: the host reads EOF and exits
         assert container.wait(timeout=20)["StatusCode"] == 0
         assert os.path.isdir(socket_dir)
-        remove_exited_trait_hosts(client)  # what the next engine does before starting its host
+        remove_abandoned_trait_hosts(client)  # what the next engine does before starting its host
         assert not os.path.exists(socket_dir)
         with pytest.raises(docker.errors.NotFound):
             client.containers.get(host.id)
     finally:
         host.close()
+
+
+def test_a_host_created_but_never_started_is_removed_once_it_is_older_than_the_grace(client):
+    """A worker killed while its pool was refilling leaves a container in "created" behind."""
+    socket_dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)
+    labels = {LABEL_ROLE: ROLE_TRAIT_HOST, LABEL_OWNER: "test-never-started", LABEL_SOCKET_DIR: socket_dir}
+    container = client.containers.create(image.ensure(client, image.engine_runtime()), labels=labels,
+                                         network_mode="none")
+    try:
+        remove_abandoned_trait_hosts(client)  # young: may be between another process's create and start
+        assert client.containers.get(container.id).status == "created" and os.path.isdir(socket_dir)
+        remove_abandoned_trait_hosts(client, created_grace_s=-1)  # as if the grace had passed
+        with pytest.raises(docker.errors.NotFound):
+            client.containers.get(container.id)
+        assert not os.path.exists(socket_dir)
+    finally:
+        try:
+            container.remove(force=True)
+        except docker.errors.NotFound:
+            pass
