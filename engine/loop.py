@@ -150,7 +150,7 @@ class Engine:
                 log.exception("trait runner failed at tick %d; the tick runs on instinct", world.tick)
                 intents = {}
         self._flush_telemetry()  # whatever did not run while waiting (no host request this tick)
-        world.step(intents)
+        world.step(intents, lazy_write_back=True)  # stored into the entities while the host next computes
         tick = world.tick
         settings = self.settings
         # The snapshot and the viewer frame of this tick are built at the next tick, while the
@@ -295,7 +295,7 @@ class Engine:
         ran = 0
         log.info("engine running: %.1f ticks/s (budget %.2f ms), seed %d, %d entities, run %s",
                  self.settings.engine_tick_rate, period * 1000, self.world.seed,
-                 len(self.world.entities), self.run_id)
+                 self.world.population, self.run_id)
         while not (stop is not None and stop.is_set()) and (max_ticks is None or ran < max_ticks):
             await self.tick_once()
             ran += 1

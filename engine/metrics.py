@@ -40,7 +40,7 @@ class EngineCollector(Collector):
         yield CounterMetricFamily("genesis_engine_tick_overruns", "Ticks whose work exceeded the budget 1/tick_rate",
                                   value=engine.tick_overruns)
         yield CounterMetricFamily("genesis_engine_snapshots", "WorldSnapshots taken", value=engine.snapshots_taken)
-        yield GaugeMetricFamily("genesis_engine_entities", "Living Molbots", value=len(world.entities))
+        yield GaugeMetricFamily("genesis_engine_entities", "Living Molbots", value=world.population)
         yield GaugeMetricFamily("genesis_engine_resources", "Food items in the world", value=len(world.resources))
         yield GaugeMetricFamily("genesis_engine_live_traits", "Traits active in the world (loaded, not quarantined)",
                                 value=len(engine.active_traits))
