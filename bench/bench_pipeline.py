@@ -7,6 +7,11 @@ against the running Postgres/Redis/Docker (`make services`), then measures over 
 - propose → ``sandbox_ok`` visible in status (p50, p95), beside two floors measured in the same
   run: a bare ``docker run`` of the sandbox image printing one line, and an empty Temporal
   workflow with the same activities (4 local + 1 regular, all no-ops)
+- where the ``sandbox_ok`` time goes (``sandbox_ok_timeline``, medians from each workflow's
+  history): ``accept`` (propose sent -> workflow started), ``first_workflow_task`` (-> the
+  sandbox activity scheduled: validation and its records), ``sandbox_queue`` (-> started),
+  ``sandbox_activity`` (-> completed), ``verdict_recorded`` (-> status seen by the client,
+  which polls every 10 ms)
 - 20 proposals in flight at once: all reach a verdict; verdicts per minute
 
     python bench/bench_pipeline.py [--samples N]      # prints one JSON object
@@ -30,6 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import httpx  # noqa: E402
 from temporalio import activity, workflow  # noqa: E402
+from temporalio.api.enums.v1 import EventType  # noqa: E402
+from temporalio.client import Client  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
@@ -62,7 +69,11 @@ def percentiles(samples: list[float]) -> dict:
     return {"p50_ms": round(statistics.median(ordered), 1), "p95_ms": round(ordered[p95_index], 1), "n": len(ordered)}
 
 
+SEEN: dict[str, tuple[float, float]] = {}  # mutation id -> (propose sent, status seen), epoch s
+
+
 async def propose_and_wait(http: httpx.AsyncClient, code: str, expect: str) -> float:
+    sent = time.time()
     started = time.perf_counter()
     response = await http.post(
         "/api/mutations/propose",
@@ -76,6 +87,7 @@ async def propose_and_wait(http: httpx.AsyncClient, code: str, expect: str) -> f
             break
         await asyncio.sleep(0.01)
     elapsed = (time.perf_counter() - started) * 1000
+    SEEN[mutation_id] = (sent, time.time())
     if status["status"] != expect:
         raise RuntimeError(f"expected {expect}, got {status['status']}: {status['validation_log'][-1:]}")
     return elapsed
@@ -156,6 +168,24 @@ def bench_settings(env: WorkflowEnvironment, **values) -> Settings:
     )
 
 
+async def timeline(client: Client, mutation_ids: list[str]) -> dict:
+    """Median ms of each phase of the given mutations' workflows (see the module doc)."""
+    phases: dict[str, list[float]] = {}
+    for mutation_id in mutation_ids:
+        history = await client.get_workflow_handle(f"mutation-{mutation_id}").fetch_history()
+        first: dict[int, float] = {}
+        for event in history.events:
+            first.setdefault(event.event_type, event.event_time.ToDatetime().timestamp())
+        sent, seen = SEEN[mutation_id]
+        marks = [sent, first[EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED],
+                 first[EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED], first[EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED],
+                 first[EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED], seen]
+        names = ("accept", "first_workflow_task", "sandbox_queue", "sandbox_activity", "verdict_recorded")
+        for name, begin, end in zip(names, marks, marks[1:]):
+            phases.setdefault(name, []).append((end - begin) * 1000)
+    return {name: round(statistics.median(values), 1) for name, values in phases.items()}
+
+
 async def main(samples: int, in_flight: int) -> dict:
     image = ensure()
     env = await start_temporal()
@@ -167,12 +197,15 @@ async def main(samples: int, in_flight: int) -> dict:
             async with httpx.AsyncClient(base_url=url, timeout=120) as http:
                 await propose_and_wait(http, valid_trait(f"warmup-{run_id}"), "sandbox_ok")  # warm caches
                 rejected = [await propose_and_wait(http, forbidden_trait(f"{run_id}-{i}"), "rejected") for i in range(samples)]
+                before = set(SEEN)
                 accepted = [await propose_and_wait(http, valid_trait(f"{run_id}-{i}"), "sandbox_ok") for i in range(samples)]
+                accepted_ids = [m for m in SEEN if m not in before]
                 started = time.perf_counter()
                 burst = await asyncio.gather(
                     *(propose_and_wait(http, valid_trait(f"{run_id}-burst-{i}"), "sandbox_ok") for i in range(in_flight))
                 )
                 burst_s = time.perf_counter() - started
+        phases = await timeline(env.client, accepted_ids)
         docker_floor = await asyncio.to_thread(docker_run_floor, image, samples)
         workflow_floor = await empty_workflow_floor(env, samples)
     finally:
@@ -183,6 +216,7 @@ async def main(samples: int, in_flight: int) -> dict:
         "benchmark": "mutation_pipeline",
         "propose_to_rejected_ast": {**percentiles(rejected), "target_p50_ms": 150},
         "propose_to_sandbox_ok": {**sandbox_ok, "target_p50_ms": 400},
+        "sandbox_ok_timeline": phases,
         "floor_docker_run_one_line": percentiles(docker_floor),
         "floor_empty_workflow_same_activities": percentiles(workflow_floor),
         "sandbox_ok_p50_over_docker_run_p50": round(sandbox_ok["p50_ms"] / statistics.median(docker_floor), 2),
