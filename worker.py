@@ -62,6 +62,7 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
         workflows=WORKFLOWS,
         activities=[
             records.validate_mutation,
+            records.validate_and_record_mutation,
             records.record_mutation_status,
             sandbox.run_sandbox_test,
             lifecycle.activate_trait,

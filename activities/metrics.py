@@ -16,10 +16,12 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from activities import names
+from genesis.dto import MutationStatus
 
 # Activity -> pipeline stage (validate → sandbox → activate → … rollback).
 STAGES = {
     names.VALIDATE_MUTATION: "validate",
+    names.VALIDATE_AND_RECORD_MUTATION: "validate",
     names.RUN_SANDBOX_TEST: "sandbox",
     names.ACTIVATE_TRAIT: "activate",
     names.ROLLBACK_TRAIT: "rollback",
@@ -68,8 +70,10 @@ def record(activity_type: str, args: tuple, seconds: float, outcome: str) -> Non
     if activity_type == names.RUN_SANDBOX_TEST:
         SANDBOX_VERDICTS.labels(outcome).inc()
         SANDBOX_SECONDS.labels(outcome).observe(seconds)
-    elif activity_type == names.VALIDATE_MUTATION and outcome != INFRASTRUCTURE_ERROR:
+    elif activity_type in (names.VALIDATE_MUTATION, names.VALIDATE_AND_RECORD_MUTATION) and outcome != INFRASTRUCTURE_ERROR:
         VALIDATIONS.labels(outcome).inc()
+        if activity_type == names.VALIDATE_AND_RECORD_MUTATION:  # its records: accepted, then a pass's log
+            STATUS_TRANSITIONS.labels(MutationStatus.validating.value).inc(2 if outcome == "ok" else 1)
     elif activity_type == names.RECORD_MUTATION_STATUS and outcome == "ok" and args:
         status = getattr(args[0], "status", None)
         STATUS_TRANSITIONS.labels(getattr(status, "value", str(status))).inc()

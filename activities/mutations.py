@@ -15,9 +15,18 @@ from activities import names
 from genesis import gatekeeper, ratelimit
 from genesis.db.models import Mutation
 from genesis.gatekeeper_pool import GatekeeperPool
-from genesis.dto import FailureCode, MutationInput, MutationStatus, StatusUpdate, ValidationOutcome, terminal_statuses
+from genesis.dto import (
+    FailureCode,
+    MutationInput,
+    MutationStatus,
+    StatusUpdate,
+    ValidationOutcome,
+    ValidationRequest,
+    terminal_statuses,
+)
 
 ENDED = terminal_statuses(activate=True)
+DEDUPLICATION_OK = "Deduplication: OK"
 
 
 class MutationRecordActivities:
@@ -36,6 +45,18 @@ class MutationRecordActivities:
 
         A rejection is a non-retryable ApplicationError whose type is the failure code and whose
         details carry the ValidationOutcome (with the validation log)."""
+        return await self._validate(mutation)
+
+    @activity.defn(name=names.VALIDATE_AND_RECORD_MUTATION)
+    async def validate_and_record_mutation(self, request: ValidationRequest) -> ValidationOutcome:
+        """The workflow's first three steps in one local activity (each costs the workflow ~10 ms
+        of dispatch on its own): record ``request.accepted``, validate as
+        :meth:`validate_mutation`, and if the code passes, record status validating with its
+        log and ``request.next_line`` in the transaction that claims its code hash."""
+        await self._record(request.accepted)
+        return await self._validate(request.mutation, request.next_line)
+
+    async def _validate(self, mutation: MutationInput, next_line: str | None = None) -> ValidationOutcome:
         if self._gatekeeper_pool is not None:
             result = await self._gatekeeper_pool.validate(mutation.trait_name, mutation.code)
         else:
@@ -48,9 +69,14 @@ class MutationRecordActivities:
             code_hash=result.code_hash,
         )
         if result.ok:
-            holder = await self._claim_code_hash(mutation.mutation_id, result.code_hash)
+            passed = [*outcome.validation_log, DEDUPLICATION_OK]
+            recorded = None if next_line is None else {
+                "status": MutationStatus.validating.value, "validation_log": [*passed, next_line],
+                "class_name": result.class_name, "updated_at": datetime.now(timezone.utc),
+            }
+            holder = await self._claim_code_hash(mutation.mutation_id, result.code_hash, recorded)
             if holder is None:
-                outcome.validation_log.append("Deduplication: OK")
+                outcome.validation_log = passed
             else:
                 outcome.ok = False
                 outcome.failure_code = FailureCode.DUPLICATE_CODE.value
@@ -64,14 +90,15 @@ class MutationRecordActivities:
             )
         return outcome
 
-    async def _claim_code_hash(self, mutation_id: str, code_hash: str) -> Mutation | None:
-        """Take the live slot for this code hash; return the other mutation holding it, if any."""
+    async def _claim_code_hash(self, mutation_id: str, code_hash: str, recorded: dict | None = None) -> Mutation | None:
+        """Take the live slot for this code hash (writing ``recorded`` with it); return the other
+        mutation holding it, if any (then nothing is written)."""
         async with self._sessions() as session:
             try:
                 await session.execute(
                     update(Mutation)
                     .where(Mutation.mutation_id == mutation_id)
-                    .values(code_hash=code_hash, holds_code_hash=True)
+                    .values(code_hash=code_hash, holds_code_hash=True, **(recorded or {}))
                 )
                 await session.commit()
                 return None
@@ -87,6 +114,9 @@ class MutationRecordActivities:
     @activity.defn(name=names.RECORD_MUTATION_STATUS)
     async def record_mutation_status(self, change: StatusUpdate) -> None:
         """Persist one transition. Idempotent: replays write the same values."""
+        await self._record(change)
+
+    async def _record(self, change: StatusUpdate) -> None:
         values: dict = {"status": change.status.value, "updated_at": datetime.now(timezone.utc)}
         for field in ("failure_reason_code", "validation_log", "class_name", "sandbox_report",
                       "trait_version", "effects", "fitness_verdict", "rollback_reason"):

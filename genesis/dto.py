@@ -150,6 +150,15 @@ class StatusUpdate(BaseModel):
     final: bool = False
 
 
+class ValidationRequest(BaseModel):
+    """validate_and_record_mutation: record ``accepted``, validate ``mutation``, and if it passes
+    record status validating with the validation log followed by ``next_line``."""
+
+    mutation: MutationInput
+    accepted: StatusUpdate
+    next_line: str
+
+
 class ActivationRequest(BaseModel):
     mutation_id: str
     trait_name: str

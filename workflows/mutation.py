@@ -27,6 +27,7 @@ with workflow.unsafe.imports_passed_through():
         SandboxRequest,
         StatusUpdate,
         ValidationOutcome,
+        ValidationRequest,
         WebhookDelivery,
     )
     from genesis.effects import WorldSample, compute_effects, verdict
@@ -56,6 +57,9 @@ WEBHOOK_EVENT = "MutationStatusChanged"
 TASK_SIGNAL_PATCH = "signal-task-on-activation"
 # Runs recorded before modifying a trait was explicit activated without a live-version check.
 VERSION_CHECK_PATCH = "activation-version-check"
+# Runs recorded before it ran the first workflow task's record, validation and record as three
+# local activities; now one (validate_and_record_mutation), ~20 ms sooner to the sandbox.
+ONE_VALIDATION_ACTIVITY_PATCH = "validate-and-record-in-one-local-activity"
 
 
 @workflow.defn(name=MUTATION_WORKFLOW)
@@ -103,27 +107,46 @@ class MutationWorkflow:
         workflow.upsert_search_attributes(
             [SA_AGENT_ID.value_set(mutation.agent_id), SA_TRAIT_NAME.value_set(mutation.trait_name)]
         )
-        await self._transition(MutationStatus.validating, log=["Accepted: validation started"])
-
+        accepted = ["Accepted: validation started"]
+        sandbox_line = f"Sandbox: running {mutation.trait_name} in a fresh trait-host container"
+        one_activity = workflow.patched(ONE_VALIDATION_ACTIVITY_PATCH)
+        if not one_activity:
+            await self._transition(MutationStatus.validating, log=accepted)
         try:
-            outcome: ValidationOutcome = await workflow.execute_local_activity(
-                names.VALIDATE_MUTATION,
-                mutation,
-                result_type=ValidationOutcome,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=LOCAL_RETRY,
-            )
+            if one_activity:  # the activity records both transitions; the workflow only follows
+                update = self._follow(MutationStatus.validating, log=accepted)
+                outcome: ValidationOutcome = await workflow.execute_local_activity(
+                    names.VALIDATE_AND_RECORD_MUTATION,
+                    ValidationRequest(mutation=mutation, accepted=update, next_line=sandbox_line),
+                    result_type=ValidationOutcome,
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=LOCAL_RETRY,
+                )
+            else:
+                outcome = await workflow.execute_local_activity(
+                    names.VALIDATE_MUTATION,
+                    mutation,
+                    result_type=ValidationOutcome,
+                    start_to_close_timeout=timedelta(seconds=30),
+                    retry_policy=LOCAL_RETRY,
+                )
         except (ActivityError, ApplicationError) as err:
             rejection = _verdict_of(err)
             if rejection is None:  # validation could not run at all (e.g. Postgres down past retries)
                 await self._finish(MutationStatus.failed, None, [f"Validation could not run: {_root_message(err)}"])
                 raise
+            if one_activity:  # a verdict: the activity recorded "validating" before it validated
+                self._notify(MutationStatus.validating, accepted, None, {})
             return await self._finish(MutationStatus.rejected, rejection.failure_code, rejection.validation_log)
 
-        log = [*outcome.validation_log, f"Sandbox: running {mutation.trait_name} in a fresh trait-host container"]
-        await self._transition(
-            MutationStatus.validating, log=log, class_name=outcome.class_name, code_hash=outcome.code_hash
-        )
+        log = [*outcome.validation_log, sandbox_line]
+        if one_activity:
+            self._notify(MutationStatus.validating, accepted, None, {})
+            self._follow(MutationStatus.validating, log=log, class_name=outcome.class_name, code_hash=outcome.code_hash)
+        else:
+            await self._transition(
+                MutationStatus.validating, log=log, class_name=outcome.class_name, code_hash=outcome.code_hash
+            )
         try:
             report: SandboxReport = await workflow.execute_activity(
                 names.RUN_SANDBOX_TEST,
@@ -158,6 +181,21 @@ class MutationWorkflow:
                           class_name: str | None = None, code_hash: str | None = None,
                           sandbox_report: dict | None = None, **later: Any) -> None:
         """Persist one status change (``later``: trait_version, effects, fitness_verdict, rollback_reason)."""
+        update = self._follow(status, log=log, failure_code=failure_code, class_name=class_name,
+                              code_hash=code_hash, sandbox_report=sandbox_report, **later)
+        await workflow.execute_local_activity(
+            names.RECORD_MUTATION_STATUS,
+            update,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=LOCAL_RETRY,
+        )
+        self._notify(status, log, failure_code, later)
+
+    def _follow(self, status: MutationStatus, *, log: list[str], failure_code: str | None = None,
+                class_name: str | None = None, code_hash: str | None = None,
+                sandbox_report: dict | None = None, **later: Any) -> StatusUpdate:
+        """A status change in the workflow's own state (the status query, search attributes);
+        returns the record of it, for an activity to persist."""
         assert self._result is not None
         carried = {k: getattr(self._result, k) for k in ("trait_version", "effects", "fitness_verdict")}
         self._result = MutationResult(
@@ -172,22 +210,16 @@ class MutationWorkflow:
         if failure_code:
             attributes.append(SA_FAILURE_CODE.value_set(failure_code))
         workflow.upsert_search_attributes(attributes)
-        await workflow.execute_local_activity(
-            names.RECORD_MUTATION_STATUS,
-            StatusUpdate(
-                mutation_id=self._result.mutation_id,
-                status=status,
-                failure_reason_code=failure_code,
-                validation_log=log,
-                class_name=class_name,
-                code_hash=code_hash,
-                sandbox_report=sandbox_report,
-                **later,
-            ),
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=LOCAL_RETRY,
+        return StatusUpdate(
+            mutation_id=self._result.mutation_id,
+            status=status,
+            failure_reason_code=failure_code,
+            validation_log=log,
+            class_name=class_name,
+            code_hash=code_hash,
+            sandbox_report=sandbox_report,
+            **later,
         )
-        self._notify(status, log, failure_code, later)
 
     def _notify(self, status: MutationStatus, log: list[str], failure_code: str | None, later: dict) -> None:
         """Queue a webhook for a status change (not for a rewrite of the same status)."""
