@@ -53,7 +53,7 @@ class MutationRecordActivities:
         of dispatch on its own): record ``request.accepted``, validate as
         :meth:`validate_mutation`, and if the code passes, record status validating with its
         log and ``request.next_line`` in the transaction that claims its code hash."""
-        await self._record(request.accepted)
+        await self.record(request.accepted)
         return await self._validate(request.mutation, request.next_line)
 
     async def _validate(self, mutation: MutationInput, next_line: str | None = None) -> ValidationOutcome:
@@ -114,9 +114,10 @@ class MutationRecordActivities:
     @activity.defn(name=names.RECORD_MUTATION_STATUS)
     async def record_mutation_status(self, change: StatusUpdate) -> None:
         """Persist one transition. Idempotent: replays write the same values."""
-        await self._record(change)
+        await self.record(change)
 
-    async def _record(self, change: StatusUpdate) -> None:
+    async def record(self, change: StatusUpdate) -> None:
+        """Write a status change (also the sandbox activity's early write of its verdict)."""
         values: dict = {"status": change.status.value, "updated_at": datetime.now(timezone.utc)}
         for field in ("failure_reason_code", "validation_log", "class_name", "sandbox_report",
                       "trait_version", "effects", "fitness_verdict", "rollback_reason"):

@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
         ValidationOutcome,
         ValidationRequest,
         WebhookDelivery,
+        sandbox_verdict_update,
     )
     from genesis.effects import WorldSample, compute_effects, verdict
     from genesis.workflow_api import (
@@ -155,6 +156,8 @@ class MutationWorkflow:
                     trait_name=mutation.trait_name,
                     class_name=outcome.class_name or "",
                     code=mutation.code,
+                    log_before_verdict=log[:-1],
+                    final_if_ok=not mutation.activate,
                 ),
                 result_type=SandboxReport,
                 start_to_close_timeout=timedelta(minutes=5),
@@ -167,14 +170,14 @@ class MutationWorkflow:
             await self._finish(MutationStatus.failed, None, log)
             raise ApplicationError(f"sandbox test could not run: {_root_message(err)}", non_retryable=True) from err
 
-        sandbox_report = report.model_dump()
+        verdict = sandbox_verdict_update(mutation.mutation_id, report, log[:-1], final_if_ok=not mutation.activate)
+        sandbox_report = verdict.sandbox_report
+        log = verdict.validation_log or []
         if report.verdict == "ok":
-            log[-1] = f"Sandbox: OK — {report.summary}"
             if not workflow.patched(ACTIVATION_PATCH) or not mutation.activate:
                 return await self._finish(MutationStatus.sandbox_ok, None, log, sandbox_report)
             await self._transition(MutationStatus.sandbox_ok, log=log, sandbox_report=sandbox_report)
             return await self._live(mutation, outcome, log, sandbox_report)
-        log[-1] = f"Sandbox: FAILED — {report.verdict}: {report.summary}"
         return await self._finish(MutationStatus.rejected, report.verdict, log, sandbox_report)
 
     async def _transition(self, status: MutationStatus, *, log: list[str], failure_code: str | None = None,
