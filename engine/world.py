@@ -779,7 +779,7 @@ class World:
                 at = np.searchsorted(cols["id"], ids).clip(0, len(cols["id"]) - 1)
                 if np.array_equal(cols["id"][at], ids):
                     values = {name: col[at] for name, col in cols.items()}
-        if len(values) < len(_VIEW_ATTR_COLUMNS):
+        if any(name not in values for name, _ in _VIEW_ATTR_COLUMNS):  # read from the entities below
             self._write_back()
         for name, dtype in _VIEW_ATTR_COLUMNS:
             if name not in values:
