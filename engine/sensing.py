@@ -39,6 +39,10 @@ _BLOCKS: dict[tuple["Grid", bool], np.ndarray] = {}  # Grid.block() (few distinc
 # nearest()'s two-step search pays when the one-step search would measure at least this many
 # (query, point) pairs (see two_steps_pay).
 TWO_STEPS_MIN_PAIRS = 5000
+# Compiled, a pair costs a few ns and the finer layout's build (~0.1 ms at 5,000 resources)
+# is most of what two steps cost: they pay from ~50,000 pairs (measured on the bench's world:
+# 3,000 entities, ~58,000 pairs, two steps 0.40 ms vs one 0.46 ms; 2,000: 0.42 vs 0.31).
+TWO_STEPS_MIN_PAIRS_COMPILED = 50_000
 # The compiled queries (engine/grid_kernels.pyx), or None: the numpy functions below answer.
 KERNELS = native.compiled("engine.grid_kernels", "the numpy grid queries")
 
@@ -245,9 +249,10 @@ def two_steps_pay(queries: int, lay: Layout) -> bool:
     when the one-step search would measure many pairs (``TWO_STEPS_MIN_PAIRS``; measured on
     this machine: with fewer, e.g. 5,000 queries among 40-100 resources on the bench's world,
     or 500 among 500, one step is faster; with more, e.g. 5,000 among 300 or 1,000 among 300 on
-    800 x 600, two are)."""
+    800 x 600, two are; with the compiled queries, ``TWO_STEPS_MIN_PAIRS_COMPILED``)."""
     grid = lay.grid
-    return queries * len(lay) * 9 >= TWO_STEPS_MIN_PAIRS * grid.cols * grid.rows
+    least = TWO_STEPS_MIN_PAIRS if KERNELS is None else TWO_STEPS_MIN_PAIRS_COMPILED
+    return queries * len(lay) * 9 >= least * grid.cols * grid.rows
 
 
 def neighbour_counts(lay: Layout, radius: float) -> np.ndarray:
