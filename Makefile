@@ -24,6 +24,8 @@ $(STAMP): requirements.lock pyproject.toml
 # The compiled gatekeeper (Cython, scripts/build_native.py): about a minute when its sources
 # changed, instant when current. gcc and Python's headers are installed first when missing;
 # without them the build is skipped and Genesis runs the pure-Python gatekeeper (logged).
+# The same script compiles the engine's grid queries (engine/grid_kernels.pyx, ~10 s; without
+# them the engine runs sensing.py's numpy queries, same results, slower).
 PYTHON_H = $(shell test -x $(PY) && $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h
 native: $(STAMP)
 	@test -f $(PYTHON_H) && command -v gcc >/dev/null || { [ "$$(id -u)" = 0 ] \
@@ -51,6 +53,7 @@ bench: services
 	$(PY) bench/bench_pipeline.py
 	$(PY) -m bench.bench_api
 	$(PY) -m bench.engine --entities 500,5000 --traits 3 --ticks 300 --compare-mesa
+	$(PY) -m bench.grid_kernels
 	$(PY) -m bench.bench_gepa
 
 image: venv

@@ -2,11 +2,12 @@
 
 Usage: .venv/bin/python scripts/build_native.py [--force]
 
-For each module ``genesis/<name>.py`` (+ ``<name>.pxd``): a copy named ``_<name>_native`` with
+For each module ``<package>/<name>.py`` or ``.pyx`` (+ ``<name>.pxd``): a copy named ``_<name>_native`` with
 the sources' digest appended (``SOURCE_SHA256``) is cythonized and compiled in a temporary
-directory, and the extension is moved into ``genesis/`` atomically (a running process keeps
+directory, and the extension is moved into ``<package>/`` atomically (a running process keeps
 its mapped copy). Up-to-date builds are skipped. Without Cython, a C compiler or Python's
-headers it explains what is missing and exits 0: Genesis then runs the pure-Python modules.
+headers it explains what is missing and exits 0: Genesis then runs the pure-Python modules
+(and numpy code for the engine's grid kernels).
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ from genesis import native  # noqa: E402
 # stay on: the code indexes with negative numbers (loops[-1]).
 DIRECTIVES = {"language_level": 3, "annotation_typing": False}
 # A mismatched function pointer in the generated C is a crash waiting to happen: fail the build.
-COMPILE_ARGS = ["-O2", "-Werror=incompatible-pointer-types"]
+# No contraction of a*b + c into one fused multiply-add: the engine's kernels must round exactly
+# as the numpy code they replace (bit-identical distances, hence identical worlds).
+COMPILE_ARGS = ["-O2", "-Werror=incompatible-pointer-types", "-ffp-contract=off"]
 
 
 def build_problem() -> str | None:
@@ -52,18 +55,18 @@ def build(name: str) -> Path:
     from setuptools import Extension
     from setuptools.dist import Distribution
 
+    package_name, _ = native.split(name)
     module = native.native_name(name)
+    sources = native.source_files(name)
     with tempfile.TemporaryDirectory(prefix="genesis-native-") as tmp:
-        package = Path(tmp) / "genesis"
+        package = Path(tmp) / package_name
         package.mkdir()
         (package / "__init__.py").write_text("")
-        source = package / f"{module}.py"
-        text = (native.PACKAGE_DIR / f"{name}.py").read_text()
-        source.write_text(f"{text}\n\nSOURCE_SHA256 = {native.source_digest(name)!r}\n")
-        pxd = native.PACKAGE_DIR / f"{name}.pxd"
-        if pxd.exists():
+        source = package / f"{module}{sources[0].suffix}"
+        source.write_text(f"{sources[0].read_text()}\n\nSOURCE_SHA256 = {native.source_digest(name)!r}\n")
+        for pxd in sources[1:]:
             shutil.copyfile(pxd, package / f"{module}.pxd")
-        extension = Extension(f"genesis.{module}", [str(source)], extra_compile_args=COMPILE_ARGS)
+        extension = Extension(f"{package_name}.{module}", [str(source)], extra_compile_args=COMPILE_ARGS)
         distribution = Distribution({
             "ext_modules": cythonize([extension], compiler_directives=DIRECTIVES, quiet=True),
         })
@@ -72,7 +75,7 @@ def build(name: str) -> Path:
         command.build_temp = str(Path(tmp) / "temp")
         distribution.run_command("build_ext")
         built = Path(command.get_ext_fullpath(extension.name))
-        target = native.PACKAGE_DIR / built.name
+        target = native.package_dir(name) / built.name
         staged = target.with_name(f".{target.name}.tmp")
         shutil.copyfile(built, staged)
         os.replace(staged, target)
@@ -87,11 +90,11 @@ def main() -> int:
         return 0
     for name in native.COMPILED:
         if not force and native.compiled_problem(name) is None:
-            print(f"genesis/{name}: compiled build is current")
+            print(f"{name}: compiled build is current")
             continue
         started = time.monotonic()
         target = build(name)
-        print(f"genesis/{name}: compiled to {target.relative_to(native.PACKAGE_DIR.parent)} "
+        print(f"{name}: compiled to {target.relative_to(native.package_dir(name).parent)} "
               f"in {time.monotonic() - started:.0f} s")
     return 0
 
