@@ -45,7 +45,7 @@ cdef class _Scanner:
     cpdef found(self, step, node, code, problem, hint=*)
     cpdef visit(self, node)
 
-    @cython.locals(count=Py_ssize_t, tokens=list, name=str, values=object)
+    @cython.locals(tokens=list, name=str, field_name=str)
     cpdef generic(self, node)
 
     @cython.locals(tokens=list)
@@ -82,7 +82,7 @@ cdef class _FlowChecker:
 
     cpdef _missing(self, node)
 
-    @cython.locals(count=Py_ssize_t)
+    @cython.locals(field_name=str)
     cpdef _expr(self, node, set state)
 
     cpdef _bind(self, target, set state)

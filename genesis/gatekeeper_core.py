@@ -33,7 +33,6 @@ import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
-from operator import attrgetter
 
 from genesis import entity_api, rules
 from genesis.dto import FailureCode
@@ -409,24 +408,13 @@ def _ast_classes() -> list[type]:
     return found
 
 
-def _no_fields(node: ast.AST) -> tuple[()]:
-    return ()
+def _field_table(skipped: frozenset[str]) -> dict[type, tuple[str, ...]]:
+    """Node class -> the names of its fields not in ``skipped``, in field order.
 
-
-def _field_getter(fields: tuple[str, ...]) -> Callable[[ast.AST], tuple[object, ...]]:
-    """One C-level call that returns the values of ``fields`` as a tuple."""
-    if not fields:
-        return _no_fields
-    return attrgetter(*fields)  # with one field: the value itself, not a 1-tuple
-
-
-def _field_table(skipped: frozenset[str]) -> dict[type, tuple[Callable[[ast.AST], object], int]]:
-    """Node class -> (getter, field count) for the fields of each node class not in ``skipped``."""
-    table = {}
-    for cls in _ast_classes():
-        fields = tuple(f for f in cls._fields if f not in skipped)
-        table[cls] = (_field_getter(fields), len(fields))
-    return table
+    The walks read them one by one with getattr: in the compiled build that is a plain C call,
+    while an operator.attrgetter (no vectorcall on Python 3.11) costs an argument tuple per node
+    and a result tuple."""
+    return {cls: tuple(f for f in cls._fields if f not in skipped) for cls in _ast_classes()}
 
 
 # The scanned (hashed) fields of every node class.
@@ -511,15 +499,12 @@ class _Scanner:
         Children are dispatched directly (no visit() frame), and names, constants and
         operators, about half of all nodes, are handled inline. Tokens that always follow each
         other are emitted pre-joined with the separator: the digest only sees the joined text."""
-        getter, count = _FIELDS[type(node)]
-        values = getter(node)
-        if count == 1:
-            values = (values,)
         tokens = self.tokens
         self.depth += 1
         if self.depth > MAX_NESTING:
             raise _TooDeep
-        for value in values:
+        for field_name in _FIELDS[type(node)]:
+            value = getattr(node, field_name)
             value_cls = type(value)
             if value_cls is list:
                 if not value:
@@ -1405,6 +1390,10 @@ class _FlowChecker:
                 state = self._assign(statement, state)
             elif cls is _If:
                 state = self._if(statement, state)
+            elif cls is _Return:
+                state = self._return(statement, state)
+            elif cls is _For:
+                state = self._for(statement, state)
             else:
                 state = _FLOW_HANDLERS.get(cls, _FLOW_PASS)(self, statement, state)
             if state is None:
@@ -1660,11 +1649,8 @@ class _FlowChecker:
         elif cls is _Lambda:
             self._nested(node)
         else:
-            getter, count = _EXPR_FIELDS[cls]
-            values = getter(node)
-            if count == 1:
-                values = (values,)
-            for value in values:
+            for field_name in _EXPR_FIELDS[cls]:
+                value = getattr(node, field_name)
                 value_cls = type(value)
                 if value_cls is list:
                     for item in value:
