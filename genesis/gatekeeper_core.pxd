@@ -6,12 +6,19 @@ cimport cython
 
 cdef dict _DISPATCH
 cdef dict _FIELDS
+cdef dict _NODE_NAMES
 cdef dict _EXPR_FIELDS
 cdef dict _OPERATOR_NAMES
 cdef dict _FLOW_HANDLERS
 cdef frozenset _SUSPECT_NAMES
 cdef frozenset _BUILTINS
-cdef object _Name, _Constant, _Load, _Store, _Attribute, _Call
+# The node classes of genesis.gatekeeper_core's "from ast import (...)" block.
+cdef object _AST, _AnnAssign, _Assert, _Assign, _AsyncFor, _AsyncFunctionDef, _AsyncWith, _Attribute, _AugAssign
+cdef object _Await, _BinOp, _BitOr, _BoolOp, _Break, _Call, _ClassDef, _Constant, _Continue, _Del, _Delete
+cdef object _Dict, _DictComp, _ExceptHandler, _Expr, _For, _FunctionDef, _GeneratorExp, _Global, _If, _IfExp
+cdef object _Import, _ImportFrom, _Lambda, _List, _ListComp, _Load, _Match, _Module, _Name, _NamedExpr
+cdef object _Nonlocal, _Pass, _Raise, _Return, _Set, _SetComp, _Starred, _Store, _Subscript, _Try, _TryStar
+cdef object _Tuple, _UAdd, _USub, _UnaryOp, _While, _With, _Yield, _YieldFrom
 cdef tuple _COMPREHENSION_TYPES
 
 
@@ -38,7 +45,7 @@ cdef class _Scanner:
     cpdef found(self, step, node, code, problem, hint=*)
     cpdef visit(self, node)
 
-    @cython.locals(count=Py_ssize_t, tokens=list, name=str, values=object)
+    @cython.locals(tokens=list, name=str, field_name=str)
     cpdef generic(self, node)
 
     @cython.locals(tokens=list)
@@ -75,7 +82,7 @@ cdef class _FlowChecker:
 
     cpdef _missing(self, node)
 
-    @cython.locals(count=Py_ssize_t)
+    @cython.locals(field_name=str)
     cpdef _expr(self, node, set state)
 
     cpdef _bind(self, target, set state)

@@ -33,7 +33,6 @@ import types
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
-from operator import attrgetter
 
 from genesis import entity_api, rules
 from genesis.dto import FailureCode
@@ -199,6 +198,25 @@ for _module in rules.ALLOWED_IMPORTS:  # warm the cache so the first validation 
 # Small AST predicates
 # ---------------------------------------------------------------------------------------------
 
+# The node classes the checks compare with, as module globals (C globals in the compiled build,
+# see the .pxd): ``ast.Name`` would be a global plus a module attribute lookup on every use.
+from ast import (  # noqa: E402
+    AST as _AST, AnnAssign as _AnnAssign, Assert as _Assert, Assign as _Assign, AsyncFor as _AsyncFor,
+    AsyncFunctionDef as _AsyncFunctionDef, AsyncWith as _AsyncWith, Attribute as _Attribute,
+    AugAssign as _AugAssign, Await as _Await, BinOp as _BinOp, BitOr as _BitOr, BoolOp as _BoolOp,
+    Break as _Break, Call as _Call, ClassDef as _ClassDef, Constant as _Constant,
+    Continue as _Continue, Del as _Del, Delete as _Delete, Dict as _Dict, DictComp as _DictComp,
+    ExceptHandler as _ExceptHandler, Expr as _Expr, For as _For, FunctionDef as _FunctionDef,
+    GeneratorExp as _GeneratorExp, Global as _Global, If as _If, IfExp as _IfExp,
+    Import as _Import, ImportFrom as _ImportFrom, Lambda as _Lambda, List as _List,
+    ListComp as _ListComp, Load as _Load, Match as _Match, Module as _Module, Name as _Name,
+    NamedExpr as _NamedExpr, Nonlocal as _Nonlocal, Pass as _Pass, Raise as _Raise,
+    Return as _Return, Set as _Set, SetComp as _SetComp, Starred as _Starred, Store as _Store,
+    Subscript as _Subscript, Try as _Try, TryStar as _TryStar, Tuple as _Tuple, UAdd as _UAdd,
+    USub as _USub, UnaryOp as _UnaryOp, While as _While, With as _With, Yield as _Yield,
+    YieldFrom as _YieldFrom,
+)
+
 _NUMBER_TYPES = (int, float, complex)
 
 # The deepest nesting of the tree the analysis follows; deeper code is a SYNTAX_ERROR. The
@@ -214,43 +232,43 @@ class _TooDeep(Exception):
 
 def _is_constant(node: ast.AST, depth: int = 0) -> bool:
     """A literal, a tuple/list/set/dict of literals, or a signed number."""
-    cls = node.__class__
-    if cls is ast.Constant:
+    cls = type(node)
+    if cls is _Constant:
         return True
     if depth > MAX_NESTING:
         raise _TooDeep
     depth += 1
-    if cls is ast.Tuple or cls is ast.List or cls is ast.Set:
+    if cls is _Tuple or cls is _List or cls is _Set:
         return all(_is_constant(element, depth) for element in node.elts)
-    if cls is ast.Dict:
+    if cls is _Dict:
         return all(key is not None and _is_constant(key, depth) for key in node.keys) and all(
             _is_constant(value, depth) for value in node.values
         )
-    if cls is ast.UnaryOp and node.op.__class__ in (ast.USub, ast.UAdd):
+    if cls is _UnaryOp and type(node.op) in (_USub, _UAdd):
         operand = node.operand
-        return operand.__class__ is ast.Constant and isinstance(operand.value, _NUMBER_TYPES)
+        return type(operand) is _Constant and isinstance(operand.value, _NUMBER_TYPES)
     return False
 
 
 def _describe_statement(node: ast.stmt) -> str:
-    cls = node.__class__
-    if cls is ast.Expr and node.value.__class__ is ast.Call:
+    cls = type(node)
+    if cls is _Expr and type(node.value) is _Call:
         func = node.value.func
-        name = func.id if func.__class__ is ast.Name else getattr(func, "attr", "...")
+        name = func.id if type(func) is _Name else getattr(func, "attr", "...")
         return f"a call to {name}()"
-    if cls in (ast.Assign, ast.AnnAssign, ast.AugAssign):
-        targets = node.targets if cls is ast.Assign else [node.target]
-        odd = [target for target in targets if target.__class__ is not ast.Name]
-        if odd or cls is ast.AugAssign:
+    if cls in (_Assign, _AnnAssign, _AugAssign):
+        targets = node.targets if cls is _Assign else [node.target]
+        odd = [target for target in targets if type(target) is not _Name]
+        if odd or cls is _AugAssign:
             target = ast.unparse(odd[0] if odd else node.target)
             return f"an assignment to {target} (only plain names may be assigned here)"
         return f"an assignment of a computed value to {targets[0].id} (only literals may be assigned here)"
     names = {
-        ast.For: "a for loop", ast.AsyncFor: "an async for loop", ast.While: "a while loop",
-        ast.If: "an if statement", ast.Try: "a try statement", ast.With: "a with statement",
-        ast.AsyncWith: "an async with statement", ast.Expr: "an expression statement",
-        ast.Return: "a return statement", ast.Delete: "a del statement", ast.Raise: "a raise statement",
-        ast.Assert: "an assert statement", ast.ClassDef: "a nested class",
+        _For: "a for loop", _AsyncFor: "an async for loop", _While: "a while loop",
+        _If: "an if statement", _Try: "a try statement", _With: "a with statement",
+        _AsyncWith: "an async with statement", _Expr: "an expression statement",
+        _Return: "a return statement", _Delete: "a del statement", _Raise: "a raise statement",
+        _Assert: "an assert statement", _ClassDef: "a nested class",
     }
     return names.get(cls, f"a {cls.__name__} statement")
 
@@ -258,12 +276,12 @@ def _describe_statement(node: ast.stmt) -> str:
 def _root_name(node: ast.AST) -> ast.Name | None:
     """The Name at the root of ``a.b[c](d).e``, if any."""
     while True:
-        cls = node.__class__
-        if cls is ast.Name:
+        cls = type(node)
+        if cls is _Name:
             return node
-        if cls is ast.Attribute or cls is ast.Subscript:
+        if cls is _Attribute or cls is _Subscript:
             node = node.value
-        elif cls is ast.Call:
+        elif cls is _Call:
             node = node.func
         else:
             return None
@@ -301,18 +319,18 @@ def _find_trait(tree: ast.Module) -> tuple[_Trait | None, str]:
     """The first top-level class that qualifies, or None and why nothing did."""
     reasons: list[str] = []
     for statement in tree.body:
-        if statement.__class__ is not ast.ClassDef:
+        if type(statement) is not _ClassDef:
             continue
-        if not any(base.__class__ is ast.Name and base.id in _TRAIT_BASES for base in statement.bases):
+        if not any(type(base) is _Name and base.id in _TRAIT_BASES for base in statement.bases):
             continue
         execute = None
         for member in statement.body:
-            if member.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef) and member.name == "execute":
+            if type(member) in (_FunctionDef, _AsyncFunctionDef) and member.name == "execute":
                 execute = member  # the last definition wins, as at runtime
         if execute is None:
             reasons.append(f"{_class_where(statement)} has no 'async def execute(self, entity) -> None'")
             continue
-        if execute.__class__ is not ast.AsyncFunctionDef:
+        if type(execute) is not _AsyncFunctionDef:
             reasons.append(
                 f"{_class_where(statement)}: execute must be 'async def', not 'def' (line {execute.lineno})"
             )
@@ -337,7 +355,7 @@ def _find_trait(tree: ast.Module) -> tuple[_Trait | None, str]:
 
 def _init_problem(tree: ast.Module, trait: ast.ClassDef) -> str | None:
     """Step 8: the __init__ the trait is created with must need no arguments."""
-    classes = {node.name: node for node in tree.body if node.__class__ is ast.ClassDef}
+    classes = {node.name: node for node in tree.body if type(node) is _ClassDef}
     pending, seen = [trait], set()
     while pending:  # depth-first over bases defined in the file, like a simple MRO
         cls = pending.pop(0)
@@ -346,13 +364,13 @@ def _init_problem(tree: ast.Module, trait: ast.ClassDef) -> str | None:
         seen.add(cls.name)
         init = None
         for member in cls.body:
-            if member.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef) and member.name == "__init__":
+            if type(member) in (_FunctionDef, _AsyncFunctionDef) and member.name == "__init__":
                 init = member
         if init is None:
-            pending.extend(classes[b.id] for b in cls.bases if b.__class__ is ast.Name and b.id in classes)
+            pending.extend(classes[b.id] for b in cls.bases if type(b) is _Name and b.id in classes)
             continue
         where = f"{cls.name}.__init__ (line {init.lineno})"
-        if init.__class__ is ast.AsyncFunctionDef:
+        if type(init) is _AsyncFunctionDef:
             return f"{where} must be a plain 'def', not 'async def'"
         args = init.args
         positional = _positional_params(args)
@@ -390,28 +408,19 @@ def _ast_classes() -> list[type]:
     return found
 
 
-def _no_fields(node: ast.AST) -> tuple[()]:
-    return ()
+def _field_table(skipped: frozenset[str]) -> dict[type, tuple[str, ...]]:
+    """Node class -> the names of its fields not in ``skipped``, in field order.
 
-
-def _field_getter(fields: tuple[str, ...]) -> Callable[[ast.AST], tuple[object, ...]]:
-    """One C-level call that returns the values of ``fields`` as a tuple."""
-    if not fields:
-        return _no_fields
-    return attrgetter(*fields)  # with one field: the value itself, not a 1-tuple
-
-
-def _field_table(skipped: frozenset[str]) -> dict[type, tuple[Callable[[ast.AST], object], int]]:
-    """Node class -> (getter, field count) for the fields of each node class not in ``skipped``."""
-    table = {}
-    for cls in _ast_classes():
-        fields = tuple(f for f in cls._fields if f not in skipped)
-        table[cls] = (_field_getter(fields), len(fields))
-    return table
+    The walks read them one by one with getattr: in the compiled build that is a plain C call,
+    while an operator.attrgetter (no vectorcall on Python 3.11) costs an argument tuple per node
+    and a result tuple."""
+    return {cls: tuple(f for f in cls._fields if f not in skipped) for cls in _ast_classes()}
 
 
 # The scanned (hashed) fields of every node class.
 _FIELDS = _field_table(_SKIPPED_FIELDS)
+# The token of every node class (a dict lookup is cheaper than reading a type's __name__).
+_NODE_NAMES: dict[type, str] = {cls: cls.__name__ for cls in _ast_classes()}
 
 
 _Finding = tuple[int, str, str]  # (line, failure code, message)
@@ -424,13 +433,9 @@ _OPERATOR_TYPES = frozenset(
 )
 _OPERATOR_NAMES: dict[type, str] = {cls: cls.__name__ for cls in _OPERATOR_TYPES}
 _SUSPECT_NAMES = _BANNED_CALLS | _BANNED_EXCEPTIONS
-_Name = ast.Name
-_Constant = ast.Constant
-_Load = ast.Load
-_Store = ast.Store
 _DUNDER_RE = re.compile(r"__\w+__")
 
-_COMPREHENSION_TYPES = (ast.ListComp, ast.SetComp, ast.GeneratorExp, ast.DictComp)
+_COMPREHENSION_TYPES = (_ListComp, _SetComp, _GeneratorExp, _DictComp)
 
 
 class _Scanner:
@@ -476,12 +481,16 @@ class _Scanner:
         return hashlib.sha256("\0".join(self.tokens).encode("utf-8", "surrogatepass")).hexdigest()
 
     def visit(self, node: ast.AST) -> None:
-        cls = node.__class__
-        self.tokens.append(cls.__name__)
+        cls = type(node)
+        self.tokens.append(_NODE_NAMES[cls])
         self.depth += 1
         if self.depth > MAX_NESTING:
             raise _TooDeep
-        _DISPATCH[cls](self, node)
+        handler = _DISPATCH[cls]
+        if handler is _GENERIC:
+            self.generic(node)  # a direct C call in the compiled build
+        else:
+            handler(self, node)
         self.depth -= 1
 
     def generic(self, node: ast.AST) -> None:
@@ -490,27 +499,24 @@ class _Scanner:
         Children are dispatched directly (no visit() frame), and names, constants and
         operators, about half of all nodes, are handled inline. Tokens that always follow each
         other are emitted pre-joined with the separator: the digest only sees the joined text."""
-        getter, count = _FIELDS[node.__class__]
-        values = getter(node)
-        if count == 1:
-            values = (values,)
         tokens = self.tokens
         self.depth += 1
         if self.depth > MAX_NESTING:
             raise _TooDeep
-        for value in values:
-            value_cls = value.__class__
+        for field_name in _FIELDS[type(node)]:
+            value = getattr(node, field_name)
+            value_cls = type(value)
             if value_cls is list:
                 if not value:
                     tokens.append("[\0]")
                     continue
                 tokens.append("[")
                 for item in value:
-                    item_cls = item.__class__
+                    item_cls = type(item)
                     if item_cls is _Name:
                         name = item.id
                         tokens.append("Name\0" + name)
-                        ctx = item.ctx.__class__
+                        ctx = type(item.ctx)
                         if name in _SUSPECT_NAMES or name[0] == "_" or name in self.module_aliases:
                             self._name_checks(item, name)
                         elif ctx is _Store:
@@ -520,7 +526,7 @@ class _Scanner:
                     elif item_cls is _Constant:
                         constant = item.value
                         tokens.append("Constant\0" + repr(constant))
-                        if constant.__class__ is str and constant[:2] == "__":
+                        if type(constant) is str and constant[:2] == "__":
                             self._dunder_string(item)
                     elif item_cls in _OPERATOR_NAMES:
                         tokens.append(_OPERATOR_NAMES[item_cls])
@@ -529,17 +535,21 @@ class _Scanner:
                     elif item_cls is str:
                         tokens.append(item)  # identifiers, e.g. Global.names
                     else:
-                        tokens.append(item_cls.__name__)
+                        tokens.append(_NODE_NAMES[item_cls])
                         handler = _DISPATCH[item_cls]
                         if handler is _GENERIC:
-                            self.generic(item)  # a direct C call in the compiled build
+                            self.generic(item)  # direct C calls in the compiled build
+                        elif item_cls is _Attribute:
+                            self._attribute(item)
+                        elif item_cls is _Call:
+                            self._call(item)
                         else:
                             handler(self, item)
                 tokens.append("]")
             elif value_cls is _Name:
                 name = value.id
                 tokens.append("Name\0" + name)
-                ctx = value.ctx.__class__
+                ctx = type(value.ctx)
                 if name in _SUSPECT_NAMES or name[0] == "_" or name in self.module_aliases:
                     self._name_checks(value, name)
                 elif ctx is _Store:
@@ -549,7 +559,7 @@ class _Scanner:
             elif value_cls is _Constant:
                 constant = value.value
                 tokens.append("Constant\0" + repr(constant))
-                if constant.__class__ is str and constant[:2] == "__":
+                if type(constant) is str and constant[:2] == "__":
                     self._dunder_string(value)
             elif value is None:
                 tokens.append("~")
@@ -557,11 +567,15 @@ class _Scanner:
                 tokens.append(value)
             elif value_cls in _OPERATOR_NAMES:
                 tokens.append(_OPERATOR_NAMES[value_cls])
-            elif isinstance(value, ast.AST):
-                tokens.append(value_cls.__name__)
+            elif isinstance(value, _AST):
+                tokens.append(_NODE_NAMES[value_cls])
                 handler = _DISPATCH[value_cls]
                 if handler is _GENERIC:
                     self.generic(value)
+                elif value_cls is _Attribute:
+                    self._attribute(value)
+                elif value_cls is _Call:
+                    self._call(value)
                 else:
                     handler(self, value)
             else:
@@ -570,7 +584,7 @@ class _Scanner:
 
     def field(self, value: object) -> None:
         """Emit/visit one field value (used by handlers that change context between fields)."""
-        if value.__class__ is list:
+        if type(value) is list:
             if not value:
                 self.tokens.append("[\0]")
                 return
@@ -583,10 +597,10 @@ class _Scanner:
             self.tokens.append("]")
         elif value is None:
             self.tokens.append("~")
-        elif isinstance(value, ast.AST):
+        elif isinstance(value, _AST):
             self.visit(value)
         else:
-            self.tokens.append(value if value.__class__ is str else repr(value))
+            self.tokens.append(value if type(value) is str else repr(value))
 
     def bind(self, name: str, node: ast.AST) -> None:
         """A name bound by an assignment, def, class, import, parameter or except clause."""
@@ -610,11 +624,11 @@ class _Scanner:
         body = node.body
         future_allowed = True
         for index, statement in enumerate(body):
-            cls = statement.__class__
-            is_docstring = cls is ast.Expr and statement.value.__class__ is ast.Constant and isinstance(
+            cls = type(statement)
+            is_docstring = cls is _Expr and type(statement.value) is _Constant and isinstance(
                 statement.value.value, str
             )
-            if cls is ast.ImportFrom and statement.module == "__future__" and statement.level == 0:
+            if cls is _ImportFrom and statement.module == "__future__" and statement.level == 0:
                 if not future_allowed:
                     self.found(
                         STEP_PARSE, statement, SYNTAX_ERROR,
@@ -706,7 +720,7 @@ class _Scanner:
         self.generic(node)
 
     def _global(self, node: ast.Global | ast.Nonlocal) -> None:
-        keyword = "global" if node.__class__ is ast.Global else "nonlocal"
+        keyword = "global" if type(node) is _Global else "nonlocal"
         self.found(
             STEP_BANNED, node, AST_BANNED_CALL,
             f"'{keyword}' is not allowed", "keep state on self instead",
@@ -722,7 +736,7 @@ class _Scanner:
         self.generic(node)
 
     def _yield(self, node: ast.Yield | ast.YieldFrom) -> None:
-        keyword = "yield" if node.__class__ is ast.Yield else "yield from"
+        keyword = "yield" if type(node) is _Yield else "yield from"
         self.found(
             STEP_BANNED, node, AST_BANNED_CALL,
             f"'{keyword}' is not allowed", "generators expose their frames; build and return a list",
@@ -730,7 +744,7 @@ class _Scanner:
         self.generic(node)
 
     def _loop(self, node: ast.For | ast.AsyncFor | ast.While) -> None:
-        if node.__class__ is ast.While:
+        if type(node) is _While:
             self.field(node.test)
         else:
             self.field(node.target)
@@ -742,7 +756,7 @@ class _Scanner:
 
     def _break_continue(self, node: ast.Break | ast.Continue) -> None:
         if self.loop_depth == 0:
-            keyword = "break" if node.__class__ is ast.Break else "continue"
+            keyword = "break" if type(node) is _Break else "continue"
             self.found(STEP_PARSE, node, SYNTAX_ERROR, f"'{keyword}' outside loop")
 
     def _return(self, node: ast.Return) -> None:
@@ -759,8 +773,8 @@ class _Scanner:
                 "it would swallow the sandbox's deadline signal; catch Exception or a specific error",
             )
         else:
-            for item in caught.elts if caught.__class__ is ast.Tuple else (caught,):
-                if item.__class__ is ast.Name and item.id in _BANNED_EXCEPTIONS:
+            for item in caught.elts if type(caught) is _Tuple else (caught,):
+                if type(item) is _Name and item.id in _BANNED_EXCEPTIONS:
                     self.found(
                         STEP_BANNED, node, AST_BANNED_CALL,
                         f"Catching {item.id} is not allowed",
@@ -800,7 +814,7 @@ class _Scanner:
         if node.returns is not None:
             self._check_annotation(node.returns)
         self.tokens.append(name)
-        self._enter_function(node, node.__class__ is ast.AsyncFunctionDef, (node.args, node.body))
+        self._enter_function(node, type(node) is _AsyncFunctionDef, (node.args, node.body))
         self.field(node.decorator_list)
         self.field(node.returns)
 
@@ -862,10 +876,10 @@ class _Scanner:
                 f"Decorators are not allowed (on class {name})", "they run code at definition time",
             )
         for base in node.bases:
-            cls = base.__class__
+            cls = type(base)
             if not (
-                cls is ast.Name
-                or (cls is ast.Attribute and base.value.__class__ is ast.Name
+                cls is _Name
+                or (cls is _Attribute and type(base.value) is _Name
                     and base.value.id in self.module_aliases)
             ):
                 self.found(
@@ -908,7 +922,7 @@ class _Scanner:
     def _constant(self, node: ast.Constant) -> None:
         constant = node.value
         self.tokens.append(repr(constant))
-        if constant.__class__ is str and constant[:2] == "__":
+        if type(constant) is str and constant[:2] == "__":
             self._dunder_string(node)
 
     def _dunder_string(self, node: ast.Constant) -> None:
@@ -926,10 +940,10 @@ class _Scanner:
         self._name_checks(node, name)
 
     def _name_checks(self, node: ast.Name, name: str) -> None:
-        ctx = node.ctx.__class__
-        if ctx is not ast.Load:
+        ctx = type(node.ctx)
+        if ctx is not _Load:
             self.bind(name, node)
-            if ctx is ast.Del and self.function_node is not None:
+            if ctx is _Del and self.function_node is not None:
                 self.functions_with_del.add(self.function_node)
             return
         if name in _SUSPECT_NAMES or name[0] == "_":
@@ -945,7 +959,7 @@ class _Scanner:
 
     def _call(self, node: ast.Call) -> None:
         func = node.func
-        if func.__class__ is ast.Name:
+        if type(func) is _Name:
             name = func.id
             if name in _BANNED_CALLS:
                 hint = _NAME_HINTS.get(name, _DEFAULT_NAME_HINT)
@@ -955,10 +969,10 @@ class _Scanner:
     def _attribute(self, node: ast.Attribute) -> None:
         attr = node.attr  # already NFKC-normalised by the parser
         value = node.value
-        ctx = node.ctx.__class__
+        ctx = type(node.ctx)
         if attr[0] == "_":
             kind = "special" if attr.startswith("__") and attr.endswith("__") else "private"
-            shown = f"{value.id}.{attr}" if value.__class__ is ast.Name else f".{attr}"
+            shown = f"{value.id}.{attr}" if type(value) is _Name else f".{attr}"
             self.found(
                 STEP_BANNED, node, AST_BANNED_ATTR, f"Access to {shown} is not allowed",
                 f"{kind} attributes (names starting with '_') are not available"
@@ -969,7 +983,7 @@ class _Scanner:
                 STEP_BANNED, node, AST_BANNED_ATTR, f"Access to .{attr} is not allowed",
                 _ATTR_HINTS.get(attr, _FRAME_HINT),
             )
-        if value.__class__ is ast.Name:
+        if type(value) is _Name:
             base = value.id
             if base in self.module_aliases:
                 self.module_base = value
@@ -979,7 +993,7 @@ class _Scanner:
                     self.found(STEP_BANNED, node, AST_BANNED_ATTR, f"Access to {base}.{attr} is not allowed", problem)
             elif base == self.entity and self.in_trait:
                 self._entity_attribute(node, attr, ctx)
-        if ctx is not ast.Load:
+        if ctx is not _Load:
             root = _root_name(value)
             if root is not None and (root.id in self.module_aliases or root.id in self.imported_names):
                 self.found(
@@ -988,28 +1002,31 @@ class _Scanner:
                     "imported modules and their objects are shared and read-only",
                 )
         # The generic walk of (value, attr), inlined.
-        value_cls = value.__class__
+        value_cls = type(value)
         if value_cls is _Name:
             name = value.id
             self.tokens.append(f"Name\0{name}\0{attr}")
             if (
-                value.ctx.__class__ is not _Load or name in _SUSPECT_NAMES or name[0] == "_"
+                type(value.ctx) is not _Load or name in _SUSPECT_NAMES or name[0] == "_"
                 or name in self.module_aliases
             ):
                 self._name_checks(value, name)
             return
         tokens = self.tokens
-        tokens.append(value_cls.__name__)
+        tokens.append(_NODE_NAMES[value_cls])
         self.depth += 1
         if self.depth > MAX_NESTING:
             raise _TooDeep
-        _DISPATCH[value_cls](self, value)
+        if value_cls is _Attribute:  # a.b.c: a direct C call in the compiled build
+            self._attribute(value)
+        else:
+            _DISPATCH[value_cls](self, value)
         self.depth -= 1
         tokens.append(attr)
 
     def _entity_attribute(self, node: ast.Attribute, attr: str, ctx: type) -> None:
         entity = self.entity
-        if ctx is ast.Load:
+        if ctx is _Load:
             if attr not in _ENTITY_NAMES:
                 close = difflib.get_close_matches(attr, sorted(_ENTITY_NAMES), n=1)
                 suggestion = f"did you mean {entity}.{close[0]}? " if close else ""
@@ -1019,9 +1036,9 @@ class _Scanner:
                     f"{suggestion}readable: {', '.join(sorted(entity_api.READABLE_ATTRS))}; "
                     f"methods: {', '.join(sorted(entity_api.METHODS))}",
                 )
-        elif ctx is ast.Del or attr not in _ENTITY_WRITABLE:
-            verb = "assigned" if ctx is ast.Store else "deleted"
-            if ctx is ast.Del and attr in _ENTITY_WRITABLE:
+        elif ctx is _Del or attr not in _ENTITY_WRITABLE:
+            verb = "assigned" if ctx is _Store else "deleted"
+            if ctx is _Del and attr in _ENTITY_WRITABLE:
                 why = "entity attributes can be assigned but never deleted"
             elif attr in entity_api.READABLE_ATTRS:
                 why = f"{attr} is read-only ({entity_api.READABLE_ATTRS[attr][1]})"
@@ -1042,7 +1059,7 @@ class _Scanner:
             if root is not None and root.id == self.entity:
                 target = node.value
                 shown = (
-                    f"{ast.unparse(target.func)}(...)" if target.__class__ is ast.Call else ast.unparse(target)
+                    f"{ast.unparse(target.func)}(...)" if type(target) is _Call else ast.unparse(target)
                 )
                 self.found(
                     STEP_AWAIT, node, AST_AWAIT_ON_SYNC, f"'await {shown}' on a synchronous entity method",
@@ -1053,8 +1070,8 @@ class _Scanner:
     def _check_annotation(self, annotation: ast.AST) -> None:
         """Annotations may only name types: without 'from __future__ import annotations' they
         are evaluated at definition time, and strings in them can be evaluated later."""
-        cls = annotation.__class__
-        if cls is ast.Name or (cls is ast.Constant and annotation.value is None):
+        cls = type(annotation)
+        if cls is _Name or (cls is _Constant and annotation.value is None):
             return
         strings: list[str] = []
         if not _is_type_expression(annotation, strings):
@@ -1078,12 +1095,12 @@ class _Scanner:
             )
             return
         for node in ast.walk(parsed):
-            cls = node.__class__
-            if cls is ast.Name:
+            cls = type(node)
+            if cls is _Name:
                 problem = _name_problem(node.id)
                 if problem is not None:
                     self.found(STEP_BANNED, line, *problem)
-            elif cls is ast.Attribute and (node.attr.startswith("_") or node.attr in _BANNED_ATTRS):
+            elif cls is _Attribute and (node.attr.startswith("_") or node.attr in _BANNED_ATTRS):
                 self.found(STEP_BANNED, line, AST_BANNED_ATTR, f"Access to .{node.attr} is not allowed",
                            "special, private and introspection attributes are not available")
 
@@ -1091,25 +1108,25 @@ class _Scanner:
 def _is_type_expression(node: ast.AST, strings: list[str], depth: int = 0) -> bool:
     """Names, dotted names, subscripts, tuples/lists, constants and ``|`` only; string
     constants are collected for a separate check."""
-    cls = node.__class__
-    if cls is ast.Name:
+    cls = type(node)
+    if cls is _Name:
         return True
-    if cls is ast.Constant:
+    if cls is _Constant:
         if isinstance(node.value, str):
             strings.append(node.value)
         return True
     if depth > MAX_NESTING:
         raise _TooDeep
     depth += 1
-    if cls is ast.Attribute:
+    if cls is _Attribute:
         return _is_type_expression(node.value, strings, depth)
-    if cls is ast.Subscript:
+    if cls is _Subscript:
         return _is_type_expression(node.value, strings, depth) and _is_type_expression(node.slice, strings, depth)
-    if cls is ast.Tuple or cls is ast.List:
+    if cls is _Tuple or cls is _List:
         return all(_is_type_expression(element, strings, depth) for element in node.elts)
-    if cls is ast.BinOp:
+    if cls is _BinOp:
         return (
-            node.op.__class__ is ast.BitOr
+            type(node.op) is _BitOr
             and _is_type_expression(node.left, strings, depth)
             and _is_type_expression(node.right, strings, depth)
         )
@@ -1126,37 +1143,37 @@ def _unbound_methods(cls: type, names: dict[type, str]) -> dict[type, Callable[.
 
 
 _SCANNER_HANDLERS: dict[type, Callable[[_Scanner, ast.AST], None]] = _unbound_methods(_Scanner, {
-    ast.Module: "_module",
-    ast.Import: "_import",
-    ast.ImportFrom: "_import_from",
-    ast.Name: "_name",
-    ast.Attribute: "_attribute",
-    ast.Call: "_call",
-    ast.Constant: "_constant",
-    ast.FunctionDef: "_function",
-    ast.AsyncFunctionDef: "_function",
-    ast.Lambda: "_lambda",
-    ast.ClassDef: "_class",
+    _Module: "_module",
+    _Import: "_import",
+    _ImportFrom: "_import_from",
+    _Name: "_name",
+    _Attribute: "_attribute",
+    _Call: "_call",
+    _Constant: "_constant",
+    _FunctionDef: "_function",
+    _AsyncFunctionDef: "_function",
+    _Lambda: "_lambda",
+    _ClassDef: "_class",
     ast.arg: "_arg",
-    ast.For: "_loop",
-    ast.AsyncFor: "_loop",
-    ast.While: "_loop",
-    ast.Break: "_break_continue",
-    ast.Continue: "_break_continue",
-    ast.Return: "_return",
-    ast.Await: "_await",
-    ast.ExceptHandler: "_except_handler",
-    ast.NamedExpr: "_named_expr",
-    ast.ListComp: "_comprehension",
-    ast.SetComp: "_comprehension",
-    ast.GeneratorExp: "_comprehension",
-    ast.DictComp: "_comprehension",
-    ast.AnnAssign: "_ann_assign",
-    ast.Global: "_global",
-    ast.Nonlocal: "_global",
-    ast.Match: "_match",
-    ast.Yield: "_yield",
-    ast.YieldFrom: "_yield",
+    _For: "_loop",
+    _AsyncFor: "_loop",
+    _While: "_loop",
+    _Break: "_break_continue",
+    _Continue: "_break_continue",
+    _Return: "_return",
+    _Await: "_await",
+    _ExceptHandler: "_except_handler",
+    _NamedExpr: "_named_expr",
+    _ListComp: "_comprehension",
+    _SetComp: "_comprehension",
+    _GeneratorExp: "_comprehension",
+    _DictComp: "_comprehension",
+    _AnnAssign: "_ann_assign",
+    _Global: "_global",
+    _Nonlocal: "_global",
+    _Match: "_match",
+    _Yield: "_yield",
+    _YieldFrom: "_yield",
 })
 
 
@@ -1184,29 +1201,29 @@ def _name_problem(name: str) -> tuple[str, str, str] | None:
 
 
 def _module_statement_ok(node: ast.stmt) -> bool:
-    cls = node.__class__
-    if cls in (ast.Import, ast.ImportFrom, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef, ast.Pass):
+    cls = type(node)
+    if cls in (_Import, _ImportFrom, _ClassDef, _FunctionDef, _AsyncFunctionDef, _Pass):
         return True
     return _constant_statement_ok(node)
 
 
 def _class_statement_ok(node: ast.stmt) -> bool:
-    cls = node.__class__
-    if cls in (ast.FunctionDef, ast.AsyncFunctionDef, ast.Pass):
+    cls = type(node)
+    if cls in (_FunctionDef, _AsyncFunctionDef, _Pass):
         return True
     return _constant_statement_ok(node)
 
 
 def _constant_statement_ok(node: ast.stmt) -> bool:
     """A docstring, or a constant assigned to plain names."""
-    cls = node.__class__
-    if cls is ast.Expr:
+    cls = type(node)
+    if cls is _Expr:
         value = node.value
-        return value.__class__ is ast.Constant and isinstance(value.value, str)
-    if cls is ast.Assign:
-        return all(t.__class__ is ast.Name for t in node.targets) and _is_constant(node.value)
-    if cls is ast.AnnAssign:
-        return node.target.__class__ is ast.Name and (node.value is None or _is_constant(node.value))
+        return type(value) is _Constant and isinstance(value.value, str)
+    if cls is _Assign:
+        return all(type(t) is _Name for t in node.targets) and _is_constant(node.value)
+    if cls is _AnnAssign:
+        return type(node.target) is _Name and (node.value is None or _is_constant(node.value))
     return False
 
 
@@ -1238,15 +1255,13 @@ def _deleted_names(statements: list[ast.stmt]) -> set[str]:
         node.id
         for statement in statements
         for node in ast.walk(statement)
-        if node.__class__ is ast.Name and node.ctx.__class__ is ast.Del
+        if type(node) is _Name and type(node.ctx) is _Del
     }
 
 
 _EXPR_SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "kind", "conversion", "is_async"})
 # The fields _FlowChecker._expr walks generically.
 _EXPR_FIELDS = _field_table(_EXPR_SKIPPED_FIELDS)
-_Attribute = ast.Attribute
-_Call = ast.Call
 
 
 class _FlowChecker:
@@ -1270,37 +1285,37 @@ class _FlowChecker:
     def check_module(self, tree: ast.Module) -> None:
         defined: set[str] = set()
         for statement in tree.body:
-            cls = statement.__class__
-            if cls is ast.ClassDef:
+            cls = type(statement)
+            if cls is _ClassDef:
                 for base in statement.bases:
-                    if base.__class__ is ast.Name and (base.id in defined or base.id in _BUILTINS):
+                    if type(base) is _Name and (base.id in defined or base.id in _BUILTINS):
                         continue  # the common case, decided without building the message
                     self._module_level_names(base, defined, f"base of class {statement.name}")
                 class_defined = set(defined)
                 for member in statement.body:
-                    if member.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef):
+                    if type(member) in (_FunctionDef, _AsyncFunctionDef):
                         self._definition_time_annotations(member, class_defined)
                         self.check_function(member, ())
                         class_defined.add(member.name)
-                    elif member.__class__ is ast.AnnAssign and not self.future_annotations:
+                    elif type(member) is _AnnAssign and not self.future_annotations:
                         self._module_level_names(member.annotation, class_defined, "annotation")
-                    if member.__class__ in (ast.Assign, ast.AnnAssign):
-                        targets = member.targets if member.__class__ is ast.Assign else [member.target]
-                        class_defined.update(t.id for t in targets if t.__class__ is ast.Name)
+                    if type(member) in (_Assign, _AnnAssign):
+                        targets = member.targets if type(member) is _Assign else [member.target]
+                        class_defined.update(t.id for t in targets if type(t) is _Name)
                 defined.add(statement.name)
-            elif cls in (ast.FunctionDef, ast.AsyncFunctionDef):
+            elif cls in (_FunctionDef, _AsyncFunctionDef):
                 self._definition_time_annotations(statement, defined)
                 self.check_function(statement, ())
                 defined.add(statement.name)
-            elif cls is ast.Import or cls is ast.ImportFrom:
+            elif cls is _Import or cls is _ImportFrom:
                 for alias in statement.names:
                     defined.add((alias.asname or alias.name).partition(".")[0])
-            elif cls is ast.Assign:
-                defined.update(t.id for t in statement.targets if t.__class__ is ast.Name)
-            elif cls is ast.AnnAssign:
+            elif cls is _Assign:
+                defined.update(t.id for t in statement.targets if type(t) is _Name)
+            elif cls is _AnnAssign:
                 if not self.future_annotations:
                     self._module_level_names(statement.annotation, defined, "annotation")
-                if statement.value is not None and statement.target.__class__ is ast.Name:
+                if statement.value is not None and type(statement.target) is _Name:
                     defined.add(statement.target.id)
 
     def _definition_time_annotations(self, function: ast.AST, defined: set[str]) -> None:
@@ -1316,7 +1331,7 @@ class _FlowChecker:
     def _module_level_names(self, node: ast.AST, defined: set[str], where: str) -> None:
         """Names evaluated while the module loads must already be defined."""
         for child in ast.walk(node):
-            if child.__class__ is ast.Name and child.id not in defined and child.id not in _BUILTINS:
+            if type(child) is _Name and child.id not in defined and child.id not in _BUILTINS:
                 if child.id in self.module_names:
                     raise _Unbound(
                         f"'{child.id}' is used in the {where} before it is defined "
@@ -1334,7 +1349,7 @@ class _FlowChecker:
         self.has_del = node in self.functions_with_del
         self.loops = []
         state = {param.arg for param in _all_params(node.args)}
-        if node.__class__ is ast.Lambda:
+        if type(node) is _Lambda:
             self._expr(node.body, state)
         else:
             self._block(node.body, state)
@@ -1367,7 +1382,20 @@ class _FlowChecker:
     def _block(self, statements: list[ast.stmt], state: _State) -> _State | None:
         for statement in statements:
             # Statements without a handler (global, match, ...) were rejected in step 5.
-            state = _FLOW_HANDLERS.get(statement.__class__, _FLOW_PASS)(self, statement, state)
+            cls = type(statement)
+            # The commonest statements by direct (C, compiled) calls, the rest through the table.
+            if cls is _Expr:
+                state = self._expr_statement(statement, state)
+            elif cls is _Assign:
+                state = self._assign(statement, state)
+            elif cls is _If:
+                state = self._if(statement, state)
+            elif cls is _Return:
+                state = self._return(statement, state)
+            elif cls is _For:
+                state = self._for(statement, state)
+            else:
+                state = _FLOW_HANDLERS.get(cls, _FLOW_PASS)(self, statement, state)
             if state is None:
                 return None  # the rest is unreachable
         return state
@@ -1384,7 +1412,7 @@ class _FlowChecker:
 
     def _aug_assign(self, node: ast.AugAssign, state: _State) -> _State:
         target = node.target
-        if target.__class__ is ast.Name:
+        if type(target) is _Name:
             if target.id not in state:
                 self._missing(target)
             self._expr(node.value, state)
@@ -1399,7 +1427,7 @@ class _FlowChecker:
         if node.value is not None:
             self._expr(node.value, state)
             self._bind(node.target, state)
-        elif node.target.__class__ is not ast.Name:
+        elif type(node.target) is not _Name:
             self._bind(node.target, state)
         return state
 
@@ -1423,12 +1451,12 @@ class _FlowChecker:
 
     def _delete(self, node: ast.Delete, state: _State) -> _State:
         for target in node.targets:
-            if target.__class__ is ast.Name:
+            if type(target) is _Name:
                 if target.id not in state:
                     self._missing(target)
                 state.discard(target.id)
-            elif target.__class__ in (ast.Tuple, ast.List):
-                self._delete(ast.Delete(targets=target.elts), state)
+            elif type(target) in (_Tuple, _List):
+                self._delete(_Delete(targets=target.elts), state)
             else:
                 self._bind(target, state)
         return state
@@ -1477,7 +1505,7 @@ class _FlowChecker:
         self._block(node.body, set(head))
         breaks, _ = self.loops.pop()
         test = node.test
-        endless = test.__class__ is ast.Constant and bool(test.value)
+        endless = type(test) is _Constant and bool(test.value)
         if endless:
             return _meet(breaks)  # leaves only through break
         after_else = self._block(node.orelse, set(head)) if node.orelse else head
@@ -1537,7 +1565,7 @@ class _FlowChecker:
             self._expr(base, state)
         state.add(node.name)
         for member in node.body:
-            if member.__class__ in (ast.FunctionDef, ast.AsyncFunctionDef):
+            if type(member) in (_FunctionDef, _AsyncFunctionDef):
                 self._nested(member)
         return state
 
@@ -1549,47 +1577,47 @@ class _FlowChecker:
     # -- expressions ----------------------------------------------------------------------
 
     def _bind(self, target: ast.AST, state: _State) -> None:
-        cls = target.__class__
-        if cls is ast.Name:
+        cls = type(target)
+        if cls is _Name:
             state.add(target.id)
-        elif cls is ast.Tuple or cls is ast.List:
+        elif cls is _Tuple or cls is _List:
             for element in target.elts:
                 self._bind(element, state)
-        elif cls is ast.Starred:
+        elif cls is _Starred:
             self._bind(target.value, state)
-        elif cls is ast.Attribute:
+        elif cls is _Attribute:
             self._expr(target.value, state)
-        elif cls is ast.Subscript:
+        elif cls is _Subscript:
             self._expr(target.value, state)
             self._expr(target.slice, state)
 
     def _expr(self, node: ast.AST, state: _State) -> None:
         """Check the reads in an expression, in field order; names and constants among the
         children are handled inline rather than by a recursive call."""
-        cls = node.__class__
+        cls = type(node)
         if cls is _Name:
             if node.id not in state:
                 self._missing(node)
         elif cls is _Attribute:
             value = node.value
-            while value.__class__ is _Attribute:
+            while type(value) is _Attribute:
                 value = value.value
-            if value.__class__ is _Name:
+            if type(value) is _Name:
                 if value.id not in state:
                     self._missing(value)
-            elif value.__class__ is not _Constant:
+            elif type(value) is not _Constant:
                 self._expr(value, state)
         elif cls is _Constant:
             pass
         elif cls is _Call:
             func = node.func
-            if func.__class__ is _Name:
+            if type(func) is _Name:
                 if func.id not in state:
                     self._missing(func)
             else:
                 self._expr(func, state)
             for argument in node.args:
-                argument_cls = argument.__class__
+                argument_cls = type(argument)
                 if argument_cls is _Name:
                     if argument.id not in state:
                         self._missing(argument)
@@ -1597,39 +1625,36 @@ class _FlowChecker:
                     self._expr(argument, state)
             for keyword in node.keywords:
                 value = keyword.value
-                value_cls = value.__class__
+                value_cls = type(value)
                 if value_cls is _Name:
                     if value.id not in state:
                         self._missing(value)
                 elif value_cls is not _Constant:
                     self._expr(value, state)
-        elif cls is ast.BoolOp:
+        elif cls is _BoolOp:
             values = node.values
             self._expr(values[0], state)
             maybe = set(state)  # later operands may not run: their ':=' are not certain
             for value in values[1:]:
                 self._expr(value, maybe)
-        elif cls is ast.IfExp:
+        elif cls is _IfExp:
             self._expr(node.test, state)
             self._expr(node.body, set(state))
             self._expr(node.orelse, set(state))
-        elif cls is ast.NamedExpr:
+        elif cls is _NamedExpr:
             self._expr(node.value, state)
             state.add(node.target.id)
         elif cls in _COMPREHENSION_TYPES:
             self._comprehension(node, state)
-        elif cls is ast.Lambda:
+        elif cls is _Lambda:
             self._nested(node)
         else:
-            getter, count = _EXPR_FIELDS[cls]
-            values = getter(node)
-            if count == 1:
-                values = (values,)
-            for value in values:
-                value_cls = value.__class__
+            for field_name in _EXPR_FIELDS[cls]:
+                value = getattr(node, field_name)
+                value_cls = type(value)
                 if value_cls is list:
                     for item in value:
-                        item_cls = item.__class__
+                        item_cls = type(item)
                         if item_cls is _Name:
                             if item.id not in state:
                                 self._missing(item)
@@ -1638,7 +1663,7 @@ class _FlowChecker:
                 elif value_cls is _Name:
                     if value.id not in state:
                         self._missing(value)
-                elif value_cls is not _Constant and value is not None and isinstance(value, ast.AST):
+                elif value_cls is not _Constant and value is not None and isinstance(value, _AST):
                     self._expr(value, state)
 
     def _comprehension(self, node: ast.AST, state: _State) -> None:
@@ -1651,7 +1676,7 @@ class _FlowChecker:
             self._bind(generator.target, inner)
             for condition in generator.ifs:
                 self._expr(condition, inner)
-        if node.__class__ is ast.DictComp:
+        if type(node) is _DictComp:
             self._expr(node.key, inner)
             self._expr(node.value, inner)
         else:
@@ -1659,30 +1684,30 @@ class _FlowChecker:
 
 
 _FLOW_HANDLERS: dict[type, Callable[[_FlowChecker, ast.AST, _State], _State | None]] = _unbound_methods(_FlowChecker, {
-    ast.Expr: "_expr_statement",
-    ast.Assign: "_assign",
-    ast.AugAssign: "_aug_assign",
-    ast.AnnAssign: "_ann_assign",
-    ast.Return: "_return",
-    ast.If: "_if",
-    ast.For: "_for",
-    ast.AsyncFor: "_for",
-    ast.While: "_while",
-    ast.Try: "_try",
-    ast.TryStar: "_try",
-    ast.With: "_with",
-    ast.AsyncWith: "_with",
-    ast.Raise: "_raise",
-    ast.Assert: "_assert",
-    ast.Delete: "_delete",
-    ast.Pass: "_pass",
-    ast.Break: "_break",
-    ast.Continue: "_continue",
-    ast.FunctionDef: "_def",
-    ast.AsyncFunctionDef: "_def",
-    ast.ClassDef: "_class",
-    ast.Import: "_import",
-    ast.ImportFrom: "_import",
+    _Expr: "_expr_statement",
+    _Assign: "_assign",
+    _AugAssign: "_aug_assign",
+    _AnnAssign: "_ann_assign",
+    _Return: "_return",
+    _If: "_if",
+    _For: "_for",
+    _AsyncFor: "_for",
+    _While: "_while",
+    _Try: "_try",
+    _TryStar: "_try",
+    _With: "_with",
+    _AsyncWith: "_with",
+    _Raise: "_raise",
+    _Assert: "_assert",
+    _Delete: "_delete",
+    _Pass: "_pass",
+    _Break: "_break",
+    _Continue: "_continue",
+    _FunctionDef: "_def",
+    _AsyncFunctionDef: "_def",
+    _ClassDef: "_class",
+    _Import: "_import",
+    _ImportFrom: "_import",
 })
 _FLOW_PASS = getattr(_FlowChecker, "_pass")
 
@@ -1696,7 +1721,7 @@ def _module_aliases(tree: ast.Module) -> dict[str, str]:
     """Names bound to allowed modules by top-level 'import X [as Y]' (used before the scan)."""
     aliases: dict[str, str] = {}
     for statement in tree.body:
-        if statement.__class__ is ast.Import:
+        if type(statement) is _Import:
             for alias in statement.names:
                 name = alias.name
                 if name in _ALLOWED_MODULES and name != "__future__":
@@ -1707,7 +1732,7 @@ def _module_aliases(tree: ast.Module) -> dict[str, str]:
 def _has_future_annotations(tree: ast.Module) -> bool:
     for statement in tree.body:
         if (
-            statement.__class__ is ast.ImportFrom
+            type(statement) is _ImportFrom
             and statement.module == "__future__"
             and any(alias.name == "annotations" for alias in statement.names)
         ):
