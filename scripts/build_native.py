@@ -13,6 +13,7 @@ headers it explains what is missing and exits 0: Genesis then runs the pure-Pyth
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 import shutil
 import sys
@@ -88,6 +89,9 @@ def main() -> int:
     if problem is not None:
         print(f"native build skipped: {problem}; Genesis uses the pure-Python modules", file=sys.stderr)
         return 0
+    # Checking a build imports its package, whose modules may warn that the build is missing:
+    # this script says itself what it builds.
+    logging.getLogger("genesis.native").setLevel(logging.ERROR)
     for name in native.COMPILED:
         if not force and native.compiled_problem(name) is None:
             print(f"{name}: compiled build is current")
