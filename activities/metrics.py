@@ -16,7 +16,6 @@ from temporalio.exceptions import ApplicationError
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from activities import names
-from genesis.dto import MutationStatus
 
 # Activity -> pipeline stage (validate → sandbox → activate → … rollback).
 STAGES = {
@@ -46,6 +45,8 @@ VALIDATIONS = Counter(
     "genesis_mutation_validations", "Gatekeeper + dedupe results: ok or the failure code (AST_*, DUPLICATE_CODE)",
     ["verdict"],
 )
+# Counted where the writes happen (MutationRecordActivities.record): by the status activity, the
+# validation activity and the sandbox activity's early verdict.
 STATUS_TRANSITIONS = Counter(
     "genesis_mutation_status_transitions", "Mutation status writes by the new status", ["status"],
 )
@@ -72,11 +73,6 @@ def record(activity_type: str, args: tuple, seconds: float, outcome: str) -> Non
         SANDBOX_SECONDS.labels(outcome).observe(seconds)
     elif activity_type in (names.VALIDATE_MUTATION, names.VALIDATE_AND_RECORD_MUTATION) and outcome != INFRASTRUCTURE_ERROR:
         VALIDATIONS.labels(outcome).inc()
-        if activity_type == names.VALIDATE_AND_RECORD_MUTATION:  # its records: accepted, then a pass's log
-            STATUS_TRANSITIONS.labels(MutationStatus.validating.value).inc(2 if outcome == "ok" else 1)
-    elif activity_type == names.RECORD_MUTATION_STATUS and outcome == "ok" and args:
-        status = getattr(args[0], "status", None)
-        STATUS_TRANSITIONS.labels(getattr(status, "value", str(status))).inc()
 
 
 class _TimedActivity(ActivityInboundInterceptor):

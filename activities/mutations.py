@@ -12,6 +12,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names
+from activities.metrics import STATUS_TRANSITIONS
 from genesis import gatekeeper, ratelimit
 from genesis.db.models import Mutation
 from genesis.gatekeeper_pool import GatekeeperPool
@@ -77,6 +78,8 @@ class MutationRecordActivities:
             holder = await self._claim_code_hash(mutation.mutation_id, result.code_hash, recorded)
             if holder is None:
                 outcome.validation_log = passed
+                if recorded is not None:
+                    STATUS_TRANSITIONS.labels(MutationStatus.validating.value).inc()
             else:
                 outcome.ok = False
                 outcome.failure_code = FailureCode.DUPLICATE_CODE.value
@@ -134,6 +137,7 @@ class MutationRecordActivities:
             await session.commit()
         if agent_id is None:
             raise ApplicationError(f"no mutation record {change.mutation_id}", non_retryable=True)
+        STATUS_TRANSITIONS.labels(change.status.value).inc()
         if self._redis is not None and (change.final or change.status in ENDED):
             # The mutation has ended: its agent may have another one in flight. Removing an
             # absent slot is a no-op, so replays and retries release it once.

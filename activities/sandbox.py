@@ -261,13 +261,14 @@ class SandboxActivities:
 
     def _record_verdict(self, request: SandboxRequest, report: SandboxReport) -> None:
         """The verdict visible in the mutation's status now rather than after the workflow's next
-        task; the workflow then writes the same record (idempotent). A failed write is only
-        logged: the workflow's own write, with its retries, is the one that counts."""
+        task (``report.recorded`` then tells the workflow it is written). A failed write is only
+        logged: the workflow then writes the record itself, with its retries."""
         if request.log_before_verdict is None or self._record is None or self._loop is None:
             return
         update = sandbox_verdict_update(request.mutation_id, report, request.log_before_verdict, request.final_if_ok)
         try:
             asyncio.run_coroutine_threadsafe(self._record(update), self._loop).result(RECORD_TIMEOUT_S)
+            report.recorded = True
         except Exception as exc:
             log.warning("could not record the sandbox verdict of %s early: %s", request.mutation_id, exc)
 

@@ -131,6 +131,9 @@ class SandboxReport(BaseModel):
     state_hash: str | None = None
     image: str | None = None
     container_id: str | None = None
+    # The activity wrote this verdict into the mutation record itself (SandboxRequest.
+    # log_before_verdict): the workflow need not write it again. Not part of the stored report.
+    recorded: bool = False
 
     @property
     def passed(self) -> bool:
@@ -412,7 +415,7 @@ def sandbox_verdict_update(mutation_id: str, report: SandboxReport, log_before: 
     """The mutation record after its sandbox test: sandbox_ok, or rejected with the SANDBOX_*
     code; the log ends with the verdict's line. Built by the workflow and by the sandbox
     activity alike, so both write the same record."""
-    sandbox_report = report.model_dump()
+    sandbox_report = report.model_dump(exclude={"recorded"})
     if report.verdict == "ok":
         return StatusUpdate(
             mutation_id=mutation_id, status=MutationStatus.sandbox_ok,

@@ -1,5 +1,5 @@
 """The sandbox activity writes its verdict into the mutation record the moment its test ends
-(the workflow writes the same record a task later). Real Docker trait host, real Postgres, the
+(and says so in its report, so the workflow does not write it again). Real Docker trait host, real Postgres, the
 activity run with Temporal's activity test environment, no workflow at all."""
 
 from __future__ import annotations
@@ -64,7 +64,8 @@ async def test_the_verdict_is_in_the_record_when_the_activity_returns(settings, 
     expected = sandbox_verdict_update(mutation_id, report, LOG_BEFORE, final)  # what the workflow writes next
     assert record.status == status == expected.status.value
     assert record.validation_log == expected.validation_log and record.validation_log[:2] == LOG_BEFORE
-    assert record.sandbox_report == report.model_dump()
+    assert report.recorded  # the workflow will not write it again
+    assert record.sandbox_report == report.model_dump(exclude={"recorded"}) and "recorded" not in record.sandbox_report
     assert record.failure_reason_code == (None if status == "sandbox_ok" else "SANDBOX_EXCEPTION")
     assert record.holds_code_hash is (status == "sandbox_ok")  # rejected code may be proposed again
 
@@ -75,6 +76,6 @@ async def test_a_request_without_the_log_leaves_the_record_to_the_workflow(setti
     mutation_id = await mutation_row(sessions, traits.SEED_EXAMPLE)
     report = await run_test(sandbox, SandboxRequest(mutation_id=mutation_id, trait_name="verdict_trait",
                                                     class_name="EnergyHoarderTrait", code=traits.SEED_EXAMPLE))
-    assert report.verdict == "ok"
+    assert report.verdict == "ok" and not report.recorded
     record = await row(sessions, mutation_id)
     assert record.status == "validating" and record.validation_log == LOG_BEFORE and record.sandbox_report is None

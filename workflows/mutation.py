@@ -175,23 +175,26 @@ class MutationWorkflow:
         log = verdict.validation_log or []
         if report.verdict == "ok":
             if not workflow.patched(ACTIVATION_PATCH) or not mutation.activate:
-                return await self._finish(MutationStatus.sandbox_ok, None, log, sandbox_report)
-            await self._transition(MutationStatus.sandbox_ok, log=log, sandbox_report=sandbox_report)
+                return await self._finish(MutationStatus.sandbox_ok, None, log, sandbox_report, recorded=report.recorded)
+            await self._transition(MutationStatus.sandbox_ok, log=log, sandbox_report=sandbox_report,
+                                   recorded=report.recorded)
             return await self._live(mutation, outcome, log, sandbox_report)
-        return await self._finish(MutationStatus.rejected, report.verdict, log, sandbox_report)
+        return await self._finish(MutationStatus.rejected, report.verdict, log, sandbox_report, recorded=report.recorded)
 
     async def _transition(self, status: MutationStatus, *, log: list[str], failure_code: str | None = None,
                           class_name: str | None = None, code_hash: str | None = None,
-                          sandbox_report: dict | None = None, **later: Any) -> None:
-        """Persist one status change (``later``: trait_version, effects, fitness_verdict, rollback_reason)."""
+                          sandbox_report: dict | None = None, recorded: bool = False, **later: Any) -> None:
+        """Persist one status change (``later``: trait_version, effects, fitness_verdict, rollback_reason);
+        ``recorded``: an activity has written exactly this record already (the sandbox verdict)."""
         update = self._follow(status, log=log, failure_code=failure_code, class_name=class_name,
                               code_hash=code_hash, sandbox_report=sandbox_report, **later)
-        await workflow.execute_local_activity(
-            names.RECORD_MUTATION_STATUS,
-            update,
-            start_to_close_timeout=timedelta(seconds=30),
-            retry_policy=LOCAL_RETRY,
-        )
+        if not recorded:
+            await workflow.execute_local_activity(
+                names.RECORD_MUTATION_STATUS,
+                update,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=LOCAL_RETRY,
+            )
         self._notify(status, log, failure_code, later)
 
     def _follow(self, status: MutationStatus, *, log: list[str], failure_code: str | None = None,
@@ -286,9 +289,9 @@ class MutationWorkflow:
                 workflow.logger.warning("webhook %s not delivered: %s", delivery.delivery_id, _root_message(err))
 
     async def _finish(self, status: MutationStatus, failure_code: str | None, log: list[str],
-                      sandbox_report: dict | None = None, **later: Any) -> MutationResult:
+                      sandbox_report: dict | None = None, recorded: bool = False, **later: Any) -> MutationResult:
         await self._transition(status, log=log, failure_code=failure_code, sandbox_report=sandbox_report,
-                               final=True, **later)
+                               recorded=recorded, final=True, **later)
         assert self._result is not None
         return self._result
 
