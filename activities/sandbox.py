@@ -157,20 +157,21 @@ def run_trial(
             return finish(FailureCode.SANDBOX_EXCEPTION.value, f"loading the trait failed: {loaded.get('error')}")
 
         run = [request.trait_name]
-        prepare_ms = [0.0]
+        prepare_ms = 0.0
 
         def prepare_step() -> None:
             """As the engine does: the step's reading ahead overlaps the host's work (timed, as
             part of the world's step)."""
+            nonlocal prepare_ms
             began = time.perf_counter()
             world.prepare_step()
-            prepare_ms[0] = (time.perf_counter() - began) * 1000
+            prepare_ms = (time.perf_counter() - began) * 1000
 
         for tick in range(ticks):
             # The live engine's compact per-tick request: one protocol, used twice.
             views = world.trait_views(run)
             sent = time.perf_counter()
-            prepare_ms[0] = 0.0
+            prepare_ms = 0.0
             try:
                 reply = host.request(
                     {"op": "views", "tick": world.tick, **views, "run": run, "reply": "columns"},
@@ -186,7 +187,7 @@ def run_trial(
                 )
             except HostCrashed as exc:
                 return finish(FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: trait host crashed: {exc}")
-            elapsed_ms = (time.perf_counter() - sent) * 1000 - prepare_ms[0]
+            elapsed_ms = (time.perf_counter() - sent) * 1000 - prepare_ms
             result = reply.get("results", {}).get(request.trait_name, {})
             report.calls += result.get("calls", 0)
             call_us_total += result.get("total_us", 0.0)
@@ -211,7 +212,7 @@ def run_trial(
                 return finish(FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: the trait host sent malformed intents: {exc}")
             stepped = time.perf_counter()
             tick_report = world.step(intents, lazy_write_back=True)
-            world_ms.append((time.perf_counter() - stepped) * 1000 + prepare_ms[0])
+            world_ms.append((time.perf_counter() - stepped) * 1000 + prepare_ms)
             for _entity_id, reason in tick_report.rejected_intents:
                 rejected[reason] += 1
             report.intents_applied += sum(len(v) for v in intents.values()) - len(tick_report.rejected_intents)

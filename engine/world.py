@@ -308,6 +308,17 @@ def _set_rate(ents: Any, values: list[float]) -> None:
         e.energy_consumption_rate = v
 
 
+def _store_numbers(ents: list[Entity], x: np.ndarray, y: np.ndarray, direction: np.ndarray, energy: np.ndarray,
+                   age: np.ndarray) -> None:
+    """A step's new numbers into its entities (the columns in the entities' order)."""
+    for e, ex, ey, ed, en, ag in zip(ents, x.tolist(), y.tolist(), direction.tolist(), energy.tolist(), age.tolist()):
+        e.x = ex
+        e.y = ey
+        e.direction = ed
+        e.energy = en
+        e.age = ag
+
+
 # One plain loop per number attribute (a store by name is cheaper than setattr per entity).
 _SETTERS = {"speed": _set_speed, "direction": _set_direction, "energy_consumption_rate": _set_rate}
 assert _SETTERS.keys() == _NUMBERS.keys()
@@ -450,16 +461,8 @@ class World:
 
     def _write_back(self) -> None:
         unwritten, self._unwritten = self._unwritten, None
-        if unwritten is None:
-            return
-        order, x, y, direction, energy, age = unwritten
-        for e, ex, ey, ed, en, ag in zip(order, x.tolist(), y.tolist(), direction.tolist(), energy.tolist(),
-                                         age.tolist()):
-            e.x = ex
-            e.y = ey
-            e.direction = ed
-            e.energy = en
-            e.age = ag
+        if unwritten is not None:
+            _store_numbers(*unwritten)
 
     def _cached_columns(self, ids: np.ndarray) -> dict[str, np.ndarray] | None:
         """:attr:`_columns` if they are those of exactly these entities (ids ascending)."""
@@ -1215,8 +1218,7 @@ class World:
         notable = (energy <= 0.0) | (age >= max_age) | ((energy >= threshold) & (age >= maturity))
         # The entities read below get this tick's numbers now; the others when next read.
         at = notable.nonzero()[0]
-        self._unwritten = ([order[i] for i in at.tolist()], nx[at], ny[at], direction[at], energy[at], age[at])
-        self._write_back()
+        _store_numbers([order[i] for i in at.tolist()], nx[at], ny[at], direction[at], energy[at], age[at])
         dead: list[tuple[Entity, str]] = []
         dead_at: list[int] = []
         parents: list[int] = []
