@@ -71,10 +71,10 @@ class MutationRecordActivities:
         )
         if result.ok:
             passed = [*outcome.validation_log, DEDUPLICATION_OK]
-            recorded = None if next_line is None else {
-                "status": MutationStatus.validating.value, "validation_log": [*passed, next_line],
-                "class_name": result.class_name, "updated_at": datetime.now(timezone.utc),
-            }
+            recorded = None if next_line is None else _record_values(StatusUpdate(
+                mutation_id=mutation.mutation_id, status=MutationStatus.validating,
+                validation_log=[*passed, next_line], class_name=result.class_name,
+            ))
             holder = await self._claim_code_hash(mutation.mutation_id, result.code_hash, recorded)
             if holder is None:
                 outcome.validation_log = passed
@@ -121,17 +121,9 @@ class MutationRecordActivities:
 
     async def record(self, change: StatusUpdate) -> None:
         """Write a status change (also the sandbox activity's early write of its verdict)."""
-        values: dict = {"status": change.status.value, "updated_at": datetime.now(timezone.utc)}
-        for field in ("failure_reason_code", "validation_log", "class_name", "sandbox_report",
-                      "trait_version", "effects", "fitness_verdict", "rollback_reason"):
-            value = getattr(change, field)
-            if value is not None:
-                values[field] = value
-        if change.status in (MutationStatus.rejected, MutationStatus.failed):
-            values["holds_code_hash"] = False  # rejected code may be fixed and proposed again
         async with self._sessions() as session:
             agent_id = await session.scalar(
-                update(Mutation).where(Mutation.mutation_id == change.mutation_id).values(**values)
+                update(Mutation).where(Mutation.mutation_id == change.mutation_id).values(**_record_values(change))
                 .returning(Mutation.agent_id)
             )
             await session.commit()
@@ -142,3 +134,16 @@ class MutationRecordActivities:
             # The mutation has ended: its agent may have another one in flight. Removing an
             # absent slot is a no-op, so replays and retries release it once.
             await ratelimit.release(self._redis, agent_id, change.mutation_id)
+
+
+def _record_values(change: StatusUpdate) -> dict:
+    """The mutation record's columns a status change sets (None fields are left as they are)."""
+    values: dict = {"status": change.status.value, "updated_at": datetime.now(timezone.utc)}
+    for field in ("failure_reason_code", "validation_log", "class_name", "sandbox_report",
+                  "trait_version", "effects", "fitness_verdict", "rollback_reason"):
+        value = getattr(change, field)
+        if value is not None:
+            values[field] = value
+    if change.status in (MutationStatus.rejected, MutationStatus.failed):
+        values["holds_code_hash"] = False  # rejected code may be fixed and proposed again
+    return values

@@ -105,7 +105,8 @@ class SandboxRequest(BaseModel):
     code: str
     # When set, the activity records its verdict in the mutation record as soon as the test ends
     # (the log so far, then the verdict's line; see sandbox_verdict_update), ~40-80 ms before the
-    # workflow's own write of the same values. ``final_if_ok``: sandbox_ok ends the mutation.
+    # workflow's next task could (SandboxReport.recorded). ``final_if_ok``: sandbox_ok ends the
+    # mutation.
     log_before_verdict: list[str] | None = None
     final_if_ok: bool = False
 

@@ -113,24 +113,14 @@ class MutationWorkflow:
         one_activity = workflow.patched(ONE_VALIDATION_ACTIVITY_PATCH)
         if not one_activity:
             await self._transition(MutationStatus.validating, log=accepted)
+        if one_activity:  # the activity records both transitions; the workflow only follows
+            update = self._follow(MutationStatus.validating, log=accepted)
+            validation = (names.VALIDATE_AND_RECORD_MUTATION,
+                          ValidationRequest(mutation=mutation, accepted=update, next_line=sandbox_line))
+        else:
+            validation = (names.VALIDATE_MUTATION, mutation)
         try:
-            if one_activity:  # the activity records both transitions; the workflow only follows
-                update = self._follow(MutationStatus.validating, log=accepted)
-                outcome: ValidationOutcome = await workflow.execute_local_activity(
-                    names.VALIDATE_AND_RECORD_MUTATION,
-                    ValidationRequest(mutation=mutation, accepted=update, next_line=sandbox_line),
-                    result_type=ValidationOutcome,
-                    start_to_close_timeout=timedelta(seconds=30),
-                    retry_policy=LOCAL_RETRY,
-                )
-            else:
-                outcome = await workflow.execute_local_activity(
-                    names.VALIDATE_MUTATION,
-                    mutation,
-                    result_type=ValidationOutcome,
-                    start_to_close_timeout=timedelta(seconds=30),
-                    retry_policy=LOCAL_RETRY,
-                )
+            outcome: ValidationOutcome = await _local_activity(*validation, result_type=ValidationOutcome)
         except (ActivityError, ApplicationError) as err:
             rejection = _verdict_of(err)
             if rejection is None:  # validation could not run at all (e.g. Postgres down past retries)
@@ -189,12 +179,7 @@ class MutationWorkflow:
         update = self._follow(status, log=log, failure_code=failure_code, class_name=class_name,
                               code_hash=code_hash, sandbox_report=sandbox_report, **later)
         if not recorded:
-            await workflow.execute_local_activity(
-                names.RECORD_MUTATION_STATUS,
-                update,
-                start_to_close_timeout=timedelta(seconds=30),
-                retry_policy=LOCAL_RETRY,
-            )
+            await _local_activity(names.RECORD_MUTATION_STATUS, update)
         self._notify(status, log, failure_code, later)
 
     def _follow(self, status: MutationStatus, *, log: list[str], failure_code: str | None = None,
@@ -389,6 +374,12 @@ class MutationWorkflow:
     def _window_complete(self, window: int) -> bool:
         first, latest = self._first_sample, self._latest_sample
         return first is not None and latest is not None and latest.tick - first.tick >= window
+
+
+def _local_activity(name: str, arg: Any, result_type: type | None = None) -> Any:
+    """A short database write or the gatekeeper, as a local activity retried on infrastructure errors."""
+    return workflow.execute_local_activity(name, arg, result_type=result_type,
+                                           start_to_close_timeout=timedelta(seconds=30), retry_policy=LOCAL_RETRY)
 
 
 def _expected_live_version(mutation: MutationInput) -> tuple[int | None] | None:
