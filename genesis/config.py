@@ -27,20 +27,22 @@ class Settings(BaseSettings):
     state_dir: Path = PROJECT_ROOT / ".state"
 
     # Sandbox (trait host container) limits.
-    sandbox_image: str = ""  # empty: the offline-built image of the sandbox runtime
-    engine_image: str = ""  # empty: the offline-built image of the engine's runtime
-    # The Pythons that run traits: the live world's long-lived host on PyPy (its JIT makes warm
-    # trait calls several times faster), the 50-tick sandbox tests on CPython (fast to start, no
-    # JIT warm-up). Traits are written in the older of the two languages (PyPy: Python 3.9).
-    trait_host_runtime: Literal["pypy", "cpython"] = "pypy"
-    sandbox_runtime: Literal["pypy", "cpython"] = "cpython"
+    # One image (CPython 3.11) runs traits in the sandbox test and live; empty: built offline.
+    sandbox_image: str = ""
     sandbox_ticks: int = 50
     sandbox_seed: int = 1234
     sandbox_call_timeout_ms: float = 5.0
     sandbox_tick_deadline_s: float = 2.0  # wall clock per tick before the container is killed
-    sandbox_memory: str = "256m"  # PyPy's JIT and heap need more than CPython's ~15 MB
-    sandbox_pids_limit: int = 32
+    sandbox_memory: str = "128m"  # a sandbox test's host: supervisor, zygote and one worker
+    sandbox_pids_limit: int = 16
     sandbox_cpus: float = 1.0
+    # Each agent's traits run in a process of their own inside the host container; these limits
+    # are enforced from outside that process (its supervisor kills it) or by the kernel.
+    trait_tick_cpu_ms: float = Field(default=100.0, gt=0)  # CPU of one agent's traits in one tick
+    trait_worker_memory_mb: int = Field(default=128, ge=32)  # address space of one agent's process
+    # A sandbox test fails (SANDBOX_MEMORY) when its trait's memory grows at a rate that would
+    # exceed trait_worker_memory_mb within this many live ticks (an hour at 60 ticks/s).
+    sandbox_memory_horizon_ticks: int = Field(default=216_000, ge=1)
     sandbox_min_fps: float = 30.0  # projected world fps with the trait below this -> SANDBOX_FPS_DROP
     sandbox_concurrency: int = Field(default=8, ge=1)
     sandbox_pool_size: int = Field(default=2, ge=0)  # warm trait-host containers kept idle; 0: none
@@ -74,6 +76,10 @@ class Settings(BaseSettings):
     observation_timeout_s: float = Field(default=900.0, gt=0)
     rollback_threshold: float = -0.10  # fitness delta at or below this rolls the trait back
     engine_trait_deadline_ms: float = 200.0  # wall clock for one tick of the live trait host
+    # The live host's container holds a process per agent with live traits.
+    engine_trait_host_memory: str = "512m"
+    engine_trait_host_pids: int = Field(default=256, ge=16)
+    engine_trait_host_cpus: float = Field(default=1.0, gt=0)
 
     # Identity of external agents (external-agents-phase2.md): API keys on write endpoints.
     # required: propose/rollback need X-API-Key and act as the key's agent; open: the seed's

@@ -14,20 +14,20 @@ from __future__ import annotations
 from typing import Any
 
 from genesis import entity_api
-from genesis.config import get_settings
 
-SANDBOX_RULES_VERSION = "4"  # 4: traits are written in the trait runtime's language (PyPy: 3.9)
+SANDBOX_RULES_VERSION = "5"  # 5: one runtime (CPython 3.11), at most 16 intents per call
 
-# The Python language traits are written in, per trait runtime (GENESIS_TRAIT_HOST_RUNTIME): the
-# gatekeeper parses at this level and sandbox/image.py checks the runtime really speaks it.
-TRAIT_LANGUAGE = {"pypy": (3, 9), "cpython": (3, 11)}
+# The Python language traits are written in: the one trait runtime's (CPython 3.11, in the
+# sandbox test and live). The gatekeeper parses at this level and sandbox/image.py checks the
+# runtime really speaks it.
+TRAIT_LANGUAGE = (3, 11)
+
+# A call that records more intents than this fails (an error of the trait, like an exception).
+MAX_INTENTS_PER_CALL = 16
 
 
 def trait_language() -> tuple[int, int]:
-    """The older language of the two runtimes (sandbox test, live world): what passes the
-    gatekeeper must parse in both."""
-    settings = get_settings()
-    return min(TRAIT_LANGUAGE[settings.trait_host_runtime], TRAIT_LANGUAGE[settings.sandbox_runtime])
+    return TRAIT_LANGUAGE
 
 # Modules a trait may import (seed order). Only the module itself, never a submodule.
 ALLOWED_IMPORTS: tuple[str, ...] = (
@@ -193,11 +193,9 @@ def sandbox_api_document() -> dict[str, Any]:
         "sandbox_rules_version": SANDBOX_RULES_VERSION,
         "trait_language": {
             "python": "%d.%d" % trait_language(),
-            "sandbox_runtime": get_settings().sandbox_runtime,
-            "live_runtime": get_settings().trait_host_runtime,
-            "note": "traits are parsed as this Python version; use only its syntax and standard "
-                    "library (newer library calls may pass the sandbox test and then fail live, "
-                    "where a trait that keeps failing is quarantined)",
+            "runtime": "cpython",
+            "note": "traits are parsed as this Python version and run on it, in the sandbox test "
+                    "and live alike",
         },
         "trait_pattern": TRAIT_PATTERN,
         "required_method": REQUIRED_METHOD,
@@ -212,6 +210,7 @@ def sandbox_api_document() -> dict[str, Any]:
         "example": TRAIT_EXAMPLE,
         # Extras beyond the seed.
         "max_code_bytes": MAX_CODE_BYTES,
+        "max_intents_per_call": MAX_INTENTS_PER_CALL,
         "trait_name_pattern": TRAIT_NAME_PATTERN,
         "allowed_builtins": sorted(ALLOWED_BUILTINS),
         "forbidden_module_attrs": {
