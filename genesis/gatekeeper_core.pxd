@@ -14,7 +14,7 @@ cdef frozenset _SUSPECT_NAMES
 cdef frozenset _BUILTINS
 # The node classes of genesis.gatekeeper_core's "from ast import (...)" block.
 cdef object _AST, _AnnAssign, _Assert, _Assign, _AsyncFor, _AsyncFunctionDef, _AsyncWith, _Attribute, _AugAssign
-cdef object _Await, _BinOp, _BitOr, _BoolOp, _Break, _Call, _ClassDef, _Constant, _Continue, _Del, _Delete
+cdef object _Await, _BinOp, _BitOr, _BoolOp, _Break, _Call, _ClassDef, _Compare, _Constant, _Continue, _Del, _Delete
 cdef object _Dict, _DictComp, _ExceptHandler, _Expr, _For, _FunctionDef, _GeneratorExp, _Global, _If, _IfExp
 cdef object _Import, _ImportFrom, _Lambda, _List, _ListComp, _Load, _Match, _Module, _Name, _NamedExpr
 cdef object _Nonlocal, _Pass, _Raise, _Return, _Set, _SetComp, _Starred, _Store, _Subscript, _Try, _TryStar
