@@ -41,6 +41,14 @@ cdef class _Scanner:
     cdef public bint async_ok
     cdef public int loop_depth
     cdef public int depth
+    cdef public set watched
+    cdef public dict class_methods
+    cdef public list entity_uses
+    cdef public bint needs_escape_analysis
+    cdef public list pending_stores
+    cdef public set self_stored_attrs
+    cdef public object self_name
+    cdef public bint method_context
 
     cpdef found(self, step, node, code, problem, hint=*)
     cpdef visit(self, node)
@@ -53,6 +61,7 @@ cdef class _Scanner:
 
     cpdef bind(self, name, node)
     cpdef _name_checks(self, node, name)
+    cpdef _watched_name(self, node, name, parent, field_name)
     cpdef _dunder_string(self, node)
 
     @cython.locals(tokens=list, attr=str, base=str, name=str)
