@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import subprocess
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -78,16 +79,23 @@ def git(*args: str, cwd: Path | None = None, config: dict[str, str] | None = Non
         env[f"GIT_CONFIG_KEY_{index}"], env[f"GIT_CONFIG_VALUE_{index}"] = key, value
     if config:
         env["GIT_CONFIG_COUNT"] = str(len(config))
-    try:
-        done = subprocess.run(argv, cwd=cwd, env=env, input=input, capture_output=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        raise GitError(f"git {args[0]} did not finish within {timeout:.0f}s") from exc
-    if done.returncode != 0:
-        message = (done.stderr or done.stdout).decode(errors="replace").strip()
+    # Its own process group: on a timeout, git's helpers (git-remote-https holds the connection)
+    # go with it instead of lingering on a host that never answers.
+    with subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise GitError(f"git {args[0]} did not finish within {timeout:g}s") from None
+    if process.returncode != 0:
+        message = (stderr or stdout).decode(errors="replace").strip()
         if redact:
             message = message.replace(redact, "***")
         raise GitError(f"git {args[0]} failed: {message[-2000:]}")
-    return done.stdout.decode(errors="replace")
+    return stdout.decode(errors="replace")
 
 
 def clone(url: str, dest: Path, config: dict[str, str] | None = None, redact: str | None = None,

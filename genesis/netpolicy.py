@@ -174,12 +174,13 @@ def local_networks() -> tuple[Network, ...]:
     return _local_networks[1]
 
 
-def address_problem(address: Address) -> str | None:
+def address_problem(address: Address, own_networks: tuple[Network, ...] | None = None) -> str | None:
     """What kind of non-global address ``address`` is ("a loopback address", ...), or None when
-    the server may connect to it."""
+    the server may connect to it. ``own_networks``: this machine's (default: read from its
+    interfaces)."""
     inner = embedded_ipv4(address)
     if inner is not None:
-        problem = address_problem(inner)
+        problem = address_problem(inner, own_networks)
         return f"{problem} (it stands for {inner})" if problem else None
     if any(address in network for network in METADATA):
         return "a cloud metadata address"
@@ -199,7 +200,7 @@ def address_problem(address: Address) -> str | None:
     for refused, reason in checks:
         if refused:
             return reason
-    for network in local_networks():
+    for network in local_networks() if own_networks is None else own_networks:
         if address.version == network.version and address in network:
             return f"on a network of this machine ({network})"
     return None

@@ -194,6 +194,11 @@ class EgressGateway:
     def close(self) -> None:
         async def stop() -> None:
             self._server.close()
+            # Open tunnels end here, while their loop still runs (their sockets close cleanly).
+            handlers = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in handlers:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
             await self._http.aclose()
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
