@@ -29,15 +29,12 @@ class WebhookActivities:
         self._secret = webhooks.load_server_secret(settings.webhook_secret.get_secret_value(), settings.state_dir)
         self._policy = netpolicy.NetPolicy.from_settings(settings, webhooks=True)
         self._timeout_s = settings.webhook_timeout_s
-        self._client: httpx.AsyncClient | None = None
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=self._timeout_s, follow_redirects=False, trust_env=False,
-                headers={"User-Agent": webhooks.USER_AGENT},
-            )
-        return self._client
+    def _new_client(self) -> httpx.AsyncClient:
+        """A client per attempt: connections are made to checked addresses, and a pooled one
+        (keyed by address) must never carry another host's request under the first host's TLS."""
+        return httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False, trust_env=False,
+                                 headers={"User-Agent": webhooks.USER_AGENT})
 
     @activity.defn(name=names.DELIVER_WEBHOOK)
     async def deliver_webhook(self, delivery: WebhookDelivery) -> WebhookResult:
@@ -66,7 +63,8 @@ class WebhookActivities:
             **host_header,
         }
         try:  # to the address just checked, not to a second lookup of the name
-            response = await self._http().post(url, content=body.encode(), headers=headers, extensions=extensions)
+            async with self._new_client() as client:
+                response = await client.post(url, content=body.encode(), headers=headers, extensions=extensions)
         except httpx.HTTPError as exc:
             raise ApplicationError(f"attempt {attempt}: {type(exc).__name__}: {exc or 'no answer'}") from None
         if 200 <= response.status_code < 300:

@@ -96,13 +96,12 @@ async def _check_destinations(policy: netpolicy.NetPolicy, url: str, egress_allo
             await netpolicy.check_async(*netpolicy.url_host_port(url), policy)
         except netpolicy.Refused as exc:
             raise _invalid("repo_url", str(exc)) from None
-    for entry in egress_allow:
-        try:
-            await netpolicy.check_async(*netpolicy.split_host_port(entry), policy)
-        except netpolicy.Unresolvable:
-            continue
-        except netpolicy.Refused as exc:
-            raise _invalid("egress_allow", f"entry {entry!r}: {exc}") from None
+    checks = [netpolicy.check_async(*netpolicy.split_host_port(entry), policy) for entry in egress_allow]
+    for entry, outcome in zip(egress_allow, await asyncio.gather(*checks, return_exceptions=True)):
+        if isinstance(outcome, netpolicy.Refused) and not isinstance(outcome, netpolicy.Unresolvable):
+            raise _invalid("egress_allow", f"entry {entry!r}: {outcome}")
+        if isinstance(outcome, BaseException) and not isinstance(outcome, netpolicy.Refused):
+            raise outcome
 
 
 @router.post(

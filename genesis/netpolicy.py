@@ -23,6 +23,7 @@ import asyncio
 import ipaddress
 import socket
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Union
 from urllib.parse import urlsplit, urlunsplit
@@ -298,6 +299,12 @@ class Destination:
         return f"{self.host}:{self.port}:{addresses}"
 
 
+# Lookups of client-named hosts get threads of their own: a flood of names that resolve slowly
+# then delays only other such lookups (which time out: the connection-time check still runs),
+# never the rest of the process's thread work.
+_RESOLVERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="netpolicy-resolve")
+
+
 def _system_resolve(host: str, port: int) -> list[str]:
     return [info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
 
@@ -345,12 +352,14 @@ def check(host: str, port: int, policy: NetPolicy) -> Destination:
 
 
 async def check_async(host: str, port: int, policy: NetPolicy, timeout: float = RESOLVE_TIMEOUT_S) -> Destination:
-    """``check`` for the event loop (resolution in a thread, at most ``timeout`` seconds)."""
+    """``check`` for the event loop (resolution in a thread of its own pool, at most ``timeout``
+    seconds)."""
     name, address = _prepare(host, port, policy)
     if address is not None:
         return _judge(name, port, [str(address)], policy)
+    lookup = asyncio.get_running_loop().run_in_executor(_RESOLVERS, policy.resolver or _system_resolve, name, port)
     try:
-        resolved = await asyncio.wait_for(asyncio.to_thread(policy.resolver or _system_resolve, name, port), timeout)
+        resolved = await asyncio.wait_for(lookup, timeout)
     except asyncio.TimeoutError:
         raise Unresolvable(f"cannot resolve {name}: no answer within {timeout:g}s") from None
     except OSError as exc:
