@@ -43,6 +43,7 @@ LOCAL_NETWORKS_TTL_S = 30.0
 # IPv6: fd00:ec2::254; Alibaba: 100.100.100.200). Named first so a refusal says so.
 METADATA = tuple(ipaddress.ip_network(n) for n in ("169.254.169.254/32", "fd00:ec2::254/128", "100.100.100.200/32"))
 SHARED = ipaddress.ip_network("100.64.0.0/10")  # carrier-grade NAT (RFC 6598)
+UNIQUE_LOCAL = ipaddress.ip_network("fc00::/7")
 NAT64 = ipaddress.ip_network("64:ff9b::/96")
 IPV4_COMPATIBLE = ipaddress.ip_network("::/96")  # deprecated ::a.b.c.d
 
@@ -168,9 +169,13 @@ def local_networks() -> tuple[Network, ...]:
                 continue
             try:
                 prefix = bin(int(ipaddress.ip_address(entry.netmask))).count("1")
-                found.append(ipaddress.ip_interface(f"{entry.address.split('%', 1)[0]}/{prefix}").network)
+                interface = ipaddress.ip_interface(f"{entry.address.split('%', 1)[0]}/{prefix}")
             except ValueError:
                 continue
+            # A "network" wider than this (a tunnel with a default-route mask) is no local segment:
+            # only the address itself is this machine's.
+            wide = interface.network.prefixlen < (8 if interface.version == 4 else 32)
+            found.append(ipaddress.ip_network(interface.ip) if wide else interface.network)
     _local_networks = (time.monotonic(), tuple(dict.fromkeys(found)))
     return _local_networks[1]
 
@@ -192,8 +197,7 @@ def address_problem(address: Address, own_networks: tuple[Network, ...] | None =
         (address.is_multicast, "a multicast address"),
         (isinstance(address, ipaddress.IPv4Address) and address in SHARED, "a shared (carrier-grade NAT) address"),
         (isinstance(address, ipaddress.IPv6Address) and address.is_site_local, "a site-local address"),
-        (isinstance(address, ipaddress.IPv6Address) and address in ipaddress.ip_network("fc00::/7"),
-         "a unique-local address"),
+        (isinstance(address, ipaddress.IPv6Address) and address in UNIQUE_LOCAL, "a unique-local address"),
         (address.is_private, "a private address"),
         (address.is_reserved, "a reserved address"),
         (not address.is_global, "not a global address"),
