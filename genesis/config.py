@@ -6,8 +6,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from genesis import netpolicy
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -115,13 +117,26 @@ class Settings(BaseSettings):
     # Batch propose (POST /api/mutations/propose/batch): items per request.
     batch_max_items: int = Field(default=10, ge=1, le=100)
 
+    # Server-side connections to hosts a client names (repository clones, webhook deliveries, the
+    # GEPA egress gateway's proxy) go only to global addresses (genesis/netpolicy.py). These
+    # private destinations are allowed all the same (comma separated): host:port (a name or an
+    # address, [v6]:port), or a network in CIDR form / a bare address (every port).
+    outbound_private_allow: str = ""
+
+    @field_validator("outbound_private_allow")
+    @classmethod
+    def _outbound_private_allow(cls, value: str) -> str:
+        netpolicy.AllowList.parse(value)  # ValueError names the bad entry
+        return value
+
     # Webhooks: a proposal's notify_url gets a signed POST on each status change (Standard
     # Webhooks: webhook-id / webhook-timestamp / webhook-signature, HMAC-SHA256). Each agent signs
     # with its own secret, derived from this server secret (genesis/webhooks.py). Empty: a random
     # one is created once in <state_dir>/webhook-secret; set it when API and worker hosts differ.
     webhook_secret: SecretStr = SecretStr("")
-    # false (default): notify_url may not name a loopback, private, link-local or otherwise
-    # non-public address (checked on propose and again, after DNS, on each delivery).
+    # false (default): notify_url must resolve to global addresses (or ones outbound_private_allow
+    # covers), checked on propose and again on each delivery, which connects to the checked
+    # address. true: any address (receivers on a trusted network; the test suite's on loopback).
     webhook_allow_private: bool = False
     webhook_timeout_s: float = Field(default=10.0, gt=0)  # one delivery attempt
     # Deliveries are retried with backoff for this long after the status change, then dropped.
@@ -223,6 +238,13 @@ class Settings(BaseSettings):
     gepa_github_api_url: str = "https://api.github.com"
     # Also accept http:// repository URLs (a GitHub Enterprise on a trusted network, tests).
     gepa_allow_http_repos: bool = False
+    # A clone first asks the repository for its refs (git ls-remote): a host that has not
+    # answered as a git server within gepa_clone_connect_timeout_s fails the clone. The clone
+    # itself then fails when it transfers under 1 KB/s for gepa_clone_stall_s, or after
+    # gepa_clone_timeout_s in all.
+    gepa_clone_connect_timeout_s: float = Field(default=10.0, gt=0)
+    gepa_clone_stall_s: int = Field(default=20, ge=1)
+    gepa_clone_timeout_s: float = Field(default=600.0, gt=0)
     # GEPA code mutations' coding agent (README "GEPA optimisation steps"): "chat" asks the
     # OpenAI-compatible gepa_coder_* model for a diff; "claude_agent_sdk" runs Claude Code (the
     # gepa_claude_sdk_requirement package, installed into a coder environment under gepa_envs_dir)
