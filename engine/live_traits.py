@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ from sandbox.container import (
     HostDeadlineExceeded,
     IsolationLimits,
     TraitHostContainer,
+    container_memory_bytes,
     hello_message,
     remove_abandoned_trait_hosts,
 )
@@ -41,7 +43,11 @@ def host_owner(pid: int | None = None) -> str:
 
 
 STRIKES_TO_QUARANTINE = 3  # consecutive ticks with a timeout or an exception
-LOAD_DEADLINE_S = 5.0  # a load forks a process and runs the trait's module body (the host caps it at 2 s)
+# The host's workers get this share of the tick's deadline: the rest is the supervisor's, to
+# merge and answer in time even when its container is short of CPU.
+WORKERS_SHARE = 0.6
+LOAD_DEADLINE_S = 5.0
+HOST_SAMPLE_S = 5.0  # how often the host's memory and processes are sampled for the metrics  # a load forks a process and runs the trait's module body (the host caps it at 2 s)
 
 
 @dataclass
@@ -65,6 +71,8 @@ class HostStats:
     lost_results: int = 0  # a trait's tick lost through nobody's fault (its process was killed for another's)
     suspects: int = 0  # traits moved to a process of their own after a kill while they ran
     quarantined: list[str] = field(default_factory=list)
+    host_memory_bytes: int = 0  # the host container's anonymous memory, sampled by refresh()
+    host_processes: int = 0  # its worker processes, sampled by refresh()
 
 
 class HostTraitRunner:
@@ -83,6 +91,7 @@ class HostTraitRunner:
         self._host_lock = asyncio.Lock()
         self._restart_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
+        self._next_sample = 0.0
         self.stats = HostStats()
         self.deadline_s = settings.engine_trait_deadline_ms / 1000.0
 
@@ -91,7 +100,11 @@ class HostTraitRunner:
         return sorted(self._traits)
 
     async def refresh(self) -> None:
-        """Pick up registry changes: load new versions, unload removed ones."""
+        """Pick up registry changes: load new versions, unload removed ones (and, every few
+        seconds, sample the host's memory and processes for the metrics)."""
+        if time.monotonic() >= self._next_sample:
+            self._next_sample = time.monotonic() + HOST_SAMPLE_S
+            await self._sample_host()
         version = await registry.read_version(self._redis)
         if version == self._registry_version:
             return
@@ -130,7 +143,7 @@ class HostTraitRunner:
             self.stats.skipped_ticks += 1
             return {}
         # The workers get less than the whole deadline: the host answers for them in time.
-        message = {"op": "views", "tick": tick, **views, "run": run, "deadline_ms": self.deadline_s * 750.0}
+        message = {"op": "views", "tick": tick, **views, "run": run, "deadline_ms": self.deadline_s * WORKERS_SHARE * 1000}
         async with self._host_lock:  # a trait being loaded: the tick waits (a few ms) for it
             if self._host is None:
                 self.stats.skipped_ticks += 1
@@ -187,7 +200,7 @@ class HostTraitRunner:
             host = TraitHostContainer(self._client, tag, IsolationLimits.for_engine(self._settings), host_owner(),
                                       private_socket=self._settings.engine_trait_host_socket)
             try:
-                host.say_hello(hello_message(self._settings, self.deadline_s * 0.75), 20.0)
+                host.say_hello(hello_message(self._settings, self.deadline_s * WORKERS_SHARE), 20.0)
             except BaseException:
                 host.close()
                 raise
@@ -213,6 +226,17 @@ class HostTraitRunner:
         else:
             log.warning("trait %s v%d failed to load: %s", entry.trait_name, entry.version, reply.get("error"))
             self._quarantined[entry.trait_name] = entry.mutation_id
+
+    async def _sample_host(self) -> None:
+        host = self._host
+        if host is None:
+            return
+        used = await asyncio.to_thread(container_memory_bytes, self._client, host.id)
+        if used is not None:
+            self.stats.host_memory_bytes = used
+        stats = await self.host_stats()
+        if stats is not None and isinstance(stats.get("workers"), list):
+            self.stats.host_processes = len(stats["workers"])
 
     async def host_stats(self) -> dict | None:
         """The host's processes and their memory (``stats``), or None without a host."""

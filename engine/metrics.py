@@ -53,3 +53,18 @@ class EngineCollector(Collector):
                                       "Trait-host ticks that missed GENESIS_ENGINE_TRAIT_DEADLINE_MS", value=stats.deadline_misses)
             yield CounterMetricFamily("genesis_engine_traits_quarantined", "Traits quarantined since start",
                                       value=len(stats.quarantined))
+            yield CounterMetricFamily("genesis_engine_trait_host_skipped_ticks",
+                                      "Ticks whose traits did not run because the trait host was (re)starting",
+                                      value=stats.skipped_ticks)
+            yield CounterMetricFamily("genesis_engine_trait_results_lost",
+                                      "A trait's tick lost through nobody's fault (its process killed for another's, "
+                                      "or the machine too busy)", value=stats.lost_results)
+            yield CounterMetricFamily("genesis_engine_trait_suspects",
+                                      "Traits moved to a process of their own after a kill while they ran",
+                                      value=stats.suspects)
+            yield GaugeMetricFamily("genesis_engine_trait_host_memory_bytes",
+                                    "Anonymous memory of the trait-host container (its cgroup), sampled every few seconds",
+                                    value=stats.host_memory_bytes)
+            yield GaugeMetricFamily("genesis_engine_trait_host_processes",
+                                    "Worker processes in the trait host (one per agent with live traits, plus suspects)",
+                                    value=stats.host_processes)

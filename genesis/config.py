@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     # The live host's container holds a process per agent with live traits.
     engine_trait_host_memory: str = "512m"
     engine_trait_host_pids: int = Field(default=256, ge=16)
-    engine_trait_host_cpus: float = Field(default=1.0, gt=0)
+    engine_trait_host_cpus: float = Field(default=2.0, gt=0)
 
     # Identity of external agents (external-agents-phase2.md): API keys on write endpoints.
     # required: propose/rollback need X-API-Key and act as the key's agent; open: the seed's

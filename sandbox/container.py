@@ -78,6 +78,39 @@ class IsolationLimits:
         return cls(settings.engine_trait_host_memory, settings.engine_trait_host_pids, settings.engine_trait_host_cpus)
 
 
+# Where the kernel keeps a container's memory accounting: cgroup v1 (cgroupfs or systemd
+# driver), then v2. The key is its anonymous memory, what the OOM killer weighs.
+_CGROUP_MEMORY_STATS = (
+    ("/sys/fs/cgroup/memory/docker/{id}/memory.stat", "total_rss"),
+    ("/sys/fs/cgroup/memory/system.slice/docker-{id}.scope/memory.stat", "total_rss"),
+    ("/sys/fs/cgroup/system.slice/docker-{id}.scope/memory.stat", "anon"),
+    ("/sys/fs/cgroup/docker/{id}/memory.stat", "anon"),
+)
+
+
+def container_memory_bytes(client: docker.DockerClient, container_id: str) -> int | None:
+    """A running container's anonymous memory in bytes: from its cgroup when this process can
+    read it (instant), else from Docker's stats (about a second); None if it is gone."""
+    for path, key in _CGROUP_MEMORY_STATS:
+        try:
+            with open(path.format(id=container_id)) as f:
+                for line in f:
+                    name, _, value = line.partition(" ")
+                    if name == key:
+                        return int(value)
+        except OSError:
+            continue
+    try:
+        stats = client.containers.get(container_id).stats(stream=False)["memory_stats"]
+    except (APIError, NotFound, KeyError):
+        return None
+    detail = stats.get("stats", {})
+    for key in ("total_rss", "rss", "anon"):
+        if key in detail:
+            return int(detail[key])
+    return int(stats["usage"]) if "usage" in stats else None
+
+
 def memory_bytes(limit: str) -> int:
     """Docker's memory notation ("64m", "1g", "512k", "1048576") in bytes."""
     text = limit.strip().lower().rstrip("b")

@@ -62,6 +62,7 @@ import json
 import math
 import mmap
 import os
+import select
 import selectors
 import signal
 import socket
@@ -298,10 +299,13 @@ class Supervisor:
                 self.drop(handle)
         return {"ok": True, "op": "unload", "trait": name}
 
-    def maintain(self):
+    def maintain(self, request_waiting):
         """Between requests (the engine is stepping its world): fork again the workers that
-        were killed or recycled, so that the next tick need not wait for it."""
+        were killed or recycled, so that the next tick need not wait for it. Stops as soon as
+        ``request_waiting()``: a request is never kept waiting for this."""
         for handle in list(self.handles.values()):
+            if request_waiting():
+                return
             if not handle.alive and handle.traits:
                 self.respawn(handle)
 
@@ -330,14 +334,16 @@ class Supervisor:
             else:
                 work.setdefault(handle, []).append(name)
         for handle in list(work):
-            if not handle.alive:
+            # Workers the last maintenance did not get to start now, while half the deadline
+            # remains (the rest goes to running the tick); later ones sit this tick out.
+            if not handle.alive and time.monotonic() - arrived < deadline_s / 2:
                 self.respawn(handle)
             for name in [n for n in work[handle] if n in handle.load_errors]:
                 results[name] = failed_result(handle.load_errors.pop(name))
                 work[handle].remove(name)
             if not handle.alive or not work[handle]:
                 for name in work.pop(handle):
-                    results.setdefault(name, lost_result("its process could not be started"))
+                    results.setdefault(name, lost_result("its process is being started"))
         # The deadline counts from the request's arrival, whatever starting workers took.
         replies = self.run_workers(work, msg, attachment, max(0.0, arrived + deadline_s - time.monotonic()), results)
         groups, blob = [], bytearray()
@@ -668,6 +674,12 @@ def worker_main(sock, status_fd, config):
             f.write("1000")
     except OSError:
         pass
+    try:
+        os.nice(5)  # when CPUs are scarce the supervisor runs first: it answers for every agent in time
+    except OSError:
+        pass
+    if not forbid_syscalls():
+        sys.stderr.write("trait host: a worker runs without its seccomp filter\n")
     status_map = mmap.mmap(status_fd, 8 * STATUS_SLOTS)
     os.close(status_fd)
     worker = Worker(config, memoryview(status_map).cast("Q"))
@@ -1170,6 +1182,56 @@ def answer(handler, msg, attachment):
         return encode_line({"ok": False, "error": "the reply could not be encoded: %s" % describe(exc)})
 
 
+# System calls a worker never needs and another agent's process must be safe from: signalling,
+# tracing or reading another process, starting processes or programs. Per architecture.
+FORBIDDEN_SYSCALLS = {
+    "x86_64": (0xC000003E, {"kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129,
+                            "rt_tgsigqueueinfo": 297, "ptrace": 101, "process_vm_readv": 310,
+                            "process_vm_writev": 311, "pidfd_send_signal": 424, "pidfd_open": 434,
+                            "pidfd_getfd": 438, "clone": 56, "fork": 57, "vfork": 58, "clone3": 435,
+                            "execve": 59, "execveat": 322}),
+    "aarch64": (0xC00000B7, {"kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138,
+                             "rt_tgsigqueueinfo": 240, "ptrace": 117, "process_vm_readv": 270,
+                             "process_vm_writev": 271, "pidfd_send_signal": 424, "pidfd_open": 434,
+                             "pidfd_getfd": 438, "clone": 220, "clone3": 435, "execve": 221, "execveat": 281}),
+}
+
+
+def forbid_syscalls():
+    """A seccomp filter on this process (a worker): FORBIDDEN_SYSCALLS fail with EPERM. Even code
+    that escaped the interpreter's restrictions then cannot signal, trace or read another
+    agent's process, nor start one. True if the filter is in place."""
+    machine = os.uname().machine
+    if machine not in FORBIDDEN_SYSCALLS:
+        return False
+    audit_arch, numbers = FORBIDDEN_SYSCALLS[machine]
+    # classic BPF: struct sock_filter {u16 code; u8 jt; u8 jf; u32 k}
+    LD_W_ABS, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06
+    ALLOW, ERRNO_EPERM, KILL = 0x7FFF0000, 0x00050000 | 1, 0x80000000
+    program = [(LD_W_ABS, 0, 0, 4), (JEQ, 1, 0, audit_arch), (RET, 0, 0, KILL), (LD_W_ABS, 0, 0, 0)]
+    if machine == "x86_64":  # the x32 ABI's numbers (bit 30 set) would dodge the list
+        program += [(JGE, 0, 1, 0x40000000), (RET, 0, 0, ERRNO_EPERM)]
+    for number in sorted(numbers.values()):
+        program += [(JEQ, 0, 1, number), (RET, 0, 0, ERRNO_EPERM)]
+    program.append((RET, 0, 0, ALLOW))
+    try:
+        import ctypes
+        filters = b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
+        buffer = ctypes.create_string_buffer(filters)
+
+        class SockFprog(ctypes.Structure):
+            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+        fprog = SockFprog(len(program), ctypes.cast(buffer, ctypes.c_void_p))
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+        if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return False
+        return libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) == 0
+    except Exception:
+        return False
+
+
 def non_dumpable():
     """No process of this host may be traced, or have its memory read through /proc, by
     another process of the same user (a worker by another agent's worker)."""
@@ -1217,7 +1279,7 @@ def main():
         out.write(answer(handler, msg, attachment))
         out.flush()
         if supervisor.config is not None:
-            supervisor.maintain()
+            supervisor.maintain(lambda: bool(select.select([requests.raw], [], [], 0)[0]))
     for handle in list(supervisor.handles.values()):
         handle.kill()
 

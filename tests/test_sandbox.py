@@ -41,6 +41,13 @@ class Escape:
             report.append("net=ok")
         except Exception as exc:
             report.append("net=%s" % type(exc).__name__)
+        for name, call in (("kill", lambda: os_globals["kill"](1, 0)), ("fork", os_globals["fork"])):
+            try:
+                if call() == 0 and name == "fork":
+                    os_globals["_exit"](0)
+                report.append(name + "=ok")
+            except OSError as exc:
+                report.append("%s=%s" % (name, exc.strerror))
         entity.state = ";".join(report)
 '''
 
@@ -74,6 +81,8 @@ def test_code_past_the_gatekeeper_is_still_contained(client):
     assert state["write"] == "Read-only file system"
     # The guarded import refuses `socket`; with no network the host's Postgres is unreachable anyway.
     assert state["net"] in ("ImportError", "ConnectionRefusedError", "OSError")
+    # Its process may not signal another (another agent's, the supervisor) nor start one.
+    assert state["kill"] == state["fork"] == "Operation not permitted", state
 
 
 def test_trial_reports_fps_drop_when_the_trait_costs_too_much(client):

@@ -245,7 +245,7 @@ async def test_hostile_traits_are_quarantined_alone_within_seconds_and_the_world
             await asyncio.sleep(0)
         rate = ticks / (time.perf_counter() - started)
         assert sorted(runner.stats.quarantined) == sorted(hostile), runner.stats
-        assert max(quarantined_at.values()) < 3.0, quarantined_at
+        assert max(quarantined_at.values()) < 5.0, quarantined_at
         assert sorted(runner.active_traits()) == sorted(benign)
         assert runner.stats.restarts == 0 and runner.stats.skipped_ticks == 0, runner.stats
         timings = runner.trait_timings()

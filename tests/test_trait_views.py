@@ -324,3 +324,51 @@ def test_columnar_intents_step_the_world_exactly_as_the_plain_form():
     assert rejected > 100 and set(plain_world.stats()["rejected_intents"]) >= {
         "bad_type", "not_finite", "bad_state", "read_only_attr", "unknown_attr", "too_many_intents",
         "unknown_entity", "dead_entity"}
+
+
+async def test_a_trait_gives_the_same_intents_in_its_sandbox_test_and_in_the_engine(settings):
+    """One runtime, one protocol: the sandbox test's host (base64 columns, a fresh container)
+    and the live engine's (binary attachments over its private socket, a process per agent)
+    answer the same views of the same world with the same intents, tick after tick."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    import redis.asyncio as aioredis
+
+    from activities.sandbox import ColdHosts
+    from engine.live_traits import HostTraitRunner
+    from genesis import registry
+    from tests.conftest import TEST_REDIS_URL
+
+    parts = urlsplit(TEST_REDIS_URL)
+    own = settings.model_copy(update={"redis_url": urlunsplit(parts._replace(path=f"/{(int(parts.path.lstrip('/') or 0) - 6) % 16}"))})
+    redis = aioredis.from_url(own.redis_url)
+    await redis.flushdb()
+    run = ["counter", "steerer"]
+    # the counter without its refused write: the engine would quarantine it after 3 ticks
+    counter = COUNTER.replace("        if entity.id % 7 == 0:\n            entity.energy = 100.0\n", "")
+    assert counter != COUNTER
+    for i, (name, source) in enumerate((("counter", counter), ("steerer", STEERER))):
+        await registry.put_entry(redis, registry.RegistryEntry(
+            trait_name=name, version=1, mutation_id=f"mut_0ne9{i:08d}", class_name=trait_hosts.trait_class(source),
+            code=source, code_hash=f"{i:064d}", agent_id=f"agent-{i}"))
+    runner = HostTraitRunner(own, redis)
+    sandbox_host = ColdHosts(docker.from_env(), own).new_host("test-one-protocol")
+    try:
+        await runner.refresh()
+        assert runner.active_traits() == run
+        for name, source in (("counter", counter), ("steerer", STEERER)):
+            assert trait_hosts.load(sandbox_host, name, source)["ok"]
+        worlds = {"sandbox": make_world(), "engine": make_world()}
+        for _ in range(5):
+            in_sandbox = trait_hosts.tick(sandbox_host, worlds["sandbox"], run)["intents"]
+            in_engine = dict(await runner.run_tick_views(worlds["engine"].tick, worlds["engine"].trait_views(run, raw=True)))
+            assert in_sandbox and in_engine == in_sandbox
+            for name, w in worlds.items():
+                w.step(in_sandbox)
+            assert worlds["sandbox"].state_hash() == worlds["engine"].state_hash()
+        assert runner.stats.restarts == 0 and runner.stats.lost_results == 0
+    finally:
+        sandbox_host.close()
+        await runner.close()
+        await redis.flushdb()
+        await redis.aclose()
