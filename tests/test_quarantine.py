@@ -6,7 +6,8 @@ its own workflow while it is under observation, through a RollbackWorkflow once 
 The trait raises only in a world wider than its sandbox test's (800 units): it passes its test,
 goes live harmlessly in an engine of that width, and keeps raising in an engine 1000 units wide.
 Everything is real: a stack of its own (tests/own_stack.py: database, Redis db, worker, API),
-engines started and stopped here, the trait host, the session's Temporal server."""
+engines started and stopped here, the trait host, the session's Temporal server; the CLI and the
+world viewer (headless Chromium) read the same API."""
 
 from __future__ import annotations
 
@@ -24,9 +25,11 @@ from genesis.harness import ManagedProcess, api_process, engine_process, wait_fo
 from genesis.redis_keys import ENGINE_STATUS
 from genesis.workflow_api import rollback_workflow_id
 from tests.own_stack import own_settings
+from tests.test_cli import invoke
 from tests.test_lifecycle import wait_for_status
 from tests.test_living_world import wait_until
 from tests.test_mutation_pipeline import propose
+from tests.test_viewer import browser, viewer  # noqa: F401 (browser: a fixture)
 
 SANDBOX_WIDTH = 800.0  # the sandbox test's world (activities/sandbox.py: WorldParams())
 WIDE = 1000.0
@@ -118,7 +121,7 @@ async def _live_trait_names(http) -> set[str]:
 
 
 async def test_a_trait_quarantined_live_is_recorded_never_reloaded_and_rolled_back_by_its_workflow(
-        stack, temporal_client):
+        stack, temporal_client, browser):
     http = stack.http
     mutation_id = await propose(http, wide_world_raiser("wide_raiser"), trait_name="wide_raiser")
     await wait_for_status(http, mutation_id, {"activated"})
@@ -141,6 +144,8 @@ async def test_a_trait_quarantined_live_is_recorded_never_reloaded_and_rolled_ba
                      what="the rollback signal to reach the mutation's workflow")
     [announced] = await stack.quarantine_messages(mutation_id)
     assert announced["agent"] == "engine" and announced["message"] == f"Trait 'wide_raiser' v1 quarantined: {why}"
+    code, out, _ = await invoke(str(http.base_url), "status", mutation_id)
+    assert code == 0 and "activated (quarantined)" in out and "the world is wider than its sandbox" in out, out
 
     # A restarted engine (its rollback still pending) does not load the quarantined version.
     await stack.start_engine(WIDE)
@@ -164,6 +169,15 @@ async def test_a_trait_quarantined_live_is_recorded_never_reloaded_and_rolled_ba
     assert version["rollback_reason"] == f"quarantined: {why}" and version["quarantine"]["reason"] == why
     listed = (await http.get("/api/mutations", params={"trait_name": "wide_raiser"})).json()["mutations"]
     assert [m["quarantine"]["reason"] for m in listed] == [why]
+    code, out, _ = await invoke(str(http.base_url), "mutations", "list", "--trait", "wide_raiser")
+    assert code == 0 and "rolled_back (quarantined)" in out, out
+    async with viewer(browser, str(http.base_url)) as page:
+        row = page.locator(f'#mutations li[data-mutation-id="{mutation_id}"]')
+        await row.locator(".status.quarantined").wait_for(timeout=15_000)
+        assert await row.locator(".status.rolled_back").text_content() == "rolled_back"
+        await row.locator(".head").click()
+        await row.locator("p.note", has_text=f"rolled back: quarantined: {why}").wait_for(timeout=5_000)
+        assert page.errors == []
 
 
 async def test_a_kept_trait_quarantined_later_is_rolled_back_by_a_rollback_workflow(stack, temporal_client):
