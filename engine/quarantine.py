@@ -26,7 +26,13 @@ from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from temporalio.client import Client
-from tenacity import AsyncRetrying, retry_if_not_exception_type, stop_after_delay, wait_exponential_jitter
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    retry_if_not_exception_type,
+    stop_after_delay,
+    wait_exponential_jitter,
+)
 
 from genesis import feed
 from genesis.config import Settings
@@ -34,7 +40,7 @@ from genesis.db.models import Mutation, TraitQuarantine
 from genesis.dto import MutationStatus
 from genesis.ids import mutation_workflow_id
 from genesis.registry import RegistryEntry
-from genesis.rollbacks import WorkflowNotRunning, request_rollback
+from genesis.rollbacks import RollbackRoute, WorkflowNotRunning, request_rollback
 
 log = logging.getLogger("genesis.engine.quarantine")
 
@@ -46,6 +52,10 @@ STILL_LIVE = (MutationStatus.activated.value, MutationStatus.kept.value)
 
 class NothingToRollBack(Exception):
     """The mutation's record says there is no live workflow or version to roll back (not retried)."""
+
+
+class AwaitingRollback(Exception):
+    """Asked for; the record does not say rolled_back yet (looked at again, with backoff)."""
 
 
 def rollback_reason(why: str) -> str:
@@ -91,12 +101,12 @@ class QuarantineReporter:
         self._held.add(entry.mutation_id)
         self._spawn(self._report(entry, why))
 
-    async def close(self, timeout_s: float = 5.0) -> None:
+    async def close(self, timeout_s: float = 3.0) -> None:
         """Give reports in flight a moment to finish (engine shutdown), then cancel the rest: what
         was recorded is reported again by the next engine's :meth:`load`."""
         if not self._tasks:
             return
-        done, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
+        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout_s)
         for task in pending:
             task.cancel()
         if pending:
@@ -144,33 +154,21 @@ class QuarantineReporter:
                  extra={"mutation_id": entry.mutation_id, "trait_name": entry.trait_name})
 
     async def _roll_back(self, mutation_id: str, reason: str) -> None:
+        """Have the mutation rolled back, and follow it until its record says so: a signal that
+        reaches the workflow just after it decided ``kept`` is ignored there, and then the
+        RollbackWorkflow does it."""
+        rollback = RollbackAttempts(self._read, self._temporal, self._settings, mutation_id, reason)
         try:
-            await self._retrying(lambda: self._request_rollback(mutation_id, reason))
+            await self._retrying(rollback.attempt)
         except NothingToRollBack as exc:
             log.info("quarantine of %s: %s", mutation_id, exc, extra={"mutation_id": mutation_id})
         except Exception as exc:
             log.error("could not have %s rolled back after its quarantine: %s", mutation_id, exc,
                       extra={"mutation_id": mutation_id})
 
-    async def _request_rollback(self, mutation_id: str, reason: str) -> None:
-        """One attempt: read the record, then signal its workflow or start a RollbackWorkflow."""
-        client = await self._temporal()
-        for _ in range(2):  # a second look only when the workflow ended between read and signal
-            async with self._sessions() as session:
-                record = await session.scalar(select(Mutation).where(Mutation.mutation_id == mutation_id))
-            if record is None:
-                raise NothingToRollBack("no mutation record (registered outside the pipeline): nothing to roll back")
-            if record.status not in STILL_LIVE:
-                raise NothingToRollBack(f"its mutation is {record.status}: nothing to roll back")
-            try:
-                route = await request_rollback(client, self._settings, record, reason)
-            except WorkflowNotRunning:  # activated when read: it may have been recorded kept since
-                continue
-            log.info("quarantine of %s: rollback requested (%s)", mutation_id, route.value,
-                     extra={"mutation_id": mutation_id})
-            return
-        raise NothingToRollBack("its workflow is not running and it was not kept (ended by hand?): "
-                                "nothing to signal")
+    async def _read(self, mutation_id: str) -> Mutation | None:
+        async with self._sessions() as session:
+            return await session.scalar(select(Mutation).where(Mutation.mutation_id == mutation_id))
 
     async def _retrying(self, attempt: Callable[[], Awaitable[None]]) -> None:
         async for trying in AsyncRetrying(
@@ -178,8 +176,52 @@ class QuarantineReporter:
             wait=wait_exponential_jitter(initial=0.5, max=30),
             retry=retry_if_not_exception_type(NothingToRollBack),
             reraise=True,
-            before_sleep=lambda state: log.warning("quarantine report failed, retrying: %s",
-                                                   state.outcome.exception() if state.outcome else None),
+            before_sleep=_log_retry,
         ):
             with trying:
                 await attempt()
+
+
+def _log_retry(state: RetryCallState) -> None:
+    problem = state.outcome.exception() if state.outcome else None
+    if isinstance(problem, AwaitingRollback):
+        log.debug("quarantine: %s", problem)
+    else:
+        log.warning("quarantine report failed (attempt %d), retrying: %s", state.attempt_number, problem)
+
+
+class RollbackAttempts:
+    """One mutation's rollback after its quarantine, one attempt per call (retried by the
+    reporter): it ends when the record is ``rolled_back``, or when there is nothing to roll back."""
+
+    def __init__(self, read: Callable[[str], Awaitable[Mutation | None]], temporal: Callable[[], Awaitable[Client]],
+                 settings: Settings, mutation_id: str, reason: str):
+        self._read, self._temporal, self._settings = read, temporal, settings
+        self._mutation_id, self._reason = mutation_id, reason
+        self._signalled = False
+        self._not_running = 0
+
+    async def attempt(self) -> None:
+        record = await self._read(self._mutation_id)
+        if record is None:
+            raise NothingToRollBack("no mutation record (registered outside the pipeline): nothing to roll back")
+        if record.status == MutationStatus.rolled_back.value:
+            return
+        if record.status not in STILL_LIVE:
+            raise NothingToRollBack(f"its mutation is {record.status}: nothing to roll back")
+        if record.status == MutationStatus.activated.value and self._signalled:
+            raise AwaitingRollback(f"{self._mutation_id}: signalled; waiting for its workflow to roll it back")
+        client = await self._temporal()
+        try:
+            route = await request_rollback(client, self._settings, record, self._reason)
+        except WorkflowNotRunning as exc:  # it may have been recorded kept since it was read
+            self._not_running += 1
+            if self._not_running > 1:
+                raise NothingToRollBack("its workflow is not running and it was not kept (ended by hand?): "
+                                        "nothing to signal") from exc
+            raise AwaitingRollback(f"{self._mutation_id}: its workflow ended between read and signal") from exc
+        log.info("quarantine of %s: rollback requested (%s)", self._mutation_id, route.value,
+                 extra={"mutation_id": self._mutation_id})
+        if route == RollbackRoute.signalled:
+            self._signalled = True
+            raise AwaitingRollback(f"{self._mutation_id}: signalled; waiting for its workflow to roll it back")

@@ -129,38 +129,13 @@ async def test_a_trait_quarantined_live_is_recorded_never_reloaded_and_rolled_ba
     # Without a worker the workflow cannot act on its signal: what the API shows meanwhile comes
     # from the engine's durable record alone.
     stack.worker.stop()
-    await stack.start_engine(WIDE)
-
-    status = await wait_until(lambda: _quarantined(http, mutation_id), timeout_s=90, what="the quarantine record")
-    assert status["status"] == "activated", status  # the workflow has not processed the signal yet
-    why = status["quarantine"]["reason"]
-    assert why and status["quarantine"]["quarantined_at"] <= time.time() + 1
-    assert "wide_raiser" not in await _live_trait_names(http)
-    detail = (await http.get("/api/traits/wide_raiser")).json()
-    assert detail["live"] is None and detail["live_version"] is None, detail
-    [version] = detail["versions"]
-    assert version["status"] == "quarantined" and version["quarantine"]["reason"] == why, version
-    await wait_until(lambda: _rollback_signalled(temporal_client, status["workflow_id"]), timeout_s=30,
-                     what="the rollback signal to reach the mutation's workflow")
-    [announced] = await stack.quarantine_messages(mutation_id)
-    assert announced["agent"] == "engine" and announced["message"] == f"Trait 'wide_raiser' v1 quarantined: {why}"
-    code, out, _ = await invoke(str(http.base_url), "status", mutation_id)
-    assert code == 0 and "activated (quarantined)" in out and "the world is wider than its sandbox" in out, out
-
-    # A restarted engine (its rollback still pending) does not load the quarantined version.
-    await stack.start_engine(WIDE)
-    redis = aioredis.from_url(stack.settings.redis_url)
     try:
-        assert "wide_raiser" not in await registry.read_entries(redis), "the rebuilt registry leaves it out"
+        await _quarantined_while_the_worker_is_down(stack, temporal_client, mutation_id)
     finally:
-        await redis.aclose()
-    await asyncio.sleep(3)  # three registry refreshes: a reload would be quarantined again within ticks
-    assert len(await stack.quarantine_messages(mutation_id)) == 1, "the restarted engine loaded it again"
-    assert "wide_raiser" not in (await http.get("/api/stats")).json()["active_traits"]
-
-    await stack.start_worker()
+        await stack.start_worker()
     status = await wait_for_status(http, mutation_id, {"rolled_back", "kept"}, timeout_s=90)
     assert status["status"] == "rolled_back", status
+    why = status["quarantine"]["reason"]
     assert status["rollback_reason"] == f"quarantined: {why}", status
     assert status["validation_log"][-1] == f"Rollback: quarantined: {why}", status["validation_log"]
     assert status["fitness_verdict"] is None and status["quarantine"]["reason"] == why
@@ -178,6 +153,41 @@ async def test_a_trait_quarantined_live_is_recorded_never_reloaded_and_rolled_ba
         await row.locator(".head").click()
         await row.locator("p.note", has_text=f"rolled back: quarantined: {why}").wait_for(timeout=5_000)
         assert page.errors == []
+
+
+async def _quarantined_while_the_worker_is_down(stack: Stack, temporal_client, mutation_id: str) -> None:
+    """A wide engine quarantines the trait; with no worker polling, the API shows the engine's
+    record, the rollback signal waits in the workflow's history, and a restarted engine leaves the
+    trait out."""
+    http = stack.http
+    await stack.start_engine(WIDE)
+
+    status = await wait_until(lambda: _quarantined(http, mutation_id), timeout_s=90, what="the quarantine record")
+    assert status["status"] == "activated", status  # the workflow has not processed the signal yet
+    why = status["quarantine"]["reason"]
+    assert why and status["quarantine"]["quarantined_at"] <= time.time() + 1
+    assert "wide_raiser" not in await _live_trait_names(http)
+    detail = (await http.get("/api/traits/wide_raiser")).json()
+    assert detail["live"] is None and detail["live_version"] is None, detail
+    [version] = detail["versions"]
+    assert version["status"] == "quarantined" and version["quarantine"]["reason"] == why, version
+    await wait_until(lambda: _rollback_signalled(temporal_client, status["workflow_id"]), timeout_s=30,
+                     what="the rollback signal to reach the mutation's workflow")
+    [announced] = await stack.quarantine_messages(mutation_id)
+    assert announced["agent"] == "engine" and announced["message"] == f"Trait 'wide_raiser' v1 quarantined: {why}"
+    code, out, _ = await invoke(str(http.base_url), "status", mutation_id)
+    assert code == 0 and "activated (quarantined)" in out, out
+
+    # A restarted engine (its rollback still pending) does not load the quarantined version.
+    await stack.start_engine(WIDE)
+    redis = aioredis.from_url(stack.settings.redis_url)
+    try:
+        assert "wide_raiser" not in await registry.read_entries(redis), "the rebuilt registry leaves it out"
+    finally:
+        await redis.aclose()
+    await asyncio.sleep(3)  # three registry refreshes: a reload would be quarantined again within ticks
+    assert len(await stack.quarantine_messages(mutation_id)) == 1, "the restarted engine loaded it again"
+    assert "wide_raiser" not in (await http.get("/api/stats")).json()["active_traits"]
 
 
 async def test_a_kept_trait_quarantined_later_is_rolled_back_by_a_rollback_workflow(stack, temporal_client):
