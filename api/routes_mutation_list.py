@@ -14,6 +14,7 @@ from api.schemas import AGENT_ID_PATTERN, ErrorResponse, MutationStatusResponse
 from genesis import rules
 from genesis.db.models import Mutation
 from genesis.dto import MutationStatus
+from genesis.quarantines import quarantines_of
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
 
@@ -45,4 +46,5 @@ async def list_mutations(
         query = query.where(Mutation.trait_name == trait_name)
     async with request.app.state.services.sessions() as session:
         records = (await session.scalars(query)).all()
-    return MutationListResponse(mutations=[status_response(r) for r in records])
+        quarantines = await quarantines_of(session, (r.mutation_id for r in records))
+    return MutationListResponse(mutations=[status_response(r, quarantines.get(r.mutation_id)) for r in records])

@@ -8,14 +8,12 @@ import asyncpg
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
-from temporalio.common import WorkflowIDConflictPolicy
-from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import API_KEY, acting_agent
 from api.errors import ApiError
 from api.metrics import count_proposal
 from api.routes_tasks import check_proposal_claim
-from api.routes_traits import check_replacement, db_down, replaces_ref
+from api.routes_traits import check_replacement, db_down, quarantine_info, replaces_ref
 from api.schemas import (
     EffectsResponse,
     ErrorResponse,
@@ -27,10 +25,10 @@ from api.schemas import (
     RollbackResponse,
 )
 from genesis import netpolicy, proposal_store, ratelimit, webhooks
-from genesis.db.models import Mutation
-from genesis.dto import FailureCode, MutationStatus, RollbackRequest
+from genesis.db.models import Mutation, TraitQuarantine
+from genesis.dto import FailureCode, MutationStatus
 from genesis.ids import MUTATION_ID_PATTERN, mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
-from genesis.workflow_api import ROLLBACK_WORKFLOW, rollback_workflow_id
+from genesis.rollbacks import WorkflowNotRunning, request_rollback
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
 # Postgres unreachable or failing while admitting a proposal: 503 DATABASE_UNAVAILABLE, nothing recorded.
@@ -179,13 +177,22 @@ def _accepted(mutation_id: str, status: str, message: str) -> ProposeResponse:
 
 
 async def _load(request: Request, mutation_id: str) -> Mutation:
+    return (await _load_with_quarantine(request, mutation_id))[0]
+
+
+async def _load_with_quarantine(request: Request, mutation_id: str) -> tuple[Mutation, TraitQuarantine | None]:
+    """The mutation's record and the engine's quarantine record of its trait (None: none)."""
     if not MUTATION_ID_PATTERN.match(mutation_id):
         raise ApiError(404, "MUTATION_NOT_FOUND", f"no mutation {mutation_id!r}: ids look like 'mut_' followed by hex digits")
     async with request.app.state.services.sessions() as session:
-        record = await session.scalar(select(Mutation).where(Mutation.mutation_id == mutation_id))
-    if record is None:
+        found = (await session.execute(
+            select(Mutation, TraitQuarantine)
+            .outerjoin(TraitQuarantine, TraitQuarantine.mutation_id == Mutation.mutation_id)
+            .where(Mutation.mutation_id == mutation_id)
+        )).first()
+    if found is None:
         raise ApiError(404, "MUTATION_NOT_FOUND", f"no mutation {mutation_id!r}")
-    return record
+    return found[0], found[1]
 
 
 async def load_own_mutation(request: Request, mutation_id: str, api_key: str | None, action: str) -> Mutation:
@@ -204,11 +211,12 @@ async def load_own_mutation(request: Request, mutation_id: str, api_key: str | N
 @router.get("/{mutation_id}/status", response_model=MutationStatusResponse, responses=ERRORS)
 async def status(mutation_id: str, request: Request) -> MutationStatusResponse:
     """Where a mutation is in its pipeline, with the validation log a person can act on."""
-    return status_response(await _load(request, mutation_id))
+    return status_response(*await _load_with_quarantine(request, mutation_id))
 
 
-def status_response(record: Mutation) -> MutationStatusResponse:
-    """The status shape of one mutation row (shared with the list, GET /api/mutations)."""
+def status_response(record: Mutation, quarantine: TraitQuarantine | None = None) -> MutationStatusResponse:
+    """The status shape of one mutation row (shared with the list, GET /api/mutations), with
+    the engine's quarantine record of its trait, if any."""
     return MutationStatusResponse(
         mutation_id=record.mutation_id, trait_name=record.trait_name, agent_id=record.agent_id,
         status=record.status, failure_reason_code=record.failure_reason_code,
@@ -218,7 +226,7 @@ def status_response(record: Mutation) -> MutationStatusResponse:
         trait_version=record.trait_version, fitness_verdict=record.fitness_verdict,
         rollback_reason=record.rollback_reason, notify_url=record.notify_url,
         replaces=replaces_ref(record), replaced_version=record.replaced_version,
-        restored_version=record.restored_version,
+        restored_version=record.restored_version, quarantine=quarantine_info(quarantine),
     )
 
 
@@ -248,26 +256,11 @@ async def rollback(mutation_id: str, request: Request, body: RollbackBody | None
     if record.status in (MutationStatus.rejected.value, MutationStatus.failed.value):
         raise ApiError(409, "NOT_ROLLBACKABLE", f"mutation {mutation_id} is {record.status}: it never went live")
     client = await services.temporal()
-    if record.status == MutationStatus.kept.value:  # its workflow has ended: a RollbackWorkflow does it
-        await client.start_workflow(
-            ROLLBACK_WORKFLOW,
-            args=[RollbackRequest(mutation_id=mutation_id, trait_name=record.trait_name, reason=reason,
-                                  agent_id=record.agent_id, notify_url=record.notify_url,
-                                  webhook_retry_window_s=services.settings.webhook_retry_window_s,
-                                  webhook_max_retry_interval_s=services.settings.webhook_max_retry_interval_s),
-                  record.validation_log or []],
-            id=rollback_workflow_id(mutation_id),
-            task_queue=services.settings.task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        )
-    else:
-        try:
-            await client.get_workflow_handle(record.workflow_id).signal("rollback", reason)
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.NOT_FOUND:
-                raise
-            raise ApiError(409, "NOT_ROLLBACKABLE",
-                           f"mutation {mutation_id} is {record.status}: its workflow has not started yet") from exc
+    try:  # a kept mutation's workflow has ended: a RollbackWorkflow does it (genesis/rollbacks.py)
+        await request_rollback(client, services.settings, record, reason)
+    except WorkflowNotRunning as exc:
+        raise ApiError(409, "NOT_ROLLBACKABLE",
+                       f"mutation {mutation_id} is {record.status}: its workflow has not started yet") from exc
     return _rollback_reply(mutation_id, record.status, f"rollback requested ({reason})", 202)
 
 

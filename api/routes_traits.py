@@ -20,6 +20,7 @@ from api.schemas import (
     LiveTraitVersion,
     PendingModification,
     ProposeRequest,
+    QuarantineInfo,
     TraitDetailResponse,
     TraitsResponse,
     TraitSummary,
@@ -28,8 +29,9 @@ from api.schemas import (
     trait_name_problem,
 )
 from genesis import proposal_store, world_metrics
-from genesis.db.models import Mutation, TraitVersion
+from genesis.db.models import Mutation, TraitQuarantine, TraitVersion
 from genesis.dto import MutationStatus, TraitRef, terminal_statuses
+from genesis.quarantines import quarantined, quarantines_of
 
 log = logging.getLogger("genesis.api")
 router = APIRouter(prefix="/api/traits", tags=["traits"])
@@ -132,14 +134,15 @@ async def _carriers(request: Request) -> tuple[dict[str, int] | None, int | None
 @router.get("", response_model=TraitsResponse, responses={503: ERRORS[503]})
 async def list_traits(request: Request) -> TraitsResponse:
     """The live traits (one live version each), by name: the version an agent would name in
-    ``replaces``, who made it, when it went live, and its carriers at the latest WorldSnapshot."""
+    ``replaces``, who made it, when it went live, and its carriers at the latest WorldSnapshot.
+    A version the engine quarantined is not live, even before its rollback has run."""
     services = request.app.state.services
     try:
         async with services.sessions() as session:
             rows = (await session.execute(
                 select(TraitVersion, Mutation.agent_id, Mutation.activated_at)
                 .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
-                .where(TraitVersion.status == "active")
+                .where(TraitVersion.status == "active", ~quarantined(TraitVersion.mutation_id))
                 .order_by(TraitVersion.trait_name)
             )).all()
     except (SQLAlchemyError, OSError) as exc:
@@ -164,7 +167,8 @@ async def trait_detail(
     limit: int = Query(default=100, ge=1, le=500, description="At most this many versions, newest first"),
 ) -> TraitDetailResponse:
     """One trait: its live version with the **source code** (what a modification starts from),
-    every activated version with its status, and the proposals of it still in flight."""
+    every activated version with its status (``quarantined``: the engine stopped running it), and
+    the proposals of it still in flight."""
     problem = trait_name_problem(trait_name)
     if problem:
         raise ApiError(422, "VALIDATION_ERROR", f"trait_name: {problem}",
@@ -181,13 +185,15 @@ async def trait_detail(
                 .order_by(TraitVersion.version.desc())
                 .limit(limit)
             )).all()
-            live_row = next((pair for pair in rows if pair[0].status == "active"), None)
-            if live_row is None:  # the live version may be older than the newest ``limit``
-                live_row = (await session.execute(
+            active_row = next((pair for pair in rows if pair[0].status == "active"), None)
+            if active_row is None:  # the live version may be older than the newest ``limit``
+                active_row = (await session.execute(
                     select(TraitVersion, Mutation)
                     .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
                     .where(TraitVersion.trait_name == trait_name, TraitVersion.status == "active")
                 )).first()
+            quarantines = await quarantines_of(
+                session, [row.mutation_id for row, _ in rows] + ([active_row[0].mutation_id] if active_row else []))
             pending = (await session.scalars(
                 select(Mutation)
                 .where(Mutation.trait_name == trait_name, Mutation.status.in_(sorted(in_flight)))
@@ -205,14 +211,14 @@ async def trait_detail(
         )
     carriers, tick = await _carriers(request)
     live = None
-    if live_row is not None:
-        row, mutation = live_row
-        live = LiveTraitVersion(**_version_info(row, mutation).model_dump(), code=row.code, file_path=row.file_path)
+    if active_row is not None and active_row[0].mutation_id not in quarantines:
+        row, mutation = active_row
+        live = LiveTraitVersion(**_version_info(row, mutation, None).model_dump(), code=row.code, file_path=row.file_path)
     return TraitDetailResponse(
         trait_name=trait_name,
         live_version=live.version if live is not None else None,
         live=live,
-        versions=[_version_info(row, mutation) for row, mutation in rows],
+        versions=[_version_info(row, mutation, quarantines.get(row.mutation_id)) for row, mutation in rows],
         pending=[
             PendingModification(mutation_id=m.mutation_id, agent_id=m.agent_id, status=m.status,
                                 replaces=replaces_ref(m), created_at=m.created_at.timestamp())
@@ -230,12 +236,22 @@ def replaces_ref(record: Mutation) -> TraitVersionRef | None:
     return TraitVersionRef(trait_name=record.replaces_trait, version=record.replaces_version)
 
 
-def _version_info(row: TraitVersion, mutation: Mutation | None) -> TraitVersionInfo:
+def quarantine_info(row: TraitQuarantine | None) -> QuarantineInfo | None:
+    """The engine's quarantine record of a version, as the API shows it."""
+    return QuarantineInfo(reason=row.reason, quarantined_at=row.quarantined_at.timestamp()) if row else None
+
+
+def _version_info(row: TraitVersion, mutation: Mutation | None,
+                  quarantine: TraitQuarantine | None) -> TraitVersionInfo:
+    """``quarantine``: the engine's record, if it quarantined this version (an active row whose
+    rollback has not run yet is shown as ``quarantined``)."""
+    status = "quarantined" if quarantine is not None and row.status == "active" else row.status
     return TraitVersionInfo(
-        version=row.version, status=row.status, mutation_id=row.mutation_id,
+        version=row.version, status=status, mutation_id=row.mutation_id,
         agent_id=mutation.agent_id if mutation else None, class_name=row.class_name, code_hash=row.code_hash,
         activated_at=_ts((mutation.activated_at if mutation else None) or row.created_at),
         mutation_status=mutation.status if mutation else None,
         replaced_version=mutation.replaced_version if mutation else None,
         rollback_reason=mutation.rollback_reason if mutation else None,
+        quarantine=quarantine_info(quarantine),
     )

@@ -153,6 +153,14 @@ class TraitVersionRef(BaseModel):
     version: int | None
 
 
+class QuarantineInfo(BaseModel):
+    """The engine quarantined this version: it kept failing in the live trait host and is no longer
+    run. Its mutation is then rolled back with ``rollback_reason`` ``quarantined: <reason>``."""
+
+    reason: str = Field(description="Why the engine stopped running it")
+    quarantined_at: float = Field(description="When (unix seconds)")
+
+
 class MutationStatusResponse(BaseModel):
     mutation_id: str
     trait_name: str
@@ -177,6 +185,9 @@ class MutationStatusResponse(BaseModel):
         default=None, description="After activation: the version it actually replaced (null: none was live)")
     restored_version: int | None = Field(
         default=None, description="After a rollback: the version of the trait that was live again (null: none)")
+    quarantine: QuarantineInfo | None = Field(
+        default=None, description="Set once the engine quarantined its trait (status becomes rolled_back, "
+                                  "rollback_reason 'quarantined: ...', within seconds); null otherwise")
 
 
 class EffectsResponse(BaseModel):
@@ -482,7 +493,8 @@ class TraitsResponse(BaseModel):
 
 class TraitVersionInfo(BaseModel):
     version: int
-    status: str = Field(description="active (live) | superseded (a newer version replaced it) | rolled_back")
+    status: str = Field(description="active (live) | quarantined (the engine stopped running it; its rollback "
+                                    "follows) | superseded (a newer version replaced it) | rolled_back")
     mutation_id: str
     agent_id: str | None
     class_name: str
@@ -491,6 +503,7 @@ class TraitVersionInfo(BaseModel):
     mutation_status: str | None = Field(description="The status of the mutation that made this version")
     replaced_version: int | None = Field(description="The version this one replaced when it was activated")
     rollback_reason: str | None
+    quarantine: QuarantineInfo | None = Field(default=None, description="Set if the engine quarantined this version")
 
 
 class LiveTraitVersion(TraitVersionInfo):
@@ -508,7 +521,7 @@ class PendingModification(BaseModel):
 
 class TraitDetailResponse(BaseModel):
     trait_name: str
-    live_version: int | None = Field(description="null: no version is live (all rolled back)")
+    live_version: int | None = Field(description="null: no version is live (all rolled back, or quarantined)")
     live: LiveTraitVersion | None
     versions: list[TraitVersionInfo] = Field(description="Every activated version, newest first")
     pending: list[PendingModification] = Field(

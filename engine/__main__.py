@@ -1,17 +1,19 @@
 """``python -m engine``: the world engine process (see engine/loop.py).
 
 At start the trait registry is rebuilt from Postgres (self-heal), live traits run in a trait-host
-container (engine/live_traits.py) and each snapshot is reported to the workflows observing a live
-trait (engine/observers.py)."""
+container (engine/live_traits.py), each snapshot is reported to the workflows observing a live
+trait (engine/observers.py) and a quarantined trait to the mutation lifecycle (engine/quarantine.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import signal
+from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
+from temporalio.client import Client
 
 from genesis import gc_tuning, registry
 from genesis.config import get_settings
@@ -25,6 +27,7 @@ from .live_traits import HostTraitRunner
 from .loop import Engine
 from .metrics import EngineCollector
 from .observers import ObservationReporter
+from .quarantine import QuarantineReporter
 from .world_overrides import ParamsFollower
 
 log = logging.getLogger("genesis.engine")
@@ -38,7 +41,22 @@ async def self_heal_registry(settings, redis: aioredis.Redis) -> None:
         log.warning("could not rebuild the trait registry from Postgres: %s", exc)
 
 
-def observation_hook(settings, runner: HostTraitRunner, params: ParamsFollower):
+def temporal_connector(settings) -> Callable[[], Awaitable[Client]]:
+    """One Temporal client for the engine, connected on first use: the world does not wait for it."""
+    client: Client | None = None
+    lock = asyncio.Lock()
+
+    async def get() -> Client:
+        nonlocal client
+        async with lock:
+            if client is None:
+                client = await connect(settings)
+        return client
+
+    return get
+
+
+def observation_hook(runner: HostTraitRunner, params: ParamsFollower, temporal: Callable[[], Awaitable[Client]]):
     reporter: ObservationReporter | None = None
 
     async def report(snapshot: dict) -> None:
@@ -46,8 +64,8 @@ def observation_hook(settings, runner: HostTraitRunner, params: ParamsFollower):
         live = runner.mutation_ids()
         if not live and not params.observer_workflow:
             return
-        if reporter is None:  # connect lazily: the world does not wait for Temporal
-            reporter = ObservationReporter(await connect(settings))
+        if reporter is None:
+            reporter = ObservationReporter(await temporal())
         sample = WorldSample(
             tick=snapshot["tick"], run_id=snapshot.get("run_id", ""), entity_count=snapshot["entity_count"], avg_energy=snapshot["avg_energy"],
             period_starvation=snapshot["death_starvation"], trait_stats=snapshot.get("trait_stats") or {},
@@ -63,10 +81,13 @@ async def main() -> None:
     settings = get_settings()
     redis = aioredis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
     await self_heal_registry(settings, redis)
-    runner = HostTraitRunner(settings, redis)
+    temporal = temporal_connector(settings)
+    quarantine = QuarantineReporter(settings, redis, get_sessionmaker(settings.database_url), temporal)
+    log.info("%d quarantined trait version(s) on record", await quarantine.load())
+    runner = HostTraitRunner(settings, redis, quarantine=quarantine)
     engine = Engine(settings, runner)
     params = ParamsFollower(engine.world, redis)
-    engine.snapshot_hooks.append(observation_hook(settings, runner, params))
+    engine.snapshot_hooks.append(observation_hook(runner, params, temporal))
     REGISTRY.register(EngineCollector(engine))
     gc_tuning.observe_gc_pauses()
     # A full collection over the start-up heap costs several ticks' budget: skip it from now on.
@@ -83,6 +104,7 @@ async def main() -> None:
         stop.set()
         await following
         await engine.close()
+        await quarantine.close()
         await redis.aclose()
         log.info(
             "engine stopped at tick %d: mean tick %.3f ms, %d overruns, %d snapshots, %d trait-host restarts",

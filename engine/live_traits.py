@@ -4,9 +4,10 @@ The engine process never imports or executes trait code. Each tick it sends plai
 to the host and gets intents back (the world checks them). Inside the host each agent's traits
 run in a process of their own (sandbox/trait_host.py), which enforces their limits and says
 which trait was at fault. A trait that raises or overruns repeatedly, or that is stopped from
-outside while it ran alone, is quarantined (unloaded, announced on ``ch:feed``). A host that
-misses its deadline or dies is killed and restarted with the live traits reloaded, blaming no
-trait, while the world keeps ticking.
+outside while it ran alone, is quarantined; what that means beyond this process (the Postgres
+record, the mutation's rollback, the feed) is engine/quarantine.py's job. A host that misses its
+deadline or dies is killed and restarted with the live traits reloaded, blaming no trait, while
+the world keeps ticking.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import docker
 import redis.asyncio as aioredis
 
-from genesis import feed, registry
+from genesis import registry
 from genesis.config import Settings
 from sandbox import image
 from sandbox.container import (
@@ -34,6 +36,9 @@ from sandbox.container import (
     remove_abandoned_trait_hosts,
 )
 from sandbox.intents import MalformedIntents, decode_intent_groups
+
+if TYPE_CHECKING:
+    from .quarantine import QuarantineReporter
 
 log = logging.getLogger("genesis.engine.traits")
 
@@ -78,8 +83,10 @@ class HostStats:
 class HostTraitRunner:
     """TraitRunner backed by a trait-host container (see engine/traits.py for the protocol)."""
 
-    def __init__(self, settings: Settings, redis: aioredis.Redis, client: docker.DockerClient | None = None):
+    def __init__(self, settings: Settings, redis: aioredis.Redis, client: docker.DockerClient | None = None,
+                 quarantine: QuarantineReporter | None = None):
         self._settings = settings
+        self._reporter = quarantine  # None: a quarantine stays in this process (benchmarks)
         self._redis = redis
         self._client = client or docker.from_env()
         self._host: TraitHostContainer | None = None
@@ -126,6 +133,8 @@ class HostTraitRunner:
             await asyncio.to_thread(self._unload, name)
         for name, entry in sorted(entries.items()):
             if name in self._traits or self._quarantined.get(name) == entry.mutation_id:
+                continue
+            if self._reporter is not None and self._reporter.holds(entry.mutation_id):
                 continue
             await asyncio.to_thread(self._load, entry)
 
@@ -339,9 +348,5 @@ class HostTraitRunner:
         self._quarantined[name] = state.entry.mutation_id
         self.stats.quarantined.append(name)
         log.warning("quarantined trait %s: %s", name, why)
-        try:
-            await feed.publish(self._redis, "engine", "trait_quarantined",
-                               f"Trait '{name}' v{state.entry.version} quarantined: {why}",
-                               mutation_id=state.entry.mutation_id, trait_name=name)
-        except Exception as exc:  # the feed is best effort; the world goes on
-            log.warning("could not publish quarantine to the feed: %s", exc)
+        if self._reporter is not None:  # returns at once: recorded, announced, rolled back in the background
+            await self._reporter.report(state.entry, why)

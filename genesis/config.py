@@ -82,6 +82,9 @@ class Settings(BaseSettings):
     engine_trait_host_memory: str = "512m"
     engine_trait_host_pids: int = Field(default=256, ge=16)
     engine_trait_host_cpus: float = Field(default=2.0, gt=0)
+    # How long the engine keeps retrying to record a quarantined trait in Postgres and to have its
+    # mutation rolled back (Postgres or Temporal down), in the background, before it gives up.
+    engine_quarantine_report_retry_s: float = Field(default=3600.0, gt=0)
 
     # Identity of external agents (external-agents-phase2.md): API keys on write endpoints.
     # required: propose/rollback need X-API-Key and act as the key's agent; open: the seed's

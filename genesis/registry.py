@@ -1,7 +1,8 @@
 """The live trait registry in Redis (`meta:registry:traits`, `meta:registry:version`).
 
 Writers: the activation and rollback activities. Reader: the engine, which loads each entry into
-its trait host. Postgres (`trait_versions`) is the durable copy the registry is rebuilt from."""
+its trait host. Postgres (`trait_versions`) is the durable copy the registry is rebuilt from,
+leaving out the versions the engine quarantined (`trait_quarantines`)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from genesis.db.models import Mutation, TraitVersion
+from genesis.quarantines import quarantined
 from genesis.redis_keys import REGISTRY_TRAITS, REGISTRY_VERSION
 
 
@@ -81,12 +83,13 @@ async def replace_all(redis: aioredis.Redis, entries: list[RegistryEntry]) -> in
 
 
 async def rebuild_from_postgres(sessions: async_sessionmaker, redis: aioredis.Redis) -> int:
-    """Self-heal after an engine or Redis restart: the registry becomes the active versions."""
+    """Self-heal after an engine or Redis restart: the registry becomes the active versions, but
+    none the engine quarantined (its rollback may not have happened yet)."""
     async with sessions() as session:
         rows = (await session.execute(
             select(TraitVersion, Mutation.agent_id)
             .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
-            .where(TraitVersion.status == "active")
+            .where(TraitVersion.status == "active", ~quarantined(TraitVersion.mutation_id))
         )).all()
     return await replace_all(redis, [entry_from_row(row, agent_id or "") for row, agent_id in rows])
 

@@ -10,18 +10,11 @@ an empty world and a population floor, so every entity it spawns carries the onl
 
 from __future__ import annotations
 
-import asyncio
-from urllib.parse import urlsplit, urlunsplit
-
-import asyncpg
 import httpx
 import pytest
-import redis.asyncio as aioredis
 
-from genesis.db.migrate import upgrade_to_head
-from genesis.harness import engine_process, free_port, worker_and_api
-from tests import agents
-from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
+from genesis.harness import engine_process, worker_and_api
+from tests.own_stack import own_settings
 from tests.test_lifecycle import wait_for_status
 from tests.test_living_world import wait_until
 from tests.test_mutation_pipeline import propose
@@ -41,38 +34,12 @@ class EnergyBurnerTrait(BaseTrait):
 '''
 
 
-def _with_path(url: str, path: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path=path))
-
-
-async def _fresh_database(url: str) -> None:
-    name = urlsplit(url).path.lstrip("/")
-    admin = await asyncpg.connect(_with_path(url, "/postgres").replace("postgresql+asyncpg://", "postgresql://"))
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    await asyncio.to_thread(upgrade_to_head, url)
-
-
 @pytest.fixture(scope="module")
 async def own_stack(settings):
-    """Settings of a stack of its own: database ``<suite db>_world``, the Redis db below the
-    suite's, its own task queue; a 300-tick window and a -0.05 rollback threshold."""
-    database_url = TEST_DATABASE_URL + "_world"
-    suite_db = int(urlsplit(TEST_REDIS_URL).path.lstrip("/") or 0)
-    redis_url = _with_path(TEST_REDIS_URL, f"/{(suite_db - 3) % 16}")
-    await _fresh_database(database_url)
-    redis = aioredis.from_url(redis_url)
-    await redis.flushdb()
-    await redis.aclose()
-    own = settings.model_copy(update={
-        "database_url": database_url, "redis_url": redis_url, "task_queue": "genesis-test-harm",
-        "api_port": free_port(), "observation_window_ticks": 300, "rollback_threshold": -0.05,
-        "engine_initial_population": 0, "engine_min_population": 200, "engine_trait_gain_chance": 1.0,
-    })
+    """A stack of its own (tests/own_stack.py) with a 300-tick window and a -0.05 rollback
+    threshold, a worker and an API."""
+    own = await own_settings(settings, "world", observation_window_ticks=300, rollback_threshold=-0.05,
+                             engine_initial_population=0, engine_min_population=200, engine_trait_gain_chance=1.0)
     async with worker_and_api(own, "harm") as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
         await wait_until(lambda: _healthy(http), timeout_s=90, what="the stack's worker to poll")
         yield own, http
@@ -101,6 +68,9 @@ async def test_a_harmful_trait_is_rolled_back_by_its_observation_and_leaves_ever
         assert carriers >= 150
         status = await wait_for_status(http, mutation_id, {"kept", "rolled_back"}, timeout_s=120)
         assert status["status"] == "rolled_back", status
+        # A quarantine also ends it rolled_back (with no verdict): this trait runs without error
+        # and must be judged by its observation, never quarantined.
+        assert status["quarantine"] is None, f"quarantined instead of judged by its window: {status}"
         assert status["fitness_verdict"] == "negative"
         effects = (await http.get(f"/api/mutations/{mutation_id}/effects")).json()
         assert effects["observed"] is True and effects["effects"]["avg_energy_delta"] < 0

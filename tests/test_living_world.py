@@ -15,8 +15,9 @@ import redis.asyncio as aioredis
 from sqlalchemy import select
 
 from genesis import registry
-from genesis.db.models import TraitVersion
+from genesis.db.models import TraitQuarantine, TraitVersion
 from genesis.db.session import get_sessionmaker
+from genesis.quarantines import quarantined
 from genesis.redis_keys import Channels
 from engine.live_traits import host_owner
 from sandbox import image
@@ -132,6 +133,14 @@ async def test_a_trait_that_keeps_raising_is_quarantined(http, settings, engine_
 
     await wait_until(dropped, timeout_s=10, what="the quarantined trait to leave the active set")
     assert (await http.get("/api/world/state")).status_code == 200, "the world keeps ticking"
+    # Recorded for good (it has no mutation record, so there is no workflow to tell).
+    await wait_until(lambda: _quarantine_recorded(settings, "mut_4a15e4000001"), timeout_s=10,
+                     what="the quarantine to be recorded in Postgres")
+
+
+async def _quarantine_recorded(settings, mutation_id: str) -> bool:
+    async with get_sessionmaker(settings.database_url)() as session:
+        return await session.get(TraitQuarantine, mutation_id) is not None
 
 
 # Slipped past the gatekeeper (registered directly): reaches the host's own module through a
@@ -164,9 +173,15 @@ async def test_a_trait_that_corrupts_its_host_gets_the_host_replaced_and_is_quar
 
 
 async def test_engine_restart_rebuilds_the_registry_from_postgres(http, settings, engine_proc):
+    # A trait of its own that is live for good (kept): earlier tests' traits may have been rolled
+    # back, or quarantined by a host another trait corrupted.
+    mutation_id = await propose(http, traits.seeker(603), trait_name="restart_seeker", agent_id="living-world")
+    status = await wait_for_status(http, mutation_id, {"kept", "rolled_back"}, timeout_s=120)
+    assert status["status"] == "kept", status
     async with get_sessionmaker(settings.database_url)() as session:
-        expected = set((await session.scalars(select(TraitVersion.trait_name).where(TraitVersion.status == "active"))).all())
-    assert expected, "earlier tests activated traits"
+        expected = set((await session.scalars(select(TraitVersion.trait_name).where(
+            TraitVersion.status == "active", ~quarantined(TraitVersion.mutation_id)))).all())
+    assert "restart_seeker" in expected
     engine_proc.stop()
     redis = aioredis.from_url(settings.redis_url)
     try:

@@ -66,6 +66,8 @@ export class MutationList {
     return el("li", { "data-mutation-id": m.mutation_id },
       el("div", { class: "head", onclick: toggle, title: "show the validation log" },
         el("span", { class: `status ${m.status}`, text: m.status }),
+        // The engine stopped running it; its rollback follows (or has happened) with this reason.
+        m.quarantine ? el("span", { class: "status quarantined", title: m.quarantine.reason, text: "quarantined" }) : null,
         el("strong", { text: `${m.trait_name}${version}` }),
         m.failure_reason_code ? el("span", { class: "failure", text: m.failure_reason_code }) : null,
         m.fitness_verdict ? el("span", { text: `fitness ${m.fitness_verdict}` }) : null,
@@ -76,6 +78,7 @@ export class MutationList {
       ),
       open ? el("div", {},
         m.goal ? el("p", { class: "note", text: `goal: ${m.goal}` }) : null,
+        m.quarantine ? el("p", { class: "note", text: `quarantined ${timeOf(m.quarantine.quarantined_at)}: ${m.quarantine.reason}` }) : null,
         m.rollback_reason ? el("p", { class: "note", text: `rolled back: ${m.rollback_reason}` }) : null,
         logList(m.validation_log)) : null,
     );

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich.markup import escape
 
 from genesis.cli.client import (
     EXIT_FAILED,
@@ -93,7 +94,7 @@ def follow(cli: Cli, mutation_id: str, *, timeout_s: float, until: str = "verdic
             log = status.get("validation_log") or []
             for i, line in enumerate(log):  # new lines, and lines rewritten in place ("Sandbox: running" → "OK")
                 if i >= len(printed) or printed[i] != line:
-                    cli.say(f"      [dim]{line}[/]")
+                    cli.say(f"      [dim]{escape(line)}[/]")
             printed = log
             if current in VERDICT_EXIT or current in stop_at:
                 break
@@ -122,6 +123,12 @@ def _implied_stage(status: dict) -> str | None:
     return None
 
 
+def shown_status(record: dict) -> str:
+    """The status, styled, marked when the engine quarantined the trait (if it is not rolled_back
+    yet, its rollback follows within seconds)."""
+    return styled(record["status"]) + (" [bold red](quarantined)[/]" if record.get("quarantine") else "")
+
+
 def render_verdict(cli: Cli, status: dict, stages: list[dict]) -> None:
     path = " → ".join(
         f"{s['status']} ({s['duration_s']:.2f}s)" if s.get("duration_s") is not None else s["status"] for s in stages
@@ -132,12 +139,12 @@ def render_verdict(cli: Cli, status: dict, stages: list[dict]) -> None:
         cli.console.print(f"[bold red]Rejected:[/] {status.get('failure_reason_code')}")
         failed = [line for line in status.get("validation_log") or [] if "FAILED" in line]
         for line in failed or (status.get("validation_log") or [])[-1:]:
-            cli.console.print(f"  [red]{line}[/]")
+            cli.console.print(f"  [red]{escape(line)}[/]")
     elif final == "failed":
         cli.console.print(f"[bold magenta]Failed (infrastructure, not a verdict on the code):[/] "
                           f"retry it with `genesis mutations retry {status['mutation_id']}`")
     elif final == "rolled_back":
-        cli.console.print(f"[yellow]Rolled back:[/] {status.get('rollback_reason')} "
+        cli.console.print(f"[yellow]Rolled back:[/] {escape(status.get('rollback_reason') or '')} "
                           f"(fitness {status.get('fitness_verdict') or 'n/a'})")
     else:
         version = f" v{status['trait_version']}" if status.get("trait_version") else ""
@@ -219,14 +226,18 @@ def register(app: typer.Typer) -> None:
         record = cli.api.get(f"/api/mutations/{mutation_id}/status")
 
         def render() -> None:
-            rows = [["status", styled(record["status"])], ["trait", record["trait_name"]],
+            quarantine = record.get("quarantine") or {}
+            rows = [["status", shown_status(record)], ["trait", record["trait_name"]],
                     ["agent", record["agent_id"]], ["failure code", record.get("failure_reason_code")],
                     ["version", record.get("trait_version")], ["fitness", record.get("fitness_verdict")],
-                    ["rollback reason", record.get("rollback_reason")], ["workflow", record.get("workflow_id")],
+                    # a quarantine's reason may quote the trait's own exception text: never markup
+                    ["rollback reason", escape(record["rollback_reason"]) if record.get("rollback_reason") else None],
+                    ["quarantined", f"{when(quarantine['quarantined_at'])}: {escape(quarantine['reason'])}" if quarantine else None],
+                    ["workflow", record.get("workflow_id")],
                     ["created", when(record.get("created_at"))], ["updated", when(record.get("updated_at"))]]
             cli.console.print(table(mutation_id, ["field", "value"], [r for r in rows if r[1] is not None]))
             for line in record.get("validation_log") or []:
-                cli.console.print(f"  [dim]{line}[/]")
+                cli.console.print(f"  [dim]{escape(line)}[/]")
 
         cli.emit(record, render)
         raise typer.Exit(VERDICT_EXIT.get(record["status"], EXIT_OK))  # scripts: 3 rejected, 4 rolled back, 5 failed
@@ -258,7 +269,7 @@ def register(app: typer.Typer) -> None:
         cli = cli_of(ctx, json_out)
         params = {k: v for k, v in (("status", status_), ("agent_id", agent), ("trait_name", trait)) if v}
         answer = cli.api.get("/api/mutations", params={**params, "limit": limit})
-        rows = [[m["mutation_id"], m["trait_name"], styled(m["status"]), m["failure_reason_code"],
+        rows = [[m["mutation_id"], m["trait_name"], shown_status(m), m["failure_reason_code"],
                  m["trait_version"], m["agent_id"], when(m["created_at"])] for m in answer["mutations"]]
         cli.emit(answer, lambda: cli.console.print(
             table(f"{len(rows)} mutation(s)", ["id", "trait", "status", "failure", "version", "agent", "created"], rows)))

@@ -10,6 +10,7 @@ import time
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 
 from genesis.cli.client import CliError
 from genesis.cli.output import Cli, cli_of, group, handled, table, when
@@ -28,7 +29,7 @@ def feed_line(cli: Cli, message: dict) -> None:
     clock = time.strftime("%H:%M:%S", time.localtime(ts)) if isinstance(ts, (int, float)) else "--:--:--"
     refs = " ".join(f"{k}={message[k]}" for k in ("mutation_id", "trigger_id", "workflow_id") if message.get(k))
     cli.console.print(f"[dim]{clock}[/] [bold]{message.get('agent', '?'):>9}[/] [cyan]{message.get('action', '?')}[/] "
-                      f"{message.get('message', '')} [dim]{refs}[/]", soft_wrap=True)
+                      f"{escape(str(message.get('message', '')))} [dim]{refs}[/]", soft_wrap=True)
 
 
 def ws_url(api_url: str, path: str) -> str:

@@ -89,6 +89,20 @@ class TraitVersion(Base):
     )
 
 
+class TraitQuarantine(Base):
+    """A live trait version the engine quarantined (it kept failing in the trait host). The engine
+    is the only writer; the row outlives the engine, so a restart never loads that version again,
+    and the API shows it as quarantined before its workflow has finished rolling it back."""
+
+    __tablename__ = "trait_quarantines"
+
+    mutation_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    trait_name: Mapped[str] = mapped_column(String(64), index=True)
+    version: Mapped[int] = mapped_column(Integer)
+    reason: Mapped[str] = mapped_column(Text)
+    quarantined_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
 class Agent(Base):
     """An external agent registered with POST /v1/agents/register (external-agents-phase2.md).
 

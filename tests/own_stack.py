@@ -1,0 +1,52 @@
+"""Settings of a stack of its own for tests that run a real engine on a world they shape: a fresh
+Postgres database ``<suite db>_<name>``, a Redis db of its own (flushed) and a task queue of its
+own, on the session's Temporal server. The suite's registry holds the traits other modules left
+live; such a stack starts with none.
+
+The Redis db is ``GENESIS_TEST_OWN_STACK_REDIS_URL``, by default the db three below the suite's
+(``GENESIS_TEST_REDIS_URL``): set it when test runs with different suite dbs share one Redis."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from urllib.parse import urlsplit, urlunsplit
+
+import asyncpg
+import redis.asyncio as aioredis
+
+from genesis.config import Settings
+from genesis.db.migrate import upgrade_to_head
+from genesis.harness import free_port
+from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
+
+
+def with_path(url: str, path: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path=path))
+
+
+async def fresh_database(url: str) -> None:
+    name = urlsplit(url).path.lstrip("/")
+    admin = await asyncpg.connect(with_path(url, "/postgres").replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    await asyncio.to_thread(upgrade_to_head, url)
+
+
+async def own_settings(settings: Settings, name: str, **changes) -> Settings:
+    """The suite's settings pointed at a fresh database and Redis db, with ``changes`` on top."""
+    database_url = f"{TEST_DATABASE_URL}_{name}"
+    suite_db = int(urlsplit(TEST_REDIS_URL).path.lstrip("/") or 0)
+    redis_url = os.environ.get("GENESIS_TEST_OWN_STACK_REDIS_URL") or with_path(TEST_REDIS_URL, f"/{(suite_db - 3) % 16}")
+    await fresh_database(database_url)
+    redis = aioredis.from_url(redis_url)
+    await redis.flushdb()
+    await redis.aclose()
+    return settings.model_copy(update={
+        "database_url": database_url, "redis_url": redis_url, "task_queue": f"genesis-test-{name}",
+        "api_port": free_port(), **changes,
+    })
