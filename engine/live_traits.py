@@ -136,7 +136,9 @@ class HostTraitRunner:
                 continue
             if self._reporter is not None and self._reporter.holds(entry.mutation_id):
                 continue
-            await asyncio.to_thread(self._load, entry)
+            error = await asyncio.to_thread(self._load, entry)
+            if error is not None:  # it loaded in its sandbox test: here it is the trait's doing
+                await self._record_quarantine(entry, f"it failed to load in the live host: {error}")
 
     async def run_tick_views(self, tick: int, views: dict,
                              while_waiting: Callable[[], None] | None = None) -> dict[int, list[list]]:
@@ -225,16 +227,17 @@ class HostTraitRunner:
              "agent": entry.agent_id}, LOAD_DEADLINE_S,
         )
 
-    def _load(self, entry: registry.RegistryEntry) -> None:
+    def _load(self, entry: registry.RegistryEntry) -> str | None:
+        """Load a trait into the host; why it failed to load, or None. (A host that fails
+        raises: the registry is applied again at the next refresh.)"""
         self._ensure_host()
         reply = self._send_load(entry)
         if reply.get("ok"):
             self._traits[entry.trait_name] = TraitState(entry)
             log.info("loaded trait %s v%d (%s)", entry.trait_name, entry.version, entry.mutation_id,
                      extra={"mutation_id": entry.mutation_id, "trait_name": entry.trait_name})
-        else:
-            log.warning("trait %s v%d failed to load: %s", entry.trait_name, entry.version, reply.get("error"))
-            self._quarantined[entry.trait_name] = entry.mutation_id
+            return None
+        return str(reply.get("error"))[:500]
 
     async def _sample_host(self) -> None:
         host = self._host
@@ -345,8 +348,11 @@ class HostTraitRunner:
             return
         self._traits.pop(name, None)
         self._unload_later(name)  # its process goes (the host lock may be held here)
-        self._quarantined[name] = state.entry.mutation_id
-        self.stats.quarantined.append(name)
-        log.warning("quarantined trait %s: %s", name, why)
+        await self._record_quarantine(state.entry, why)
+
+    async def _record_quarantine(self, entry: registry.RegistryEntry, why: str) -> None:
+        self._quarantined[entry.trait_name] = entry.mutation_id
+        self.stats.quarantined.append(entry.trait_name)
+        log.warning("quarantined trait %s: %s", entry.trait_name, why)
         if self._reporter is not None:  # returns at once: recorded, announced, rolled back in the background
-            await self._reporter.report(state.entry, why)
+            await self._reporter.report(entry, why)

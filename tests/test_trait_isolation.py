@@ -258,3 +258,25 @@ async def test_hostile_traits_are_quarantined_alone_within_seconds_and_the_world
         await engine.close()
         await redis.flushdb()
         await redis.aclose()
+
+
+async def test_a_trait_that_fails_to_load_live_is_quarantined_not_forgotten(settings):
+    """It loaded in its sandbox test, so failing to load in the live host is its own doing: it
+    is quarantined like a trait that fails at run time (and so reported, not silently skipped)."""
+    own = settings.model_copy(update={"redis_url": _redis_url(4)})
+    redis = aioredis.from_url(own.redis_url)
+    await redis.flushdb()
+    broken = "class Broken:\n    def __init__(self):\n        raise RuntimeError('not today')\n\n    async def execute(self, entity) -> None:\n        pass\n"
+    await registry.put_entry(redis, registry.RegistryEntry(
+        trait_name="broken", version=1, mutation_id="mut_10ad00000001", class_name="Broken", code=broken,
+        code_hash="1" * 64, agent_id="mallory"))
+    runner = HostTraitRunner(own, redis)
+    try:
+        await runner.refresh()
+        assert runner.active_traits() == [] and runner.stats.quarantined == ["broken"]
+        await runner.refresh()  # not loaded again
+        assert runner.stats.quarantined == ["broken"]
+    finally:
+        await runner.close()
+        await redis.flushdb()
+        await redis.aclose()
