@@ -160,3 +160,11 @@ def test_git_sends_the_token_only_under_the_repository_url(gepa_stack, tmp_path)
     with pytest.raises(gitops.CloneFailed):
         gitops.clone(target, tmp_path / "unbound", config=unbound, redact=token)
     assert any(r["headers"].get("Authorization") == basic(token) for r in elsewhere.requests[seen:])
+
+
+async def test_an_installation_id_out_of_range_is_a_precise_422(gepa_stack, gepa_http):
+    for value in (0, 2**63):
+        response = await gepa_http.post("/connect-git", json={"repo_url": f"{gepa_stack.github.url}/acme/private-qa.git",
+                                                              "installation_id": value})
+        assert response.status_code == 422, response.text
+        assert any(e["field"].endswith("installation_id") for e in response.json()["errors"]), response.text
