@@ -31,7 +31,7 @@ from genesis.db.models import GepaClient, Program
 from genesis.gepa_dto import (
     STEP_FAILED, ConnectRequest, ConnectResult, MutationOutcome, ProgramRun, ProgramStatus, ProgramStatusUpdate, StepRequest,
 )
-from genesis.github_app import GitHubApp, GitHubAppError
+from genesis.github_app import GitHubApp, GitHubAppError, NotOnGitHub
 from sandbox import egress, program_image
 from sandbox.program_hosts import HostLimits, ProgramHostDied, ProgramHosts, remove_exited_hosts
 
@@ -107,10 +107,12 @@ class GepaActivities:
         config, secret = {}, None
         if request.installation_id is not None:
             try:
-                secret = self._github.installation_token(request.installation_id)
-            except GitHubAppError as exc:
+                secret = self._github.repository_token(request.installation_id, self._github.repository(request.repo_url))
+            except NotOnGitHub as exc:
                 raise rejected(str(exc)) from None
-            config = GitHubApp.git_auth_config(secret)
+            except GitHubAppError as exc:  # its code reaches the API's answer (ConnectResult.error_code)
+                raise ApplicationError(str(exc), type=exc.code, non_retryable=True) from None
+            config = GitHubApp.git_auth_config(secret, request.repo_url)
         try:
             gitops.clone(request.repo_url, dirs.repo, config=config, redact=secret,
                          pin=self._checked_repository(request.repo_url), limits=self._clone_limits)

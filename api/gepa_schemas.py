@@ -30,7 +30,10 @@ class ConnectGitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     repo_url: str = Field(description="https://host/owner/repo, or a local path / file:// URL under GENESIS_GEPA_LOCAL_REPO_ROOTS")
-    installation_id: int | None = Field(default=None, ge=1, description="GitHub App installation id (private repositories)")
+    installation_id: int | None = Field(default=None, ge=1, le=2**63 - 1,
+                                        description="GitHub App installation id (a private repository on the App's "
+                                                    "host, of the installation's account; the operator grants "
+                                                    "installations to agents)")
     egress_allow: list[str] = Field(default_factory=list, max_length=programs.MAX_EGRESS_ENTRIES,
                                     description="host:port this client's programs may reach through the egress proxy "
                                                 "(besides the LM and the server's GENESIS_GEPA_EGRESS_ALLOW)")

@@ -24,6 +24,8 @@ from api.gepa_schemas import (
 from api.schemas import ErrorResponse
 from genesis import netpolicy, programs
 from genesis.db.models import GepaClient, Program
+from genesis.github_app import GitHubApp, GitHubAppError, InstallationNotFound, NotOnGitHub, RepositoryNotInInstallation
+from genesis.github_grants import InstallationGrants
 from genesis.gepa_dto import (
     GEPA_CONNECT_WORKFLOW, GEPA_STEP_PROGRESS_QUERY, GEPA_STEP_WORKFLOW, ConnectRequest, ConnectResult,
     ProgramStatus, StepRequest, StepResult,
@@ -33,11 +35,16 @@ router = APIRouter(tags=["gepa"])
 EXECUTE_STEP_PATH = "/execute_step"
 ERRORS = {
     401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key (GENESIS_AUTH=required)"},
+    403: {"model": ErrorResponse, "description": "INSTALLATION_NOT_ALLOWED / REPOSITORY_NOT_IN_INSTALLATION: "
+                                                 "the GitHub App installation may not be used for this"},
     404: {"model": ErrorResponse, "description": "Unknown client or program (or another agent's)"},
     409: {"model": ErrorResponse, "description": "PROGRAM_EXISTS: the program_id belongs to another client"},
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
+    502: {"model": ErrorResponse, "description": "GITHUB_APP_FAILED: GitHub issued no installation token"},
     503: {"model": ErrorResponse, "description": "Temporal is unavailable"},
 }
+# connect-git refusals of the worker's GitHub App checks (ConnectResult.error_code) and their status
+GITHUB_REFUSALS = {InstallationNotFound.code: 422, RepositoryNotInInstallation.code: 403, GitHubAppError.code: 502}
 
 
 async def _caller(services, api_key: str | None) -> str | None:
@@ -67,6 +74,8 @@ async def connect_git(body: ConnectGitRequest, request: Request, api_key: str | 
                                       services.settings.gepa_allow_http_repos)
     except programs.InvalidId as exc:
         raise _invalid("repo_url", str(exc)) from None
+    if body.installation_id is not None:
+        _check_installation(services.settings, url, body.installation_id, owner)
     await _check_destinations(netpolicy.NetPolicy.from_settings(services.settings), url, body.egress_allow)
     client_id = programs.new_client_id()
     async with services.sessions() as session:
@@ -81,9 +90,29 @@ async def connect_git(body: ConnectGitRequest, request: Request, api_key: str | 
         result_type=ConnectResult,
     )
     if result.error:
-        raise ApiError(422, "CLONE_FAILED", result.error, extra={"client_id": client_id, "status": "failed"})
+        code = result.error_code if result.error_code in GITHUB_REFUSALS else "CLONE_FAILED"
+        raise ApiError(GITHUB_REFUSALS.get(code, 422), code, result.error, extra={"client_id": client_id, "status": "failed"})
     return ConnectGitResponse(client_id=client_id, status="connected", default_branch=result.default_branch or "",
                               egress_allow=body.egress_allow)
+
+
+def _check_installation(settings, url: str, installation_id: int, caller: str | None) -> None:
+    """An installation's token reads its account's repositories for the operator's App: it is used
+    only for a repository on the App's host, by an agent the operator granted it (the worker then
+    asks GitHub whether the repository's owner is the installation's account)."""
+    app = GitHubApp(settings)
+    if not app.configured:
+        raise _invalid("installation_id", "this server has no GitHub App configured (GENESIS_GEPA_GITHUB_APP_ID and "
+                                          "GENESIS_GEPA_GITHUB_PRIVATE_KEY_PATH)")
+    try:
+        app.repository(url)
+    except NotOnGitHub as exc:
+        raise _invalid("repo_url", str(exc)) from None
+    if not InstallationGrants.parse(settings.gepa_github_installations).allows(installation_id, caller):
+        who = f"agent {caller!r}" if caller else "a caller without an X-API-Key"
+        raise ApiError(403, "INSTALLATION_NOT_ALLOWED",
+                       f"installation_id {installation_id} may not be used by {who}: the operator grants "
+                       f"installations to agents (GENESIS_GEPA_GITHUB_INSTALLATIONS)")
 
 
 async def _check_destinations(policy: netpolicy.NetPolicy, url: str, egress_allow: list[str]) -> None:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from genesis import netpolicy
+from genesis import github_grants, netpolicy
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -234,11 +235,31 @@ class Settings(BaseSettings):
     # POST /execute_step: the request travels through Temporal (2 MB payloads by default).
     gepa_max_body_bytes: int = Field(default=1024 * 1024, ge=1024)
     gepa_max_examples: int = Field(default=1000, ge=1)
-    # GitHub App for private repositories (installation_id): tokens are fetched per clone and
-    # passed to git in a header, never stored or logged.
+    # GitHub App for private repositories (installation_id): tokens are fetched per clone, scoped
+    # to the one repository (read-only) and passed to git in a header for that repository's URL
+    # only, never stored or logged. gepa_github_url is where the App's repositories live (an
+    # installation_id is accepted only with a repo_url there); gepa_github_api_url its REST API.
     gepa_github_app_id: str = ""
     gepa_github_private_key_path: Path | None = None
     gepa_github_api_url: str = "https://api.github.com"
+    gepa_github_url: str = "https://github.com"
+    # Who may use which installation: <installation_id>=<agent_id> or <installation_id>=*, comma
+    # separated (genesis/github_grants.py); empty: nobody.
+    gepa_github_installations: str = ""
+
+    @field_validator("gepa_github_url")
+    @classmethod
+    def _github_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.query or parts.fragment:
+            raise ValueError("gepa_github_url must be http(s)://host[:port][/path] without credentials, query or fragment")
+        return value.rstrip("/")
+
+    @field_validator("gepa_github_installations")
+    @classmethod
+    def _github_installations(cls, value: str) -> str:
+        github_grants.InstallationGrants.parse(value)  # ValueError names the bad entry
+        return value
     # Also accept http:// repository URLs (a GitHub Enterprise on a trusted network, tests).
     gepa_allow_http_repos: bool = False
     # A clone first asks the repository for its refs (git ls-remote): a host that has not

@@ -28,6 +28,7 @@ class ConnectResult(BaseModel):
     default_branch: str | None = None
     head_commit: str | None = None
     error: str | None = None  # why the clone failed
+    error_code: str | None = None  # a refusal with a code of its own (a GitHub App one), else None
 
 
 class StepRequest(BaseModel):

@@ -22,12 +22,13 @@ from genesis.config import Settings
 from genesis.harness import ManagedProcess, api_process, free_port, wait_for_api, worker_process
 from tests import agents
 from tests.agents import TestAgent
-from tests.fake_github import APP_ID, FakeGitHub
+from tests.fake_github import APP_ID, FakeGitHub, RecordingHost
 from tests.gepa_repo import make_repo
 from tests.scripted_lm import ScriptedLM
 
 
 GITHUB_INSTALLATION_ID = 7001
+GITHUB_UNKNOWN_INSTALLATION_ID = 7002  # granted by the operator, but no installation on GitHub
 
 
 @dataclass
@@ -39,6 +40,7 @@ class GepaStack:
     allowed: tuple[str, int]  # an HTTP server on the allow-list (GENESIS_GEPA_EGRESS_ALLOW)
     forbidden: tuple[str, int]  # an HTTP server on every host address, not on the allow-list
     github: FakeGitHub  # the App API and a private repository acme/private-qa.git
+    elsewhere: RecordingHost  # another host on the operator's private allow-list: records what reaches it
     silent_port: int  # on the operator's private allow-list; nothing listens there unless a test does
     agent: TestAgent | None = None  # the tests' agent: its X-API-Key owns the clients they connect
     worker: ManagedProcess | None = None
@@ -65,12 +67,13 @@ async def gepa_stack(settings, tmp_path_factory):
     github_root.mkdir(parents=True)
     subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(github_root / "private-qa.git")], check=True)
     github = FakeGitHub(root / "github", installation_id=GITHUB_INSTALLATION_ID)
+    elsewhere = RecordingHost()
     (root / "github-app.pem").write_bytes(github.private_key_pem)
     silent_port = free_port()
     # Everything the tests serve on loopback is private: the operator's allow-list names each
     # such host:port (the checks themselves stay as strict as in production).
     private_allow = ",".join(f"127.0.0.1:{port}" for port in (
-        github.server.server_address[1], allowed.port, forbidden.port, silent_port))
+        github.server.server_address[1], allowed.port, forbidden.port, silent_port, elsewhere.port))
     stack_settings = settings.model_copy(update={
         "task_queue": f"genesis-test-gepa-{free_port()}",
         "api_port": free_port(),
@@ -87,6 +90,7 @@ async def gepa_stack(settings, tmp_path_factory):
         "gepa_github_app_id": APP_ID,
         "gepa_github_private_key_path": root / "github-app.pem",
         "gepa_github_api_url": github.url,
+        "gepa_github_url": github.url,
         "gepa_allow_http_repos": True,
         "outbound_private_allow": private_allow,
         "gepa_clone_connect_timeout_s": 4.0,
@@ -106,13 +110,22 @@ async def gepa_stack(settings, tmp_path_factory):
         url = await asyncio.to_thread(wait_for_api, api)
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             agent = await agents.register(http, "gepa-tests")
+        # The operator grants the GitHub App installation to the tests' agent alone (agents made
+        # later are outsiders to it): the API starts again with that grant.
+        api.stop()
+        stack_settings = stack_settings.model_copy(update={
+            "gepa_github_installations": ",".join(
+                f"{installation}={agent.agent_id}" for installation in (GITHUB_INSTALLATION_ID, GITHUB_UNKNOWN_INSTALLATION_ID))})
+        api = api_process(stack_settings, "api-gepa")
+        api.start()
+        url = await asyncio.to_thread(wait_for_api, api)
         yield GepaStack(agent=agent, worker=worker, url=url, settings=stack_settings, lm=lm, repo=repo,
                         allowed=("127.0.0.1", allowed.port), forbidden=("0.0.0.0", forbidden.port), github=github,
-                        silent_port=silent_port)
+                        elsewhere=elsewhere, silent_port=silent_port)
     finally:
         api.stop()
         worker.stop()
-        for server in (lm, allowed, forbidden, github):
+        for server in (lm, allowed, forbidden, github, elsewhere):
             server.close()
 
 

@@ -6,13 +6,22 @@ from __future__ import annotations
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities import names
-    from genesis.gepa_dto import GEPA_CONNECT_WORKFLOW, ConnectRequest, ConnectResult
+    from genesis.gepa_dto import GEPA_CONNECT_WORKFLOW, STEP_FAILED, ConnectRequest, ConnectResult
 
-from workflows.gepa_step import DB_RETRY, INFRA_RETRY, failure_message
+from workflows.gepa_step import DB_RETRY, INFRA_RETRY, failure_message, innermost_failure
+
+
+def refusal_code(error: BaseException) -> str | None:
+    """The code of a refusal that has one (an activity's non-retryable ApplicationError typed
+    other than the generic verdict, e.g. a GitHub App refusal); None for the rest."""
+    error = innermost_failure(error)
+    if isinstance(error, ApplicationError) and error.non_retryable and error.type and error.type != STEP_FAILED:
+        return error.type
+    return None
 
 
 @workflow.defn(name=GEPA_CONNECT_WORKFLOW)
@@ -25,7 +34,7 @@ class GepaConnectWorkflow:
                 start_to_close_timeout=timedelta(minutes=15), retry_policy=INFRA_RETRY,
             )
         except ActivityError as exc:
-            result = ConnectResult(client_id=request.client_id, error=failure_message(exc))
+            result = ConnectResult(client_id=request.client_id, error=failure_message(exc), error_code=refusal_code(exc))
         await workflow.execute_local_activity(
             names.GEPA_RECORD_CLIENT,
             args=[request.client_id, "failed" if result.error else "connected", result.default_branch, result.error],

@@ -30,10 +30,16 @@ DB_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_int
                        non_retryable_error_types=["GEPA_STEP_FAILED"])
 
 
-def failure_message(error: BaseException) -> str:
-    """The innermost message: the activity's own explanation, not Temporal's wrapper."""
+def innermost_failure(error: BaseException) -> BaseException:
+    """The activity's own error inside Temporal's wrappers."""
     while isinstance(error, ActivityError) and error.cause is not None:
         error = error.cause
+    return error
+
+
+def failure_message(error: BaseException) -> str:
+    """The innermost message: the activity's own explanation, not Temporal's wrapper."""
+    error = innermost_failure(error)
     return getattr(error, "message", None) or str(error) or type(error).__name__
 
 
