@@ -47,6 +47,15 @@ MAX_BODY_BYTES = 96 * 1024  # 32 KB of code can grow when JSON-escaped
 PROPOSE_POOL_SIZE = 10  # Postgres connections of the propose path (beside the ORM's pool), opened on demand
 PROPOSE_POOL_WARM = 2  # of which opened at startup: ~100 proposals/s keep 1-3 busy
 log = logging.getLogger("genesis.api")
+OPEN_MODE_WARNING = (
+    "\n" + "!" * 78 + "\n"
+    "  GENESIS_AUTH=open: THIS API CHECKS NO KEYS.\n"
+    "  Anyone who can reach it may act as any agent and use every operator endpoint: publish\n"
+    "  and resolve tasks, create, pause and delete schedules, force evolution triggers, roll\n"
+    "  back any mutation and replace any trait. For local development only; anywhere else\n"
+    "  leave GENESIS_AUTH unset (required) and create operator keys with\n"
+    "  `genesis operator create-key`.\n" + "!" * 78
+)
 
 
 def _build_lazy_state(app: FastAPI) -> None:
@@ -81,6 +90,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        if settings.auth == "open":
+            log.warning(OPEN_MODE_WARNING)
         app.state.services = Services(
             settings=settings,
             sessions=get_sessionmaker(settings.database_url),

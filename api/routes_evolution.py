@@ -1,8 +1,9 @@
-"""``POST /api/evolution/trigger``: an operator forces a Watcher trigger (issue 5, item 1), and
-``GET /api/evolution/cycles[/{trigger_id}]``: the evolution cycles' records (items 2-3).
+"""``POST /api/evolution/trigger``: an operator forces a Watcher trigger, and
+``GET /api/evolution/cycles[/{trigger_id}]``: the evolution cycles' records.
 
-It goes through the Watcher's own code (genesis/watcher.py) and gate: the cooldown of the type
-(critical skips it) and the circuit breaker apply, the WorldReport is written to
+It goes through the Watcher's own code (genesis/watcher.py): the cooldown of the type (critical
+skips it) and a limit of forced triggers of their own apply (the Watcher's circuit breaker does
+not: forced triggers neither open it nor are stopped by it), the WorldReport is written to
 ``evo:trigger:{id}``, a TaskWorkflow publishes the task, the EvolutionCycleWorkflow starts and the
 feed gets ``anomaly_detected``."""
 
@@ -10,13 +11,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
+from api.auth import OPERATOR_ERRORS, require_operator
 from api.errors import ApiError
-from api.schemas import ErrorResponse, EvolutionTriggerRequest, EvolutionTriggerResponse
+from api.schemas import ErrorResponse, EvolutionTriggerRequest, EvolutionTriggerResponse, RateLimitResponse
 from api.schemas_evolution import CycleListResponse, CycleResponse
 from genesis import cycles
 from genesis import redis_keys as keys
@@ -26,14 +28,16 @@ from genesis.workflow_api import evolution_workflow_id
 router = APIRouter(tags=["evolution"])
 
 ERRORS = {
-    409: {"model": ErrorResponse, "description": "Cooldown of the type active, circuit breaker open, or no anomaly to trigger"},
+    409: {"model": ErrorResponse, "description": "Cooldown of the type active, or no anomaly to trigger"},
+    429: {"model": RateLimitResponse, "description": "FORCED_TRIGGER_LIMIT: too many forced triggers in the window; retry after retry_after_sec"},
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
     503: {"model": ErrorResponse, "description": "No snapshot yet, or Redis / Temporal unavailable"},
 }
 START_WAIT_S = 10.0
 
 
-@router.post("/api/evolution/trigger", status_code=202, response_model=EvolutionTriggerResponse, responses=ERRORS)
+@router.post("/api/evolution/trigger", status_code=202, response_model=EvolutionTriggerResponse,
+             responses={**ERRORS, **OPERATOR_ERRORS}, dependencies=[Depends(require_operator)])
 async def force_trigger(request: Request, body: EvolutionTriggerRequest | None = None) -> JSONResponse:
     """Force a trigger from the latest WorldSnapshot with the given anomaly type (or the worst
     one the rules detect). Returns the ``trigger_id`` (WorldReport at ``evo:trigger:{id}``, 10
@@ -56,11 +60,12 @@ async def force_trigger(request: Request, body: EvolutionTriggerRequest | None =
             f"a {outcome.anomaly.type} trigger happened less than {settings.watcher_cooldown_s:.0f} s ago "
             "(severity critical skips the cooldown)",
         )
-    if outcome.status in (watching.PAUSED, watching.TRIPPED):
+    if outcome.status == watching.LIMITED:
         raise ApiError(
-            409, "CIRCUIT_BREAKER_OPEN",
-            f"more than {settings.watcher_trigger_limit} triggers in {settings.watcher_trigger_window_s} s: "
-            f"the Watcher is paused for up to {settings.watcher_pause_s} s",
+            429, "FORCED_TRIGGER_LIMIT",
+            f"at most {settings.forced_trigger_limit} forced triggers per {settings.forced_trigger_window_s} s "
+            f"(GENESIS_FORCED_TRIGGER_LIMIT); try again in {outcome.retry_after_s} s",
+            headers={"Retry-After": str(outcome.retry_after_s)}, extra={"retry_after_sec": outcome.retry_after_s},
         )
     await watcher.drain(timeout=START_WAIT_S)  # the TaskWorkflow start (retried while Temporal is away)
     response = EvolutionTriggerResponse(

@@ -16,7 +16,7 @@ from sqlalchemy import update
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.auth import API_KEY
+from api.auth import API_KEY, OPERATOR_KEY
 from api.errors import ApiError
 from api.routes_mutations import WRITE_ERRORS, load_own_mutation
 from api.schemas import ErrorResponse
@@ -43,13 +43,14 @@ NOT_RETRYABLE = {
     responses={**WRITE_ERRORS, 409: {"model": ErrorResponse, "description":
                "NOT_RETRYABLE (a verdict or a live trait), MUTATION_IN_PROGRESS (its workflow is running)"}},
 )
-async def retry(mutation_id: str, request: Request, api_key: str | None = Depends(API_KEY)) -> JSONResponse:
+async def retry(mutation_id: str, request: Request, api_key: str | None = Depends(API_KEY),
+                operator_key: str | None = Depends(OPERATOR_KEY)) -> JSONResponse:
     """Re-run a mutation whose workflow ended without a verdict (Failed, TimedOut, Terminated,
     Canceled, or never started / vanished while the record is not final): a fresh run of its
     MutationWorkflow under the same workflow id. Needs the ``X-API-Key`` of the agent that
-    proposed it (unless GENESIS_AUTH=open)."""
+    proposed it or an ``X-Operator-Key`` (unless GENESIS_AUTH=open)."""
     services = request.app.state.services
-    record = await load_own_mutation(request, mutation_id, api_key, "retry it")
+    record = (await load_own_mutation(request, mutation_id, api_key, operator_key, "retry it")).record
     if record.status in NOT_RETRYABLE:
         reason = NOT_RETRYABLE[record.status].format(code=record.failure_reason_code, id=mutation_id)
         raise ApiError(409, "NOT_RETRYABLE", f"mutation {mutation_id} is {record.status}: {reason}")

@@ -1,9 +1,9 @@
 """Tasks for external agents (open-mutation-api.md, Block 1) and claims on them.
 
 - ``GET  /api/agents/context/tasks``          live tasks (never an expired one), soonest expiry first
-- ``POST /api/agents/tasks``                  an operator publishes a task (until the Watcher does)
+- ``POST /api/agents/tasks``                  an operator publishes a task (the Watcher does too)
 - ``POST /api/agents/tasks/{task_id}/claim``  take a task: one winner, the others get 409
-- ``POST /api/agents/tasks/{task_id}/resolve`` the problem went away: end the task
+- ``POST /api/agents/tasks/{task_id}/resolve`` an operator: the problem went away, end the task
 
 Each task is a TaskWorkflow (id ``task-<task_id>``): it writes the task to Redis, keeps it for
 its TTL with a durable timer and removes it when the TTL runs out, a mutation proposed for it is
@@ -21,7 +21,7 @@ from temporalio.client import WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.auth import API_KEY, acting_agent
+from api.auth import API_KEY, OPERATOR_ERRORS, acting_agent, require_operator
 from api.errors import ApiError
 from api.schemas import (
     TASK_ID_PATTERN,
@@ -87,9 +87,10 @@ async def list_tasks(request: Request, limit: int = Query(100, ge=1, le=500)) ->
     return TasksResponse(tasks=[_task_response(task, claim, now) for task, claim in live])
 
 
-@router.post("/api/agents/tasks", status_code=201, response_model=TaskCreatedResponse, responses=ERRORS)
+@router.post("/api/agents/tasks", status_code=201, response_model=TaskCreatedResponse,
+             responses={**ERRORS, **OPERATOR_ERRORS}, dependencies=[Depends(require_operator)])
 async def publish_task(body: TaskCreateRequest, request: Request) -> JSONResponse:
-    """Publish a task for external agents (operator endpoint, until the Watcher publishes them).
+    """Publish a task for external agents (operator endpoint: X-Operator-Key).
     Its TaskWorkflow writes it to Redis within moments and ends it when its TTL runs out."""
     services = request.app.state.services
     settings = services.settings
@@ -163,10 +164,11 @@ async def claim_task(
     return JSONResponse(response.model_dump(), status_code=201 if won else 200)
 
 
-@router.post("/api/agents/tasks/{task_id}/resolve", status_code=202, response_model=ResolveResponse, responses=ERRORS)
+@router.post("/api/agents/tasks/{task_id}/resolve", status_code=202, response_model=ResolveResponse,
+             responses={**ERRORS, **OPERATOR_ERRORS}, dependencies=[Depends(require_operator)])
 async def resolve_task(task_id: str, request: Request, body: ResolveRequest | None = None) -> JSONResponse:
-    """The problem went away: end the task now (operator endpoint; the Watcher signals the
-    workflow itself). Its TaskWorkflow removes it and announces ``TaskClosed``."""
+    """The problem went away: end the task now, claimed or not (operator endpoint: X-Operator-Key;
+    the Watcher signals the workflow itself). Its TaskWorkflow removes it and announces ``TaskClosed``."""
     if not TASK_ID_PATTERN.match(task_id):
         raise _not_found(task_id)
     services = request.app.state.services
