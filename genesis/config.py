@@ -24,6 +24,10 @@ class Settings(BaseSettings):
 
     api_host: str = "127.0.0.1"
     api_port: int = 8000
+    # Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto the API believes (comma separated
+    # IPs or CIDRs, e.g. "10.0.0.5,172.18.0.0/16"). Empty (default): none, the client address is
+    # the connection's peer. Only `python -m api` applies it (api/__main__.py).
+    trusted_proxies: str = ""
     state_dir: Path = PROJECT_ROOT / ".state"
 
     # Sandbox (trait host container) limits.
