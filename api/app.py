@@ -33,6 +33,7 @@ from api import routes_gepa
 from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
 from api.metrics import RequestMetrics
+from api.request_guard import RequestGuard
 from api.metrics import router as metrics_router
 from api.telemetry_hub import TelemetryHub
 from api.workflow_starter import WorkflowStarter
@@ -133,6 +134,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     document_error_responses(app)
+    # Control characters in the URL, duplicate keys and unreadable integers in JSON: 422 before
+    # routing (api/request_guard.py); inside BodySizeLimit, so it never reads more than the limit.
+    app.add_middleware(RequestGuard)
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES,
                        per_path={routes_batch.BATCH_PATH: MAX_BODY_BYTES * settings.batch_max_items,
                                  routes_gepa.EXECUTE_STEP_PATH: settings.gepa_max_body_bytes})

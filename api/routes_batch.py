@@ -54,10 +54,10 @@ async def propose_batch(body: BatchProposeRequest, request: Request, api_key: st
         except ApiError as exc:
             results.append(BatchItemResult(index=index, status_code=exc.status_code, error=exc.error,
                                            detail=exc.detail, **exc.extra))
-        except Exception as exc:  # noqa: BLE001 - one item's failure must not hide the others' results
+        except Exception:  # noqa: BLE001 - one item's failure must not hide the others' results
             log.exception("batch item %d failed", index)
             results.append(BatchItemResult(index=index, status_code=500, error="INTERNAL_ERROR",
-                                           detail=f"{type(exc).__name__}: {exc}"))
+                                           detail="this item failed unexpectedly; the API's log has the details"))
     for result in results:
         count_proposal("batch", "accepted" if result.status_code == 202 else result.error or str(result.status_code))
     accepted_count = sum(1 for r in results if r.status_code == 202)

@@ -18,6 +18,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from api.auth import OPERATOR_ERRORS, require_operator
 from api.errors import ApiError
+from api.params import TriggerIdPath
 from api.schemas import ErrorResponse, EvolutionTriggerRequest, EvolutionTriggerResponse, RateLimitResponse
 from api.schemas_evolution import CycleListResponse, CycleResponse
 from genesis import cycles
@@ -49,7 +50,7 @@ async def force_trigger(request: Request, body: EvolutionTriggerRequest | None =
     try:
         outcome = await watcher.force(body.anomaly_type, body.severity)
     except (RedisError, OSError) as exc:
-        raise ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+        raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     if outcome.status == watching.NO_SNAPSHOT:
         raise ApiError(503, "NO_SNAPSHOT", "no WorldSnapshot in Redis yet: start the engine (`make run`) and try again")
     if outcome.status == watching.NO_ANOMALY:
@@ -86,16 +87,16 @@ async def list_cycles(request: Request, limit: int = Query(default=50, ge=1, le=
     try:
         return {"cycles": await cycles.list_cycles(request.app.state.services.sessions, limit, status)}
     except (SQLAlchemyError, OSError) as exc:
-        raise ApiError(503, "DATABASE_UNAVAILABLE", f"Postgres is not reachable: {exc}") from exc
+        raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
 
 
 @router.get("/api/evolution/cycles/{trigger_id}", response_model=CycleResponse,
             responses={404: {"model": ErrorResponse, "description": "No cycle with that trigger id"}, 503: ERRORS[503]})
-async def get_cycle(trigger_id: str, request: Request) -> dict:
+async def get_cycle(trigger_id: TriggerIdPath, request: Request) -> dict:
     try:
         found = await cycles.get_cycle(request.app.state.services.sessions, trigger_id)
     except (SQLAlchemyError, OSError) as exc:
-        raise ApiError(503, "DATABASE_UNAVAILABLE", f"Postgres is not reachable: {exc}") from exc
+        raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
     if found is None:
         raise ApiError(404, "CYCLE_NOT_FOUND", f"no evolution cycle {trigger_id!r} (ids are trigger ids: trg_… for the "
                        "Watcher's, sch_<schedule>-<time> for a schedule's runs)")

@@ -13,8 +13,9 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import API_KEY, OPERATOR_KEY, acting_agent, operator_of
-from api.errors import ApiError
+from api.errors import ApiError, unavailable
 from api.metrics import count_proposal
+from api.params import MutationIdPath
 from api.routes_tasks import check_proposal_claim
 from api.routes_traits import check_replacement, db_down, replaces_ref
 from api.schemas import (
@@ -30,7 +31,7 @@ from api.schemas import (
 from genesis import proposal_store, ratelimit, webhooks
 from genesis.db.models import Mutation, TraitVersion
 from genesis.dto import FailureCode, MutationStatus, RollbackRequest
-from genesis.ids import MUTATION_ID_PATTERN, mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
+from genesis.ids import mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
 from genesis.workflow_api import ROLLBACK_WORKFLOW, rollback_workflow_id
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
@@ -153,7 +154,7 @@ async def _take_rate_limit(services, agent_id: str, ip: str, mutation_id: str) -
     try:
         decision = await ratelimit.acquire(services.redis, limits, agent_id, ip, mutation_id)
     except Exception as exc:  # limits cannot be enforced: accept nothing
-        raise ApiError(503, "RATE_LIMITER_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+        raise unavailable("RATE_LIMITER_UNAVAILABLE", "Redis", exc, "the rate limits") from exc
     if not decision.allowed:
         raise ApiError(
             429, FailureCode.RATE_LIMIT_EXCEEDED.value, decision.describe(agent_id, ip),
@@ -180,8 +181,7 @@ def _accepted(mutation_id: str, status: str, message: str) -> ProposeResponse:
 
 
 async def _load(request: Request, mutation_id: str) -> Mutation:
-    if not MUTATION_ID_PATTERN.match(mutation_id):
-        raise ApiError(404, "MUTATION_NOT_FOUND", f"no mutation {mutation_id!r}: ids look like 'mut_' followed by hex digits")
+    """The mutation of a well-formed id (a path parameter: api/params.py), or 404."""
     async with request.app.state.services.sessions() as session:
         record = await session.scalar(select(Mutation).where(Mutation.mutation_id == mutation_id))
     if record is None:
@@ -244,7 +244,7 @@ async def _replaced_version_owner(request: Request, record: Mutation) -> tuple[i
 
 
 @router.get("/{mutation_id}/status", response_model=MutationStatusResponse, responses=ERRORS)
-async def status(mutation_id: str, request: Request) -> MutationStatusResponse:
+async def status(mutation_id: MutationIdPath, request: Request) -> MutationStatusResponse:
     """Where a mutation is in its pipeline, with the validation log a person can act on."""
     return status_response(await _load(request, mutation_id))
 
@@ -265,7 +265,7 @@ def status_response(record: Mutation) -> MutationStatusResponse:
 
 
 @router.get("/{mutation_id}/effects", response_model=EffectsResponse, responses=ERRORS)
-async def effects(mutation_id: str, request: Request) -> EffectsResponse:
+async def effects(mutation_id: MutationIdPath, request: Request) -> EffectsResponse:
     """What the mutation did to the world over its observation window (``observed: false`` until then)."""
     record = await _load(request, mutation_id)
     return EffectsResponse(
@@ -278,7 +278,7 @@ async def effects(mutation_id: str, request: Request) -> EffectsResponse:
 
 
 @router.post("/{mutation_id}/rollback", status_code=202, response_model=RollbackResponse, responses=WRITE_ERRORS)
-async def rollback(mutation_id: str, request: Request, body: RollbackBody | None = None,
+async def rollback(mutation_id: MutationIdPath, request: Request, body: RollbackBody | None = None,
                    api_key: str | None = Depends(API_KEY), operator_key: str | None = Depends(OPERATOR_KEY)) -> JSONResponse:
     """Take a trait out of the world (the previous version of the same trait, if any, comes back).
     Needs the ``X-API-Key`` of the agent that proposed it, or of the agent whose version it
@@ -296,7 +296,21 @@ async def rollback(mutation_id: str, request: Request, body: RollbackBody | None
         raise ApiError(409, "NOT_ROLLBACKABLE", f"mutation {mutation_id} is {record.status}: it never went live")
     note = await _not_live_note(request, record)  # read before the rollback changes the version's status
     client = await services.temporal()
-    if record.status == MutationStatus.kept.value:  # its workflow has ended: a RollbackWorkflow does it
+    try:
+        await _request_rollback(services, client, record, reason)
+    except RPCError as exc:
+        if exc.status != RPCStatusCode.NOT_FOUND:
+            raise unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc, "requesting the rollback") from exc
+        raise ApiError(409, "NOT_ROLLBACKABLE",
+                       f"mutation {mutation_id} is {record.status}: its workflow has not started yet") from exc
+    return _rollback_reply(mutation_id, record.status, f"rollback requested ({reason}){note}", 202)
+
+
+async def _request_rollback(services, client, record: Mutation, reason: str) -> None:
+    """A RollbackWorkflow for a kept mutation (its own workflow has ended), else the rollback
+    signal to its MutationWorkflow (RPCError NOT_FOUND: it has not started)."""
+    mutation_id = record.mutation_id
+    if record.status == MutationStatus.kept.value:
         await client.start_workflow(
             ROLLBACK_WORKFLOW,
             args=[RollbackRequest(mutation_id=mutation_id, trait_name=record.trait_name, reason=reason,
@@ -309,14 +323,7 @@ async def rollback(mutation_id: str, request: Request, body: RollbackBody | None
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
     else:
-        try:
-            await client.get_workflow_handle(record.workflow_id).signal("rollback", reason)
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.NOT_FOUND:
-                raise
-            raise ApiError(409, "NOT_ROLLBACKABLE",
-                           f"mutation {mutation_id} is {record.status}: its workflow has not started yet") from exc
-    return _rollback_reply(mutation_id, record.status, f"rollback requested ({reason}){note}", 202)
+        await client.get_workflow_handle(record.workflow_id).signal("rollback", reason)
 
 
 async def _not_live_note(request: Request, record: Mutation) -> str:

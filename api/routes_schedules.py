@@ -8,6 +8,7 @@ from fastapi.responses import JSONResponse
 
 from api.auth import OPERATOR_ERRORS, require_operator
 from api.errors import ApiError
+from api.params import ScheduleIdPath
 from api.schemas import ErrorResponse
 from api.schemas_evolution import ScheduleCreateRequest, ScheduleListResponse, ScheduleResponse
 from genesis import schedules
@@ -54,24 +55,24 @@ async def list_schedules(request: Request) -> dict:
 
 
 @router.get("/{schedule_id}", response_model=ScheduleResponse, responses=ERRORS)
-async def get_schedule(schedule_id: str, request: Request) -> dict:
+async def get_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
     return await _call(request, schedules.describe, schedule_id, _queue(request))
 
 
 @router.post("/{schedule_id}/pause", response_model=ScheduleResponse, responses={**ERRORS, **OPERATOR_ERRORS},
              dependencies=[Depends(require_operator)])
-async def pause_schedule(schedule_id: str, request: Request) -> dict:
+async def pause_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
     return await _call(request, schedules.pause, schedule_id, _queue(request))
 
 
 @router.post("/{schedule_id}/resume", response_model=ScheduleResponse, responses={**ERRORS, **OPERATOR_ERRORS},
              dependencies=[Depends(require_operator)])
-async def resume_schedule(schedule_id: str, request: Request) -> dict:
+async def resume_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
     return await _call(request, schedules.resume, schedule_id, _queue(request))
 
 
 @router.delete("/{schedule_id}", response_model=ScheduleResponse, responses={**ERRORS, **OPERATOR_ERRORS},
                dependencies=[Depends(require_operator)])
-async def delete_schedule(schedule_id: str, request: Request) -> dict:
+async def delete_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
     """Delete the schedule (cycles already running finish); answers its last description."""
     return await _call(request, schedules.delete, schedule_id, _queue(request))

@@ -22,9 +22,9 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import API_KEY, OPERATOR_ERRORS, acting_agent, require_operator
-from api.errors import ApiError
+from api.errors import ApiError, unavailable
+from api.params import TaskIdPath
 from api.schemas import (
-    TASK_ID_PATTERN,
     ClaimRequest,
     ClaimResponse,
     ErrorResponse,
@@ -55,7 +55,7 @@ CLAIM_ERRORS = {
 
 
 def _redis_down(exc: Exception) -> ApiError:
-    return ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}")
+    return unavailable("REDIS_UNAVAILABLE", "Redis", exc)
 
 
 def _task_response(task: AgentTask, claim: tasks.Claim | None, now: float) -> TaskResponse:
@@ -117,7 +117,7 @@ async def publish_task(body: TaskCreateRequest, request: Request) -> JSONRespons
     except WorkflowAlreadyStartedError as exc:
         raise ApiError(409, "TASK_EXISTS", f"task id {task_id!r} is already taken: choose another or omit task_id") from exc
     except Exception as exc:
-        raise ApiError(503, "WORKFLOW_START_FAILED", f"could not start the task workflow: {exc}") from exc
+        raise unavailable("WORKFLOW_START_FAILED", "Temporal", exc, "starting the task workflow") from exc
     response = TaskCreatedResponse(
         **_task_response(task, None, time.time()).model_dump(),
         workflow_id=task_workflow_id(task_id),
@@ -128,7 +128,7 @@ async def publish_task(body: TaskCreateRequest, request: Request) -> JSONRespons
 
 @router.post("/api/agents/tasks/{task_id}/claim", status_code=201, response_model=ClaimResponse, responses=CLAIM_ERRORS)
 async def claim_task(
-    task_id: str, request: Request, body: ClaimRequest | None = None, api_key: str | None = Depends(API_KEY),
+    task_id: TaskIdPath, request: Request, body: ClaimRequest | None = None, api_key: str | None = Depends(API_KEY),
 ) -> JSONResponse:
     """Take a task so that no other agent works on it. The claim is a lease of
     ``GENESIS_TASK_CLAIM_LEASE_S`` seconds (never past the task's expiry): it lapses unless you
@@ -137,8 +137,6 @@ async def claim_task(
     Needs the agent's ``X-API-Key`` (unless GENESIS_AUTH=open: then ``agent_id`` in the body)."""
     services = request.app.state.services
     agent_id = await acting_agent(services, api_key, body.agent_id if body else None)
-    if not TASK_ID_PATTERN.match(task_id):
-        raise _not_found(task_id)
     try:
         outcome = await tasks.claim(services.redis, task_id, agent_id, services.settings.task_claim_lease_s)
     except (RedisError, OSError) as exc:
@@ -166,11 +164,9 @@ async def claim_task(
 
 @router.post("/api/agents/tasks/{task_id}/resolve", status_code=202, response_model=ResolveResponse,
              responses={**ERRORS, **OPERATOR_ERRORS}, dependencies=[Depends(require_operator)])
-async def resolve_task(task_id: str, request: Request, body: ResolveRequest | None = None) -> JSONResponse:
+async def resolve_task(task_id: TaskIdPath, request: Request, body: ResolveRequest | None = None) -> JSONResponse:
     """The problem went away: end the task now, claimed or not (operator endpoint: X-Operator-Key;
     the Watcher signals the workflow itself). Its TaskWorkflow removes it and announces ``TaskClosed``."""
-    if not TASK_ID_PATTERN.match(task_id):
-        raise _not_found(task_id)
     services = request.app.state.services
     client = await services.temporal()
     handle: WorkflowHandle = client.get_workflow_handle(task_workflow_id(task_id))
@@ -179,7 +175,7 @@ async def resolve_task(task_id: str, request: Request, body: ResolveRequest | No
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:  # never existed, or its workflow has ended
             raise _not_found(task_id) from exc
-        raise ApiError(503, "TEMPORAL_UNAVAILABLE", f"could not signal the task workflow: {exc}") from exc
+        raise unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc, "signalling the task workflow") from exc
     response = ResolveResponse(task_id=task_id, message="The task is being closed")
     return JSONResponse(response.model_dump(), status_code=202)
 

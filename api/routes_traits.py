@@ -14,7 +14,7 @@ from redis.exceptions import RedisError
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.errors import ApiError
+from api.errors import ApiError, unavailable
 from api.schemas import (
     ErrorResponse,
     LiveTraitVersion,
@@ -125,7 +125,7 @@ def check_owner(name: str, live, agent_id: str) -> None:
 
 
 def db_down(exc: Exception) -> ApiError:
-    return ApiError(503, "DATABASE_UNAVAILABLE", f"Postgres is not reachable: {type(exc).__name__}: {exc}")
+    return unavailable("DATABASE_UNAVAILABLE", "Postgres", exc)
 
 
 # -- read endpoints --------------------------------------------------------------------------
