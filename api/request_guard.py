@@ -3,8 +3,9 @@
 - a control character (NUL, CR, LF, ...) in the URL's path or query: no id, name or parameter of
   this API may contain one (Postgres text cannot even hold NUL);
 - a JSON body that Python's parser reads, but not as the client meant: a key given twice in one
-  object (the last one would silently win) or an integer longer than Python converts (4,300
-  digits; the parser's own error would surface as a bare 400).
+  object (the last one would silently win), an integer longer than Python converts (4,300
+  digits) or arrays and objects nested deeper than the parser goes (its own errors would surface
+  as a bare 400, or a 500 here).
 
 Each is a 422 that names the place. Bodies that are not JSON at all are left to FastAPI (400
 INVALID_JSON). Pure ASGI: the body is read once here (inside BodySizeLimit, so never more than
@@ -78,17 +79,25 @@ def _locate(node: Any, path: str) -> tuple[str, str, str] | None:
     return None
 
 
+_TOO_DEEP = ("JSON_TOO_DEEP", "body", "arrays and objects are nested too deeply to be read")
+
+
 def json_body_problem(body: bytes) -> tuple[str, str, str] | None:
-    """(error, field, message) when ``body`` is JSON with a duplicate key or an over-long integer;
-    None when it is fine, or not JSON at all (FastAPI answers that)."""
+    """(error, field, message) when ``body`` is JSON with a duplicate key, an over-long integer or
+    too deep a nesting; None when it is fine, or not JSON at all (FastAPI answers that)."""
     try:
         json.loads(body, object_pairs_hook=_strict_object, parse_int=_bounded_int)
         return None
     except (_DuplicateKey, _NumberTooLong):
         pass
+    except RecursionError:
+        return _TOO_DEEP
     except ValueError:  # not JSON, not UTF-8: FastAPI's own 400
         return None
-    return _locate(json.loads(body, object_pairs_hook=_Pairs, parse_int=_Digits), "")
+    try:
+        return _locate(json.loads(body, object_pairs_hook=_Pairs, parse_int=_Digits), "")
+    except RecursionError:
+        return _TOO_DEEP
 
 
 def url_problem(scope: dict) -> tuple[str, str] | None:

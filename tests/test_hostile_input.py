@@ -143,3 +143,13 @@ async def test_duplicate_keys_in_a_body_are_a_precise_422(http, path):
     response = await http.post(path, content=escaped, headers={"Content-Type": "application/json"})
     assert response.status_code == 422 and response.json()["error"] == "DUPLICATE_JSON_KEY", response.text
     assert json.loads('{"a": 1}') == {"a": 1}
+
+
+@pytest.mark.parametrize("body", [b"[" * 40_000 + b"]" * 40_000, b'{"a":' * 5_000 + b"1" + b"}" * 5_000,
+                                  b'{"a":' * 5_000 + b'{"k": 1, "k": 2}' + b"}" * 5_000],
+                         ids=["arrays", "objects", "duplicate-inside"])
+async def test_too_deep_a_body_is_a_precise_422(http, body):
+    response = await http.post("/api/mutations/propose", content=body,
+                               headers={"Content-Type": "application/json", **await agents.headers(http)})
+    assert response.status_code == 422, response.text
+    assert response.json()["error"] == "JSON_TOO_DEEP" and "nested too deeply" in response.json()["detail"]
