@@ -15,6 +15,7 @@ import shutil
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import docker
 from sqlalchemy import select, update
@@ -24,7 +25,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities import names
 from activities.gepa_coder import CodingAgent
-from genesis import gepa_envs, gitops, programs
+from genesis import gepa_envs, gitops, netpolicy, programs
 from genesis.config import Settings
 from genesis.db.models import GepaClient, Program
 from genesis.gepa_dto import (
@@ -54,6 +55,9 @@ class GepaActivities:
     def __init__(self, settings: Settings, sessions: async_sessionmaker):
         self._settings, self._sessions = settings, sessions
         self._workspace = Path(settings.gepa_workspace_dir)
+        self._policy = netpolicy.NetPolicy.from_settings(settings)
+        self._clone_limits = gitops.CloneLimits(settings.gepa_clone_connect_timeout_s, settings.gepa_clone_stall_s,
+                                                settings.gepa_clone_timeout_s)
         self._docker = docker.from_env(timeout=120)
         program_image.ensure(self._docker)
         remove_exited_hosts(self._docker)
@@ -68,7 +72,7 @@ class GepaActivities:
                     coder_route: egress.Route(settings.gepa_coder_base_url, settings.gepa_coder_api_key.get_secret_value()),
                     claude_route: egress.Route(settings.gepa_anthropic_base_url,
                                                settings.gepa_anthropic_api_key.get_secret_value(), key_header="x-api-key")},
-            allow=egress.parse_allow_list(settings.gepa_egress_allow),
+            allow=egress.parse_allow_list(settings.gepa_egress_allow), policy=self._policy,
         ).start()
         if settings.gepa_enforce_egress:
             egress.open_host_port(self._docker, settings.gepa_network, self.gateway.port)
@@ -108,14 +112,27 @@ class GepaActivities:
                 raise rejected(str(exc)) from None
             config = GitHubApp.git_auth_config(secret)
         try:
-            gitops.clone(request.repo_url, dirs.repo, config=config, redact=secret)
+            gitops.clone(request.repo_url, dirs.repo, config=config, redact=secret,
+                         pin=self._checked_repository(request.repo_url), limits=self._clone_limits)
             dirs.worktrees.mkdir(parents=True, exist_ok=True)
             dirs.egress_file.write_text(json.dumps(request.egress_allow))
             return ConnectResult(client_id=request.client_id, default_branch=gitops.default_branch(dirs.repo),
                                  head_commit=gitops.head_commit(dirs.repo))
         except gitops.GitError as exc:
             shutil.rmtree(dirs.root, ignore_errors=True)
+            activity.logger.warning("clone of %s for %s failed: %s", request.repo_url, request.client_id,
+                                    getattr(exc, "detail", exc))
             raise rejected(f"cloning {request.repo_url} failed: {exc}") from None
+
+    def _checked_repository(self, url: str) -> str | None:
+        """For a network URL: its host resolved and checked here, where git connects from (the
+        API checked it too, but an answer may change); the libcurl entry pinning git to it."""
+        if urlsplit(url).scheme not in ("http", "https"):
+            return None  # a local path, checked against GENESIS_GEPA_LOCAL_REPO_ROOTS by the API
+        try:
+            return netpolicy.check(*netpolicy.url_host_port(url), self._policy).curl_resolve()
+        except netpolicy.Refused as exc:
+            raise rejected(f"cloning {url} refused: {exc}") from None
 
     @activity.defn(name=names.GEPA_RECORD_CLIENT)
     async def record_client(self, client_id: str, status: str, default_branch: str | None, error: str | None) -> None:

@@ -108,7 +108,8 @@ class LifecycleActivities:
                 previous_version = await session.scalar(
                     select(Mutation.replaced_version).where(Mutation.mutation_id == request.mutation_id)
                 )
-        registry_version = await registry.put_entry(self._redis, registry.entry_from_row(row))
+            entry = await registry.entry_of(session, row)
+        registry_version = await registry.put_entry(self._redis, entry)
         await self._redis.publish(
             Channels.MUTATION_APPLIED,
             registry.event_json(
@@ -154,10 +155,11 @@ class LifecycleActivities:
                     update(Mutation).where(Mutation.mutation_id == request.mutation_id)
                     .values(restored_version=restored.version if restored is not None else None)
                 )
+            restored_entry = await registry.entry_of(session, restored) if restored is not None else None
         registry_version = None
         if was_live:
             registry_version = (
-                await registry.put_entry(self._redis, registry.entry_from_row(restored))
+                await registry.put_entry(self._redis, restored_entry)
                 if restored is not None
                 else await registry.remove_entry(self._redis, row.trait_name)
             )

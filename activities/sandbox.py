@@ -29,19 +29,28 @@ from sandbox.container import (
     HostDeadlineExceeded,
     IsolationLimits,
     TraitHostContainer,
+    hello_message,
     remove_containers_of,
 )
-from sandbox.intents import MalformedIntents, decode_intents
+from sandbox.intents import MalformedIntents, decode_intent_groups
 from sandbox.pool import WarmPool
 
 HOST_START_DEADLINE_S = 20.0  # first answer includes container start on a busy machine
 RECORD_TIMEOUT_S = 10.0
+LOST_TICK_RETRIES = 3  # a tick the busy machine kept from finishing is run again
+MEMORY_FROM_TICK = 10  # memory growth is measured from here (start-up allocations are done)
+BYTES_PER_BLOCK = 64  # a generous mean size of one of Python's memory blocks
 
 log = logging.getLogger("genesis.activities.sandbox")
 
 
 def test_world_params() -> WorldParams:
     return WorldParams()
+
+
+def sandbox_hello(settings: Settings) -> dict:
+    """The hello of a sandbox test's host: its workers get most of the tick deadline."""
+    return hello_message(settings, settings.sandbox_tick_deadline_s * 0.8)
 
 
 def baseline_tick_ms(seed: int, ticks: int) -> float:
@@ -68,7 +77,7 @@ class ColdHosts:
         host = TraitHostContainer(self._client, image.image_tag(), IsolationLimits.from_settings(self._settings), owner,
                                   private_socket=self._settings.sandbox_host_socket)
         try:
-            host.say_hello(self._settings.sandbox_call_timeout_ms, HOST_START_DEADLINE_S)
+            host.say_hello(sandbox_hello(self._settings), HOST_START_DEADLINE_S)
         except BaseException:
             host.close()
             raise
@@ -167,16 +176,19 @@ def run_trial(
             world.prepare_step()
             prepare_ms = (time.perf_counter() - began) * 1000
 
-        for tick in range(ticks):
+        blocks: dict[int, int] = {}  # tick -> memory blocks of the trait's process after it
+        lost = 0
+        tick = 0
+        while tick < ticks:
             # The live engine's compact per-tick request: one protocol, used twice.
             views = world.trait_views(run)
             sent = time.perf_counter()
             prepare_ms = 0.0
             try:
                 reply = host.request(
-                    {"op": "views", "tick": world.tick, **views, "run": run, "reply": "columns"},
+                    {"op": "views", "tick": world.tick, **views, "run": run},
                     settings.sandbox_tick_deadline_s,
-                    prepare_step,
+                    prepare_step if not lost else None,
                 )
             except HostDeadlineExceeded:
                 report.timeouts += 1
@@ -189,6 +201,17 @@ def run_trial(
                 return finish(FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: trait host crashed: {exc}")
             elapsed_ms = (time.perf_counter() - sent) * 1000 - prepare_ms
             result = reply.get("results", {}).get(request.trait_name, {})
+            if result.get("killed"):
+                report.timeouts += 1
+                return finish(FailureCode.SANDBOX_TIMEOUT.value,
+                              f"tick {tick}: execute() was stopped from outside its process: {result['killed']}")
+            if result.get("lost"):  # nobody's fault (the machine was busy): the same tick again
+                lost += 1
+                if lost > LOST_TICK_RETRIES:
+                    raise RuntimeError(f"tick {tick} could not finish {lost} times: {result['lost']}")
+                continue
+            lost = 0
+            blocks[tick] = result.get("blocks", 0)
             report.calls += result.get("calls", 0)
             call_us_total += result.get("total_us", 0.0)
             call_us_max = max(call_us_max, result.get("max_us", 0.0))
@@ -207,7 +230,7 @@ def run_trial(
                 report.first_error = result["errors"][0]["error"]
                 return finish(FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: execute() raised {report.first_error}")
             try:
-                intents = decode_intents(reply.get("intent_columns"))
+                intents = decode_intent_groups(reply.get("intent_groups"))
             except MalformedIntents as exc:
                 return finish(FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: the trait host sent malformed intents: {exc}")
             stepped = time.perf_counter()
@@ -218,13 +241,26 @@ def run_trial(
             report.intents_applied += sum(len(v) for v in intents.values()) - len(tick_report.rejected_intents)
             if tick % 10 == 0:
                 heartbeat(f"tick {tick}/{ticks}")
+            tick += 1
     finally:
         hosts.retire(host)
         if removed.result():
             heartbeat(f"removed {removed.result()} container(s) of an earlier attempt")
 
     finish("ok", "")
-    if report.projected_fps < settings.sandbox_min_fps:
+    first, last = min(MEMORY_FROM_TICK, ticks - 1), ticks - 1
+    if last > first and first in blocks and last in blocks:
+        report.memory_blocks_per_tick = round((blocks[last] - blocks[first]) / (last - first), 2)
+    projected_mb = report.memory_blocks_per_tick * BYTES_PER_BLOCK * settings.sandbox_memory_horizon_ticks / 2**20
+    if projected_mb > settings.trait_worker_memory_mb:
+        report.verdict = FailureCode.SANDBOX_MEMORY.value
+        report.summary = (
+            f"the trait's memory grew by {report.memory_blocks_per_tick:g} blocks per tick for "
+            f"{len(world.entities)} entities: about {projected_mb:.0f} MB within "
+            f"{settings.sandbox_memory_horizon_ticks} live ticks, over the {settings.trait_worker_memory_mb} MB "
+            "a trait's process may use (keep per-entity state bounded)"
+        )
+    elif report.projected_fps < settings.sandbox_min_fps:
         report.verdict = FailureCode.SANDBOX_FPS_DROP.value
         report.summary = (
             f"the trait costs {report.trait_tick_ms:.2f} ms per tick for {len(world.entities)} entities: "
@@ -248,7 +284,7 @@ class SandboxActivities:
         if settings.sandbox_pool_size > 0:
             self.pool = WarmPool(
                 self._client, image.ensure(self._client), IsolationLimits.from_settings(settings),
-                settings.sandbox_pool_size, settings.sandbox_call_timeout_ms, settings.sandbox_host_socket,
+                settings.sandbox_pool_size, sandbox_hello(settings), settings.sandbox_host_socket,
             ).start()
 
     def close(self) -> None:

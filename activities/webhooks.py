@@ -2,7 +2,9 @@
 
 The workflow retries this activity with backoff until the status change's retry window closes;
 a receiver that is down never blocks or fails the mutation. Each attempt is signed afresh (new
-``webhook-timestamp``) under the same ``webhook-id``. Redirects are not followed."""
+``webhook-timestamp``) under the same ``webhook-id``. Redirects are not followed. The receiver's
+host is checked (genesis/netpolicy.py) before every attempt and the POST goes to the address
+that was checked."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names
-from genesis import webhooks
+from genesis import netpolicy, webhooks
 from genesis.config import Settings
 from genesis.dto import WebhookDelivery, WebhookResult
 
@@ -25,28 +27,28 @@ FINAL_STATUSES = {400, 401, 403, 404, 405, 410, 413, 422}
 class WebhookActivities:
     def __init__(self, settings: Settings):
         self._secret = webhooks.load_server_secret(settings.webhook_secret.get_secret_value(), settings.state_dir)
-        self._allow_private = settings.webhook_allow_private
+        self._policy = netpolicy.NetPolicy.from_settings(settings, webhooks=True)
         self._timeout_s = settings.webhook_timeout_s
-        self._client: httpx.AsyncClient | None = None
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None:
-            self._client = httpx.AsyncClient(
-                timeout=self._timeout_s, follow_redirects=False, trust_env=False,
-                headers={"User-Agent": webhooks.USER_AGENT},
-            )
-        return self._client
+    def _new_client(self) -> httpx.AsyncClient:
+        """A client per attempt: connections are made to checked addresses, and a pooled one
+        (keyed by address) must never carry another host's request under the first host's TLS."""
+        return httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False, trust_env=False,
+                                 headers={"User-Agent": webhooks.USER_AGENT})
 
     @activity.defn(name=names.DELIVER_WEBHOOK)
     async def deliver_webhook(self, delivery: WebhookDelivery) -> WebhookResult:
         attempt = activity.info().attempt
-        problem = webhooks.url_problem(delivery.notify_url, allow_private=self._allow_private)
-        if problem is None and not self._allow_private:
-            problem = await webhooks.resolve_problem(delivery.notify_url)
-            if problem is not None and problem.startswith("cannot resolve"):
-                raise ApplicationError(problem)  # DNS may answer on a later attempt
+        problem = webhooks.url_problem(delivery.notify_url)
         if problem is not None:
             raise ApplicationError(problem, type="WEBHOOK_URL_FORBIDDEN", non_retryable=True)
+        try:
+            receiver = await webhooks.receiver(delivery.notify_url, self._policy)
+        except netpolicy.Unresolvable as exc:
+            raise ApplicationError(f"attempt {attempt}: {exc}") from None  # DNS may answer on a later attempt
+        except netpolicy.Refused as exc:
+            raise ApplicationError(str(exc), type="WEBHOOK_URL_FORBIDDEN", non_retryable=True) from None
+        url, host_header, extensions = webhooks.pinned_request(delivery.notify_url, receiver)
         body = json.dumps(delivery.event, separators=(",", ":"))
         timestamp = int(time.time())
         headers = {
@@ -58,9 +60,11 @@ class WebhookActivities:
             ),
             "X-Genesis-Event": delivery.event.get("event", webhooks.EVENT),
             "X-Genesis-Attempt": str(attempt),
+            **host_header,
         }
-        try:
-            response = await self._http().post(delivery.notify_url, content=body.encode(), headers=headers)
+        try:  # to the address just checked, not to a second lookup of the name
+            async with self._new_client() as client:
+                response = await client.post(url, content=body.encode(), headers=headers, extensions=extensions)
         except httpx.HTTPError as exc:
             raise ApplicationError(f"attempt {attempt}: {type(exc).__name__}: {exc or 'no answer'}") from None
         if 200 <= response.status_code < 300:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, timezone
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Path as PathParam, Query, Request
 from fastapi.responses import JSONResponse
@@ -21,7 +22,7 @@ from api.gepa_schemas import (
     ConnectGitRequest, ConnectGitResponse, ExecuteStepAccepted, ExecuteStepRequest, ProgramResponse,
 )
 from api.schemas import ErrorResponse
-from genesis import programs
+from genesis import netpolicy, programs
 from genesis.db.models import GepaClient, Program
 from genesis.gepa_dto import (
     GEPA_CONNECT_WORKFLOW, GEPA_STEP_PROGRESS_QUERY, GEPA_STEP_WORKFLOW, ConnectRequest, ConnectResult,
@@ -66,6 +67,7 @@ async def connect_git(body: ConnectGitRequest, request: Request, api_key: str | 
                                       services.settings.gepa_allow_http_repos)
     except programs.InvalidId as exc:
         raise _invalid("repo_url", str(exc)) from None
+    await _check_destinations(netpolicy.NetPolicy.from_settings(services.settings), url, body.egress_allow)
     client_id = programs.new_client_id()
     async with services.sessions() as session:
         session.add(GepaClient(client_id=client_id, repo_url=url, installation_id=body.installation_id,
@@ -82,6 +84,24 @@ async def connect_git(body: ConnectGitRequest, request: Request, api_key: str | 
         raise ApiError(422, "CLONE_FAILED", result.error, extra={"client_id": client_id, "status": "failed"})
     return ConnectGitResponse(client_id=client_id, status="connected", default_branch=result.default_branch or "",
                               egress_allow=body.egress_allow)
+
+
+async def _check_destinations(policy: netpolicy.NetPolicy, url: str, egress_allow: list[str]) -> None:
+    """422 for a repository host or an egress_allow entry the server may not connect to (a
+    private address, or a name resolving to one). The worker checks the repository again where
+    it clones, and the egress gateway every connection: this is the early, precise answer. An
+    egress name that does not resolve now is kept (checked whenever a program asks for it)."""
+    if urlsplit(url).scheme in ("http", "https"):
+        try:
+            await netpolicy.check_async(*netpolicy.url_host_port(url), policy)
+        except netpolicy.Refused as exc:
+            raise _invalid("repo_url", str(exc)) from None
+    checks = [netpolicy.check_async(*netpolicy.split_host_port(entry), policy) for entry in egress_allow]
+    for entry, outcome in zip(egress_allow, await asyncio.gather(*checks, return_exceptions=True)):
+        if isinstance(outcome, netpolicy.Refused) and not isinstance(outcome, netpolicy.Unresolvable):
+            raise _invalid("egress_allow", f"entry {entry!r}: {outcome}")
+        if isinstance(outcome, BaseException) and not isinstance(outcome, netpolicy.Refused):
+            raise outcome
 
 
 @router.post(

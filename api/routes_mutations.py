@@ -28,7 +28,7 @@ from api.schemas import (
     RollbackBody,
     RollbackResponse,
 )
-from genesis import proposal_store, ratelimit, webhooks
+from genesis import netpolicy, proposal_store, ratelimit, webhooks
 from genesis.db.models import Mutation, TraitVersion
 from genesis.dto import FailureCode, MutationStatus, RollbackRequest
 from genesis.ids import mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
@@ -92,17 +92,26 @@ async def accept_proposal(services, request: Request, body: ProposeRequest, agen
     """Record a proposal of ``agent_id`` and start its workflow (rate limits taken), or raise the
     ApiError a single proposal would get. Shared by the single and the batch propose.
     ``by_operator``: an operator key came with it (it may replace another agent's live trait)."""
-    if body.notify_url and not services.settings.webhook_allow_private:
-        problem = webhooks.url_problem(body.notify_url, allow_private=False)
-        if problem:
-            raise ApiError(422, "VALIDATION_ERROR", f"notify_url: {problem}",
-                           extra={"errors": [{"field": "notify_url", "message": problem}]})
+    if body.notify_url:
+        await _check_receiver(services.settings, body.notify_url)
     mutation_id = mutation_id_for_idempotency_key(agent_id, idempotency_key) if idempotency_key else new_mutation_id()
     try:  # one pooled connection for the whole admission (genesis/proposal_store.py: why)
         async with proposal_store.connection(services.pg) as conn:
             return await _admit(services, conn, request, body, agent_id, idempotency_key, mutation_id, by_operator)
     except POSTGRES_ERRORS as exc:
         raise db_down(exc) from exc
+
+
+async def _check_receiver(settings, notify_url: str) -> None:
+    """422 for a notify_url whose host is, or resolves to, an address deliveries would refuse. A
+    name that does not resolve now is accepted: deliveries check (and retry) it again."""
+    try:
+        await webhooks.receiver(notify_url, netpolicy.NetPolicy.from_settings(settings, webhooks=True))
+    except netpolicy.Unresolvable:
+        return
+    except netpolicy.Refused as exc:
+        raise ApiError(422, "VALIDATION_ERROR", f"notify_url: {exc}",
+                       extra={"errors": [{"field": "notify_url", "message": str(exc)}]}) from None
 
 
 async def _admit(services, conn, request: Request, body: ProposeRequest, agent_id: str,

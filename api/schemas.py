@@ -84,7 +84,8 @@ class ProposeRequest(BaseModel):
     notify_url: str | None = Field(
         default=None, max_length=webhooks.MAX_URL_LENGTH,
         description="Optional http(s) URL that gets a signed POST (Standard Webhooks, HMAC-SHA256) on each "
-        "status change of this mutation; loopback/private hosts only with GENESIS_WEBHOOK_ALLOW_PRIVATE=true",
+        "status change of this mutation; its host must resolve to global addresses (loopback, private, link-local, "
+        "reserved and non-canonical forms of them are refused) unless the operator allows it",
     )
     replaces: ReplacesRef | None = Field(
         default=None,
@@ -106,8 +107,8 @@ class ProposeRequest(BaseModel):
     @field_validator("notify_url")
     @classmethod
     def _notify_url(cls, value: str | None) -> str | None:
-        problem = webhooks.url_problem(value, allow_private=True) if value is not None else None
-        if problem:  # the address policy (private hosts) depends on Settings: checked by the route
+        problem = webhooks.url_problem(value) if value is not None else None
+        if problem:  # where the URL leads (resolved, private hosts) is the route's check
             raise ValueError(problem)
         return value
 

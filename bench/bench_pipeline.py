@@ -43,7 +43,7 @@ from temporalio.worker import Worker  # noqa: E402
 from genesis.config import Settings  # noqa: E402
 from genesis.harness import TEMPORAL_CLI, free_port, worker_and_api  # noqa: E402
 from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME  # noqa: E402
-from sandbox.image import ensure, sandbox_runtime  # noqa: E402
+from sandbox.image import PYTHON_IN_IMAGE, ensure  # noqa: E402
 
 BENCH_DATABASE_URL = "postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis_test"
 
@@ -98,7 +98,7 @@ def docker_run_floor(image: str, samples: int) -> list[float]:
     for _ in range(samples):
         started = time.perf_counter()
         subprocess.run(
-            ["docker", "run", "--rm", "--network", "none", image, sandbox_runtime().path_in_image, "-I", "-S", "-c", "print('ready')"],
+            ["docker", "run", "--rm", "--network", "none", image, PYTHON_IN_IMAGE, "-I", "-S", "-c", "print('ready')"],
             check=True, capture_output=True,
         )
         times.append((time.perf_counter() - started) * 1000)

@@ -98,8 +98,10 @@ class EnergySaverTrait(BaseTrait):
 TRAITS = {"wander": WANDER, "forage": FORAGE, "energy_saver": ENERGY_SAVER}
 
 
-def validated_traits(count: int) -> list[registry.RegistryEntry]:
-    """The first ``count`` traits, each passed through the gatekeeper (fails loudly if not)."""
+def validated_traits(count: int, agents: int | None = None) -> list[registry.RegistryEntry]:
+    """The first ``count`` traits, each passed through the gatekeeper (fails loudly if not), of
+    ``agents`` agents (default: each trait its own agent, so each runs in a process of its own)."""
+    agents = agents or count
     if not 1 <= count <= len(TRAITS):
         raise SystemExit(f"--traits must be 1..{len(TRAITS)}")
     entries = []
@@ -109,7 +111,7 @@ def validated_traits(count: int) -> list[registry.RegistryEntry]:
             raise SystemExit(f"bench trait {name} is rejected by the gatekeeper: {gate.failure_code} {gate.validation_log}")
         entries.append(registry.RegistryEntry(
             trait_name=name, version=1, mutation_id=f"mut_bench{len(entries):02d}", class_name=gate.class_name,
-            code=code, code_hash=gate.code_hash,
+            code=code, code_hash=gate.code_hash, agent_id=f"agent-{len(entries) % agents}",
         ))
     return entries
 
@@ -218,6 +220,7 @@ async def run_genesis(n: int, entries: list[registry.RegistryEntry], ticks: int,
         total = clock() - started
         engine_cpu = time.process_time() - cpu0
         host_cpu1 = await asyncio.to_thread(host_cpu_ns, runner)
+        host_stats = await runner.host_stats()
         host_cpu_ms = (host_cpu1 - host_cpu0) / 1e6 / ticks if host_cpu0 is not None and host_cpu1 is not None else None
         carriers.append(sum(1 for e in world.entities.values() if e.traits))
         calls = sum(s["calls"] for s in runner.trait_timings().values())
@@ -249,6 +252,9 @@ async def run_genesis(n: int, entries: list[registry.RegistryEntry], ticks: int,
             "host_restarts": runner.stats.restarts,
             "host_deadline_misses": runner.stats.deadline_misses,
             "skipped_ticks": runner.stats.skipped_ticks,
+            "lost_results": runner.stats.lost_results,
+            "quarantined": len(runner.stats.quarantined),
+            "host_processes": len((host_stats or {}).get("workers", [])),
             "trait_errors": engine.trait_errors + sum(s["errors"] + s["timeouts"] for s in runner.trait_timings().values()),
             "intents_rejected": sum(stats["rejected_intents"].values()),
             "deaths": sum(stats["deaths"].values()),
@@ -504,25 +510,43 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--entities", default="500", help="N, or several: 500,5000")
     ap.add_argument("--traits", type=int, default=3, help="how many of wander, forage, energy_saver (1-3)")
     ap.add_argument("--ticks", type=int, default=300)
-    ap.add_argument("--warmup", type=int, default=500,
-                    help="ticks run before the measured ones (default 500: PyPy's JIT has settled)")
+    ap.add_argument("--warmup", type=int, default=100, help="ticks run before the measured ones")
+    ap.add_argument("--agents", type=int, default=0,
+                    help="agents the traits belong to (default: one per trait, each in a process of its own)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--compare-mesa", action="store_true")
     ap.add_argument("--mesa-seconds", type=float, default=30.0, help="wall-time cap of the Mesa run per size")
-    ap.add_argument("--redis-db", type=int, default=11, help="Redis database owned by the bench (flushed; not one the test suite uses: 12, 13, 15)")
+    ap.add_argument("--redis-db", type=int, default=10, help="Redis database owned by the bench (flushed; not one the test suite uses: 15)")
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.entities.split(",") if s.strip()]
-    entries = validated_traits(args.traits)
+    entries = validated_traits(args.traits, args.agents or None)
     results = {}
     for n in sizes:
         results[n] = bench_one(n, args, entries)
         results[n]["entities_requested"] = n
         results[n]["ticks_measured"] = args.ticks
         results[n]["warmup_ticks"] = args.warmup
+        results[n]["agents"] = len({e.agent_id for e in entries})
         print(f"bench.engine: {n} entities done", file=sys.stderr)
     out: Any = results[sizes[0]] if len(sizes) == 1 else {str(n): r for n, r in results.items()}
     print(json.dumps(out, indent=2))
-    return 0
+    unhealthy = {n: problems for n, r in results.items() if (problems := health_problems(r))}
+    for n, problems in unhealthy.items():
+        print(f"bench.engine: the {n}-entity figures are not valid: {'; '.join(problems)}", file=sys.stderr)
+    return 1 if unhealthy else 0
+
+
+def health_problems(result: dict[str, Any]) -> list[str]:
+    """Why a run measured something other than the whole system (empty: it did not)."""
+    checks = {
+        "host_restarts": "the trait host restarted",
+        "host_deadline_misses": "the trait host missed its deadline",
+        "skipped_ticks": "ticks ran without traits (host down)",
+        "lost_results": "trait results were lost (a process killed or the machine too busy)",
+        "quarantined": "traits were quarantined",
+        "trait_errors": "traits raised or overran",
+    }
+    return [f"{why} ({key}={result.get(key)})" for key, why in checks.items() if result.get(key)]
 
 
 if __name__ == "__main__":

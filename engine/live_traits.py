@@ -1,9 +1,12 @@
 """Live traits: the activated traits run in one long-lived trait-host container per engine.
 
 The engine process never imports or executes trait code. Each tick it sends plain entity views
-to the host and gets intents back (the world checks them). A trait that overruns or raises
-repeatedly is quarantined (unloaded, announced on ``ch:feed``); a host that misses its deadline
-or dies is killed and restarted with the live traits reloaded, while the world keeps ticking.
+to the host and gets intents back (the world checks them). Inside the host each agent's traits
+run in a process of their own (sandbox/trait_host.py), which enforces their limits and says
+which trait was at fault. A trait that raises or overruns repeatedly, or that is stopped from
+outside while it ran alone, is quarantined (unloaded, announced on ``ch:feed``). A host that
+misses its deadline or dies is killed and restarted with the live traits reloaded, blaming no
+trait, while the world keeps ticking.
 """
 
 from __future__ import annotations
@@ -20,21 +23,25 @@ import redis.asyncio as aioredis
 from genesis import feed, registry
 from genesis.config import Settings
 from sandbox import image
-from sandbox.intents import MalformedIntents, decode_intents
 from sandbox.container import (
     HostCrashed,
     HostDeadlineExceeded,
     IsolationLimits,
     TraitHostContainer,
+    hello_message,
     remove_abandoned_trait_hosts,
 )
+from sandbox.intents import MalformedIntents, decode_intent_groups
 
 log = logging.getLogger("genesis.engine.traits")
 
 def host_owner(pid: int | None = None) -> str:
     """The engine's host container is named after the engine process: genesis-sbx-engine-<pid>-…"""
     return f"engine-{pid if pid is not None else os.getpid()}"
+
+
 STRIKES_TO_QUARANTINE = 3  # consecutive ticks with a timeout or an exception
+LOAD_DEADLINE_S = 5.0  # a load forks a process and runs the trait's module body (the host caps it at 2 s)
 
 
 @dataclass
@@ -44,6 +51,7 @@ class TraitState:
     calls: int = 0
     errors: int = 0
     timeouts: int = 0
+    lost: int = 0  # ticks it did not run through nobody's fault
     total_us: float = 0.0
     last_error: str | None = None
 
@@ -52,7 +60,10 @@ class TraitState:
 class HostStats:
     restarts: int = 0
     deadline_misses: int = 0
-    skipped_ticks: int = 0  # ticks whose traits did not run because the host was busy loading
+    skipped_ticks: int = 0  # ticks whose traits did not run because the host was (re)starting
+    ticks_with_traits: int = 0  # ticks the host answered
+    lost_results: int = 0  # a trait's tick lost through nobody's fault (its process was killed for another's)
+    suspects: int = 0  # traits moved to a process of their own after a kill while they ran
     quarantined: list[str] = field(default_factory=list)
 
 
@@ -71,6 +82,7 @@ class HostTraitRunner:
         # loaded) runs on instinct instead of waiting.
         self._host_lock = asyncio.Lock()
         self._restart_task: asyncio.Task | None = None
+        self._background: set[asyncio.Task] = set()
         self.stats = HostStats()
         self.deadline_s = settings.engine_trait_deadline_ms / 1000.0
 
@@ -104,29 +116,6 @@ class HostTraitRunner:
                 continue
             await asyncio.to_thread(self._load, entry)
 
-    async def run_tick(self, tick: int, batches: dict[str, list[dict]]) -> dict[int, list[list]]:
-        batches = {name: views for name, views in batches.items() if name in self._traits and views}
-        if not batches or self._host_lock.locked():
-            self.stats.skipped_ticks += bool(batches)
-            return {}
-        if self._host is None:  # (re)starting a container takes ~0.5 s: not on the tick path
-            self._restart_soon()
-            self.stats.skipped_ticks += 1
-            return {}
-        async with self._host_lock:
-            try:
-                reply = await asyncio.to_thread(self._request, {"op": "tick", "tick": tick, "batches": batches})
-            except (HostDeadlineExceeded, HostCrashed) as exc:
-                await self._host_failed(exc, list(batches))
-                return {}
-        merged: dict[int, list[list]] = {}
-        for name in sorted(reply.get("results", {})):
-            result = reply["results"][name]
-            await self._account(name, result)
-            for entity_id, intents in result.get("intents", []):
-                merged.setdefault(entity_id, []).extend(intents)
-        return merged
-
     async def run_tick_views(self, tick: int, views: dict,
                              while_waiting: Callable[[], None] | None = None) -> dict[int, list[list]]:
         """:meth:`run_tick` in the compact form (``World.trait_views``): each carrier's view
@@ -134,15 +123,18 @@ class HostTraitRunner:
         ``while_waiting``: work that runs once the request is sent, while the host computes
         (``World.prepare_step``), only if the request is sent."""
         run = [name for name in views["run"] if name in self._traits]
-        if not run or not views["count"] or self._host_lock.locked():
-            self.stats.skipped_ticks += bool(run and views["count"])
+        if not run or not views["count"]:
             return {}
         if self._host is None:  # (re)starting a container takes ~0.5 s: not on the tick path
             self._restart_soon()
             self.stats.skipped_ticks += 1
             return {}
-        message = {"op": "views", "tick": tick, **views, "run": run, "reply": "columns"}
-        async with self._host_lock:
+        # The workers get less than the whole deadline: the host answers for them in time.
+        message = {"op": "views", "tick": tick, **views, "run": run, "deadline_ms": self.deadline_s * 750.0}
+        async with self._host_lock:  # a trait being loaded: the tick waits (a few ms) for it
+            if self._host is None:
+                self.stats.skipped_ticks += 1
+                return {}
             try:
                 # In the loop's own thread: the tick waits for this reply anyway, and handing the
                 # call to a worker thread cost ~0.7-1 ms of CPU per tick (500 entities: ~10% of
@@ -150,24 +142,30 @@ class HostTraitRunner:
                 # run between ticks. The host exists here, so no container is started.
                 reply = self._host.request(message, self.deadline_s, while_waiting)
             except (HostDeadlineExceeded, HostCrashed) as exc:
-                await self._host_failed(exc, run)
+                await self._host_failed(exc)
                 return {}
         try:
             if not reply.get("ok"):
                 raise MalformedIntents(f"the host refused the tick: {reply.get('error')}")
             attachment = reply.get("attachment")
-            intents = decode_intents(reply.get("intent_columns"), attachment if isinstance(attachment, bytes) else None)
+            intents = decode_intent_groups(reply.get("intent_groups"), attachment if isinstance(attachment, bytes) else None)
+            results = reply.get("results")
+            if not isinstance(results, dict):
+                raise MalformedIntents("results must be an object")
         except MalformedIntents as exc:
-            # A host that answers garbage is replaced (not logged at 60 lines a second) and the
-            # batch's traits take a strike, as for a host that died; this tick runs on instinct.
-            await self._host_failed(HostCrashed(f"unusable reply: {exc}"), run)
+            # The supervisor never runs trait code and checks its workers' replies, so garbage
+            # here is the host's own failure: it is replaced, no trait is blamed, and this tick
+            # runs on instinct.
+            await self._host_failed(HostCrashed(f"unusable reply: {exc}"))
             return {}
-        results = reply.get("results", {})
         for name in sorted(results):
             await self._account(name, results[name])
+        self.stats.ticks_with_traits += 1
         return intents
 
     async def close(self) -> None:
+        if self._background:
+            await asyncio.wait(self._background, timeout=10)
         if self._restart_task is not None:
             await asyncio.wait([self._restart_task], timeout=30)
         if self._host is not None:
@@ -176,7 +174,7 @@ class HostTraitRunner:
 
     def trait_timings(self) -> dict[str, dict]:
         return {
-            name: {"calls": s.calls, "errors": s.errors, "timeouts": s.timeouts,
+            name: {"calls": s.calls, "errors": s.errors, "timeouts": s.timeouts, "lost": s.lost,
                    "mean_us": round(s.total_us / s.calls, 2) if s.calls else 0.0, "last_error": s.last_error}
             for name, s in self._traits.items()
         }
@@ -184,13 +182,12 @@ class HostTraitRunner:
     # -- host management (blocking Docker I/O: called through asyncio.to_thread) ---------------
     def _ensure_host(self) -> TraitHostContainer:
         if self._host is None:
-            runtime = image.engine_runtime()
-            tag = image.ensure(self._client, runtime)
+            tag = image.ensure(self._client)
             remove_abandoned_trait_hosts(self._client)  # e.g. the host of an engine that was killed
-            host = TraitHostContainer(self._client, tag, IsolationLimits.from_settings(self._settings), host_owner(),
-                                      runtime, private_socket=self._settings.engine_trait_host_socket)
+            host = TraitHostContainer(self._client, tag, IsolationLimits.for_engine(self._settings), host_owner(),
+                                      private_socket=self._settings.engine_trait_host_socket)
             try:
-                host.say_hello(self._settings.sandbox_call_timeout_ms, 20.0)
+                host.say_hello(hello_message(self._settings, self.deadline_s * 0.75), 20.0)
             except BaseException:
                 host.close()
                 raise
@@ -199,13 +196,11 @@ class HostTraitRunner:
                 self._send_load(state.entry)
         return self._host
 
-    def _request(self, message: dict) -> dict:
-        return self._ensure_host().request(message, self.deadline_s)
-
     def _send_load(self, entry: registry.RegistryEntry) -> dict:
         assert self._host is not None
         return self._host.request(
-            {"op": "load", "trait": entry.trait_name, "source": entry.code, "class_name": entry.class_name}, 2.0
+            {"op": "load", "trait": entry.trait_name, "source": entry.code, "class_name": entry.class_name,
+             "agent": entry.agent_id}, LOAD_DEADLINE_S,
         )
 
     def _load(self, entry: registry.RegistryEntry) -> None:
@@ -218,6 +213,17 @@ class HostTraitRunner:
         else:
             log.warning("trait %s v%d failed to load: %s", entry.trait_name, entry.version, reply.get("error"))
             self._quarantined[entry.trait_name] = entry.mutation_id
+
+    async def host_stats(self) -> dict | None:
+        """The host's processes and their memory (``stats``), or None without a host."""
+        async with self._host_lock:
+            if self._host is None:
+                return None
+            try:
+                return await asyncio.to_thread(self._host.request, {"op": "stats"}, LOAD_DEADLINE_S)
+            except (HostDeadlineExceeded, HostCrashed) as exc:
+                await self._host_failed(exc)
+                return None
 
     def _unload(self, name: str) -> None:
         self._traits.pop(name, None)
@@ -235,11 +241,27 @@ class HostTraitRunner:
 
     # -- failures ------------------------------------------------------------------------------
     async def _account(self, name: str, result: dict) -> None:
+        """A trait's result for one tick. Only evidence about the trait itself counts against it:
+        its own errors and CPU overruns. A kill confirmed while it ran alone quarantines it at
+        once; a first kill (its process ran other traits too) only makes it a suspect, which the
+        host runs alone from then on. A result "lost" through nobody's fault counts for nothing."""
         state = self._traits.get(name)
-        if state is None:
+        if state is None or not isinstance(result, dict):
             return
         state.calls += result.get("calls", 0)
         state.total_us += result.get("total_us", 0.0)
+        if result.get("lost"):
+            state.lost += 1
+            self.stats.lost_results += 1
+            return
+        if result.get("killed"):
+            state.last_error = f"stopped from outside its process: {result['killed']}"
+            if result.get("confirmed"):
+                await self._quarantine(name, f"{state.last_error} (confirmed while it ran alone)")
+            else:
+                self.stats.suspects += 1
+                log.warning("trait %s is a suspect and runs alone now: %s", name, state.last_error)
+            return
         errors, timeouts = result.get("error_count", len(result.get("errors", []))), len(result.get("timeouts", []))
         state.errors += errors
         state.timeouts += timeouts
@@ -251,21 +273,24 @@ class HostTraitRunner:
         else:
             state.strikes = 0
 
-    async def _host_failed(self, exc: Exception, batch_traits: list[str]) -> None:
-        """Drop the host (a new one starts in the background). Every trait in the failed batch
-        takes a strike; a lone trait whose batch hung the host is quarantined at once."""
+    async def _host_failed(self, exc: Exception) -> None:
+        """Drop the host (a new one starts in the background). No trait is blamed: the host's
+        supervisor runs no trait code and answers for its workers within its own deadline, so a
+        host that misses the engine's deadline or dies failed on its own (or the machine did)."""
         hung = isinstance(exc, HostDeadlineExceeded)
         self.stats.deadline_misses += hung
         self.stats.restarts += 1
         log.warning("trait host failed (%s); restarting it", exc)
         await asyncio.to_thread(self._drop_host)
-        for name in batch_traits:
-            state = self._traits.get(name)
-            if state is not None:
-                state.strikes += 1
-                state.last_error = str(exc)
-                if state.strikes >= STRIKES_TO_QUARANTINE or (hung and len(batch_traits) == 1):
-                    await self._quarantine(name, f"the trait host hung or died while running it: {exc}")
+
+    def _unload_later(self, name: str) -> None:
+        async def unload() -> None:
+            async with self._host_lock:
+                await asyncio.to_thread(self._unload, name)
+
+        task = asyncio.create_task(unload())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _restart_soon(self) -> None:
         if self._restart_task is not None and not self._restart_task.done():
@@ -285,9 +310,8 @@ class HostTraitRunner:
         state = self._traits.get(name)
         if state is None:
             return
-        # No host I/O here (this may run while the host lock is held): the trait is simply never
-        # sent another batch; the host forgets it at its next restart.
         self._traits.pop(name, None)
+        self._unload_later(name)  # its process goes (the host lock may be held here)
         self._quarantined[name] = state.entry.mutation_id
         self.stats.quarantined.append(name)
         log.warning("quarantined trait %s: %s", name, why)

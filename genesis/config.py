@@ -6,8 +6,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from genesis import netpolicy
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -31,20 +33,22 @@ class Settings(BaseSettings):
     state_dir: Path = PROJECT_ROOT / ".state"
 
     # Sandbox (trait host container) limits.
-    sandbox_image: str = ""  # empty: the offline-built image of the sandbox runtime
-    engine_image: str = ""  # empty: the offline-built image of the engine's runtime
-    # The Pythons that run traits: the live world's long-lived host on PyPy (its JIT makes warm
-    # trait calls several times faster), the 50-tick sandbox tests on CPython (fast to start, no
-    # JIT warm-up). Traits are written in the older of the two languages (PyPy: Python 3.9).
-    trait_host_runtime: Literal["pypy", "cpython"] = "pypy"
-    sandbox_runtime: Literal["pypy", "cpython"] = "cpython"
+    # One image (CPython 3.11) runs traits in the sandbox test and live; empty: built offline.
+    sandbox_image: str = ""
     sandbox_ticks: int = 50
     sandbox_seed: int = 1234
     sandbox_call_timeout_ms: float = 5.0
     sandbox_tick_deadline_s: float = 2.0  # wall clock per tick before the container is killed
-    sandbox_memory: str = "256m"  # PyPy's JIT and heap need more than CPython's ~15 MB
-    sandbox_pids_limit: int = 32
+    sandbox_memory: str = "128m"  # a sandbox test's host: supervisor, zygote and one worker
+    sandbox_pids_limit: int = 16
     sandbox_cpus: float = 1.0
+    # Each agent's traits run in a process of their own inside the host container; these limits
+    # are enforced from outside that process (its supervisor kills it) or by the kernel.
+    trait_tick_cpu_ms: float = Field(default=100.0, gt=0)  # CPU of one agent's traits in one tick
+    trait_worker_memory_mb: int = Field(default=128, ge=32)  # address space of one agent's process
+    # A sandbox test fails (SANDBOX_MEMORY) when its trait's memory grows at a rate that would
+    # exceed trait_worker_memory_mb within this many live ticks (an hour at 60 ticks/s).
+    sandbox_memory_horizon_ticks: int = Field(default=216_000, ge=1)
     sandbox_min_fps: float = 30.0  # projected world fps with the trait below this -> SANDBOX_FPS_DROP
     sandbox_concurrency: int = Field(default=8, ge=1)
     sandbox_pool_size: int = Field(default=2, ge=0)  # warm trait-host containers kept idle; 0: none
@@ -78,6 +82,10 @@ class Settings(BaseSettings):
     observation_timeout_s: float = Field(default=900.0, gt=0)
     rollback_threshold: float = -0.10  # fitness delta at or below this rolls the trait back
     engine_trait_deadline_ms: float = 200.0  # wall clock for one tick of the live trait host
+    # The live host's container holds a process per agent with live traits.
+    engine_trait_host_memory: str = "512m"
+    engine_trait_host_pids: int = Field(default=256, ge=16)
+    engine_trait_host_cpus: float = Field(default=1.0, gt=0)
 
     # Identity of external agents (external-agents-phase2.md): API keys on write endpoints.
     # required: propose/rollback need X-API-Key and act as the key's agent, and operator endpoints
@@ -115,13 +123,26 @@ class Settings(BaseSettings):
     # Batch propose (POST /api/mutations/propose/batch): items per request.
     batch_max_items: int = Field(default=10, ge=1, le=100)
 
+    # Server-side connections to hosts a client names (repository clones, webhook deliveries, the
+    # GEPA egress gateway's proxy) go only to global addresses (genesis/netpolicy.py). These
+    # private destinations are allowed all the same (comma separated): host:port (a name or an
+    # address, [v6]:port), or a network in CIDR form / a bare address (every port).
+    outbound_private_allow: str = ""
+
+    @field_validator("outbound_private_allow")
+    @classmethod
+    def _outbound_private_allow(cls, value: str) -> str:
+        netpolicy.AllowList.parse(value)  # ValueError names the bad entry
+        return value
+
     # Webhooks: a proposal's notify_url gets a signed POST on each status change (Standard
     # Webhooks: webhook-id / webhook-timestamp / webhook-signature, HMAC-SHA256). Each agent signs
     # with its own secret, derived from this server secret (genesis/webhooks.py). Empty: a random
     # one is created once in <state_dir>/webhook-secret; set it when API and worker hosts differ.
     webhook_secret: SecretStr = SecretStr("")
-    # false (default): notify_url may not name a loopback, private, link-local or otherwise
-    # non-public address (checked on propose and again, after DNS, on each delivery).
+    # false (default): notify_url must resolve to global addresses (or ones outbound_private_allow
+    # covers), checked on propose and again on each delivery, which connects to the checked
+    # address. true: any address (receivers on a trusted network; the test suite's on loopback).
     webhook_allow_private: bool = False
     webhook_timeout_s: float = Field(default=10.0, gt=0)  # one delivery attempt
     # Deliveries are retried with backoff for this long after the status change, then dropped.
@@ -227,6 +248,13 @@ class Settings(BaseSettings):
     gepa_github_api_url: str = "https://api.github.com"
     # Also accept http:// repository URLs (a GitHub Enterprise on a trusted network, tests).
     gepa_allow_http_repos: bool = False
+    # A clone first asks the repository for its refs (git ls-remote): a host that has not
+    # answered as a git server within gepa_clone_connect_timeout_s fails the clone. The clone
+    # itself then fails when it transfers under 1 KB/s for gepa_clone_stall_s, or after
+    # gepa_clone_timeout_s in all.
+    gepa_clone_connect_timeout_s: float = Field(default=10.0, gt=0)
+    gepa_clone_stall_s: int = Field(default=20, ge=1)
+    gepa_clone_timeout_s: float = Field(default=600.0, gt=0)
     # GEPA code mutations' coding agent (README "GEPA optimisation steps"): "chat" asks the
     # OpenAI-compatible gepa_coder_* model for a diff; "claude_agent_sdk" runs Claude Code (the
     # gepa_claude_sdk_requirement package, installed into a coder environment under gepa_envs_dir)

@@ -43,6 +43,8 @@ class FailureCode(str, Enum):
     SANDBOX_TIMEOUT = "SANDBOX_TIMEOUT"
     SANDBOX_EXCEPTION = "SANDBOX_EXCEPTION"
     SANDBOX_FPS_DROP = "SANDBOX_FPS_DROP"
+    # Beyond the seed: the trait's memory grew at a rate that would exhaust its process's limit.
+    SANDBOX_MEMORY = "SANDBOX_MEMORY"
     RATE_LIMIT_EXCEEDED = "RATE_LIMIT_EXCEEDED"
     # Step 2 failing inside the workflow (only when a workflow is started without the API).
     SCHEMA_INVALID = "SCHEMA_INVALID"
@@ -130,6 +132,8 @@ class SandboxReport(BaseModel):
     intents_applied: int = 0
     intents_rejected: dict[str, int] = Field(default_factory=dict)
     state_hash: str | None = None
+    # Memory blocks the trait's process gained per tick between the test's 10th and last tick.
+    memory_blocks_per_tick: float = 0.0
     image: str | None = None
     container_id: str | None = None
     # The activity wrote this verdict into the mutation record itself (SandboxRequest.

@@ -14,7 +14,7 @@ cdef frozenset _SUSPECT_NAMES
 cdef frozenset _BUILTINS
 # The node classes of genesis.gatekeeper_core's "from ast import (...)" block.
 cdef object _AST, _AnnAssign, _Assert, _Assign, _AsyncFor, _AsyncFunctionDef, _AsyncWith, _Attribute, _AugAssign
-cdef object _Await, _BinOp, _BitOr, _BoolOp, _Break, _Call, _ClassDef, _Constant, _Continue, _Del, _Delete
+cdef object _Await, _BinOp, _BitOr, _BoolOp, _Break, _Call, _ClassDef, _Compare, _Constant, _Continue, _Del, _Delete
 cdef object _Dict, _DictComp, _ExceptHandler, _Expr, _For, _FunctionDef, _GeneratorExp, _Global, _If, _IfExp
 cdef object _Import, _ImportFrom, _Lambda, _List, _ListComp, _Load, _Match, _Module, _Name, _NamedExpr
 cdef object _Nonlocal, _Pass, _Raise, _Return, _Set, _SetComp, _Starred, _Store, _Subscript, _Try, _TryStar
@@ -41,6 +41,14 @@ cdef class _Scanner:
     cdef public bint async_ok
     cdef public int loop_depth
     cdef public int depth
+    cdef public set watched
+    cdef public dict class_methods
+    cdef public list entity_uses
+    cdef public bint needs_escape_analysis
+    cdef public list pending_stores
+    cdef public set self_stored_attrs
+    cdef public object self_name
+    cdef public bint method_context
 
     cpdef found(self, step, node, code, problem, hint=*)
     cpdef visit(self, node)
@@ -53,6 +61,7 @@ cdef class _Scanner:
 
     cpdef bind(self, name, node)
     cpdef _name_checks(self, node, name)
+    cpdef _watched_name(self, node, name, parent, field_name)
     cpdef _dunder_string(self, node)
 
     @cython.locals(tokens=list, attr=str, base=str, name=str)

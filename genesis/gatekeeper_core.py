@@ -204,7 +204,7 @@ from ast import (  # noqa: E402
     AST as _AST, AnnAssign as _AnnAssign, Assert as _Assert, Assign as _Assign, AsyncFor as _AsyncFor,
     AsyncFunctionDef as _AsyncFunctionDef, AsyncWith as _AsyncWith, Attribute as _Attribute,
     AugAssign as _AugAssign, Await as _Await, BinOp as _BinOp, BitOr as _BitOr, BoolOp as _BoolOp,
-    Break as _Break, Call as _Call, ClassDef as _ClassDef, Constant as _Constant,
+    Break as _Break, Call as _Call, ClassDef as _ClassDef, Compare as _Compare, Constant as _Constant,
     Continue as _Continue, Del as _Del, Delete as _Delete, Dict as _Dict, DictComp as _DictComp,
     ExceptHandler as _ExceptHandler, Expr as _Expr, For as _For, FunctionDef as _FunctionDef,
     GeneratorExp as _GeneratorExp, Global as _Global, If as _If, IfExp as _IfExp,
@@ -446,13 +446,31 @@ class _Scanner:
     parentheses do not change it, while any change of logic does.
     """
 
-    def __init__(self, trait: _Trait | None, module_aliases: dict[str, str]) -> None:
+    def __init__(
+        self, trait: _Trait | None, module_aliases: dict[str, str], class_methods: dict[str, frozenset[str]]
+    ) -> None:
         self.tokens: list[str] = []
         self.findings: dict[str, _Finding] = {}
         self.trait_node = trait.node if trait else None
         self.entity = trait.entity_param if trait else None
         self.in_trait = False
         self.module_aliases = module_aliases  # bound name -> allowed module
+        # Names whose every appearance takes the slow path (_watched_name): banned names, modules,
+        # the entity parameter and the classes defined in the file.
+        self.watched: set[str] = set(_SUSPECT_NAMES) | set(module_aliases) | set(class_methods)
+        if self.entity is not None:
+            self.watched.add(self.entity)
+        # Where the entity and the file's classes go (the escape analysis runs when they go further
+        # than entity.<name>, ClassName(...) and ClassName.CONSTANT).
+        self.class_methods = class_methods  # class defined in the file -> its methods, with in-file bases'
+        self.entity_uses: list[tuple[ast.Name, ast.AST | None, str | None, str | None]] = []
+        self.needs_escape_analysis = False
+        # Stores into attributes of something other than self or the entity by its own name:
+        # refused after the escape analysis unless their object is an alias of the entity.
+        self.pending_stores: list[ast.Attribute] = []
+        self.self_stored_attrs: set[str] = set()  # attributes assigned on self anywhere
+        self.self_name: str | None = None  # the instance parameter of the method being scanned
+        self.method_context = False  # the next function definition is a method (in a class body)
         self.imported_names: set[str] = set()  # objects bound by 'from module import name'
         self.module_base: ast.Name | None = None  # the Name being used as 'module.<attr>'
         # Scopes for step 9: the names each function binds (Python scoping).
@@ -517,10 +535,13 @@ class _Scanner:
                         name = item.id
                         tokens.append("Name\0" + name)
                         ctx = type(item.ctx)
-                        if name in _SUSPECT_NAMES or name[0] == "_" or name in self.module_aliases:
-                            self._name_checks(item, name)
+                        if name in self.watched or name[0] == "_":
+                            self._watched_name(item, name, node, field_name)
                         elif ctx is _Store:
-                            self.scope.add(name)  # what bind() does for an unremarkable name
+                            if name == self.self_name:
+                                self.bind(name, item)
+                            else:
+                                self.scope.add(name)  # what bind() does for an unremarkable name
                         elif ctx is not _Load:
                             self._name_checks(item, name)
                     elif item_cls is _Constant:
@@ -550,10 +571,13 @@ class _Scanner:
                 name = value.id
                 tokens.append("Name\0" + name)
                 ctx = type(value.ctx)
-                if name in _SUSPECT_NAMES or name[0] == "_" or name in self.module_aliases:
-                    self._name_checks(value, name)
+                if name in self.watched or name[0] == "_":
+                    self._watched_name(value, name, node, field_name)
                 elif ctx is _Store:
-                    self.scope.add(name)  # what bind() does for an unremarkable name
+                    if name == self.self_name:
+                        self.bind(name, value)
+                    else:
+                        self.scope.add(name)  # what bind() does for an unremarkable name
                 elif ctx is not _Load:
                     self._name_checks(value, name)
             elif value_cls is _Constant:
@@ -605,6 +629,12 @@ class _Scanner:
     def bind(self, name: str, node: ast.AST) -> None:
         """A name bound by an assignment, def, class, import, parameter or except clause."""
         self.scope.add(name)
+        if name == self.self_name and type(node) is not ast.arg:  # a parameter shadows it instead
+            self.found(
+                STEP_BANNED, node, AST_BANNED_ATTR,
+                f"The instance parameter '{name}' cannot be rebound",
+                "stores into its attributes are allowed because it is the instance; use another name",
+            )
         if name in _SUSPECT_NAMES or name[0] == "_":
             problem = _name_problem(name)
             if problem is not None:
@@ -669,6 +699,7 @@ class _Scanner:
             bound = alias.asname or top
             if top in _ALLOWED_MODULES and full == top:
                 self.module_aliases[bound] = top
+                self.watched.add(bound)
             self.scope.add(bound)
             problem = _name_problem(bound)
             if problem is not None:
@@ -820,21 +851,26 @@ class _Scanner:
 
     def _lambda(self, node: ast.Lambda) -> None:
         self._check_signature(node.args, "lambda")
+        body = node.body
+        if type(body) is _Name and body.id in self.class_methods:
+            self.needs_escape_analysis = True  # returns a class of the file
         self._enter_function(node, False, (node.args, node.body))
 
     def _enter_function(self, node: ast.AST, is_async: bool, fields: Iterable[object]) -> None:
         saved = (
             self.scope, self.function_scope, self.function_node,
-            self.in_function, self.async_ok, self.loop_depth,
+            self.in_function, self.async_ok, self.loop_depth, self.self_name, self.method_context,
         )
         self.scope = self.function_scope = self.function_locals[node] = set()
         self.function_node = node
         self.in_function, self.async_ok, self.loop_depth = True, is_async, 0
+        self.self_name = _instance_parameter(node.args, self.self_name, self.method_context)
+        self.method_context = False
         for value in fields:
             self.field(value)
         (
             self.scope, self.function_scope, self.function_node,
-            self.in_function, self.async_ok, self.loop_depth,
+            self.in_function, self.async_ok, self.loop_depth, self.self_name, self.method_context,
         ) = saved
 
     def _check_signature(self, args: ast.arguments, owner: str) -> None:
@@ -897,13 +933,25 @@ class _Scanner:
         self.tokens.append(name)
         self.field(node.bases)
         self.field(node.keywords)
-        saved = (self.scope, self.in_function, self.async_ok, self.loop_depth, self.in_trait)
+        if self.function_node is not None:
+            # A class defined inside a function: its name may be used before the scan reaches it.
+            self.class_methods[name] = _class_methods(node, self.class_methods) | self.class_methods.get(name, frozenset())
+            self.watched.add(name)
+            self.needs_escape_analysis = True
+        saved = (
+            self.scope, self.in_function, self.async_ok, self.loop_depth, self.in_trait, self.self_name,
+            self.method_context,
+        )
         self.scope = set()  # class scope: not visible from methods
         self.in_function, self.async_ok, self.loop_depth = False, False, 0
+        self.self_name, self.method_context = None, True
         if node is self.trait_node:
             self.in_trait = True
         self.field(node.body)
-        self.scope, self.in_function, self.async_ok, self.loop_depth, self.in_trait = saved
+        (
+            self.scope, self.in_function, self.async_ok, self.loop_depth, self.in_trait, self.self_name,
+            self.method_context,
+        ) = saved
         self.field(node.decorator_list)
 
     def _comprehension(self, node: ast.AST) -> None:
@@ -938,6 +986,21 @@ class _Scanner:
         name = node.id  # already NFKC-normalised by the parser
         self.tokens.append(name)
         self._name_checks(node, name)
+        if name == self.entity and self.in_trait and type(node.ctx) is _Load:
+            # Reached through a handler (loop, lambda body, ...), not as a call argument.
+            self.entity_uses.append((node, None, None, self.self_name))
+
+    def _watched_name(self, node: ast.Name, name: str, parent: ast.AST, field_name: str) -> None:
+        """A name in self.watched, met as the field ``field_name`` of ``parent``."""
+        self._name_checks(node, name)
+        if type(node.ctx) is not _Load:
+            return
+        if name == self.entity and self.in_trait:
+            self.entity_uses.append((node, parent, field_name, self.self_name))
+        if name in self.class_methods and not (
+            (field_name == "func" and type(parent) is _Call) or field_name == "annotation"
+        ):
+            self.needs_escape_analysis = True  # a class of the file used as a value
 
     def _name_checks(self, node: ast.Name, name: str) -> None:
         ctx = type(node.ctx)
@@ -983,6 +1046,7 @@ class _Scanner:
                 STEP_BANNED, node, AST_BANNED_ATTR, f"Access to .{attr} is not allowed",
                 _ATTR_HINTS.get(attr, _FRAME_HINT),
             )
+        is_self = False
         if type(value) is _Name:
             base = value.id
             if base in self.module_aliases:
@@ -993,7 +1057,18 @@ class _Scanner:
                     self.found(STEP_BANNED, node, AST_BANNED_ATTR, f"Access to {base}.{attr} is not allowed", problem)
             elif base == self.entity and self.in_trait:
                 self._entity_attribute(node, attr, ctx)
-        if ctx is not _Load:
+                is_self = True  # the entity by its own name: checked just above
+            elif base == self.self_name:
+                is_self = True
+                if ctx is not _Load:
+                    self.self_stored_attrs.add(attr)
+            elif base in self.class_methods and attr in self.class_methods[base]:
+                self.found(
+                    STEP_BANNED, node, AST_BANNED_ATTR, f"Access to {base}.{attr} is not allowed",
+                    f"{attr} is a method: call it on an instance (self.{attr}(...)); read through the "
+                    "class it would run on whatever object is passed as self",
+                )
+        if ctx is not _Load and not is_self:
             root = _root_name(value)
             if root is not None and (root.id in self.module_aliases or root.id in self.imported_names):
                 self.found(
@@ -1001,6 +1076,8 @@ class _Scanner:
                     f"Cannot assign or delete .{attr} on '{root.id}'",
                     "imported modules and their objects are shared and read-only",
                 )
+            else:
+                self.pending_stores.append(node)  # refused unless it turns out to be the entity
         # The generic walk of (value, attr), inlined.
         value_cls = type(value)
         if value_cls is _Name:
@@ -1025,31 +1102,9 @@ class _Scanner:
         tokens.append(attr)
 
     def _entity_attribute(self, node: ast.Attribute, attr: str, ctx: type) -> None:
-        entity = self.entity
-        if ctx is _Load:
-            if attr not in _ENTITY_NAMES:
-                close = difflib.get_close_matches(attr, sorted(_ENTITY_NAMES), n=1)
-                suggestion = f"did you mean {entity}.{close[0]}? " if close else ""
-                self.found(
-                    STEP_ENTITY, node, AST_ENTITY_ATTR_FORBIDDEN,
-                    f"{entity}.{attr} is not part of the entity API",
-                    f"{suggestion}readable: {', '.join(sorted(entity_api.READABLE_ATTRS))}; "
-                    f"methods: {', '.join(sorted(entity_api.METHODS))}",
-                )
-        elif ctx is _Del or attr not in _ENTITY_WRITABLE:
-            verb = "assigned" if ctx is _Store else "deleted"
-            if ctx is _Del and attr in _ENTITY_WRITABLE:
-                why = "entity attributes can be assigned but never deleted"
-            elif attr in entity_api.READABLE_ATTRS:
-                why = f"{attr} is read-only ({entity_api.READABLE_ATTRS[attr][1]})"
-            elif attr in entity_api.METHODS:
-                why = f"{attr} is a method"
-            else:
-                why = f"{attr} is not part of the entity API"
-            self.found(
-                STEP_ENTITY, node, AST_ENTITY_ATTR_FORBIDDEN, f"{entity}.{attr} cannot be {verb}",
-                f"{why}; writable attributes: {_WRITABLE_TEXT}",
-            )
+        problem = _entity_attribute_problem(self.entity, attr, ctx, None)
+        if problem is not None:
+            self.found(STEP_ENTITY, node, AST_ENTITY_ATTR_FORBIDDEN, *problem)
 
     def _await(self, node: ast.Await) -> None:
         if not self.async_ok:
@@ -1103,6 +1158,63 @@ class _Scanner:
             elif cls is _Attribute and (node.attr.startswith("_") or node.attr in _BANNED_ATTRS):
                 self.found(STEP_BANNED, line, AST_BANNED_ATTR, f"Access to .{node.attr} is not allowed",
                            "special, private and introspection attributes are not available")
+
+
+def _entity_attribute_problem(shown: str, attr: str, ctx: type, entity: str | None) -> tuple[str, str] | None:
+    """(problem, hint) when ``<shown>.<attr>`` in context ``ctx`` is outside the entity API, or None.
+    ``entity``: the entity parameter's name when ``shown`` is another expression holding the entity."""
+    alias = f" ({shown} holds the {entity})" if entity is not None else ""
+    if ctx is _Load:
+        if attr in _ENTITY_NAMES:
+            return None
+        close = difflib.get_close_matches(attr, sorted(_ENTITY_NAMES), n=1)
+        suggestion = f"did you mean {shown}.{close[0]}? " if close else ""
+        return (
+            f"{shown}.{attr} is not part of the entity API{alias}",
+            f"{suggestion}readable: {', '.join(sorted(entity_api.READABLE_ATTRS))}; "
+            f"methods: {', '.join(sorted(entity_api.METHODS))}",
+        )
+    if ctx is not _Del and attr in _ENTITY_WRITABLE:
+        return None
+    verb = "assigned" if ctx is _Store else "deleted"
+    if ctx is _Del and attr in _ENTITY_WRITABLE:
+        why = "entity attributes can be assigned but never deleted"
+    elif attr in entity_api.READABLE_ATTRS:
+        why = f"{attr} is read-only ({entity_api.READABLE_ATTRS[attr][1]})"
+    elif attr in entity_api.METHODS:
+        why = f"{attr} is a method"
+    else:
+        why = f"{attr} is not part of the entity API"
+    return f"{shown}.{attr} cannot be {verb}{alias}", f"{why}; writable attributes: {_WRITABLE_TEXT}"
+
+
+def _instance_parameter(args: ast.arguments, enclosing: str | None, is_method: bool) -> str | None:
+    """The name bound to the instance inside a function: a method's first parameter; in a nested
+    function or lambda the enclosing method's, unless a parameter of its own shadows it."""
+    if is_method:
+        positional = _positional_params(args)
+        return positional[0].arg if positional else None
+    if enclosing is not None and any(param.arg == enclosing for param in _all_params(args)):
+        return None
+    return enclosing
+
+
+def _class_methods(node: ast.ClassDef, known: dict[str, frozenset[str]]) -> frozenset[str]:
+    """The methods defined in a class and in its bases defined earlier in the file."""
+    names = {member.name for member in node.body if type(member) in (_FunctionDef, _AsyncFunctionDef)}
+    for base in node.bases:
+        if type(base) is _Name and base.id in known:
+            names |= known[base.id]
+    return frozenset(names)
+
+
+def _module_classes(tree: ast.Module) -> dict[str, frozenset[str]]:
+    """Top-level class name -> its methods, with those of its in-file bases (used before the scan)."""
+    classes: dict[str, frozenset[str]] = {}
+    for statement in tree.body:
+        if type(statement) is _ClassDef:
+            classes[statement.name] = _class_methods(statement, classes) | classes.get(statement.name, frozenset())
+    return classes
 
 
 def _is_type_expression(node: ast.AST, strings: list[str], depth: int = 0) -> bool:
@@ -1713,6 +1825,583 @@ _FLOW_PASS = getattr(_FlowChecker, "_pass")
 
 
 # ---------------------------------------------------------------------------------------------
+# Steps 7 and 5: where the entity and the file's classes go (the rare path)
+# ---------------------------------------------------------------------------------------------
+
+_ENTITY_USE_HINT = (
+    "use the entity only as entity.<attribute>, entity.<method>(...), a plain name (e = entity), in a "
+    "comparison, or as an argument of a function or method defined in the trait (its parameter is then "
+    "checked as the entity); anywhere else the gatekeeper cannot check what is done with it"
+)
+_CLASS_USE_HINT = (
+    "a class defined in the trait may be instantiated, subclassed, named in annotations, compared, "
+    "iterated, passed to builtins and module functions, and read for its constants; keep instances "
+    "rather than classes in variables"
+)
+_STORE_HINT = (
+    "only attributes of self (the first parameter of a method, never rebound) and the entity's writable "
+    "attributes may be assigned or deleted; other objects, classes and objects of modules in particular, "
+    "may be shared with other traits"
+)
+# Units walked before the analysis gives up (per unit of the file): ample for real code, a bound for
+# code built to make it run long.
+_MAX_WALKS_PER_UNIT = 20
+
+
+def _shown(node: ast.AST) -> str:
+    if type(node) is _Name:
+        return node.id
+    text = ast.unparse(node)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _entity_uses_are_direct(scanner: _Scanner, trait: _Trait) -> bool:
+    """True when every bare use of the entity is ``self.<method>(..., entity, ...)`` into a method
+    defined in the trait class whose parameter has the entity's name: there the scan's check of
+    ``entity.<name>`` already applies, and nothing needs following."""
+    methods: dict[str, ast.AST] = {}
+    for member in trait.node.body:
+        if type(member) in (_FunctionDef, _AsyncFunctionDef):
+            methods[member.name] = member  # the last definition wins, as at runtime
+    for name_node, parent, field_name, self_name in scanner.entity_uses:
+        if type(parent) is not _Call or field_name != "args" or self_name is None:
+            return False
+        func = parent.func
+        if type(func) is not _Attribute or type(func.value) is not _Name or func.value.id != self_name:
+            return False
+        method = methods.get(func.attr)
+        if method is None or func.attr in scanner.self_stored_attrs:
+            return False
+        index = 0
+        for argument in parent.args:
+            if argument is name_node:
+                break
+            if type(argument) is _Starred:
+                return False
+            index += 1
+        params = _positional_params(method.args)
+        if index + 1 >= len(params) or params[index + 1].arg != trait.entity_param:
+            return False
+    return True
+
+
+def _parameter_for(args: ast.arguments, index: int | None, offset: int, keyword: str | None) -> str | None:
+    """The named parameter that receives positional argument ``index`` (after ``offset`` bound
+    ones) or keyword argument ``keyword``; None when it is *args, **kwargs or nothing."""
+    if keyword is None:
+        if index is None:
+            return None
+        positional = _positional_params(args)
+        position = index + offset
+        return positional[position].arg if position < len(positional) else None
+    for param in args.args + args.kwonlyargs:
+        if param.arg == keyword:
+            return keyword
+    return None
+
+
+class _Escapes:
+    """Follows the entity and the file's classes through the whole module.
+
+    Run only when the scan saw the entity used as more than ``entity.<name>`` (and more than an
+    argument of ``self.<method>`` whose parameter has its name), or a class of the file used as
+    more than ``Class(...)`` / ``Class.CONSTANT``. Every function and lambda is a unit with the
+    names that may hold the entity in it: the entity parameter throughout the trait class, aliases
+    (assignment, unpacking, ``:=``, ``for e in (entity,)``), closure variables of enclosing units,
+    parameters that receive the entity from calls the analysis resolves (functions, methods and
+    classes of the file), and ``self.<attr>`` once an attribute of self is assigned the entity.
+    Units are walked again while these grow. Whatever holds the entity is checked as the entity;
+    a use that cannot be followed (a container, an unknown function, a return) is refused.
+    """
+
+    def __init__(self, tree: ast.Module, trait: _Trait | None, scanner: _Scanner) -> None:
+        self.scanner = scanner
+        self.entity = trait.entity_param if trait else None
+        self.trait_node = trait.node if trait else None
+        self.class_methods = scanner.class_methods
+        self.module_aliases = scanner.module_aliases
+        self.units: list[tuple[ast.AST, ast.AST | None, str | None]] = []  # (unit, enclosing, self name)
+        self.children: dict[ast.AST | None, list[ast.AST]] = {}
+        self.unit_self: dict[ast.AST, tuple[ast.AST | None, str | None]] = {}
+        self.taint: dict[ast.AST, set[str]] = {}
+        self.envs: dict[ast.AST, set[str]] = {}
+        self.functions: dict[str, list[ast.AST]] = {}  # name -> the defs and lambdas bound to it
+        self.methods: dict[str, list[ast.AST]] = {}  # method name -> its definitions in any class
+        self.classes: dict[str, list[ast.ClassDef]] = {}
+        self.other_bindings: set[str] = set()  # names also bound to something else than a def
+        self.self_attrs: dict[str, int] = {}  # attribute of self assigned the entity -> line
+        self.entity_bases: set[int] = set()  # id() of attributes whose object may be the entity
+        self.queue: list[ast.AST] = []
+        self.queued: set[ast.AST] = set()
+        # The unit being walked.
+        self.unit: ast.AST | None = None
+        self.env: set[str] = set()
+        self.self_name: str | None = None
+        self._collect(tree, None, None, False, False)
+        self.shadowed = self.other_bindings | set(self.functions) | set(self.classes)
+
+    # -- the file's units, functions, methods and classes ---------------------------------
+
+    def _collect(self, node: ast.AST, unit: ast.AST | None, self_name: str | None, in_class: bool,
+                 in_trait: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            cls = type(child)
+            if cls is _FunctionDef or cls is _AsyncFunctionDef or cls is _Lambda:
+                child_self = _instance_parameter(child.args, self_name, in_class and cls is not _Lambda)
+                self.units.append((child, unit, child_self))
+                self.children.setdefault(unit, []).append(child)
+                self.unit_self[child] = (unit, child_self)
+                self.taint[child] = {self.entity} if in_trait and self.entity else set()
+                if cls is not _Lambda:
+                    (self.methods if in_class else self.functions).setdefault(child.name, []).append(child)
+                self.other_bindings.update(param.arg for param in _all_params(child.args))
+                self._collect(child, child, child_self, False, in_trait)
+            elif cls is _ClassDef:
+                self.classes.setdefault(child.name, []).append(child)
+                self._collect(child, unit, None, True, in_trait or child is self.trait_node)
+            else:
+                if cls is _Assign and type(child.value) is _Lambda and all(type(t) is _Name for t in child.targets):
+                    for target in child.targets:
+                        self.functions.setdefault(target.id, []).append(child.value)
+                    self._collect(child.value, unit, self_name, False, in_trait)
+                    self.units.append((child.value, unit, _instance_parameter(child.value.args, self_name, False)))
+                    self.children.setdefault(unit, []).append(child.value)
+                    self.unit_self[child.value] = self.units[-1][1:]
+                    self.taint[child.value] = {self.entity} if in_trait and self.entity else set()
+                    self.other_bindings.update(param.arg for param in _all_params(child.value.args))
+                    continue
+                if cls is _Name and type(child.ctx) is not _Load:
+                    self.other_bindings.add(child.id)
+                elif cls is _ExceptHandler and child.name:
+                    self.other_bindings.add(child.name)
+                elif cls is _Import or cls is _ImportFrom:
+                    self.other_bindings.update((a.asname or a.name).partition(".")[0] for a in child.names)
+                self._collect(child, unit, self_name, False, in_trait)
+
+    def _inits(self, class_name: str, seen: set[str]) -> list[ast.AST] | None:
+        """The __init__ methods that ``class_name(...)`` may run, or None if one is not the file's."""
+        if class_name in seen:
+            return []
+        seen.add(class_name)
+        found: list[ast.AST] = []
+        for node in self.classes.get(class_name, ()):
+            inits = [m for m in node.body if type(m) in (_FunctionDef, _AsyncFunctionDef) and m.name == "__init__"]
+            if inits:
+                found += inits
+                continue
+            for base in node.bases:
+                if type(base) is not _Name or base.id not in self.classes:
+                    return None  # object's or a module class's __init__: not followed
+                inherited = self._inits(base.id, seen)
+                if inherited is None:
+                    return None
+                found += inherited
+            if not node.bases:
+                return None
+        return found
+
+    # -- driver -----------------------------------------------------------------------------
+
+    def run(self) -> None:
+        for unit, _, _ in self.units:
+            self._enqueue(unit)
+        budget = _MAX_WALKS_PER_UNIT * len(self.units) + 100
+        while self.queue:
+            budget -= 1
+            if budget < 0:
+                self.scanner.found(
+                    STEP_ENTITY, self.queue[0], AST_ENTITY_ATTR_FORBIDDEN,
+                    "The entity is passed through more functions than the gatekeeper follows",
+                    "pass it through fewer functions",
+                )
+                return
+            unit = self.queue.pop(0)
+            self.queued.discard(unit)
+            self._walk(unit)
+
+    def _enqueue(self, unit: ast.AST) -> None:
+        if unit not in self.queued:
+            self.queued.add(unit)
+            self.queue.append(unit)
+
+    def _walk(self, unit: ast.AST) -> None:
+        enclosing, self_name = self.unit_self[unit]
+        env = set(self.taint[unit])
+        if enclosing is not None:
+            env |= self.envs.get(enclosing, set()) - self.scanner.function_locals.get(unit, set())
+        before = self.envs.get(unit)
+        self.envs[unit] = env
+        self.unit, self.env, self.self_name = unit, env, self_name
+        attrs = len(self.self_attrs)
+        if type(unit) is _Lambda:
+            self._value(unit.body, "returned")
+        else:
+            self._block(unit.body)
+        if len(self.self_attrs) != attrs:
+            for other, _, _ in self.units:  # self.<attr> now holds the entity in every method
+                self._enqueue(other)
+        elif env != before:
+            for child in self.children.get(unit, ()):
+                self._enqueue(child)
+
+    def _add_name(self, name: str) -> None:
+        self.env.add(name)
+        taint = self.taint[self.unit]
+        if name not in taint:
+            taint.add(name)
+            self._enqueue(self.unit)  # earlier statements (loops) and nested units see it next time
+
+    # -- findings ---------------------------------------------------------------------------
+
+    def _entity_escape(self, node: ast.AST, context: str) -> None:
+        shown = _shown(node)
+        holder = "" if shown == self.entity else f" ({shown})"
+        self.scanner.found(
+            STEP_ENTITY, node, AST_ENTITY_ATTR_FORBIDDEN, f"The entity{holder} is {context}", _ENTITY_USE_HINT
+        )
+
+    def _class_escape(self, node: ast.Name, context: str) -> None:
+        self.scanner.found(STEP_BANNED, node, AST_BANNED_ATTR, f"Class {node.id} is {context}", _CLASS_USE_HINT)
+
+    # -- what may hold the entity -----------------------------------------------------------
+
+    def _is_entity(self, node: ast.AST) -> bool:
+        cls = type(node)
+        if cls is _Name:
+            return node.id in self.env
+        if cls is _Attribute:
+            value = node.value
+            return node.attr in self.self_attrs and type(value) is _Name and value.id == self.self_name
+        if cls is _NamedExpr:
+            return self._is_entity(node.value)
+        if cls is _IfExp:
+            return self._is_entity(node.body) or self._is_entity(node.orelse)
+        if cls is _BoolOp:
+            return any(self._is_entity(value) for value in node.values)
+        return False
+
+    def _inner(self, node: ast.AST) -> None:
+        """The parts of an expression that may be the entity, used where the entity may go."""
+        cls = type(node)
+        if cls is _NamedExpr:
+            self._add_name(node.target.id)
+            self._inner(node.value)
+        elif cls is _IfExp:
+            self._allowed(node.test)
+            self._allowed(node.body)
+            self._allowed(node.orelse)
+        elif cls is _BoolOp:
+            for value in node.values:
+                self._allowed(value)
+
+    def _allowed(self, node: ast.AST) -> None:
+        """An expression where the entity and the file's classes may appear (a test, a comparison)."""
+        cls = type(node)
+        if cls is _Name or cls is _Constant:
+            return
+        if self._is_entity(node):
+            self._inner(node)
+        else:
+            self._value(node, "used in an expression")
+
+    def _object(self, node: ast.AST, context: str) -> None:
+        """An expression used as an object (indexed, iterated): a class of the file may be."""
+        if type(node) is _Name and not self._is_entity(node):
+            return
+        self._value(node, context)
+
+    # -- statements -------------------------------------------------------------------------
+
+    def _block(self, statements: list[ast.stmt]) -> None:
+        for statement in statements:
+            self._statement(statement)
+
+    def _statement(self, node: ast.stmt) -> None:
+        cls = type(node)
+        if cls is _Assign:
+            for target in node.targets:
+                self._assign(target, node.value)
+        elif cls is _AnnAssign:
+            if node.value is not None:
+                self._assign(node.target, node.value)
+            else:
+                self._target(node.target)
+        elif cls is _AugAssign:
+            target = node.target
+            if type(target) is _Name:
+                if self._is_entity(target):
+                    self._entity_escape(target, "combined with an operator")
+            else:
+                self._target(target)
+            self._value(node.value, "combined with an operator")
+        elif cls is _For or cls is _AsyncFor:
+            self._iteration(node.target, node.iter)
+            self._block(node.body)
+            self._block(node.orelse)
+        elif cls is _If or cls is _While:
+            self._allowed(node.test)
+            self._block(node.body)
+            self._block(node.orelse)
+        elif cls is _Return:
+            if node.value is not None:
+                self._value(node.value, "returned")
+        elif cls is _Expr:
+            self._allowed(node.value)
+        elif cls is _With or cls is _AsyncWith:
+            for item in node.items:
+                self._value(item.context_expr, "used as a context manager")
+                if item.optional_vars is not None:
+                    self._target(item.optional_vars)
+            self._block(node.body)
+        elif cls is _Try or cls is _TryStar:
+            self._block(node.body)
+            for handler in node.handlers:
+                if handler.type is not None:
+                    self._value(handler.type, "caught")
+                self._block(handler.body)
+            self._block(node.orelse)
+            self._block(node.finalbody)
+        elif cls is _Raise:
+            for part in (node.exc, node.cause):
+                if part is not None:
+                    self._value(part, "raised")
+        elif cls is _Assert:
+            self._allowed(node.test)
+            if node.msg is not None:
+                self._value(node.msg, "used as an assertion message")
+        elif cls is _Delete:
+            for target in node.targets:
+                self._target(target)
+        # Definitions are units of their own (their bases are plain names, their defaults
+        # constants); imports, pass, break, continue move nothing; global, nonlocal and match
+        # were refused at step 5.
+
+    def _assign(self, target: ast.AST, value: ast.AST) -> None:
+        if self._is_entity(value):
+            target_cls = type(target)
+            if target_cls is _Name:
+                self._add_name(target.id)
+            elif target_cls is _Attribute and type(target.value) is _Name and target.value.id == self.self_name:
+                if target.attr not in self.self_attrs:
+                    self.self_attrs[target.attr] = _line(target)
+            else:
+                self._entity_escape(value, f"stored in {_shown(target)}")
+                self._target(target)
+            self._inner(value)
+            return
+        target_cls, value_cls = type(target), type(value)
+        if (
+            (target_cls is _Tuple or target_cls is _List) and (value_cls is _Tuple or value_cls is _List)
+            and len(target.elts) == len(value.elts)
+            and not any(type(node) is _Starred for node in target.elts + value.elts)
+        ):
+            for element_target, element_value in zip(target.elts, value.elts):
+                self._assign(element_target, element_value)
+            return
+        self._value(value, f"assigned to {_shown(target)}")
+        self._target(target)
+
+    def _target(self, node: ast.AST) -> None:
+        cls = type(node)
+        if cls is _Attribute:
+            self._attribute(node)
+        elif cls is _Subscript:
+            self._object(node.value, "indexed")
+            self._value(node.slice, "used as an index")
+        elif cls is _Tuple or cls is _List:
+            for element in node.elts:
+                self._target(element)
+        elif cls is _Starred:
+            self._target(node.value)
+
+    def _iteration(self, target: ast.AST, iterable: ast.AST) -> None:
+        cls = type(iterable)
+        if (cls is _Tuple or cls is _List or cls is _Set) and any(self._is_entity(e) for e in iterable.elts):
+            for element in iterable.elts:
+                if self._is_entity(element):
+                    if type(target) is _Name:
+                        self._add_name(target.id)
+                    else:
+                        self._entity_escape(element, "unpacked by a loop")
+                    self._inner(element)
+                else:
+                    self._value(element, "iterated over")
+        else:
+            self._object(iterable, "iterated over")
+        self._target(target)
+
+    # -- expressions ------------------------------------------------------------------------
+
+    def _value(self, node: ast.AST, context: str) -> None:
+        """An expression whose value goes where neither the entity nor a class of the file may."""
+        if self._is_entity(node):
+            self._entity_escape(node, context)
+            self._inner(node)
+            return
+        cls = type(node)
+        if cls is _Name:
+            if node.id in self.class_methods and type(node.ctx) is _Load:
+                self._class_escape(node, context)
+        elif cls is _Constant or cls is _Lambda:
+            pass  # a lambda is a unit of its own
+        elif cls is _Attribute:
+            self._attribute(node)
+        elif cls is _Call:
+            self._call(node)
+        elif cls is _Compare:
+            self._allowed(node.left)
+            for comparator in node.comparators:
+                self._allowed(comparator)
+        elif cls is _UnaryOp:
+            if type(node.op) is ast.Not:
+                self._allowed(node.operand)
+            else:
+                self._value(node.operand, "used in arithmetic")
+        elif cls is _BoolOp:
+            for value in node.values:
+                self._value(value, context)
+        elif cls is _IfExp:
+            self._allowed(node.test)
+            self._value(node.body, context)
+            self._value(node.orelse, context)
+        elif cls is _NamedExpr:
+            self._value(node.value, f"assigned to {node.target.id}")
+        elif cls in _COMPREHENSION_TYPES:
+            for generator in node.generators:
+                self._iteration(generator.target, generator.iter)
+                for condition in generator.ifs:
+                    self._allowed(condition)
+            for part in (node.key, node.value) if cls is _DictComp else (node.elt,):
+                self._value(part, "collected by a comprehension")
+        elif cls is _List or cls is _Tuple or cls is _Set:
+            kind = "a list" if cls is _List else "a tuple" if cls is _Tuple else "a set"
+            for element in node.elts:
+                self._value(element, f"put into {kind}")
+        elif cls is _Dict:
+            for key, value in zip(node.keys, node.values):
+                if key is None:
+                    self._value(value, "unpacked with **")
+                else:
+                    self._value(key, "put into a dict")
+                    self._value(value, "put into a dict")
+        elif cls is _Starred:
+            self._value(node.value, "unpacked with *")
+        elif cls is _Await:
+            self._value(node.value, "awaited")
+        elif cls is _Subscript:
+            self._object(node.value, "indexed")
+            self._value(node.slice, "used as an index")
+        elif cls is _BinOp:
+            self._value(node.left, "used in arithmetic")
+            self._value(node.right, "used in arithmetic")
+        else:  # f-strings, slices, ...
+            for child in ast.iter_child_nodes(node):
+                if isinstance(child, ast.expr):
+                    self._value(child, "formatted into a string" if cls is ast.JoinedStr else "used in an expression")
+
+    def _attribute(self, node: ast.Attribute) -> None:
+        value, attr = node.value, node.attr
+        if self._is_entity(value):
+            self.entity_bases.add(id(node))
+            by_name = type(value) is _Name and value.id == self.entity
+            problem = _entity_attribute_problem(_shown(value), attr, type(node.ctx), None if by_name else self.entity)
+            if problem is not None:
+                self.scanner.found(STEP_ENTITY, node, AST_ENTITY_ATTR_FORBIDDEN, *problem)
+            self._inner(value)
+            return
+        if attr in self.self_attrs and not (type(value) is _Name and value.id == self.self_name):
+            self.scanner.found(
+                STEP_ENTITY, node, AST_ENTITY_ATTR_FORBIDDEN, f"{_shown(node)} may hold the entity",
+                f"self.{attr} is assigned the entity (line {self.self_attrs[attr]}); read it as self.{attr} "
+                "in the methods of its class only",
+            )
+        if type(value) is _Name:
+            if value.id in self.class_methods and attr in self.class_methods[value.id]:
+                self.scanner.found(
+                    STEP_BANNED, node, AST_BANNED_ATTR, f"Access to {value.id}.{attr} is not allowed",
+                    f"{attr} is a method: call it on an instance (self.{attr}(...)); read through the "
+                    "class it would run on whatever object is passed as self",
+                )
+            return
+        self._value(value, "used in an expression")
+
+    def _call(self, node: ast.Call) -> None:
+        func = node.func
+        func_cls = type(func)
+        callee = f"{_shown(func)}()"
+        if self._is_entity(func):
+            self._entity_escape(func, "called")
+            self._inner(func)
+        elif func_cls is _Attribute:
+            self._attribute(func)
+        elif func_cls is not _Name and func_cls is not _Lambda:
+            self._value(func, "called")
+        # Builtins and module functions may receive a class (list(Mode), isinstance(x, Helper)):
+        # they cannot reach its methods by name.
+        trusted = (func_cls is _Name and func.id in _BUILTINS and func.id not in self.shadowed) or (
+            func_cls is _Attribute and type(func.value) is _Name and func.value.id in self.module_aliases
+        )
+        index: int | None = 0
+        for argument in node.args:
+            if type(argument) is _Starred:
+                index = None  # later positions are unknown
+                self._value(argument.value, f"unpacked into a call of {callee}")
+                continue
+            self._argument(node, argument, index, None, callee, trusted)
+            if index is not None:
+                index += 1
+        for keyword in node.keywords:
+            if keyword.arg is None:
+                self._value(keyword.value, f"unpacked with ** into a call of {callee}")
+            else:
+                self._argument(node, keyword.value, None, keyword.arg, callee, trusted)
+
+    def _argument(self, call: ast.Call, argument: ast.AST, index: int | None, keyword: str | None,
+                  callee: str, trusted: bool) -> None:
+        if self._is_entity(argument):
+            func = call.func
+            targets = self._callees(func)
+            undefined = type(func) is _Name and func.id not in self.shadowed and func.id not in _BUILTINS
+            if targets is None and not undefined:  # an undefined function is step 9's finding
+                self._entity_escape(argument, f"passed to {callee}, which the gatekeeper cannot follow")
+            for function, offset in targets or ():
+                param = _parameter_for(function.args, index, offset, keyword)
+                if param is None:
+                    self._entity_escape(argument, f"passed to {callee} where no named parameter receives it")
+                elif param not in self.taint[function]:
+                    self.taint[function].add(param)
+                    self._enqueue(function)
+            self._inner(argument)
+        elif type(argument) is _Name:
+            if argument.id in self.class_methods and not trusted:
+                self._class_escape(argument, f"passed to {callee}")
+        else:
+            self._value(argument, f"passed to {callee}")
+
+    def _callees(self, func: ast.AST) -> list[tuple[ast.AST, int]] | None:
+        """The functions of the file a call may run, each with how many leading parameters are
+        bound already (self), or None when the call may run something else."""
+        cls = type(func)
+        if cls is _Lambda:
+            return [(func, 0)]
+        if cls is _Name:
+            name = func.id
+            if name in self.other_bindings:
+                return None
+            if name in self.functions:
+                return [(function, 0) for function in self.functions[name]]
+            if name in self.classes:
+                inits = self._inits(name, set())
+                return [(init, 1) for init in inits] if inits else None
+            return None
+        if cls is _Attribute and type(func.value) is _Name and func.value.id == self.self_name is not None:
+            if func.attr in self.scanner.self_stored_attrs or func.attr not in self.methods:
+                return None
+            return [(method, 1) for method in self.methods[func.attr]]
+        return None
+
+
+# ---------------------------------------------------------------------------------------------
 # Orchestration
 # ---------------------------------------------------------------------------------------------
 
@@ -1801,6 +2490,26 @@ def _resume_gc() -> None:
             gc.enable()
 
 
+def _check_escapes(tree: ast.Module, trait: _Trait | None, scanner: _Scanner) -> None:
+    """The escape analysis when the scan calls for it, then the verdict on stores into attributes
+    of objects other than self: refused unless the object is the entity. Without a trait class
+    step 6 rejects the code anyway, with the more useful message."""
+    entity_bases: set[int] = set()
+    if scanner.needs_escape_analysis or (
+        trait is not None and scanner.entity_uses and not _entity_uses_are_direct(scanner, trait)
+    ):
+        escapes = _Escapes(tree, trait, scanner)
+        escapes.run()
+        entity_bases = escapes.entity_bases
+    for node in scanner.pending_stores if trait is not None else ():
+        if id(node) not in entity_bases:
+            verb = "assign" if type(node.ctx) is _Store else "delete"
+            scanner.found(
+                STEP_BANNED, node, AST_BANNED_ATTR,
+                f"Cannot {verb} the attribute {node.attr} of {_shown(node.value)}", _STORE_HINT,
+            )
+
+
 _TOO_DEEP = f"the code is nested too deeply to analyse (limit: {MAX_NESTING} levels); flatten it"
 
 
@@ -1833,9 +2542,10 @@ def _validate(trait_name: str, code: str) -> GateResult:
         return run.fail(STEP_PARSE, SYNTAX_ERROR, f"the code cannot be parsed: {error}")
 
     trait, no_trait_reason = _find_trait(tree)
-    scanner = _Scanner(trait, _module_aliases(tree))
+    scanner = _Scanner(trait, _module_aliases(tree), _module_classes(tree))
     try:
         scanner.visit(tree)
+        _check_escapes(tree, trait, scanner)
     except (_TooDeep, RecursionError):
         return run.fail(STEP_PARSE, SYNTAX_ERROR, _TOO_DEEP)
     code_hash = scanner.digest()

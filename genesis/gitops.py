@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import subprocess
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 GIT_TIMEOUT_S = 120.0
 # Commits of GEPA steps are made by Genesis, not by whoever runs the worker.
@@ -17,12 +20,42 @@ AUTHOR = {"GIT_AUTHOR_NAME": "Genesis GEPA", "GIT_AUTHOR_EMAIL": "gepa@genesis.i
           "GIT_COMMITTER_NAME": "Genesis GEPA", "GIT_COMMITTER_EMAIL": "gepa@genesis.invalid"}
 
 
+# Environment variables that would send git's HTTP through a proxy, which resolves the host again.
+PROXY_VARIABLES = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
+CLONE_FAILED = ("the repository could not be cloned (it does not exist, needs credentials, is not a git "
+                "server, or did not answer in time)")
+
+
 class GitError(RuntimeError):
     """A git command failed; the message carries git's own explanation."""
 
 
-def _env() -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items() if not key.startswith("GIT_")}
+class CloneFailed(GitError):
+    """A clone failed. Its message is the same whatever the cause: git's own words would tell an
+    open port from a closed one. ``detail`` (git's words, credentials redacted) is for the log."""
+
+    def __init__(self, detail: str):
+        super().__init__(CLONE_FAILED)
+        self.detail = detail
+
+
+@dataclass(frozen=True)
+class CloneLimits:
+    """Time limits of a clone over the network (Settings gepa_clone_*)."""
+
+    connect_timeout_s: float = 10.0  # until the repository has listed its HEAD (git ls-remote)
+    stall_s: int = 20  # under LOW_SPEED_BYTES per second for this long aborts the transfer
+    timeout_s: float = 600.0  # the whole clone
+
+
+LOW_SPEED_BYTES = 1000
+
+
+def _env(network: bool = False) -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items()
+           if not key.startswith("GIT_") and not (network and key.lower() in PROXY_VARIABLES)}
+    if network:
+        env["GIT_ALLOW_PROTOCOL"] = "http:https"  # no transport a server's answer could switch to
     env.update(AUTHOR)
     env.update({
         "GIT_TERMINAL_PROMPT": "0",  # fail instead of waiting for a password
@@ -34,31 +67,60 @@ def _env() -> dict[str, str]:
 
 
 def git(*args: str, cwd: Path | None = None, config: dict[str, str] | None = None,
-        input: bytes | None = None, timeout: float = GIT_TIMEOUT_S, redact: str | None = None) -> str:
+        input: bytes | None = None, timeout: float = GIT_TIMEOUT_S, redact: str | None = None,
+        network: bool = False) -> str:
     """Run ``git args`` and return stdout. ``config`` entries travel in the environment
     (GIT_CONFIG_COUNT/KEY/VALUE: a credential header must land neither in .git/config nor on a
-    command line other users can see); ``redact`` is removed from error messages."""
+    command line other users can see); ``redact`` is removed from error messages. ``network``:
+    only the http(s) transports, no proxy."""
     argv = ["git", "-c", "core.hooksPath=/dev/null", "-c", "protocol.file.allow=always", *args]
-    env = _env()
+    env = _env(network)
     for index, (key, value) in enumerate((config or {}).items()):
         env[f"GIT_CONFIG_KEY_{index}"], env[f"GIT_CONFIG_VALUE_{index}"] = key, value
     if config:
         env["GIT_CONFIG_COUNT"] = str(len(config))
-    try:
-        done = subprocess.run(argv, cwd=cwd, env=env, input=input, capture_output=True, timeout=timeout)
-    except subprocess.TimeoutExpired as exc:
-        raise GitError(f"git {args[0]} did not finish within {timeout:.0f}s") from exc
-    if done.returncode != 0:
-        message = (done.stderr or done.stdout).decode(errors="replace").strip()
+    # Its own process group: on a timeout, git's helpers (git-remote-https holds the connection)
+    # go with it instead of lingering on a host that never answers.
+    with subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(input, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise GitError(f"git {args[0]} did not finish within {timeout:g}s") from None
+    if process.returncode != 0:
+        message = (stderr or stdout).decode(errors="replace").strip()
         if redact:
             message = message.replace(redact, "***")
         raise GitError(f"git {args[0]} failed: {message[-2000:]}")
-    return done.stdout.decode(errors="replace")
+    return stdout.decode(errors="replace")
 
 
-def clone(url: str, dest: Path, config: dict[str, str] | None = None, redact: str | None = None) -> None:
+def clone(url: str, dest: Path, config: dict[str, str] | None = None, redact: str | None = None,
+          pin: str | None = None, limits: CloneLimits = CloneLimits()) -> None:
+    """Clone ``url`` into ``dest``; raise CloneFailed. An http(s) URL's host is looked up only in
+    ``pin`` (a libcurl resolve entry ``host:port:address``, made from the addresses the caller
+    checked), redirects are not followed, and the clone starts only once the repository has
+    listed its HEAD within ``limits.connect_timeout_s`` (a TLS handshake that never ends is
+    not covered by git's own low-speed limit)."""
     dest.parent.mkdir(parents=True, exist_ok=True)
-    git("clone", "--quiet", "--no-recurse-submodules", "--", url, str(dest), config=config, redact=redact, timeout=600)
+    network = urlsplit(url).scheme in ("http", "https")
+    config = dict(config or {})
+    if network:
+        config.update({"http.followRedirects": "false", "http.lowSpeedLimit": str(LOW_SPEED_BYTES),
+                       "http.lowSpeedTime": str(limits.stall_s)})
+        if pin:
+            config["http.curloptResolve"] = pin
+    try:
+        if network:
+            git("ls-remote", "--", url, "HEAD", config=config, redact=redact, timeout=limits.connect_timeout_s,
+                network=True)
+        git("clone", "--quiet", "--no-recurse-submodules", "--", url, str(dest), config=config, redact=redact,
+            timeout=limits.timeout_s, network=network)
+    except GitError as exc:
+        raise CloneFailed(str(exc)) from None
 
 
 def default_branch(repo: Path) -> str:

@@ -9,7 +9,9 @@ import json
 import re
 import secrets
 from pathlib import Path, PurePosixPath
-from urllib.parse import unquote, urlsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
+
+from genesis import netpolicy
 
 CLIENT_ID_PATTERN = r"^client_[0-9a-f]{16}$"
 # Program ids come from the optimiser (GEPA): letters, digits, '_' and '-', at most 64.
@@ -115,7 +117,13 @@ def check_repo_url(url: str, local_roots: str, allow_http: bool = False) -> str:
         if not parts.hostname or parts.username or parts.password or parts.query or parts.fragment:
             raise InvalidId("repo_url must be https://host/owner/repo without credentials, query or fragment "
                             "(private repositories: pass installation_id)")
-        return url
+        try:
+            host, port = netpolicy.canonical_host(parts.hostname), parts.port
+        except (netpolicy.Refused, ValueError) as exc:
+            raise InvalidId(f"repo_url host: {exc}") from None
+        # git gets the host in its one spelling: the address it is pinned to is looked up by it
+        shown = f"[{host}]" if ":" in host else host
+        return urlunsplit((parts.scheme, f"{shown}:{port}" if port else shown, parts.path, "", ""))
     if parts.scheme == "file" or (not parts.scheme and url.startswith("/")):
         path = Path(unquote(parts.path) if parts.scheme == "file" else url).resolve()
         roots = [Path(root.strip()).resolve() for root in local_roots.split(",") if root.strip()]
@@ -128,19 +136,21 @@ def check_repo_url(url: str, local_roots: str, allow_http: bool = False) -> str:
                     "(or a local path / file:// URL where the server allows it)")
 
 
-_HOST = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*$")
 MAX_EGRESS_ENTRIES = 32
 
 
 def check_egress_allow(entries: list[str]) -> list[str]:
-    """A client's own egress allow-list: ``host:port`` entries (a DNS name or IPv4 address and a
-    port), normalised to lower case."""
+    """A client's own egress allow-list: ``host:port`` entries (a DNS name, an IPv4 address or a
+    bracketed IPv6 address, and a port) in canonical form (genesis/netpolicy.py), so ``0x7f.1:80``
+    is ``127.0.0.1:80``. Whether the server may reach them is the caller's check (it resolves)."""
     if len(entries) > MAX_EGRESS_ENTRIES:
         raise InvalidId(f"egress_allow has {len(entries)} entries; at most {MAX_EGRESS_ENTRIES}")
     checked = []
     for entry in entries:
-        host, _, port = str(entry).strip().lower().rpartition(":")
-        if not host or not _HOST.match(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
-            raise InvalidId(f"egress_allow entry {entry!r} must be host:port (a DNS name or IPv4 address, port 1-65535)")
-        checked.append(f"{host}:{int(port)}")
+        try:
+            host, port = netpolicy.split_host_port(str(entry))
+        except ValueError as exc:
+            raise InvalidId(f"egress_allow entry {entry!r} must be host:port (a DNS name, an IPv4 address or "
+                            f"[IPv6 address], and a port 1-65535): {exc}") from None
+        checked.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     return sorted(set(checked))

@@ -10,9 +10,9 @@ import json
 import redis.asyncio as aioredis
 from pydantic import BaseModel
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from genesis.db.models import TraitVersion
+from genesis.db.models import Mutation, TraitVersion
 from genesis.redis_keys import REGISTRY_TRAITS, REGISTRY_VERSION
 
 
@@ -23,13 +23,21 @@ class RegistryEntry(BaseModel):
     class_name: str
     code: str
     code_hash: str
+    # Who proposed it: traits of different agents never share a process in the trait host.
+    agent_id: str = ""
 
 
-def entry_from_row(row: TraitVersion) -> RegistryEntry:
+def entry_from_row(row: TraitVersion, agent_id: str) -> RegistryEntry:
     return RegistryEntry(
         trait_name=row.trait_name, version=row.version, mutation_id=row.mutation_id,
-        class_name=row.class_name, code=row.code, code_hash=row.code_hash,
+        class_name=row.class_name, code=row.code, code_hash=row.code_hash, agent_id=agent_id,
     )
+
+
+async def entry_of(session: AsyncSession, row: TraitVersion) -> RegistryEntry:
+    """The registry entry of a trait version, with the agent that proposed it."""
+    agent_id = await session.scalar(select(Mutation.agent_id).where(Mutation.mutation_id == row.mutation_id))
+    return entry_from_row(row, agent_id or "")
 
 
 async def put_entry(redis: aioredis.Redis, entry: RegistryEntry) -> int:
@@ -75,8 +83,12 @@ async def replace_all(redis: aioredis.Redis, entries: list[RegistryEntry]) -> in
 async def rebuild_from_postgres(sessions: async_sessionmaker, redis: aioredis.Redis) -> int:
     """Self-heal after an engine or Redis restart: the registry becomes the active versions."""
     async with sessions() as session:
-        rows = (await session.scalars(select(TraitVersion).where(TraitVersion.status == "active"))).all()
-    return await replace_all(redis, [entry_from_row(row) for row in rows])
+        rows = (await session.execute(
+            select(TraitVersion, Mutation.agent_id)
+            .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
+            .where(TraitVersion.status == "active")
+        )).all()
+    return await replace_all(redis, [entry_from_row(row, agent_id or "") for row, agent_id in rows])
 
 
 def event_json(event: str, **fields: object) -> str:

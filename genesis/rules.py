@@ -14,20 +14,21 @@ from __future__ import annotations
 from typing import Any
 
 from genesis import entity_api
-from genesis.config import get_settings
 
-SANDBOX_RULES_VERSION = "4"  # 4: traits are written in the trait runtime's language (PyPy: 3.9)
+SANDBOX_RULES_VERSION = "5"  # 5: one runtime (CPython 3.11), at most 16 intents per call, entity aliases,
+# stores outside self, in-place class changers
 
-# The Python language traits are written in, per trait runtime (GENESIS_TRAIT_HOST_RUNTIME): the
-# gatekeeper parses at this level and sandbox/image.py checks the runtime really speaks it.
-TRAIT_LANGUAGE = {"pypy": (3, 9), "cpython": (3, 11)}
+# The Python language traits are written in: the one trait runtime's (CPython 3.11, in the
+# sandbox test and live). The gatekeeper parses at this level and sandbox/image.py checks the
+# runtime really speaks it.
+TRAIT_LANGUAGE = (3, 11)
+
+# A call that records more intents than this fails (an error of the trait, like an exception).
+MAX_INTENTS_PER_CALL = 16
 
 
 def trait_language() -> tuple[int, int]:
-    """The older language of the two runtimes (sandbox test, live world): what passes the
-    gatekeeper must parse in both."""
-    settings = get_settings()
-    return min(TRAIT_LANGUAGE[settings.trait_host_runtime], TRAIT_LANGUAGE[settings.sandbox_runtime])
+    return TRAIT_LANGUAGE
 
 # Modules a trait may import (seed order). Only the module itself, never a submodule.
 ALLOWED_IMPORTS: tuple[str, ...] = (
@@ -46,9 +47,12 @@ ALLOWED_IMPORTS: tuple[str, ...] = (
 FORBIDDEN_IMPORTS_EXAMPLES: tuple[str, ...] = ("os", "sys", "subprocess", "socket", "shutil", "backend")
 
 # Public, non-module names of allowed modules that are still refused, with the reason.
-# They evaluate strings as code, copy attributes by name, build functions from code objects
-# or reseed the RNG that every trait in a trait host shares.
+# They evaluate strings as code, copy attributes by name, build functions from code objects,
+# change the object they are given in place (a class of a module is shared by every trait in
+# the process), keep process-wide registries, or reseed the RNG that traits in a process share.
 _CLASS_FACTORY = "creates classes from a dictionary of members, like type()"
+_IN_PLACE = "changes the class or function it is given in place, which may be shared with other traits"
+_REGISTRY = "reads or changes a registry shared by every trait in the process"
 MODULE_ATTR_DENYLIST: dict[str, dict[str, str]] = {
     "typing": {
         "get_type_hints": "evaluates annotation strings as code",
@@ -56,6 +60,15 @@ MODULE_ATTR_DENYLIST: dict[str, dict[str, str]] = {
         "ABCMeta": _CLASS_FACTORY,
         "NamedTupleMeta": _CLASS_FACTORY,
         "EXCLUDED_ATTRIBUTES": "is a mutable list shared by every user of typing",
+        "final": _IN_PLACE,
+        "no_type_check": _IN_PLACE,
+        "no_type_check_decorator": _IN_PLACE,
+        "runtime_checkable": _IN_PLACE,
+        "dataclass_transform": _IN_PLACE,
+        "overload": _REGISTRY,
+        "get_overloads": _REGISTRY,
+        "clear_overloads": _REGISTRY,
+        "reveal_type": "writes to the process's error output; traits have no console",
     },
     "enum": {
         "EnumMeta": _CLASS_FACTORY,
@@ -67,10 +80,12 @@ MODULE_ATTR_DENYLIST: dict[str, dict[str, str]] = {
         "singledispatchmethod": "evaluates annotation strings as code",
         "update_wrapper": "copies attributes named by strings",
         "wraps": "copies attributes named by strings",
+        "total_ordering": _IN_PLACE,
     },
     "dataclasses": {
         "FunctionType": "builds functions from code objects",
         "make_dataclass": _CLASS_FACTORY,
+        "dataclass": _IN_PLACE,
     },
     "random": {
         "seed": "reseeds the random generator shared with other traits; use random.Random(seed)",
@@ -163,6 +178,15 @@ BANNED_CONSTRUCTS: tuple[str, ...] = (
     "an imported module used other than as module.public_name (no aliasing or passing it around)",
     "module attributes that are modules themselves (typing.sys, enum.bltns, dataclasses.inspect)",
     "assigning to attributes of imported modules or of objects imported from them",
+    "assigning or deleting attributes of anything but self (a method's first parameter, which may not "
+    "be rebound) and the entity's writable attributes",
+    "the entity used other than as entity.<name>, a plain alias (e = entity, a, b = entity, 1, "
+    "(e := entity), for e in (entity,)), a comparison, or an argument of a function, method or class "
+    "defined in the trait: aliases and the parameters that receive it are checked as the entity, and "
+    "self.<name> once self.<name> = entity; putting it in a container, returning it or passing it to "
+    "anything else is refused",
+    "a class defined in the trait used as a value (aliased, stored, returned, passed to your own "
+    "functions) or a method read through its class (ClassName.method): methods run on instances",
     "match statements, global, nonlocal, yield, yield from",
     "bare 'except:' and catching BaseException/SystemExit/KeyboardInterrupt/GeneratorExit",
     "default argument values other than constant literals",
@@ -193,11 +217,9 @@ def sandbox_api_document() -> dict[str, Any]:
         "sandbox_rules_version": SANDBOX_RULES_VERSION,
         "trait_language": {
             "python": "%d.%d" % trait_language(),
-            "sandbox_runtime": get_settings().sandbox_runtime,
-            "live_runtime": get_settings().trait_host_runtime,
-            "note": "traits are parsed as this Python version; use only its syntax and standard "
-                    "library (newer library calls may pass the sandbox test and then fail live, "
-                    "where a trait that keeps failing is quarantined)",
+            "runtime": "cpython",
+            "note": "traits are parsed as this Python version and run on it, in the sandbox test "
+                    "and live alike",
         },
         "trait_pattern": TRAIT_PATTERN,
         "required_method": REQUIRED_METHOD,
@@ -212,6 +234,7 @@ def sandbox_api_document() -> dict[str, Any]:
         "example": TRAIT_EXAMPLE,
         # Extras beyond the seed.
         "max_code_bytes": MAX_CODE_BYTES,
+        "max_intents_per_call": MAX_INTENTS_PER_CALL,
         "trait_name_pattern": TRAIT_NAME_PATTERN,
         "allowed_builtins": sorted(ALLOWED_BUILTINS),
         "forbidden_module_attrs": {

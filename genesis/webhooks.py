@@ -14,22 +14,22 @@ a random one in ``<state_dir>/webhook-secret``): ``key = HMAC-SHA256(server secr
 ``GET /v1/agents/me/webhook-secret`` with its API key; changing the server secret rotates all.
 
 Address policy: only ``http``/``https`` URLs of at most ``MAX_URL_LENGTH`` characters, with a host
-and without credentials. Unless ``GENESIS_WEBHOOK_ALLOW_PRIVATE=true``, the host may not be (or,
-at delivery time, resolve to) a loopback, private, link-local, shared, multicast or reserved
-address, nor ``localhost``: Genesis' worker must not be usable to reach the machines next to it.
+and without credentials, whose host resolves only to global addresses (genesis/netpolicy.py; the
+operator's ``GENESIS_OUTBOUND_PRIVATE_ALLOW`` covers exceptions, ``GENESIS_WEBHOOK_ALLOW_PRIVATE=true``
+lifts the check for receivers), checked at propose time and again before each delivery, which
+then connects to the address it checked: Genesis' worker must not be a way into the machines next
+to it.
 """
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import hmac
-import ipaddress
-import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from genesis import netpolicy
 from genesis.apikeys import load_pepper
 
 MAX_URL_LENGTH = 2048
@@ -50,13 +50,14 @@ def agent_secret(server_secret: bytes, agent_id: str) -> str:
     return SECRET_PREFIX + base64.b64encode(key).decode()
 
 
-def url_problem(url: str, *, allow_private: bool) -> str | None:
-    """Why ``url`` cannot be a notify_url, or None. Checks the literal URL only (no DNS)."""
+def url_problem(url: str) -> str | None:
+    """Why ``url`` cannot be a notify_url as written (no DNS), or None. Where it may lead is
+    ``receiver``'s question."""
     if len(url) > MAX_URL_LENGTH:
         return f"notify_url is {len(url)} characters; at most {MAX_URL_LENGTH}"
     try:
         parts = urlsplit(url)
-        port = parts.port  # ValueError for a port that is not a number in range
+        parts.port  # ValueError for a port that is not a number in range
     except ValueError as exc:
         return f"notify_url is not a valid URL: {exc}"
     if parts.scheme not in ("http", "https"):
@@ -67,45 +68,34 @@ def url_problem(url: str, *, allow_private: bool) -> str | None:
         return "notify_url may not carry credentials (user:password@)"
     if any(ch.isspace() or ord(ch) < 32 for ch in url):
         return "notify_url may not contain whitespace or control characters"
-    del port
-    if not allow_private:
-        host = parts.hostname.rstrip(".").lower()
-        if host == "localhost" or host.endswith(".localhost"):
-            return _private(host)
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
-            return None  # a name: checked again after DNS at delivery time
-        if not is_public(address):
-            return _private(host)
     return None
 
 
-def _private(host: str) -> str:
-    return (f"notify_url host {host} is a loopback, private or reserved address; such receivers are "
-            "refused unless the server runs with GENESIS_WEBHOOK_ALLOW_PRIVATE=true")
-
-
-def is_public(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
-        address = address.ipv4_mapped
-    return address.is_global and not address.is_multicast
-
-
-async def resolve_problem(url: str) -> str | None:
-    """After DNS: why delivering to ``url`` would reach a non-public address, or None."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    port = parts.port or (443 if parts.scheme == "https" else 80)
+async def receiver(url: str, policy: netpolicy.NetPolicy) -> netpolicy.Destination:
+    """The checked destination of a notify_url (resolved; every address global, or allowed by the
+    operator): deliveries connect to its address. Raises netpolicy.Refused with a message for the
+    proposer (netpolicy.Unresolvable when the name does not resolve now)."""
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
-    except OSError as exc:
-        return f"cannot resolve {host}: {exc}"  # caller decides: retried (DNS may come back)
-    for info in infos:
-        address = ipaddress.ip_address(info[4][0].split("%", 1)[0])
-        if not is_public(address):
-            return _private(f"{host} ({address})")
-    return None
+        return await netpolicy.check_async(*netpolicy.url_host_port(url), policy)
+    except netpolicy.NotGlobal as exc:
+        raise netpolicy.Refused(
+            f"notify_url host {exc.reason}; webhooks go only to global addresses unless the operator allows "
+            f"the host ({netpolicy.SETTING}) or every receiver (GENESIS_WEBHOOK_ALLOW_PRIVATE=true)") from None
+    except netpolicy.Unresolvable:
+        raise
+    except netpolicy.Refused as exc:
+        raise netpolicy.Refused(f"notify_url host: {exc}") from None
+
+
+def pinned_request(url: str, destination: netpolicy.Destination) -> tuple[str, dict[str, str], dict[str, str]]:
+    """The URL, headers and httpx extensions that POST to ``url`` over a connection to the
+    checked address: the original host travels in the Host header and as the TLS server name
+    (the receiver's certificate is verified against it)."""
+    parts = urlsplit(url)
+    extensions = {}
+    if parts.scheme == "https" and netpolicy.literal_address(destination.host) is None:
+        extensions["sni_hostname"] = destination.host
+    return destination.pinned_url(url), {"Host": parts.netloc}, extensions
 
 
 def signature(secret: str, msg_id: str, timestamp: int, body: str) -> str:

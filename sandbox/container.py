@@ -69,15 +69,13 @@ class IsolationLimits:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> "IsolationLimits":
+        """A sandbox test's host: one trait, one worker."""
         return cls(settings.sandbox_memory, settings.sandbox_pids_limit, settings.sandbox_cpus)
 
-    def environment(self, runtime: "trait_image.Runtime") -> dict[str, str]:
-        """PyPy's collector is told half the memory limit as its ceiling, so a trait that
-        hoards memory meets a MemoryError (reported like any error) before the kernel's OOM
-        killer takes the whole host down."""
-        if runtime.name != "pypy":
-            return {}
-        return {"PYPY_GC_MAX": f"{max(memory_bytes(self.memory) // 2 // 2**20, 16)}MB"}
+    @classmethod
+    def for_engine(cls, settings: Settings) -> "IsolationLimits":
+        """The live world's host: a worker process per agent with live traits."""
+        return cls(settings.engine_trait_host_memory, settings.engine_trait_host_pids, settings.engine_trait_host_cpus)
 
 
 def memory_bytes(limit: str) -> int:
@@ -94,13 +92,19 @@ def container_name(owner: str) -> str:
     return f"genesis-sbx-{owner}-{secrets.token_hex(3)}"
 
 
-def hello_message(call_timeout_ms: float) -> dict[str, Any]:
-    """The first request to every host: the Entity API and the rules it enforces."""
+def hello_message(settings: Settings, tick_deadline_s: float) -> dict[str, Any]:
+    """The first request to every host: the Entity API and the rules and limits it enforces.
+    ``tick_deadline_s``: the wall clock the host gives its workers for one tick (less than the
+    deadline its caller kills the whole host at)."""
     return {
         "op": "hello",
         "entity_api": entity_api.as_wire(),
         "allowed_imports": sorted(rules.ALLOWED_IMPORTS),
-        "call_timeout_ms": call_timeout_ms,
+        "call_timeout_ms": settings.sandbox_call_timeout_ms,
+        "tick_cpu_ms": settings.trait_tick_cpu_ms,
+        "tick_deadline_ms": tick_deadline_s * 1000.0,
+        "worker_memory_mb": settings.trait_worker_memory_mb,
+        "max_intents_per_call": rules.MAX_INTENTS_PER_CALL,
     }
 
 
@@ -108,17 +112,16 @@ class TraitHostContainer:
     """One trait-host process in one container, answering requests in order."""
 
     def __init__(self, client: docker.DockerClient, image: str, limits: IsolationLimits, owner: str,
-                 runtime: "trait_image.Runtime | None" = None, *, private_socket: bool = False):
-        """``image`` must hold ``runtime`` (default: the sandbox test's runtime). ``private_socket``:
-        talk over a Unix socket in a private directory instead of docker attach (falls back to
-        attach, with a warning, when this process may not chown the directory)."""
-        runtime = runtime or trait_image.sandbox_runtime()
+                 *, private_socket: bool = False):
+        """``private_socket``: talk over a Unix socket in a private directory instead of docker
+        attach (falls back to attach, with a warning, when this process may not chown the
+        directory)."""
         self._client = client
         self._pending = b""
         self.stderr = b""
         self._listener: socket.socket | None = None
         self._socket_dir: str | None = None
-        environment = limits.environment(runtime)
+        environment: dict[str, str] = {}
         labels = {LABEL_ROLE: ROLE_TRAIT_HOST, LABEL_OWNER: owner}
         mounts = []
         if private_socket:
@@ -133,7 +136,7 @@ class TraitHostContainer:
                 labels[LABEL_SOCKET_DIR] = self._socket_dir
         self.framed = self._listener is None  # docker attach: stdout/stderr frames
         try:
-            self._container = self._create(client, image, runtime, limits, owner, environment, labels, mounts)
+            self._container = self._create(client, image, limits, owner, environment, labels, mounts)
         except BaseException:
             self._remove_socket_dir()
             raise
@@ -150,12 +153,12 @@ class TraitHostContainer:
             raise
 
     @staticmethod
-    def _create(client: docker.DockerClient, image: str, runtime: "trait_image.Runtime", limits: IsolationLimits,
+    def _create(client: docker.DockerClient, image: str, limits: IsolationLimits,
                 owner: str, environment: dict[str, str], labels: dict[str, str], mounts: list[Mount]) -> Any:
         return client.containers.create(
             image,
             name=container_name(owner),
-            command=runtime.command,
+            command=trait_image.COMMAND,
             stdin_open=not mounts,  # (docker-py also sets StdinOnce: when our attach closes, the
             tty=False,  # host gets EOF on stdin and exits; on the socket, at its EOF)
             network_mode="none",
@@ -177,9 +180,9 @@ class TraitHostContainer:
     def id(self) -> str:
         return self._container.id
 
-    def say_hello(self, call_timeout_ms: float, deadline_s: float) -> None:
-        """Wait until the host answers (it has started) and give it the rules."""
-        reply = self.request(hello_message(call_timeout_ms), deadline_s)
+    def say_hello(self, hello: dict[str, Any], deadline_s: float) -> None:
+        """Wait until the host answers (it has started) and give it the rules (``hello_message``)."""
+        reply = self.request(hello, deadline_s)
         if not reply.get("ok"):
             raise HostCrashed(f"trait host refused hello: {reply}")
 

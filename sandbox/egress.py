@@ -9,7 +9,11 @@
   endpoint, ``/coder-<random>/...`` to the coding model and ``/claude-<random>/...`` to the
   Anthropic API of the Claude Agent SDK backend (each container is told only its own route), adding their API keys on the way (the keys
   never enter a container), and acts as an HTTP proxy (CONNECT or absolute URLs) for the
-  ``host:port`` pairs of ``GENESIS_GEPA_EGRESS_ALLOW``. Everything else gets a 403 and a log line.
+  ``host:port`` pairs of ``GENESIS_GEPA_EGRESS_ALLOW`` (and of a client's own ``egress_allow``,
+  for that client's containers). Each proxied connection is checked again (genesis/netpolicy.py):
+  a listed host that is or resolves to a private address is refused unless the operator's
+  ``GENESIS_OUTBOUND_PRIVATE_ALLOW`` covers it, and the connection goes to the checked address.
+  Everything else gets a 403 and a log line.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ import docker
 import httpx
 from docker.errors import APIError, NotFound
 
+from genesis import netpolicy
+
 log = logging.getLogger("genesis.egress")
 
 BRIDGE_INTERFACE = "genesis-gepa0"
@@ -34,6 +40,7 @@ IPTABLES_CHAIN = "GENESIS-GEPA"
 MAX_HEAD_BYTES = 64 * 1024
 MAX_BODY_BYTES = 16 * 1024 * 1024
 UPSTREAM_TIMEOUT_S = 300.0
+UPSTREAM_CONNECT_TIMEOUT_S = 10.0
 
 
 class EgressSetupError(RuntimeError):
@@ -116,11 +123,17 @@ def close_host_port(port: int) -> None:
 
 
 def parse_allow_list(text: str) -> frozenset[tuple[str, int]]:
-    """``host:port`` pairs, comma separated (port defaults to 443)."""
+    """``host:port`` pairs, comma separated (port defaults to 443), hosts in canonical form
+    (genesis/netpolicy.py: ``0x7f.1`` is ``127.0.0.1``, IPv6 without brackets)."""
     pairs = set()
-    for item in filter(None, (part.strip().lower() for part in text.split(","))):
-        host, _, port = item.rpartition(":") if ":" in item else (item, "", "443")
-        pairs.add((host.strip("[]"), int(port)))
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        bracketed_without_port = item.startswith("[") and item.endswith("]")
+        if bracketed_without_port or ":" not in item:
+            item += ":443"
+        try:
+            pairs.add(netpolicy.split_host_port(item))
+        except ValueError as exc:
+            raise EgressSetupError(f"egress allow-list entry {item!r}: {exc}") from None
     return frozenset(pairs)
 
 
@@ -142,6 +155,10 @@ class EgressGateway:
     refused: int = 0
     # A client's own allow-list (POST /connect-git egress_allow), by the address of its container.
     allow_by_peer: dict[str, frozenset[tuple[str, int]]] = field(default_factory=dict)
+    # Every proxied connection is checked again here (even to a listed host): only global
+    # addresses, or private ones the operator's GENESIS_OUTBOUND_PRIVATE_ALLOW covers, and the
+    # connection goes to the address that was checked.
+    policy: netpolicy.NetPolicy = field(default_factory=netpolicy.NetPolicy)
 
     def allow_peer(self, address: str, pairs: frozenset[tuple[str, int]]) -> None:
         self.allow_by_peer[address] = pairs
@@ -166,11 +183,22 @@ class EgressGateway:
         if not ready.wait(10):
             raise EgressSetupError(f"the egress gateway did not start on {self.host}:{self.port}")
         log.info("egress gateway on %s:%d, routes %s, allow %s", self.host, self.port, sorted(self.routes), sorted(self.allow))
+        for host, port in sorted(self.allow):  # addresses can be judged now; names when asked for
+            if netpolicy.literal_address(host) is not None:
+                try:
+                    netpolicy.check(host, port, self.policy)
+                except netpolicy.Refused as exc:
+                    log.warning("GENESIS_GEPA_EGRESS_ALLOW entry %s:%d will be refused: %s", host, port, exc)
         return self
 
     def close(self) -> None:
         async def stop() -> None:
             self._server.close()
+            # Open tunnels end here, while their loop still runs (their sockets close cleanly).
+            handlers = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            for task in handlers:
+                task.cancel()
+            await asyncio.gather(*handlers, return_exceptions=True)
             await self._http.aclose()
 
         asyncio.run_coroutine_threadsafe(stop(), self._loop).result(10)
@@ -222,30 +250,66 @@ class EgressGateway:
             if not writer.is_closing():
                 writer.close()
 
-    def _allowed(self, host: str, port: int, peer, what: str) -> bool:
-        pair = (host.lower(), port)
-        if pair in self.allow or pair in self.allow_by_peer.get(peer[0] if peer else "", frozenset()):
-            log.info("egress %s %s:%d from %s", what, host, port, peer)
-            return True
+    async def _destination(self, host: str, port: int, peer, what: str) -> netpolicy.Destination | str:
+        """The checked destination of a proxied request, or why it is refused."""
+        try:
+            name = netpolicy.canonical_host(host)
+        except netpolicy.Refused as exc:
+            return self._refuse(what, host, port, peer, str(exc))
+        pair = (name, port)
+        if pair not in self.allow and pair not in self.allow_by_peer.get(peer[0] if peer else "", frozenset()):
+            return self._refuse(what, name, port, peer, f"egress to {name}:{port} is not in the allow-list")
+        try:
+            destination = await netpolicy.check_async(name, port, self.policy)
+        except netpolicy.Refused as exc:
+            return self._refuse(what, name, port, peer, f"egress to {name}:{port} is refused: {exc}")
+        log.info("egress %s %s:%d (%s) from %s", what, name, port, destination.address, peer)
+        return destination
+
+    def _refuse(self, what: str, host: str, port: int, peer, reason: str) -> str:
         self.refused += 1
-        log.warning("egress refused: %s %s:%d from %s (not in the allow-list)", what, host, port, peer)
-        return False
+        log.warning("egress refused: %s %s:%d from %s (%s)", what, host, port, peer, reason)
+        return reason
+
+    async def _connect(self, destination: netpolicy.Destination, writer):
+        """A connection to the checked address (not a new lookup of the name), or None after
+        answering 502: which of refused, silent or unreachable it was stays in the log."""
+        try:
+            return await asyncio.wait_for(asyncio.open_connection(str(destination.address), destination.port),
+                                          UPSTREAM_CONNECT_TIMEOUT_S)
+        except (OSError, asyncio.TimeoutError) as exc:
+            log.warning("egress to %s:%d (%s) failed: %s", destination.host, destination.port, destination.address,
+                        type(exc).__name__)
+            await self._reply(writer, 502, f"no connection to {destination.host}:{destination.port}")
+            return None
 
     async def _tunnel(self, target: str, reader, writer, peer) -> None:
         host, _, port = target.rpartition(":")
-        if not port.isdigit() or not self._allowed(host.strip("[]"), int(port), peer, "CONNECT"):
-            return await self._reply(writer, 403, f"egress to {target} is not in the allow-list")
-        upstream_reader, upstream_writer = await asyncio.open_connection(host.strip("[]"), int(port))
+        if not port.isdigit() or not 1 <= int(port) <= 65535:
+            return await self._reply(writer, 400, "CONNECT needs host:port")
+        destination = await self._destination(host, int(port), peer, "CONNECT")
+        if isinstance(destination, str):
+            return await self._reply(writer, 403, destination)
+        upstream = await self._connect(destination, writer)
+        if upstream is None:
+            return
         writer.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
         await writer.drain()
-        await _pipe_both(reader, writer, upstream_reader, upstream_writer)
+        await _pipe_both(reader, writer, *upstream)
 
     async def _forward_absolute(self, method, target, headers, reader, writer, peer) -> None:
         parts = urlsplit(target)
-        port = parts.port or 80
-        if not self._allowed(parts.hostname or "", port, peer, method):
-            return await self._reply(writer, 403, f"egress to {parts.hostname}:{port} is not in the allow-list")
-        upstream_reader, upstream_writer = await asyncio.open_connection(parts.hostname, port)
+        try:
+            port = parts.port or 80
+        except ValueError:
+            return await self._reply(writer, 400, "the URL's port is not a number in 1-65535")
+        destination = await self._destination(parts.hostname or "", port, peer, method)
+        if isinstance(destination, str):
+            return await self._reply(writer, 403, destination)
+        upstream = await self._connect(destination, writer)
+        if upstream is None:
+            return
+        upstream_reader, upstream_writer = upstream
         path = parts.path or "/"
         if parts.query:
             path += "?" + parts.query

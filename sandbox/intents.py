@@ -57,6 +57,50 @@ def _missing(values: np.ndarray, over: dict[int, Any]) -> np.ndarray:
     return nan
 
 
+MAX_GROUPS = 4096
+
+
+def decode_intent_groups(groups: Any, attachment: bytes | None = None) -> IntentColumns:
+    """The intents of a host's reply: one group of intent columns per worker process that ran
+    (each entity-sorted), merged into one :class:`IntentColumns` sorted by entity id, an
+    entity's intents in group order (the host's order: each worker's first trait in ``run``),
+    then in the order its group holds them."""
+    if not isinstance(groups, list) or len(groups) > MAX_GROUPS:
+        raise MalformedIntents("intent_groups must be a list")
+    decoded = [decode_intents(group, attachment) for group in groups]
+    if len(decoded) == 1:
+        return decoded[0]
+    if not decoded:
+        ints = np.empty(0, dtype=np.int64)
+        return IntentColumns(ints, np.empty(0, dtype=np.uint32), ints, np.empty(0), np.empty(0), [], {}, {})
+    names: list[str] = []
+    attrs, over_a, over_b = [], {}, {}
+    base = 0
+    for part in decoded:
+        remap = np.array([_name_index(names, name) for name in part.names] or [0], dtype=np.int64)
+        attrs.append(np.where(part.kind == KIND_SET, remap[np.clip(part.attr, 0, len(remap) - 1)], part.attr))
+        over_a.update({base + i: v for i, v in part.over_a.items()})
+        over_b.update({base + i: v for i, v in part.over_b.items()})
+        base += len(part.entity)
+    if len(names) > MAX_NAMES:
+        raise MalformedIntents("too many attribute names")
+    entity = np.concatenate([part.entity for part in decoded])
+    order = np.argsort(entity, kind="stable")  # by entity; within one, group order is kept
+    position = np.empty_like(order)
+    position[order] = np.arange(len(order))
+    return IntentColumns(
+        entity[order], np.concatenate([part.kind for part in decoded])[order], np.concatenate(attrs)[order],
+        np.concatenate([part.a for part in decoded])[order], np.concatenate([part.b for part in decoded])[order],
+        names, {int(position[i]): v for i, v in over_a.items()}, {int(position[i]): v for i, v in over_b.items()},
+    )
+
+
+def _name_index(names: list[str], name: str) -> int:
+    if name not in names:
+        names.append(name)
+    return names.index(name)
+
+
 def decode_intents(columns: Any, attachment: bytes | None = None) -> IntentColumns:
     """The intents as :class:`IntentColumns` (a ``Mapping`` ``{entity_id: [intent, ...]}``, each
     entity's intents in the order the host sent them, which ``World.step`` applies in bulk)."""

@@ -14,6 +14,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import docker
 from docker.errors import APIError, NotFound
@@ -37,10 +38,10 @@ MAX_DEFERRED_REMOVALS = 16  # finished (exited) containers left for a quiet mome
 
 class WarmPool:
     def __init__(self, client: docker.DockerClient, image: str, limits: IsolationLimits, size: int,
-                 call_timeout_ms: float, private_socket: bool = False):
+                 hello: dict[str, Any], private_socket: bool = False):
         self._client, self._image, self._limits = client, image, limits
         self._private_socket = private_socket  # hosts talk over a private Unix socket, not docker attach
-        self._size, self._call_timeout_ms = size, call_timeout_ms
+        self._size, self._hello = size, hello  # the hello_message every host is given
         self._idle: deque[TraitHostContainer] = deque()
         self._starting = 0
         self._in_use = 0  # hosts handed out and not yet retired (tests running)
@@ -86,7 +87,7 @@ class WarmPool:
                     self._release()
                     raise
             try:  # an idle host may have died meanwhile; a hello is a cheap liveness check
-                host.say_hello(self._call_timeout_ms, CHECK_DEADLINE_S)
+                host.say_hello(self._hello, CHECK_DEADLINE_S)
                 self._renamer.submit(self._assign, host, owner)
                 self.warm_hits += 1
                 return host
@@ -157,7 +158,7 @@ class WarmPool:
     def _start(self, owner: str) -> TraitHostContainer:
         host = TraitHostContainer(self._client, self._image, self._limits, owner, private_socket=self._private_socket)
         try:
-            host.say_hello(self._call_timeout_ms, START_DEADLINE_S)
+            host.say_hello(self._hello, START_DEADLINE_S)
         except BaseException:
             host.close()
             raise

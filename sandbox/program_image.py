@@ -45,7 +45,7 @@ COMMAND = [PYTHON_IN_IMAGE, "-s", "-B", HOST_IN_IMAGE]
 
 
 def python_binary() -> Path:
-    return trait_image.runtime("cpython").binary()
+    return trait_image.python_binary()
 
 
 @functools.cache

@@ -1,42 +1,56 @@
 """Trait host: runs untrusted trait code inside a sandbox container. Standard library only.
 
-It speaks JSON lines with the trusted side (the sandbox activity in the worker, the live
-engine) over stdin/stdout, or, when GENESIS_HOST_SOCKET names one, over a Unix socket it
-connects to (the live engine's private channel, see sandbox/container.py). Each tick it receives plain entity views for the carriers of
-each trait, runs ``execute(entity)`` for each through an entity proxy that *records intents*,
-and returns the intents, per-call timings and errors. The trusted side checks every intent.
+The container is the boundary between trait code and Genesis. Inside it, the agent is the
+boundary between traits: three kinds of process, so that one agent's code can neither see,
+change nor starve another's.
 
-Requests (one JSON object per line) and replies:
-  {"op": "hello", "entity_api": {...}, "allowed_imports": [...], "call_timeout_ms": 5}
-      -> {"ok": true, "op": "hello", "python": "3.11.2"}
-  {"op": "load", "trait": NAME, "source": CODE, "class_name": CLS}
+* The **supervisor** (this program's first process) speaks the protocol with the trusted side
+  (the sandbox activity in the worker, the live engine) and never runs trait code. It routes each
+  trait to its agent's worker, forwards every tick's views to the workers that have traits to
+  run, enforces their limits from outside (a ``SIGKILL`` cannot be ignored), blames the trait
+  that was running, and merges the replies.
+* The **zygote**, forked once at ``hello`` after the allowed modules are imported, never holds a
+  trait's source or a tick's data; it only forks workers. So a worker inherits a pristine
+  interpreter: nothing another agent's trait wrote, loaded or received is in its memory.
+* One **worker** per agent (traits of different agents never share an interpreter), and one per
+  *suspect* trait: a trait whose worker was killed while it ran is confirmed alone, in a worker
+  of its own, before it is blamed (a machine hiccup never quarantines a harmless trait). A
+  worker has an address-space limit of its own, and an unload recycles the agent's worker (a
+  fresh fork with the agent's other traits loaded again), so a trait leaves nothing behind.
+
+Every process is non-dumpable (no ptrace, no reading another's memory through /proc).
+
+Protocol: JSON lines over stdin/stdout, or, when GENESIS_HOST_SOCKET names one, a Unix socket
+this program connects to (the live engine's private channel, see sandbox/container.py).
+
+  {"op": "hello", "entity_api": {...}, "allowed_imports": [...], "call_timeout_ms": 5,
+   "tick_cpu_ms": 100, "tick_deadline_ms": 150, "worker_memory_mb": 128, "max_intents_per_call": 16}
+      -> {"ok": true, "op": "hello", "python": "3.11.2", "implementation": "cpython"}
+  {"op": "load", "trait": NAME, "source": CODE, "class_name": CLS, "agent": AGENT_ID}
       -> {"ok": true, "op": "load", "trait": NAME} | {"ok": false, "op": "load", "error": ...}
   {"op": "unload", "trait": NAME}                  -> {"ok": true, "op": "unload"}
-  {"op": "tick", "tick": N, "batches": {NAME: [view, ...]}}
-      -> {"ok": true, "op": "tick", "tick": N, "results": {NAME: {"intents": [[id, [...]], ...],
-          "calls": n, "total_us": t, "max_us": m, "errors": [...], "error_count": k,
-          "timeouts": [ids]}}}
+  {"op": "stats"} -> {"ok": true, "op": "stats", "supervisor_rss_kb": n, "workers": [{"agent": A,
+      "traits": [...], "solo": bool, "pid": p, "rss_kb": n, "cpu_ms": t, "blocks": b}, ...]}
   {"op": "views", "tick": N, "fields": [NAME, ...], "world": {NAME: value, ...},
-   "trait_sets": [[TRAIT, ...], ...], "run": [TRAIT, ...], "rows": [[value, ...], ...]}
-      The compact form (the live engine's): every carrier's view is sent once, as a row of the
-      values of ``fields`` (its "traits" value is an index into ``trait_sets``); ``world`` holds
-      the values shared by every entity. Instead of "rows" the request may carry "columns", one
-      per field: a JSON list, {"f8"|"i8"|"i4": base64 of a little-endian float64/int64/int32
-      array}, or {"same": value} for a column whose every row (of "count") holds that value; a
-      NaN ``nearest_dx`` column value means no resource in range. Each trait of ``run`` runs, in that order, on the rows
-      whose trait set contains it (rows in the order sent).
-      -> {"ok": true, "op": "views", "tick": N, "intents": [[id, [...]], ...],
+   "trait_sets": [[TRAIT, ...], ...], "run": [TRAIT, ...], "columns": [...], "count": n}
+      Every carrier's view is sent once, as the values of ``fields`` (its "traits" value is an
+      index into ``trait_sets``); ``world`` holds the values shared by every entity. A column is
+      a JSON list, {"f8"|"i8"|"i4": base64 of a little-endian float64/int64/int32 array, or
+      [offset, length] of those bytes in the request's attachment}, {"text": [offset, length]}
+      (UTF-8 strings joined by "\\x1f" in the attachment) or {"same": value} (every one of the
+      ``count`` rows holds it); a NaN ``nearest_dx`` means no resource in range. Each trait of
+      ``run`` runs, in that order, on the rows whose trait set contains it. Optional
+      "deadline_ms" overrides the hello's tick deadline.
+      -> {"ok": true, "op": "views", "tick": N, "intent_groups": [COLUMNS, ...],
           "results": {TRAIT: {"calls": n, "total_us": t, "max_us": m, "errors": [...],
-          "error_count": k, "timeouts": [ids]}}}
-      where an entity's intents are those of its traits concatenated in ``run`` order. With
-      "reply": "columns" in the request, "intent_columns" (see ``encode_intents``) replaces
-      "intents".
-Attachments: a request line with "attachment": N is followed by N raw bytes, and a column
-value [offset, length] (instead of a base64 string) names its bytes there; a string column may
-be {"text": [offset, length]}: UTF-8 strings joined by "\x1f". A ``views`` request
-that came with an attachment is answered in kind: its intent columns are [offset, length] into
-the reply's attachment ("attachment": N on the reply line, N bytes after it). Arrays so cross
-without base64 or JSON escaping (the live engine's form; see sandbox/container.py).
+          "error_count": k, "timeouts": [ids], "blocks": b}}}
+      One group of intent columns (see ``encode_intents``) per worker that ran, in the order of
+      each worker's first trait in ``run``; within a group an entity's intents are those of its
+      traits in ``run`` order. A trait's result may also say "killed": why (its worker was killed
+      while it ran; "confirmed": true when it ran alone) or "lost": why (its worker was killed
+      for another trait's fault or the machine was too busy: nobody's fault, no intents).
+Attachments: a line with "attachment": N is followed by N raw bytes, which columns name by
+[offset, length]. A ``views`` request with an attachment is answered in kind.
 The host exits when stdin (or the socket) closes.
 """
 
@@ -46,14 +60,24 @@ import builtins
 import gc
 import json
 import math
+import mmap
 import os
+import selectors
 import signal
 import socket
+import struct
 import sys
 import time
 import traceback
 
 TRAIT_FILE_PREFIX = "<trait "
+MAX_LINE = 16 * 2**20  # a worker's reply line (its intents travel in the attachment)
+MAX_ATTACHMENT = 64 * 2**20
+MAX_INTENTS_PER_CALL = 16
+MAX_INT = 2**53  # ints beyond this are not plain data (and a huge one would not even encode)
+MAX_REPORTED_ERRORS = 20
+LOAD_DEADLINE_S = 2.0
+STATUS_SLOTS = 2  # a worker's status: [call sequence, running trait's index + 1 (0: host code)]
 
 
 class TraitTimeout(BaseException):
@@ -62,15 +86,614 @@ class TraitTimeout(BaseException):
     A BaseException so a trait's ``except Exception`` cannot swallow it."""
 
 
+class TraitLimit(Exception):
+    """A trait call exceeded a limit of what it may return (intents per call)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Framing: a JSON line, then an optional attachment of raw bytes.
+
+
+def encode_line(message, attachment=None):
+    if attachment is not None:
+        message = dict(message, attachment=len(attachment))
+    line = json.dumps(message, allow_nan=False, separators=(",", ":")).encode("ascii") + b"\n"
+    return line + bytes(attachment) if attachment else line
+
+
+def read_message(stream):
+    """The next (message, attachment) from a buffered binary stream; (None, None) at EOF."""
+    line = stream.readline(MAX_LINE + 1)
+    if not line:
+        return None, None
+    if len(line) > MAX_LINE:
+        raise ValueError("request line too long")
+    msg = json.loads(line)
+    if type(msg) is not dict:
+        raise ValueError("a request must be a JSON object")
+    attachment = None
+    if "attachment" in msg:
+        size = msg.pop("attachment")
+        if type(size) is not int or not 0 <= size <= MAX_ATTACHMENT:
+            raise ValueError("bad attachment size")
+        attachment = stream.read(size)
+        if len(attachment) != size:
+            raise ValueError("the attachment is shorter than announced")
+    return msg, attachment
+
+
+class Inbox:
+    """Incremental reader of one framed message from a non-blocking socket."""
+
+    def __init__(self):
+        self.buf = bytearray()
+        self.msg = None
+        self.need = None
+
+    def feed(self, data):
+        """Returns (message, attachment) once complete, else None. Raises ValueError on garbage."""
+        self.buf += data
+        if self.msg is None:
+            end = self.buf.find(b"\n")
+            if end < 0:
+                if len(self.buf) > MAX_LINE:
+                    raise ValueError("reply line too long")
+                return None
+            msg = json.loads(bytes(self.buf[:end]))
+            if type(msg) is not dict:
+                raise ValueError("a reply must be a JSON object")
+            del self.buf[:end + 1]
+            size = msg.pop("attachment", 0)
+            if type(size) is not int or not 0 <= size <= MAX_ATTACHMENT:
+                raise ValueError("bad attachment size")
+            self.msg, self.need = msg, size
+        if len(self.buf) < self.need:
+            return None
+        attachment = bytes(self.buf[:self.need])
+        msg = self.msg
+        self.buf, self.msg, self.need = bytearray(), None, None
+        return msg, attachment
+
+
+# ---------------------------------------------------------------------------------------------
+# The supervisor.
+
+
+class Config:
+    """The rules of the hello, shared by every process of the host."""
+
+    def __init__(self, msg):
+        api = msg["entity_api"]
+        self.readable = frozenset(api["readable"])
+        self.writable = dict(api["writable"])
+        self.methods = list(api["methods"])
+        self.allowed_imports = frozenset(msg.get("allowed_imports", ()))
+        self.call_timeout_s = float(msg.get("call_timeout_ms", 5)) / 1000.0
+        self.tick_cpu_s = float(msg.get("tick_cpu_ms", 100)) / 1000.0
+        self.tick_deadline_s = float(msg.get("tick_deadline_ms", 1000)) / 1000.0
+        self.worker_memory = int(float(msg.get("worker_memory_mb", 128)) * 2**20)
+        global MAX_INTENTS_PER_CALL
+        MAX_INTENTS_PER_CALL = int(msg.get("max_intents_per_call", MAX_INTENTS_PER_CALL))
+
+
+class WorkerHandle:
+    """The supervisor's side of one worker process: an agent's traits, or one suspect's."""
+
+    def __init__(self, key, agent, solo=False):
+        self.key = key
+        self.agent = agent
+        self.solo = solo
+        self.traits = []  # names in load order
+        self.by_index = {}  # status index -> trait, as loaded into the running worker
+        self.next_index = 1
+        self.pid = None
+        self.sock = None
+        self.status = None  # the worker's [sequence, trait index + 1], in shared memory
+        self.inbox = Inbox()
+        self.load_errors = {}  # trait -> why it failed to load again after a recycle
+
+    @property
+    def alive(self):
+        return self.sock is not None
+
+    def running(self):
+        """(call sequence, the trait running now or None), as the worker's status says."""
+        seq, at = self.status[0], self.status[1]
+        return seq, self.by_index.get(at)
+
+    def send(self, msg, attachment=None, timeout=LOAD_DEADLINE_S):
+        self.sock.settimeout(timeout)
+        self.sock.sendall(encode_line(msg, attachment))
+
+    def kill(self):
+        if self.pid is not None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        self.close()
+
+    def close(self):
+        if self.status is not None:
+            self.status.release()
+        for thing in (self.sock, self.status_map):
+            try:
+                if thing is not None:
+                    thing.close()
+            except OSError:
+                pass
+        self.sock = self.status = self.status_map = None
+        self.inbox = Inbox()
+        self.by_index = {}
+
+    status_map = None
+
+
+def cpu_ns(pid):
+    """A process's time on a CPU, from the kernel (a worker cannot lie about it)."""
+    try:
+        with open("/proc/%d/schedstat" % pid, "rb") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def rss_kb(pid):
+    try:
+        with open("/proc/%d/statm" % pid, "rb") as f:
+            return int(f.read().split()[1]) * (mmap.PAGESIZE // 1024)
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class Supervisor:
+    def __init__(self):
+        self.config = None
+        self.zygote = None  # the control socket to the zygote
+        self.handles = {}  # key -> WorkerHandle
+        self.trait_handle = {}  # trait -> WorkerHandle
+        self.sources = {}  # trait -> (source, class_name, agent)
+
+    # -- requests --------------------------------------------------------------------------
+    def hello(self, msg, _attachment):
+        self.config = Config(msg)
+        proxy = make_column_proxy_class(self.config.readable, self.config.writable, ("id",), {})[0]
+        missing = [m for m in self.config.methods if not hasattr(proxy, m)]
+        if missing:
+            return {"ok": False, "op": "hello", "error": "host lacks entity methods: %s" % missing}
+        if self.zygote is None:
+            self.zygote = start_zygote(self.config)
+        return {"ok": True, "op": "hello", "python": sys.version.split()[0],
+                "implementation": sys.implementation.name}
+
+    def load(self, msg, _attachment):
+        name, source, class_name = msg["trait"], msg["source"], msg["class_name"]
+        if type(name) is not str or type(source) is not str or type(class_name) is not str:
+            raise ValueError("trait, source and class_name must be strings")
+        agent = msg.get("agent") or ("trait:" + name)  # no owner: a worker of its own
+        if type(agent) is not str:
+            raise ValueError("agent must be a string")
+        self.unload({"trait": name}, None)
+        handle = self.handles.get(agent)
+        if handle is None:
+            handle = self.handles[agent] = WorkerHandle(agent, agent)
+        self.sources[name] = (source, class_name, agent)
+        error = self.load_into(handle, name, source, class_name)
+        if error is not None:
+            del self.sources[name]
+            if not handle.traits:
+                self.drop(handle)
+            return {"ok": False, "op": "load", "trait": name, "error": error}
+        return {"ok": True, "op": "load", "trait": name}
+
+    def unload(self, msg, _attachment):
+        name = msg["trait"]
+        handle = self.trait_handle.pop(name, None)
+        self.sources.pop(name, None)
+        if handle is not None:
+            handle.traits.remove(name)
+            handle.load_errors.pop(name, None)
+            handle.kill()  # recycled: the next tick forks it afresh with the agent's other traits
+            if not handle.traits:
+                self.drop(handle)
+        return {"ok": True, "op": "unload", "trait": name}
+
+    def maintain(self):
+        """Between requests (the engine is stepping its world): fork again the workers that
+        were killed or recycled, so that the next tick need not wait for it."""
+        for handle in list(self.handles.values()):
+            if not handle.alive and handle.traits:
+                self.respawn(handle)
+
+    def stats(self, _msg, _attachment):
+        workers = []
+        for handle in self.handles.values():
+            if handle.alive:
+                workers.append({"agent": handle.agent, "traits": list(handle.traits), "solo": handle.solo,
+                                "pid": handle.pid, "rss_kb": rss_kb(handle.pid),
+                                "cpu_ms": round(cpu_ns(handle.pid) / 1e6, 1)})
+        return {"ok": True, "op": "stats", "supervisor_rss_kb": rss_kb(os.getpid()), "workers": workers}
+
+    def views(self, msg, attachment):
+        arrived = time.monotonic()
+        run = msg.pop("run")
+        if type(run) is not list or any(type(name) is not str for name in run):
+            raise ValueError("run must be a list of trait names")
+        deadline_s = msg.pop("deadline_ms", None)
+        deadline_s = float(deadline_s) / 1000.0 if type(deadline_s) in (int, float) else self.config.tick_deadline_s
+        results = {}
+        work = {}  # handle -> its traits of ``run``, in run order
+        for name in run:
+            handle = self.trait_handle.get(name)
+            if handle is None:
+                results[name] = failed_result("trait not loaded")
+            else:
+                work.setdefault(handle, []).append(name)
+        for handle in list(work):
+            if not handle.alive:
+                self.respawn(handle)
+            for name in [n for n in work[handle] if n in handle.load_errors]:
+                results[name] = failed_result(handle.load_errors.pop(name))
+                work[handle].remove(name)
+            if not handle.alive or not work[handle]:
+                for name in work.pop(handle):
+                    results.setdefault(name, lost_result("its process could not be started"))
+        # The deadline counts from the request's arrival, whatever starting workers took.
+        replies = self.run_workers(work, msg, attachment, max(0.0, arrived + deadline_s - time.monotonic()), results)
+        groups, blob = [], bytearray()
+        for handle, names in work.items():
+            got = replies.get(handle)
+            if got is None:
+                continue
+            reply, reply_attachment = got
+            group = checked_group(reply.get("intent_columns"), len(blob), len(reply_attachment))
+            worker_results = reply.get("results")
+            if not reply.get("ok") or group is None or type(worker_results) is not dict:
+                why = "its process sent an unusable reply: %s" % str(reply.get("error", "malformed"))[:200]
+                for name in names:
+                    results[name] = failed_result(why)
+                continue
+            for name in names:
+                results[name] = checked_result(worker_results.get(name))
+            blob += reply_attachment
+            groups.append(group)
+        out = {"ok": True, "op": "views", "tick": msg.get("tick") if type(msg.get("tick")) is int else None,
+               "results": results, "intent_groups": groups}
+        return (out, bytes(blob)) if attachment is not None else out
+
+    # -- workers ---------------------------------------------------------------------------
+    def spawn(self, handle):
+        """A fresh worker for ``handle``, forked by the zygote; no trait loaded yet."""
+        handle.close()
+        try:
+            self.zygote.sendall(b"F")
+            data, fds, _flags, _addr = socket.recv_fds(self.zygote, 16, 2)
+        except OSError:
+            data, fds = b"", []
+        if len(fds) != 2 or len(data) != 8:
+            # Without its zygote the host cannot start a clean worker, and a new zygote forked
+            # from here would inherit this process's memory: exit, and be started afresh.
+            sys.stderr.write("trait host: the zygote is gone; exiting\n")
+            os._exit(3)
+        handle.pid = struct.unpack("=q", data)[0]
+        handle.sock = socket.socket(fileno=fds[0])
+        handle.status_map = mmap.mmap(fds[1], 8 * STATUS_SLOTS)
+        os.close(fds[1])
+        handle.status = memoryview(handle.status_map).cast("Q")
+
+    def respawn(self, handle):
+        """Fork the worker again and load its traits (after a kill, a death or an unload). A
+        trait that fails to load again stays the handle's; its next run reports why."""
+        while True:
+            self.spawn(handle)
+            for name in handle.traits:
+                if name in handle.load_errors:
+                    continue
+                source, class_name, _agent = self.sources[name]
+                error = self.load_one(handle, name, source, class_name)
+                if error is not None:
+                    handle.load_errors[name] = "failed to load again: %s" % error
+                    if not handle.alive:
+                        break  # its process went with it: start over without it
+            else:
+                return
+
+    def load_into(self, handle, name, source, class_name):
+        """Load a new trait into ``handle``'s worker; the error text, or None."""
+        if not handle.alive:
+            self.respawn(handle)
+        error = self.load_one(handle, name, source, class_name)
+        if error is None:
+            handle.traits.append(name)
+            self.trait_handle[name] = handle
+        return error
+
+    def load_one(self, handle, name, source, class_name):
+        index = handle.next_index
+        handle.next_index += 1
+        try:
+            handle.send({"op": "load", "trait": name, "source": source, "class_name": class_name, "index": index})
+            reply = self.collect({handle: [name]}, LOAD_DEADLINE_S, {}, blame=False).get(handle, (None, None))[0]
+        except OSError:
+            reply = None
+        if reply is not None and reply.get("ok"):
+            handle.by_index[index] = name
+            return None
+        if reply is not None:
+            return str(reply.get("error"))[:500]
+        handle.kill()
+        return "loading the trait took too long or killed its process"
+
+    def run_workers(self, work, msg, attachment, deadline_s, results):
+        """Send each worker its share of the tick; collect the replies within the deadline."""
+        sent = {}
+        for handle, names in work.items():
+            try:
+                handle.send(dict(msg, op="views", run=names), attachment, deadline_s)
+                sent[handle] = names
+            except (OSError, ValueError):
+                self.failed(handle, names, "its process stopped reading", results, blame=False)
+        return self.collect(sent, deadline_s, results)
+
+    def collect(self, work, deadline_s, results, blame=True):
+        """Replies of ``work``'s workers. A worker whose call runs past its CPU budget (measured
+        by the kernel, enforced with SIGKILL) is killed and the trait it was running blamed; one
+        still running at the deadline without having used its budget is killed without blame."""
+        config = self.config
+        replies = {}
+        pending = set(work)
+        selector = selectors.DefaultSelector()
+        for handle in work:
+            handle.sock.setblocking(False)
+            handle.inbox = Inbox()
+            handle.tick_cpu0 = handle.seq_cpu = cpu_ns(handle.pid)
+            handle.seq_seen = handle.status[0]
+            selector.register(handle.sock, selectors.EVENT_READ, handle)
+        started = time.monotonic()
+        deadline = started + deadline_s
+        call_hard_ns = 4 * config.call_timeout_s * 1e9  # the in-process alarm fires at 1-2 budgets
+        tick_hard_ns = config.tick_cpu_s * 1e9
+        poll = max(config.call_timeout_s, 0.002)
+        try:
+            while pending:
+                for key, _events in selector.select(max(0.0, min(poll, deadline - time.monotonic()))):
+                    handle = key.data
+                    try:
+                        data = handle.sock.recv(1 << 20)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    done = None
+                    if data:
+                        try:
+                            done = handle.inbox.feed(data)
+                        except ValueError:
+                            data = b""
+                    if not data or done is not None:
+                        selector.unregister(handle.sock)
+                        pending.discard(handle)
+                        if done is not None:
+                            replies[handle] = done
+                        else:
+                            self.failed(handle, work[handle], "its process died", results, blame)
+                now = time.monotonic()
+                for handle in list(pending):
+                    cpu = cpu_ns(handle.pid)
+                    seq, trait = handle.running()
+                    if seq != handle.seq_seen:
+                        handle.seq_seen, handle.seq_cpu = seq, cpu
+                    why = None
+                    if trait is not None and cpu - handle.seq_cpu > call_hard_ns:
+                        why = "one call ran over %.0f ms of CPU" % (call_hard_ns / 1e6)
+                    elif cpu - handle.tick_cpu0 > tick_hard_ns:
+                        why = "its calls used over %.0f ms of CPU in one tick" % (tick_hard_ns / 1e6)
+                    elif now >= deadline:
+                        why = "the machine was too busy to finish it in time"
+                    if why is not None:
+                        selector.unregister(handle.sock)
+                        pending.discard(handle)
+                        self.failed(handle, work[handle], why, results, blame and now < deadline)
+        finally:
+            selector.close()
+            for handle in work:
+                if handle.alive:
+                    handle.sock.setblocking(True)
+        return replies
+
+    def failed(self, handle, names, why, results, blame):
+        """``handle``'s worker is killed. With ``blame``, the trait it was running is a suspect:
+        if it ran alone the fault is confirmed; else it goes to a worker of its own to prove
+        itself. The worker's other traits lost this tick through no fault of theirs."""
+        _seq, culprit = handle.running() if handle.alive else (None, None)
+        handle.kill()
+        for name in names:
+            results[name] = lost_result(why)
+        if not blame or culprit is None:
+            return
+        results[culprit] = dict(failed_result(why), killed=why, confirmed=handle.solo)
+        if handle.solo:
+            self.forget(culprit)
+        else:  # the suspect moves out; the agent's worker is forked again without it
+            handle.traits.remove(culprit)
+            suspect = WorkerHandle("suspect:" + culprit, handle.agent, solo=True)
+            self.handles[suspect.key] = suspect
+            suspect.traits.append(culprit)
+            self.trait_handle[culprit] = suspect
+            if not handle.traits:
+                self.drop(handle)
+
+    def forget(self, name):
+        """A trait confirmed at fault: its process is gone and it is never run again."""
+        handle = self.trait_handle.pop(name, None)
+        self.sources.pop(name, None)
+        if handle is not None:
+            handle.traits.remove(name)
+            if not handle.traits:
+                self.drop(handle)
+
+    def drop(self, handle):
+        handle.kill()
+        if self.handles.get(handle.key) is handle:
+            del self.handles[handle.key]
+
+
+def failed_result(why):
+    return {"calls": 0, "total_us": 0.0, "max_us": 0.0, "error_count": 1,
+            "errors": [{"entity_id": None, "error": why}], "timeouts": []}
+
+
+def lost_result(why):
+    return {"calls": 0, "total_us": 0.0, "max_us": 0.0, "error_count": 0, "errors": [], "timeouts": [],
+            "lost": why}
+
+
+def checked_result(result):
+    """A worker's result for one trait, rebuilt from plain values of the expected types (a worker
+    runs untrusted code: nothing it sends is passed on as is)."""
+    if type(result) is not dict:
+        return failed_result("its process sent no result for it")
+
+    def number(key, kind):
+        value = result.get(key)
+        return value if type(value) is kind and (kind is int or math.isfinite(value)) else kind(0)
+
+    errors = []
+    for error in result.get("errors", [])[:MAX_REPORTED_ERRORS] if type(result.get("errors")) is list else ():
+        if type(error) is dict:
+            entity_id = error.get("entity_id")
+            errors.append({"entity_id": entity_id if type(entity_id) is int and abs(entity_id) < MAX_INT else None,
+                           "error": str(error.get("error"))[:500]})
+    timeouts = result.get("timeouts")
+    timeouts = [t for t in timeouts[:10000] if type(t) is int and abs(t) < MAX_INT] if type(timeouts) is list else []
+    return {"calls": number("calls", int), "total_us": number("total_us", float), "max_us": number("max_us", float),
+            "error_count": max(number("error_count", int), len(errors)), "errors": errors, "timeouts": timeouts,
+            "blocks": number("blocks", int)}
+
+
+def checked_group(columns, base, size):
+    """A worker's intent columns with their attachment spans moved by ``base`` (where its bytes
+    go in the merged reply), or None if the spans are not well formed. The trusted side checks
+    every value again."""
+    if type(columns) is not dict:
+        return None
+    group = dict(columns)
+    for key in ("entity", "attr", "a", "b"):
+        col = columns.get(key)
+        if type(col) is not dict or len(col) != 1:
+            return None
+        (kind, span), = col.items()
+        if type(span) is list:
+            if len(span) != 2 or any(type(v) is not int for v in span) or not 0 <= span[0] <= span[0] + span[1] <= size:
+                return None
+            group[key] = {kind: [span[0] + base, span[1]]}
+    try:
+        json.dumps(group, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return group
+
+
+# ---------------------------------------------------------------------------------------------
+# The zygote and its workers.
+
+
+def start_zygote(config):
+    """Fork the zygote: it imports the allowed modules once, so every worker starts warm."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    pid = os.fork()
+    if pid == 0:
+        ours.close()
+        try:
+            zygote_main(theirs, config)
+        finally:
+            os._exit(0)
+    theirs.close()
+    return ours
+
+
+def zygote_main(control, config):
+    keep_only_fds([control.fileno(), 2])
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
+    for name in sorted(config.allowed_imports):
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    gc.collect()
+    gc.freeze()  # what is here now is never written by a collection: forks stay shared
+    while control.recv(1) == b"F":
+        worker_end, supervisor_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        status_fd = os.memfd_create("status", os.MFD_CLOEXEC)
+        os.ftruncate(status_fd, 8 * STATUS_SLOTS)
+        pid = os.fork()
+        if pid == 0:
+            supervisor_end.close()
+            control.close()
+            try:
+                worker_main(worker_end, status_fd, config)
+            finally:
+                os._exit(0)
+        worker_end.close()
+        socket.send_fds(control, [struct.pack("=q", pid)], [supervisor_end.fileno(), status_fd])
+        supervisor_end.close()
+        os.close(status_fd)
+
+
+def keep_only_fds(keep):
+    """Close every descriptor but ``keep`` (stdin/stdout point at /dev/null)."""
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        if fd not in keep:
+            os.dup2(null, fd)
+    os.close(null)
+    for fd in sorted(int(name) for name in os.listdir("/proc/self/fd")):
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def worker_main(sock, status_fd, config):
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    keep_only_fds([sock.fileno(), status_fd, 2])
+    try:
+        import resource
+        resource.setrlimit(resource.RLIMIT_AS, (config.worker_memory, config.worker_memory))
+    except (ImportError, ValueError, OSError):
+        pass
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:  # under memory pressure a worker goes first
+            f.write("1000")
+    except OSError:
+        pass
+    status_map = mmap.mmap(status_fd, 8 * STATUS_SLOTS)
+    os.close(status_fd)
+    worker = Worker(config, memoryview(status_map).cast("Q"))
+    signal.signal(signal.SIGVTALRM, WATCHDOG.on_alarm)
+    stream = sock.makefile("rb")
+    out = sock.makefile("wb")
+    handlers = {"load": worker.load, "views": worker.views}
+    while True:
+        try:
+            msg, attachment = read_message(stream)
+        except (ValueError, OSError):
+            return
+        if msg is None:
+            return
+        out.write(answer(handlers.get(msg.get("op")), msg, attachment))
+        out.flush()
+
+
 class Watchdog:
-    """CPU-time limit of trait calls with one periodic timer per batch, not two syscalls per call.
+    """CPU-time limit of trait calls inside a worker with one periodic timer per batch.
 
     ITIMER_VIRTUAL (time on the CPU, so a busy machine does not make an honest trait look slow)
     fires every budget while a batch runs. Each call bumps ``calls``; a firing that finds the
-    same call still running as at the previous firing raises TraitTimeout in it. So a call is
-    stopped after between one and two budgets of CPU time, and a trait that swallows the first
-    TraitTimeout (in a ``finally``) gets another one a budget later. Firings between calls, in
-    the host's own code (``in_call`` false), never raise."""
+    same call still running as at the previous firing raises TraitTimeout in it. So a Python-level
+    loop is stopped after one to two budgets of CPU time. A call stuck in C code cannot be
+    interrupted here: the supervisor kills the worker from outside."""
 
     def __init__(self):
         self.calls = 0
@@ -93,34 +716,22 @@ class Watchdog:
 WATCHDOG = Watchdog()
 
 
-class Host:
-    def __init__(self):
-        self.readable = frozenset()
-        self.writable = {}
-        self.allowed_imports = frozenset()
-        self.call_timeout_s = 0.005
+class Worker:
+    """Runs one agent's traits (or one suspect) in a process of its own."""
+
+    def __init__(self, config, status):
+        self.config = config
+        self.status = status
         self.classes = {}  # trait -> class
+        self.index = {}  # trait -> the index the supervisor knows it by in this worker's status
         self.instances = {}  # trait -> {entity_id: instance}
-        self.proxy_class = None
-        self.row_proxies = {}  # (fields, world) -> proxy class of the ``views`` form
+        self.row_proxies = {}  # fields -> (proxy class, bind)
 
-    # -- requests --------------------------------------------------------------------------
-    def hello(self, msg):
-        api = msg["entity_api"]
-        self.readable = frozenset(api["readable"])
-        self.writable = api["writable"]
-        self.allowed_imports = frozenset(msg.get("allowed_imports", ()))
-        self.call_timeout_s = float(msg.get("call_timeout_ms", 5)) / 1000.0
-        self.proxy_class = make_proxy_class(self.readable, self.writable)
-        self.row_proxies = {}
-        missing = [m for m in api["methods"] if not hasattr(self.proxy_class, m)]
-        if missing:
-            return {"ok": False, "op": "hello", "error": "host lacks entity methods: %s" % missing}
-        return {"ok": True, "op": "hello", "python": sys.version.split()[0], "implementation": sys.implementation.name}
-
-    def load(self, msg):
+    def load(self, msg, _attachment):
         name, source, class_name = msg["trait"], msg["source"], msg["class_name"]
-        namespace = {"__builtins__": self.safe_builtins(), "__name__": "trait_" + name}
+        namespace = {"__builtins__": safe_builtins(self.config.allowed_imports), "__name__": "trait_" + name}
+        index = msg["index"]
+        self.status[1] = index
         try:
             self.with_cpu_alarm(
                 lambda: exec(compile(source, TRAIT_FILE_PREFIX + name + ">", "exec"), namespace)
@@ -131,42 +742,28 @@ class Host:
             return {"ok": False, "op": "load", "trait": name, "error": "loading the trait took too long"}
         except BaseException as exc:  # report anything, including SystemExit, as a load error
             return {"ok": False, "op": "load", "trait": name, "error": describe(exc)}
+        finally:
+            self.status[1] = 0
         self.classes[name] = cls
+        self.index[name] = index
         self.instances[name] = {}
         return {"ok": True, "op": "load", "trait": name}
 
-    def unload(self, msg):
-        self.classes.pop(msg["trait"], None)
-        self.instances.pop(msg["trait"], None)
-        return {"ok": True, "op": "unload", "trait": msg["trait"]}
-
-    def tick(self, msg):
-        results = {}
-        for name, views in msg["batches"].items():
-            if name in self.classes:
-                results[name] = self.run_trait(name, views)
-            else:
-                results[name] = {"intents": [], "calls": 0, "total_us": 0,
-                                 "errors": [{"entity_id": None, "error": "trait not loaded"}],
-                                 "timeouts": []}
-        return {"ok": True, "op": "tick", "tick": msg.get("tick"), "results": results}
-
-    def views(self, msg):
+    def views(self, msg, attachment):
         fields = msg["fields"]
-        if "rows" in msg:
-            rows = msg["rows"]
-            if len({len(row) for row in rows} | {len(fields)}) > 1:
-                raise ValueError("every row must hold one value per field")
-            columns = [list(col) for col in zip(*rows)] if rows else [[] for _ in fields]
-        else:
-            columns = decode_columns(msg["columns"], msg.get("count"), msg.get("attachment"))
+        columns = decode_columns(msg["columns"], msg.get("count"), attachment)
         if len(columns) != len(fields):
             raise ValueError("one column per field is needed")
         sets = [tuple(names) for names in msg["trait_sets"]]
-        proxy_class = self.column_proxy_class(tuple(fields), msg.get("world") or {})
-        proxy_class.bind(columns, sets)
-        merged = {}
-        results = {}
+        world = msg.get("world") or {}
+        key = (tuple(fields), tuple(sorted(world.items())))
+        made = self.row_proxies.get(key)
+        if made is None:
+            made = self.row_proxies[key] = make_column_proxy_class(self.config.readable, self.config.writable,
+                                                                   tuple(fields), world)
+        proxy_class, bind = made
+        bind(columns, sets)
+        merged, results = {}, {}
         # No cyclic GC pass inside a timed trait call (at thousands of rows a full pass takes
         # milliseconds of CPU and would be charged to whichever call it interrupted).
         gc_was_on = gc.isenabled()
@@ -177,16 +774,16 @@ class Host:
         finally:
             if gc_was_on:
                 gc.enable()
-            proxy_class.bind(None, ())
-        reply = {"ok": True, "op": "views", "tick": msg.get("tick"), "results": results}
-        if msg.get("reply") == "columns" and "attachment" in msg:  # answered in kind: raw bytes
+            bind(None, ())
+        blocks = sys.getallocatedblocks()
+        for result in results.values():
+            result["blocks"] = blocks
+        reply = {"ok": True, "op": "views", "results": results}
+        if attachment is not None:  # answered in kind: raw bytes
             blob = bytearray()
             reply["intent_columns"] = encode_intents(merged, blob)
-            reply["attachment"] = bytes(blob)
-        elif msg.get("reply") == "columns":
-            reply["intent_columns"] = encode_intents(merged)
-        else:
-            reply["intents"] = [[entity_id, intents] for entity_id, intents in merged.items()]
+            return reply, bytes(blob)
+        reply["intent_columns"] = encode_intents(merged)
         return reply
 
     def run_views(self, run, sets, set_column, id_column, proxy_class, merged, results):
@@ -194,9 +791,7 @@ class Host:
         everyone = range(len(id_column))
         for name in run:
             if name not in self.classes:
-                results[name] = {"calls": 0, "total_us": 0, "error_count": 1,
-                                 "errors": [{"entity_id": None, "error": "trait not loaded"}],
-                                 "timeouts": []}
+                results[name] = failed_result("trait not loaded")
                 continue
             member = [name in names for names in sets]
             if all(member):
@@ -204,22 +799,11 @@ class Host:
             else:
                 rows = [i for i in everyone if member[set_column[i]]]
                 ids = [id_column[i] for i in rows]
-            results[name] = self.run_calls(name, ids, rows, proxy_class, merged)
-
-    def column_proxy_class(self, fields, world):
-        key = (fields, tuple(sorted(world.items())))
-        cls = self.row_proxies.get(key)
-        if cls is None:
-            cls = self.row_proxies[key] = make_column_proxy_class(self.readable, self.writable, fields, world)
-        return cls
-
-    # -- running traits ----------------------------------------------------------------------
-    def run_trait(self, name, views):
-        """Run one trait on dict views (the ``tick`` form)."""
-        merged = {}
-        result = self.run_calls(name, [view["id"] for view in views], views, self.proxy_class, merged)
-        result["intents"] = [[entity_id, intents] for entity_id, intents in merged.items()]
-        return result
+            self.status[1] = self.index[name]
+            try:
+                results[name] = self.run_calls(name, ids, rows, proxy_class, merged)
+            finally:
+                self.status[1] = 0
 
     def run_calls(self, name, ids, items, proxy_class, merged):
         """``execute(proxy_class(item, intents))`` of trait ``name`` for each entity, under the
@@ -227,17 +811,20 @@ class Host:
         (each call's time runs from the previous read, so it includes the loop's own share)."""
         cls = self.classes[name]
         instances = self.instances[name]
+        status = self.status
         kept = {}
         errors, timeouts = [], []
+        error_count = 0
         watchdog = WATCHDOG
         clock = time.perf_counter
         max_s = 0.0
-        watchdog.arm(self.call_timeout_s)
+        watchdog.arm(self.config.call_timeout_s)
         started = last = clock()
         try:
             for entity_id, item in zip(ids, items):
                 recorded = []
                 watchdog.calls += 1
+                status[0] = watchdog.calls  # the supervisor times each call from outside
                 try:
                     watchdog.in_call = True
                     instance = instances.get(entity_id)
@@ -251,7 +838,9 @@ class Host:
                     timeouts.append(entity_id)
                 except BaseException as exc:
                     watchdog.in_call = False
-                    errors.append({"entity_id": entity_id, "error": describe(exc)})
+                    error_count += 1
+                    if len(errors) < MAX_REPORTED_ERRORS:
+                        errors.append({"entity_id": entity_id, "error": describe(exc)})
                 if recorded:
                     have = merged.get(entity_id)
                     if have is None:
@@ -262,18 +851,24 @@ class Host:
                 if now - last > max_s:
                     max_s = now - last
                 last = now
+                if timeouts:  # one overrun is enough: its other carriers go without it this tick
+                    for other in ids:
+                        if other not in kept and other in instances:
+                            kept[other] = instances[other]
+                    break
         finally:
             watchdog.disarm()
         total_us = (last - started) * 1e6
         self.instances[name] = kept  # entities that died or lost the trait are forgotten
-        return {"calls": len(ids), "total_us": round(total_us, 1), "max_us": round(max_s * 1e6, 1), "errors": errors[:20],
-                "error_count": len(errors), "timeouts": timeouts}
+        return {"calls": len(ids), "total_us": round(total_us, 1), "max_us": round(max_s * 1e6, 1), "errors": errors,
+                "error_count": error_count, "timeouts": timeouts}
 
     def with_cpu_alarm(self, fn):
-        """Run host-side trait code outside a batch (module body, constructor) under the watchdog."""
+        """Run trait code outside a batch (module body, constructor) under the watchdog."""
         watchdog = WATCHDOG
-        watchdog.arm(self.call_timeout_s)
+        watchdog.arm(self.config.call_timeout_s)
         watchdog.calls += 1
+        self.status[0] = watchdog.calls
         try:
             watchdog.in_call = True
             return fn()
@@ -281,20 +876,19 @@ class Host:
             watchdog.in_call = False
             watchdog.disarm()
 
-    def safe_builtins(self):
-        allowed = self.allowed_imports
 
-        def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
-            if level != 0 or name.split(".")[0] not in allowed:
-                raise ImportError("import of %r is not allowed in a trait" % name)
-            return __import__(name, globals, locals, fromlist, level)
+def safe_builtins(allowed):
+    def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if level != 0 or name.split(".")[0] not in allowed:
+            raise ImportError("import of %r is not allowed in a trait" % name)
+        return __import__(name, globals, locals, fromlist, level)
 
-        names = dict(vars(builtins))
-        for banned in ("open", "exec", "eval", "compile", "input", "breakpoint", "globals",
-                       "locals", "vars", "help", "exit", "quit", "print", "memoryview"):
-            names.pop(banned, None)
-        names["__import__"] = guarded_import
-        return names
+    names = dict(vars(builtins))
+    for banned in ("open", "exec", "eval", "compile", "input", "breakpoint", "globals",
+                   "locals", "vars", "help", "exit", "quit", "print", "memoryview"):
+        names.pop(banned, None)
+    names["__import__"] = guarded_import
+    return names
 
 
 def drive(coro):
@@ -310,47 +904,24 @@ def drive(coro):
 
 
 class IntentMethods:
-    """The entity methods that become intents; shared by both proxy forms."""
+    """The entity methods that become intents."""
 
     __slots__ = ()
 
     def move(self, dx, dy):
-        self._intents.append(["move", plain(dx), plain(dy)])
+        record(self._intents, ["move", plain(dx), plain(dy)])
 
     def move_towards(self, x, y):
-        self._intents.append(["move_towards", plain(x), plain(y)])
+        record(self._intents, ["move_towards", plain(x), plain(y)])
 
     def eat(self):
-        self._intents.append(["eat"])
+        record(self._intents, ["eat"])
 
 
-def make_proxy_class(readable, writable):
-    class Entity(IntentMethods):
-        """What a trait sees as ``entity``: reads come from the view, writes become intents."""
-
-        __slots__ = ("_view", "_intents")
-
-        def __init__(self, view, intents):
-            object.__setattr__(self, "_view", view)
-            object.__setattr__(self, "_intents", intents)
-
-        def __getattr__(self, name):
-            if name in readable:
-                value = self._view.get(name)
-                return list(value) if type(value) is list else value
-            raise AttributeError("entity has no attribute %r in Entity API v1" % name)
-
-        def __setattr__(self, name, value):
-            if name not in writable:
-                raise AttributeError("entity.%s is read-only (writable: %s)" % (name, ", ".join(sorted(writable))))
-            self._intents.append(["set", name, plain(value)])
-            self._view[name] = value  # later reads in the same call see the write
-
-        def nearest_resource(self):
-            found = self._view.get("nearest_resource")
-            return tuple(found) if found else None
-
-    return Entity
+def record(intents, intent):
+    if len(intents) >= MAX_INTENTS_PER_CALL:
+        raise TraitLimit("more than %d intents in one call" % MAX_INTENTS_PER_CALL)
+    intents.append(intent)
 
 
 ARRAY_CODES = {"f8": "d", "i8": "q", "i4": "i"}
@@ -381,7 +952,7 @@ def decode_columns(columns, count=None, attachment=None):
                 arr.frombytes(binascii.a2b_base64(data))
             if sys.byteorder != "little":
                 arr.byteswap()
-            col = arr  # PyPy indexes an array as fast as a list; no list of boxed values
+            col = arr
         elif type(col) is not list:
             raise ValueError("a column must be a list or an encoded array")
         lists.append(col)
@@ -399,28 +970,28 @@ def attached(attachment, span):
 
 
 def make_column_proxy_class(readable, writable, fields, world):
-    """The entity proxy of the ``views`` form: a proxy is a row index, and reads index the
-    tick's columns (one property per readable attribute, built once per field layout; no
-    per-row tuple is ever built). Writes become intents and are seen by later reads of the
-    same call (never by other traits: each call has its own proxy)."""
+    """(The entity proxy class, its ``bind(columns, trait_sets)``.) A proxy is a row index, and
+    reads index the tick's columns (one property per readable attribute, built once per field
+    layout). Writes become intents and are seen by later reads of the same call only (each call
+    has its own proxy). The tick's columns live in this closure: nothing a trait can reach
+    rebinds them."""
     index = {name: i for i, name in enumerate(fields)}
     cols = [None] * len(fields)  # this tick's columns, filled in place by bind()
+    trait_sets = [()]
+
+    def bind(columns, sets):
+        cols[:] = columns if columns is not None else [None] * len(fields)
+        trait_sets[0] = sets
 
     class Entity(IntentMethods):
         """What a trait sees as ``entity``: reads come from the view, writes become intents."""
 
         __slots__ = ("_row", "_intents", "_writes")
-        trait_sets = ()
 
         def __init__(self, row, intents):
             object.__setattr__(self, "_row", row)
             object.__setattr__(self, "_intents", intents)
             object.__setattr__(self, "_writes", None)
-
-        @classmethod
-        def bind(cls, columns, trait_sets):
-            cols[:] = columns if columns is not None else [None] * len(fields)
-            cls.trait_sets = trait_sets
 
         def __getattr__(self, name):  # only reached for names that are not readable
             raise AttributeError("entity has no attribute %r in Entity API v1" % name)
@@ -428,7 +999,7 @@ def make_column_proxy_class(readable, writable, fields, world):
         def __setattr__(self, name, value):
             if name not in writable:
                 raise AttributeError("entity.%s is read-only (writable: %s)" % (name, ", ".join(sorted(writable))))
-            self._intents.append(["set", name, plain(value)])
+            record(self._intents, ["set", name, plain(value)])
             writes = self._writes
             if writes is None:
                 writes = {}
@@ -452,7 +1023,7 @@ def make_column_proxy_class(readable, writable, fields, world):
         at = index.get(name)
         if name == "traits" and at is not None:
             def get(self):
-                return list(self.trait_sets[cols[at][self._row]])
+                return list(trait_sets[0][cols[at][self._row]])
         elif at is not None and name in writable:
             def get(self):
                 writes = self._writes
@@ -476,7 +1047,7 @@ def make_column_proxy_class(readable, writable, fields, world):
     for name in readable:
         if name not in ("move", "move_towards", "eat", "nearest_resource"):
             setattr(Entity, name, reader(name))
-    return Entity
+    return Entity, bind
 
 
 INTENT_KINDS = {"set": "s", "move": "m", "move_towards": "t", "eat": "e"}
@@ -553,31 +1124,66 @@ def pack_ints(values, blob=None):
 
 
 def plain(value):
-    """Only plain, finite scalars cross back to the trusted side; anything else is marked."""
+    """Only plain, finite, bounded scalars cross back to the trusted side; anything else is marked."""
     kind = type(value)
-    if kind is float and not math.isfinite(value):
-        return "<non-finite>"
-    if kind in (int, float, str, bool):
-        return value if kind is not str else value[:256]
+    if kind is float:
+        return value if math.isfinite(value) else "<non-finite>"
+    if kind is int:
+        return value if -MAX_INT <= value <= MAX_INT else "<int out of range>"
+    if kind is str:
+        return value[:256]
+    if kind is bool:
+        return value
     return "<%s>" % kind.__name__
 
 
 def describe(exc):
     """'ZeroDivisionError: division by zero (line 7)' with the line inside the trait source."""
     line = None
-    for frame in traceback.extract_tb(exc.__traceback__):
-        if frame.filename.startswith(TRAIT_FILE_PREFIX):
-            line = frame.lineno
-    text = "%s: %s" % (type(exc).__name__, exc)
+    try:
+        for frame in traceback.extract_tb(exc.__traceback__):
+            if frame.filename.startswith(TRAIT_FILE_PREFIX):
+                line = frame.lineno
+        text = "%s: %s" % (type(exc).__name__, exc)
+    except BaseException:  # a message that cannot be rendered (str() raising, a huge int...)
+        text = type(exc).__name__
     if line is not None:
         text += " (line %d)" % line
     return text[:500]
 
 
+def answer(handler, msg, attachment):
+    """The encoded reply of ``handler`` (None: an unknown request, or one before the hello) to a
+    request; whatever fails, including the reply's encoding, becomes an error reply."""
+    try:
+        if handler is None:
+            raise ValueError("unknown op %r (say hello first)" % str(msg.get("op"))[:40])
+        reply = handler(msg, attachment)
+    except Exception as exc:
+        reply = {"ok": False, "error": "bad request: %s" % describe(exc)}
+    blob = None
+    if type(reply) is tuple:
+        reply, blob = reply
+    try:
+        return encode_line(reply, blob)
+    except Exception as exc:
+        return encode_line({"ok": False, "error": "the reply could not be encoded: %s" % describe(exc)})
+
+
+def non_dumpable():
+    """No process of this host may be traced, or have its memory read through /proc, by
+    another process of the same user (a worker by another agent's worker)."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        PR_SET_DUMPABLE = 4
+        return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
+    except Exception:
+        return False
+
+
 def main():
-    signal.signal(signal.SIGVTALRM, WATCHDOG.on_alarm)
-    # Bytes in and out: the text layer's decoding of half-megabyte lines costs PyPy more than
-    # running the traits (json reads UTF-8 bytes; it writes ASCII).
+    protected = non_dumpable()
     out = sys.stdout.buffer
     requests = sys.stdin.buffer
     channel = os.environ.get("GENESIS_HOST_SOCKET")
@@ -591,28 +1197,29 @@ def main():
         conn.connect(channel)
         requests = conn.makefile("rb")
         out = conn.makefile("wb")
-    sys.stdout = sys.stderr  # nothing a trait does can write into the protocol stream
-    host = Host()
-    handlers = {"hello": host.hello, "load": host.load, "unload": host.unload, "tick": host.tick,
-                "views": host.views}
-    for line in iter(requests.readline, b""):
+    sys.stdout = sys.stderr
+    if not protected:
+        sys.stderr.write("trait host: could not make its processes non-dumpable\n")
+    supervisor = Supervisor()
+    handlers = {"hello": supervisor.hello, "load": supervisor.load, "unload": supervisor.unload,
+                "views": supervisor.views, "stats": supervisor.stats}
+    while True:
         try:
-            msg = json.loads(line)
-            if type(msg) is dict and "attachment" in msg:  # the request's raw bytes follow its line
-                size = msg["attachment"]
-                msg["attachment"] = requests.read(size) if type(size) is int and size >= 0 else b""
-                if len(msg["attachment"]) != size:
-                    raise ValueError("the attachment is shorter than announced")
-            reply = handlers[msg["op"]](msg)
-        except Exception as exc:
-            reply = {"ok": False, "error": "bad request: %s" % describe(exc)}
-        blob = reply.pop("attachment", None)
-        if blob is not None:
-            reply["attachment"] = len(blob)
-        out.write(json.dumps(reply, allow_nan=False, separators=(",", ":")).encode("ascii") + b"\n")
-        if blob:
-            out.write(blob)
+            msg, attachment = read_message(requests)
+        except (ValueError, OSError) as exc:
+            out.write(encode_line({"ok": False, "error": "bad request: %s" % describe(exc)}))
+            out.flush()
+            continue
+        if msg is None:
+            break
+        op = msg.get("op")
+        handler = handlers.get(op) if op == "hello" or supervisor.config is not None else None
+        out.write(answer(handler, msg, attachment))
         out.flush()
+        if supervisor.config is not None:
+            supervisor.maintain()
+    for handle in list(supervisor.handles.values()):
+        handle.kill()
 
 
 if __name__ == "__main__":

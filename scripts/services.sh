@@ -113,12 +113,6 @@ for name in $SEARCH_ATTRIBUTES; do
   fi
 done
 
-# --- The live world's trait runtime (PyPy unless GENESIS_TRAIT_HOST_RUNTIME=cpython) -----------
-if [ "${GENESIS_TRAIT_HOST_RUNTIME:-pypy}" = pypy ] || [ "${GENESIS_SANDBOX_RUNTIME:-cpython}" = pypy ]; then
-  if command -v pypy3 >/dev/null 2>&1; then say "PyPy is installed ($(pypy3 -S -c 'import sys; print(sys.version.split()[0])'))"
-  else apt_install pypy3; fi
-fi
-
 # --- Headless browser for the world viewer's test (tests/test_viewer.py drives Debian's chromium) ---
 if command -v chromium >/dev/null 2>&1; then say "Chromium is installed"
 else apt_install chromium; fi

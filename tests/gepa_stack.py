@@ -39,6 +39,7 @@ class GepaStack:
     allowed: tuple[str, int]  # an HTTP server on the allow-list (GENESIS_GEPA_EGRESS_ALLOW)
     forbidden: tuple[str, int]  # an HTTP server on every host address, not on the allow-list
     github: FakeGitHub  # the App API and a private repository acme/private-qa.git
+    silent_port: int  # on the operator's private allow-list; nothing listens there unless a test does
     agent: TestAgent | None = None  # the tests' agent: its X-API-Key owns the clients they connect
     worker: ManagedProcess | None = None
 
@@ -65,6 +66,11 @@ async def gepa_stack(settings, tmp_path_factory):
     subprocess.run(["git", "clone", "-q", "--bare", str(repo), str(github_root / "private-qa.git")], check=True)
     github = FakeGitHub(root / "github", installation_id=GITHUB_INSTALLATION_ID)
     (root / "github-app.pem").write_bytes(github.private_key_pem)
+    silent_port = free_port()
+    # Everything the tests serve on loopback is private: the operator's allow-list names each
+    # such host:port (the checks themselves stay as strict as in production).
+    private_allow = ",".join(f"127.0.0.1:{port}" for port in (
+        github.server.server_address[1], allowed.port, forbidden.port, silent_port))
     stack_settings = settings.model_copy(update={
         "task_queue": f"genesis-test-gepa-{free_port()}",
         "api_port": free_port(),
@@ -82,6 +88,9 @@ async def gepa_stack(settings, tmp_path_factory):
         "gepa_github_private_key_path": root / "github-app.pem",
         "gepa_github_api_url": github.url,
         "gepa_allow_http_repos": True,
+        "outbound_private_allow": private_allow,
+        "gepa_clone_connect_timeout_s": 4.0,
+        "gepa_clone_stall_s": 3,
         "gepa_run_timeout_s": 60.0,
         "gepa_step_timeout_s": 240.0,
     })
@@ -98,7 +107,8 @@ async def gepa_stack(settings, tmp_path_factory):
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             agent = await agents.register(http, "gepa-tests")
         yield GepaStack(agent=agent, worker=worker, url=url, settings=stack_settings, lm=lm, repo=repo,
-                        allowed=("127.0.0.1", allowed.port), forbidden=("0.0.0.0", forbidden.port), github=github)
+                        allowed=("127.0.0.1", allowed.port), forbidden=("0.0.0.0", forbidden.port), github=github,
+                        silent_port=silent_port)
     finally:
         api.stop()
         worker.stop()

@@ -112,7 +112,7 @@ def dockerignored(path: str, patterns: list[str]) -> bool:
 
 def test_build_contexts_and_dockerfiles_are_right(config):
     built = {name: s["build"] for name, s in config["services"].items() if "build" in s}
-    assert GENESIS_SERVICES | {"migrate", "trait-host-sandbox", "trait-host-engine"} <= set(built)
+    assert GENESIS_SERVICES | {"migrate", "trait-host"} <= set(built)
     for name, build in built.items():
         context = Path(build["context"])
         dockerfile = context / build.get("dockerfile", "Dockerfile")
@@ -131,9 +131,8 @@ def test_build_contexts_and_dockerfiles_are_right(config):
                     continue
                 assert (context / source).exists(), f"{name}: {dockerfile.name} copies {source}, missing in {context}"
                 assert not dockerignored(source, ignored), f"{name}: {source} is excluded by .dockerignore"
-    assert config["services"]["trait-host-sandbox"]["build"]["args"] == {"BASE": "python:3.11-slim"}
-    # The images the processes start trait hosts from are the ones compose builds
+    # The image the processes start trait hosts from is the one compose builds
     env = config["services"]["worker"]["environment"]
-    assert env["GENESIS_SANDBOX_IMAGE"] == config["services"]["trait-host-sandbox"]["image"]
-    assert env["GENESIS_ENGINE_IMAGE"] == config["services"]["trait-host-engine"]["image"]
-    assert "trait-host-sandbox" in config["services"]  # only with --profile images: never started by `up`
+    assert env["GENESIS_SANDBOX_IMAGE"] == config["services"]["trait-host"]["image"]
+    assert "GENESIS_ENGINE_IMAGE" not in env
+    assert "trait-host" in config["services"]  # only with --profile images: never started by `up`

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import textwrap
+import time
 
 import pytest
 
@@ -529,6 +530,211 @@ def test_steps_run_in_order_and_stop_at_first_failure() -> None:
 
 
 # --------------------------------------------------------------------------------------------
+# The entity under other names, stores outside self, classes as values
+# --------------------------------------------------------------------------------------------
+
+PRELUDE = "import dataclasses\nimport enum\nimport functools\nimport random\nimport typing"
+ENTITY, BANNED, ENTITY_STEP = "AST_ENTITY_ATTR_FORBIDDEN", "Banned calls/attrs", "Entity attribute whitelist"
+
+
+def line_of(code: str, text: str) -> int:
+    """The 1-based line of the first line of ``code`` that contains ``text``."""
+    return next(number for number, line in enumerate(code.splitlines(), 1) if text in line)
+
+
+# name -> (execute body, extra members, postlude, the line the finding is on, message fragments)
+ENTITY_ALIASES: dict[str, tuple[str, str, str, str, tuple[str, ...]]] = {
+    "plain alias write": ("e = entity\ne.energy = 1e9", "", "", "e.energy = 1e9",
+                          ("e.energy cannot be assigned (e holds the entity)", "read-only")),
+    "plain alias read": ("e = entity\nentity.state = str(e.secret)", "", "", "e.secret",
+                         ("e.secret is not part of the entity API (e holds the entity)",)),
+    "alias of alias": ("e = entity\nf = e\nf.teleport = True", "", "", "f.teleport",
+                       ("f.teleport cannot be assigned (f holds the entity)",)),
+    "tuple unpacking": ("a, (b, c) = 1, (entity, 2)\nb.x = 3.0", "", "", "b.x = 3.0", ("b.x cannot be assigned",)),
+    "walrus": ("if (e := entity) is not None:\n    e.age = 0", "", "", "e.age = 0", ("e.age cannot be assigned",)),
+    "conditional": ("e = entity if entity.energy > 0 else None\ne.energy = 1", "", "", "e.energy = 1",
+                    ("e.energy cannot be assigned",)),
+    "closure": ("e = entity\ndef boost():\n    e.energy = 1e9\nboost()", "", "", "e.energy = 1e9",
+                ("e.energy cannot be assigned",)),
+    "lambda parameter": ("peek = lambda e: e.secret\nentity.state = str(peek(entity))", "", "", "peek = lambda",
+                         ("e.secret is not part of the entity API",)),
+    "lambda returning it": ("grab = lambda: entity\ngrab()", "", "", "grab = lambda",
+                            ("The entity is returned",)),
+    "comprehension": ("values = [e.secret for e in (entity,)]", "", "", "values =",
+                      ("e.secret is not part of the entity API",)),
+    "for over a tuple": ("for e in (entity,):\n    e.energy = 3", "", "", "e.energy = 3",
+                         ("e.energy cannot be assigned",)),
+    "container": ("entity.state = str([entity][0].secret)", "", "", "[entity][0]",
+                  ("The entity is put into a list",)),
+    "dict value": ("self.memory = {'me': entity}", "", "", "self.memory =", ("The entity is put into a dict",)),
+    "attribute of self": ("self.held = entity\nself.held.energy = 1", "", "", "self.held.energy",
+                          ("self.held.energy cannot be assigned (self.held holds the entity)",)),
+    "attribute of self in another method": ("self.held = entity", "def later(self):\n    self.held.max_age = 10**9",
+                                            "", "self.held.max_age", ("self.held.max_age cannot be assigned",)),
+    "method parameter": ("self.helper(entity)", "def helper(self, e):\n    e.energy = 1", "", "e.energy = 1",
+                         ("e.energy cannot be assigned (e holds the entity)",)),
+    "keyword argument": ("self.helper(target=entity)", "def helper(self, target=None):\n    target.energy = 1", "",
+                         "target.energy", ("target.energy cannot be assigned",)),
+    "module function": ("nudge(entity)", "", "def nudge(e):\n    e.energy = 1", "e.energy = 1",
+                        ("e.energy cannot be assigned",)),
+    "constructor": ("Holder(entity)", "", "class Holder:\n    def __init__(self, e=None):\n        e.energy = 1",
+                    "e.energy = 1", ("e.energy cannot be assigned",)),
+    "object keeping it": ("holder = Holder(entity)\nentity.state = str(holder.e.secret)", "",
+                          "class Holder:\n    def __init__(self, e=None):\n        self.e = e", "holder.e",
+                          ("holder.e may hold the entity", "self.e is assigned the entity (line")),
+    "returned by a method": ("pass", "def helper(self, entity):\n    return entity", "", "return entity",
+                             ("The entity is returned",)),
+    "passed to an unknown function": ("entity.state = str(entity)", "", "", "str(entity)",
+                                      ("The entity is passed to str(), which the gatekeeper cannot follow",)),
+    "into *args": ("self.helper(entity)", "def helper(self, *rest):\n    pass", "", "self.helper(entity)",
+                   ("The entity is passed to self.helper() where no named parameter receives it",)),
+    "called": ("entity()", "", "", "entity()", ("The entity is called",)),
+    "iterated": ("for part in entity:\n    pass", "", "", "for part", ("The entity is iterated over",)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ENTITY_ALIASES))
+def test_the_entity_under_another_name_is_checked_as_the_entity(name: str) -> None:
+    body, members, postlude, marker, fragments = ENTITY_ALIASES[name]
+    code = make_trait(body, prelude=PRELUDE, members=members, postlude=postlude)
+    result = validate("probe", code)
+    assert_rejected(result, ENTITY, ENTITY_STEP, f"(line {line_of(code, marker)})", *fragments)
+
+
+def test_a_default_argument_cannot_capture_the_entity() -> None:
+    result = validate("probe", make_trait("peek = lambda e=entity: e.secret"))
+    assert_rejected(result, CALL, BANNED, "Default values must be constant literals (in lambda)")
+
+
+# name -> (execute body, extra members, postlude, the line of the finding, message fragments)
+STORES: dict[str, tuple[str, str, str, str, tuple[str, ...]]] = {
+    "class of a module through a local name": (
+        "r = random.Random\nr.some_method = len", "", "", "r.some_method",
+        ("Cannot assign the attribute some_method of r", "only attributes of self"),
+    ),
+    "augmented": ("r = random.Random\nr.VERSION += 1", "", "", "r.VERSION", ("Cannot assign the attribute VERSION of r",)),
+    "deleted": ("r = random.Random\ndel r.random", "", "", "del r.random", ("Cannot delete the attribute random of r",)),
+    "module itself": ("random.random = len", "", "", "random.random =", ("Cannot assign or delete .random on 'random'",)),
+    "another object": ("helper = Helper()\nhelper.count = 1", "", "class Helper:\n    pass", "helper.count",
+                       ("Cannot assign the attribute count of helper",)),
+    "a function's attribute": ("def inner():\n    pass\ninner.flag = 1", "", "", "inner.flag",
+                               ("Cannot assign the attribute flag of inner",)),
+    "nested object of self": ("self.helper = Helper()\nself.helper.count = 1", "", "class Helper:\n    pass",
+                              "self.helper.count", ("Cannot assign the attribute count of self.helper",)),
+    "entity attribute's attribute": ("entity.traits.extra = 1", "", "", "entity.traits.extra",
+                                     ("Cannot assign the attribute extra of entity.traits",)),
+    "parameter of a module function": ("pass", "", "def bump(obj):\n    obj.count = 1", "obj.count",
+                                       ("Cannot assign the attribute count of obj",)),
+    "parameter named self outside a class": ("pass", "", "def bump(self):\n    self.count = 1", "self.count",
+                                             ("Cannot assign the attribute count of self",)),
+    "nested function's own self": ("def inner(self):\n    self.seed = len\ninner(random.Random)", "", "",
+                                   "self.seed", ("Cannot assign the attribute seed of self",)),
+    "self rebound": ("self = random.Random\nself.seed = len", "", "", "self = random.Random",
+                     ("The instance parameter 'self' cannot be rebound",)),
+    "self rebound by a loop": ("for self in [random.Random]:\n    self.seed = len", "", "", "for self in",
+                               ("The instance parameter 'self' cannot be rebound",)),
+    "method read through the class": (
+        "ProbeTrait.helper(random.Random, len)", "def helper(self, f=None):\n    self.seed = f", "",
+        "ProbeTrait.helper(", ("Access to ProbeTrait.helper is not allowed", "call it on an instance"),
+    ),
+    "class aliased": ("k = ProbeTrait\nk.helper(random.Random, len)", "def helper(self, f=None):\n    self.seed = f",
+                      "", "k = ProbeTrait", ("Class ProbeTrait is assigned to k",)),
+    "class passed to own function": ("call_it(ProbeTrait)", "def helper(self, f=None):\n    self.seed = f",
+                                     "def call_it(k):\n    k.helper(random.Random)", "call_it(ProbeTrait)",
+                                     ("Class ProbeTrait is passed to call_it()",)),
+    "class returned": ("pass", "def kind(self):\n    return ProbeTrait", "", "return ProbeTrait",
+                       ("Class ProbeTrait is returned",)),
+    "class defined in a function": (
+        "class Local:\n    def m(self):\n        self.seed = len\nLocal.m(random.Random)", "", "",
+        "Local.m(", ("Access to Local.m is not allowed",),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STORES))
+def test_stores_outside_self_are_refused(name: str) -> None:
+    body, members, postlude, marker, fragments = STORES[name]
+    code = make_trait(body, prelude=PRELUDE, members=members, postlude=postlude)
+    result = validate("probe", code)
+    assert_rejected(result, ATTR, BANNED, f"(line {line_of(code, marker)})", *fragments)
+
+
+@pytest.mark.parametrize(
+    ("module", "name"),
+    [
+        ("dataclasses", "dataclass"), ("functools", "total_ordering"), ("typing", "final"),
+        ("typing", "no_type_check"), ("typing", "runtime_checkable"), ("typing", "overload"),
+        ("typing", "clear_overloads"), ("typing", "reveal_type"), ("random", "setstate"),
+    ],
+)
+def test_module_functions_that_change_shared_state_are_refused(module: str, name: str) -> None:
+    result = validate("probe", make_trait(f"{module}.{name}(random.Random)", prelude=PRELUDE))
+    assert_rejected(result, ATTR, BANNED, f"Access to {module}.{name} is not allowed")
+    result = validate("probe", make_trait("pass", prelude=f"from {module} import {name}"))
+    assert_rejected(result, IMPORT, "Import whitelist", f"'{module}.{name}' is not allowed")
+
+
+# Legal code around the same constructs: must stay accepted. name -> (execute body, members, postlude)
+STEERING = """
+class Steering:
+    def __init__(self, target=None):
+        self.target = target
+
+    def apply(self):
+        self.target.speed = 1.0
+"""
+LEGAL_ALIASES: dict[str, tuple[str, str, str]] = {
+    "alias writes writable attributes": (
+        "e = entity\ne.speed = 2.0\ne.state = 'x'\nentity.direction = e.direction", "", ""),
+    "unpacked alias": ("e, n = entity, 3\ne.speed = float(n)", "", ""),
+    "walrus alias": ("if (e := entity) is not None and e.energy < 5:\n    e.eat()", "", ""),
+    "alias in a loop over a tuple": ("for e in (entity,):\n    e.move(1.0, 0.0)", "", ""),
+    "alias in a comprehension": ("entity.state = str([e.energy for e in [entity]])", "", ""),
+    "closure reads": ("def hungry():\n    return entity.energy < 10\nif hungry():\n    entity.eat()", "", ""),
+    "lambda parameter": ("speed_of = lambda e: e.speed\nentity.speed = speed_of(entity) * 0.5", "", ""),
+    "comparisons and tests": ("if entity is not None and not (entity == self):\n    entity.speed = 1.0", "", ""),
+    "attribute of self holding it": (
+        "self.current = entity\nself.current.speed = 1.0\nself.steer()",
+        "def steer(self):\n    self.current.direction = 0.5", ""),
+    "method with another parameter name": (
+        "self.slow_down(entity, 0.5)", "def slow_down(self, target, factor):\n    target.speed = target.speed * factor", ""),
+    "module helper": ("entity.direction = turn(entity, 0.1)", "", "def turn(e, by):\n    return e.direction + by"),
+    "helper object": ("Steering(entity).apply()", "", STEERING),
+    "state on self": (
+        "self.counter += 1\nself.memory = {}\nself.memory['k'] = entity.energy\ndel self.memory['k']\ndel self.counter",
+        "", ""),
+    "class constants and enum members": (
+        "mode = Mode.SEEK if entity.energy < Mode.SEEK.value else Mode.IDLE\n"
+        "entity.state = str(len(list(Mode))) + str(isinstance(mode, Mode))\n"
+        "for member in Mode:\n    entity.state = member.name\nentity.speed = Limits.TOP + self.TOP",
+        "TOP = 1.0", "class Mode(enum.Enum):\n    IDLE = 1\n    SEEK = 2\n\n\nclass Limits:\n    TOP = 3.0"),
+    "own instances": (
+        "helper = Helper(2.0)\nentity.speed = helper.scaled(entity.speed)", "",
+        "class Helper:\n    def __init__(self, factor=1.0):\n        self.factor = factor\n\n"
+        "    def scaled(self, value):\n        self.last = value\n        return value * self.factor"),
+    "random instance": ("generator = random.Random(entity.id)\ngenerator.seed(3)\nentity.direction = generator.random()",
+                        "", ""),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEGAL_ALIASES))
+def test_legal_uses_of_the_entity_self_and_classes_pass(name: str) -> None:
+    body, members, postlude = LEGAL_ALIASES[name]
+    assert_accepted(validate("probe", make_trait(body, prelude=PRELUDE, members=members, postlude=postlude)))
+
+
+def test_a_long_chain_of_functions_is_followed_in_linear_time() -> None:
+    """Functions defined in the reverse of call order: each walk adds one step of the chain."""
+    count = 300
+    functions = "\n".join(f"def f{n}(e):\n    f{n + 1}(e)\n" for n in reversed(range(count)))
+    code = make_trait("f0(entity)", postlude=functions + f"\ndef f{count}(e):\n    e.energy = 1\n")
+    started = time.perf_counter()
+    result = validate("probe", code)
+    assert time.perf_counter() - started < 2.0
+    assert_rejected(result, ENTITY, ENTITY_STEP, "e.energy cannot be assigned (e holds the entity)")
+
+
+# --------------------------------------------------------------------------------------------
 # Bypass families (DESIGN.md / NOTES.md): each an exploit inside an otherwise valid trait
 # --------------------------------------------------------------------------------------------
 
@@ -837,7 +1043,7 @@ def test_sandbox_api_document_matches_seed() -> None:
     document = rules.sandbox_api_document()
     assert SEED_KEYS <= set(document)
     assert document["api_version"] == "1"
-    assert document["sandbox_rules_version"] == "4" == rules.SANDBOX_RULES_VERSION
+    assert document["sandbox_rules_version"] == "5" == rules.SANDBOX_RULES_VERSION
     assert document["trait_pattern"] == "define class BaseTrait stub inline, then inherit from it"
     assert document["required_method"] == "async execute(self, entity) -> None"
     assert document["allowed_imports"] == [
@@ -881,16 +1087,16 @@ def test_traits_are_parsed_at_the_trait_runtimes_language_level(monkeypatch) -> 
                     case "saving":
                         entity.direction = 0.0
         ''')
-    monkeypatch.setattr(rules, "trait_language", lambda: (3, 9))  # a runtime is PyPy
+    monkeypatch.setattr(rules, "trait_language", lambda: (3, 9))  # as if traits ran on an older Python
     result = validate("matcher", match_trait)
     assert not result.ok and result.failure_code == "SYNTAX_ERROR"
     assert "Pattern matching is only supported in Python 3.10" in result.validation_log[-1]
     assert "traits are written in Python 3.9" in result.validation_log[-1]
-    monkeypatch.setattr(rules, "trait_language", lambda: (3, 11))  # both CPython
+    monkeypatch.setattr(rules, "trait_language", lambda: (3, 11))  # the one runtime's
     assert validate("matcher", match_trait).failure_code != "SYNTAX_ERROR"
 
 
 def test_sandbox_api_states_the_trait_language() -> None:
     language = rules.sandbox_api_document()["trait_language"]
-    both = [rules.TRAIT_LANGUAGE[language["sandbox_runtime"]], rules.TRAIT_LANGUAGE[language["live_runtime"]]]
-    assert language["python"] == "%d.%d" % min(both) == "%d.%d" % rules.trait_language()
+    assert language["python"] == "%d.%d" % rules.TRAIT_LANGUAGE == "%d.%d" % rules.trait_language()
+    assert language["runtime"] == "cpython"

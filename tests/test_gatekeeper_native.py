@@ -143,6 +143,12 @@ def corpus() -> dict[str, str]:
     sources["await"] = cases.make_trait("await entity.eat()")
     sources["init"] = cases.make_trait("pass", members="def __init__(self, n):\n    self.n = n")
     sources["syntax"] = "class BaseTrait(:\n"
+    # The escape analysis: the entity under other names, stores outside self, classes as values.
+    for table in (cases.ENTITY_ALIASES, cases.STORES):
+        for name, (body, members, postlude, _, _) in table.items():
+            sources[name] = cases.make_trait(body, prelude=cases.PRELUDE, members=members, postlude=postlude)
+    for name, (body, members, postlude) in cases.LEGAL_ALIASES.items():
+        sources[name] = cases.make_trait(body, prelude=cases.PRELUDE, members=members, postlude=postlude)
     return sources
 
 

@@ -95,7 +95,7 @@ async def test_trait_code_never_runs_in_the_engine_process(http, settings, engin
         await redis.aclose()
     # The constructor ran (the trait is live) — inside the trait-host container, not here.
     assert not os.path.exists(MARKER), "trait code ran on the host"
-    check = engine_host(engine_proc.proc.pid).exec_run([image.engine_runtime().path_in_image, "-I", "-S", "-c",
+    check = engine_host(engine_proc.proc.pid).exec_run([image.PYTHON_IN_IMAGE, "-I", "-S", "-c",
                                     f"import os; print(os.path.exists({MARKER!r}))"])
     assert check.output.decode().strip() == "True", check.output
 

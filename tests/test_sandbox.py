@@ -16,8 +16,8 @@ from genesis import rules
 from genesis.config import Settings
 from genesis.dto import SandboxRequest
 from sandbox import image
-from sandbox.container import IsolationLimits, TraitHostContainer, hello_message, memory_bytes
-from tests import traits
+from sandbox.container import IsolationLimits, TraitHostContainer, memory_bytes
+from tests import trait_hosts, traits
 from tests.isolation import assert_isolated
 
 # Reaches `os` through the classic subclass walk (which the gatekeeper rejects) and reports what
@@ -52,30 +52,23 @@ def client():
     return client
 
 
-def hello(host: TraitHostContainer) -> None:
-    host.say_hello(call_timeout_ms=50, deadline_s=20)
-
-
 def test_container_runs_with_every_isolation_flag(client):
     with TraitHostContainer(client, image.image_tag(), IsolationLimits("64m", 32, 1.0), "test-flags") as host:
-        hello(host)
+        host.say_hello(trait_hosts.hello(), 20)
         attrs = client.containers.get(host.id).attrs
     assert_isolated(attrs, 64 * 1024 * 1024)
     assert not attrs["Mounts"], "no host mounts inside the sandbox"
 
 
-@pytest.mark.parametrize("name", ["cpython", "pypy"])  # the sandbox test's and the live world's
-def test_code_past_the_gatekeeper_is_still_contained(client, name):
-    runtime = image.runtime(name)
-    with TraitHostContainer(client, image.ensure(client, runtime), IsolationLimits("256m", 32, 1.0),
-                            "test-escape", runtime) as host:
-        hello(host)
-        loaded = host.request({"op": "load", "trait": "escape", "source": ESCAPE_ATTEMPT, "class_name": "Escape"}, 10)
+def test_code_past_the_gatekeeper_is_still_contained(client):
+    with trait_hosts.start(client, "test-escape") as host:
+        loaded = trait_hosts.load(host, "escape", ESCAPE_ATTEMPT)
         assert loaded["ok"], loaded
-        reply = host.request({"op": "tick", "tick": 0, "batches": {"escape": [{"id": 1, "state": ""}]}}, 10)
+        world = trait_hosts.world(["escape"], population=1)
+        reply = trait_hosts.tick(host, world, ["escape"])
     result = reply["results"]["escape"]
     assert not result["errors"], result
-    [[entity_id, intents]] = result["intents"]
+    [intents] = reply["intents"].values()
     state = dict(part.split("=", 1) for part in intents[0][2].split(";"))
     assert state["uid"] == "10001", "non-root inside the container"
     assert state["write"] == "Read-only file system"
@@ -102,20 +95,35 @@ def test_trial_of_a_good_trait_applies_its_intents(client):
     assert report.intents_applied > 0
     assert report.baseline_tick_ms > 0 and report.projected_fps > 0
     assert report.state_hash and len(report.state_hash) == 64
+    assert abs(report.memory_blocks_per_tick) < 50, report.memory_blocks_per_tick
 
 
-@pytest.mark.parametrize("role", ["sandbox", "engine"])
-def test_hosts_run_on_the_configured_runtimes(client, role):
-    """The sandbox test on GENESIS_SANDBOX_RUNTIME, the live world on GENESIS_TRAIT_HOST_RUNTIME."""
-    settings = Settings()
-    runtime = image.sandbox_runtime() if role == "sandbox" else image.engine_runtime()
-    assert runtime.name == (settings.sandbox_runtime if role == "sandbox" else settings.trait_host_runtime)
-    tag = image.ensure(client, runtime)
-    with TraitHostContainer(client, tag, IsolationLimits("256m", 32, 1.0), f"test-runtime-{role}", runtime) as host:
-        reply = host.request(hello_message(50), 20)
-    assert reply["ok"] and reply["implementation"] == runtime.name
-    assert tuple(int(part) for part in reply["python"].split(".")[:2]) == runtime.language
-    assert rules.trait_language() <= runtime.language  # what the gatekeeper passes parses here
+# Remembers everything it ever saw: its memory grows every call, without bound.
+MEMORY_GROWER = '''
+class MemoryGrower:
+    def __init__(self):
+        self.seen = []
+
+    async def execute(self, entity) -> None:
+        self.seen.append([entity.x, entity.y, entity.energy, entity.age])
+'''
+
+
+def test_trial_fails_a_trait_whose_memory_grows_without_bound(client):
+    request = SandboxRequest(mutation_id="mut_memgrow0001", trait_name="memory_grower", class_name="MemoryGrower",
+                             code=MEMORY_GROWER)
+    report = run_trial(request, Settings(sandbox_ticks=40), client)
+    assert report.verdict == "SANDBOX_MEMORY", report.summary
+    assert report.memory_blocks_per_tick > 10
+    assert "keep per-entity state bounded" in report.summary
+
+
+def test_the_host_runs_the_python_the_gatekeeper_validates(client):
+    """One runtime: the sandbox test and the live world run traits on the same CPython."""
+    with TraitHostContainer(client, image.ensure(client), IsolationLimits("256m", 32, 1.0), "test-runtime") as host:
+        reply = host.request(trait_hosts.hello(), 20)
+    assert reply["ok"] and reply["implementation"] == "cpython"
+    assert tuple(int(part) for part in reply["python"].split(".")[:2]) == rules.TRAIT_LANGUAGE == rules.trait_language()
 
 
 HOARDER = '''
@@ -126,18 +134,14 @@ class Hoarder:
 
 
 def test_a_trait_that_hoards_memory_meets_a_memory_error_and_the_host_lives_on(client):
-    pypy = image.runtime("pypy")  # PyPy's heap ceiling (PYPY_GC_MAX); CPython has none to set
-    limits = IsolationLimits("128m", 32, 1.0)
-    assert limits.environment(pypy) == {"PYPY_GC_MAX": "64MB"}
-    assert limits.environment(image.runtime("cpython")) == {}
-    with TraitHostContainer(client, image.ensure(client, pypy), limits, "test-hoard", pypy) as host:
-        hello(host)
-        assert host.request({"op": "load", "trait": "hoard", "source": HOARDER, "class_name": "Hoarder"}, 10)["ok"]
-        reply = host.request({"op": "tick", "tick": 0, "batches": {"hoard": [{"id": 1, "state": ""}]}}, 20)
-        assert reply["ok"], reply
+    """Each agent's process has an address-space limit of its own (trait_worker_memory_mb): the
+    hoarder's allocation fails inside its call, long before the container's limit."""
+    with trait_hosts.start(client, "test-hoard", IsolationLimits("256m", 32, 1.0)) as host:
+        assert trait_hosts.load(host, "hoard", HOARDER)["ok"]
+        reply = trait_hosts.tick(host, trait_hosts.world(["hoard"], population=1), ["hoard"], deadline_s=20)
         [error] = reply["results"]["hoard"]["errors"]
         assert error["error"].startswith("MemoryError"), error
-        assert host.request(hello_message(50), 10)["ok"], "the host still answers"
+        assert host.request(trait_hosts.hello(), 10)["ok"], "the host still answers"
 
 
 @pytest.mark.parametrize("limit, expected", [("64m", 64 * 2**20), ("1g", 2**30), ("512k", 512 * 2**10),
@@ -146,18 +150,12 @@ def test_memory_limits_in_docker_notation(limit, expected):
     assert memory_bytes(limit) == expected
 
 
-@pytest.mark.parametrize("name", ["pypy", "cpython"])
-def test_each_runtime_builds_an_image_that_runs_the_host(client, name):
-    """Either runtime can serve either role: one image each, the same protocol; building one
-    never removes the other's image."""
-    runtime = image.runtime(name)
-    tag = image.ensure(client, runtime)
-    assert tag.split(":")[1].startswith(f"{name}-")
+def test_the_image_runs_the_host_as_its_command(client):
+    tag = image.ensure(client)
+    assert tag.split(":")[1].startswith("cpython-")
     out = subprocess.run(
-        ["docker", "run", "-i", "--rm", "--network", "none", "--read-only", tag, *runtime.command],
-        input=json.dumps(hello_message(50)) + "\n", capture_output=True, text=True, timeout=60, check=True,
+        ["docker", "run", "-i", "--rm", "--network", "none", "--read-only", tag, *image.COMMAND],
+        input=json.dumps(trait_hosts.hello()) + "\n", capture_output=True, text=True, timeout=60, check=True,
     ).stdout
     reply = json.loads(out.splitlines()[0])
-    assert reply["ok"] and reply["implementation"] == name
-    for other in image.both_runtimes():
-        client.images.get(image.image_tag(other))
+    assert reply["ok"] and reply["implementation"] == "cpython"

@@ -15,7 +15,8 @@ import pytest
 
 from genesis.config import Settings
 from sandbox import image
-from sandbox.container import IsolationLimits, containers_of, hello_message
+from sandbox.container import IsolationLimits, containers_of
+from tests import trait_hosts
 from sandbox.pool import WarmPool
 
 SIZE = 2
@@ -31,7 +32,7 @@ def client():
 @pytest.fixture
 def pool(client):
     # As the worker runs it: hosts on a private Unix socket (GENESIS_SANDBOX_HOST_SOCKET, default on)
-    pool = WarmPool(client, image.image_tag(), IsolationLimits("256m", 32, 1.0), SIZE, call_timeout_ms=50,
+    pool = WarmPool(client, image.image_tag(), IsolationLimits("256m", 32, 1.0), SIZE, trait_hosts.hello(),
                     private_socket=Settings().sandbox_host_socket).start()
     yield pool
     pool.close()
@@ -54,7 +55,7 @@ def test_a_test_gets_a_warm_greeted_container_that_serves_only_its_mutation(clie
     taken_ms = (time.perf_counter() - started) * 1000
     assert pool.warm_hits == 1 and pool.cold_starts == 0
     assert taken_ms < 300, f"a warm container should be handed out at once, took {taken_ms:.0f} ms"
-    assert host.request(hello_message(50), 5)["ok"]
+    assert host.request(trait_hosts.hello(), 5)["ok"]
     assert not host.framed, "the test talks to its host over the private socket, not docker attach"
     socket_dir = host._socket_dir
     # renamed for the mutation it serves (in the background: the test does not wait for Docker)
@@ -85,7 +86,7 @@ def test_under_load_the_pool_never_exceeds_its_size_and_refills(client, pool):
         def one_test(owner: str) -> str:
             host = pool.new_host(owner)
             try:
-                assert host.request(hello_message(50), 10)["ok"]
+                assert host.request(trait_hosts.hello(), 10)["ok"]
                 time.sleep(0.2)  # a test's worth of work
                 return host.id
             finally:

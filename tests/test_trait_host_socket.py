@@ -11,6 +11,8 @@ import docker
 import pytest
 
 from sandbox import image
+from sandbox.intents import decode_intent_groups
+from tests import trait_hosts
 from tests.isolation import assert_isolated
 from sandbox.container import (
     LABEL_OWNER,
@@ -41,16 +43,24 @@ STATE_WRITER = '''class Writer:
 @pytest.fixture(scope="module")
 def client():
     client = docker.from_env()
-    image.ensure(client, image.engine_runtime())
+    image.ensure(client)
     return client
 
 
 def start(client: docker.DockerClient, owner: str) -> TraitHostContainer:
-    runtime = image.engine_runtime()
-    host = TraitHostContainer(client, image.ensure(client, runtime), IsolationLimits("256m", 32, 1.0), owner, runtime,
-                              private_socket=True)
-    host.say_hello(call_timeout_ms=50, deadline_s=20)
-    return host
+    return trait_hosts.start(client, owner, IsolationLimits("256m", 32, 1.0), private_socket=True)
+
+
+def writer_tick(host: TraitHostContainer, deadline_s: float = 10.0, while_waiting=None) -> dict:
+    """One tick of a one-entity world carrying the writer: its intents by entity id."""
+    world = trait_hosts.world(["writer"], population=1)
+    reply = host.request({"op": "views", "tick": 0, **world.trait_views(["writer"], raw=True), "run": ["writer"]},
+                         deadline_s, while_waiting)
+    assert reply["ok"], reply
+    [entity_id] = world.entities
+    intents = dict(decode_intent_groups(reply["intent_groups"], reply.get("attachment")))
+    assert intents == {entity_id: [["set", "state", f"seen {entity_id}"]]}, intents
+    return intents
 
 
 def test_socket_host_keeps_every_isolation_flag_and_its_only_mount_is_read_only(client):
@@ -65,30 +75,30 @@ def test_socket_host_keeps_every_isolation_flag_and_its_only_mount_is_read_only(
         assert [(m["Type"], m["Source"], m["Destination"], m["RW"]) for m in mounts] == [
             ("bind", socket_dir, SOCKET_DIR_IN_CONTAINER, False)
         ]
-        loaded = host.request({"op": "load", "trait": "writer", "source": STATE_WRITER, "class_name": "Writer"}, 10)
+        loaded = trait_hosts.load(host, "writer", STATE_WRITER)
         assert loaded["ok"], loaded
-        reply = host.request({"op": "tick", "tick": 0, "batches": {"writer": [{"id": 7}]}}, 10)
-        assert reply["results"]["writer"]["intents"] == [[7, [["set", "state", "seen 7"]]]]
+        writer_tick(host)  # over the socket, with binary attachments both ways
     assert not os.path.exists(socket_dir), "the private directory goes with the container"
 
 
 def test_socket_host_that_hangs_is_killed_at_the_deadline_and_one_that_dies_is_reported(client):
     host = start(client, "test-socket-hang")
     try:
-        assert host.request({"op": "load", "trait": "busy", "source": BUSY, "class_name": "Busy"}, 10)["ok"]
+        assert trait_hosts.load(host, "busy", BUSY)["ok"]
+        world = trait_hosts.world(["busy"], population=1)
         # the per-call CPU budget stops the busy loop: the host answers with a timeout, not a hang
-        reply = host.request({"op": "tick", "tick": 0, "batches": {"busy": [{"id": 1}]}}, 10)
-        assert reply["results"]["busy"]["timeouts"] == [1]
+        reply = trait_hosts.tick(host, world, ["busy"])
+        assert reply["results"]["busy"]["timeouts"] == list(world.entities)
         client.containers.get(host.id).kill(signal="SIGSTOP")  # frozen: no answer ever comes
         with pytest.raises(HostDeadlineExceeded):
-            host.request({"op": "tick", "tick": 1, "batches": {"busy": [{"id": 1}]}}, 0.5)
+            host.request({"op": "views", "tick": 1, **world.trait_views(["busy"]), "run": ["busy"]}, 0.5)
     finally:
         host.close()
     dying = start(client, "test-socket-dies")
     try:
         client.containers.get(dying.id).kill()
         with pytest.raises(HostCrashed):
-            dying.request({"op": "tick", "tick": 0, "batches": {}}, 5)
+            dying.request({"op": "stats"}, 5)
     finally:
         dying.close()
 
@@ -99,21 +109,20 @@ def test_work_done_while_waiting_does_not_count_against_the_hosts_deadline(clien
     import time
 
     with start(client, "test-socket-while-waiting") as host:
-        assert host.request({"op": "load", "trait": "writer", "source": STATE_WRITER, "class_name": "Writer"}, 10)["ok"]
+        assert trait_hosts.load(host, "writer", STATE_WRITER)["ok"]
         ran = []
 
         def slow_work() -> None:
             time.sleep(0.6)  # three times the deadline below
             ran.append(True)
 
-        reply = host.request({"op": "tick", "tick": 0, "batches": {"writer": [{"id": 3}]}}, 0.2, slow_work)
-        assert ran and reply["results"]["writer"]["intents"] == [[3, [["set", "state", "seen 3"]]]]
+        writer_tick(host, 0.2, slow_work)
+        assert ran
 
         def failing_work() -> None:
             raise RuntimeError("telemetry broke")
 
-        reply = host.request({"op": "tick", "tick": 1, "batches": {"writer": [{"id": 4}]}}, 5, failing_work)
-        assert reply["results"]["writer"]["intents"] == [[4, [["set", "state", "seen 4"]]]]
+        writer_tick(host, 5, failing_work)
 
 
 def test_the_socket_directory_of_a_host_whose_engine_died_is_removed_with_its_container(client):
@@ -136,7 +145,7 @@ def test_a_host_created_but_never_started_is_removed_once_it_is_older_than_the_g
     """A worker killed while its pool was refilling leaves a container in "created" behind."""
     socket_dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)
     labels = {LABEL_ROLE: ROLE_TRAIT_HOST, LABEL_OWNER: "test-never-started", LABEL_SOCKET_DIR: socket_dir}
-    container = client.containers.create(image.ensure(client, image.engine_runtime()), labels=labels,
+    container = client.containers.create(image.ensure(client), labels=labels,
                                          network_mode="none")
     try:
         remove_abandoned_trait_hosts(client)  # young: may be between another process's create and start

@@ -1,5 +1,5 @@
-"""The compact ``views`` form of the trait-host protocol (each carrier's view sent once, in binary
-columns) must mean exactly what the per-trait ``batches`` form means."""
+"""The ``views`` form of the trait-host protocol (each carrier's view sent once, in binary
+columns): traits run together give what each gives alone, in every encoding."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import docker
 import pytest
 
 from engine.world import VIEW_FIELDS, World, decode_views
-from genesis import entity_api, rules
-from sandbox import image, trait_host
+from genesis import entity_api
+from sandbox import trait_host
 from sandbox.container import IsolationLimits, TraitHostContainer
-from sandbox.intents import MalformedIntents, decode_intents
+from sandbox.intents import MalformedIntents, decode_intent_groups, decode_intents
+from tests import trait_hosts
 
 # Writes then reads back (the write is visible within the call), reads every kind of attribute.
 STEERER = '''import math
@@ -82,16 +83,11 @@ def test_trait_views_decode_to_the_same_views_as_trait_batches():
     assert w.trait_views()["run"] == ["counter", "dormant", "steerer"]
 
 
-def start_host(client: docker.DockerClient) -> TraitHostContainer:
-    h = TraitHostContainer(client, image.ensure(client), IsolationLimits("64m", 32, 1.0), "test-views")
-    reply = h.request(
-        {"op": "hello", "entity_api": entity_api.as_wire(), "allowed_imports": sorted(rules.ALLOWED_IMPORTS),
-         "call_timeout_ms": 50},
-        20,
-    )
-    assert reply["ok"], reply
-    for name, source, cls in (("steerer", STEERER, "SteererTrait"), ("counter", COUNTER, "CounterTrait")):
-        assert h.request({"op": "load", "trait": name, "source": source, "class_name": cls}, 10)["ok"]
+def start_host(client: docker.DockerClient, agents: tuple[str, str] = ("a", "a")) -> TraitHostContainer:
+    """A host with the steerer and the counter, of agents ``agents`` (one process, or two)."""
+    h = trait_hosts.start(client, "test-views", IsolationLimits("64m", 32, 1.0))
+    for (name, source), agent in zip((("steerer", STEERER), ("counter", COUNTER)), agents):
+        assert trait_hosts.load(h, name, source, agent)["ok"]
     return h
 
 
@@ -112,34 +108,30 @@ def other_host(client):
         yield h
 
 
-def merged_batches(reply: dict) -> dict[int, list]:
-    merged: dict[int, list] = {}
-    for name in sorted(reply["results"]):
-        for entity_id, intents in reply["results"][name]["intents"]:
-            merged.setdefault(entity_id, []).extend(intents)
-    return merged
-
-
-def test_views_form_gives_the_intents_of_the_batches_form(host, other_host):
-    # Two worlds and two hosts in lockstep, one per form (trait instances keep per-entity state).
-    worlds = {"views": make_world(), "batches": make_world()}
-    for _ in range(5):
-        batches = worlds["batches"].trait_batches()
-        batches.pop("dormant")
-        old = host.request({"op": "tick", "tick": 0, "batches": batches}, 10)
-        new = other_host.request({"op": "views", "tick": 0, **worlds["views"].trait_views(["counter", "steerer"])}, 10)
-        assert new["ok"] and new["op"] == "views", new
-        expected = merged_batches(old)
-        assert {entity_id: intents for entity_id, intents in new["intents"]} == expected
-        for name in ("counter", "steerer"):
-            for key in ("calls", "error_count", "timeouts"):
-                assert new["results"][name][key] == old["results"][name][key], (name, key)
-        counter_errors = new["results"]["counter"]["errors"]
-        assert counter_errors and all("read-only" in e["error"] for e in counter_errors)
-        assert [e["entity_id"] for e in counter_errors] == [e["entity_id"] for e in old["results"]["counter"]["errors"]]
-        for w in worlds.values():
-            w.step(expected)
-        assert worlds["views"].state_hash() == worlds["batches"].state_hash()
+@pytest.mark.parametrize("agents", [("a", "a"), ("a", "b")])
+def test_traits_run_together_give_the_intents_of_each_run_alone(client, agents):
+    """An entity's intents are its traits' in ``run`` order, whether the traits share a process
+    (one agent) or not (two agents: two intent groups, merged by entity id)."""
+    with start_host(client, agents) as together, start_host(client, agents) as apart:
+        worlds = {"together": make_world(), "apart": make_world()}
+        run = ["counter", "steerer"]
+        for _ in range(5):
+            new = trait_hosts.tick(together, worlds["together"], run)
+            assert len(new["intent_groups"]) == len(set(agents))
+            alone = [trait_hosts.tick(apart, worlds["apart"], [name]) for name in run]
+            expected: dict[int, list] = {}
+            for reply in alone:
+                for entity_id, intents in reply["intents"].items():
+                    expected.setdefault(entity_id, []).extend(intents)
+            assert new["intents"] == dict(sorted(expected.items()))
+            for name, reply in zip(run, alone):
+                for key in ("calls", "error_count", "timeouts"):
+                    assert new["results"][name][key] == reply["results"][name][key], (name, key)
+            counter_errors = new["results"]["counter"]["errors"]
+            assert counter_errors and all("read-only" in e["error"] for e in counter_errors)
+            for w in worlds.values():
+                w.step(expected)
+            assert worlds["together"].state_hash() == worlds["apart"].state_hash()
 
 
 def test_views_form_reports_a_trait_that_is_not_loaded(host):
@@ -155,23 +147,9 @@ def test_views_form_rejects_malformed_columns(host):
     views = w.trait_views(["steerer"])
     views["columns"][1] = {"f8": "AAAA"}  # fewer values than the other columns
     reply = host.request({"op": "views", "tick": 0, **views}, 10)
-    assert reply["ok"] is False and "bad request" in reply["error"]
+    assert reply["ok"] and "bad request" in reply["results"]["steerer"]["errors"][0]["error"]
     # The host still answers afterwards.
     assert host.request({"op": "views", "tick": 0, **w.trait_views(["steerer"])}, 10)["ok"]
-
-
-def test_intent_columns_reply_means_the_same_as_the_list_reply(host, other_host):
-    # Two worlds and two hosts in lockstep; one answers in columns, the other in lists.
-    worlds = {"columns": make_world(), "lists": make_world()}
-    run = ["counter", "steerer"]
-    for _ in range(5):
-        lists = other_host.request({"op": "views", "tick": 0, **worlds["lists"].trait_views(run)}, 10)
-        cols = host.request({"op": "views", "tick": 0, **worlds["columns"].trait_views(run), "reply": "columns"}, 10)
-        assert "intents" not in cols and "intent_columns" in cols
-        expected = {entity_id: intents for entity_id, intents in lists["intents"]}
-        assert expected and decode_intents(cols["intent_columns"]) == expected
-        for w in worlds.values():
-            w.step(expected)
 
 
 def test_raw_views_and_the_binary_reply_mean_the_same_as_base64(host, other_host):
@@ -182,13 +160,14 @@ def test_raw_views_and_the_binary_reply_mean_the_same_as_base64(host, other_host
         w.step({eid: [["set", "state", f"s{eid % 3}é" if eid % 2 else ""]] for eid in sorted(w.entities)})
     assert "text" in worlds["raw"].trait_views(run, raw=True)["columns"][VIEW_FIELDS.index("state")]
     for _ in range(5):
-        b64 = other_host.request({"op": "views", "tick": 0, **worlds["base64"].trait_views(run), "reply": "columns"}, 10)
-        raw = host.request({"op": "views", "tick": 0, **worlds["raw"].trait_views(run, raw=True), "reply": "columns"}, 10)
+        b64 = other_host.request({"op": "views", "tick": 0, **worlds["base64"].trait_views(run), "run": run}, 10)
+        raw = host.request({"op": "views", "tick": 0, **worlds["raw"].trait_views(run, raw=True), "run": run}, 10)
         assert isinstance(raw["attachment"], bytes) and "attachment" not in b64
-        assert all(isinstance(raw["intent_columns"][k], dict) and isinstance(next(iter(raw["intent_columns"][k].values())), list)
+        [group] = raw["intent_groups"]
+        assert all(isinstance(group[k], dict) and isinstance(next(iter(group[k].values())), list)
                    for k in ("entity", "attr", "a", "b"))
-        expected = decode_intents(b64["intent_columns"])
-        assert expected and decode_intents(raw["intent_columns"], raw["attachment"]) == expected
+        expected = decode_intent_groups(b64["intent_groups"])
+        assert expected and decode_intent_groups(raw["intent_groups"], raw["attachment"]) == expected
         assert decode_views(worlds["raw"].trait_views(run, raw=True)) == decode_views(worlds["base64"].trait_views(run))
         for w in worlds.values():
             w.step(dict(expected))

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import hmac
-import ipaddress
 import json
 import os
 import random
+import socket
 import threading
 import time
 import uuid
@@ -24,7 +25,7 @@ import pytest
 from standardwebhooks import Webhook
 from temporalio.client import WorkflowExecutionStatus
 
-from genesis import webhooks
+from genesis import netpolicy, webhooks
 from genesis.harness import free_port
 from tests import agents, traits
 from tests.test_lifecycle import replay_and_maybe_record, sample, signal_window, wait_for_status
@@ -221,29 +222,83 @@ async def test_notify_url_must_be_a_plain_http_url(http, url, problem):
 
 
 async def test_private_receivers_are_refused_by_default(start_api):
-    api = await start_api("api-webhook-policy", webhook_allow_private=False)
+    """Every spelling of a private receiver is refused at propose time, with the address it
+    stands for and why; the operator's allow-list opens one host:port and nothing else."""
+    api = await start_api("api-webhook-policy", webhook_allow_private=False,
+                          outbound_private_allow="127.0.0.1:8099")
+    refused = {
+        "http://127.0.0.1:8080/hook": "127.0.0.1 is a loopback address",
+        "http://2130706433:8080/hook": "127.0.0.1 is a loopback address",
+        "http://127.1/hook": "127.0.0.1 is a loopback address",
+        "http://0x7f.1/hook": "127.0.0.1 is a loopback address",
+        "http://0177.0.0.1/hook": "127.0.0.1 is a loopback address",
+        "http://0x7f000001/hook": "127.0.0.1 is a loopback address",
+        "http://127.0.0.1./hook": "127.0.0.1 is a loopback address",
+        "http://localhost/hook": "localhost is a loopback name",
+        "https://[::1]/hook": "::1 is a loopback address",
+        "http://[::ffff:127.0.0.1]/": "stands for 127.0.0.1",
+        "http://10.1.2.3/hook": "10.1.2.3 is a private address",
+        "http://0/hook": "0.0.0.0 is the unspecified address",
+        "http://169.254.169.254/latest": "169.254.169.254 is a cloud metadata address",
+        "http://[fd00:ec2::254]/latest": "fd00:ec2::254 is a cloud metadata address",
+        "http://100.64.0.1/hook": "shared (carrier-grade NAT)",
+        "http://[fe80::1]/hook": "fe80::1 is a link-local address",
+        "http://127.0.0.1:8098/hook": "127.0.0.1 is a loopback address",  # the allowed host, another port
+    }
     async with httpx.AsyncClient(base_url=api, timeout=30) as client:
         agent = await agents.register(client, "webhook-policy-agent")
-        for url in ("http://127.0.0.1:8080/hook", "http://localhost/hook", "https://[::1]/hook",
-                    "http://10.1.2.3/hook", "http://169.254.169.254/latest", "http://[::ffff:127.0.0.1]/"):
+        for url, why in refused.items():
             response = await client.post("/api/mutations/propose", headers=agent.headers,
                                          json={"trait_name": "private_hook", "code": forbidden("p"), "notify_url": url})
             assert response.status_code == 422, (url, response.text)
-            assert "GENESIS_WEBHOOK_ALLOW_PRIVATE" in response.json()["detail"]
+            body = response.json()
+            assert body["errors"][0]["field"] == "notify_url", url
+            assert why in body["detail"], (url, body["detail"])
+            assert "GENESIS_WEBHOOK_ALLOW_PRIVATE" in body["detail"] and "GENESIS_OUTBOUND_PRIVATE_ALLOW" in body["detail"]
+        allowed = await client.post("/api/mutations/propose", headers=agent.headers,
+                                    json={"trait_name": "private_hook", "code": forbidden("p"),
+                                          "notify_url": "http://127.0.0.1:8099/hook"})
+        assert allowed.status_code == 202, allowed.text
 
 
-def test_address_policy():
-    assert webhooks.url_problem("https://hooks.example.com/genesis", allow_private=False) is None
-    assert webhooks.url_problem("http://8.8.8.8/x", allow_private=False) is None
-    for host in ("127.0.0.1", "10.0.0.1", "192.168.1.1", "172.16.0.1", "100.64.0.1", "0.0.0.0", "[fe80::1]",
-                 "[fd00::1]", "224.0.0.1", "localhost", "foo.localhost"):
-        assert webhooks.url_problem(f"http://{host}/x", allow_private=False), host
-        assert webhooks.url_problem(f"http://{host}/x", allow_private=True) is None, host
-    assert not webhooks.is_public(ipaddress.ip_address("::ffff:10.0.0.1"))
+def test_url_form():
+    assert webhooks.url_problem("https://hooks.example.com/genesis") is None
+    assert webhooks.url_problem("http://8.8.8.8/x") is None
+    assert "http:// or https://" in webhooks.url_problem("gopher://8.8.8.8/x")
 
 
 async def test_names_resolving_to_private_addresses_are_refused_at_delivery():
-    assert "localhost" in (await webhooks.resolve_problem("http://localhost:1/x") or "")
+    policy = netpolicy.NetPolicy()
+    with pytest.raises(netpolicy.Refused, match="localhost is a loopback name"):
+        await webhooks.receiver("http://localhost:1/x", policy)
+    hostname = socket.gethostname()  # where it resolves, it is one of this machine's own addresses
+    with contextlib.suppress(OSError):
+        socket.getaddrinfo(hostname, 1)
+        with pytest.raises(netpolicy.Refused, match=rf"notify_url host {hostname} \(.+\) is "):
+            await webhooks.receiver(f"http://{hostname}:1/x", policy)
+    receiver = await webhooks.receiver("https://8.8.8.8/x", policy)
+    assert webhooks.pinned_request("https://8.8.8.8/x", receiver) == ("https://8.8.8.8/x", {"Host": "8.8.8.8"}, {})
+
+
+async def test_a_delivery_connects_to_the_address_that_was_checked():
+    """The POST goes to the address the check resolved, never to a second lookup: here a name
+    that only the check's resolver knows. The receiver sees its own name in the Host header."""
+    server = Receiver(free_port())
+    name = "receiver.genesis.invalid"
+    url = f"http://{name}:{server.port}/hooks/genesis"
+    try:
+        policy = netpolicy.NetPolicy(allow_any=True, resolver=lambda host, port: ["127.0.0.1"])
+        pinned, headers, extensions = webhooks.pinned_request(url, await webhooks.receiver(url, policy))
+        assert pinned == f"http://127.0.0.1:{server.port}/hooks/genesis" and extensions == {}
+        async with httpx.AsyncClient(trust_env=False) as client:
+            response = await client.post(pinned, content=b"{}", headers=headers)
+        assert response.status_code == 200
+        assert server.calls[0][0]["host"] == f"{name}:{server.port}"
+        secure = f"https://{name}/x"
+        assert webhooks.pinned_request(secure, await webhooks.receiver(secure, policy)) == (
+            "https://127.0.0.1/x", {"Host": name}, {"sni_hostname": name})
+    finally:
+        server.close()
 
 
 async def test_batch_mixed_items_in_order(http):

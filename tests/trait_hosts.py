@@ -1,0 +1,60 @@
+"""Talking to a real trait-host container from tests: start one, load traits as agents, and run
+ticks of a small seeded world through the live engine's ``views`` request."""
+
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+import docker
+
+from engine.world import World, WorldParams
+from genesis.config import Settings
+from sandbox import image
+from sandbox.container import IsolationLimits, TraitHostContainer, hello_message
+from sandbox.intents import decode_intent_groups
+
+LIMITS = IsolationLimits("256m", 64, 1.0)
+
+
+def hello(settings: Settings | None = None, tick_deadline_s: float = 5.0) -> dict[str, Any]:
+    return hello_message(settings or Settings(sandbox_call_timeout_ms=50), tick_deadline_s)
+
+
+def start(client: docker.DockerClient, owner: str, limits: IsolationLimits = LIMITS,
+          settings: Settings | None = None, private_socket: bool = False) -> TraitHostContainer:
+    host = TraitHostContainer(client, image.ensure(client), limits, owner, private_socket=private_socket)
+    try:
+        host.say_hello(hello(settings), 20)
+    except BaseException:
+        host.close()
+        raise
+    return host
+
+
+def load(host: TraitHostContainer, trait: str, source: str, agent: str = "", class_name: str | None = None) -> dict:
+    class_name = class_name or trait_class(source)
+    return host.request({"op": "load", "trait": trait, "source": source, "class_name": class_name, "agent": agent}, 10)
+
+
+def trait_class(source: str) -> str:
+    """The class of ``source`` that defines ``async def execute``."""
+    return next(node.name for node in ast.parse(source).body if isinstance(node, ast.ClassDef)
+                and any(isinstance(f, ast.AsyncFunctionDef) and f.name == "execute" for f in node.body))
+
+
+def world(traits: list[str], population: int = 12, seed: int = 3) -> World:
+    w = World(WorldParams(initial_population=population, min_population=0), seed=seed)
+    w.set_available_traits(traits)
+    for name in traits:
+        w.give_trait_to_all(name)
+    return w
+
+
+def tick(host: TraitHostContainer, w: World, run: list[str], deadline_s: float = 10.0) -> dict[str, Any]:
+    """One ``views`` request for ``w``'s carriers; the reply with its intents decoded
+    (``"intents"``: ``{entity_id: [intent, ...]}``)."""
+    reply = host.request({"op": "views", "tick": w.tick, **w.trait_views(run), "run": run}, deadline_s)
+    assert reply.get("ok"), reply
+    reply["intents"] = dict(decode_intent_groups(reply["intent_groups"]))
+    return reply
