@@ -33,6 +33,7 @@ from api import routes_gepa
 from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
 from api.metrics import RequestMetrics
+from api.request_guard import RequestGuard
 from api.metrics import router as metrics_router
 from api.telemetry_hub import TelemetryHub
 from api.workflow_starter import WorkflowStarter
@@ -47,6 +48,15 @@ MAX_BODY_BYTES = 96 * 1024  # 32 KB of code can grow when JSON-escaped
 PROPOSE_POOL_SIZE = 10  # Postgres connections of the propose path (beside the ORM's pool), opened on demand
 PROPOSE_POOL_WARM = 2  # of which opened at startup: ~100 proposals/s keep 1-3 busy
 log = logging.getLogger("genesis.api")
+OPEN_MODE_WARNING = (
+    "\n" + "!" * 78 + "\n"
+    "  GENESIS_AUTH=open: THIS API CHECKS NO KEYS.\n"
+    "  Anyone who can reach it may act as any agent and use every operator endpoint: publish\n"
+    "  and resolve tasks, create, pause and delete schedules, force evolution triggers, roll\n"
+    "  back any mutation and replace any trait. For local development only; anywhere else\n"
+    "  leave GENESIS_AUTH unset (required) and create operator keys with\n"
+    "  `genesis operator create-key`.\n" + "!" * 78
+)
 
 
 def _build_lazy_state(app: FastAPI) -> None:
@@ -81,6 +91,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
+        if settings.auth == "open":
+            log.warning(OPEN_MODE_WARNING)
         app.state.services = Services(
             settings=settings,
             sessions=get_sessionmaker(settings.database_url),
@@ -122,6 +134,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_error_handlers(app)
     document_error_responses(app)
+    # Control characters in the URL, duplicate keys and unreadable integers in JSON: 422 before
+    # routing (api/request_guard.py); inside BodySizeLimit, so it never reads more than the limit.
+    app.add_middleware(RequestGuard)
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES,
                        per_path={routes_batch.BATCH_PATH: MAX_BODY_BYTES * settings.batch_max_items,
                                  routes_gepa.EXECUTE_STEP_PATH: settings.gepa_max_body_bytes})

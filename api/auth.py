@@ -1,14 +1,17 @@
 """Who is calling: the X-API-Key of a registered agent (GENESIS_AUTH=required), or, in open
-mode, whoever the body says (the seed's keyless flow for local experiments)."""
+mode, whoever the body says (the seed's keyless flow for local experiments); and whether the
+caller is an operator (X-Operator-Key, genesis/operators.py)."""
 
 from __future__ import annotations
 
+from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader
 from sqlalchemy import select
 
 from api.deps import Services
 from api.errors import ApiError
-from genesis import apikeys
+from api.schemas import ErrorResponse
+from genesis import apikeys, operators
 from genesis.db.models import Agent
 
 API_KEY = APIKeyHeader(
@@ -17,8 +20,22 @@ API_KEY = APIKeyHeader(
     description="The key POST /v1/agents/register returned (gen_…). Required on write endpoints "
     "unless GENESIS_AUTH=open.",
 )
+OPERATOR_KEY = APIKeyHeader(
+    name="X-Operator-Key",
+    auto_error=False,
+    scheme_name="OperatorKey",
+    description="An operator key (genop_…, made with `genesis operator create-key` on the API's host). "
+    "Required on operator endpoints unless GENESIS_AUTH=open; on propose it allows replacing another "
+    "agent's trait, on rollback and retry it allows any mutation.",
+)
 _CHALLENGE = {"WWW-Authenticate": 'ApiKey header="X-API-Key"'}
-_DUMMY_DIGEST = "0" * 64
+_OPERATOR_CHALLENGE = {"WWW-Authenticate": 'ApiKey header="X-Operator-Key"'}
+OPERATOR_ERRORS = {
+    401: {"model": ErrorResponse, "description": "OPERATOR_KEY_REQUIRED (no X-Operator-Key; GENESIS_AUTH=required) "
+          "or INVALID_OPERATOR_KEY"},
+    403: {"model": ErrorResponse, "description": "OPERATOR_KEY_REQUIRED: only an agent's X-API-Key was sent"},
+}
+HOW_TO_GET_OPERATOR_KEY = "create one with `genesis operator create-key --name NAME` on the API's host"
 
 
 def _unauthorized(error: str, detail: str) -> ApiError:
@@ -32,13 +49,17 @@ async def authenticate(services: Services, api_key: str | None) -> Agent:
             "API_KEY_REQUIRED",
             "send your agent's key in the X-API-Key header (get one with POST /v1/agents/register)",
         )
+    if apikeys.prefix_of(api_key, apikeys.OPERATOR_KEY_HEAD) is not None:
+        raise _unauthorized(
+            "INVALID_API_KEY",
+            "the X-API-Key is an operator key: send it in the X-Operator-Key header (X-API-Key is for agents' keys)",
+        )
     prefix = apikeys.prefix_of(api_key)
     agent = None
     if prefix is not None:
         async with services.sessions() as session:
             agent = await session.scalar(select(Agent).where(Agent.key_prefix == prefix))
-    # Compare digests even when there is no candidate, so a miss takes as long as a mismatch.
-    if not apikeys.matches(services.pepper, api_key, agent.key_hash if agent else _DUMMY_DIGEST) or agent is None:
+    if not apikeys.matches_row(services.pepper, api_key, agent.key_hash if agent else None):
         raise _unauthorized("INVALID_API_KEY", "the X-API-Key is not a key of any registered agent")
     return agent
 
@@ -65,3 +86,41 @@ async def acting_agent(services: Services, api_key: str | None, claimed_agent_id
             extra={"errors": [{"field": "agent_id", "message": "field required (or send an X-API-Key)"}]},
         )
     return claimed_agent_id
+
+
+async def operator_of(services: Services, operator_key: str | None) -> operators.Operator | None:
+    """The operator of an X-Operator-Key; None when none was sent; 401 for a key that is not a
+    valid, unrevoked operator key (also in open mode: a key that is sent is checked)."""
+    if not operator_key:
+        return None
+    operator = await operators.verify(services.sessions, services.pepper, operator_key)
+    if operator is None:
+        raise ApiError(401, "INVALID_OPERATOR_KEY",
+                       f"the X-Operator-Key is not a valid operator key (unknown, malformed or revoked); "
+                       f"{HOW_TO_GET_OPERATOR_KEY}", headers=_OPERATOR_CHALLENGE)
+    return operator
+
+
+async def require_operator(
+    request: Request, operator_key: str | None = Depends(OPERATOR_KEY), api_key: str | None = Depends(API_KEY),
+) -> operators.Operator | None:
+    """Dependency of the operator endpoints, checked before the body: the operator of a valid
+    X-Operator-Key. Without one: 401 (403 when only an agent's X-API-Key was sent), unless
+    GENESIS_AUTH=open, where anyone may call them (None)."""
+    services: Services = request.app.state.services
+    operator = await operator_of(services, operator_key)
+    if operator is not None or services.settings.auth == "open":
+        return operator
+    route = request.scope.get("route")
+    what = f"{request.method} {getattr(route, 'path', 'this path')}"
+    if api_key and apikeys.prefix_of(api_key, apikeys.OPERATOR_KEY_HEAD) is not None:
+        raise ApiError(401, "OPERATOR_KEY_REQUIRED",
+                       f"{what} is an operator endpoint and an operator key was sent as X-API-Key: send it in the "
+                       "X-Operator-Key header instead", headers=_OPERATOR_CHALLENGE)
+    if api_key:
+        raise ApiError(403, "OPERATOR_KEY_REQUIRED",
+                       f"{what} is an operator endpoint: an agent's X-API-Key does not open it; send an operator "
+                       f"key in X-Operator-Key ({HOW_TO_GET_OPERATOR_KEY})")
+    raise ApiError(401, "OPERATOR_KEY_REQUIRED",
+                   f"{what} is an operator endpoint: send an operator key in X-Operator-Key "
+                   f"({HOW_TO_GET_OPERATOR_KEY})", headers=_OPERATOR_CHALLENGE)

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from temporalio.client import Client
 
-from api.errors import ApiError
+from api.errors import unavailable
 from genesis.config import Settings
 from genesis.temporal import connect
 
@@ -39,8 +39,5 @@ class Services:
                     try:
                         self._temporal = await asyncio.wait_for(connect(self.settings), timeout=5)
                     except Exception as exc:
-                        raise ApiError(
-                            503, "TEMPORAL_UNAVAILABLE",
-                            f"Temporal at {self.settings.temporal_address} is not reachable: {exc}",
-                        ) from exc
+                        raise unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc) from exc
         return self._temporal

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+
+log = logging.getLogger("genesis.api")
 
 
 class ApiError(Exception):
@@ -16,6 +20,15 @@ class ApiError(Exception):
         super().__init__(detail)
         self.status_code, self.error, self.detail, self.headers = status_code, error, detail, headers
         self.extra = extra or {}  # more fields of the body, e.g. retry_after_sec of a 429
+
+
+def unavailable(error: str, service: str, exc: BaseException, doing: str = "") -> ApiError:
+    """503 for a dependency that failed: the exception goes to the API's log, the answer names
+    only the service and the kind of failure (never a driver's message, which may carry SQL,
+    addresses or stack details)."""
+    log.warning("%s failed%s: %s: %s", service, f" ({doing})" if doing else "", type(exc).__name__, exc)
+    return ApiError(503, error, f"{service} is not reachable{f' ({doing})' if doing else ''}: "
+                                f"{type(exc).__name__} (the API's log has the details)")
 
 
 def _field_name(loc: tuple) -> str:
@@ -59,11 +72,20 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        if exc.status_code == 400 and "parsing the body" in str(exc.detail):  # e.g. not UTF-8
-            detail = "request body is not valid JSON: it could not be decoded (JSON must be UTF-8)"
+        if exc.status_code == 400 and "parsing the body" in str(exc.detail):
+            why = ("JSON must be UTF-8" if isinstance(exc.__cause__, UnicodeDecodeError)
+                   else f"{type(exc.__cause__).__name__ if exc.__cause__ else 'unreadable'}")
+            detail = f"request body is not valid JSON: it could not be decoded ({why})"
             return JSONResponse({"error": "INVALID_JSON", "detail": detail}, 400)
         error = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
         return JSONResponse({"error": error, "detail": str(exc.detail)}, exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        """A bug or an unforeseen failure: logged with its traceback, answered without it."""
+        log.error("unhandled %s on %s %s", type(exc).__name__, request.method, request.url.path, exc_info=exc)
+        return JSONResponse({"error": "INTERNAL_ERROR",
+                             "detail": "the request failed unexpectedly; the API's log has the details"}, 500)
 
 
 def document_error_responses(app: FastAPI) -> None:

@@ -44,7 +44,7 @@ async def metrics(request: Request) -> Response:
             return Response(_metrics_cache["body"], media_type="application/json")
         history = await world_metrics.load_snapshots(services.redis, heads) if heads else []
     except (RedisError, OSError) as exc:
-        raise ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+        raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     if not history:
         raise ApiError(
             503, "NO_SNAPSHOT",

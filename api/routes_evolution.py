@@ -1,8 +1,9 @@
-"""``POST /api/evolution/trigger``: an operator forces a Watcher trigger (issue 5, item 1), and
-``GET /api/evolution/cycles[/{trigger_id}]``: the evolution cycles' records (items 2-3).
+"""``POST /api/evolution/trigger``: an operator forces a Watcher trigger, and
+``GET /api/evolution/cycles[/{trigger_id}]``: the evolution cycles' records.
 
-It goes through the Watcher's own code (genesis/watcher.py) and gate: the cooldown of the type
-(critical skips it) and the circuit breaker apply, the WorldReport is written to
+It goes through the Watcher's own code (genesis/watcher.py): the cooldown of the type (critical
+skips it) and a limit of forced triggers of their own apply (the Watcher's circuit breaker does
+not: forced triggers neither open it nor are stopped by it), the WorldReport is written to
 ``evo:trigger:{id}``, a TaskWorkflow publishes the task, the EvolutionCycleWorkflow starts and the
 feed gets ``anomaly_detected``."""
 
@@ -10,13 +11,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
+from api.auth import OPERATOR_ERRORS, require_operator
 from api.errors import ApiError
-from api.schemas import ErrorResponse, EvolutionTriggerRequest, EvolutionTriggerResponse
+from api.params import TriggerIdPath
+from api.schemas import ErrorResponse, EvolutionTriggerRequest, EvolutionTriggerResponse, RateLimitResponse
 from api.schemas_evolution import CycleListResponse, CycleResponse
 from genesis import cycles
 from genesis import redis_keys as keys
@@ -26,14 +29,16 @@ from genesis.workflow_api import evolution_workflow_id
 router = APIRouter(tags=["evolution"])
 
 ERRORS = {
-    409: {"model": ErrorResponse, "description": "Cooldown of the type active, circuit breaker open, or no anomaly to trigger"},
+    409: {"model": ErrorResponse, "description": "Cooldown of the type active, or no anomaly to trigger"},
+    429: {"model": RateLimitResponse, "description": "FORCED_TRIGGER_LIMIT: too many forced triggers in the window; retry after retry_after_sec"},
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
     503: {"model": ErrorResponse, "description": "No snapshot yet, or Redis / Temporal unavailable"},
 }
 START_WAIT_S = 10.0
 
 
-@router.post("/api/evolution/trigger", status_code=202, response_model=EvolutionTriggerResponse, responses=ERRORS)
+@router.post("/api/evolution/trigger", status_code=202, response_model=EvolutionTriggerResponse,
+             responses={**ERRORS, **OPERATOR_ERRORS}, dependencies=[Depends(require_operator)])
 async def force_trigger(request: Request, body: EvolutionTriggerRequest | None = None) -> JSONResponse:
     """Force a trigger from the latest WorldSnapshot with the given anomaly type (or the worst
     one the rules detect). Returns the ``trigger_id`` (WorldReport at ``evo:trigger:{id}``, 10
@@ -45,7 +50,7 @@ async def force_trigger(request: Request, body: EvolutionTriggerRequest | None =
     try:
         outcome = await watcher.force(body.anomaly_type, body.severity)
     except (RedisError, OSError) as exc:
-        raise ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+        raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     if outcome.status == watching.NO_SNAPSHOT:
         raise ApiError(503, "NO_SNAPSHOT", "no WorldSnapshot in Redis yet: start the engine (`make run`) and try again")
     if outcome.status == watching.NO_ANOMALY:
@@ -56,11 +61,12 @@ async def force_trigger(request: Request, body: EvolutionTriggerRequest | None =
             f"a {outcome.anomaly.type} trigger happened less than {settings.watcher_cooldown_s:.0f} s ago "
             "(severity critical skips the cooldown)",
         )
-    if outcome.status in (watching.PAUSED, watching.TRIPPED):
+    if outcome.status == watching.LIMITED:
         raise ApiError(
-            409, "CIRCUIT_BREAKER_OPEN",
-            f"more than {settings.watcher_trigger_limit} triggers in {settings.watcher_trigger_window_s} s: "
-            f"the Watcher is paused for up to {settings.watcher_pause_s} s",
+            429, "FORCED_TRIGGER_LIMIT",
+            f"at most {settings.forced_trigger_limit} forced triggers per {settings.forced_trigger_window_s} s "
+            f"(GENESIS_FORCED_TRIGGER_LIMIT); try again in {outcome.retry_after_s} s",
+            headers={"Retry-After": str(outcome.retry_after_s)}, extra={"retry_after_sec": outcome.retry_after_s},
         )
     await watcher.drain(timeout=START_WAIT_S)  # the TaskWorkflow start (retried while Temporal is away)
     response = EvolutionTriggerResponse(
@@ -81,16 +87,16 @@ async def list_cycles(request: Request, limit: int = Query(default=50, ge=1, le=
     try:
         return {"cycles": await cycles.list_cycles(request.app.state.services.sessions, limit, status)}
     except (SQLAlchemyError, OSError) as exc:
-        raise ApiError(503, "DATABASE_UNAVAILABLE", f"Postgres is not reachable: {exc}") from exc
+        raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
 
 
 @router.get("/api/evolution/cycles/{trigger_id}", response_model=CycleResponse,
             responses={404: {"model": ErrorResponse, "description": "No cycle with that trigger id"}, 503: ERRORS[503]})
-async def get_cycle(trigger_id: str, request: Request) -> dict:
+async def get_cycle(trigger_id: TriggerIdPath, request: Request) -> dict:
     try:
         found = await cycles.get_cycle(request.app.state.services.sessions, trigger_id)
     except (SQLAlchemyError, OSError) as exc:
-        raise ApiError(503, "DATABASE_UNAVAILABLE", f"Postgres is not reachable: {exc}") from exc
+        raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
     if found is None:
         raise ApiError(404, "CYCLE_NOT_FOUND", f"no evolution cycle {trigger_id!r} (ids are trigger ids: trg_… for the "
                        "Watcher's, sch_<schedule>-<time> for a schedule's runs)")

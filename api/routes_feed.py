@@ -12,7 +12,7 @@ from fastapi import APIRouter, Query, Request, WebSocket
 from redis.exceptions import RedisError
 from starlette.websockets import WebSocketDisconnect
 
-from api.errors import ApiError
+from api.errors import ApiError, unavailable
 from api.schemas import ErrorResponse
 from api.schemas_evolution import FeedResponse
 from genesis import feed
@@ -46,7 +46,7 @@ async def read_feed(request: Request, after: str | None = Query(default=None, de
     try:
         messages = await feed.read(request.app.state.services.redis, after, limit)
     except (RedisError, OSError) as exc:
-        raise ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+        raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     return {"messages": messages, "last_id": messages[-1]["id"] if messages else after}
 
 

@@ -16,8 +16,9 @@ from sqlalchemy import update
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.auth import API_KEY
-from api.errors import ApiError
+from api.auth import API_KEY, OPERATOR_KEY
+from api.errors import ApiError, unavailable
+from api.params import MutationIdPath
 from api.routes_mutations import WRITE_ERRORS, load_own_mutation
 from api.schemas import ErrorResponse
 from api.schemas_mutation_ops import RetryResponse
@@ -43,13 +44,14 @@ NOT_RETRYABLE = {
     responses={**WRITE_ERRORS, 409: {"model": ErrorResponse, "description":
                "NOT_RETRYABLE (a verdict or a live trait), MUTATION_IN_PROGRESS (its workflow is running)"}},
 )
-async def retry(mutation_id: str, request: Request, api_key: str | None = Depends(API_KEY)) -> JSONResponse:
+async def retry(mutation_id: MutationIdPath, request: Request, api_key: str | None = Depends(API_KEY),
+                operator_key: str | None = Depends(OPERATOR_KEY)) -> JSONResponse:
     """Re-run a mutation whose workflow ended without a verdict (Failed, TimedOut, Terminated,
     Canceled, or never started / vanished while the record is not final): a fresh run of its
     MutationWorkflow under the same workflow id. Needs the ``X-API-Key`` of the agent that
-    proposed it (unless GENESIS_AUTH=open)."""
+    proposed it or an ``X-Operator-Key`` (unless GENESIS_AUTH=open)."""
     services = request.app.state.services
-    record = await load_own_mutation(request, mutation_id, api_key, "retry it")
+    record = (await load_own_mutation(request, mutation_id, api_key, operator_key, "retry it")).record
     if record.status in NOT_RETRYABLE:
         reason = NOT_RETRYABLE[record.status].format(code=record.failure_reason_code, id=mutation_id)
         raise ApiError(409, "NOT_RETRYABLE", f"mutation {mutation_id} is {record.status}: {reason}")
@@ -84,9 +86,10 @@ async def retry(mutation_id: str, request: Request, api_key: str | None = Depend
         rerun = mutation_input(reset, services.settings).model_copy(update={"retried": True})
         handle = await start_mutation_workflow(client, services.settings, rerun, reset.workflow_id)
     except Exception as exc:  # the row is queued again: the API's sweeper starts it once Temporal answers
+        unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc, "restarting the workflow")
         raise ApiError(503, "TEMPORAL_UNAVAILABLE",
-                       f"mutation {mutation_id} is queued again but its workflow could not be started now ({exc}); "
-                       "it will be started automatically once Temporal is reachable") from exc
+                       f"mutation {mutation_id} is queued again but its workflow could not be started now "
+                       f"({type(exc).__name__}); it will be started automatically once Temporal is reachable") from exc
     body = RetryResponse(
         mutation_id=mutation_id, status=MutationStatus.queued.value, workflow_id=reset.workflow_id,
         run_id=handle.result_run_id, previous_status=record.status, previous_workflow_status=ended,
@@ -102,5 +105,5 @@ async def _workflow_status(client, workflow_id: str) -> WorkflowExecutionStatus 
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             return None
-        raise ApiError(503, "TEMPORAL_UNAVAILABLE", f"could not look up workflow {workflow_id}: {exc}") from exc
+        raise unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc, f"looking up workflow {workflow_id}") from exc
     return description.status

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import asyncpg
 from fastapi import APIRouter, Depends, Header, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
+from temporalio.service import RPCError
 
-from api.auth import API_KEY, acting_agent
-from api.errors import ApiError
+from api.auth import API_KEY, OPERATOR_KEY, acting_agent, operator_of
+from api.errors import ApiError, unavailable
 from api.metrics import count_proposal
+from api.params import MutationIdPath
 from api.routes_tasks import check_proposal_claim
 from api.routes_traits import check_replacement, db_down, quarantine_info, replaces_ref
 from api.schemas import (
@@ -25,9 +28,9 @@ from api.schemas import (
     RollbackResponse,
 )
 from genesis import netpolicy, proposal_store, ratelimit, webhooks
-from genesis.db.models import Mutation, TraitQuarantine
+from genesis.db.models import Mutation, TraitQuarantine, TraitVersion
 from genesis.dto import FailureCode, MutationStatus
-from genesis.ids import MUTATION_ID_PATTERN, mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
+from genesis.ids import mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
 from genesis.rollbacks import WorkflowNotRunning, request_rollback
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
@@ -45,8 +48,10 @@ CONFLICTS = ("TRAIT_EXISTS (trait_name is live: set replaces), TRAIT_NOT_LIVE (r
              "VERSION_CONFLICT (replaces.version is not the live one), TASK_ALREADY_CLAIMED, IDEMPOTENCY_KEY_REUSED")
 WRITE_ERRORS = {
     **ERRORS,
-    401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key (GENESIS_AUTH=required)"},
-    403: {"model": ErrorResponse, "description": "The X-API-Key belongs to another agent"},
+    401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key (GENESIS_AUTH=required), "
+          "or an invalid X-Operator-Key"},
+    403: {"model": ErrorResponse, "description": "AGENT_ID_MISMATCH (the X-API-Key belongs to another agent), "
+          "NOT_YOUR_MUTATION, NOT_TRAIT_OWNER (the live version of the trait is another agent's)"},
 }
 
 
@@ -59,16 +64,21 @@ async def propose(
     request: Request,
     idempotency_key: str | None = Header(default=None, max_length=128, description="Retry-safe: same key, same mutation"),
     api_key: str | None = Depends(API_KEY),
+    operator_key: str | None = Depends(OPERATOR_KEY),
 ) -> JSONResponse:
     """Submit a trait. It is validated, sandboxed and judged by a durable MutationWorkflow;
     poll the status URL (or watch the workflow in the Temporal UI).
 
     Needs the agent's ``X-API-Key`` (unless GENESIS_AUTH=open) and is rate limited per agent
-    (active mutations, proposals per hour) and per client IP (proposals per minute)."""
+    (active mutations, proposals per hour) and per client IP (proposals per minute). A live
+    trait is replaced only by the agent that made its live version; an ``X-Operator-Key`` beside
+    the agent's key allows replacing anyone's."""
     services = request.app.state.services
     try:
+        operator = await operator_of(services, operator_key)
         agent_id = await acting_agent(services, api_key, body.agent_id)
-        accepted = await accept_proposal(services, request, body, agent_id, idempotency_key)
+        accepted = await accept_proposal(services, request, body, agent_id, idempotency_key,
+                                         by_operator=operator is not None)
     except ApiError as exc:
         count_proposal("single", exc.error)
         raise
@@ -77,15 +87,16 @@ async def propose(
 
 
 async def accept_proposal(services, request: Request, body: ProposeRequest, agent_id: str,
-                          idempotency_key: str | None) -> ProposeResponse:
+                          idempotency_key: str | None, by_operator: bool = False) -> ProposeResponse:
     """Record a proposal of ``agent_id`` and start its workflow (rate limits taken), or raise the
-    ApiError a single proposal would get. Shared by the single and the batch propose."""
+    ApiError a single proposal would get. Shared by the single and the batch propose.
+    ``by_operator``: an operator key came with it (it may replace another agent's live trait)."""
     if body.notify_url:
         await _check_receiver(services.settings, body.notify_url)
     mutation_id = mutation_id_for_idempotency_key(agent_id, idempotency_key) if idempotency_key else new_mutation_id()
     try:  # one pooled connection for the whole admission (genesis/proposal_store.py: why)
         async with proposal_store.connection(services.pg) as conn:
-            return await _admit(services, conn, request, body, agent_id, idempotency_key, mutation_id)
+            return await _admit(services, conn, request, body, agent_id, idempotency_key, mutation_id, by_operator)
     except POSTGRES_ERRORS as exc:
         raise db_down(exc) from exc
 
@@ -103,12 +114,13 @@ async def _check_receiver(settings, notify_url: str) -> None:
 
 
 async def _admit(services, conn, request: Request, body: ProposeRequest, agent_id: str,
-                 idempotency_key: str | None, mutation_id: str) -> ProposeResponse:
+                 idempotency_key: str | None, mutation_id: str, by_operator: bool) -> ProposeResponse:
     if idempotency_key:  # a retry of an accepted proposal is answered without touching the limits
         existing = await proposal_store.proposal(conn, mutation_id)
         if existing is not None:
             return _same_proposal(existing, body)
-    target = await check_replacement(services, conn, body)  # 409 TRAIT_EXISTS / TRAIT_NOT_LIVE / VERSION_CONFLICT
+    # 403 NOT_TRAIT_OWNER, 409 TRAIT_EXISTS / TRAIT_NOT_LIVE / VERSION_CONFLICT
+    target = await check_replacement(services, conn, body, agent_id, by_operator)
     await check_proposal_claim(request, body.task_id, agent_id)  # 409 if another agent holds the task
     ip = request.client.host if request.client else "unknown"
     decision = await _take_rate_limit(services, agent_id, ip, mutation_id)
@@ -150,7 +162,7 @@ async def _take_rate_limit(services, agent_id: str, ip: str, mutation_id: str) -
     try:
         decision = await ratelimit.acquire(services.redis, limits, agent_id, ip, mutation_id)
     except Exception as exc:  # limits cannot be enforced: accept nothing
-        raise ApiError(503, "RATE_LIMITER_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+        raise unavailable("RATE_LIMITER_UNAVAILABLE", "Redis", exc, "the rate limits") from exc
     if not decision.allowed:
         raise ApiError(
             429, FailureCode.RATE_LIMIT_EXCEEDED.value, decision.describe(agent_id, ip),
@@ -177,13 +189,12 @@ def _accepted(mutation_id: str, status: str, message: str) -> ProposeResponse:
 
 
 async def _load(request: Request, mutation_id: str) -> Mutation:
+    """The mutation of a well-formed id (a path parameter: api/params.py), or 404."""
     return (await _load_with_quarantine(request, mutation_id))[0]
 
 
 async def _load_with_quarantine(request: Request, mutation_id: str) -> tuple[Mutation, TraitQuarantine | None]:
     """The mutation's record and the engine's quarantine record of its trait (None: none)."""
-    if not MUTATION_ID_PATTERN.match(mutation_id):
-        raise ApiError(404, "MUTATION_NOT_FOUND", f"no mutation {mutation_id!r}: ids look like 'mut_' followed by hex digits")
     async with request.app.state.services.sessions() as session:
         found = (await session.execute(
             select(Mutation, TraitQuarantine)
@@ -195,21 +206,62 @@ async def _load_with_quarantine(request: Request, mutation_id: str) -> tuple[Mut
     return found[0], found[1]
 
 
-async def load_own_mutation(request: Request, mutation_id: str, api_key: str | None, action: str) -> Mutation:
-    """The mutation, if the caller's key is its agent's (any caller in GENESIS_AUTH=open without a key)."""
+@dataclass(frozen=True)
+class Authorised:
+    """A mutation and who may act on it, and why: its own agent, an operator, or (rollback only)
+    the agent whose version it replaced. ``by`` names the latter two for the record."""
+
+    record: Mutation
+    by: str | None = None
+
+
+async def load_own_mutation(request: Request, mutation_id: str, api_key: str | None, operator_key: str | None,
+                            action: str, *, replaced_owner_may: bool = False) -> Authorised:
+    """The mutation, if the caller may act on it: an operator (X-Operator-Key) on any mutation;
+    an agent on its own; with ``replaced_owner_may``, also the agent that made the version this
+    mutation replaced (the owner of v1 may take out another agent's v2). Any caller in
+    GENESIS_AUTH=open without a key."""
     services = request.app.state.services
+    operator = await operator_of(services, operator_key)
     caller = None
-    if api_key or services.settings.auth == "required":
+    if operator is None and (api_key or services.settings.auth == "required"):
         caller = await acting_agent(services, api_key, None)
     record = await _load(request, mutation_id)
-    if caller is not None and caller != record.agent_id:
-        raise ApiError(403, "NOT_YOUR_MUTATION",
-                       f"mutation {mutation_id} belongs to agent '{record.agent_id}'; only it may {action}")
-    return record
+    if operator is not None:
+        return Authorised(record, by=f"operator '{operator.name}'")
+    if caller is None or caller == record.agent_id:
+        return Authorised(record)
+    replaced = await _replaced_version_owner(request, record) if replaced_owner_may else None
+    if replaced is not None and replaced[1] == caller:
+        return Authorised(record, by=f"agent '{caller}', owner of the replaced v{replaced[0]}")
+    also = " or the agent whose version it replaced" if replaced_owner_may else ""
+    raise ApiError(403, "NOT_YOUR_MUTATION",
+                   f"mutation {mutation_id} belongs to agent '{record.agent_id}'; only it{also} (or an operator, "
+                   f"with X-Operator-Key) may {action}")
+
+
+async def _replaced_version_owner(request: Request, record: Mutation) -> tuple[int, str | None] | None:
+    """(version, agent_id) of the version ``record`` replaced: the one its activation superseded,
+    or, before activation, the one its ``replaces`` names (the live one when no version was named)."""
+    if record.replaced_version is None and record.replaces_trait is None:
+        return None
+    query = (select(TraitVersion.version, Mutation.agent_id)
+             .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
+             .where(TraitVersion.trait_name == record.trait_name))
+    version = record.replaced_version if record.replaced_version is not None else record.replaces_version
+    if version is not None:
+        query = query.where(TraitVersion.version == version)
+    elif record.trait_version is None:  # not activated yet, replaces whatever is live
+        query = query.where(TraitVersion.status == "active")
+    else:  # activated without replacing anything
+        return None
+    async with request.app.state.services.sessions() as session:
+        row = (await session.execute(query)).first()
+    return (row[0], row[1]) if row is not None else None
 
 
 @router.get("/{mutation_id}/status", response_model=MutationStatusResponse, responses=ERRORS)
-async def status(mutation_id: str, request: Request) -> MutationStatusResponse:
+async def status(mutation_id: MutationIdPath, request: Request) -> MutationStatusResponse:
     """Where a mutation is in its pipeline, with the validation log a person can act on."""
     return status_response(*await _load_with_quarantine(request, mutation_id))
 
@@ -231,7 +283,7 @@ def status_response(record: Mutation, quarantine: TraitQuarantine | None = None)
 
 
 @router.get("/{mutation_id}/effects", response_model=EffectsResponse, responses=ERRORS)
-async def effects(mutation_id: str, request: Request) -> EffectsResponse:
+async def effects(mutation_id: MutationIdPath, request: Request) -> EffectsResponse:
     """What the mutation did to the world over its observation window (``observed: false`` until then)."""
     record = await _load(request, mutation_id)
     return EffectsResponse(
@@ -244,24 +296,47 @@ async def effects(mutation_id: str, request: Request) -> EffectsResponse:
 
 
 @router.post("/{mutation_id}/rollback", status_code=202, response_model=RollbackResponse, responses=WRITE_ERRORS)
-async def rollback(mutation_id: str, request: Request, body: RollbackBody | None = None,
-                   api_key: str | None = Depends(API_KEY)) -> JSONResponse:
+async def rollback(mutation_id: MutationIdPath, request: Request, body: RollbackBody | None = None,
+                   api_key: str | None = Depends(API_KEY), operator_key: str | None = Depends(OPERATOR_KEY)) -> JSONResponse:
     """Take a trait out of the world (the previous version of the same trait, if any, comes back).
-    Needs the ``X-API-Key`` of the agent that proposed it (unless GENESIS_AUTH=open)."""
+    Needs the ``X-API-Key`` of the agent that proposed it, or of the agent whose version it
+    replaced, or an ``X-Operator-Key`` (unless GENESIS_AUTH=open)."""
     services = request.app.state.services
-    record = await load_own_mutation(request, mutation_id, api_key, "roll it back")
+    allowed = await load_own_mutation(request, mutation_id, api_key, operator_key, "roll it back",
+                                      replaced_owner_may=True)
+    record = allowed.record
     reason = body.reason if body else "manual"
+    if allowed.by is not None:  # the record says who took another agent's mutation out
+        reason = f"{reason} (by {allowed.by})"
     if record.status == MutationStatus.rolled_back.value:
         return _rollback_reply(record.mutation_id, record.status, "already rolled back", 200)
     if record.status in (MutationStatus.rejected.value, MutationStatus.failed.value):
         raise ApiError(409, "NOT_ROLLBACKABLE", f"mutation {mutation_id} is {record.status}: it never went live")
+    note = await _not_live_note(request, record)  # read before the rollback changes the version's status
     client = await services.temporal()
     try:  # a kept mutation's workflow has ended: a RollbackWorkflow does it (genesis/rollbacks.py)
         await request_rollback(client, services.settings, record, reason)
     except WorkflowNotRunning as exc:
         raise ApiError(409, "NOT_ROLLBACKABLE",
                        f"mutation {mutation_id} is {record.status}: its workflow has not started yet") from exc
-    return _rollback_reply(mutation_id, record.status, f"rollback requested ({reason})", 202)
+    except RPCError as exc:
+        raise unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc, "requesting the rollback") from exc
+    return _rollback_reply(mutation_id, record.status, f"rollback requested ({reason}){note}", 202)
+
+
+async def _not_live_note(request: Request, record: Mutation) -> str:
+    """For a version that another one has replaced: its rollback changes nothing in the world, say
+    so and name the live one (whose rollback is what brings this version back)."""
+    async with request.app.state.services.sessions() as session:
+        mine = await session.scalar(select(TraitVersion.status).where(TraitVersion.mutation_id == record.mutation_id))
+        if mine != "superseded":
+            return ""
+        live = (await session.execute(
+            select(TraitVersion.version, TraitVersion.mutation_id)
+            .where(TraitVersion.trait_name == record.trait_name, TraitVersion.status == "active"))).first()
+    now = f"v{live[0]} (mutation {live[1]}) is live" if live is not None else "no version is live"
+    return (f"; note: v{record.trait_version} was not live ({now}): this rollback only keeps it from being "
+            "restored later" + (f"; roll back {live[1]} to take the live version out" if live is not None else ""))
 
 
 def _rollback_reply(mutation_id: str, status: str, message: str, code: int) -> JSONResponse:

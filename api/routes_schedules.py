@@ -3,10 +3,12 @@ kind ``periodic_improvement``; overlap policy SKIP."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
+from api.auth import OPERATOR_ERRORS, require_operator
 from api.errors import ApiError
+from api.params import ScheduleIdPath
 from api.schemas import ErrorResponse
 from api.schemas_evolution import ScheduleCreateRequest, ScheduleListResponse, ScheduleResponse
 from genesis import schedules
@@ -17,6 +19,11 @@ ERRORS = {
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
     503: {"model": ErrorResponse, "description": "Temporal unavailable"},
 }
+
+
+def _queue(request: Request) -> str:
+    """Genesis' schedules are the ones starting cycles on this API's task queue (genesis/schedules.py)."""
+    return request.app.state.services.settings.task_queue
 
 
 async def _call(request: Request, action, *args, **kwargs) -> dict:
@@ -31,8 +38,8 @@ async def _call(request: Request, action, *args, **kwargs) -> dict:
         raise ApiError(422, "VALIDATION_ERROR", str(exc)) from exc
 
 
-@router.post("", status_code=201, response_model=ScheduleResponse,
-             responses={**ERRORS, 409: {"model": ErrorResponse, "description": "The schedule_id is taken"}})
+@router.post("", status_code=201, response_model=ScheduleResponse, dependencies=[Depends(require_operator)],
+             responses={**ERRORS, **OPERATOR_ERRORS, 409: {"model": ErrorResponse, "description": "The schedule_id is taken"}})
 async def create_schedule(body: ScheduleCreateRequest, request: Request) -> JSONResponse:
     """Create a schedule that starts a periodic improvement cycle every ``interval_s`` seconds."""
     settings = request.app.state.services.settings
@@ -44,25 +51,28 @@ async def create_schedule(body: ScheduleCreateRequest, request: Request) -> JSON
 
 @router.get("", response_model=ScheduleListResponse, responses=ERRORS)
 async def list_schedules(request: Request) -> dict:
-    return {"schedules": await _call(request, schedules.list_all)}
+    return {"schedules": await _call(request, schedules.list_all, _queue(request))}
 
 
 @router.get("/{schedule_id}", response_model=ScheduleResponse, responses=ERRORS)
-async def get_schedule(schedule_id: str, request: Request) -> dict:
-    return await _call(request, schedules.describe, schedule_id)
+async def get_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
+    return await _call(request, schedules.describe, schedule_id, _queue(request))
 
 
-@router.post("/{schedule_id}/pause", response_model=ScheduleResponse, responses=ERRORS)
-async def pause_schedule(schedule_id: str, request: Request) -> dict:
-    return await _call(request, schedules.pause, schedule_id)
+@router.post("/{schedule_id}/pause", response_model=ScheduleResponse, responses={**ERRORS, **OPERATOR_ERRORS},
+             dependencies=[Depends(require_operator)])
+async def pause_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
+    return await _call(request, schedules.pause, schedule_id, _queue(request))
 
 
-@router.post("/{schedule_id}/resume", response_model=ScheduleResponse, responses=ERRORS)
-async def resume_schedule(schedule_id: str, request: Request) -> dict:
-    return await _call(request, schedules.resume, schedule_id)
+@router.post("/{schedule_id}/resume", response_model=ScheduleResponse, responses={**ERRORS, **OPERATOR_ERRORS},
+             dependencies=[Depends(require_operator)])
+async def resume_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
+    return await _call(request, schedules.resume, schedule_id, _queue(request))
 
 
-@router.delete("/{schedule_id}", response_model=ScheduleResponse, responses=ERRORS)
-async def delete_schedule(schedule_id: str, request: Request) -> dict:
+@router.delete("/{schedule_id}", response_model=ScheduleResponse, responses={**ERRORS, **OPERATOR_ERRORS},
+               dependencies=[Depends(require_operator)])
+async def delete_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
     """Delete the schedule (cycles already running finish); answers its last description."""
-    return await _call(request, schedules.delete, schedule_id)
+    return await _call(request, schedules.delete, schedule_id, _queue(request))

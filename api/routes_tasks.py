@@ -1,9 +1,9 @@
 """Tasks for external agents (open-mutation-api.md, Block 1) and claims on them.
 
 - ``GET  /api/agents/context/tasks``          live tasks (never an expired one), soonest expiry first
-- ``POST /api/agents/tasks``                  an operator publishes a task (until the Watcher does)
+- ``POST /api/agents/tasks``                  an operator publishes a task (the Watcher does too)
 - ``POST /api/agents/tasks/{task_id}/claim``  take a task: one winner, the others get 409
-- ``POST /api/agents/tasks/{task_id}/resolve`` the problem went away: end the task
+- ``POST /api/agents/tasks/{task_id}/resolve`` an operator: the problem went away, end the task
 
 Each task is a TaskWorkflow (id ``task-<task_id>``): it writes the task to Redis, keeps it for
 its TTL with a durable timer and removes it when the TTL runs out, a mutation proposed for it is
@@ -21,10 +21,10 @@ from temporalio.client import WorkflowHandle
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from api.auth import API_KEY, acting_agent
-from api.errors import ApiError
+from api.auth import API_KEY, OPERATOR_ERRORS, acting_agent, require_operator
+from api.errors import ApiError, unavailable
+from api.params import TaskIdPath
 from api.schemas import (
-    TASK_ID_PATTERN,
     ClaimRequest,
     ClaimResponse,
     ErrorResponse,
@@ -55,7 +55,7 @@ CLAIM_ERRORS = {
 
 
 def _redis_down(exc: Exception) -> ApiError:
-    return ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}")
+    return unavailable("REDIS_UNAVAILABLE", "Redis", exc)
 
 
 def _task_response(task: AgentTask, claim: tasks.Claim | None, now: float) -> TaskResponse:
@@ -87,9 +87,10 @@ async def list_tasks(request: Request, limit: int = Query(100, ge=1, le=500)) ->
     return TasksResponse(tasks=[_task_response(task, claim, now) for task, claim in live])
 
 
-@router.post("/api/agents/tasks", status_code=201, response_model=TaskCreatedResponse, responses=ERRORS)
+@router.post("/api/agents/tasks", status_code=201, response_model=TaskCreatedResponse,
+             responses={**ERRORS, **OPERATOR_ERRORS}, dependencies=[Depends(require_operator)])
 async def publish_task(body: TaskCreateRequest, request: Request) -> JSONResponse:
-    """Publish a task for external agents (operator endpoint, until the Watcher publishes them).
+    """Publish a task for external agents (operator endpoint: X-Operator-Key).
     Its TaskWorkflow writes it to Redis within moments and ends it when its TTL runs out."""
     services = request.app.state.services
     settings = services.settings
@@ -116,7 +117,7 @@ async def publish_task(body: TaskCreateRequest, request: Request) -> JSONRespons
     except WorkflowAlreadyStartedError as exc:
         raise ApiError(409, "TASK_EXISTS", f"task id {task_id!r} is already taken: choose another or omit task_id") from exc
     except Exception as exc:
-        raise ApiError(503, "WORKFLOW_START_FAILED", f"could not start the task workflow: {exc}") from exc
+        raise unavailable("WORKFLOW_START_FAILED", "Temporal", exc, "starting the task workflow") from exc
     response = TaskCreatedResponse(
         **_task_response(task, None, time.time()).model_dump(),
         workflow_id=task_workflow_id(task_id),
@@ -127,7 +128,7 @@ async def publish_task(body: TaskCreateRequest, request: Request) -> JSONRespons
 
 @router.post("/api/agents/tasks/{task_id}/claim", status_code=201, response_model=ClaimResponse, responses=CLAIM_ERRORS)
 async def claim_task(
-    task_id: str, request: Request, body: ClaimRequest | None = None, api_key: str | None = Depends(API_KEY),
+    task_id: TaskIdPath, request: Request, body: ClaimRequest | None = None, api_key: str | None = Depends(API_KEY),
 ) -> JSONResponse:
     """Take a task so that no other agent works on it. The claim is a lease of
     ``GENESIS_TASK_CLAIM_LEASE_S`` seconds (never past the task's expiry): it lapses unless you
@@ -136,8 +137,6 @@ async def claim_task(
     Needs the agent's ``X-API-Key`` (unless GENESIS_AUTH=open: then ``agent_id`` in the body)."""
     services = request.app.state.services
     agent_id = await acting_agent(services, api_key, body.agent_id if body else None)
-    if not TASK_ID_PATTERN.match(task_id):
-        raise _not_found(task_id)
     try:
         outcome = await tasks.claim(services.redis, task_id, agent_id, services.settings.task_claim_lease_s)
     except (RedisError, OSError) as exc:
@@ -163,12 +162,11 @@ async def claim_task(
     return JSONResponse(response.model_dump(), status_code=201 if won else 200)
 
 
-@router.post("/api/agents/tasks/{task_id}/resolve", status_code=202, response_model=ResolveResponse, responses=ERRORS)
-async def resolve_task(task_id: str, request: Request, body: ResolveRequest | None = None) -> JSONResponse:
-    """The problem went away: end the task now (operator endpoint; the Watcher signals the
-    workflow itself). Its TaskWorkflow removes it and announces ``TaskClosed``."""
-    if not TASK_ID_PATTERN.match(task_id):
-        raise _not_found(task_id)
+@router.post("/api/agents/tasks/{task_id}/resolve", status_code=202, response_model=ResolveResponse,
+             responses={**ERRORS, **OPERATOR_ERRORS}, dependencies=[Depends(require_operator)])
+async def resolve_task(task_id: TaskIdPath, request: Request, body: ResolveRequest | None = None) -> JSONResponse:
+    """The problem went away: end the task now, claimed or not (operator endpoint: X-Operator-Key;
+    the Watcher signals the workflow itself). Its TaskWorkflow removes it and announces ``TaskClosed``."""
     services = request.app.state.services
     client = await services.temporal()
     handle: WorkflowHandle = client.get_workflow_handle(task_workflow_id(task_id))
@@ -177,7 +175,7 @@ async def resolve_task(task_id: str, request: Request, body: ResolveRequest | No
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:  # never existed, or its workflow has ended
             raise _not_found(task_id) from exc
-        raise ApiError(503, "TEMPORAL_UNAVAILABLE", f"could not signal the task workflow: {exc}") from exc
+        raise unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc, "signalling the task workflow") from exc
     response = ResolveResponse(task_id=task_id, message="The task is being closed")
     return JSONResponse(response.model_dump(), status_code=202)
 

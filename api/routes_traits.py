@@ -14,7 +14,7 @@ from redis.exceptions import RedisError
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.errors import ApiError
+from api.errors import ApiError, unavailable
 from api.schemas import (
     ErrorResponse,
     LiveTraitVersion,
@@ -65,17 +65,21 @@ class ProposalTarget:
         return {"replaces": self.replaces, "require_new": self.require_new}
 
 
-async def check_replacement(services, conn: asyncpg.Connection, body: ProposeRequest) -> ProposalTarget:
+async def check_replacement(services, conn: asyncpg.Connection, body: ProposeRequest, agent_id: str,
+                            by_operator: bool = False) -> ProposalTarget:
     """Called by ``accept_proposal`` (on its connection, genesis/proposal_store.py) before any
     limit is charged. ``replaces`` must name a live
     trait (409 TRAIT_NOT_LIVE) at the given version, if any (409 VERSION_CONFLICT); without
     ``replaces`` a live trait_name is 409 TRAIT_EXISTS unless GENESIS_TRAIT_EXISTS_POLICY=replace.
-    The answer only reflects the moment of the proposal: activation checks again."""
+    A live version is replaced only by its owner, or by an operator (403 NOT_TRAIT_OWNER).
+    The answer only reflects the moment of the proposal: activation checks the version again."""
     name = body.trait_name
     reject_existing = services.settings.trait_exists_policy == "reject"
+    live = await proposal_store.live_trait(conn, name)
+    if live is not None and (body.replaces is not None or not reject_existing) and not by_operator:
+        check_owner(name, live, agent_id)
     if body.replaces is None and not reject_existing:
         return ProposalTarget()
-    live = await proposal_store.live_trait(conn, name)
     if body.replaces is None:
         if live is not None:
             raise ApiError(
@@ -107,8 +111,23 @@ async def check_replacement(services, conn: asyncpg.Connection, body: ProposeReq
     return ProposalTarget(replaces=TraitRef(trait_name=name, version=wanted))
 
 
+def check_owner(name: str, live, agent_id: str) -> None:
+    """403 unless ``agent_id`` made the live version ``live`` (proposal_store.live_trait)."""
+    owner = live["agent_id"]
+    if owner == agent_id:
+        return
+    made_by = f"agent '{owner}'" if owner else "no registered agent"
+    raise ApiError(
+        403, "NOT_TRAIT_OWNER",
+        f"trait '{name}' is live as v{live['version']} (mutation {live['mutation_id']}), made by {made_by}: only "
+        f"the agent that made the live version, or an operator (X-Operator-Key), may replace it; propose your "
+        f"variant under another trait_name",
+        extra={"live_version": live["version"], "owner_agent_id": owner},
+    )
+
+
 def db_down(exc: Exception) -> ApiError:
-    return ApiError(503, "DATABASE_UNAVAILABLE", f"Postgres is not reachable: {type(exc).__name__}: {exc}")
+    return unavailable("DATABASE_UNAVAILABLE", "Postgres", exc)
 
 
 # -- read endpoints --------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from sqlalchemy import func, select
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from api.errors import ApiError
+from api.errors import ApiError, unavailable
 from api.schemas import ErrorResponse
 from genesis import redis_keys as keys
 from genesis.db.models import Mutation
@@ -46,7 +46,7 @@ async def _engine_status(request: Request) -> dict[str, str]:
     try:
         raw = await redis.hgetall(keys.ENGINE_STATUS)
     except (RedisError, OSError) as exc:
-        raise ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+        raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     if not raw:
         raise ApiError(
             503, "ENGINE_NOT_RUNNING",
@@ -77,7 +77,7 @@ async def world_state(request: Request) -> dict:
     try:
         params_raw = await request.app.state.services.redis.get(keys.ENGINE_PARAMS)
     except (RedisError, OSError) as exc:
-        raise ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+        raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     return {
         "tick": _num(status, "tick", int),
         "population": _num(status, "population", int),
@@ -102,7 +102,7 @@ async def world_entities(
     try:
         raw = await request.app.state.services.redis.get(keys.ENGINE_ENTITIES)
     except (RedisError, OSError) as exc:
-        raise ApiError(503, "REDIS_UNAVAILABLE", f"Redis is not reachable: {exc}") from exc
+        raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     entities = json.loads(raw) if raw else []
     return {
         "tick": _num(status, "tick", int),

@@ -1,7 +1,9 @@
-"""API keys of external agents: issue, store hashed, verify.
+"""API keys of external agents and of operators: issue, store hashed, verify.
 
-A key is ``gen_<prefix>_<secret>``: ``prefix`` is 8 random hex digits stored in clear (indexed,
-used only to find the row), ``secret`` is 32 random bytes (urlsafe base64). The database keeps
+An agent's key is ``gen_<prefix>_<secret>``, an operator's ``genop_<prefix>_<secret>`` (the
+different head keeps one from being taken for the other): ``prefix`` is 8 random hex digits
+stored in clear (indexed, used only to find the row), ``secret`` is 32 random bytes (urlsafe
+base64). The database keeps
 ``HMAC-SHA256(pepper, key)``, where the pepper is a server secret that never enters the
 database, and verification compares digests with ``hmac.compare_digest``.
 
@@ -23,7 +25,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 KEY_SCHEME = "hmac-sha256"
-KEY_PATTERN = re.compile(r"^gen_([0-9a-f]{8})_([A-Za-z0-9_-]{43})$")
+AGENT_KEY_HEAD = "gen"
+OPERATOR_KEY_HEAD = "genop"
+_KEY_PATTERNS = {
+    head: re.compile(rf"^{head}_([0-9a-f]{{8}})_([A-Za-z0-9_-]{{43}})$") for head in (AGENT_KEY_HEAD, OPERATOR_KEY_HEAD)
+}
 PEPPER_FILE = "api-key-pepper"
 AGENT_ID_PREFIX = "agt_"
 
@@ -39,9 +45,9 @@ def new_agent_id() -> str:
     return f"{AGENT_ID_PREFIX}{secrets.token_hex(6)}"
 
 
-def issue(pepper: bytes) -> IssuedKey:
+def issue(pepper: bytes, head: str = AGENT_KEY_HEAD) -> IssuedKey:
     prefix = secrets.token_hex(4)
-    key = f"gen_{prefix}_{secrets.token_urlsafe(32)}"
+    key = f"{head}_{prefix}_{secrets.token_urlsafe(32)}"
     return IssuedKey(key=key, prefix=prefix, digest=digest(pepper, key))
 
 
@@ -49,14 +55,23 @@ def digest(pepper: bytes, key: str) -> str:
     return hmac.new(pepper, key.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
-def prefix_of(key: str) -> str | None:
-    """The lookup prefix of a well-formed key, or None for anything that cannot be one."""
-    match = KEY_PATTERN.match(key)
+def prefix_of(key: str, head: str = AGENT_KEY_HEAD) -> str | None:
+    """The lookup prefix of a well-formed key of this kind, or None for anything that cannot be one."""
+    match = _KEY_PATTERNS[head].match(key)
     return match.group(1) if match else None
 
 
 def matches(pepper: bytes, key: str, stored_digest: str) -> bool:
     return hmac.compare_digest(digest(pepper, key), stored_digest)
+
+
+_NO_DIGEST = "0" * 64
+
+
+def matches_row(pepper: bytes, key: str, stored_digest: str | None) -> bool:
+    """``matches`` against the digest of the row the key's prefix found, or None when none was
+    found: the comparison is made either way, so a miss takes as long as a mismatch."""
+    return matches(pepper, key, stored_digest or _NO_DIGEST) and stored_digest is not None
 
 
 def load_pepper(configured: str, state_dir: Path, file_name: str = PEPPER_FILE) -> bytes:

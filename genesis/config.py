@@ -27,6 +27,10 @@ class Settings(BaseSettings):
 
     api_host: str = "127.0.0.1"
     api_port: int = 8000
+    # Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto the API believes (comma separated
+    # IPs or CIDRs, e.g. "10.0.0.5,172.18.0.0/16"). Empty (default): none, the client address is
+    # the connection's peer. Only `python -m api` applies it (api/__main__.py).
+    trusted_proxies: str = ""
     state_dir: Path = PROJECT_ROOT / ".state"
 
     # Sandbox (trait host container) limits.
@@ -88,8 +92,10 @@ class Settings(BaseSettings):
     engine_quarantine_report_retry_s: float = Field(default=3600.0, gt=0)
 
     # Identity of external agents (external-agents-phase2.md): API keys on write endpoints.
-    # required: propose/rollback need X-API-Key and act as the key's agent; open: the seed's
-    # keyless flow (agent_id from the body) for local experiments, a key is still honoured if sent.
+    # required: propose/rollback need X-API-Key and act as the key's agent, and operator endpoints
+    # need X-Operator-Key (genesis operator create-key); open: the seed's keyless flow (agent_id
+    # from the body) and keyless operator endpoints, for local experiments only (the API says so
+    # loudly at start); a key is still honoured (and checked) if sent.
     auth: Literal["required", "open"] = "required"
     # Server secret mixed into every stored key hash (HMAC-SHA256). Empty: a random one is
     # created once in <state_dir>/api-key-pepper. Set it explicitly when several API hosts
@@ -163,6 +169,10 @@ class Settings(BaseSettings):
     watcher_trigger_window_s: int = Field(default=60, ge=1)
     watcher_pause_s: int = Field(default=300, ge=1)
     watcher_report_ttl_s: int = Field(default=600, ge=1)  # evo:trigger:{id}
+    # Operators' forced triggers (POST /api/evolution/trigger) are limited on their own, not by the
+    # Watcher's circuit breaker: at most this many per window, then 429 until the window ends.
+    forced_trigger_limit: int = Field(default=10, ge=1)
+    forced_trigger_window_s: int = Field(default=600, ge=1)
 
     # Evolution cycles (issue 5): the Watcher starts an EvolutionCycleWorkflow per trigger
     # (Architect LLM -> Coder LLM -> MutationWorkflow, or a bounded world-parameter change).

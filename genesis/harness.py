@@ -82,8 +82,7 @@ def watcher_process(settings: Settings, name: str = "watcher") -> ManagedProcess
 def api_process(settings: Settings, name: str = "api") -> ManagedProcess:
     return ManagedProcess(
         name,
-        [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory", "--host", settings.api_host,
-         "--port", str(settings.api_port), "--log-level", "warning"],
+        [sys.executable, "-m", "api", "--log-level", "warning"],
         settings,
     )
 

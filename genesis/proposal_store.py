@@ -26,7 +26,8 @@ from sqlalchemy.engine import make_url
 from genesis.dto import MutationStatus
 
 ACQUIRE_TIMEOUT_S = 5.0
-_LIVE_TRAIT = "SELECT version, mutation_id FROM trait_versions WHERE trait_name = $1 AND status = 'active'"
+_LIVE_TRAIT = ("SELECT v.version, v.mutation_id, m.agent_id FROM trait_versions v "
+               "LEFT JOIN mutations m ON m.mutation_id = v.mutation_id WHERE v.trait_name = $1 AND v.status = 'active'")
 _LATEST_TRAIT = "SELECT version, status FROM trait_versions WHERE trait_name = $1 ORDER BY version DESC LIMIT 1"
 _PROPOSAL = ("SELECT mutation_id, status, code, trait_name, replaces_trait, replaces_version "
              "FROM mutations WHERE mutation_id = $1")
@@ -73,7 +74,7 @@ async def connection(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
 
 
 async def live_trait(conn: asyncpg.Connection, trait_name: str) -> asyncpg.Record | None:
-    """(version, mutation_id) of the trait's active version, if any."""
+    """(version, mutation_id, agent_id: its owner) of the trait's active version, if any."""
     return await conn.fetchrow(_LIVE_TRAIT, trait_name)
 
 

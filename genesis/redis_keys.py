@@ -52,6 +52,7 @@ REGISTRY_VERSION = "meta:registry:version"
 # Watcher (logic-flow.md)
 WATCHER_TRIGGER_COUNTER = "watcher:trigger_counter"
 WATCHER_CIRCUIT_BREAKER = "watcher:circuit_breaker"
+WATCHER_FORCED_COUNTER = "watcher:forced_counter"  # operators' forced triggers (a window of their own)
 
 
 def evolution_trigger(trigger_id: str) -> str:

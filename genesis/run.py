@@ -38,8 +38,7 @@ def main() -> int:
         "engine": start([sys.executable, "-m", "engine"]),
         "watcher": start([sys.executable, "-m", "watcher"]),
         "api": start(
-            [sys.executable, "-m", "uvicorn", "api.app:create_app", "--factory",
-             "--host", settings.api_host, "--port", str(settings.api_port), "--log-level", "info"]
+            [sys.executable, "-m", "api", "--log-level", "info"]
         ),
     }
     base = f"http://{settings.api_host}:{settings.api_port}"

@@ -3,7 +3,10 @@
 when the next is due is not joined by a second one).
 
 Used by the API (``/api/schedules``) and meant for a CLI as well: every function takes a
-connected Temporal client and returns plain dicts in the API's shape. Errors:
+connected Temporal client and returns plain dicts in the API's shape. Only Genesis' own
+schedules are seen or touched: one whose action starts an EvolutionCycleWorkflow with this
+schedule's cycle id on the given task queue. Any other schedule of the namespace is, to these
+functions, not there (ScheduleNotFound), so the API cannot pause or delete it. Errors:
 :class:`ScheduleNotFound`, :class:`ScheduleExists`, :class:`ScheduleInvalid` (their message says
 what was wrong)."""
 
@@ -121,18 +124,28 @@ async def create(client: Client, task_queue: str, *, interval_s: float, schedule
     return describe_dict(schedule_id, await handle.describe())
 
 
-async def describe(client: Client, schedule_id: str) -> dict[str, Any]:
+def is_genesis_schedule(schedule_id: str, schedule: Schedule, task_queue: str) -> bool:
+    """Whether ``schedule`` is one :func:`create` made for this task queue."""
+    action = schedule.action
+    return (isinstance(action, ScheduleActionStartWorkflow) and action.workflow == EVOLUTION_WORKFLOW
+            and action.id == cycle_workflow_id(schedule_id) and action.task_queue == task_queue)
+
+
+async def describe(client: Client, schedule_id: str, task_queue: str) -> dict[str, Any]:
     check_id(schedule_id)
     try:
-        return describe_dict(schedule_id, await client.get_schedule_handle(schedule_id).describe())
+        description = await client.get_schedule_handle(schedule_id).describe()
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:
             raise ScheduleNotFound(f"no schedule {schedule_id!r}") from exc
         raise
+    if not is_genesis_schedule(schedule_id, description.schedule, task_queue):
+        raise ScheduleNotFound(f"no schedule {schedule_id!r}")  # another program's: not ours to show or touch
+    return describe_dict(schedule_id, description)
 
 
-async def list_all(client: Client) -> list[dict[str, Any]]:
-    """Every schedule that starts evolution cycles, sorted by id (the list comes from Temporal's
+async def list_all(client: Client, task_queue: str) -> list[dict[str, Any]]:
+    """Every schedule of Genesis on this task queue, sorted by id (the list comes from Temporal's
     visibility store, which may take a moment to show a new schedule)."""
     out = []
     async for entry in await client.list_schedules():
@@ -140,27 +153,27 @@ async def list_all(client: Client) -> list[dict[str, Any]]:
         if action is not None and getattr(action, "workflow", None) != EVOLUTION_WORKFLOW:
             continue
         try:
-            out.append(await describe(client, entry.id))
-        except ScheduleNotFound:  # deleted meanwhile
+            out.append(await describe(client, entry.id, task_queue))
+        except (ScheduleNotFound, ScheduleInvalid):  # deleted meanwhile, or not one of ours
             continue
     return sorted(out, key=lambda d: d["schedule_id"])
 
 
-async def pause(client: Client, schedule_id: str) -> dict[str, Any]:
+async def pause(client: Client, schedule_id: str, task_queue: str) -> dict[str, Any]:
     """Stop starting runs (idempotent; the note is kept)."""
-    current = await describe(client, schedule_id)
+    current = await describe(client, schedule_id, task_queue)
     await client.get_schedule_handle(schedule_id).pause(note=current["note"])
-    return await describe(client, schedule_id)
+    return await describe(client, schedule_id, task_queue)
 
 
-async def resume(client: Client, schedule_id: str) -> dict[str, Any]:
-    current = await describe(client, schedule_id)
+async def resume(client: Client, schedule_id: str, task_queue: str) -> dict[str, Any]:
+    current = await describe(client, schedule_id, task_queue)
     await client.get_schedule_handle(schedule_id).unpause(note=current["note"])
-    return await describe(client, schedule_id)
+    return await describe(client, schedule_id, task_queue)
 
 
-async def delete(client: Client, schedule_id: str) -> dict[str, Any]:
+async def delete(client: Client, schedule_id: str, task_queue: str) -> dict[str, Any]:
     """Delete it; returns its last description (cycles already running go on)."""
-    last = await describe(client, schedule_id)
+    last = await describe(client, schedule_id, task_queue)
     await client.get_schedule_handle(schedule_id).delete()
     return last

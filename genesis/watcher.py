@@ -10,14 +10,19 @@ the cooldown or the circuit breaker holds it back,
    mutation; unless GENESIS_EVOLUTION_CYCLES_ENABLED=false), retried the same way,
 4. publishes ``anomaly_detected`` on the Evolution Feed (genesis/feed.py).
 
-Cooldown and circuit breaker are one Lua script, so two Watchers (or a forced trigger from the
-API) never both pass the gate:
+Cooldown and circuit breaker are one Lua script, so two Watchers never both pass the gate:
 
 - cooldown: ``watcher:cooldown:{type}`` lives ``GENESIS_WATCHER_COOLDOWN_S`` after a trigger of
   that anomaly type; ``critical`` ignores it (seed 2.4);
 - circuit breaker: ``watcher:trigger_counter`` counts the triggers of a fixed 60 s window; the
   6th within it sets ``watcher:circuit_breaker`` (TTL 300 s), announces
   ``circuit_breaker_activated`` on ``ch:feed`` and nothing triggers until it expires.
+
+An operator's forced trigger (``POST /api/evolution/trigger``) passes the same cooldown but not
+the circuit breaker, which is the Watcher's own: forced triggers are counted apart
+(``watcher:forced_counter``, at most ``GENESIS_FORCED_TRIGGER_LIMIT`` per
+``GENESIS_FORCED_TRIGGER_WINDOW_S``; over it they are refused, nothing is paused), so no number
+of them keeps the Watcher from triggering.
 
 Task severities are critical / high / low: the seed's ``medium`` (overpopulation, low
 diversity) becomes a ``high`` task. Redis or Temporal being down is logged and retried; it never
@@ -86,7 +91,21 @@ if tonumber(ARGV[2]) > 0 then redis.call('SET', KEYS[1], '1', 'PX', tonumber(ARG
 return 'go'
 """
 
-GO, COOLDOWN, PAUSED, TRIPPED = "go", "cooldown", "paused", "tripped"
+# A forced trigger. KEYS: cooldown, forced counter. ARGV: bypass_cooldown (0/1), cooldown_ms, limit,
+# window_s. -> {'cooldown' | 'limited' | 'go', seconds until the window ends}
+_FORCED_GATE_LUA = """
+if ARGV[1] == '0' and redis.call('EXISTS', KEYS[1]) == 1 then return {'cooldown', 0} end
+local n = redis.call('INCR', KEYS[2])
+if n == 1 then redis.call('EXPIRE', KEYS[2], tonumber(ARGV[4])) end
+if n > tonumber(ARGV[3]) then
+  redis.call('DECR', KEYS[2])
+  return {'limited', redis.call('TTL', KEYS[2])}
+end
+if tonumber(ARGV[2]) > 0 then redis.call('SET', KEYS[1], '1', 'PX', tonumber(ARGV[2])) end
+return {'go', 0}
+"""
+
+GO, COOLDOWN, PAUSED, TRIPPED, LIMITED = "go", "cooldown", "paused", "tripped", "limited"
 NO_ANOMALY, NO_SNAPSHOT, UNCHANGED = "no_anomaly", "no_snapshot", "unchanged"
 TEMPORAL_RETRY_MAX_S = 10.0
 RECONNECT_MAX_S = 10.0
@@ -99,14 +118,16 @@ def cooldown_key(anomaly_type: str) -> str:
 @dataclass(frozen=True)
 class Outcome:
     """What one analysis did: ``go`` (triggered), ``cooldown``, ``paused``, ``tripped`` (this
-    trigger opened the circuit breaker), ``no_anomaly``, ``no_snapshot`` or ``unchanged`` (no
-    snapshot since the last analysis; not kept in ``outcomes``)."""
+    trigger opened the circuit breaker), ``limited`` (a forced trigger over its own limit; retry
+    after ``retry_after_s``), ``no_anomaly``, ``no_snapshot`` or ``unchanged`` (no snapshot since
+    the last analysis; not kept in ``outcomes``)."""
 
     status: str
     anomaly: Anomaly | None = None
     trigger_id: str | None = None
     task_id: str | None = None
     tick: int | None = None
+    retry_after_s: int | None = None
 
 
 def worst(anomalies: Sequence[Anomaly]) -> Anomaly | None:
@@ -198,7 +219,7 @@ class Watcher:
     async def force(self, anomaly_type: str | None = None, severity: str | None = None) -> Outcome:
         """An operator's trigger from the latest snapshot: ``anomaly_type`` as given (with the
         severity the rules found for it, else the seed's), or the worst the rules find. It passes
-        the same gate (cooldown, circuit breaker)."""
+        the cooldown and a limit of its own (not the Watcher's circuit breaker)."""
         history = await self.history()
         if not history:
             return Outcome(NO_SNAPSHOT)
@@ -226,10 +247,28 @@ class Watcher:
         )
         return _text(result)
 
+    async def forced_gate(self, anomaly: Anomaly) -> tuple[str, int]:
+        """Cooldown and the forced triggers' own limit, atomically: (``go`` | ``cooldown`` |
+        ``limited``, seconds until the limit's window ends)."""
+        s = self.settings
+        verdict, retry_after = await self.redis.eval(
+            _FORCED_GATE_LUA, 2, cooldown_key(anomaly.type), keys.WATCHER_FORCED_COUNTER,
+            "1" if anomaly.severity == "critical" else "0", int(s.watcher_cooldown_s * 1000),
+            s.forced_trigger_limit, s.forced_trigger_window_s,
+        )
+        return _text(verdict), max(1, int(retry_after))
+
     async def trigger(self, history: Sequence[Mapping[str, Any]], anomaly: Anomaly, *, forced: bool = False) -> Outcome:
         curr = history[0]
         tick = int(curr.get("tick", 0))
-        verdict = await self.gate(anomaly)
+        if forced:
+            verdict, retry_after = await self.forced_gate(anomaly)
+            if verdict == LIMITED:
+                log.warning("forced %s trigger refused: over %d forced triggers in %d s", anomaly.type,
+                            self.settings.forced_trigger_limit, self.settings.forced_trigger_window_s)
+                return self._record(Outcome(LIMITED, anomaly, tick=tick, retry_after_s=retry_after))
+        else:
+            verdict = await self.gate(anomaly)
         if verdict == COOLDOWN:
             log.info("tick %s: %s (%s) found, cooldown active: skipped", tick, anomaly.type, anomaly.severity)
             return self._record(Outcome(COOLDOWN, anomaly, tick=tick))

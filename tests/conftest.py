@@ -23,6 +23,7 @@ from genesis.db.migrate import upgrade_to_head
 from genesis.db.session import get_engine
 from genesis.temporal import connect
 from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME
+from tests import agents
 
 # GEPA tests share one worker + API of their own (tests/gepa_stack.py), started once per session.
 pytest_plugins = ["tests.gepa_stack"]
@@ -65,7 +66,7 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
     await asyncio.to_thread(upgrade_to_head, TEST_DATABASE_URL)  # alembic runs its own loop
     engine = get_engine(TEST_DATABASE_URL)
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE mutations, trait_versions, trait_quarantines, agents"))
+        await conn.execute(text("TRUNCATE mutations, trait_versions, trait_quarantines, agents, operator_keys"))
     test_redis = aioredis.from_url(TEST_REDIS_URL)
     await test_redis.flushdb()  # the registry and telemetry of an earlier run
     await test_redis.aclose()
@@ -153,6 +154,14 @@ async def redis_client(settings):
 @pytest.fixture
 async def http(api_url):
     async with httpx.AsyncClient(base_url=api_url, timeout=30) as client:
+        yield client
+
+
+@pytest.fixture
+async def operator_http(api_url, settings):
+    """A client of the session's API that sends an operator key (X-Operator-Key) on every request."""
+    headers = await agents.operator_headers(settings)
+    async with httpx.AsyncClient(base_url=api_url, timeout=30, headers=headers) as client:
         yield client
 
 

@@ -82,12 +82,20 @@ async def test_oversized_body_is_refused_before_parsing(http, settings):
     assert await mutation_count(settings) == before
 
 
-@pytest.mark.parametrize("mutation_id", ["mut_000000", "mut_deadbeef0000", "not-an-id", "mut_ZZZ"])
+@pytest.mark.parametrize("mutation_id", ["mut_000000", "mut_deadbeef0000"])
 async def test_unknown_mutation_is_404(http, mutation_id):
     response = await http.get(f"/api/mutations/{mutation_id}/status")
     assert response.status_code == 404
     assert response.json()["error"] == "MUTATION_NOT_FOUND"
     assert mutation_id in response.json()["detail"]
+
+
+@pytest.mark.parametrize("mutation_id", ["not-an-id", "mut_ZZZ", "mut_" + "0" * 33])
+async def test_malformed_mutation_id_is_422(http, mutation_id):
+    response = await http.get(f"/api/mutations/{mutation_id}/status")
+    assert response.status_code == 422, response.text
+    assert response.json()["errors"] == [{"field": "path.mutation_id",
+                                          "message": "mutation_id must be 'mut_' followed by 6-32 hex digits"}]
 
 
 async def test_sandbox_api_document(http):

@@ -40,10 +40,12 @@ async def run_cli(api_url: str, *args: str, key: str | None = None, settings=Non
     return process.returncode, out.decode(), err.decode()
 
 
-async def invoke(api_url: str, *args: str, key: str | None = None) -> tuple[int, str, str]:
+async def invoke(api_url: str, *args: str, key: str | None = None,
+                 operator_key: str | None = None) -> tuple[int, str, str]:
     """The CLI in this process with typer's CliRunner (quicker than a subprocess), against the
     same real API process. Commands that follow a mutation or replay run as subprocesses."""
-    env = {"GENESIS_API_URL": api_url, "GENESIS_API_KEY": key or "", "COLUMNS": "200"}
+    env = {"GENESIS_API_URL": api_url, "GENESIS_API_KEY": key or "", "GENESIS_OPERATOR_KEY": operator_key or "",
+           "COLUMNS": "200"}
     result = await asyncio.to_thread(CliRunner().invoke, app, list(args), env=env)
     return result.exit_code, result.stdout, result.stderr
 
@@ -382,7 +384,7 @@ async def test_replay_of_failed_workflows_by_visibility_query(settings, temporal
     assert code == 2 and "not a duration" in err
 
 
-async def test_feed_and_schedule_commands(api_url, http):
+async def test_feed_and_schedule_commands(api_url, http, settings):
     """Built against the Evolution Feed and Schedules contract; on an API without those
     endpoints the CLI says so clearly (404, not a stack trace)."""
     feed = await http.get("/api/feed", params={"limit": 5})
@@ -399,12 +401,15 @@ async def test_feed_and_schedule_commands(api_url, http):
         assert code == 1 and "GET /api/schedules" in err and "no such endpoint (404)" in err
         return
     schedule_id = f"cli-{uuid.uuid4().hex[:8]}"
+    code, out, err = await invoke(api_url, "schedule", "create", "--interval", "3600", "--id", schedule_id)
+    assert code == 1 and "OPERATOR_KEY_REQUIRED" in err and "GENESIS_OPERATOR_KEY" in err, err
+    operator_key = (await agents.operator(settings)).key
     code, out, err = await invoke(api_url, "schedule", "create", "--interval", "3600", "--id", schedule_id,
-                                   "--paused", "--json")
+                                   "--paused", "--json", operator_key=operator_key)
     assert code == 0, err
     assert json.loads(out)["schedule_id"] == schedule_id and json.loads(out)["paused"] is True
     for verb in ("resume", "pause", "delete"):
-        code, out, err = await invoke(api_url, "schedule", verb, schedule_id)
+        code, out, err = await invoke(api_url, "schedule", verb, schedule_id, operator_key=operator_key)
         assert code == 0, err
 
 

@@ -101,7 +101,7 @@ def test_commands_name_code_that_exists(config):
     for name, package in (("engine", "engine"), ("watcher", "watcher")):
         assert services[name]["command"] == ["python", "-m", package]
         assert (PROJECT_ROOT / package / "__main__.py").exists()
-    assert "api.app:create_app" in services["api"]["command"] and "--factory" in services["api"]["command"]
+    assert services["api"]["command"][:3] == ["python", "-m", "api"] and (PROJECT_ROOT / "api" / "__main__.py").exists()
     assert (PROJECT_ROOT / "genesis" / "temporal_setup.py").exists()
 
 

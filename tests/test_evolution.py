@@ -332,13 +332,13 @@ async def test_llm_down_or_unparseable_ends_the_cycle_with_an_llm_error(evo_work
     assert cycle["tokens_in"] == 100, "the tokens of an unusable answer were still spent"
 
 
-async def test_default_provider_without_a_local_llm_ends_cycles_cleanly(settings, worker, http, redis_client):
+async def test_default_provider_without_a_local_llm_ends_cycles_cleanly(settings, worker, http, redis_client, operator_http):
     """The suite's API and worker run with the defaults of `make run` (Ollama on 127.0.0.1:11434,
     which nothing serves here): an operator's trigger starts a cycle that ends with llm_error."""
     assert settings.llm_provider == "ollama" and not settings.llm_url
-    await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER)
+    await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER, keys.WATCHER_FORCED_COUNTER)
     await write_snapshots(redis_client, settings.engine_snapshot_interval, {}, {})
-    response = await http.post("/api/evolution/trigger", json={"anomaly_type": "stagnation", "severity": "critical"})
+    response = await operator_http.post("/api/evolution/trigger", json={"anomaly_type": "stagnation", "severity": "critical"})
     assert response.status_code == 202, response.text
     body = response.json()
     trigger_id = body["trigger_id"]
@@ -352,7 +352,7 @@ async def test_default_provider_without_a_local_llm_ends_cycles_cleanly(settings
         assert actions == [("watcher", "anomaly_detected"), ("architect", "llm_error"), ("evolution", "cycle_failed")]
     finally:
         await redis_client.delete("watcher:cooldown:stagnation")
-        await http.post(f"/api/agents/tasks/{body['task_id']}/resolve", json={"reason": "test over"})
+        await operator_http.post(f"/api/agents/tasks/{body['task_id']}/resolve", json={"reason": "test over"})
 
 
 async def test_adjust_params_is_applied_observed_and_rolled_back(evo_worker, script, http, redis_client, temporal_client):
@@ -378,12 +378,12 @@ async def test_adjust_params_is_applied_observed_and_rolled_back(evo_worker, scr
 
 # -- schedules and the feed --------------------------------------------------------------------------
 
-async def test_schedule_starts_periodic_cycles(evo_settings, evo_worker, script, http, start_api):
+async def test_schedule_starts_periodic_cycles(evo_settings, evo_worker, script, http, operator_http, start_api):
     url = await start_api("api-evolution", task_queue=QUEUE, schedule_min_interval_s=1.0)
     script.script(*["no plan"] * 5)
     schedule_id = f"test-{uuid.uuid4().hex[:8]}"
-    async with httpx.AsyncClient(base_url=url, timeout=30) as api:
-        too_short = await http.post("/api/schedules", json={"interval_s": 30})  # the suite's API: 60 s at least
+    async with httpx.AsyncClient(base_url=url, timeout=30, headers=operator_http.headers) as api:
+        too_short = await operator_http.post("/api/schedules", json={"interval_s": 30})  # the suite's API: 60 s at least
         assert too_short.status_code == 422 and "between 60 and" in too_short.json()["detail"]
         bad_id = await api.post("/api/schedules", json={"interval_s": 2, "schedule_id": "no spaces"})
         assert bad_id.status_code == 422 and "schedule_id" in bad_id.text

@@ -3,8 +3,8 @@ response matches the schema the API publishes for it.
 
 The API is the session's real process (tests/conftest.py) with its worker, Temporal, Postgres and
 Redis, and a real engine, so the world and metrics endpoints answer instead of saying 503 "not
-running yet". Requests carry the X-API-Key of an agent registered here, so the authenticated
-operations get past 401 into their own validation. Generation is seeded and derandomized: the
+running yet". Requests carry the X-API-Key of an agent registered here and an operator key, so the
+authenticated operations and the operator endpoints get past 401 into their own validation. Generation is seeded and derandomized: the
 same code sends the same requests on every run."""
 
 from __future__ import annotations
@@ -56,11 +56,11 @@ async def test_nul_in_rollback_reason_is_a_422(http):
     assert response.status_code == 422 and response.json()["errors"][0]["field"] == "reason", response.text
 
 
-async def test_lone_surrogate_in_world_context_is_a_422_not_a_503(http):
+async def test_lone_surrogate_in_world_context_is_a_422_not_a_503(operator_http):
     """JSON's "\\ud800" decodes to a lone surrogate that cannot be encoded: starting the TaskWorkflow
     failed with 503 WORKFLOW_START_FAILED (a server error for a client's bad input)."""
     body = '{"problem_type": "starvation", "severity": "low", "description": "d", "world_context": {"k": "\\ud800"}}'
-    response = await http.post("/api/agents/tasks", content=body, headers={"Content-Type": "application/json"})
+    response = await operator_http.post("/api/agents/tasks", content=body, headers={"Content-Type": "application/json"})
     assert response.status_code == 422, response.text
     assert response.json()["errors"][0]["field"] == "world_context"
     assert "lone surrogates" in response.json()["detail"]
@@ -98,16 +98,21 @@ async def fuzz_agent(api_url) -> agents.TestAgent:
 
 
 @pytest.fixture(scope="module")
-def api_schema(api_url, fuzz_agent, engine_proc):
+async def fuzz_operator(settings) -> agents.TestOperator:
+    return await agents.new_operator(settings, "schemathesis-operator")
+
+
+@pytest.fixture(scope="module")
+def api_schema(api_url, fuzz_agent, fuzz_operator, engine_proc):
     config = schemathesis.Config.from_dict({
         "seed": SEED,
-        "headers": {"X-API-Key": fuzz_agent.api_key},
+        "headers": {"X-API-Key": fuzz_agent.api_key, **fuzz_operator.headers},
         "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True, "database": "none"},
         "phases": {"stateful": {"enabled": False}},
     })
     yield schemathesis.openapi.from_url(f"{api_url}/openapi.json", config=config)
     # End the tasks the fuzz published, so other modules' task lists are not crowded for 5-15 min.
-    with httpx.Client(base_url=api_url, timeout=30) as client:
+    with httpx.Client(base_url=api_url, timeout=30, headers=fuzz_operator.headers) as client:
         for task_id in published_tasks:
             client.post(f"/api/agents/tasks/{task_id}/resolve", json={"reason": "fuzz test over"})
         for schedule_id in created_schedules:  # they would start cycles for the rest of the session

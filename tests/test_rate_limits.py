@@ -103,6 +103,40 @@ async def test_proposals_per_ip_per_minute(seed_limits_url, settings, redis_clie
         assert (await propose(http, late, traits.seeker(1191))).status_code == 202, "another IP has its own bucket"
 
 
+async def recorded_client_ip(settings, mutation_id: str) -> str | None:
+    async with get_sessionmaker(settings.database_url)() as session:
+        return await session.scalar(select(Mutation.client_ip).where(Mutation.mutation_id == mutation_id))
+
+
+async def test_forged_forwarded_for_does_not_pick_the_rate_limit_key(seed_limits_url, settings, redis_client):
+    """X-Forwarded-For from a client that is not a configured proxy (none by default; uvicorn by
+    itself believes 127.0.0.1) is ignored: each proposal claims another address, all count against
+    the connection's own."""
+    ip = "127.0.0.1"
+    await redis_client.delete(ratelimit_ip_minute(ip))  # the rest of the suite proposes from here too
+    async with client_from(seed_limits_url, ip) as http:
+        crowd = [await agents.register(http, f"forger-{i}") for i in range(3)]
+        responses = [await propose(http, crowd[n % 3], traits.seeker(1300 + n),
+                                   **{"X-Forwarded-For": f"203.0.113.{n}", "X-Forwarded-Proto": "https"})
+                     for n in range(11)]
+    assert [r.status_code for r in responses] == [202] * 10 + [429], [r.text for r in responses]
+    assert_429(responses[-1], f"Too many proposals from IP {ip} this minute (limit: 10 per minute)", 1, 60)
+    assert int(await redis_client.get(ratelimit_ip_minute(ip))) == 10
+    assert not await redis_client.keys(ratelimit_ip_minute("203.0.113.*"))
+    assert await recorded_client_ip(settings, responses[0].json()["mutation_id"]) == ip
+
+
+async def test_forwarded_for_is_believed_from_a_configured_proxy(start_api, settings):
+    url = await start_api("api-behind-proxy", task_queue=UNPOLLED, trusted_proxies="127.0.0.72")
+    async with client_from(url, "127.0.0.72") as proxy, client_from(url, "127.0.0.73") as stranger:
+        me = await agents.register(proxy, "behind-proxy")
+        via_proxy = await propose(proxy, me, traits.seeker(1320), **{"X-Forwarded-For": "198.51.100.7"})
+        direct = await propose(stranger, me, traits.seeker(1321), **{"X-Forwarded-For": "198.51.100.8"})
+    assert via_proxy.status_code == 202 and direct.status_code == 202, (via_proxy.text, direct.text)
+    assert await recorded_client_ip(settings, via_proxy.json()["mutation_id"]) == "198.51.100.7"
+    assert await recorded_client_ip(settings, direct.json()["mutation_id"]) == "127.0.0.73"
+
+
 async def test_proposals_per_agent_per_hour(start_api, settings):
     url = await start_api("api-hourly", task_queue=UNPOLLED, ratelimit_active_per_agent=1000,
                           ratelimit_proposals_per_ip_minute=1000, ratelimit_proposals_per_agent_hour=30)

@@ -109,9 +109,9 @@ async def start_from_a_world_without_the_seed_example(http, settings, start_api)
         await session.commit()
 
 
-async def test_seed_walkthrough_over_http(http, settings, engine_proc, start_api):
+async def test_seed_walkthrough_over_http(http, settings, engine_proc, start_api, operator_http):
     # 0. An operator publishes a task (the Watcher's job, once it exists).
-    published = await http.post("/api/agents/tasks", json=TASK_BODY)
+    published = await operator_http.post("/api/agents/tasks", json=TASK_BODY)
     assert published.status_code == 201, published.text
     task_id = published.json()["task_id"]
     assert re.fullmatch(r"task_[0-9a-f]{12}", task_id)

@@ -79,9 +79,9 @@ async def task_result(temporal_client, task_id: str) -> TaskResult:
     return await asyncio.wait_for(handle.result(), 30)
 
 
-async def test_published_task_is_listed_in_the_seed_shape(http, redis_client, task_events, settings):
+async def test_published_task_is_listed_in_the_seed_shape(http, redis_client, task_events, settings, operator_http):
     before = time.time()
-    response = await http.post("/api/agents/tasks", json={**VALID, "world_context": {"entity_count": 134, "avg_energy": 20.1}})
+    response = await operator_http.post("/api/agents/tasks", json={**VALID, "world_context": {"entity_count": 134, "avg_energy": 20.1}})
     assert response.status_code == 201, response.text
     created = response.json()
     task_id = created["task_id"]
@@ -105,8 +105,8 @@ async def test_published_task_is_listed_in_the_seed_shape(http, redis_client, ta
 
 
 @pytest.mark.parametrize("severity, ttl_s", [("critical", 900), ("high", 600), ("low", 300), ("periodic_improvement", 300)])
-async def test_ttl_follows_severity(http, severity, ttl_s):
-    created = await publish(http, severity=severity, task_id=f"task_ttl_{severity}_{uuid.uuid4().hex[:6]}")
+async def test_ttl_follows_severity(http, severity, ttl_s, operator_http):
+    created = await publish(operator_http, severity=severity, task_id=f"task_ttl_{severity}_{uuid.uuid4().hex[:6]}")
     assert created["expires_at"] - time.time() == pytest.approx(ttl_s, abs=3)
     assert created["ttl_remaining_sec"] == pytest.approx(ttl_s, abs=3)
 
@@ -131,9 +131,9 @@ async def test_ttl_follows_severity(http, severity, ttl_s):
         ({"ttl_sec": 5}, "ttl_sec", "unknown field"),
     ],
 )
-async def test_invalid_task_fields_are_named(http, change, field, needle):
+async def test_invalid_task_fields_are_named(http, change, field, needle, operator_http):
     body = {**VALID, **change}
-    response = await http.post("/api/agents/tasks", json=body)
+    response = await operator_http.post("/api/agents/tasks", json=body)
     assert response.status_code == 422, response.text
     payload = response.json()
     assert payload["error"] == "VALIDATION_ERROR"
@@ -141,26 +141,26 @@ async def test_invalid_task_fields_are_named(http, change, field, needle):
     assert needle in payload["errors"][0]["message"], payload
 
 
-async def test_non_finite_numbers_are_refused(http):
+async def test_non_finite_numbers_are_refused(http, operator_http):
     body = b'{"problem_type": "p", "severity": "low", "description": "d", "world_context": {"x": NaN}}'
-    response = await http.post("/api/agents/tasks", content=body, headers={"Content-Type": "application/json"})
+    response = await operator_http.post("/api/agents/tasks", content=body, headers={"Content-Type": "application/json"})
     assert response.status_code == 422 and "finite" in response.json()["detail"], response.text
 
 
-async def test_missing_fields_and_bad_bodies(http):
-    response = await http.post("/api/agents/tasks", json={})
+async def test_missing_fields_and_bad_bodies(http, operator_http):
+    response = await operator_http.post("/api/agents/tasks", json={})
     assert response.status_code == 422
     assert {e["field"] for e in response.json()["errors"]} == {"problem_type", "severity", "description"}
-    response = await http.post("/api/agents/tasks", content=b"[1]", headers={"Content-Type": "application/json"})
+    response = await operator_http.post("/api/agents/tasks", content=b"[1]", headers={"Content-Type": "application/json"})
     assert response.status_code == 422 and response.json()["error"] == "INVALID_BODY"
-    response = await http.post("/api/agents/tasks", content=b"{", headers={"Content-Type": "application/json"})
+    response = await operator_http.post("/api/agents/tasks", content=b"{", headers={"Content-Type": "application/json"})
     assert response.status_code == 400 and response.json()["error"] == "INVALID_JSON"
 
 
-async def test_a_task_id_names_one_task(http):
+async def test_a_task_id_names_one_task(http, operator_http):
     task_id = f"task_dup_{uuid.uuid4().hex[:8]}"
-    await publish(http, task_id=task_id)
-    response = await http.post("/api/agents/tasks", json={**VALID, "task_id": task_id})
+    await publish(operator_http, task_id=task_id)
+    response = await operator_http.post("/api/agents/tasks", json={**VALID, "task_id": task_id})
     assert response.status_code == 409 and response.json()["error"] == "TASK_EXISTS", response.text
 
 
@@ -188,9 +188,9 @@ async def test_expired_or_orphaned_entries_are_never_listed(http, redis_client):
         await redis_client.delete(keys.agent_task(stale.task_id), keys.agent_task(garbled))
 
 
-async def test_resolve_ends_the_task(http, temporal_client, task_events, redis_client):
-    task_id = (await publish(http))["task_id"]
-    response = await http.post(f"/api/agents/tasks/{task_id}/resolve", json={"reason": "energy recovered"})
+async def test_resolve_ends_the_task(http, temporal_client, task_events, redis_client, operator_http):
+    task_id = (await publish(operator_http))["task_id"]
+    response = await operator_http.post(f"/api/agents/tasks/{task_id}/resolve", json={"reason": "energy recovered"})
     assert response.status_code == 202, response.text
     event = await next_event(task_events, task_id, "TaskClosed")
     assert event == {"event": "TaskClosed", "task_id": task_id, "reason": "resolved", "mutation_id": None}
@@ -198,7 +198,7 @@ async def test_resolve_ends_the_task(http, temporal_client, task_events, redis_c
     result = await task_result(temporal_client, task_id)
     assert result.reason == TaskEndReason.resolved and result.detail == "energy recovered"
     assert await redis_client.exists(keys.agent_task(task_id)) == 0
-    response = await http.post(f"/api/agents/tasks/{task_id}/resolve")
+    response = await operator_http.post(f"/api/agents/tasks/{task_id}/resolve")
     assert response.status_code == 404 and response.json()["error"] == "TASK_NOT_FOUND"
     # The finished run replays against the current workflow code.
     history = await temporal_client.get_workflow_handle(task_workflow_id(task_id)).fetch_history()
@@ -208,8 +208,8 @@ async def test_resolve_ends_the_task(http, temporal_client, task_events, redis_c
             f.write(history.to_json())
 
 
-async def test_twenty_concurrent_claims_have_one_winner(http, settings):
-    task_id = (await publish(http))["task_id"]
+async def test_twenty_concurrent_claims_have_one_winner(http, settings, operator_http):
+    task_id = (await publish(operator_http))["task_id"]
     racers = [await agents.register(http, f"racer-{i:02d}") for i in range(20)]
     responses = await asyncio.gather(
         *(http.post(f"/api/agents/tasks/{task_id}/claim", headers=racer.headers) for racer in racers)
@@ -234,11 +234,11 @@ async def test_twenty_concurrent_claims_have_one_winner(http, settings):
     assert again.status_code == 200 and again.json()["agent_id"] == winner["agent_id"]
 
 
-async def test_claim_errors(http):
+async def test_claim_errors(http, operator_http):
     me = await agents.agent(http)
     response = await http.post("/api/agents/tasks/task_nope/claim", headers=me.headers)
     assert response.status_code == 404 and response.json()["error"] == "TASK_NOT_FOUND"
-    task_id = (await publish(http))["task_id"]
+    task_id = (await publish(operator_http))["task_id"]
     response = await http.post(f"/api/agents/tasks/{task_id}/claim")
     assert response.status_code == 401 and response.json()["error"] == "API_KEY_REQUIRED", response.text
     response = await http.post(f"/api/agents/tasks/{task_id}/claim", json={"agent_id": "someone-else"}, headers=me.headers)
@@ -276,9 +276,9 @@ async def test_a_claim_is_a_lease(settings, redis_client):
 
 
 async def test_claimed_task_gates_proposals_and_ends_when_the_mutation_is_activated(
-    http, temporal_client, task_events, redis_client, settings
+    http, temporal_client, task_events, redis_client, settings, operator_http
 ):
-    task_id = (await publish(http, problem_type="energy_crisis"))["task_id"]
+    task_id = (await publish(operator_http, problem_type="energy_crisis"))["task_id"]
     claimant_name = f"claimant-{uuid.uuid4().hex[:6]}"
     claimant, other = await agents.agent(http, claimant_name), await agents.register(http, "other")
     response = await http.post(f"/api/agents/tasks/{task_id}/claim", headers=claimant.headers)

@@ -90,11 +90,11 @@ async def test_task_events_are_forwarded_and_filtered(api_url, redis_client):
     assert status["ignored"] >= 2 and status["events"] >= 2
 
 
-async def test_tasks_published_and_closed_through_their_workflow(api_url, http):
+async def test_tasks_published_and_closed_through_their_workflow(api_url, http, operator_http):
     """The real path: an operator task's TaskWorkflow publishes TaskPublished, and resolving it
     announces TaskClosed."""
     async with connect(ws_url(api_url, "events=TaskPublished,TaskClosed")) as ws:
-        response = await http.post("/api/agents/tasks", json={
+        response = await operator_http.post("/api/agents/tasks", json={
             "problem_type": "overpopulation", "severity": "low", "description": "telemetry stream test"})
         assert response.status_code == 201, response.text
         task = response.json()
@@ -102,7 +102,7 @@ async def test_tasks_published_and_closed_through_their_workflow(api_url, http):
         published = await next_event(ws, mine)
         assert published["event"] == "TaskPublished" and published["problem_type"] == "overpopulation"
         assert published["expires_at"] == pytest.approx(task["expires_at"])
-        response = await http.post(f"/api/agents/tasks/{task['task_id']}/resolve", json={"reason": "stream test"})
+        response = await operator_http.post(f"/api/agents/tasks/{task['task_id']}/resolve", json={"reason": "stream test"})
         assert response.status_code == 202, response.text
         closed = await next_event(ws, mine)
         assert closed["event"] == "TaskClosed"

@@ -219,20 +219,21 @@ async def test_trigger_storm_opens_the_circuit_breaker(settings, redis_client, f
     assert int(await redis_client.get(keys.WATCHER_TRIGGER_COUNTER)) == 1
 
 
-async def test_operator_forces_a_trigger(settings, redis_client, feed, http, make_watcher):
-    assert (await http.post("/api/evolution/trigger", json={})).json()["error"] == "NO_SNAPSHOT"
+async def test_operator_forces_a_trigger(settings, redis_client, feed, http, make_watcher, operator_http):
+    await redis_client.delete(keys.WATCHER_FORCED_COUNTER)  # forced triggers of earlier modules (the fuzz)
+    assert (await operator_http.post("/api/evolution/trigger", json={})).json()["error"] == "NO_SNAPSHOT"
     for bad, field in (({"anomaly_type": "boredom"}, "anomaly_type"), ({"severity": "urgent"}, "severity"),
                        ({"ttl": 5}, "ttl")):
-        response = await http.post("/api/evolution/trigger", json=bad)
+        response = await operator_http.post("/api/evolution/trigger", json=bad)
         assert response.status_code == 422, response.text
         assert field in response.text
     world = World(redis_client, settings.engine_snapshot_interval)
     await world.snapshot()
     await world.snapshot()
-    response = await http.post("/api/evolution/trigger", json={})
+    response = await operator_http.post("/api/evolution/trigger", json={})
     assert response.status_code == 409 and response.json()["error"] == "NO_ANOMALY"
 
-    response = await http.post("/api/evolution/trigger", json={"anomaly_type": "overpopulation"})
+    response = await operator_http.post("/api/evolution/trigger", json={"anomaly_type": "overpopulation"})
     assert response.status_code == 202, response.text
     body = response.json()
     assert body["problem_type"] == "overpopulation" and body["severity"] == "medium" and body["task_severity"] == "high"
@@ -244,8 +245,8 @@ async def test_operator_forces_a_trigger(settings, redis_client, feed, http, mak
     [message] = await feed_messages(feed, "anomaly_detected")
     assert message["trigger_id"] == body["trigger_id"] and message["forced"] is True
     try:
-        again = await http.post("/api/evolution/trigger", json={"anomaly_type": "overpopulation"})
+        again = await operator_http.post("/api/evolution/trigger", json={"anomaly_type": "overpopulation"})
         assert again.status_code == 409 and again.json()["error"] == "WATCHER_COOLDOWN"
     finally:
         await make_watcher().redis.delete(cooldown_key("overpopulation"))
-        await http.post(f"/api/agents/tasks/{body['task_id']}/resolve", json={"reason": "test over"})
+        await operator_http.post(f"/api/agents/tasks/{body['task_id']}/resolve", json={"reason": "test over"})

@@ -7,7 +7,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from genesis.cli import mutations, operate, workflows
+from genesis.cli import mutations, operate, operator_keys, workflows
 from genesis.cli.output import Cli
 
 DEFAULT_API = "http://127.0.0.1:8000"
@@ -27,14 +27,19 @@ def main(
     api: Annotated[str, typer.Option("--api", envvar="GENESIS_API_URL", help="the Genesis API")] = DEFAULT_API,
     api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="GENESIS_API_KEY",
                                                    help="an agent's X-API-Key (write commands)")] = None,
+    operator_key: Annotated[Optional[str], typer.Option(
+        "--operator-key", envvar="GENESIS_OPERATOR_KEY",
+        help="an operator key (X-Operator-Key) for operator commands (schedules, rollback of any mutation)")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON for scripts (every command)")] = False,
     timeout: Annotated[float, typer.Option("--http-timeout", min=0.1, help="seconds per HTTP request")] = 30.0,
 ) -> None:
     if not api.startswith(("http://", "https://")):
         raise typer.BadParameter(f"{api!r} is not an http(s) URL", param_hint="--api")
-    ctx.obj = Cli(api_url=api, api_key=api_key or None, json=json_out, timeout=timeout)
+    ctx.obj = Cli(api_url=api, api_key=api_key or None, json=json_out, timeout=timeout,
+                  operator_key=operator_key or None)
 
 
 mutations.register(app)
 operate.register(app)
+operator_keys.register(app)
 workflows.register(app)

@@ -30,11 +30,14 @@ class CliError(Exception):
 
 
 class ApiClient:
-    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 30.0):
+    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 30.0,
+                 operator_key: str | None = None):
         self.base_url = base_url.rstrip("/")
         headers = {"X-API-Key": api_key} if api_key else {}
+        if operator_key:
+            headers["X-Operator-Key"] = operator_key
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout)
-        self.has_key = bool(api_key)
+        self.has_key, self.has_operator_key = bool(api_key), bool(operator_key)
 
     def close(self) -> None:
         self._http.close()
@@ -65,6 +68,10 @@ class ApiClient:
         if status == 404 and error == "NOT_FOUND":  # the route itself does not exist on this API
             message = (f"{method} {path}: the API at {self.base_url} has no such endpoint (404); "
                        "it is probably an older Genesis version than this CLI")
+        elif error in ("OPERATOR_KEY_REQUIRED", "INVALID_OPERATOR_KEY"):
+            hint = "" if self.has_operator_key else (" (pass --operator-key or set GENESIS_OPERATOR_KEY; "
+                                                     "`genesis operator create-key` makes one)")
+            message = f"{error}: {detail}{hint}"
         elif status == 401:
             hint = "" if self.has_key else " (no key was sent: pass --api-key or set GENESIS_API_KEY; `genesis agents register` makes one)"
             message = f"{error or 'UNAUTHORIZED'}: {detail or 'an API key is required'}{hint}"

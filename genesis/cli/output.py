@@ -24,12 +24,13 @@ STATUS_STYLE = {
 
 @dataclass
 class Cli:
-    """Options of the whole invocation (``genesis --api URL --api-key KEY --json ...``)."""
+    """Options of the whole invocation (``genesis --api URL --api-key KEY --operator-key KEY --json ...``)."""
 
     api_url: str
     api_key: str | None
     json: bool = False
     timeout: float = 30.0
+    operator_key: str | None = None
     console: Console = field(default_factory=lambda: Console(highlight=False))
     err_console: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
     _client: ApiClient | None = None
@@ -37,7 +38,7 @@ class Cli:
     @property
     def api(self) -> ApiClient:
         if self._client is None:
-            self._client = ApiClient(self.api_url, self.api_key, self.timeout)
+            self._client = ApiClient(self.api_url, self.api_key, self.timeout, self.operator_key)
         return self._client
 
     def emit(self, data: Any, render: Callable[[], None] | None = None) -> None:

@@ -123,6 +123,21 @@ class Agent(Base):
     __table_args__ = (Index("uq_agents_key_prefix", "key_prefix", unique=True),)
 
 
+class OperatorKey(Base):
+    """A key of an operator (``genesis operator create-key``): it opens the operator endpoints
+    (tasks, schedules, forced triggers, rollback of any mutation, replacing another agent's
+    trait). Stored like an agent's key: only ``key_prefix`` and the HMAC ``key_hash``."""
+
+    __tablename__ = "operator_keys"
+
+    key_prefix: Mapped[str] = mapped_column(String(16), primary_key=True)
+    name: Mapped[str] = mapped_column(String(64))
+    key_hash: Mapped[str] = mapped_column(String(128))
+    key_scheme: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
 class WorldSnapshot(Base):
     """Every ``engine_postgres_every``-th WorldSnapshot of the engine (logic-flow.md 1.3, step 5d).
 
