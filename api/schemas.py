@@ -61,7 +61,8 @@ class ReplacesRef(BaseModel):
         default=None, ge=1, le=MAX_TRAIT_VERSION,
         description="Optional optimistic-concurrency check: the version you read as live (GET /api/traits/{name}). "
         "If another version is live at propose time the answer is 409 VERSION_CONFLICT; if it changes before "
-        "activation the mutation ends rejected with VERSION_CONFLICT. Left out: replace whatever is live then",
+        "activation the mutation ends rejected with VERSION_CONFLICT. Left out: replace whatever is live then, "
+        "if your agent made it (or an operator approved the proposal): else rejected with NOT_TRAIT_OWNER",
     )
 
 
