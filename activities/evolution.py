@@ -48,6 +48,9 @@ from genesis.watcher import deltas as telemetry_deltas
 from genesis.workflow_api import evolution_workflow_id, llm_task_queue
 
 CODER_AGENT_ID = "genesis-coder"
+# The built-in evolution acts for the operator who runs the world: it may modify any agent's
+# trait, and its proposals record that approval (activation checks the live version's owner).
+EVOLUTION_APPROVAL = "the built-in evolution"
 UNPARSEABLE = "LLM_UNPARSEABLE"
 
 # Prometheus (the worker's /metrics, GENESIS_WORKER_METRICS_PORT)
@@ -205,7 +208,8 @@ class EvolutionActivities:
     @activity.defn(name=names.SUBMIT_PROPOSAL)
     async def submit_proposal(self, request: ProposalRequest) -> MutationInput:
         """Record the Coder's code as a proposal of agent ``genesis-coder`` (status queued, like
-        ``POST /api/mutations/propose``) and return its workflow input. Idempotent."""
+        ``POST /api/mutations/propose``, approved to replace another agent's version) and return
+        its workflow input. Idempotent."""
         plan = request.plan
         modifies = plan.action_type == "modify_trait"
         values = dict(
@@ -214,6 +218,7 @@ class EvolutionActivities:
             status=MutationStatus.queued.value, validation_log=[], workflow_id=mutation_workflow_id(request.mutation_id),
             replaces_trait=plan.trait_name if modifies else None,
             replaces_version=request.replaces_version if modifies else None,
+            replacement_approved_by=EVOLUTION_APPROVAL,
         )
         async with self._sessions() as session:
             await session.execute(insert(Mutation).values(**values).on_conflict_do_nothing(index_elements=["mutation_id"]))

@@ -17,7 +17,7 @@ from activities import names
 from genesis import feed, registry
 from genesis.db.models import EvolutionCycle, Mutation, TraitVersion
 from genesis.ids import mutation_workflow_id
-from genesis.dto import ActivationRequest, ActivationResult, RollbackRequest, RollbackResult
+from genesis.dto import ActivationRequest, ActivationResult, FailureCode, RollbackRequest, RollbackResult
 from genesis.redis_keys import Channels
 
 
@@ -49,6 +49,16 @@ def version_conflict_message(request: ActivationRequest, live: TraitVersion | No
             f"test); nothing was activated. Read GET /api/traits/{request.trait_name} and {advice}")
 
 
+def not_owner_message(request: ActivationRequest, live: TraitVersion, owner: str | None) -> str:
+    made_by = f"agent '{owner}'" if owner else "no registered agent"
+    return (f"Activation: FAILED — NOT_TRAIT_OWNER: trait '{request.trait_name}' is live as v{live.version} "
+            f"(mutation {live.mutation_id}), made by {made_by}, not by '{request.proposer_agent_id}' who proposed "
+            f"this replacement (that version went live after the proposal was checked); nothing was activated. "
+            f"Only the agent that made the live version may replace it, or an operator may approve the "
+            f"replacement (X-Operator-Key with the proposal): propose your variant under another trait_name, "
+            f"or ask an operator")
+
+
 class LifecycleActivities:
     def __init__(self, sessions: async_sessionmaker, redis: aioredis.Redis, mutations_dir: Path):
         self._sessions = sessions
@@ -61,8 +71,10 @@ class LifecycleActivities:
         nothing imports it), make it the live version and announce it.
 
         With ``check_live_version`` the live version must still be the one the proposal was based
-        on (checked under the trait's lock, in the same transaction that would supersede it);
-        otherwise nothing is written and the result names the conflict."""
+        on, and with ``proposer_agent_id`` it must have been made by that agent unless someone
+        approved replacing another agent's version (both checked under the trait's lock, in the
+        same transaction that would supersede it); otherwise nothing is written and the result
+        names the conflict."""
         async with self._sessions() as session, session.begin():
             await lock_trait(session, request.trait_name)  # one activation/rollback per trait at a time
             row = await session.scalar(select(TraitVersion).where(TraitVersion.mutation_id == request.mutation_id))
@@ -78,6 +90,16 @@ class LifecycleActivities:
                         trait_version=None, previous_version=None, registry_version=None, file_path=None,
                         conflict=version_conflict_message(request, previous), live_version=live,
                     )
+                if previous is not None and request.proposer_agent_id is not None \
+                        and request.replacement_approved_by is None:
+                    owner = await session.scalar(
+                        select(Mutation.agent_id).where(Mutation.mutation_id == previous.mutation_id))
+                    if owner != request.proposer_agent_id:
+                        return ActivationResult(
+                            trait_version=None, previous_version=None, registry_version=None, file_path=None,
+                            conflict=not_owner_message(request, previous, owner), live_version=live,
+                            conflict_code=FailureCode.NOT_TRAIT_OWNER.value,
+                        )
                 latest = await session.scalar(
                     select(func.max(TraitVersion.version)).where(TraitVersion.trait_name == request.trait_name)
                 )

@@ -39,7 +39,7 @@ async def propose_batch(body: BatchProposeRequest, request: Request, api_key: st
     if len(body.proposals) > limit:
         raise ApiError(422, "BATCH_TOO_LARGE",
                        f"{len(body.proposals)} proposals in one batch; at most {limit} (GENESIS_BATCH_MAX_ITEMS)")
-    by_operator = await operator_of(services, operator_key) is not None
+    operator = await operator_of(services, operator_key)
     if api_key or services.settings.auth == "required":
         await authenticate(services, api_key)  # a bad key refuses the batch, not each item
     results: list[BatchItemResult] = []
@@ -47,7 +47,8 @@ async def propose_batch(body: BatchProposeRequest, request: Request, api_key: st
         try:
             item = BatchProposeItem.model_validate(raw)
             agent_id = await acting_agent(services, api_key, item.agent_id)
-            accepted = await accept_proposal(services, request, item, agent_id, item.idempotency_key, by_operator)
+            accepted = await accept_proposal(services, request, item, agent_id, item.idempotency_key,
+                                             operator.label if operator is not None else None)
             results.append(BatchItemResult(index=index, status_code=202, **accepted.model_dump()))
         except ValidationError as exc:
             results.append(BatchItemResult(index=index, status_code=422, **validation_error_body(exc.errors())))

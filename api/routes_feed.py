@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import re
 
 from fastapi import APIRouter, Query, Request, WebSocket
 from redis.exceptions import RedisError
@@ -19,16 +18,16 @@ from genesis import feed
 from genesis.redis_keys import FEED_STREAM
 
 router = APIRouter(tags=["evolution"])
-_STREAM_ID = re.compile(feed.STREAM_ID_PATTERN)
 MAX_LIMIT = 500
 CLOSE_POLICY_VIOLATION = 1008
 BLOCK_MS = 1000
 
 
 def _check_after(after: str | None) -> str | None:
-    if after is not None and not _STREAM_ID.match(after):
-        raise ValueError(f"after {after!r} is not a stream id (<milliseconds>-<sequence>, e.g. 1764107112412-0, "
-                         "the id of a message you have read)")
+    """``after`` if it is a stream id; else ValueError saying the expected form (never the value
+    itself: it is the client's, of any length and content)."""
+    if after is not None and not feed.is_stream_id(after):
+        raise ValueError(f"must be {feed.STREAM_ID_FORM}")
     return after
 
 
@@ -42,7 +41,8 @@ async def read_feed(request: Request, after: str | None = Query(default=None, de
     try:
         _check_after(after)
     except ValueError as exc:
-        raise ApiError(422, "VALIDATION_ERROR", f"after: {exc}", extra={"errors": [{"field": "after", "message": str(exc)}]}) from exc
+        raise ApiError(422, "VALIDATION_ERROR", f"query.after: {exc}",
+                       extra={"errors": [{"field": "query.after", "message": str(exc)}]}) from exc
     try:
         messages = await feed.read(request.app.state.services.redis, after, limit)
     except (RedisError, OSError) as exc:
@@ -59,7 +59,7 @@ async def follow_feed(websocket: WebSocket) -> None:
         after = _check_after(websocket.query_params.get("after"))
     except ValueError as exc:
         await websocket.accept()
-        await websocket.send_text(json.dumps({"error": "VALIDATION_ERROR", "detail": f"after: {exc}"}))
+        await websocket.send_text(json.dumps({"error": "VALIDATION_ERROR", "detail": f"query.after: {exc}"}))
         await websocket.close(code=CLOSE_POLICY_VIOLATION, reason="VALIDATION_ERROR")
         return
     await websocket.accept()

@@ -78,7 +78,7 @@ async def propose(
         operator = await operator_of(services, operator_key)
         agent_id = await acting_agent(services, api_key, body.agent_id)
         accepted = await accept_proposal(services, request, body, agent_id, idempotency_key,
-                                         by_operator=operator is not None)
+                                         operator=operator.label if operator is not None else None)
     except ApiError as exc:
         count_proposal("single", exc.error)
         raise
@@ -87,16 +87,17 @@ async def propose(
 
 
 async def accept_proposal(services, request: Request, body: ProposeRequest, agent_id: str,
-                          idempotency_key: str | None, by_operator: bool = False) -> ProposeResponse:
+                          idempotency_key: str | None, operator: str | None = None) -> ProposeResponse:
     """Record a proposal of ``agent_id`` and start its workflow (rate limits taken), or raise the
     ApiError a single proposal would get. Shared by the single and the batch propose.
-    ``by_operator``: an operator key came with it (it may replace another agent's live trait)."""
+    ``operator``: the label of the operator key that came with it (it may replace another
+    agent's live trait; recorded as the replacement's approval)."""
     if body.notify_url:
         await _check_receiver(services.settings, body.notify_url)
     mutation_id = mutation_id_for_idempotency_key(agent_id, idempotency_key) if idempotency_key else new_mutation_id()
     try:  # one pooled connection for the whole admission (genesis/proposal_store.py: why)
         async with proposal_store.connection(services.pg) as conn:
-            return await _admit(services, conn, request, body, agent_id, idempotency_key, mutation_id, by_operator)
+            return await _admit(services, conn, request, body, agent_id, idempotency_key, mutation_id, operator)
     except POSTGRES_ERRORS as exc:
         raise db_down(exc) from exc
 
@@ -114,13 +115,13 @@ async def _check_receiver(settings, notify_url: str) -> None:
 
 
 async def _admit(services, conn, request: Request, body: ProposeRequest, agent_id: str,
-                 idempotency_key: str | None, mutation_id: str, by_operator: bool) -> ProposeResponse:
+                 idempotency_key: str | None, mutation_id: str, operator: str | None) -> ProposeResponse:
     if idempotency_key:  # a retry of an accepted proposal is answered without touching the limits
         existing = await proposal_store.proposal(conn, mutation_id)
         if existing is not None:
             return _same_proposal(existing, body)
     # 403 NOT_TRAIT_OWNER, 409 TRAIT_EXISTS / TRAIT_NOT_LIVE / VERSION_CONFLICT
-    target = await check_replacement(services, conn, body, agent_id, by_operator)
+    target = await check_replacement(services, conn, body, agent_id, operator)
     await check_proposal_claim(request, body.task_id, agent_id)  # 409 if another agent holds the task
     ip = request.client.host if request.client else "unknown"
     decision = await _take_rate_limit(services, agent_id, ip, mutation_id)
@@ -135,7 +136,7 @@ async def _admit(services, conn, request: Request, body: ProposeRequest, agent_i
             conn, mutation_id=record.mutation_id, agent_id=record.agent_id, task_id=record.task_id,
             trait_name=record.trait_name, goal=record.goal, code=record.code, workflow_id=record.workflow_id,
             client_ip=record.client_ip, notify_url=record.notify_url, replaces_trait=record.replaces_trait,
-            replaces_version=record.replaces_version,
+            replaces_version=record.replaces_version, replacement_approved_by=record.replacement_approved_by,
         )
     except Exception:  # nothing was recorded: give the quota back
         if not decision.already_held:
@@ -228,7 +229,7 @@ async def load_own_mutation(request: Request, mutation_id: str, api_key: str | N
         caller = await acting_agent(services, api_key, None)
     record = await _load(request, mutation_id)
     if operator is not None:
-        return Authorised(record, by=f"operator '{operator.name}'")
+        return Authorised(record, by=operator.label)
     if caller is None or caller == record.agent_id:
         return Authorised(record)
     replaced = await _replaced_version_owner(request, record) if replaced_owner_may else None
@@ -278,7 +279,8 @@ def status_response(record: Mutation, quarantine: TraitQuarantine | None = None)
         trait_version=record.trait_version, fitness_verdict=record.fitness_verdict,
         rollback_reason=record.rollback_reason, notify_url=record.notify_url,
         replaces=replaces_ref(record), replaced_version=record.replaced_version,
-        restored_version=record.restored_version, quarantine=quarantine_info(quarantine),
+        restored_version=record.restored_version, replacement_approved_by=record.replacement_approved_by,
+        quarantine=quarantine_info(quarantine),
     )
 
 

@@ -49,37 +49,39 @@ ERRORS = {
 class ProposalTarget:
     """What a proposal does to its trait, as checked at propose time: modify the live version
     (``replaces``) or add a new trait (``require_new``: activation refuses to overwrite one that
-    went live meanwhile — GENESIS_TRAIT_EXISTS_POLICY=reject)."""
+    went live meanwhile — GENESIS_TRAIT_EXISTS_POLICY=reject); ``approved_by``: the operator who
+    allowed it to replace a version another agent made (activation checks the owner again)."""
 
     replaces: TraitRef | None = None
     require_new: bool = False
+    approved_by: str | None = None
 
     def record_fields(self) -> dict[str, Any]:
         """Columns of the mutation record."""
-        if self.replaces is None:
-            return {}
-        return {"replaces_trait": self.replaces.trait_name, "replaces_version": self.replaces.version}
-
-    def workflow_fields(self) -> dict[str, Any]:
-        """Fields of the MutationInput (checked again inside the activation's transaction)."""
-        return {"replaces": self.replaces, "require_new": self.require_new}
+        fields: dict[str, Any] = {"replacement_approved_by": self.approved_by}
+        if self.replaces is not None:
+            fields.update(replaces_trait=self.replaces.trait_name, replaces_version=self.replaces.version)
+        return fields
 
 
 async def check_replacement(services, conn: asyncpg.Connection, body: ProposeRequest, agent_id: str,
-                            by_operator: bool = False) -> ProposalTarget:
+                            operator: str | None = None) -> ProposalTarget:
     """Called by ``accept_proposal`` (on its connection, genesis/proposal_store.py) before any
     limit is charged. ``replaces`` must name a live
     trait (409 TRAIT_NOT_LIVE) at the given version, if any (409 VERSION_CONFLICT); without
     ``replaces`` a live trait_name is 409 TRAIT_EXISTS unless GENESIS_TRAIT_EXISTS_POLICY=replace.
-    A live version is replaced only by its owner, or by an operator (403 NOT_TRAIT_OWNER).
-    The answer only reflects the moment of the proposal: activation checks the version again."""
+    A live version is replaced only by its owner, or with an ``operator``'s approval (the label
+    of the X-Operator-Key that came with it; else 403 NOT_TRAIT_OWNER). The answer only reflects
+    the moment of the proposal: activation checks the version and its owner again."""
     name = body.trait_name
     reject_existing = services.settings.trait_exists_policy == "reject"
+    may_replace = body.replaces is not None or not reject_existing
+    approved_by = operator if may_replace else None
     live = await proposal_store.live_trait(conn, name)
-    if live is not None and (body.replaces is not None or not reject_existing) and not by_operator:
+    if live is not None and may_replace and approved_by is None:
         check_owner(name, live, agent_id)
     if body.replaces is None and not reject_existing:
-        return ProposalTarget()
+        return ProposalTarget(approved_by=approved_by)
     if body.replaces is None:
         if live is not None:
             raise ApiError(
@@ -108,7 +110,7 @@ async def check_replacement(services, conn: asyncpg.Connection, body: ProposeReq
             f"v{live['version']}",
             extra={"live_version": live["version"]},
         )
-    return ProposalTarget(replaces=TraitRef(trait_name=name, version=wanted))
+    return ProposalTarget(replaces=TraitRef(trait_name=name, version=wanted), approved_by=approved_by)
 
 
 def check_owner(name: str, live, agent_id: str) -> None:

@@ -61,7 +61,8 @@ class ReplacesRef(BaseModel):
         default=None, ge=1, le=MAX_TRAIT_VERSION,
         description="Optional optimistic-concurrency check: the version you read as live (GET /api/traits/{name}). "
         "If another version is live at propose time the answer is 409 VERSION_CONFLICT; if it changes before "
-        "activation the mutation ends rejected with VERSION_CONFLICT. Left out: replace whatever is live then",
+        "activation the mutation ends rejected with VERSION_CONFLICT. Left out: replace whatever is live then, "
+        "if your agent made it (or an operator approved the proposal): else rejected with NOT_TRAIT_OWNER",
     )
 
 
@@ -185,6 +186,10 @@ class MutationStatusResponse(BaseModel):
         default=None, description="After activation: the version it actually replaced (null: none was live)")
     restored_version: int | None = Field(
         default=None, description="After a rollback: the version of the trait that was live again (null: none)")
+    replacement_approved_by: str | None = Field(
+        default=None, description="Who allowed it to replace a version another agent made: an operator whose "
+                                  "X-Operator-Key came with the proposal, or the built-in evolution (null: it "
+                                  "replaces only its own agent's versions, checked again at activation)")
     quarantine: QuarantineInfo | None = Field(
         default=None, description="Set once the engine quarantined its trait (status becomes rolled_back, "
                                   "rollback_reason 'quarantined: ...', within seconds); null otherwise")

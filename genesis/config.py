@@ -105,7 +105,8 @@ class Settings(BaseSettings):
     # A proposal without ``replaces`` whose trait_name is already live. reject (default): 409
     # TRAIT_EXISTS at propose time, and activation refuses (VERSION_CONFLICT) if a version went
     # live meanwhile, so nothing is overwritten by accident; replace: the old implicit behaviour
-    # (it becomes the next version of the trait, replacing whatever is live at activation).
+    # (it becomes the next version of the trait, replacing whatever is live at activation, if
+    # its owner is the proposer: NOT_TRAIT_OWNER otherwise, at propose time and at activation).
     trait_exists_policy: Literal["reject", "replace"] = "reject"
 
     # Rate limits of open-mutation-api.md (Redis, atomic). Raise them for load tests.

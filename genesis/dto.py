@@ -51,6 +51,9 @@ class FailureCode(str, Enum):
     # At activation the trait's live version was not the one the proposal was based on (its
     # ``replaces.version``, or "none live" for a new trait): another mutation went live meanwhile.
     VERSION_CONFLICT = "VERSION_CONFLICT"
+    # At activation the trait's live version was made by another agent (it went live after the
+    # proposal was checked) and no operator approved replacing it.
+    NOT_TRAIT_OWNER = "NOT_TRAIT_OWNER"
 
 
 class TraitRef(BaseModel):
@@ -85,6 +88,9 @@ class MutationInput(BaseModel):
     # version that went live meanwhile; both default to the old, unchecked behaviour.
     replaces: TraitRef | None = None
     require_new: bool = False
+    # Who allowed replacing a version another agent made (mutations.replacement_approved_by);
+    # without it activation replaces only a live version the proposer made itself.
+    replacement_approved_by: str | None = None
     # A re-run after an infrastructure failure (POST /api/mutations/{id}/retry): its webhook ids
     # carry the run, so receivers that deduplicate on webhook-id do not drop the new run's changes.
     retried: bool = False
@@ -183,6 +189,11 @@ class ActivationRequest(BaseModel):
     # may be live), else nothing is activated and the result carries the conflict.
     check_live_version: bool = False
     expected_live_version: int | None = None
+    # Ownership, checked in the same transaction: a live version made by another agent than
+    # ``proposer_agent_id`` is replaced only with ``replacement_approved_by``. None (requests
+    # recorded before the check existed): not checked.
+    proposer_agent_id: str | None = None
+    replacement_approved_by: str | None = None
 
 
 class ActivationResult(BaseModel):
@@ -190,7 +201,8 @@ class ActivationResult(BaseModel):
     previous_version: int | None
     registry_version: int | None
     file_path: str | None
-    conflict: str | None = None  # why nothing was activated (VERSION_CONFLICT)
+    conflict: str | None = None  # why nothing was activated (the validation_log line)
+    conflict_code: str = FailureCode.VERSION_CONFLICT.value  # or NOT_TRAIT_OWNER
     live_version: int | None = None  # the live version found, with a conflict
 
 

@@ -10,6 +10,7 @@ followers: ``WS /ws/feed``). Every message has the same keys: ``agent``, ``actio
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any
 
@@ -69,4 +70,18 @@ async def wait_new(redis: aioredis.Redis, after: str, block_ms: int = 1000, limi
     return [_entry(i, f) for _, entries in result or [] for i, f in entries]
 
 
-STREAM_ID_PATTERN = r"^\d{1,20}-\d{1,20}$"
+_STREAM_ID = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
+_STREAM_ID_MAX = 2**64 - 1
+STREAM_ID_FORM = ("a stream id <milliseconds>-<sequence>: two whole numbers below 2^64 in ASCII digits (e.g. "
+                  "1764107112412-0, the id of a feed message you have read; 0-0: from the oldest)")
+
+
+def is_stream_id(value: str) -> bool:
+    """Whether Redis takes ``value`` as the exclusive start of a read (else it answers an error,
+    which must not look like Redis being down): each number at most 2^64-1, and not the largest
+    id, after which nothing can come."""
+    found = _STREAM_ID.fullmatch(value)
+    if found is None:
+        return False
+    ms, seq = int(found[1]), int(found[2])
+    return ms <= _STREAM_ID_MAX and seq <= _STREAM_ID_MAX and (ms, seq) != (_STREAM_ID_MAX, _STREAM_ID_MAX)

@@ -27,6 +27,11 @@ class Operator:
     name: str
     key_prefix: str
 
+    @property
+    def label(self) -> str:
+        """How records name the operator (e.g. a mutation's replacement_approved_by)."""
+        return f"operator '{self.name}'"
+
 
 class OperatorKeyError(ValueError):
     pass

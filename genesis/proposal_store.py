@@ -33,8 +33,8 @@ _PROPOSAL = ("SELECT mutation_id, status, code, trait_name, replaces_trait, repl
              "FROM mutations WHERE mutation_id = $1")
 _INSERT = (
     "INSERT INTO mutations (mutation_id, agent_id, task_id, trait_name, goal, code, status, validation_log, "
-    "workflow_id, client_ip, notify_url, replaces_trait, replaces_version) "
-    "VALUES ($1, $2, $3, $4, $5, $6, $7, '[]'::jsonb, $8, $9, $10, $11, $12) "
+    "workflow_id, client_ip, notify_url, replaces_trait, replaces_version, replacement_approved_by) "
+    "VALUES ($1, $2, $3, $4, $5, $6, $7, '[]'::jsonb, $8, $9, $10, $11, $12, $13) "
     "ON CONFLICT (mutation_id) DO NOTHING RETURNING 1"
 )
 
@@ -91,11 +91,11 @@ async def proposal(conn: asyncpg.Connection, mutation_id: str) -> asyncpg.Record
 async def insert_proposal(conn: asyncpg.Connection, *, mutation_id: str, agent_id: str, task_id: str | None,
                           trait_name: str, goal: str, code: str, workflow_id: str, client_ip: str | None,
                           notify_url: str | None, replaces_trait: str | None,
-                          replaces_version: int | None) -> bool:
+                          replaces_version: int | None, replacement_approved_by: str | None = None) -> bool:
     """Record a ``queued`` proposal; False when a row with this mutation_id exists already (the
     same Idempotency-Key, recorded by a concurrent request), which is then left as it was."""
     inserted = await conn.fetchval(
         _INSERT, mutation_id, agent_id, task_id, trait_name, goal, code, MutationStatus.queued.value,
-        workflow_id, client_ip, notify_url, replaces_trait, replaces_version,
+        workflow_id, client_ip, notify_url, replaces_trait, replaces_version, replacement_approved_by,
     )
     return inserted is not None

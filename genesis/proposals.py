@@ -11,12 +11,14 @@ from genesis.dto import MutationInput, TraitRef
 def mutation_input(record: Mutation, settings: Settings) -> MutationInput:
     """The workflow input of a recorded mutation (settings as of the start). A modification
     carries the version it replaces; a new trait under GENESIS_TRAIT_EXISTS_POLICY=reject must
-    still be new at activation (api/routes_traits.py checked both at propose time)."""
+    still be new at activation (api/routes_traits.py checked both at propose time); and who, if
+    anyone, allowed it to replace another agent's version (activation checks the owner again)."""
     replaces = (TraitRef(trait_name=record.replaces_trait, version=record.replaces_version)
                 if record.replaces_trait else None)
     return MutationInput(
         replaces=replaces,
         require_new=replaces is None and settings.trait_exists_policy == "reject",
+        replacement_approved_by=record.replacement_approved_by,
         mutation_id=record.mutation_id, agent_id=record.agent_id, trait_name=record.trait_name,
         code=record.code, goal=record.goal, task_id=record.task_id,
         activate=settings.activate_mutations,

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+
+import httpx
 import pytest
 from sqlalchemy import func, select
 
 from genesis.db.models import Mutation
+from genesis.harness import api_process, free_port, wait_for_api
 from genesis.db.session import get_sessionmaker
 from tests import traits
 
@@ -114,6 +118,62 @@ async def test_health_reports_each_dependency(http):
     assert set(deps) == {"postgres", "redis", "temporal", "worker"}
     assert all(d["status"] == "ok" for d in deps.values()), deps
     assert deps["worker"]["pollers"] >= 1
+
+
+async def test_health_names_a_down_dependency_without_its_message(settings, worker):
+    """Postgres with a database that does not exist, Redis and Temporal on a closed port: each is
+    down, and the answer says only which and the kind of failure; the exceptions (database name,
+    addresses) are in the API's log."""
+    secret_db = "genesis_health_secret_db"
+    closed = free_port()
+    broken = settings.model_copy(update={
+        "api_port": free_port(),
+        "database_url": settings.database_url.rsplit("/", 1)[0] + f"/{secret_db}",
+        "redis_url": f"redis://127.0.0.1:{closed}/0",
+        "temporal_address": f"127.0.0.1:{closed}",
+    })
+    process = api_process(broken, "api-health-down")
+    process.start()
+    try:
+        url = await asyncio.to_thread(wait_for_api, process)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as client:
+            response = await client.get("/api/health")
+    finally:
+        process.stop()
+    assert response.status_code == 503, response.text
+    body = response.json()
+    assert body["status"] == "degraded" and set(body["dependencies"]) == {"postgres", "redis", "temporal", "worker"}
+    assert all(d["status"] == "down" for d in body["dependencies"].values()), body
+    for name in ("postgres", "redis"):
+        error = body["dependencies"][name]["error"]
+        assert error.startswith("not reachable: ") and error.endswith("(the API's log has the details)"), error
+    assert body["dependencies"]["postgres"]["error"].startswith("not reachable: InvalidCatalogNameError"), body
+    assert body["dependencies"]["redis"]["error"].startswith("not reachable: ConnectionError"), body
+    for leak in (secret_db, str(closed), "127.0.0.1", "does not exist", "Connection refused"):
+        assert leak not in response.text, (leak, body)
+    logged = process.log_path.read_text(errors="replace")
+    assert secret_db in logged and "health: postgres is down" in logged, "the log keeps what the answer leaves out"
+
+
+@pytest.mark.parametrize("after", [
+    "yesterday", "<script>alert(1)</script>", "1-2-3", "-1-0", "1-", "0x10-0", " 1-0", "1-0 ",
+    "99999999999999999999-0", "18446744073709551616-0", "0-18446744073709551616",
+    "18446744073709551615-18446744073709551615", "\u0661-\u0661", "\uff11-0", "1" * 5000 + "-0", "'\"%00",
+])
+async def test_feed_after_is_checked_without_echoing_it(http, after):
+    response = await http.get("/api/feed", params={"after": after})
+    assert response.status_code == 422, (after[:40], response.text[:300])
+    body = response.json()
+    assert body["error"] == "VALIDATION_ERROR" and body["errors"][0]["field"] == "query.after", body
+    assert "must be a stream id <milliseconds>-<sequence>" in body["detail"] and "below 2^64" in body["detail"]
+    assert after not in response.text and "script" not in response.text
+
+
+async def test_feed_after_takes_the_largest_ids(http):
+    for after in ("0-0", "18446744073709551615-0", "0-18446744073709551615", "18446744073709551615-18446744073709551614"):
+        response = await http.get("/api/feed", params={"after": after})
+        assert response.status_code == 200, (after, response.text)
+        assert response.json()["last_id"] == after or response.json()["messages"], response.text
 
 
 async def test_openapi_docs_are_served(http):

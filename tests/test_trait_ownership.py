@@ -1,16 +1,22 @@
 """Nobody takes over another agent's trait: a replacement by anyone but the owner of the live
 version is 403 (single and batch propose, with replaces and under the permissive policy); an
 operator may replace it; the owner of the replaced version may roll the replacement back, and v1
-is live again; a rollback of a version that is not live says so."""
+is live again; a rollback of a version that is not live says so; and activation checks the owner
+again, so a version that went live after the proposal was checked is not taken over."""
 
 from __future__ import annotations
 
 import httpx
 import pytest
 
+from genesis.harness import worker_process
 from tests import agents
-from tests.test_lifecycle import wait_for_status
+from tests.test_lifecycle import replay_and_maybe_record, wait_for_status
 from tests.test_modify_trait import code, fresh_name, go_live, propose
+
+
+# Proposals made through an API on this queue wait until a test starts a worker that polls it.
+HELD = "genesis-test-ownership-held"
 
 
 @pytest.fixture(scope="module")
@@ -114,3 +120,73 @@ async def test_rolling_back_a_replaced_version_says_what_is_live(client):
     await http.post(f"/api/mutations/{v2['mutation_id']}/rollback", headers=alice.headers)
     await wait_for_status(http, v2["mutation_id"], {"rolled_back"}, 60)
     assert await live_version(http, name) is None  # v1 was rolled back: nothing to restore
+
+
+async def test_ownership_is_checked_again_at_activation(client, start_api, settings, temporal_client):
+    """Alice's proposals that replace whatever is live pass the owner check while her v1 is live
+    and then wait (no worker polls their task queue). Alice's v1 goes out and Bob's new trait of
+    that name goes live as v2. When a worker takes the proposals up, activation finds another
+    agent's version live: Alice's (with ``replaces`` without a version, and one under the
+    permissive policy without ``replaces``) end rejected NOT_TRAIT_OWNER and nothing of hers
+    goes live; Carol's, approved by an operator when she proposed it, replaces v2."""
+    http = client
+    alice, bob, carol = [await agents.register(http, n) for n in ("alice-early", "bob-later", "carol-approved")]
+    operator = await agents.operator(settings)
+    name = fresh_name("contested")
+    v1 = await go_live(http, alice, name)
+
+    held = await start_api("api-ownership-held", task_queue=HELD, observation_window_ticks=1_000_000_000)
+    held_permissive = await start_api("api-ownership-held-replace", task_queue=HELD, trait_exists_policy="replace",
+                                      observation_window_ticks=1_000_000_000)
+    async with httpx.AsyncClient(base_url=held, timeout=30) as queued, \
+            httpx.AsyncClient(base_url=held_permissive, timeout=30) as queued_permissive:
+        responses = [
+            await propose(queued, alice, name, code(), {"trait_name": name}),
+            await propose(queued_permissive, alice, name, code()),
+            await queued.post("/api/mutations/propose", headers={**carol.headers, **operator.headers}, json={
+                "trait_name": name, "goal": "approved takeover", "code": code(), "replaces": {"trait_name": name}}),
+        ]
+    assert [r.status_code for r in responses] == [202, 202, 202], [r.text for r in responses]
+    with_replaces, implicit, approved = [r.json()["mutation_id"] for r in responses]
+    recorded = {i: (await http.get(f"/api/mutations/{i}/status")).json() for i in (with_replaces, implicit, approved)}
+    assert [recorded[i]["status"] for i in recorded] == ["queued"] * 3
+    assert recorded[approved]["replacement_approved_by"] == f"operator '{operator.name}'"
+    assert recorded[with_replaces]["replacement_approved_by"] is None
+    assert recorded[implicit]["replacement_approved_by"] is None
+
+    assert (await http.post(f"/api/mutations/{v1['mutation_id']}/rollback", headers=alice.headers)).status_code == 202
+    await wait_for_status(http, v1["mutation_id"], {"rolled_back"}, 60)
+    v2 = await go_live(http, bob, name)
+    assert v2["trait_version"] == 2 and v2["replaced_version"] is None
+
+    worker = worker_process(settings.model_copy(update={"task_queue": HELD}), "worker-ownership-held")
+    worker.start()
+    try:
+        finals = {i: await wait_for_status(http, i, {"activated", "rejected", "failed"}, 180)
+                  for i in (with_replaces, implicit, approved)}
+        taken = finals[approved]
+        assert taken["status"] == "activated", taken
+        assert taken["trait_version"] == 3 and taken["replaced_version"] == 2
+        # Carol's v3 may have gone live before or after Alice's proposals were refused: neither is hers.
+        live_then = {2: (v2["mutation_id"], bob.agent_id), 3: (approved, carol.agent_id)}
+        for mutation_id in (with_replaces, implicit):
+            refused = finals[mutation_id]
+            assert refused["status"] == "rejected" and refused["failure_reason_code"] == "NOT_TRAIT_OWNER", refused
+            assert refused["trait_version"] is None and refused["replaced_version"] is None
+            assert any(line.startswith("Sandbox: OK") for line in refused["validation_log"]), "it passed its sandbox"
+            last = refused["validation_log"][-1]
+            assert last.startswith(f"Activation: FAILED — NOT_TRAIT_OWNER: trait '{name}' is live as v"), last
+            version = int(last.split(" is live as v", 1)[1].split(" ", 1)[0])
+            owner_mutation, owner = live_then[version]
+            assert f"(mutation {owner_mutation}), made by agent '{owner}', not by '{alice.agent_id}'" in last, last
+            assert "nothing was activated" in last and "an operator may approve the replacement" in last, last
+
+        detail = (await http.get(f"/api/traits/{name}")).json()
+        assert detail["live_version"] == 3 and detail["live"]["agent_id"] == carol.agent_id
+        assert [(v["version"], v["status"], v["agent_id"]) for v in detail["versions"]] == [
+            (3, "active", carol.agent_id), (2, "superseded", bob.agent_id), (1, "rolled_back", alice.agent_id)]
+        await replay_and_maybe_record(temporal_client, with_replaces, "mutation_not_trait_owner")
+        await http.post(f"/api/mutations/{approved}/rollback", headers=operator.headers)
+        assert (await wait_for_status(http, approved, {"rolled_back"}, 60))["restored_version"] == 2
+    finally:
+        worker.stop()

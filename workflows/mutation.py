@@ -289,6 +289,7 @@ class MutationWorkflow:
         request = ActivationRequest(
             mutation_id=mutation.mutation_id, trait_name=mutation.trait_name,
             class_name=outcome.class_name or "", code=mutation.code, code_hash=outcome.code_hash or "",
+            proposer_agent_id=mutation.agent_id, replacement_approved_by=mutation.replacement_approved_by,
         )
         expects = _expected_live_version(mutation)
         if expects is not None and workflow.patched(VERSION_CHECK_PATCH):
@@ -302,8 +303,8 @@ class MutationWorkflow:
             retry_policy=LIFECYCLE_RETRY,
         )
         if activation.conflict is not None:  # the live version changed while it was in its sandbox test
-            log.append(activation.conflict)
-            return await self._finish(MutationStatus.rejected, FailureCode.VERSION_CONFLICT.value, log)
+            log.append(activation.conflict)  # VERSION_CONFLICT, or NOT_TRAIT_OWNER: another agent's is live now
+            return await self._finish(MutationStatus.rejected, activation.conflict_code, log)
         replaced = f", replacing v{activation.previous_version}" if activation.previous_version else ""
         log.append(
             f"Activation: trait_{mutation.trait_name}_v{activation.trait_version}.py is live "

@@ -49,6 +49,10 @@ class Mutation(Base):
     replaces_version: Mapped[int | None] = mapped_column()
     replaced_version: Mapped[int | None] = mapped_column()
     restored_version: Mapped[int | None] = mapped_column()
+    # Who allowed it to replace a version another agent made (migration 0011): an operator whose
+    # X-Operator-Key came with the proposal, or the built-in evolution. None: only the proposer's
+    # own versions may be replaced (checked at propose time and again at activation).
+    replacement_approved_by: Mapped[str | None] = mapped_column(String(160))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
