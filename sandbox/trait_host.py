@@ -44,9 +44,9 @@ this program connects to (the live engine's private channel, see sandbox/contain
       -> {"ok": true, "op": "views", "tick": N, "intent_groups": [COLUMNS, ...],
           "results": {TRAIT: {"calls": n, "total_us": t, "max_us": m, "errors": [...],
           "error_count": k, "timeouts": [ids], "blocks": b}}}
-      One group of intent columns (see ``encode_intents``) per worker that ran, in the order of
-      each worker's first trait in ``run``; within a group an entity's intents are those of its
-      traits in ``run`` order. A trait's result may also say "killed": why (its worker was killed
+      One group of intent columns (see ``IntentColumns``) per trait that ran, entities ascending
+      within each: the groups of each worker in the order of its first trait in ``run``, each
+      worker's in ``run`` order. An entity's intents are its groups' in that order. A trait's result may also say "killed": why (its worker was killed
       while it ran; "confirmed": true when it ran alone) or "lost": why (its worker was killed
       for another trait's fault or the machine was too busy: nobody's fault, no intents).
 Attachments: a line with "attachment": N is followed by N raw bytes, which columns name by
@@ -352,9 +352,11 @@ class Supervisor:
             if got is None:
                 continue
             reply, reply_attachment = got
-            group = checked_group(reply.get("intent_columns"), len(blob), len(reply_attachment))
+            worker_groups = reply.get("intent_groups")
+            worker_groups = ([checked_group(g, len(blob), len(reply_attachment)) for g in worker_groups]
+                             if type(worker_groups) is list and len(worker_groups) <= len(names) else [None])
             worker_results = reply.get("results")
-            if not reply.get("ok") or group is None or type(worker_results) is not dict:
+            if not reply.get("ok") or None in worker_groups or type(worker_results) is not dict:
                 why = "its process sent an unusable reply: %s" % str(reply.get("error", "malformed"))[:200]
                 for name in names:
                     results[name] = failed_result(why)
@@ -362,7 +364,7 @@ class Supervisor:
             for name in names:
                 results[name] = checked_result(worker_results.get(name))
             blob += reply_attachment
-            groups.append(group)
+            groups.extend(worker_groups)
         out = {"ok": True, "op": "views", "tick": msg.get("tick") if type(msg.get("tick")) is int else None,
                "results": results, "intent_groups": groups}
         return (out, bytes(blob)) if attachment is not None else out
@@ -775,14 +777,14 @@ class Worker:
                                                                    tuple(fields), world)
         proxy_class, bind = made
         bind(columns, sets)
-        merged, results = {}, {}
+        intents, results = {}, {}
         # No cyclic GC pass inside a timed trait call (at thousands of rows a full pass takes
         # milliseconds of CPU and would be charged to whichever call it interrupted).
         gc_was_on = gc.isenabled()
         gc.disable()
         try:
             self.run_views(msg["run"], sets, columns[fields.index("traits")], columns[fields.index("id")],
-                           proxy_class, merged, results)
+                           proxy_class, intents, results)
         finally:
             if gc_was_on:
                 gc.enable()
@@ -791,14 +793,11 @@ class Worker:
         for result in results.values():
             result["blocks"] = blocks
         reply = {"ok": True, "op": "views", "results": results}
-        if attachment is not None:  # answered in kind: raw bytes
-            blob = bytearray()
-            reply["intent_columns"] = encode_intents(merged, blob)
-            return reply, bytes(blob)
-        reply["intent_columns"] = encode_intents(merged)
-        return reply
+        blob = bytearray() if attachment is not None else None  # answered in kind: raw bytes
+        reply["intent_groups"] = [columns.encode(blob) for columns in intents.values()]
+        return (reply, bytes(blob)) if blob is not None else reply
 
-    def run_views(self, run, sets, set_column, id_column, proxy_class, merged, results):
+    def run_views(self, run, sets, set_column, id_column, proxy_class, intents, results):
         """Each trait of ``run`` on the rows whose trait set holds it; a proxy is a row index."""
         everyone = range(len(id_column))
         for name in run:
@@ -813,14 +812,16 @@ class Worker:
                 ids = [id_column[i] for i in rows]
             self.status[1] = self.index[name]
             try:
-                results[name] = self.run_calls(name, ids, rows, proxy_class, merged)
+                intents[name] = IntentColumns()
+                results[name] = self.run_calls(name, ids, rows, proxy_class, intents[name])
             finally:
                 self.status[1] = 0
 
-    def run_calls(self, name, ids, items, proxy_class, merged):
+    def run_calls(self, name, ids, items, proxy_class, intents):
         """``execute(proxy_class(item, intents))`` of trait ``name`` for each entity, under the
-        CPU watchdog; intents are merged into ``merged`` by entity id. One clock read per call
-        (each call's time runs from the previous read, so it includes the loop's own share)."""
+        CPU watchdog; its intents go into ``intents`` (an IntentColumns) as they are made. One
+        clock read per call (each call's time runs from the previous read, so it includes the
+        loop's own share)."""
         cls = self.classes[name]
         instances = self.instances[name]
         status = self.status
@@ -834,7 +835,8 @@ class Worker:
         started = last = clock()
         try:
             for entity_id, item in zip(ids, items):
-                recorded = []
+                intents.entity_id = entity_id
+                intents.in_call = 0
                 watchdog.calls += 1
                 status[0] = watchdog.calls  # the supervisor times each call from outside
                 try:
@@ -843,7 +845,7 @@ class Worker:
                     if instance is None:
                         instance = cls()
                     kept[entity_id] = instance
-                    drive(instance.execute(proxy_class(item, recorded)))
+                    drive(instance.execute(proxy_class(item, intents)))
                     watchdog.in_call = False
                 except TraitTimeout:
                     watchdog.in_call = False
@@ -853,12 +855,6 @@ class Worker:
                     error_count += 1
                     if len(errors) < MAX_REPORTED_ERRORS:
                         errors.append({"entity_id": entity_id, "error": describe(exc)})
-                if recorded:
-                    have = merged.get(entity_id)
-                    if have is None:
-                        merged[entity_id] = recorded
-                    else:
-                        have.extend(recorded)
                 now = clock()
                 if now - last > max_s:
                     max_s = now - last
@@ -903,37 +899,94 @@ def safe_builtins(allowed):
     return names
 
 
+async def _coroutine():
+    pass
+
+
+_sample = _coroutine()
+COROUTINE = type(_sample)
+_sample.close()
+
+
 def drive(coro):
-    """Run a coroutine that never suspends: one send() finishes it (~100 ns, no event loop)."""
-    if not hasattr(coro, "send"):
+    """Run a coroutine that never suspends, with no event loop: one step of its awaitable
+    finishes it. (``next`` with a default ends it without raising StopIteration, which
+    costs ~0.7 µs a call.) A coroutine whose frame is still there after the step suspended."""
+    if type(coro) is not COROUTINE:
         raise TypeError("execute() must be declared 'async def'")
-    try:
-        coro.send(None)
-    except StopIteration:
-        return
-    coro.close()
-    raise RuntimeError("execute() awaited something that suspends; traits must not block")
+    next(coro.__await__(), None)
+    if coro.cr_frame is not None:
+        coro.close()
+        raise RuntimeError("execute() awaited something that suspends; traits must not block")
 
 
 class IntentMethods:
-    """The entity methods that become intents."""
+    """The entity methods that become intents (recorded straight into the trait's columns)."""
 
     __slots__ = ()
 
     def move(self, dx, dy):
-        record(self._intents, ["move", plain(dx), plain(dy)])
+        self._intents.add("m", -1, plain(dx), plain(dy))
 
     def move_towards(self, x, y):
-        record(self._intents, ["move_towards", plain(x), plain(y)])
+        self._intents.add("t", -1, plain(x), plain(y))
 
     def eat(self):
-        record(self._intents, ["eat"])
+        self._intents.add("e", -1, NAN, NAN)
 
 
-def record(intents, intent):
-    if len(intents) >= MAX_INTENTS_PER_CALL:
-        raise TraitLimit("more than %d intents in one call" % MAX_INTENTS_PER_CALL)
-    intents.append(intent)
+NAN = math.nan
+
+
+class IntentColumns:
+    """One trait's intents of one tick as columns, in the order they are made (entity by entity,
+    ascending, as the rows come): ``entity``, ``kind`` (one letter each: s set, m move,
+    t move_towards, e eat), ``attr`` (index into ``names``, -1 if not a set), ``a``/``b`` (the
+    float arguments, NaN if none) and ``other``: [index, slot, value] for each argument that is
+    not a finite float (ints, strings, markers), so nothing is coerced here. ``entity_id`` is
+    the entity of the call running now; ``in_call`` counts its intents."""
+
+    __slots__ = ("entity_id", "in_call", "limit", "entity", "kinds", "attr", "a", "b", "other", "names")
+
+    def __init__(self, limit=None):
+        self.entity_id = 0
+        self.in_call = 0
+        self.limit = MAX_INTENTS_PER_CALL if limit is None else limit
+        self.entity, self.kinds, self.attr, self.a, self.b, self.other = [], [], [], [], [], []
+        self.names = {}
+
+    def add(self, kind, attr, first, second):
+        if self.in_call >= self.limit:
+            raise TraitLimit("more than %d intents in one call" % self.limit)
+        self.in_call += 1
+        i = len(self.kinds)
+        self.entity.append(self.entity_id)
+        self.kinds.append(kind)
+        self.attr.append(attr)
+        if type(first) is float and first - first == 0.0:
+            self.a.append(first)
+        else:
+            self.a.append(NAN)
+            if kind != "e":
+                self.other.append([i, 0, first])
+        if type(second) is float and second - second == 0.0:
+            self.b.append(second)
+        else:
+            self.b.append(NAN)
+            if kind == "m" or kind == "t":
+                self.other.append([i, 1, second])
+
+    def add_set(self, name, value):
+        at = self.names.get(name)
+        if at is None:
+            at = self.names[name] = len(self.names)
+        self.add("s", at, value, NAN)
+
+    def encode(self, blob=None):
+        """The columns on the wire: arrays packed (raw bytes appended to ``blob``, or base64)."""
+        return {"count": len(self.kinds), "entity": pack_ints(self.entity, blob), "kind": "".join(self.kinds),
+                "attr": pack_ints(self.attr, blob), "names": list(self.names), "a": pack("d", self.a, blob),
+                "b": pack("d", self.b, blob), "other": self.other}
 
 
 ARRAY_CODES = {"f8": "d", "i8": "q", "i4": "i"}
@@ -1001,9 +1054,9 @@ def make_column_proxy_class(readable, writable, fields, world):
         __slots__ = ("_row", "_intents", "_writes")
 
         def __init__(self, row, intents):
-            object.__setattr__(self, "_row", row)
-            object.__setattr__(self, "_intents", intents)
-            object.__setattr__(self, "_writes", None)
+            set_row(self, row)  # the slots' own setters: __setattr__ is the trait's
+            set_intents(self, intents)
+            set_writes(self, None)
 
         def __getattr__(self, name):  # only reached for names that are not readable
             raise AttributeError("entity has no attribute %r in Entity API v1" % name)
@@ -1011,11 +1064,11 @@ def make_column_proxy_class(readable, writable, fields, world):
         def __setattr__(self, name, value):
             if name not in writable:
                 raise AttributeError("entity.%s is read-only (writable: %s)" % (name, ", ".join(sorted(writable))))
-            record(self._intents, ["set", name, plain(value)])
+            self._intents.add_set(name, plain(value))
             writes = self._writes
             if writes is None:
                 writes = {}
-                object.__setattr__(self, "_writes", writes)
+                set_writes(self, writes)
             writes[name] = value  # later reads in the same call see the write
 
         if "nearest_dx" in index:
@@ -1030,6 +1083,8 @@ def make_column_proxy_class(readable, writable, fields, world):
                 at = index.get("nearest_resource")
                 found = None if at is None else cols[at][self._row]
                 return tuple(found) if found else None
+
+    set_row, set_intents, set_writes = Entity._row.__set__, Entity._intents.__set__, Entity._writes.__set__
 
     def reader(name):
         at = index.get(name)
@@ -1066,51 +1121,20 @@ INTENT_KINDS = {"set": "s", "move": "m", "move_towards": "t", "eat": "e"}
 
 
 def encode_intents(merged, blob=None):
-    """The merged intents as columns (one entry per intent, entity by entity, each entity's
-    intents in order): ``entity`` (i4, or i8 if an id needs it), ``kind`` (one letter each: s set,
-    m move, t move_towards, e eat), ``attr`` (int index into ``names``, -1 if not a set; i4 or i8), ``a``/``b``
-    (f8 first/second argument, NaN if none), and ``other``: [index, slot, value] for each
-    argument that is not a finite float (ints, strings, markers), so nothing is coerced here.
-    Floats cross as raw bytes: formatting thousands of them as JSON text costs more than
-    running the traits."""
-    entity, kinds, attr, a, b, other = [], [], [], [], [], []
-    names = {}
-    nan = math.nan
-    i = 0
-    for entity_id in sorted(merged):  # ids ascending: the engine groups them without sorting
-        intents = merged[entity_id]
-        for intent in intents:
-            kind = intent[0]
-            entity.append(entity_id)
-            kinds.append(INTENT_KINDS[kind])
-            if kind == "set":
-                name = intent[1]
-                at = names.get(name)
-                if at is None:
-                    at = names[name] = len(names)
-                attr.append(at)
-                first, second = intent[2], nan
-            elif kind == "eat":
-                attr.append(-1)
-                first, second = nan, nan
+    """``{entity_id: [intent, ...]}`` (intents as lists: ["set", name, value], ["move", dx, dy],
+    ["move_towards", x, y], ["eat"]) as the columns of :class:`IntentColumns`, entities ascending."""
+    columns = IntentColumns(limit=math.inf)
+    for entity_id in sorted(merged):
+        columns.entity_id = entity_id
+        for intent in merged[entity_id]:
+            kind = INTENT_KINDS[intent[0]]
+            if kind == "s":
+                columns.add_set(intent[1], intent[2])
+            elif kind == "e":
+                columns.add("e", -1, NAN, NAN)
             else:
-                attr.append(-1)
-                first, second = intent[1], intent[2]
-            if type(first) is float and first - first == 0.0:
-                a.append(first)
-            else:
-                a.append(nan)
-                if kind != "eat":
-                    other.append([i, 0, first])
-            if type(second) is float and second - second == 0.0:
-                b.append(second)
-            else:
-                b.append(nan)
-                if kind == "move" or kind == "move_towards":
-                    other.append([i, 1, second])
-            i += 1
-    return {"count": i, "entity": pack_ints(entity, blob), "kind": "".join(kinds), "attr": pack_ints(attr, blob),
-            "names": list(names), "a": pack("d", a, blob), "b": pack("d", b, blob), "other": other}
+                columns.add(kind, -1, intent[1], intent[2])
+    return columns.encode(blob)
 
 
 def pack(code, values, blob=None):
