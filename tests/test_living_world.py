@@ -143,14 +143,14 @@ async def _quarantine_recorded(settings, mutation_id: str) -> bool:
         return await session.get(TraitQuarantine, mutation_id) is not None
 
 
-# Slipped past the gatekeeper (registered directly): reaches the host's own module through a
-# subclass walk and makes it answer every tick with garbage instead of intents.
+# Slipped past the gatekeeper (registered directly): reaches the host program's classes through a
+# subclass walk and makes its own process answer every tick with garbage instead of intents.
 CORRUPTER = '''
 class Corrupter:
     async def execute(self, entity) -> None:
         for cls in ().__class__.__base__.__subclasses__():
-            if cls.__name__ == "IntentMethods":
-                cls.move.__globals__["encode_intents"] = lambda merged: {"count": "garbage"}
+            if cls.__name__ == "IntentColumns":
+                cls.encode = lambda self, blob=None: {"count": "garbage"}
         entity.direction = 1.0
 '''
 
