@@ -5,12 +5,13 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test services venv native bench image clean-state help
+.PHONY: run test lint services venv native bench image clean-state help
 
 help:
 	@echo "make run       start every service, then the worker, the engine and the API (Ctrl-C stops them)"
 	@echo "make test      start every service, then run the whole test suite"
 	@echo "make bench     run the benchmarks in bench/ (JSON on stdout)"
+	@echo "make lint      check the import rules between the rooms (import-linter)"
 	@echo "make services  only install/start Docker, Redis, Postgres, Temporal; migrate; build the sandbox image"
 
 venv: $(STAMP) native
@@ -41,6 +42,9 @@ run: services
 
 test: services
 	$(PY) -m pytest
+
+lint: venv
+	$(VENV)/bin/lint-imports
 
 # The benchmarks propose without API keys and far faster than the seed's rate limits allow.
 bench: export GENESIS_AUTH := open

@@ -29,16 +29,9 @@ from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics, temporal_sdk_runtime
 from genesis.temporal import connect
 from genesis.workflow_api import llm_task_queue
-from workflows.mutation import MutationWorkflow
-from workflows.rollback import RollbackWorkflow
-from workflows.task import TaskWorkflow
 from activities.evolution import EvolutionActivities
-from workflows.evolution import EvolutionCycleWorkflow
-from workflows.gepa_connect import GepaConnectWorkflow
-from workflows.gepa_step import GepaStepWorkflow
+from workflows.registry import GEPA_WORKFLOWS, WORKFLOWS
 
-WORKFLOWS = [MutationWorkflow, RollbackWorkflow, TaskWorkflow, EvolutionCycleWorkflow]
-GEPA_WORKFLOWS = [GepaStepWorkflow, GepaConnectWorkflow]  # on the GEPA task queue (build_gepa_worker)
 
 log = logging.getLogger("genesis.worker")
 

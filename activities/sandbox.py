@@ -32,7 +32,7 @@ from sandbox.container import (
     hello_message,
     remove_containers_of,
 )
-from sandbox.intents import MalformedIntents, decode_intent_groups
+from genesis.trait_wire import MalformedIntents, decode_intent_groups
 from sandbox.pool import WarmPool
 
 HOST_START_DEADLINE_S = 20.0  # first answer includes container start on a busy machine

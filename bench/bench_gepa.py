@@ -2,8 +2,8 @@
 sandboxed DSPy run) and 20 concurrent steps, side by side with their targets, in one run.
 
 Starts its own Temporal dev server, a worker and the API (subprocesses, like the tests), a
-scripted OpenAI-compatible LM (tests/scripted_lm.py) and a local git repository with a small
-DSPy program (tests/gepa_repo.py), against the running Postgres/Docker (`make services`).
+scripted OpenAI-compatible LM (doubles/scripted_lm.py) and a local git repository with a small
+DSPy program (doubles/gepa_repo.py), against the running Postgres/Docker (`make services`).
 
     python -m bench.bench_gepa [--samples 20] [--concurrent 20]      # prints one JSON object
 
@@ -30,8 +30,8 @@ from genesis import gepa_envs, gitops
 from genesis.config import Settings
 from genesis.db.migrate import upgrade_to_head
 from genesis.harness import TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process
-from tests.gepa_repo import make_repo
-from tests.scripted_lm import ScriptedLM
+from doubles.gepa_repo import make_repo
+from doubles.scripted_lm import ScriptedLM
 
 DATABASE_URL = os.environ.get("GENESIS_BENCH_DATABASE_URL", "postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis_test")
 WORKTREE_TARGET_MS = 100.0  # the target (the seed asks < 10 s)

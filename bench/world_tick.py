@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from engine import world as this_world
-from engine.intent_columns import IntentColumns
+from genesis.trait_wire import IntentColumns
 from sandbox import trait_host
-from sandbox.intents import decode_intents
+from genesis.trait_wire import decode_intents
 
 
 def load_engine(checkout: str) -> Any:

@@ -35,7 +35,7 @@ from sandbox.container import (
     hello_message,
     remove_abandoned_trait_hosts,
 )
-from sandbox.intents import MalformedIntents, decode_intent_groups
+from genesis.trait_wire import MalformedIntents, decode_intent_groups
 
 if TYPE_CHECKING:
     from .quarantine import QuarantineReporter

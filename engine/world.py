@@ -19,7 +19,7 @@ bit-identical to running them entity by entity, phase by phase.
 
 Intents (``{entity_id: [intent, ...]}``, ids must be exact ``int`` — convert JSON's string
 keys before calling :meth:`World.step`; or the trait host's decoded columns,
-:class:`engine.intent_columns.IntentColumns`, which are checked the same way but applied in bulk):
+:class:`genesis.trait_wire.IntentColumns`, which are checked the same way but applied in bulk):
 
 - ``["set", attr, value]`` — only ``entity_api.WRITABLE_ATTRS``; numbers must be ``int`` or
   ``float`` (not bool) and finite, and are clamped to the attribute's bounds (``direction``
@@ -66,7 +66,7 @@ import numpy as np
 
 from genesis.entity_api import MAX_SPEED, MAX_STATE_LENGTH, READABLE_ATTRS, WRITABLE_ATTRS
 
-from .intent_columns import KIND_EAT, KIND_SET, KIND_TOWARDS, IntentColumns
+from genesis.trait_wire import KIND_EAT, KIND_SET, KIND_TOWARDS, IntentColumns
 from .sensing import Grid, Layout, Sensed, close_pairs, nearest, sense, two_steps_pay
 from .spatial import SpatialGrid
 

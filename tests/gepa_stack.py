@@ -23,8 +23,8 @@ from genesis.harness import ManagedProcess, api_process, free_port, wait_for_api
 from tests import agents
 from tests.agents import TestAgent
 from tests.fake_github import APP_ID, FakeGitHub, RecordingHost
-from tests.gepa_repo import make_repo
-from tests.scripted_lm import ScriptedLM
+from doubles.gepa_repo import make_repo
+from doubles.scripted_lm import ScriptedLM
 
 
 GITHUB_INSTALLATION_ID = 7001

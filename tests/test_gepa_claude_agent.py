@@ -21,7 +21,7 @@ from genesis import gepa_envs
 from genesis.gepa_dto import StepRequest
 from genesis.harness import api_process, free_port, wait_for_api, worker_process
 from sandbox.claude_coding_agent import WORKING_COPY, git_diff
-from tests.gepa_repo import QA_SOURCE
+from doubles.gepa_repo import QA_SOURCE
 from tests.scripted_anthropic import FINAL_TEXT, ScriptedAnthropic
 from tests.test_gepa_steps import assert_every_answer_exclaims, exclaiming_code_step, git_show, step
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import difflib
 
-from tests.gepa_repo import QA_SOURCE
+from doubles.gepa_repo import QA_SOURCE
 from tests.test_gepa_steps import assert_every_answer_exclaims, branches, exclaiming_code_step, git_show, step
 
 EXCLAIMING_QA = QA_SOURCE.replace(

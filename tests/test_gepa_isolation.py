@@ -14,7 +14,7 @@ import pytest
 from genesis import gepa_envs
 from genesis.harness import free_port
 from sandbox import egress
-from tests.gepa_repo import make_repo
+from doubles.gepa_repo import make_repo
 from tests.test_gepa_steps import step
 
 

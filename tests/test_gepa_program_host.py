@@ -15,7 +15,7 @@ from genesis import gepa_envs
 from genesis.config import Settings
 from sandbox import egress
 from sandbox.program_hosts import HostLimits, ProgramHosts
-from tests.gepa_repo import make_repo
+from doubles.gepa_repo import make_repo
 
 TROUBLE_SOURCE = '''import os
 import signal

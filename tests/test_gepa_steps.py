@@ -18,7 +18,7 @@ from temporalio.worker import Replayer
 
 from tests import agents
 from tests.gepa_stack import wait_for_program
-from tests.scripted_lm import transform
+from doubles.scripted_lm import transform
 from workflows.gepa_connect import GepaConnectWorkflow
 from workflows.gepa_step import GepaStepWorkflow
 

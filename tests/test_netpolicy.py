@@ -19,7 +19,7 @@ import pytest
 
 from genesis import gitops, netpolicy, programs
 from sandbox import egress
-from tests.gepa_repo import make_repo
+from doubles.gepa_repo import make_repo
 
 STRICT = netpolicy.NetPolicy()
 

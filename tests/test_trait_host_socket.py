@@ -11,7 +11,7 @@ import docker
 import pytest
 
 from sandbox import image
-from sandbox.intents import decode_intent_groups
+from genesis.trait_wire import decode_intent_groups
 from tests import trait_hosts
 from tests.isolation import assert_isolated
 from sandbox.container import (

@@ -12,7 +12,7 @@ from engine.world import VIEW_FIELDS, World, decode_views
 from genesis import entity_api
 from sandbox import trait_host
 from sandbox.container import IsolationLimits, TraitHostContainer
-from sandbox.intents import MalformedIntents, decode_intent_groups, decode_intents
+from genesis.trait_wire import MalformedIntents, decode_intent_groups, decode_intents
 from tests import trait_hosts
 
 # Writes then reads back (the write is visible within the call), reads every kind of attribute.

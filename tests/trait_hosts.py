@@ -12,7 +12,7 @@ from engine.world import World, WorldParams
 from genesis.config import Settings
 from sandbox import image
 from sandbox.container import IsolationLimits, TraitHostContainer, hello_message
-from sandbox.intents import decode_intent_groups
+from genesis.trait_wire import decode_intent_groups
 
 LIMITS = IsolationLimits("256m", 64, 1.0)
 

@@ -110,7 +110,7 @@ class ReplayReport:
 def default_workflows() -> list[type]:
     """The worker's registered workflows (both task queues): what production runs, so what a
     history must replay on."""
-    from worker import GEPA_WORKFLOWS, WORKFLOWS
+    from workflows.registry import GEPA_WORKFLOWS, WORKFLOWS
 
     return [*WORKFLOWS, *GEPA_WORKFLOWS]
 
