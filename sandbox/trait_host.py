@@ -170,7 +170,9 @@ class Config:
         self.methods = list(api["methods"])
         self.allowed_imports = frozenset(msg.get("allowed_imports", ()))
         self.call_timeout_s = float(msg.get("call_timeout_ms", 5)) / 1000.0
-        self.tick_cpu_s = float(msg.get("tick_cpu_ms", 100)) / 1000.0
+        # A tick's budget never undercuts the in-process alarm of one call (which fires after one
+        # to two call budgets): a slow call is a timeout of its own, not a kill of its process.
+        self.tick_cpu_s = max(float(msg.get("tick_cpu_ms", 100)) / 1000.0, 3 * self.call_timeout_s)
         self.tick_deadline_s = float(msg.get("tick_deadline_ms", 1000)) / 1000.0
         self.worker_memory = int(float(msg.get("worker_memory_mb", 128)) * 2**20)
         global MAX_INTENTS_PER_CALL
