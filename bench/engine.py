@@ -104,16 +104,18 @@ def validated_traits(count: int, agents: int | None = None) -> list[registry.Reg
     agents = agents or count
     if not 1 <= count <= len(TRAITS):
         raise SystemExit(f"--traits must be 1..{len(TRAITS)}")
-    entries = []
-    for name, code in list(TRAITS.items())[:count]:
-        gate = gatekeeper.validate(name, code)
-        if not gate.ok:
-            raise SystemExit(f"bench trait {name} is rejected by the gatekeeper: {gate.failure_code} {gate.validation_log}")
-        entries.append(registry.RegistryEntry(
-            trait_name=name, version=1, mutation_id=f"mut_bench{len(entries):02d}", class_name=gate.class_name,
-            code=code, code_hash=gate.code_hash, agent_id=f"agent-{len(entries) % agents}",
-        ))
-    return entries
+    return [gatekept_entry(name, code, f"mut_bench{i:02d}", f"agent-{i % agents}")
+            for i, (name, code) in enumerate(list(TRAITS.items())[:count])]
+
+
+def gatekept_entry(name: str, code: str, mutation_id: str, agent_id: str) -> registry.RegistryEntry:
+    """A live registry entry for a benchmark's trait, once the gatekeeper has passed it (a trait
+    it refuses stops the benchmark)."""
+    gate = gatekeeper.validate(name, code)
+    if not gate.ok:
+        raise SystemExit(f"bench trait {name} is rejected by the gatekeeper: {gate.failure_code} {gate.validation_log}")
+    return registry.RegistryEntry(trait_name=name, version=1, mutation_id=mutation_id, class_name=gate.class_name,
+                                  code=code, code_hash=gate.code_hash, agent_id=agent_id)
 
 
 # -- the world --------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Any
 
-from genesis import gatekeeper, registry
+from genesis import registry
 from genesis.config import Settings
 
 STATELESS = '''import math
@@ -91,18 +91,10 @@ TRAITS_PER_ENTITY = 5
 def soak_traits(count: int, agents: int) -> list[registry.RegistryEntry]:
     """``count`` traits of the three kinds in turn, of ``agents`` agents, each passed through the
     gatekeeper (fails loudly if not)."""
-    entries = []
-    for i in range(count):
-        name = f"soak_{('stateless', 'stateful', 'heavy')[i % 3]}_{i:02d}"
-        code = KINDS[i % 3].replace("{k}", str(i))
-        gate = gatekeeper.validate(name, code)
-        if not gate.ok:
-            raise SystemExit(f"soak trait {name} is rejected by the gatekeeper: {gate.failure_code} {gate.validation_log}")
-        entries.append(registry.RegistryEntry(
-            trait_name=name, version=1, mutation_id=f"mut_soak{i:08d}", class_name=gate.class_name,
-            code=code, code_hash=gate.code_hash, agent_id=f"soak-agent-{i % agents:02d}",
-        ))
-    return entries
+    from bench.engine import gatekept_entry
+
+    return [gatekept_entry(f"soak_{('stateless', 'stateful', 'heavy')[i % 3]}_{i:02d}", KINDS[i % 3].replace("{k}", str(i)),
+                           f"mut_soak{i:08d}", f"soak-agent-{i % agents:02d}") for i in range(count)]
 
 
 def least_squares_slope(points: list[tuple[float, float]]) -> float:
@@ -129,7 +121,6 @@ async def run_soak(seconds: float, traits: int, agents: int, redis_url: str, war
     from engine.live_traits import HostTraitRunner
     from engine.loop import Engine
     from engine.world import World, WorldParams
-    from sandbox.container import container_memory_bytes
 
     base = settings or Settings()
     own = base.model_copy(update={"redis_url": redis_url})
@@ -170,8 +161,7 @@ async def run_soak(seconds: float, traits: int, agents: int, redis_url: str, war
                     ticks_each_second.append(world.tick - last_tick)
                 last_tick, next_second = world.tick, next_second + 1.0
             if now >= next_sample:
-                host = runner._host
-                used = await asyncio.to_thread(container_memory_bytes, runner._client, host.id) if host else None
+                used = await runner.host_memory_bytes()
                 if used is not None:
                     memory.append(((now - started - warmup_s) / 60.0, used / 2**20))
                 next_sample += sample_s

@@ -239,11 +239,15 @@ class HostTraitRunner:
             return None
         return str(reply.get("error"))[:500]
 
-    async def _sample_host(self) -> None:
+    async def host_memory_bytes(self) -> int | None:
+        """The host container's anonymous memory now (its cgroup), or None without a host."""
         host = self._host
         if host is None:
-            return
-        used = await asyncio.to_thread(container_memory_bytes, self._client, host.id)
+            return None
+        return await asyncio.to_thread(container_memory_bytes, self._client, host.id)
+
+    async def _sample_host(self) -> None:
+        used = await self.host_memory_bytes()
         if used is not None:
             self.stats.host_memory_bytes = used
         stats = await self.host_stats()

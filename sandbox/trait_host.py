@@ -191,7 +191,8 @@ class WorkerHandle:
         self.next_index = 1
         self.pid = None
         self.sock = None
-        self.status = None  # the worker's [sequence, trait index + 1], in shared memory
+        self.status_map = None  # the worker's status page, shared with it
+        self.status = None  # that page as [call sequence, running trait's index (0: none)]
         self.inbox = Inbox()
         self.load_errors = {}  # trait -> why it failed to load again after a recycle
 
@@ -228,8 +229,6 @@ class WorkerHandle:
         self.sock = self.status = self.status_map = None
         self.inbox = Inbox()
         self.by_index = {}
-
-    status_map = None
 
 
 def cpu_ns(pid):

@@ -26,6 +26,12 @@ def with_path(url: str, path: str) -> str:
     return urlunsplit(parts._replace(path=path))
 
 
+def redis_db_below(offset: int) -> str:
+    """The URL of the Redis db ``offset`` below the suite's (tests that need a registry of their own)."""
+    suite_db = int(urlsplit(TEST_REDIS_URL).path.lstrip("/") or 0)
+    return with_path(TEST_REDIS_URL, f"/{(suite_db - offset) % 16}")
+
+
 async def fresh_database(url: str) -> None:
     name = urlsplit(url).path.lstrip("/")
     admin = await asyncpg.connect(with_path(url, "/postgres").replace("postgresql+asyncpg://", "postgresql://"))
@@ -40,8 +46,7 @@ async def fresh_database(url: str) -> None:
 async def own_settings(settings: Settings, name: str, **changes) -> Settings:
     """The suite's settings pointed at a fresh database and Redis db, with ``changes`` on top."""
     database_url = f"{TEST_DATABASE_URL}_{name}"
-    suite_db = int(urlsplit(TEST_REDIS_URL).path.lstrip("/") or 0)
-    redis_url = os.environ.get("GENESIS_TEST_OWN_STACK_REDIS_URL") or with_path(TEST_REDIS_URL, f"/{(suite_db - 3) % 16}")
+    redis_url = os.environ.get("GENESIS_TEST_OWN_STACK_REDIS_URL") or redis_db_below(3)
     await fresh_database(database_url)
     redis = aioredis.from_url(redis_url)
     await redis.flushdb()

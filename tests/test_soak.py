@@ -4,20 +4,12 @@ host's memory is flat after the warm-up."""
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
-
 from bench.soak import run_soak
-from tests.conftest import TEST_REDIS_URL
-
-
-def _redis_url(offset: int) -> str:
-    parts = urlsplit(TEST_REDIS_URL)
-    db = int(parts.path.lstrip("/") or 0)
-    return urlunsplit(parts._replace(path=f"/{(db - offset) % 16}"))
+from tests.own_stack import redis_db_below
 
 
 async def test_a_minute_of_thirty_traits_keeps_the_host_up_and_its_memory_flat(settings):
-    result = await run_soak(60.0, traits=30, agents=10, redis_url=_redis_url(5), warmup_s=15.0, sample_s=2.0,
+    result = await run_soak(60.0, traits=30, agents=10, redis_url=redis_db_below(5), warmup_s=15.0, sample_s=2.0,
                             settings=settings.model_copy(update={"engine_snapshot_interval": 300,
                                                                  "engine_trait_gain_chance": 0.25}))
     assert result["host_restarts"] == 0, result

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from urllib.parse import urlsplit, urlunsplit
-
 import docker
 import pytest
 import redis.asyncio as aioredis
@@ -20,7 +18,7 @@ from engine.loop import Engine
 from engine.world import World, WorldParams
 from genesis import registry
 from tests import trait_hosts
-from tests.conftest import TEST_REDIS_URL
+from tests.own_stack import redis_db_below
 
 # Reports what it sees of its entity, and what two shared modules compute, in its state.
 OBSERVER = '''import math
@@ -202,18 +200,12 @@ def test_a_trait_may_not_flood_the_engine_with_intents(client):
 
 # -- the live engine --------------------------------------------------------------------------
 
-def _redis_url(offset: int) -> str:
-    parts = urlsplit(TEST_REDIS_URL)
-    db = int(parts.path.lstrip("/") or 0)
-    return urlunsplit(parts._replace(path=f"/{(db - offset) % 16}"))
-
-
 async def test_hostile_traits_are_quarantined_alone_within_seconds_and_the_world_keeps_its_pace(settings):
     """Three attackers of three agents (a C-level busy call, a hang from the first tick, huge
     ints raised every call) beside benign traits, some of the attackers' own agents: only the
     attackers are quarantined, within seconds; the host never restarts, no tick runs without
     traits, no other agent's trait loses a tick, and the world keeps over 30 ticks a second."""
-    own = settings.model_copy(update={"redis_url": _redis_url(4), "engine_snapshot_interval": 10**9,
+    own = settings.model_copy(update={"redis_url": redis_db_below(4), "engine_snapshot_interval": 10**9,
                                       "engine_trait_gain_chance": 0.0})
     redis = aioredis.from_url(own.redis_url)
     await redis.flushdb()
@@ -263,7 +255,7 @@ async def test_hostile_traits_are_quarantined_alone_within_seconds_and_the_world
 async def test_a_trait_that_fails_to_load_live_is_quarantined_not_forgotten(settings):
     """It loaded in its sandbox test, so failing to load in the live host is its own doing: it
     is quarantined like a trait that fails at run time (and so reported, not silently skipped)."""
-    own = settings.model_copy(update={"redis_url": _redis_url(4)})
+    own = settings.model_copy(update={"redis_url": redis_db_below(4)})
     redis = aioredis.from_url(own.redis_url)
     await redis.flushdb()
     broken = "class Broken:\n    def __init__(self):\n        raise RuntimeError('not today')\n\n    async def execute(self, entity) -> None:\n        pass\n"

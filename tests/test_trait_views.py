@@ -330,17 +330,14 @@ async def test_a_trait_gives_the_same_intents_in_its_sandbox_test_and_in_the_eng
     """One runtime, one protocol: the sandbox test's host (base64 columns, a fresh container)
     and the live engine's (binary attachments over its private socket, a process per agent)
     answer the same views of the same world with the same intents, tick after tick."""
-    from urllib.parse import urlsplit, urlunsplit
-
     import redis.asyncio as aioredis
 
     from activities.sandbox import ColdHosts
     from engine.live_traits import HostTraitRunner
     from genesis import registry
-    from tests.conftest import TEST_REDIS_URL
+    from tests.own_stack import redis_db_below
 
-    parts = urlsplit(TEST_REDIS_URL)
-    own = settings.model_copy(update={"redis_url": urlunsplit(parts._replace(path=f"/{(int(parts.path.lstrip('/') or 0) - 6) % 16}"))})
+    own = settings.model_copy(update={"redis_url": redis_db_below(6)})
     redis = aioredis.from_url(own.redis_url)
     await redis.flushdb()
     run = ["counter", "steerer"]
