@@ -25,6 +25,7 @@ import redis.asyncio as aioredis
 
 from genesis import registry
 from genesis.config import Settings
+from genesis.trait_wire import MalformedIntents, decode_intent_groups
 from sandbox import image
 from sandbox.container import (
     HostCrashed,
@@ -35,7 +36,6 @@ from sandbox.container import (
     hello_message,
     remove_abandoned_trait_hosts,
 )
-from genesis.trait_wire import MalformedIntents, decode_intent_groups
 
 if TYPE_CHECKING:
     from .quarantine import QuarantineReporter
@@ -51,8 +51,8 @@ STRIKES_TO_QUARANTINE = 3  # consecutive ticks with a timeout or an exception
 # The host's workers get this share of the tick's deadline: the rest is the supervisor's, to
 # merge and answer in time even when its container is short of CPU.
 WORKERS_SHARE = 0.6
-LOAD_DEADLINE_S = 5.0
-HOST_SAMPLE_S = 5.0  # how often the host's memory and processes are sampled for the metrics  # a load forks a process and runs the trait's module body (the host caps it at 2 s)
+LOAD_DEADLINE_S = 5.0  # a load forks a process and runs the trait's module body (the host caps it at 2 s)
+HOST_SAMPLE_S = 5.0  # how often the host's memory and processes are sampled for the metrics
 
 
 @dataclass
@@ -72,7 +72,6 @@ class HostStats:
     restarts: int = 0
     deadline_misses: int = 0
     skipped_ticks: int = 0  # ticks whose traits did not run because the host was (re)starting
-    ticks_with_traits: int = 0  # ticks the host answered
     lost_results: int = 0  # a trait's tick lost through nobody's fault (its process was killed for another's)
     suspects: int = 0  # traits moved to a process of their own after a kill while they ran
     quarantined: list[str] = field(default_factory=list)
@@ -94,7 +93,7 @@ class HostTraitRunner:
         self._quarantined: dict[str, str] = {}  # trait -> mutation_id of the quarantined version
         self._registry_version = -1
         # One request at a time on the host's socket; a tick that finds it busy (a trait being
-        # loaded) runs on instinct instead of waiting.
+        # loaded: a fork and a module body, milliseconds) waits for it.
         self._host_lock = asyncio.Lock()
         self._restart_task: asyncio.Task | None = None
         self._background: set[asyncio.Task] = set()
@@ -184,7 +183,6 @@ class HostTraitRunner:
             return {}
         for name in sorted(results):
             await self._account(name, results[name])
-        self.stats.ticks_with_traits += 1
         return intents
 
     async def close(self) -> None:
