@@ -38,7 +38,7 @@ services: venv
 	@bash scripts/services.sh
 
 run: services
-	$(PY) -m genesis.run
+	$(PY) -m genesis.cli.run
 
 test: services
 	$(PY) -m pytest

@@ -20,7 +20,7 @@ from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
 from activities.webhooks import WebhookActivities
 from activities.tasks import TaskActivities
-from activities.gepa import GepaActivities
+from gepa_steps.activities import GepaActivities
 from genesis import gc_tuning
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
@@ -110,7 +110,7 @@ async def main() -> None:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     sandbox = await asyncio.to_thread(SandboxActivities, settings)  # builds the image, warms the pool
-    # GEPA: the program image, the egress network and gateway (sandbox/egress.py).
+    # GEPA: the program image, the egress network and gateway (gepa_steps/egress.py).
     gepa = await asyncio.to_thread(GepaActivities, settings, get_sessionmaker(settings.database_url))
     try:
         with ThreadPoolExecutor(max_workers=settings.sandbox_concurrency) as executor, \

@@ -16,7 +16,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names
-from genesis import netpolicy, webhooks
+from genesis import netpolicy
+from pipeline import webhooks
 from genesis.config import Settings
 from genesis.dto import WebhookDelivery, WebhookResult
 

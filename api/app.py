@@ -29,7 +29,7 @@ from api import (
     routes_webhooks,
     routes_world,
 )
-from api import routes_gepa
+from gepa_steps import api as routes_gepa
 from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
 from api.metrics import RequestMetrics
@@ -38,9 +38,9 @@ from api.metrics import router as metrics_router
 from api.telemetry_hub import TelemetryHub
 from api.workflow_starter import WorkflowStarter
 from genesis import gc_tuning, proposal_store
-from genesis.apikeys import load_pepper
+from pipeline.apikeys import load_pepper
 from genesis.config import Settings, get_settings
-from genesis.webhooks import load_server_secret
+from pipeline.webhooks import load_server_secret
 from genesis.db.session import get_engine, get_sessionmaker
 from genesis.logs import configure_logging
 

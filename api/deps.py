@@ -24,8 +24,8 @@ class Services:
     settings: Settings
     sessions: async_sessionmaker
     redis: aioredis.Redis
-    pepper: bytes = b""  # server secret of the API key hashes (genesis/apikeys.py)
-    webhook_secret: bytes = b""  # server secret the agents' webhook secrets derive from (genesis/webhooks.py)
+    pepper: bytes = b""  # server secret of the API key hashes (pipeline/apikeys.py)
+    webhook_secret: bytes = b""  # server secret the agents' webhook secrets derive from (pipeline/webhooks.py)
     starter: "WorkflowStarter | None" = None  # api/workflow_starter.py, set in the app's lifespan
     pg: asyncpg.Pool | None = None  # the propose path's own pool (genesis/proposal_store.py), set in the lifespan
     _temporal: Client | None = None

@@ -19,7 +19,8 @@ from api.schemas import (
     RegisterResponse,
     Reputation,
 )
-from genesis import apikeys, ratelimit
+from pipeline import apikeys
+from pipeline import ratelimit
 from genesis.db.models import Agent, Mutation
 from genesis.dto import MutationStatus, terminal_statuses
 

@@ -11,7 +11,8 @@ from redis.exceptions import RedisError
 
 from api.errors import ApiError
 from api.schemas import ErrorResponse, MetricsResponse
-from genesis import rules, world_metrics
+from genesis import rules
+from evolution import world_metrics
 
 router = APIRouter(prefix="/api/agents/context", tags=["agent context"])
 log = logging.getLogger("genesis.api.context")

@@ -27,11 +27,13 @@ from api.schemas import (
     RollbackBody,
     RollbackResponse,
 )
-from genesis import netpolicy, proposal_store, ratelimit, webhooks
+from genesis import netpolicy, proposal_store
+from pipeline import ratelimit
+from pipeline import webhooks
 from genesis.db.models import Mutation, TraitQuarantine, TraitVersion
 from genesis.dto import FailureCode, MutationStatus
 from genesis.ids import mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
-from genesis.rollbacks import WorkflowNotRunning, request_rollback
+from pipeline.rollbacks import WorkflowNotRunning, request_rollback
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
 # Postgres unreachable or failing while admitting a proposal: 503 DATABASE_UNAVAILABLE, nothing recorded.
@@ -316,7 +318,7 @@ async def rollback(mutation_id: MutationIdPath, request: Request, body: Rollback
         raise ApiError(409, "NOT_ROLLBACKABLE", f"mutation {mutation_id} is {record.status}: it never went live")
     note = await _not_live_note(request, record)  # read before the rollback changes the version's status
     client = await services.temporal()
-    try:  # a kept mutation's workflow has ended: a RollbackWorkflow does it (genesis/rollbacks.py)
+    try:  # a kept mutation's workflow has ended: a RollbackWorkflow does it (pipeline/rollbacks.py)
         await request_rollback(client, services.settings, record, reason)
     except WorkflowNotRunning as exc:
         raise ApiError(409, "NOT_ROLLBACKABLE",

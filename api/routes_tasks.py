@@ -35,7 +35,8 @@ from api.schemas import (
     TaskResponse,
     TasksResponse,
 )
-from genesis import tasks, world_metrics
+from evolution import tasks
+from evolution import world_metrics
 from genesis.dto import AgentTask
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, task_workflow_id
 

@@ -28,10 +28,11 @@ from api.schemas import (
     TraitVersionRef,
     trait_name_problem,
 )
-from genesis import proposal_store, world_metrics
+from genesis import proposal_store
+from evolution import world_metrics
 from genesis.db.models import Mutation, TraitQuarantine, TraitVersion
 from genesis.dto import MutationStatus, TraitRef, terminal_statuses
-from genesis.quarantines import quarantined, quarantines_of
+from pipeline.quarantines import quarantined, quarantines_of
 
 log = logging.getLogger("genesis.api")
 router = APIRouter(prefix="/api/traits", tags=["traits"])

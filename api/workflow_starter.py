@@ -26,7 +26,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.dto import MutationInput, MutationStatus
-from genesis.proposals import mutation_input
+from pipeline.proposals import mutation_input
 from genesis.workflow_api import MUTATION_WORKFLOW, SA_AGENT_ID, SA_STATUS, SA_TRAIT_NAME
 
 log = logging.getLogger("genesis.api.starter")

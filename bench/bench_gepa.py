@@ -26,10 +26,11 @@ import httpx
 from pydantic import SecretStr
 from temporalio.testing import WorkflowEnvironment
 
-from genesis import gepa_envs, gitops
+from gepa_steps import envs as gepa_envs
+from gepa_steps import gitops
 from genesis.config import Settings
 from genesis.db.migrate import upgrade_to_head
-from genesis.harness import TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process
+from genesis.cli.processes import TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process
 from doubles.gepa_repo import make_repo
 from doubles.scripted_lm import ScriptedLM
 

@@ -49,7 +49,8 @@ import time
 import tracemalloc
 from typing import Any
 
-from genesis import gatekeeper, registry
+from genesis import gatekeeper
+from pipeline import registry
 from genesis.config import Settings
 
 # -- the three traits (the allowed style: BaseTrait stub + async execute + Entity API) -------------

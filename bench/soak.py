@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Any
 
-from genesis import registry
+from pipeline import registry
 from genesis.config import Settings
 
 STATELESS = '''import math

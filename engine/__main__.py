@@ -15,7 +15,8 @@ import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 from temporalio.client import Client
 
-from genesis import gc_tuning, registry
+from genesis import gc_tuning
+from pipeline import registry
 from genesis.config import get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.effects import WorldSample

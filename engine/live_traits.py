@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import docker
 import redis.asyncio as aioredis
 
-from genesis import registry
+from pipeline import registry
 from genesis.config import Settings
 from genesis.trait_wire import MalformedIntents, decode_intent_groups
 from sandbox import image

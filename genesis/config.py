@@ -142,7 +142,7 @@ class Settings(BaseSettings):
 
     # Webhooks: a proposal's notify_url gets a signed POST on each status change (Standard
     # Webhooks: webhook-id / webhook-timestamp / webhook-signature, HMAC-SHA256). Each agent signs
-    # with its own secret, derived from this server secret (genesis/webhooks.py). Empty: a random
+    # with its own secret, derived from this server secret (pipeline/webhooks.py). Empty: a random
     # one is created once in <state_dir>/webhook-secret; set it when API and worker hosts differ.
     webhook_secret: SecretStr = SecretStr("")
     # false (default): notify_url must resolve to global addresses (or ones outbound_private_allow
@@ -162,7 +162,7 @@ class Settings(BaseSettings):
     # this many seconds; each such proposal renews it (never past the task's expiry).
     task_claim_lease_s: float = Field(default=120.0, gt=0)
 
-    # Watcher (logic-flow.md 2.3, python -m watcher). The seed names EVOLUTION_COOLDOWN_SEC
+    # Watcher (logic-flow.md 2.3, python -m evolution). The seed names EVOLUTION_COOLDOWN_SEC
     # without a value: 5 minutes between two triggers of the same anomaly type (critical skips it).
     watcher_cooldown_s: float = Field(default=300.0, ge=0)
     # Circuit breaker: more than this many triggers within the window pause the Watcher.
@@ -178,7 +178,7 @@ class Settings(BaseSettings):
     # Evolution cycles (issue 5): the Watcher starts an EvolutionCycleWorkflow per trigger
     # (Architect LLM -> Coder LLM -> MutationWorkflow, or a bounded world-parameter change).
     evolution_cycles_enabled: bool = True
-    # LLM provider behind genesis/llm.py: ollama (/api/generate), openai (any OpenAI-compatible
+    # LLM provider behind evolution/llm.py: ollama (/api/generate), openai (any OpenAI-compatible
     # /v1/chat/completions), anthropic (/v1/messages), or off (no LLM: cycles end at once with a
     # feed message; external agents still mutate the world). Empty url: the provider's default.
     llm_provider: Literal["ollama", "openai", "anthropic", "off"] = "ollama"

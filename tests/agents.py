@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from genesis import operators
+from pipeline import operators
 from genesis.config import Settings
 from genesis.db.session import get_sessionmaker
 

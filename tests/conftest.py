@@ -17,7 +17,7 @@ from sqlalchemy import text
 from temporalio.testing import WorkflowEnvironment
 
 from genesis.config import Settings
-from genesis.harness import TEMPORAL_CLI, api_process, engine_process, free_port, wait_for_api, worker_process
+from genesis.cli.processes import TEMPORAL_CLI, api_process, engine_process, free_port, wait_for_api, worker_process
 from genesis.redis_keys import ENGINE_STATUS
 from genesis.db.migrate import upgrade_to_head
 from genesis.db.session import get_engine

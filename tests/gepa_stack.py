@@ -16,10 +16,10 @@ from pydantic import SecretStr
 
 from sqlalchemy import text
 
-from genesis import gepa_envs
+from gepa_steps import envs as gepa_envs
 from genesis.db.session import get_engine
 from genesis.config import Settings
-from genesis.harness import ManagedProcess, api_process, free_port, wait_for_api, worker_process
+from genesis.cli.processes import ManagedProcess, api_process, free_port, wait_for_api, worker_process
 from tests import agents
 from tests.agents import TestAgent
 from tests.fake_github import APP_ID, FakeGitHub, RecordingHost

@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from genesis.config import Settings
 from genesis.db.migrate import upgrade_to_head
-from genesis.harness import free_port
+from genesis.cli.processes import free_port
 from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
 
 

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import func, select
 
 from genesis.db.models import Mutation
-from genesis.harness import api_process, free_port, wait_for_api
+from genesis.cli.processes import api_process, free_port, wait_for_api
 from genesis.db.session import get_sessionmaker
 from tests import traits
 

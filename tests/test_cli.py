@@ -420,7 +420,7 @@ def test_up_dry_run_and_console_script():
     done = subprocess.run([sys.executable, "-m", "genesis.cli", "up", "--dry-run"], cwd=PROJECT_ROOT,
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0
-    assert done.stdout.splitlines() == [f"bash {PROJECT_ROOT / 'scripts' / 'services.sh'}", f"{sys.executable} -m genesis.run"]
+    assert done.stdout.splitlines() == [f"bash {PROJECT_ROOT / 'scripts' / 'services.sh'}", f"{sys.executable} -m genesis.cli.run"]
     scripts = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"genesis": "genesis.cli:app"}
 

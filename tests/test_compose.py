@@ -98,7 +98,7 @@ def test_every_genesis_setting_in_compose_is_a_setting(config, monkeypatch):
 def test_commands_name_code_that_exists(config):
     services = config["services"]
     assert services["worker"]["command"] == ["python", "worker.py"] and (PROJECT_ROOT / "worker.py").exists()
-    for name, package in (("engine", "engine"), ("watcher", "watcher")):
+    for name, package in (("engine", "engine"), ("watcher", "evolution")):
         assert services[name]["command"] == ["python", "-m", package]
         assert (PROJECT_ROOT / package / "__main__.py").exists()
     assert services["api"]["command"][:3] == ["python", "-m", "api"] and (PROJECT_ROOT / "api" / "__main__.py").exists()

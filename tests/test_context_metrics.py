@@ -10,8 +10,8 @@ import time
 import pytest
 
 from genesis import redis_keys as keys
-from genesis import world_metrics
-from genesis.world_metrics import detect_anomalies, metrics_document, parse_snapshot
+from evolution import world_metrics
+from evolution.world_metrics import detect_anomalies, metrics_document, parse_snapshot
 
 SEED_METRICS_FIELDS = {"tick", "entity_count", "avg_energy", "resource_count", "death_stats", "trait_usage", "anomalies"}
 

@@ -22,7 +22,7 @@ from engine.world import World, WorldParams
 from genesis import redis_keys as keys
 from genesis.db.models import WorldSnapshot
 from genesis.db.session import get_engine
-from genesis.harness import free_port
+from genesis.cli.processes import free_port
 from genesis.redis_keys import Channels
 
 # Flushed by these tests: must differ from GENESIS_TEST_REDIS_URL (and from other runs' on one machine).
@@ -190,7 +190,7 @@ async def test_snapshots_built_while_the_trait_host_computes_hold_their_own_tick
     # tick's intents: it must still describe its own tick (state hash, tick).
     from bench.engine import validated_traits
     from engine.live_traits import HostTraitRunner
-    from genesis import registry
+    from pipeline import registry
 
     s = engine_settings.model_copy(update={"engine_snapshot_interval": 5, "engine_trait_deadline_ms": 10_000.0})
     redis = aioredis.from_url(ENGINE_REDIS_URL)

@@ -19,14 +19,17 @@ from temporalio.worker import Replayer
 from engine.telemetry import to_redis_hash
 from engine.world import World as WorldCore, WorldParams
 from engine.world_overrides import ParamsFollower
-from genesis import cycles, evolution, llm, world_params
+from genesis import world_params
+from evolution import cycles
+from evolution import prompts
+from evolution import llm
 from genesis import redis_keys as keys
 from genesis.config import Settings
 from genesis.dto import CycleContext, CycleKind
 from genesis.effects import WorldSample
-from genesis.harness import free_port, worker_process
+from genesis.cli.processes import free_port, worker_process
 from genesis.redis_keys import Channels
-from genesis.watcher import GO, Watcher
+from evolution.watcher import GO, Watcher
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, evolution_workflow_id, task_workflow_id
 from tests.llm_server import Answer, ScriptedLLM
 from tests.test_lifecycle import wait_for_status
@@ -174,9 +177,9 @@ async def test_providers_speak_their_protocols_and_report_usage(script, settings
 def test_plans_and_code_are_read_tolerantly():
     context = CycleContext(trigger_id="t", workflow_id="w", kind=CycleKind.anomaly, problem_type="starvation",
                            severity="high", active_traits=["hoarder"], world_params={"resource_energy": 25.0})
-    plan = evolution.parse_plan('Sure. {"action_type": "new_trait", "trait_name": "hoarder", "description": "d"} ok', context)
+    plan = prompts.parse_plan('Sure. {"action_type": "new_trait", "trait_name": "hoarder", "description": "d"} ok', context)
     assert plan.action_type == "modify_trait" and plan.trait_name == "hoarder"  # a live name is a modification
-    params = evolution.parse_plan(json.dumps({"action_type": "adjust_params", "description": "more food",
+    params = prompts.parse_plan(json.dumps({"action_type": "adjust_params", "description": "more food",
                                               "params": {"resource_energy": 30}}), context)
     assert params.params == {"resource_energy": 30.0}
     for bad, why in (("no json here", "no JSON object"), ('{"action_type": "dance", "description": "d"}', "not one of"),
@@ -184,11 +187,11 @@ def test_plans_and_code_are_read_tolerantly():
                      ('{"action_type": "modify_trait", "trait_name": "ghost", "description": "d"}', "not a live trait"),
                      ('{"action_type": "adjust_params", "description": "d", "params": {"width": 5}}', "not adjustable"),
                      ('{"action_type": "adjust_params", "description": "d", "params": {"resource_energy": 59}}', "more than 50%")):
-        with pytest.raises(evolution.PlanError, match=why):
-            evolution.parse_plan(bad, context)
-    assert evolution.extract_code("text\n```python\nx = 1\n```\nmore") == "x = 1\n"
-    assert evolution.extract_code("```\nclass A:\n    pass\n```") == "class A:\n    pass\n"
-    assert evolution.extract_code("class A:\n    pass") == "class A:\n    pass\n"
+        with pytest.raises(prompts.PlanError, match=why):
+            prompts.parse_plan(bad, context)
+    assert prompts.extract_code("text\n```python\nx = 1\n```\nmore") == "x = 1\n"
+    assert prompts.extract_code("```\nclass A:\n    pass\n```") == "class A:\n    pass\n"
+    assert prompts.extract_code("class A:\n    pass") == "class A:\n    pass\n"
 
 
 async def test_engine_applies_world_parameter_overrides(redis_client):
@@ -424,7 +427,7 @@ async def test_schedule_starts_periodic_cycles(evo_settings, evo_worker, script,
 async def test_feed_pages_and_websocket(http, api_url, redis_client):
     from websockets.asyncio.client import connect as ws_connect
 
-    from genesis import feed
+    from evolution import feed
 
     marker = uuid.uuid4().hex
     first = await feed.publish(redis_client, "tester", "anomaly_detected", f"first {marker}", trigger_id=marker)

@@ -14,7 +14,7 @@ import sys
 import gepa
 
 from genesis.config import PROJECT_ROOT
-from genesis.gepa_adapter import CodeEvolverAdapter
+from gepa_steps.adapter import CodeEvolverAdapter
 
 QUESTIONS = ["alpha beta", "gamma", "delta epsilon", "zeta"]
 

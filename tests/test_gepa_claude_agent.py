@@ -16,11 +16,11 @@ import pytest
 from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
-from activities.gepa_coder import CodingAgent
-from genesis import gepa_envs
-from genesis.gepa_dto import StepRequest
-from genesis.harness import api_process, free_port, wait_for_api, worker_process
-from sandbox.claude_coding_agent import WORKING_COPY, git_diff
+from gepa_steps.coder import CodingAgent
+from gepa_steps import envs as gepa_envs
+from gepa_steps.dto import StepRequest
+from genesis.cli.processes import api_process, free_port, wait_for_api, worker_process
+from gepa_steps.claude_coding_agent import WORKING_COPY, git_diff
 from doubles.gepa_repo import QA_SOURCE
 from tests.scripted_anthropic import FINAL_TEXT, ScriptedAnthropic
 from tests.test_gepa_steps import assert_every_answer_exclaims, exclaiming_code_step, git_show, step

@@ -15,9 +15,9 @@ import subprocess
 import httpx
 import pytest
 
-from genesis import gitops
-from genesis.github_app import GitHubApp
-from genesis.harness import LOG_DIR
+from gepa_steps import gitops
+from gepa_steps.github_app import GitHubApp
+from genesis.cli.processes import LOG_DIR
 from tests import agents
 from tests.gepa_stack import GITHUB_INSTALLATION_ID, GITHUB_UNKNOWN_INSTALLATION_ID
 from tests.test_gepa_steps import step

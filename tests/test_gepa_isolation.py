@@ -11,9 +11,9 @@ import subprocess
 import docker
 import pytest
 
-from genesis import gepa_envs
-from genesis.harness import free_port
-from sandbox import egress
+from gepa_steps import envs as gepa_envs
+from genesis.cli.processes import free_port
+from gepa_steps import egress
 from doubles.gepa_repo import make_repo
 from tests.test_gepa_steps import step
 

@@ -13,7 +13,7 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from genesis import gitops
+from gepa_steps import gitops
 from genesis.db.models import GepaClient
 from genesis.db.session import get_engine
 from tests.test_netpolicy import Silent

@@ -11,10 +11,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from genesis import gepa_envs
+from gepa_steps import envs as gepa_envs
 from genesis.config import Settings
-from sandbox import egress
-from sandbox.program_hosts import HostLimits, ProgramHosts
+from gepa_steps import egress
+from gepa_steps.hosts import HostLimits, ProgramHosts
 from doubles.gepa_repo import make_repo
 
 TROUBLE_SOURCE = '''import os

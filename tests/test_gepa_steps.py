@@ -19,8 +19,8 @@ from temporalio.worker import Replayer
 from tests import agents
 from tests.gepa_stack import wait_for_program
 from doubles.scripted_lm import transform
-from workflows.gepa_connect import GepaConnectWorkflow
-from workflows.gepa_step import GepaStepWorkflow
+from gepa_steps.connect_workflow import GepaConnectWorkflow
+from gepa_steps.step_workflow import GepaStepWorkflow
 
 QUESTION = "hello world"
 

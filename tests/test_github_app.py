@@ -1,12 +1,12 @@
 """Which repository URLs an installation may be used for, and who may use which installation
-(genesis/github_app.py, genesis/github_grants.py): pure checks, no network."""
+(gepa_steps/github_app.py, genesis/github_grants.py): pure checks, no network."""
 
 from __future__ import annotations
 
 import pytest
 
 from genesis.config import Settings
-from genesis.github_app import GitHubApp, NotOnGitHub, Repository
+from gepa_steps.github_app import GitHubApp, NotOnGitHub, Repository
 from genesis.github_grants import InstallationGrants
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from genesis.harness import engine_process, worker_and_api
+from genesis.cli.processes import engine_process, worker_and_api
 from tests.own_stack import own_settings
 from tests.test_lifecycle import wait_for_status
 from tests.test_living_world import wait_until

@@ -12,7 +12,7 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from genesis import apikeys
+from pipeline import apikeys
 from genesis.db.models import Agent
 from genesis.db.session import get_sessionmaker
 from tests import agents, traits

@@ -14,7 +14,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from activities.lifecycle import LifecycleActivities
-from genesis import registry
+from pipeline import registry
 from genesis.db.models import Mutation, TraitVersion
 from genesis.db.session import get_sessionmaker
 from genesis.dto import ActivationRequest, RollbackRequest

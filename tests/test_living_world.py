@@ -14,10 +14,10 @@ import docker
 import redis.asyncio as aioredis
 from sqlalchemy import select
 
-from genesis import registry
+from pipeline import registry
 from genesis.db.models import TraitQuarantine, TraitVersion
 from genesis.db.session import get_sessionmaker
-from genesis.quarantines import quarantined
+from pipeline.quarantines import quarantined
 from genesis.redis_keys import Channels
 from engine.live_traits import host_owner
 from sandbox import image

@@ -16,7 +16,7 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from genesis import registry
+from pipeline import registry
 from genesis.db.models import Mutation, TraitVersion
 from genesis.db.session import get_sessionmaker
 from genesis.redis_keys import Channels

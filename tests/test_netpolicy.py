@@ -17,8 +17,10 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from genesis import gitops, netpolicy, programs
-from sandbox import egress
+from genesis import netpolicy
+from gepa_steps import gitops
+from gepa_steps import programs
+from gepa_steps import egress
 from doubles.gepa_repo import make_repo
 
 STRICT = netpolicy.NetPolicy()

@@ -27,8 +27,8 @@ from api.app import create_app
 from api.auth import require_operator
 from genesis import redis_keys as keys
 from genesis.config import PROJECT_ROOT
-from genesis.harness import LOG_DIR
-from genesis.watcher import cooldown_key
+from genesis.cli.processes import LOG_DIR
+from evolution.watcher import cooldown_key
 from tests import agents
 from tests.api_routes import http_routes
 from tests.test_evolution import BASE, write_snapshots
@@ -160,7 +160,7 @@ async def test_foreign_schedules_are_not_genesis_business(operator_http, tempora
     ))
     # Genesis' own kind of action, but on another task queue: another Genesis' schedule.
     other_queue_id = f"other-{uuid.uuid4().hex[:8]}"
-    from genesis import schedules
+    from evolution import schedules
     await schedules.create(temporal_client, "someone-elses-queue", interval_s=3600, schedule_id=other_queue_id,
                            paused=False)
     try:

@@ -7,7 +7,7 @@ import uuid
 
 import httpx
 
-from genesis.harness import free_port
+from genesis.cli.processes import free_port
 from genesis.redis_keys import ratelimit_active, ratelimit_agent_hour
 from tests import traits
 

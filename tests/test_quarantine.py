@@ -20,8 +20,8 @@ import redis.asyncio as aioredis
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 
-from genesis import registry
-from genesis.harness import ManagedProcess, api_process, engine_process, wait_for_api, worker_process
+from pipeline import registry
+from genesis.cli.processes import ManagedProcess, api_process, engine_process, wait_for_api, worker_process
 from genesis.redis_keys import ENGINE_STATUS
 from genesis.workflow_api import rollback_workflow_id
 from tests.own_stack import own_settings

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from genesis import ratelimit
+from pipeline import ratelimit
 from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.db.session import get_sessionmaker

@@ -24,7 +24,7 @@ from activities.tasks import TaskActivities
 from genesis import redis_keys as keys
 from genesis.config import Settings
 from genesis.dto import AgentTask, TaskEndReason, TaskResult, TaskSeverity
-from genesis.harness import TEMPORAL_CLI
+from genesis.cli.processes import TEMPORAL_CLI
 from genesis.redis_keys import Channels
 from genesis.workflow_api import TASK_WORKFLOW, task_workflow_id
 from tests.conftest import TEST_REDIS_URL

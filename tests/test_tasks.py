@@ -15,7 +15,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from genesis import redis_keys as keys
-from genesis import tasks
+from evolution import tasks
 from genesis.dto import AgentTask, TaskClose, TaskEndReason, TaskResult, TaskSeverity
 from genesis.redis_keys import Channels
 from genesis.workflow_api import task_workflow_id

@@ -24,7 +24,7 @@ from websockets.asyncio.client import connect
 from redis.exceptions import RedisError
 from websockets.exceptions import ConnectionClosed
 
-from genesis.harness import free_port
+from genesis.cli.processes import free_port
 from genesis.redis_keys import Channels, world_snapshot
 from tests import agents, traits
 from tests.test_lifecycle import wait_for_status

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from engine.live_traits import HostTraitRunner
 from engine.loop import Engine
 from engine.world import World, WorldParams
-from genesis import registry
+from pipeline import registry
 from tests import trait_hosts
 from tests.own_stack import redis_db_below
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from genesis.harness import worker_process
+from genesis.cli.processes import worker_process
 from tests import agents
 from tests.test_lifecycle import replay_and_maybe_record, wait_for_status
 from tests.test_modify_trait import code, fresh_name, go_live, propose

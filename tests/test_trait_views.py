@@ -334,7 +334,7 @@ async def test_a_trait_gives_the_same_intents_in_its_sandbox_test_and_in_the_eng
 
     from activities.sandbox import ColdHosts
     from engine.live_traits import HostTraitRunner
-    from genesis import registry
+    from pipeline import registry
     from tests.own_stack import redis_db_below
 
     own = settings.model_copy(update={"redis_url": redis_db_below(6)})

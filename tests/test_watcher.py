@@ -17,7 +17,7 @@ from engine.telemetry import to_redis_hash
 from genesis import redis_keys as keys
 from genesis.dto import AgentTask
 from genesis.redis_keys import Channels
-from genesis.watcher import COOLDOWN, GO, NO_ANOMALY, PAUSED, TRIPPED, UNCHANGED, Watcher, cooldown_key
+from evolution.watcher import COOLDOWN, GO, NO_ANOMALY, PAUSED, TRIPPED, UNCHANGED, Watcher, cooldown_key
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, task_workflow_id
 
 BASE = {

@@ -25,8 +25,9 @@ import pytest
 from standardwebhooks import Webhook
 from temporalio.client import WorkflowExecutionStatus
 
-from genesis import netpolicy, webhooks
-from genesis.harness import free_port
+from genesis import netpolicy
+from pipeline import webhooks
+from genesis.cli.processes import free_port
 from tests import agents, traits
 from tests.test_lifecycle import replay_and_maybe_record, sample, signal_window, wait_for_status
 from tests.test_mutation_pipeline import wait_for_verdict

@@ -8,7 +8,7 @@ import uuid
 
 import httpx
 
-from genesis.harness import free_port
+from genesis.cli.processes import free_port
 from tests import agents, traits
 from tests.test_lifecycle import wait_for_status
 

@@ -12,7 +12,8 @@ import typer
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from genesis import apikeys, operators
+from pipeline import apikeys
+from pipeline import operators
 from genesis.cli.client import CliError
 from genesis.cli.output import cli_of, group, handled, table, when
 from genesis.config import get_settings

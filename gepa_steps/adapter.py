@@ -3,7 +3,7 @@
 own git branch whose program runs in Genesis' sandbox; scores are computed here, client side,
 by the researcher's metric.
 
-    from genesis.gepa_adapter import CodeEvolverAdapter
+    from gepa_steps.adapter import CodeEvolverAdapter
     adapter = CodeEvolverAdapter("http://127.0.0.1:8000", client_id, "program.json", "qa.QA", metric, api_key=key)
     result = gepa.optimize(seed_candidate=..., trainset=..., valset=..., adapter=adapter,
                            reflection_lm=..., max_metric_calls=...)

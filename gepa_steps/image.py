@@ -3,9 +3,9 @@ asyncio, http, email, json, sqlite3, ...) and the program host, nothing else.
 
 Built offline like the trait-host image (``docker import`` of an assembled root filesystem;
 sandbox/image.py). DSPy and a repository's requirements are not in the image: they are installed
-once per requirements hash on the host (genesis/gepa_envs.py) and mounted read-only.
+once per requirements hash on the host (gepa_steps/envs.py) and mounted read-only.
 
-    python -m sandbox.program_image ensure | build | name
+    python -m gepa_steps.image ensure | build | name
 """
 
 from __future__ import annotations
@@ -142,4 +142,4 @@ if __name__ == "__main__":
     elif action == "ensure":
         print(ensure())
     else:
-        sys.exit(f"usage: python -m sandbox.program_image [ensure|build|name], not {action!r}")
+        sys.exit(f"usage: python -m gepa_steps.image [ensure|build|name], not {action!r}")

@@ -1,5 +1,5 @@
-"""``python -m watcher``: follow ``ch:telemetry``, detect anomalies, write WorldReports, publish
-tasks for external agents and feed messages (genesis/watcher.py). Started by ``make run``."""
+"""``python -m evolution``: follow ``ch:telemetry``, detect anomalies, write WorldReports, publish
+tasks for external agents and feed messages (evolution/watcher.py). Started by ``make run``."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from genesis.config import get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.logs import configure_logging
 from genesis.temporal import connect
-from genesis.watcher import Watcher
+from evolution.watcher import Watcher
 
 log = logging.getLogger("genesis.watcher")
 

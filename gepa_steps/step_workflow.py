@@ -18,7 +18,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities import names
-    from genesis.gepa_dto import (
+    from gepa_steps.dto import (
         GEPA_STEP_PROGRESS_QUERY, GEPA_STEP_WORKFLOW, MutationOutcome, ProgramRun, ProgramStatus, ProgramStatusUpdate,
         StepRequest, StepResult,
     )

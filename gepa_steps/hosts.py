@@ -2,7 +2,7 @@
 
 A container mounts only its own client's worktrees (read-only) and its environment (read-only),
 joins the internal egress network, and keeps DSPy imported: each step is a request line that the
-host forks a process for (sandbox/program_host.py). Requests carry ids; one reader thread per
+host forks a process for (gepa_steps/program_host.py). Requests carry ids; one reader thread per
 container hands each reply to the step waiting for it. A container idle for longer than
 ``idle_s`` is removed; a dead one is replaced on the next request."""
 
@@ -24,8 +24,8 @@ import docker
 from docker.errors import APIError, NotFound
 from docker.utils.socket import STDERR, STDOUT, next_frame_header, read_exactly
 
-from sandbox import program_image
-from sandbox.egress import EgressGateway
+from gepa_steps import image as program_image
+from gepa_steps.egress import EgressGateway
 from sandbox.container import remove_all
 
 log = logging.getLogger("genesis.program_hosts")

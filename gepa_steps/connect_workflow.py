@@ -10,9 +10,9 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities import names
-    from genesis.gepa_dto import GEPA_CONNECT_WORKFLOW, STEP_FAILED, ConnectRequest, ConnectResult
+    from gepa_steps.dto import GEPA_CONNECT_WORKFLOW, STEP_FAILED, ConnectRequest, ConnectResult
 
-from workflows.gepa_step import DB_RETRY, INFRA_RETRY, failure_message, innermost_failure
+from gepa_steps.step_workflow import DB_RETRY, INFRA_RETRY, failure_message, innermost_failure
 
 
 def refusal_code(error: BaseException) -> str | None:

@@ -14,7 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from genesis.db.models import Mutation, TraitVersion
-from genesis.quarantines import quarantined
+from pipeline.quarantines import quarantined
 from genesis.redis_keys import REGISTRY_TRAITS, REGISTRY_VERSION
 
 

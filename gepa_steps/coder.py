@@ -1,8 +1,8 @@
 """The coding-agent step of a GEPA code mutation: the agent runs in a fresh container of the
 program image with only the step's worktree mounted, read-only, on the internal egress network;
-the worker applies the diff it returns (activities/gepa.py). Two backends
-(GENESIS_GEPA_CODER_BACKEND): ``chat`` (sandbox/coding_agent.py asks an OpenAI-compatible model for a
-diff) and ``claude_agent_sdk`` (sandbox/claude_coding_agent.py runs Claude Code on a writable copy
+the worker applies the diff it returns (gepa_steps/activities.py). Two backends
+(GENESIS_GEPA_CODER_BACKEND): ``chat`` (gepa_steps/coding_agent.py asks an OpenAI-compatible model for a
+diff) and ``claude_agent_sdk`` (gepa_steps/claude_coding_agent.py runs Claude Code on a writable copy
 and diffs it; the SDK comes from a coder environment mounted read-only)."""
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from requests.exceptions import ConnectionError as RequestsConnectionError
 from requests.exceptions import ReadTimeout
 from temporalio.exceptions import ApplicationError
 
-from genesis import gepa_envs
+from gepa_steps import envs as gepa_envs
 from genesis.config import Settings
-from genesis.gepa_dto import STEP_FAILED, StepRequest
-from sandbox import program_image
+from gepa_steps.dto import STEP_FAILED, StepRequest
+from gepa_steps import image as program_image
 
 AGENT_TIMEOUT_S = 600
 WAIT_SLICE_S = 5  # the container is waited for in slices, reporting progress (activity heartbeats) in between

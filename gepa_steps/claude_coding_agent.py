@@ -5,7 +5,7 @@ Runs in a sandbox container, never in the worker: the program's worktree is moun
 Write, Glob and Grep only (no shell, no web), within a turn limit and a timeout. The SDK (and the
 Claude Code binary its wheel bundles) comes from the read-only coder environment on PYTHONPATH.
 The model is reached through the egress gateway (ANTHROPIC_BASE_URL), which adds the key: the
-container holds a placeholder. It prints one JSON line, like sandbox/coding_agent.py:
+container holds a placeholder. It prints one JSON line, like gepa_steps/coding_agent.py:
 
     {"ok": true, "patch": "diff --git ..."}   or   {"ok": false, "error": "..."}
 

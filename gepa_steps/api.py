@@ -18,15 +18,16 @@ from temporalio.service import RPCError
 
 from api.auth import API_KEY, authenticate
 from api.errors import ApiError
-from api.gepa_schemas import (
+from gepa_steps.schemas import (
     ConnectGitRequest, ConnectGitResponse, ExecuteStepAccepted, ExecuteStepRequest, ProgramResponse,
 )
 from api.schemas import ErrorResponse
-from genesis import netpolicy, programs
+from genesis import netpolicy
+from gepa_steps import programs
 from genesis.db.models import GepaClient, Program
-from genesis.github_app import GitHubApp, GitHubAppError, InstallationNotFound, NotOnGitHub, RepositoryNotInInstallation
+from gepa_steps.github_app import GitHubApp, GitHubAppError, InstallationNotFound, NotOnGitHub, RepositoryNotInInstallation
 from genesis.github_grants import InstallationGrants
-from genesis.gepa_dto import (
+from gepa_steps.dto import (
     GEPA_CONNECT_WORKFLOW, GEPA_STEP_PROGRESS_QUERY, GEPA_STEP_WORKFLOW, ConnectRequest, ConnectResult,
     ProgramStatus, StepRequest, StepResult,
 )

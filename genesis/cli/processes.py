@@ -76,7 +76,7 @@ def engine_process(settings: Settings, name: str = "engine") -> ManagedProcess:
 
 
 def watcher_process(settings: Settings, name: str = "watcher") -> ManagedProcess:
-    return ManagedProcess(name, [sys.executable, "-m", "watcher"], settings)
+    return ManagedProcess(name, [sys.executable, "-m", "evolution"], settings)
 
 
 def api_process(settings: Settings, name: str = "api") -> ManagedProcess:

@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from genesis import programs
+from gepa_steps import programs
 
 MAX_INSTRUCTION_CHARS = 100_000
 

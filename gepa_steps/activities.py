@@ -1,6 +1,6 @@
 """Activities of GEPA optimisation steps: clone, mutate (in a git worktree), run the program in its
-client's sandbox container, record. Git runs here through its CLI (genesis/gitops.py); the
-repository's own code runs only in containers (sandbox/program_hosts.py, activities/gepa_coder.py).
+client's sandbox container, record. Git runs here through its CLI (gepa_steps/gitops.py); the
+repository's own code runs only in containers (gepa_steps/hosts.py, gepa_steps/coder.py).
 
 Verdicts on the input (an unknown parent, a missing program.json, a candidate naming unknown
 components, a patch that does not apply, a program that raises) are non-retryable
@@ -24,16 +24,20 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names
-from activities.gepa_coder import CodingAgent
-from genesis import gepa_envs, gitops, netpolicy, programs
+from gepa_steps.coder import CodingAgent
+from genesis import netpolicy
+from gepa_steps import envs as gepa_envs
+from gepa_steps import gitops
+from gepa_steps import programs
 from genesis.config import Settings
 from genesis.db.models import GepaClient, Program
-from genesis.gepa_dto import (
+from gepa_steps.dto import (
     STEP_FAILED, ConnectRequest, ConnectResult, MutationOutcome, ProgramRun, ProgramStatus, ProgramStatusUpdate, StepRequest,
 )
-from genesis.github_app import GitHubApp, GitHubAppError, NotOnGitHub
-from sandbox import egress, program_image
-from sandbox.program_hosts import HostLimits, ProgramHostDied, ProgramHosts, remove_exited_hosts
+from gepa_steps.github_app import GitHubApp, GitHubAppError, NotOnGitHub
+from gepa_steps import egress
+from gepa_steps import image as program_image
+from gepa_steps.hosts import HostLimits, ProgramHostDied, ProgramHosts, remove_exited_hosts
 
 def storable(value):
     """Program outputs as Postgres can hold them: NUL characters (which JSONB and text refuse)

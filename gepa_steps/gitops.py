@@ -1,6 +1,6 @@
 """Git operations of GEPA steps through the ``git`` CLI: argument lists, never a shell.
 
-Callers pass ids already checked by genesis/programs.py. Git never asks for credentials on a
+Callers pass ids already checked by gepa_steps/programs.py. Git never asks for credentials on a
 terminal, never runs hooks from the client's repository and never reads the user's config."""
 
 from __future__ import annotations

@@ -36,7 +36,7 @@ def main() -> int:
     children = {
         "worker": start([sys.executable, str(PROJECT_ROOT / "worker.py")]),
         "engine": start([sys.executable, "-m", "engine"]),
-        "watcher": start([sys.executable, "-m", "watcher"]),
+        "watcher": start([sys.executable, "-m", "evolution"]),
         "api": start(
             [sys.executable, "-m", "api", "--log-level", "info"]
         ),

@@ -1,14 +1,14 @@
 """The Watcher (logic-flow.md 2.2-2.3; issue 5 item 1): it follows
 ``ch:telemetry``, reads the last 5 WorldSnapshots of the running world, applies the five anomaly
-rules (:func:`genesis.world_metrics.detect_anomalies`), picks the worst by severity and, unless
+rules (:func:`evolution.world_metrics.detect_anomalies`), picks the worst by severity and, unless
 the cooldown or the circuit breaker holds it back,
 
 1. writes the WorldReport to ``evo:trigger:{trigger_id}`` (hash, TTL 600 s),
-2. starts a TaskWorkflow for external agents (:func:`genesis.tasks.start_workflow`, the same as
+2. starts a TaskWorkflow for external agents (:func:`evolution.tasks.start_workflow`, the same as
    ``POST /api/agents/tasks``), retried in the background while Temporal is unreachable,
 3. starts the trigger's EvolutionCycleWorkflow (workflows/evolution.py: Architect → Coder →
    mutation; unless GENESIS_EVOLUTION_CYCLES_ENABLED=false), retried the same way,
-4. publishes ``anomaly_detected`` on the Evolution Feed (genesis/feed.py).
+4. publishes ``anomaly_detected`` on the Evolution Feed (evolution/feed.py).
 
 Cooldown and circuit breaker are one Lua script, so two Watchers never both pass the gate:
 
@@ -42,12 +42,15 @@ from typing import Any, Awaitable, Callable, Mapping, Sequence
 import redis.asyncio as aioredis
 
 from genesis import redis_keys as keys
-from genesis import cycles, feed, tasks, world_metrics
+from evolution import cycles
+from evolution import feed
+from evolution import tasks
+from evolution import world_metrics
 from genesis.config import Settings
 from genesis.dto import AgentTask, TaskSeverity
 from genesis.redis_keys import Channels
 from genesis.workflow_api import evolution_workflow_id
-from genesis.world_metrics import Anomaly
+from evolution.world_metrics import Anomaly
 
 log = logging.getLogger("genesis.watcher")
 
