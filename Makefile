@@ -5,11 +5,12 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint services venv native bench image clean-state help lock
+.PHONY: run test test-unit lint services venv native bench image clean-state help lock
 
 help:
 	@echo "make run       start every service, then the worker, the engine and the API (Ctrl-C stops them)"
-	@echo "make test      start every service, then run the whole test suite"
+	@echo "make test      start every service, then run the whole test suite (unit, then stack)"
+	@echo "make test-unit only the tests that need no service (seconds)"
 	@echo "make bench     run the benchmarks in bench/ (JSON on stdout)"
 	@echo "make lint      check the import rules between the rooms (import-linter)"
 	@echo "make lock      regenerate requirements.lock (pins with hashes) from pyproject.toml"
@@ -53,8 +54,13 @@ services: venv
 run: services
 	$(PY) -m genesis.cli.run
 
+# Both layers: tests/unit (no service, seconds) first, then tests/stack on the real services.
 test: services
-	$(PY) -m pytest
+	$(PY) -m pytest tests/unit
+	$(PY) -m pytest tests/stack
+
+test-unit: venv
+	$(PY) -m pytest tests/unit
 
 lint: venv
 	$(VENV)/bin/lint-imports
