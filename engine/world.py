@@ -4,11 +4,11 @@ No I/O, no asyncio, no wall clock. Behaviour from traits arrives as *intents* (p
 data produced by the trait host) which :meth:`World.step` checks against the Entity API and
 applies (``engine.intents``); anything malformed is rejected and counted by reason, never raised.
 
-One tick, in this order (see :meth:`World.step`): intents -> movement ->
+One tick, in this order (each phase is one call in :meth:`World.step`): intents -> movement ->
 eating -> metabolism and aging -> collisions -> births -> deaths -> population floor -> the
 world's columns kept -> resource respawn -> tick + 1. Movement, eating, metabolism, aging and
 collisions only touch the entity itself (eating takes resources lowest id first), so they run
-over numpy columns of all entities at once; the result is bit-identical to
+over numpy columns of all entities at once (``engine.physics``); the result is bit-identical to
 running them entity by entity, phase by phase.
 
 Determinism: every tick draws from one ``random.Random`` derived from ``(seed, tick)``,
@@ -41,13 +41,13 @@ from typing import Any
 
 import numpy as np
 
-from genesis.entity_api import MAX_SPEED
 from genesis.trait_wire import IntentColumns
 
 from . import world_state
-from .intents import REJECT_REASONS, apply_intents
+from .intents import REJECT_REASONS, CheckedIntents, apply_intents
 from .model import DEATH_CAUSES, Counters, Entity, Resource, TickReport, WorldParams
-from .sensing import Grid, Layout, Sensed, close_pairs, nearest, sense, two_steps_pay
+from .physics import TickColumns, collide, eat, eaters, metabolise_and_age, move
+from .sensing import Grid, Layout, Sensed, sense, two_steps_pay
 from .spatial import SpatialGrid
 from .spawning import DNA_GENES, fresh_entity, new_trait, newborn, placed_entity, trait_gene
 from .views import (
@@ -83,10 +83,6 @@ _WORLD_COLUMNS = (("id", np.int64), ("x", np.float64), ("y", np.float64), ("ener
 _X = attrgetter("x")
 _Y = attrgetter("y")
 _ID = attrgetter("id")
-
-
-_PI = math.pi
-_TWO_PI = 2.0 * math.pi
 
 
 def _store_numbers(ents: list[Entity], x: np.ndarray, y: np.ndarray, direction: np.ndarray, energy: np.ndarray,
@@ -150,7 +146,8 @@ class World:
         # step() left them; None when an entity was added from outside. They are what the next
         # step and trait_views read: a number changed on an Entity from outside is not seen.
         self._columns: dict[str, np.ndarray] | None = None
-        self._prepared: tuple | None = None  # prepare_step()
+        # prepare_step(): (tick, _columns then, the tick's columns read ahead)
+        self._prepared: tuple[int, dict[str, np.ndarray] | None, TickColumns] | None = None
         # What step(lazy_write_back=True) computed and has not yet stored into the Entity objects:
         # (entities, x, y, direction, energy, age). Storing 5 numbers into each of 5,000 objects
         # costs ~3 ms, so the engine leaves it to whoever reads the entities next (``entities``,
@@ -428,13 +425,12 @@ class World:
         else may change an entity's numbers in between (they are changed only by ``World``).
         The last step's numbers are stored into the entities here, off the tick's path."""
         self._write_back()
-        self._prepared = self._step_columns()
+        self._prepared = (self.tick, self._columns, self._read_columns())
         if self.resources:
             self._resource_near_layout()
 
-    def _step_columns(self) -> tuple:
-        """(tick, the kept columns, entities in id order, ids, world columns, direction, rate,
-        speed) as :meth:`step` reads them."""
+    def _read_columns(self) -> TickColumns:
+        """The columns of every entity as the tick starts (before its intents)."""
         entities = self.entities
         keys = sorted(entities)
         order = [entities[eid] for eid in keys]
@@ -444,172 +440,139 @@ class World:
         if cols is None:
             cols = {name: np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n)
                     for name, dtype in _WORLD_COLUMNS}
-        # copies: step() changes them in place (intents, movement)
-        direction, rate, speed = (cols[name].copy() for name in ("direction", "energy_consumption_rate", "speed"))
-        return self.tick, self._columns, order, ids, cols, direction, rate, speed
+        return TickColumns.of(order, ids, cols)
 
     def step(self, intents: Mapping[int, Sequence[Sequence[Any]]] | None = None,
              lazy_write_back: bool = False) -> TickReport:
         """Advance one tick, applying (checked) intents. Never raises on bad intents.
 
+        ``intents``: ``{entity_id: [intent, ...]}`` or the trait host's decoded
+        :class:`IntentColumns` (see ``engine.intents``).
+
         ``lazy_write_back``: leave the new numbers of the entities that neither died nor
         reproduced in the world's columns until the entities are next read (``entities``,
         :meth:`prepare_step`, the next step) rather than storing them into every ``Entity`` now
         (~3 ms at 5,000 entities). Only for a caller that reads entities through the world, as
-        the engine does: an ``Entity`` object held from before shows its old numbers until then.
-
-        Movement, eating, metabolism, aging and collisions run over numpy columns of every
-        entity (ids ascending) with the float operations of the per-entity rules, in the same
-        order, and ``math``'s cos/sin/hypot/atan2 applied element by element (numpy's own may
-        differ in the last bit from one CPU to another); so the result does not depend on
-        vectorising. Only eaters that find a resource, births and deaths go entity by entity."""
+        the engine does: an ``Entity`` object held from before shows its old numbers until then."""
         p = self.params
         tick = self.tick
-        rng = self._rng(tick)
-        rnd = rng.random
+        rng = self._rng(tick)  # wanderers, births, the floor and respawn draw from it in this order
         report = TickReport(tick=tick)
-        rejected = report.rejected_intents
         self._write_back()  # before intents set attributes (unless prepare_step did it)
-        checked = apply_intents(intents, self.entities, self._next_entity_id, p.max_intents_per_entity, rejected)
-        moves, eats, bulk_moves = checked.moves, checked.eats, checked.bulk_moves
+        checked = apply_intents(intents, self.entities, self._next_entity_id, p.max_intents_per_entity,
+                                report.rejected_intents)
+        c = self._tick_columns(checked)
+        moved = move(c, checked, rng.random, p.wander_turn, self._xmax, self._ymax)
+        self._eat(c, checked.eats)
+        metabolise_and_age(c, moved, p)
+        hit_before = self._collide(c)
+        dead, parents = self._reproduce_or_die(c, hit_before, rng, report)
+        self._remove_dead(dead, report)
+        self._keep_population_floor(rng, report)
+        self._keep_columns(c, dead, parents, report, lazy_write_back)
+        self._respawn_resource(rng)
+        self._count_rejections(report.rejected_intents)
+        self.tick = tick + 1
+        return report
 
-        entities = self.entities
-        width_max = self._xmax
-        height_max = self._ymax
+    def _tick_columns(self, checked: CheckedIntents) -> TickColumns:
+        """The tick's columns (read ahead by prepare_step if still valid), with what the intents
+        set."""
         prepared, self._prepared = self._prepared, None
-        early = (prepared is not None and prepared[0] == tick and prepared[1] is not None
-                 and prepared[1] is self._columns)
-        if not early:
-            prepared = self._step_columns()
-        _, _, order, ids, cols, direction, rate, speed = prepared
-        n = len(order)
+        c = None
+        if prepared is not None:
+            tick, columns_then, read_ahead = prepared
+            # A step or an added entity replaces _columns: the same object means nothing moved since.
+            if tick == self.tick and columns_then is not None and columns_then is self._columns:
+                c = read_ahead
+        if c is None:
+            c = self._read_columns()
+        order, ids = c.order, c.ids
         if checked.touched:  # the columns are from before the intents: refresh what they set
             at = np.searchsorted(ids, np.unique(np.concatenate(checked.touched))).tolist()
-            for name, col in (("direction", direction), ("energy_consumption_rate", rate), ("speed", speed)):
+            for name, col in (("direction", c.direction), ("energy_consumption_rate", c.rate), ("speed", c.speed)):
                 get = attrgetter(name)
                 col[at] = [get(order[i]) for i in at]
-        x = cols["x"]
-        y = cols["y"]
         if checked.directions is not None:
             set_ids, values = checked.directions
-            direction[np.searchsorted(ids, set_ids)] = values
-        energy = cols["energy"].copy()
-        max_energy = cols["max_energy"]
-        # (1) intents were applied above; (2) movement.
-        cap = np.where(rate < 1.0, MAX_SPEED * rate, MAX_SPEED)
-        sp = np.where(speed > cap, cap, speed)
-        nx = x.copy()
-        ny = y.copy()
-        moving = np.zeros(n, dtype=bool)
-        if moves or bulk_moves is not None:
-            towards = np.zeros(n, dtype=bool)
-            a = np.zeros(n)
-            b = np.zeros(n)
-            if bulk_moves is not None:  # ids unique, none of them in ``moves``
-                at = np.searchsorted(ids, bulk_moves[0])
-                moving[at] = True
-                towards[at], a[at], b[at] = bulk_moves[1:]
-            if moves:
-                at = np.searchsorted(ids, np.fromiter(moves, dtype=np.int64, count=len(moves)))
-                moving[at] = True
-                vals = list(moves.values())
-                towards[at] = [m[0] for m in vals]
-                a[at] = [m[1] for m in vals]
-                b[at] = [m[2] for m in vals]
-            self._move_by_intent(moving.nonzero()[0], towards, a, b, x, y, sp, nx, ny, direction)
-        wander = (~moving).nonzero()[0]
-        if len(wander):
-            # Instinct: wander with a small random turn (one draw per wanderer, ids ascending),
-            # bouncing off the walls.
-            draws = np.array([rnd() for _ in range(len(wander))])
-            d = direction[wander] + (draws * 2.0 - 1.0) * p.wander_turn
-            d = np.where(d > _PI, d - _TWO_PI, np.where(d < -_PI, d + _TWO_PI, d))
-            dl = d.tolist()
-            wx = x[wander] + np.fromiter(map(math.cos, dl), np.float64, len(dl)) * sp[wander]
-            wy = y[wander] + np.fromiter(map(math.sin, dl), np.float64, len(dl)) * sp[wander]
-            out_x = (wx < 0.0) | (wx > width_max)
-            if out_x.any():
-                wx = np.where(out_x, np.where(wx < 0.0, 0.0, width_max), wx)
-                bounced = _PI - d
-                d = np.where(out_x, np.where(bounced > _PI, bounced - _TWO_PI, bounced), d)
-            out_y = (wy < 0.0) | (wy > height_max)
-            if out_y.any():
-                wy = np.where(out_y, np.where(wy < 0.0, 0.0, height_max), wy)
-                d = np.where(out_y, -d, d)
-            nx[wander] = wx
-            ny[wander] = wy
-            direction[wander] = d
-        moved = np.fromiter(map(math.hypot, (nx - x).tolist(), (ny - y).tolist()), np.float64, n)
+            c.direction[np.searchsorted(ids, set_ids)] = values
+        return c
 
-        # (3) eating: the nearest resource within eat_radius (ties by lower id), eaters by
-        # ascending id, each taking what is left; (4) metabolism.
-        resources = self.resources
-        if resources:
-            eater = energy < p.hunger_fraction * max_energy
-            if eats:
-                eater[np.searchsorted(ids, np.fromiter(eats, dtype=np.int64, count=len(eats)))] = True
-            self._eat(eater.nonzero()[0], nx, ny, energy, max_energy)
-        energy = energy - p.base_metabolism * rate - p.move_cost * moved
-        # (6) aging
-        age = cols["age"] + 1
+    def _eat(self, c: TickColumns, eats: set[int]) -> None:
+        """Eating (``engine.physics.eat``), and the resource caches kept in step."""
+        if not self.resources:
+            return
+        who = eaters(c, eats, self.params.hunger_fraction)
+        if not len(who):
+            return
+        eaten = eat(who, c, self.resources, self._rgrid, self._resource_near_layout(), self.params.eat_radius)
+        if not eaten:
+            return
+        self._resources_changed()
+        if self._resource_columns is not None:
+            ids = self._resource_columns[0]
+            keep = np.ones(len(ids), dtype=bool)
+            keep[np.searchsorted(ids, eaten)] = False
+            self._resource_columns = tuple(col[keep] for col in self._resource_columns)
 
-        # (5) collisions: every pair closer than collision_radius, each pair once.
-        pre_collision: dict[int, float] = {}
-        cr = p.collision_radius
-        dmg = p.collision_damage
-        if cr > 0.0 and dmg > 0.0 and n > 1:
-            lo, hi = close_pairs(Layout(self._near_grid, nx, ny, ids), cr)
-            if len(lo):
-                hits = np.bincount(np.concatenate([lo, hi]), minlength=n)
-                hit = hits.nonzero()[0]
-                pre_collision = dict(zip(ids[hit].tolist(), energy[hit].tolist()))
-                for k in range(int(hits.max())):  # one subtraction per pair, as pair by pair
-                    energy = np.where(hits > k, energy - dmg, energy)
-                self._counters.collisions += len(lo)
+    def _collide(self, c: TickColumns) -> dict[int, float]:
+        """Collisions (``engine.physics.collide``); the energy before the damage of those hit."""
+        p = self.params
+        hit_before, pairs = collide(c, self._near_grid, p.collision_radius, p.collision_damage)
+        self._counters.collisions += pairs
+        return hit_before
 
-        # (7) births and (8) deaths. Dying entities never reproduce; newborns are not in
-        # ``order``, so they neither die nor reproduce in the tick they are born.
+    def _reproduce_or_die(self, c: TickColumns, hit_before: dict[int, float], rng: random.Random,
+                          report: TickReport) -> tuple[list[tuple[int, Entity, str]], list[int]]:
+        """Births, and who dies of what: entity by entity, ids ascending, an entity out of energy
+        dies (of collision if a collision took its last energy, else of starvation), one past its
+        max age dies of age, and a mature one with enough energy gives birth while the population
+        has room. Newborns are not in the tick's columns, so they neither die nor reproduce in the
+        tick they are born. Returns the dead as (index, entity, cause) and the parents' indices."""
+        p = self.params
         threshold = p.reproduction_threshold
         maturity = p.maturity_age
         cost = p.reproduction_cost
-        room = p.max_population - n
-        max_age = cols["max_age"]
-        notable = (energy <= 0.0) | (age >= max_age) | ((energy >= threshold) & (age >= maturity))
+        order = c.order
+        room = p.max_population - len(order)
+        energy, age = c.energy, c.age
+        notable = (energy <= 0.0) | (age >= c.max_age) | ((energy >= threshold) & (age >= maturity))
         # The entities read below get this tick's numbers now; the others when next read.
         at = notable.nonzero()[0]
-        _store_numbers([order[i] for i in at.tolist()], nx[at], ny[at], direction[at], energy[at], age[at])
-        dead: list[tuple[Entity, str]] = []
-        dead_at: list[int] = []
+        _store_numbers([order[i] for i in at.tolist()], c.nx[at], c.ny[at], c.direction[at], energy[at], age[at])
+        entities = self.entities
+        trait_births = self._counters.trait_births
+        dead: list[tuple[int, Entity, str]] = []
         parents: list[int] = []
-        for i in notable.nonzero()[0].tolist():
+        for i in at.tolist():
             e = order[i]
             if e.energy <= 0.0:
-                dead_at.append(i)
-                pre = pre_collision.get(e.id)
-                dead.append((e, "collision" if pre is not None and pre > 0.0 else "starvation"))
+                before = hit_before.get(e.id)
+                dead.append((i, e, "collision" if before is not None and before > 0.0 else "starvation"))
             elif e.age >= e.max_age:
-                dead_at.append(i)
-                dead.append((e, "age"))
+                dead.append((i, e, "age"))
             elif e.energy >= threshold and e.age >= maturity and room > 0:
                 room -= 1
                 e.energy -= cost
                 parents.append(i)
                 cid = self._new_entity_id()
-                gen = self._rng(f"dna:{cid}")
-                child = newborn(e, cid, p, width_max, height_max, rng, gen)
-                if e.traits:
-                    tb = self._counters.trait_births
-                    for name in e.traits:
-                        tb[name] = tb.get(name, 0) + 1
-                self._give_new_trait(child, gen, report)
+                dna_rng = self._rng(f"dna:{cid}")
+                child = newborn(e, cid, p, self._xmax, self._ymax, rng, dna_rng)
+                for name in e.traits:
+                    trait_births[name] = trait_births.get(name, 0) + 1
+                self._give_new_trait(child, dna_rng, report)
                 entities[cid] = child
                 report.births.append(cid)
         self._counters.births += len(report.births)
+        return dead, parents
 
+    def _remove_dead(self, dead: list[tuple[int, Entity, str]], report: TickReport) -> None:
+        """Deaths: the dead leave the world, counted by cause and by the traits they carried."""
+        entities = self.entities
         deaths = report.deaths
         counts = self._counters.deaths
         trait_deaths = self._counters.trait_deaths
-        for e, cause in dead:
+        for _, e, cause in dead:
             del entities[e.id]
             deaths.append((e.id, cause))
             counts[cause] += 1
@@ -619,110 +582,49 @@ class World:
                     by_cause = trait_deaths[name] = {c: 0 for c in DEATH_CAUSES}
                 by_cause[cause] += 1
 
-        # Population floor (off by default).
-        while len(entities) < p.min_population:
+    def _keep_population_floor(self, rng: random.Random, report: TickReport) -> None:
+        """Fresh entities while the population is below ``min_population`` (0: off)."""
+        entities = self.entities
+        while len(entities) < self.params.min_population:
             fresh = self._spawn_fresh(rng)
             self._give_new_trait(fresh, self._rng(f"trait:{fresh.id}"), report)
             report.respawned.append(fresh.id)
         self._counters.respawns += len(report.respawned)
-        if parents:
-            energy[parents] = [order[i].energy for i in parents]
-        after = {"id": ids, "x": nx, "y": ny, "energy": energy, "max_energy": max_energy, "age": age,
-                 "max_age": max_age, "generation": cols["generation"], "speed": speed, "direction": direction,
-                 "energy_consumption_rate": rate}
-        if dead_at or report.births or report.respawned:
-            keep = np.ones(n, dtype=bool)
-            keep[dead_at] = False
+
+    def _keep_columns(self, c: TickColumns, dead: list[tuple[int, Entity, str]], parents: list[int],
+                      report: TickReport, lazy_write_back: bool) -> None:
+        """The tick's columns become the world's (:attr:`_columns`, the entity layout) for the
+        next tick and the views, and are stored into the entities now or, lazily, when next read."""
+        energy = c.energy
+        if parents:  # they paid for their children
+            energy[parents] = [c.order[i].energy for i in parents]
+        after = {"id": c.ids, "x": c.nx, "y": c.ny, "energy": energy, "max_energy": c.max_energy, "age": c.age,
+                 "max_age": c.max_age, "generation": c.generation, "speed": c.speed, "direction": c.direction,
+                 "energy_consumption_rate": c.rate}
+        if dead or report.births or report.respawned:
+            keep = np.ones(len(c.ids), dtype=bool)
+            keep[[i for i, _, _ in dead]] = False
+            entities = self.entities
             new = [entities[i] for i in report.births + report.respawned]
             after = {name: np.concatenate([after[name][keep],
                                            np.fromiter(map(attrgetter(name), new), dtype=dtype, count=len(new))])
                      for name, dtype in _WORLD_COLUMNS}
         self._columns = after
         self._positions = Layout(self._grid, after["x"], after["y"], after["id"])
-        self._unwritten = (order, nx, ny, direction, energy, age)
+        self._unwritten = (c.order, c.nx, c.ny, c.direction, energy, c.age)
         if not lazy_write_back:
             self._write_back()
 
-        # (9) resource respawn.
-        if len(resources) < p.max_resources and rnd() < p.resource_spawn_chance:
+    def _respawn_resource(self, rng: random.Random) -> None:
+        """Below ``max_resources``, one resource appears with ``resource_spawn_chance``."""
+        p = self.params
+        if len(self.resources) < p.max_resources and rng.random() < p.resource_spawn_chance:
             self._spawn_resource(rng)
 
-        if rejected:
-            counter = self._counters.rejected
-            for _, reason in rejected:
-                counter[reason] = counter.get(reason, 0) + 1
-
-        # (10)
-        self.tick = tick + 1
-        return report
-
-    def _move_by_intent(self, idx: np.ndarray, towards: np.ndarray, a: np.ndarray, b: np.ndarray, x: np.ndarray,
-                        y: np.ndarray, sp: np.ndarray, nx: np.ndarray, ny: np.ndarray, direction: np.ndarray) -> None:
-        """Movement of the entities at ``idx`` by their move intent: along (a, b), or towards
-        the point (a, b) without overshooting, at most ``sp``; clamped into the world."""
-        tw = towards[idx]
-        px = x[idx]
-        py = y[idx]
-        dx = np.where(tw, a[idx] - px, a[idx])
-        dy = np.where(tw, b[idx] - py, b[idx])
-        ax = np.abs(dx)
-        ay = np.abs(dy)
-        m = np.where(ay > ax, ay, ax)
-        go = m > 0.0  # a zero vector: the entity stays and keeps its direction
-        idx, tw, px, py, dx, dy, m = idx[go], tw[go], px[go], py[go], dx[go], dy[go], m[go]
-        ux = dx / m
-        uy = dy / m
-        uxl = ux.tolist()
-        uyl = uy.tolist()
-        h = np.fromiter(map(math.hypot, uxl, uyl), np.float64, len(uxl))
-        dist = sp[idx]
-        full = m * h
-        dist = np.where(tw & (full < dist), full, dist)
-        step = dist > 0.0
-        mx = np.where(step, px + ux / h * dist, px)
-        my = np.where(step, py + uy / h * dist, py)
-        mx = np.where(mx < 0.0, 0.0, np.where(mx > self._xmax, self._xmax, mx))
-        my = np.where(my < 0.0, 0.0, np.where(my > self._ymax, self._ymax, my))
-        nx[idx] = np.where(step, mx, px)
-        ny[idx] = np.where(step, my, py)
-        direction[idx] = np.fromiter(map(math.atan2, uyl, uxl), np.float64, len(uxl))
-
-    def _eat(self, eaters: np.ndarray, nx: np.ndarray, ny: np.ndarray, energy: np.ndarray,
-             max_energy: np.ndarray) -> None:
-        """Eaters (indices, ids ascending) at (nx, ny) take the nearest resource within
-        eat_radius that is still there; ``energy`` gains it, up to ``max_energy``."""
-        if not len(eaters):
-            return
-        resources = self.resources
-        lay = self._resource_near_layout()
-        eat_r = self.params.eat_radius
-        found, _, _ = nearest(nx[eaters], ny[eaters], lay, eat_r)
-        hit = found >= 0
-        if not hit.any():
-            return
-        rgrid = self._rgrid
-        rids = found[hit].tolist()
-        eaten: list[int] = []
-        for i, rid in zip(eaters[hit].tolist(), rids):
-            res = resources.get(rid)
-            if res is None:  # an eater with a lower id took it: the nearest of what is left
-                if not resources:
-                    break
-                near = rgrid.nearest(float(nx[i]), float(ny[i]), eat_r)
-                if near is None:
-                    continue
-                res = near[0]
-            gained = energy[i] + res.energy
-            energy[i] = max_energy[i] if gained > max_energy[i] else gained
-            rgrid.remove(res)
-            del resources[res.id]
-            eaten.append(res.id)
-        self._resources_changed()
-        if self._resource_columns is not None and eaten:
-            ids = self._resource_columns[0]
-            keep = np.ones(len(ids), dtype=bool)
-            keep[np.searchsorted(ids, eaten)] = False
-            self._resource_columns = tuple(col[keep] for col in self._resource_columns)
+    def _count_rejections(self, rejected: list[tuple[int, str]]) -> None:
+        counter = self._counters.rejected
+        for _, reason in rejected:
+            counter[reason] = counter.get(reason, 0) + 1
 
     # -- inspection -------------------------------------------------------------------------
 
