@@ -117,7 +117,7 @@ async def _fetch(address, namespace, workflow_id, run_id, window, limit):
     try:
         client = await asyncio.wait_for(connect(settings), timeout=10)
     except Exception as exc:
-        raise CliError(f"cannot reach Temporal at {settings.temporal_address}: {exc} "
+        raise CliError(f"cannot reach Temporal at {settings.temporal.address}: {exc} "
                        "(set --temporal or GENESIS_TEMPORAL_ADDRESS)") from exc
     try:
         targets = [(workflow_id, run_id)] if workflow_id else []
