@@ -118,7 +118,7 @@ class EvolutionActivities:
             problem, severity = raw.get("problem_type", "unknown"), raw.get("severity", "medium")
             area, task_id = raw.get("suggested_area", "traits"), raw.get("task_id") or None
         else:
-            history = await world_metrics.recent_snapshots(self._redis, s.engine_snapshot_interval)
+            history = await world_metrics.recent_snapshots(self._redis, s.engine.snapshot_interval)
             report = _snapshot_report(history[0], history) if history else {}
             problem = "periodic_improvement" if cycle.kind == CycleKind.periodic_improvement else "unknown"
             severity, area, task_id = "low", "traits", None
@@ -127,8 +127,8 @@ class EvolutionActivities:
             trigger_id=trigger_id, workflow_id=evolution_workflow_id(trigger_id), kind=cycle.kind,
             problem_type=problem, severity=severity, suggested_area=area, task_id=task_id, report=report,
             active_traits=active, world_params=await self._params_in_force(),
-            observation_window_ticks=s.observation_window_ticks, observation_timeout_s=s.observation_timeout_s,
-            rollback_threshold=s.rollback_threshold, llm_attempts=s.llm_attempts,
+            observation_window_ticks=s.observation.window_ticks, observation_timeout_s=s.observation.timeout_s,
+            rollback_threshold=s.rollback_threshold, llm_attempts=s.llm.attempts,
             llm_task_queue=llm_task_queue(s.task_queue),
         )
 
@@ -149,7 +149,7 @@ class EvolutionActivities:
         try:
             reply = await llm.complete(self._settings, system, prompt)
         except llm.LLMError as exc:
-            LLM_CALLS.labels(self._settings.llm_provider, exc.code).inc()
+            LLM_CALLS.labels(self._settings.llm.provider, exc.code).inc()
             activity.logger.warning("%s of %s: %s", step, trigger_id, exc)  # one line, no traceback
             raise _expected(f"{step}: {exc}", exc.code, retryable=exc.retryable) from exc
         LLM_CALLS.labels(reply.provider, "ok").inc()

@@ -97,12 +97,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings=settings,
             sessions=get_sessionmaker(settings.database_url),
             redis=aioredis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2),
-            pepper=load_pepper(settings.api_key_pepper.get_secret_value(), settings.state_dir),
-            webhook_secret=load_server_secret(settings.webhook_secret.get_secret_value(), settings.state_dir),
+            pepper=load_pepper(settings.api.key_pepper.get_secret_value(), settings.state_dir),
+            webhook_secret=load_server_secret(settings.webhook.secret.get_secret_value(), settings.state_dir),
         )
         app.state.telemetry = TelemetryHub(
             settings.redis_url, app.state.services.redis,
-            queue_size=settings.telemetry_client_queue, reconnect_max_s=settings.telemetry_reconnect_max_s,
+            queue_size=settings.telemetry.client_queue, reconnect_max_s=settings.telemetry.reconnect_max_s,
         )
         app.state.telemetry.start()
         app.state.services.starter = WorkflowStarter(app.state.services)
@@ -128,7 +128,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description=(
             "A self-evolving world. Propose trait code; every mutation runs through a durable "
-            f"Temporal workflow (validate → sandbox → verdict). Temporal UI: {settings.temporal_ui_url}"
+            f"Temporal workflow (validate → sandbox → verdict). Temporal UI: {settings.temporal.ui_url}"
         ),
         lifespan=lifespan,
     )
@@ -139,7 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestGuard)
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES,
                        per_path={routes_batch.BATCH_PATH: MAX_BODY_BYTES * settings.batch_max_items,
-                                 routes_gepa.EXECUTE_STEP_PATH: settings.gepa_max_body_bytes})
+                                 routes_gepa.EXECUTE_STEP_PATH: settings.gepa.max_body_bytes})
     app.include_router(routes_mutations.router)
     app.include_router(routes_agents.router)
     app.include_router(routes_webhooks.router)

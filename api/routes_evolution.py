@@ -58,7 +58,7 @@ async def force_trigger(request: Request, body: EvolutionTriggerRequest | None =
     if outcome.status == watching.COOLDOWN:
         raise ApiError(
             409, "WATCHER_COOLDOWN",
-            f"a {outcome.anomaly.type} trigger happened less than {settings.watcher_cooldown_s:.0f} s ago "
+            f"a {outcome.anomaly.type} trigger happened less than {settings.watcher.cooldown_s:.0f} s ago "
             "(severity critical skips the cooldown)",
         )
     if outcome.status == watching.LIMITED:

@@ -156,11 +156,11 @@ async def _admit(services, conn, request: Request, body: ProposeRequest, agent_i
 async def _take_rate_limit(services, agent_id: str, ip: str, mutation_id: str) -> ratelimit.Decision:
     settings = services.settings
     limits = ratelimit.Limits(
-        active_per_agent=settings.ratelimit_active_per_agent,
-        per_ip_minute=settings.ratelimit_proposals_per_ip_minute,
-        per_agent_hour=settings.ratelimit_proposals_per_agent_hour,
-        active_slot_ttl_s=settings.ratelimit_active_slot_ttl_s,
-        active_retry_after_s=settings.ratelimit_active_retry_after_s,
+        active_per_agent=settings.ratelimit.active_per_agent,
+        per_ip_minute=settings.ratelimit.proposals_per_ip_minute,
+        per_agent_hour=settings.ratelimit.proposals_per_agent_hour,
+        active_slot_ttl_s=settings.ratelimit.active_slot_ttl_s,
+        active_retry_after_s=settings.ratelimit.active_retry_after_s,
     )
     try:
         decision = await ratelimit.acquire(services.redis, limits, agent_id, ip, mutation_id)
@@ -292,7 +292,7 @@ async def effects(mutation_id: MutationIdPath, request: Request) -> EffectsRespo
     record = await _load(request, mutation_id)
     return EffectsResponse(
         mutation_id=record.mutation_id, trait_name=record.trait_name, status=record.status,
-        observation_window_ticks=request.app.state.services.settings.observation_window_ticks,
+        observation_window_ticks=request.app.state.services.settings.observation.window_ticks,
         observed=record.effects is not None, effects=record.effects, fitness_verdict=record.fitness_verdict,
         replaces=replaces_ref(record), trait_version=record.trait_version,
         replaced_version=record.replaced_version, restored_version=record.restored_version,

@@ -75,7 +75,7 @@ async def check_replacement(services, conn: asyncpg.Connection, body: ProposeReq
     of the X-Operator-Key that came with it; else 403 NOT_TRAIT_OWNER). The answer only reflects
     the moment of the proposal: activation checks the version and its owner again."""
     name = body.trait_name
-    reject_existing = services.settings.trait_exists_policy == "reject"
+    reject_existing = services.settings.trait.exists_policy == "reject"
     may_replace = body.replaces is not None or not reject_existing
     approved_by = operator if may_replace else None
     live = await proposal_store.live_trait(conn, name)
@@ -143,7 +143,7 @@ async def _carriers(request: Request) -> tuple[dict[str, int] | None, int | None
     """Carriers per trait at the latest WorldSnapshot of the engine (None without one)."""
     services = request.app.state.services
     try:
-        latest = await world_metrics.recent_snapshots(services.redis, services.settings.engine_snapshot_interval, 1)
+        latest = await world_metrics.recent_snapshots(services.redis, services.settings.engine.snapshot_interval, 1)
     except (RedisError, OSError) as exc:  # optional information: the traits are still listed
         log.warning("carriers unavailable: %s", exc)
         return None, None

@@ -111,7 +111,7 @@ async def seed_context(settings: Settings) -> None:
     await redis.aclose()
     engine = Engine(settings)
     try:
-        await engine.run_ticks(settings.engine_snapshot_interval)
+        await engine.run_ticks(settings.engine.snapshot_interval)
         await engine.sink.flush()
     finally:
         await engine.close()

@@ -153,7 +153,7 @@ async def start_temporal() -> WorkflowEnvironment:
 
 def bench_settings(env: WorkflowEnvironment, **values) -> Settings:
     """Settings of a bench's own API (and worker) on ``env``'s dev server, plus ``values``."""
-    return Settings(
+    return Settings().override(
         temporal_address=env.client.service_client.config.target_host,
         api_port=free_port(),
         # A bench proposes as one client, keyless, far more often than the seed's limits allow.

@@ -172,7 +172,7 @@ class QuarantineReporter:
 
     async def _retrying(self, attempt: Callable[[], Awaitable[None]]) -> None:
         async for trying in AsyncRetrying(
-            stop=stop_after_delay(self._settings.engine_quarantine_report_retry_s),
+            stop=stop_after_delay(self._settings.engine.quarantine_report_retry_s),
             wait=wait_exponential_jitter(initial=0.5, max=30),
             retry=retry_if_not_exception_type(NothingToRollBack),
             reraise=True,

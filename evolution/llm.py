@@ -53,35 +53,35 @@ class LLMBadReply(LLMError):
 
 def endpoint(settings: Settings) -> tuple[str, str]:
     """(base URL, model) of the configured provider, defaults filled in."""
-    provider = settings.llm_provider
-    url = (settings.llm_url or DEFAULT_URL.get(provider, "")).rstrip("/")
-    return url, settings.llm_model or DEFAULT_MODEL.get(provider, "")
+    provider = settings.llm.provider
+    url = (settings.llm.url or DEFAULT_URL.get(provider, "")).rstrip("/")
+    return url, settings.llm.model or DEFAULT_MODEL.get(provider, "")
 
 
 def estimated_cost(settings: Settings, tokens_in: int, tokens_out: int) -> float:
-    return round(tokens_in * settings.llm_cost_in_per_mtok / 1e6 + tokens_out * settings.llm_cost_out_per_mtok / 1e6, 6)
+    return round(tokens_in * settings.llm.cost_in_per_mtok / 1e6 + tokens_out * settings.llm.cost_out_per_mtok / 1e6, 6)
 
 
 def _request(settings: Settings, system: str, prompt: str) -> tuple[str, dict[str, str], dict[str, Any]]:
     """(url, headers, body) of one completion in the provider's protocol."""
-    provider = settings.llm_provider
+    provider = settings.llm.provider
     base, model = endpoint(settings)
-    key = settings.llm_api_key.get_secret_value()
+    key = settings.llm.api_key.get_secret_value()
     if provider == "ollama":
         body = {"model": model, "system": system, "prompt": prompt, "stream": False,
-                "options": {"temperature": settings.llm_temperature, "num_predict": settings.llm_max_tokens}}
+                "options": {"temperature": settings.llm.temperature, "num_predict": settings.llm.max_tokens}}
         return f"{base}/api/generate", {}, body
     if provider == "openai":
         path = "/chat/completions" if base.endswith("/v1") else "/v1/chat/completions"
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        body = {"model": model, "temperature": settings.llm_temperature, "max_tokens": settings.llm_max_tokens,
+        body = {"model": model, "temperature": settings.llm.temperature, "max_tokens": settings.llm.max_tokens,
                 "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}]}
         return base + path, headers, body
     if provider == "anthropic":
         path = "/messages" if base.endswith("/v1") else "/v1/messages"
         headers = {"x-api-key": key, "anthropic-version": ANTHROPIC_VERSION}
-        body = {"model": model, "system": system, "max_tokens": settings.llm_max_tokens,
-                "temperature": min(settings.llm_temperature, 1.0), "messages": [{"role": "user", "content": prompt}]}
+        body = {"model": model, "system": system, "max_tokens": settings.llm.max_tokens,
+                "temperature": min(settings.llm.temperature, 1.0), "messages": [{"role": "user", "content": prompt}]}
         return base + path, headers, body
     raise LLMOff("no LLM is configured (GENESIS_LLM_PROVIDER=off): evolution cycles are skipped; "
                  "external agents can still propose mutations")
@@ -111,23 +111,23 @@ async def complete(settings: Settings, system: str, prompt: str, client: httpx.A
     url, headers, body = _request(settings, system, prompt)
     _, model = endpoint(settings)
     owned = client is None
-    client = client or httpx.AsyncClient(timeout=settings.llm_timeout_s, follow_redirects=False)
+    client = client or httpx.AsyncClient(timeout=settings.llm.timeout_s, follow_redirects=False)
     try:
         response = await client.post(url, json=body, headers=headers)
     except httpx.TimeoutException as exc:
-        raise LLMUnavailable(f"{settings.llm_provider} at {url} did not answer within {settings.llm_timeout_s:g} s") from exc
+        raise LLMUnavailable(f"{settings.llm.provider} at {url} did not answer within {settings.llm.timeout_s:g} s") from exc
     except httpx.HTTPError as exc:
-        raise LLMUnavailable(f"{settings.llm_provider} at {url} is not reachable ({type(exc).__name__}: {exc})") from exc
+        raise LLMUnavailable(f"{settings.llm.provider} at {url} is not reachable ({type(exc).__name__}: {exc})") from exc
     finally:
         if owned:
             await client.aclose()
     if response.status_code == 429 or response.status_code >= 500:
-        raise LLMUnavailable(f"{settings.llm_provider} at {url} answered {response.status_code}: {response.text[:200]}")
+        raise LLMUnavailable(f"{settings.llm.provider} at {url} answered {response.status_code}: {response.text[:200]}")
     if response.status_code >= 400:
-        raise LLMBadReply(f"{settings.llm_provider} at {url} refused the request with {response.status_code}: "
+        raise LLMBadReply(f"{settings.llm.provider} at {url} refused the request with {response.status_code}: "
                           f"{response.text[:300]}")
     try:
         data = response.json()
     except ValueError as exc:
-        raise LLMBadReply(f"{settings.llm_provider} at {url} answered something that is not JSON: {response.text[:200]!r}") from exc
-    return _parse(settings.llm_provider, model, data)
+        raise LLMBadReply(f"{settings.llm.provider} at {url} answered something that is not JSON: {response.text[:200]!r}") from exc
+    return _parse(settings.llm.provider, model, data)

@@ -194,13 +194,13 @@ class Watcher:
 
     async def history(self) -> list[dict[str, Any]]:
         """The last 5 snapshots of the running world, newest first."""
-        return await world_metrics.recent_snapshots(self.redis, self.settings.engine_snapshot_interval)
+        return await world_metrics.recent_snapshots(self.redis, self.settings.engine.snapshot_interval)
 
     async def analyze(self) -> Outcome:
         """COLLECTING → ANALYZING → TRIGGERING → PUBLISHING (seed 2.2) over the latest snapshots.
         A snapshot already analyzed is not analyzed again (``unchanged``): Redis pub/sub channels
         are shared by all databases of a server, so events may come from another world."""
-        heads = await world_metrics.recent_heads(self.redis, self.settings.engine_snapshot_interval)
+        heads = await world_metrics.recent_heads(self.redis, self.settings.engine.snapshot_interval)
         if heads and heads[0] == self._last_head:
             return Outcome(UNCHANGED, tick=heads[0].tick)
         history = await world_metrics.load_snapshots(self.redis, heads) if heads else []
@@ -212,7 +212,7 @@ class Watcher:
             recently = await world_metrics.mutation_applied_since(
                 self._sessions, time.time() - world_metrics.STAGNATION_QUIET_S)
         found = world_metrics.detect_anomalies(
-            history, max_entities=self.settings.engine_max_population, mutation_applied_recently=recently)
+            history, max_entities=self.settings.engine.max_population, mutation_applied_recently=recently)
         anomaly = worst(found)
         if anomaly is None:
             log.debug("tick %s: the world is stable", history[0].get("tick"))
@@ -227,7 +227,7 @@ class Watcher:
         if not history:
             return Outcome(NO_SNAPSHOT)
         found = world_metrics.detect_anomalies(
-            history, max_entities=self.settings.engine_max_population, mutation_applied_recently=True)
+            history, max_entities=self.settings.engine.max_population, mutation_applied_recently=True)
         if anomaly_type is None:
             anomaly = worst(found)
             if anomaly is None:
@@ -245,8 +245,8 @@ class Watcher:
         s = self.settings
         result = await self.redis.eval(
             _GATE_LUA, 3, cooldown_key(anomaly.type), keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER,
-            "1" if anomaly.severity == "critical" else "0", int(s.watcher_cooldown_s * 1000),
-            s.watcher_trigger_limit, s.watcher_trigger_window_s, s.watcher_pause_s,
+            "1" if anomaly.severity == "critical" else "0", int(s.watcher.cooldown_s * 1000),
+            s.watcher.trigger_limit, s.watcher.trigger_window_s, s.watcher.pause_s,
         )
         return _text(result)
 
@@ -256,7 +256,7 @@ class Watcher:
         s = self.settings
         verdict, retry_after = await self.redis.eval(
             _FORCED_GATE_LUA, 2, cooldown_key(anomaly.type), keys.WATCHER_FORCED_COUNTER,
-            "1" if anomaly.severity == "critical" else "0", int(s.watcher_cooldown_s * 1000),
+            "1" if anomaly.severity == "critical" else "0", int(s.watcher.cooldown_s * 1000),
             s.forced_trigger_limit, s.forced_trigger_window_s,
         )
         return _text(verdict), max(1, int(retry_after))
@@ -281,11 +281,11 @@ class Watcher:
         if verdict == TRIPPED:
             s = self.settings
             log.warning("circuit breaker activated: >%d triggers in %d s; paused for %d s",
-                        s.watcher_trigger_limit, s.watcher_trigger_window_s, s.watcher_pause_s)
+                        s.watcher.trigger_limit, s.watcher.trigger_window_s, s.watcher.pause_s)
             await self._feed("circuit_breaker_activated",
-                             f"Too many triggers (more than {s.watcher_trigger_limit} in {s.watcher_trigger_window_s} s). "
-                             f"Watcher paused for {s.watcher_pause_s // 60} minutes.",
-                             problem_type=anomaly.type, severity=anomaly.severity, paused_for_sec=s.watcher_pause_s)
+                             f"Too many triggers (more than {s.watcher.trigger_limit} in {s.watcher.trigger_window_s} s). "
+                             f"Watcher paused for {s.watcher.pause_s // 60} minutes.",
+                             problem_type=anomaly.type, severity=anomaly.severity, paused_for_sec=s.watcher.pause_s)
             return self._record(Outcome(TRIPPED, anomaly, tick=tick))
 
         trigger_id = f"trg_{uuid.uuid4().hex[:12]}"
@@ -294,7 +294,7 @@ class Watcher:
         key = keys.evolution_trigger(trigger_id)
         async with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(key, mapping=report)
-            pipe.expire(key, self.settings.watcher_report_ttl_s)
+            pipe.expire(key, self.settings.watcher.report_ttl_s)
             await pipe.execute()
         self._start_task(task)
         if self.settings.evolution_cycles_enabled:
@@ -315,7 +315,7 @@ class Watcher:
         severity = TASK_SEVERITY[anomaly.severity]
         return AgentTask(
             task_id=f"task_{trigger_id.removeprefix('trg_')}",
-            expires_at=round(time.time() + self.settings.task_ttl_s(severity), 3),
+            expires_at=round(time.time() + self.settings.task.ttl_s(severity), 3),
             source="watcher",
             problem_type=anomaly.type,
             severity=TaskSeverity(severity),

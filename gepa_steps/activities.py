@@ -58,38 +58,38 @@ def rejected(message: str) -> ApplicationError:
 class GepaActivities:
     def __init__(self, settings: Settings, sessions: async_sessionmaker):
         self._settings, self._sessions = settings, sessions
-        self._workspace = Path(settings.gepa_workspace_dir)
+        self._workspace = Path(settings.gepa.workspace_dir)
         self._policy = netpolicy.NetPolicy.from_settings(settings)
-        self._clone_limits = gitops.CloneLimits(settings.gepa_clone_connect_timeout_s, settings.gepa_clone_stall_s,
-                                                settings.gepa_clone_timeout_s)
+        self._clone_limits = gitops.CloneLimits(settings.gepa.clone_connect_timeout_s, settings.gepa.clone_stall_s,
+                                                settings.gepa.clone_timeout_s)
         self._docker = docker.from_env(timeout=120)
         program_image.ensure(self._docker)
         remove_exited_hosts(self._docker)
-        gateway_ip = egress.ensure_network(self._docker, settings.gepa_network)
+        gateway_ip = egress.ensure_network(self._docker, settings.gepa.network)
         # Route names carry a random part only the intended containers are told: a program cannot
         # spend the coding model's key, nor the coding agent the programs' LM.
         lm_route, coder_route = f"lm-{secrets.token_hex(12)}", f"coder-{secrets.token_hex(12)}"
         claude_route = f"claude-{secrets.token_hex(12)}"  # the Claude Agent SDK backend's Anthropic API
         self.gateway = egress.EgressGateway(
-            gateway_ip, settings.gepa_gateway_port,
-            routes={lm_route: egress.Route(settings.gepa_lm_base_url, settings.gepa_lm_api_key.get_secret_value()),
-                    coder_route: egress.Route(settings.gepa_coder_base_url, settings.gepa_coder_api_key.get_secret_value()),
-                    claude_route: egress.Route(settings.gepa_anthropic_base_url,
-                                               settings.gepa_anthropic_api_key.get_secret_value(), key_header="x-api-key")},
-            allow=egress.parse_allow_list(settings.gepa_egress_allow), policy=self._policy,
+            gateway_ip, settings.gepa.gateway_port,
+            routes={lm_route: egress.Route(settings.gepa.lm_base_url, settings.gepa.lm_api_key.get_secret_value()),
+                    coder_route: egress.Route(settings.gepa.coder_base_url, settings.gepa.coder_api_key.get_secret_value()),
+                    claude_route: egress.Route(settings.gepa.anthropic_base_url,
+                                               settings.gepa.anthropic_api_key.get_secret_value(), key_header="x-api-key")},
+            allow=egress.parse_allow_list(settings.gepa.egress_allow), policy=self._policy,
         ).start()
-        if settings.gepa_enforce_egress:
-            egress.open_host_port(self._docker, settings.gepa_network, self.gateway.port)
+        if settings.gepa.enforce_egress:
+            egress.open_host_port(self._docker, settings.gepa.network, self.gateway.port)
             egress.prune_stale_ports(gateway_ip)
         gateway_url = f"http://{gateway_ip}:{self.gateway.port}"
         proxy = {"HTTP_PROXY": gateway_url, "HTTPS_PROXY": gateway_url, "http_proxy": gateway_url,
                  "https_proxy": gateway_url, "NO_PROXY": gateway_ip, "no_proxy": gateway_ip}
         self._hosts = ProgramHosts(
-            self._docker, settings.gepa_network,
-            {"GENESIS_LM_MODEL": settings.gepa_lm_model, "GENESIS_LM_BASE_URL": f"{gateway_url}/{lm_route}",
+            self._docker, settings.gepa.network,
+            {"GENESIS_LM_MODEL": settings.gepa.lm_model, "GENESIS_LM_BASE_URL": f"{gateway_url}/{lm_route}",
              "LITELLM_LOCAL_MODEL_COST_MAP": "true", **proxy},
-            HostLimits(settings.gepa_runner_memory, settings.gepa_runner_pids_limit, settings.gepa_runner_cpus),
-            idle_s=settings.gepa_runner_idle_s, gateway=self.gateway,
+            HostLimits(settings.gepa.runner_memory, settings.gepa.runner_pids_limit, settings.gepa.runner_cpus),
+            idle_s=settings.gepa.runner_idle_s, gateway=self.gateway,
         )
         self._coder = CodingAgent(self._docker, settings, f"{gateway_url}/{coder_route}", proxy,
                                   claude_url=f"{gateway_url}/{claude_route}")
@@ -98,7 +98,7 @@ class GepaActivities:
     def close(self) -> None:
         self._hosts.close()
         self.gateway.close()
-        if self._settings.gepa_enforce_egress:
+        if self._settings.gepa.enforce_egress:
             egress.close_host_port(self.gateway.port)
 
     # --- connect-git -------------------------------------------------------------------------
@@ -222,7 +222,7 @@ class GepaActivities:
         try:
             requirements = gepa_envs.requirements_of(worktree)
             env_dir = gepa_envs.ensure_environment(
-                Path(self._settings.gepa_envs_dir), requirements, self._settings.gepa_dspy_requirement,
+                Path(self._settings.gepa.envs_dir), requirements, self._settings.gepa.dspy_requirement,
                 progress=activity.heartbeat)
         except gepa_envs.RequirementsRejected as exc:
             raise rejected(str(exc)) from None
@@ -235,8 +235,8 @@ class GepaActivities:
                 "op": "run", "worktree": f"{program_image.WORKTREES_IN_IMAGE}/{request.program_id}",
                 "program_json_path": request.program_json_path, "entry_point": request.entry_point,
                 "examples": request.test_examples, "capture_traces": request.capture_traces,
-                "timeout_s": self._settings.gepa_run_timeout_s,
-            }, timeout=self._settings.gepa_run_timeout_s + 30, waiting=lambda: activity.heartbeat("running"))
+                "timeout_s": self._settings.gepa.run_timeout_s,
+            }, timeout=self._settings.gepa.run_timeout_s + 30, waiting=lambda: activity.heartbeat("running"))
         except ProgramHostDied as exc:
             raise ApplicationError(f"the program host failed: {exc}") from None  # retried
         duration_ms = round((time.monotonic() - started) * 1000, 1)
@@ -269,7 +269,7 @@ class GepaActivities:
         if not dirs.repo.exists():
             return
         failed = change.status == ProgramStatus.failed
-        if failed or not self._settings.gepa_keep_worktrees:
+        if failed or not self._settings.gepa.keep_worktrees:
             await asyncio.to_thread(gitops.remove_worktree, dirs.repo, dirs.worktree(change.program_id))
         if failed:
             await asyncio.to_thread(gitops.delete_branch, dirs.repo, programs.branch_name(change.program_id))

@@ -71,8 +71,8 @@ async def connect_git(body: ConnectGitRequest, request: Request, api_key: str | 
     services = request.app.state.services
     owner = await _caller(services, api_key)
     try:
-        url = programs.check_repo_url(body.repo_url, services.settings.gepa_local_repo_roots,
-                                      services.settings.gepa_allow_http_repos)
+        url = programs.check_repo_url(body.repo_url, services.settings.gepa.local_repo_roots,
+                                      services.settings.gepa.allow_http_repos)
     except programs.InvalidId as exc:
         raise _invalid("repo_url", str(exc)) from None
     if body.installation_id is not None:
@@ -109,7 +109,7 @@ def _check_installation(settings, url: str, installation_id: int, caller: str | 
         app.repository(url)
     except NotOnGitHub as exc:
         raise _invalid("repo_url", str(exc)) from None
-    if not InstallationGrants.parse(settings.gepa_github_installations).allows(installation_id, caller):
+    if not InstallationGrants.parse(settings.gepa.github_installations).allows(installation_id, caller):
         who = f"agent {caller!r}" if caller else "a caller without an X-API-Key"
         raise ApiError(403, "INSTALLATION_NOT_ALLOWED",
                        f"installation_id {installation_id} may not be used by {who}: the operator grants "
@@ -147,8 +147,8 @@ async def execute_step(body: ExecuteStepRequest, request: Request, api_key: str 
     request waits for (or returns) the same step; a failed step runs again."""
     services = request.app.state.services
     settings = services.settings
-    if len(body.test_examples) > settings.gepa_max_examples:
-        raise _invalid("test_examples", f"at most {settings.gepa_max_examples} examples per step, got {len(body.test_examples)}")
+    if len(body.test_examples) > settings.gepa.max_examples:
+        raise _invalid("test_examples", f"at most {settings.gepa.max_examples} examples per step, got {len(body.test_examples)}")
     if body.mutation_type == "code" and not (body.change_request or "").strip():
         raise _invalid("change_request", "a code mutation needs a change_request")
     step = StepRequest(**body.model_dump())
@@ -172,7 +172,7 @@ async def execute_step(body: ExecuteStepRequest, request: Request, api_key: str 
     if run_async:
         return JSONResponse(accepted.model_dump(), status_code=202)
     try:
-        result: StepResult = await asyncio.wait_for(asyncio.shield(handle.result()), settings.gepa_step_timeout_s)
+        result: StepResult = await asyncio.wait_for(asyncio.shield(handle.result()), settings.gepa.step_timeout_s)
     except asyncio.TimeoutError:
         return JSONResponse({**accepted.model_dump(), "status": "in_progress"}, status_code=202)
     except WorkflowFailureError as exc:  # the workflow itself failed (not a step verdict)

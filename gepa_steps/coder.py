@@ -41,17 +41,17 @@ class CodingAgent:
     def __init__(self, client: docker.DockerClient, settings: Settings, coder_url: str, proxy_env: dict[str, str],
                  claude_url: str = ""):
         self._client, self._settings, self._proxy_env = client, settings, proxy_env
-        self._environment = {"GENESIS_CODER_URL": coder_url, "GENESIS_CODER_MODEL": settings.gepa_coder_model, **proxy_env}
+        self._environment = {"GENESIS_CODER_URL": coder_url, "GENESIS_CODER_MODEL": settings.gepa.coder_model, **proxy_env}
         self._claude_url = claude_url
 
     def propose_patch(self, request: StepRequest, worktree: Path, progress: Callable[[str], None] = lambda _: None) -> str:
         if not request.change_request:
             raise failed("a code mutation needs a change_request")
         task = {"change_request": request.change_request, "change_location": request.change_location}
-        if self._settings.gepa_coder_backend == "claude_agent_sdk":
+        if self._settings.gepa.coder_backend == "claude_agent_sdk":
             spec = self._claude_container(worktree, progress)
-            timeout = self._settings.gepa_claude_timeout_s
-            task |= {"model": self._settings.gepa_claude_model, "max_turns": self._settings.gepa_claude_max_turns,
+            timeout = self._settings.gepa.claude_timeout_s
+            task |= {"model": self._settings.gepa.claude_model, "max_turns": self._settings.gepa.claude_max_turns,
                      "timeout_s": timeout}
         else:
             spec = dict(command=[program_image.PYTHON_IN_IMAGE, "-I", "-S", "-B", program_image.AGENT_IN_IMAGE],
@@ -62,16 +62,16 @@ class CodingAgent:
         return self._run(request, spec, task, timeout + 30, progress)
 
     def _claude_container(self, worktree: Path, progress: Callable[[str], None]) -> dict:
-        if not self._settings.gepa_anthropic_api_key.get_secret_value() or not self._claude_url:
+        if not self._settings.gepa.anthropic_api_key.get_secret_value() or not self._claude_url:
             raise failed("the claude_agent_sdk coding backend needs GENESIS_GEPA_ANTHROPIC_API_KEY (the egress gateway "
                          "adds it to the agent's requests; it never enters the container)")
         try:
-            env_dir = gepa_envs.ensure_environment(Path(self._settings.gepa_envs_dir), [],
-                                                   self._settings.gepa_claude_sdk_requirement, progress)
+            env_dir = gepa_envs.ensure_environment(Path(self._settings.gepa.envs_dir), [],
+                                                   self._settings.gepa.claude_sdk_requirement, progress)
         except gepa_envs.RequirementsRejected as exc:
-            raise failed(f"the Claude Agent SDK ({self._settings.gepa_claude_sdk_requirement}) could not be installed "
+            raise failed(f"the Claude Agent SDK ({self._settings.gepa.claude_sdk_requirement}) could not be installed "
                          f"into the coder environment: {exc}") from None
-        memory = self._settings.gepa_claude_memory
+        memory = self._settings.gepa.claude_memory
         return dict(command=[program_image.PYTHON_IN_IMAGE, "-s", "-B", program_image.CLAUDE_AGENT_IN_IMAGE],
                     tmpfs={"/tmp": "rw,nosuid,nodev,size=512m"}, mem_limit=memory, memswap_limit=memory, pids_limit=256,
                     volumes={str(worktree): {"bind": "/workspace", "mode": "ro"},
@@ -82,7 +82,7 @@ class CodingAgent:
         container = self._client.containers.create(
             program_image.ensure(self._client),
             name=f"genesis-coder-{request.client_id}-{secrets.token_hex(3)}",
-            stdin_open=True, tty=False, network=self._settings.gepa_network, read_only=True,
+            stdin_open=True, tty=False, network=self._settings.gepa.network, read_only=True,
             user="10001:10001", cap_drop=["ALL"], security_opt=["no-new-privileges"], nano_cpus=int(1e9),
             labels={"genesis.role": "gepa-coding-agent", "genesis.gepa.client": request.client_id}, **spec,
         )

@@ -2,7 +2,7 @@
 ``installation_id``).
 
 An installation token reads what the installation's account granted the operator's App, so it
-is only ever asked for a repository on the App's own host (Settings.gepa_github_url) whose owner
+is only ever asked for a repository on the App's own host (Settings.gepa.github_url) whose owner
 is the installation's account, as GitHub's API reports it; the token is scoped to that one
 repository, read-only. It is fetched for each use, handed to git in a header bound to the
 repository's URL (another host, a redirect or a submodule never gets it; never in the remote
@@ -63,10 +63,10 @@ class Repository:
 
 class GitHubApp:
     def __init__(self, settings: Settings):
-        self._app_id = settings.gepa_github_app_id
-        self._key_path = settings.gepa_github_private_key_path
-        self._api = settings.gepa_github_api_url.rstrip("/")
-        self._web = settings.gepa_github_url.rstrip("/")
+        self._app_id = settings.gepa.github_app_id
+        self._key_path = settings.gepa.github_private_key_path
+        self._api = settings.gepa.github_api_url.rstrip("/")
+        self._web = settings.gepa.github_url.rstrip("/")
 
     @property
     def configured(self) -> bool:

@@ -17,15 +17,15 @@ def mutation_input(record: Mutation, settings: Settings) -> MutationInput:
                 if record.replaces_trait else None)
     return MutationInput(
         replaces=replaces,
-        require_new=replaces is None and settings.trait_exists_policy == "reject",
+        require_new=replaces is None and settings.trait.exists_policy == "reject",
         replacement_approved_by=record.replacement_approved_by,
         mutation_id=record.mutation_id, agent_id=record.agent_id, trait_name=record.trait_name,
         code=record.code, goal=record.goal, task_id=record.task_id,
         activate=settings.activate_mutations,
-        observation_window_ticks=settings.observation_window_ticks,
-        observation_timeout_s=settings.observation_timeout_s,
+        observation_window_ticks=settings.observation.window_ticks,
+        observation_timeout_s=settings.observation.timeout_s,
         rollback_threshold=settings.rollback_threshold,
         notify_url=record.notify_url,
-        webhook_retry_window_s=settings.webhook_retry_window_s,
-        webhook_max_retry_interval_s=settings.webhook_max_retry_interval_s,
+        webhook_retry_window_s=settings.webhook.retry_window_s,
+        webhook_max_retry_interval_s=settings.webhook.max_retry_interval_s,
     )

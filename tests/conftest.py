@@ -89,7 +89,7 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
     test_redis = aioredis.from_url(TEST_REDIS_URL)
     await test_redis.flushdb()  # the registry and telemetry of an earlier run
     await test_redis.aclose()
-    return Settings(
+    return Settings().override(
         database_url=TEST_DATABASE_URL,
         redis_url=TEST_REDIS_URL,
         temporal_address=temporal_env.client.service_client.config.target_host,
@@ -152,7 +152,7 @@ async def start_api(settings, worker):
     started = []
 
     async def start(name: str, **changes) -> str:
-        process = api_process(settings.model_copy(update={"api_port": free_port(), **changes}), name)
+        process = api_process(settings.override(api_port=free_port(), **changes), name)
         process.start()
         started.append(process)
         return await asyncio.to_thread(wait_for_api, process)

@@ -51,7 +51,4 @@ async def own_settings(settings: Settings, name: str, **changes) -> Settings:
     redis = aioredis.from_url(redis_url)
     await redis.flushdb()
     await redis.aclose()
-    return settings.model_copy(update={
-        "database_url": database_url, "redis_url": redis_url, "task_queue": f"genesis-test-{name}",
-        "api_port": free_port(), **changes,
-    })
+    return settings.override(database_url=database_url, redis_url=redis_url, task_queue=f"genesis-test-{name}", api_port=free_port(), **changes)

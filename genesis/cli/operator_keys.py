@@ -34,7 +34,7 @@ def _run(action: Callable[[Any, bytes], Awaitable[Any]]) -> Any:
     where = make_url(settings.database_url).render_as_string(hide_password=True)
 
     async def run() -> Any:
-        pepper = apikeys.load_pepper(settings.api_key_pepper.get_secret_value(), settings.state_dir)
+        pepper = apikeys.load_pepper(settings.api.key_pepper.get_secret_value(), settings.state_dir)
         try:
             return await action(get_sessionmaker(settings.database_url), pepper)
         finally:

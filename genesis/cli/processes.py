@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import AsyncIterator
 
 import httpx
-from pydantic import SecretStr
 
 from genesis.config import PROJECT_ROOT, Settings
 
@@ -32,11 +31,7 @@ def free_port() -> int:
 
 
 def env_for(settings: Settings) -> dict[str, str]:
-    env = dict(os.environ)
-    for name, value in settings.model_dump().items():
-        if isinstance(value, SecretStr):
-            value = value.get_secret_value()
-        env[f"GENESIS_{name.upper()}"] = str(value)
+    env = dict(os.environ) | settings.environment()
     env["PYTHONUNBUFFERED"] = "1"
     return env
 
@@ -88,7 +83,7 @@ def api_process(settings: Settings, name: str = "api") -> ManagedProcess:
 
 
 def wait_for_api(process: ManagedProcess, timeout_s: float = 30) -> str:
-    url = f"http://{process.settings.api_host}:{process.settings.api_port}"
+    url = f"http://{process.settings.api.host}:{process.settings.api.port}"
     deadline = time.monotonic() + timeout_s
     while True:
         try:

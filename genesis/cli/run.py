@@ -41,20 +41,20 @@ def main() -> int:
             [sys.executable, "-m", "api", "--log-level", "info"]
         ),
     }
-    base = f"http://{settings.api_host}:{settings.api_port}"
+    base = f"http://{settings.api.host}:{settings.api.port}"
     print(
         "\n  Genesis is starting\n"
         f"    API           {base}\n"
         f"    World viewer  {base}/\n"
         f"    API docs      {base}/docs\n"
         f"    Health        {base}/api/health\n"
-        f"    World stats   {base}/api/stats   (frames: ws://{settings.api_host}:{settings.api_port}/ws/world)\n"
-        f"    Temporal UI   {settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows\n"
+        f"    World stats   {base}/api/stats   (frames: ws://{settings.api.host}:{settings.api.port}/ws/world)\n"
+        f"    Temporal UI   {settings.temporal.ui_url}/namespaces/{settings.temporal.namespace}/workflows\n"
         f"    Agents        POST {base}/v1/agents/register, then send X-API-Key (GENESIS_AUTH={settings.auth})\n"
-        f"    Evolution     {base}/api/feed (live: ws://{settings.api_host}:{settings.api_port}/ws/feed), "
-        f"{base}/api/evolution/cycles   (LLM: {settings.llm_provider})\n"
-        f"    Metrics       {base}/metrics, engine {_metrics_url(settings, settings.engine_metrics_port)}, "
-        f"worker {_metrics_url(settings, settings.worker_metrics_port)}\n"
+        f"    Evolution     {base}/api/feed (live: ws://{settings.api.host}:{settings.api.port}/ws/feed), "
+        f"{base}/api/evolution/cycles   (LLM: {settings.llm.provider})\n"
+        f"    Metrics       {base}/metrics, engine {_metrics_url(settings, settings.engine.metrics_port)}, "
+        f"worker {_metrics_url(settings, settings.worker.metrics_port)}\n"
         "  Ctrl-C stops the worker, the engine, the Watcher and the API (services keep running).\n",
         flush=True,
     )

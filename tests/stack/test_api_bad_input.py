@@ -126,12 +126,7 @@ async def test_health_names_a_down_dependency_without_its_message(settings, work
     addresses) are in the API's log."""
     secret_db = "genesis_health_secret_db"
     closed = free_port()
-    broken = settings.model_copy(update={
-        "api_port": free_port(),
-        "database_url": settings.database_url.rsplit("/", 1)[0] + f"/{secret_db}",
-        "redis_url": f"redis://127.0.0.1:{closed}/0",
-        "temporal_address": f"127.0.0.1:{closed}",
-    })
+    broken = settings.override(api_port=free_port(), database_url=settings.database_url.rsplit("/", 1)[0] + f"/{secret_db}", redis_url=f"redis://127.0.0.1:{closed}/0", temporal_address=f"127.0.0.1:{closed}")
     process = api_process(broken, "api-health-down")
     process.start()
     try:

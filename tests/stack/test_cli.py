@@ -56,7 +56,7 @@ async def start_cli(api_url: str, *args: str, key: str | None = None, settings=N
     if key:
         env["GENESIS_API_KEY"] = key
     if settings is not None:
-        env["GENESIS_TEMPORAL_ADDRESS"] = settings.temporal_address
+        env["GENESIS_TEMPORAL_ADDRESS"] = settings.temporal.address
     return await asyncio.create_subprocess_exec(
         sys.executable, "-m", "genesis.cli", *args, cwd=PROJECT_ROOT, env=env,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,

@@ -80,7 +80,7 @@ def test_metrics_document_is_the_seed_shape_most_severe_anomaly_first():
 async def wait_for_snapshots(redis_client, settings, count: int, timeout_s: float = 60) -> list[dict]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        history = await world_metrics.recent_snapshots(redis_client, settings.engine_snapshot_interval)
+        history = await world_metrics.recent_snapshots(redis_client, settings.engine.snapshot_interval)
         if len(history) >= count:
             return history
         await asyncio.sleep(0.2)
@@ -101,7 +101,7 @@ async def test_metrics_from_the_latest_real_snapshot(http, settings, engine_proc
     finally:
         await redis_client.delete(stale_key)
     assert set(metrics) == SEED_METRICS_FIELDS
-    assert metrics["tick"] > 0 and metrics["tick"] % settings.engine_snapshot_interval == 0
+    assert metrics["tick"] > 0 and metrics["tick"] % settings.engine.snapshot_interval == 0
     raw = await redis_client.hgetall(keys.world_snapshot(metrics["tick"]))
     assert raw, "the snapshot the metrics came from exists"
     snapshot = parse_snapshot(raw)
@@ -114,7 +114,7 @@ async def test_metrics_from_the_latest_real_snapshot(http, settings, engine_proc
     assert all(isinstance(v, int) for v in metrics["trait_usage"].values())
     known = {"starvation", "overcrowding", "environmental", "overpopulation", "energy_crisis", "low_diversity", "stagnation"}
     assert set(metrics["anomalies"]) <= known
-    history = await world_metrics.recent_snapshots(redis_client, settings.engine_snapshot_interval)
+    history = await world_metrics.recent_snapshots(redis_client, settings.engine.snapshot_interval)
     if history[0]["trait_diversity"] < 3 and history[0]["entity_count"] > 50 and metrics["tick"] == history[0]["tick"]:
         assert "low_diversity" in metrics["anomalies"]  # the rules ran over the real snapshots
 

@@ -36,9 +36,7 @@ async def engine_settings(settings):
     r = aioredis.from_url(ENGINE_REDIS_URL)
     await r.flushdb()
     await r.aclose()
-    return settings.model_copy(
-        update={"redis_url": ENGINE_REDIS_URL, "engine_tick_rate": 60.0, "engine_snapshot_interval": 300}
-    )
+    return settings.override(redis_url=ENGINE_REDIS_URL, engine_tick_rate=60.0, engine_snapshot_interval=300)
 
 
 @pytest.fixture
@@ -107,7 +105,7 @@ async def _next_message_subscribed(pubsub) -> None:
 
 
 async def test_every_30th_snapshot_lands_in_postgres(engine_settings):
-    s = engine_settings.model_copy(update={"engine_snapshot_interval": 10, "engine_postgres_every": 30})
+    s = engine_settings.override(engine_snapshot_interval=10, engine_postgres_every=30)
     engine = Engine(s)
     try:
         await engine.run_ticks(290)
@@ -149,7 +147,7 @@ async def test_status_params_and_entities_for_the_api(engine_settings, redis13):
         params = json.loads(await redis13.get(keys.ENGINE_PARAMS))
         assert WorldParams(**params) == engine.world.params
         ents = json.loads(await redis13.get(keys.ENGINE_ENTITIES))
-        assert [e["id"] for e in ents] == sorted(engine.world.entities)[: engine_settings.engine_entities_limit]
+        assert [e["id"] for e in ents] == sorted(engine.world.entities)[: engine_settings.engine.entities_limit]
         assert set(ents[0]) >= {"id", "x", "y", "energy", "max_energy", "age", "traits"}
     finally:
         await engine.close()
@@ -192,7 +190,7 @@ async def test_snapshots_built_while_the_trait_host_computes_hold_their_own_tick
     from engine.live_traits import HostTraitRunner
     from pipeline import registry
 
-    s = engine_settings.model_copy(update={"engine_snapshot_interval": 5, "engine_trait_deadline_ms": 10_000.0})
+    s = engine_settings.override(engine_snapshot_interval=5, engine_trait_deadline_ms=10_000.0)
     redis = aioredis.from_url(ENGINE_REDIS_URL)
     entry = validated_traits(1)[0]  # bench/engine.py's wander trait, through the gatekeeper
     await registry.put_entry(redis, entry)
@@ -226,10 +224,10 @@ async def test_snapshots_built_while_the_trait_host_computes_hold_their_own_tick
 
 
 async def test_same_seed_same_state_hash(engine_settings):
-    s = engine_settings.model_copy(update={"engine_trait_gain_chance": 1.0, "engine_snapshot_interval": 100})
+    s = engine_settings.override(engine_trait_gain_chance=1.0, engine_snapshot_interval=100)
     hashes = []
     for seed in (7, 7, 8):
-        engine = Engine(s.model_copy(update={"engine_seed": seed}), ForagerRunner())
+        engine = Engine(s.override(engine_seed=seed), ForagerRunner())
         try:
             await engine.run_ticks(600)
             hashes.append(engine.world.state_hash())
@@ -335,11 +333,7 @@ async def test_loop_paces_counts_overruns_and_catches_up_by_not_sleeping(engine_
 
 async def test_loop_survives_redis_and_postgres_being_unreachable(engine_settings):
     closed = free_port()
-    s = engine_settings.model_copy(update={
-        "redis_url": f"redis://127.0.0.1:{closed}/0",
-        "database_url": f"postgresql+asyncpg://genesis:genesis@127.0.0.1:{closed}/nope",
-        "engine_tick_rate": 5000.0, "engine_snapshot_interval": 10, "engine_postgres_every": 1,
-    })
+    s = engine_settings.override(redis_url=f"redis://127.0.0.1:{closed}/0", database_url=f"postgresql+asyncpg://genesis:genesis@127.0.0.1:{closed}/nope", engine_tick_rate=5000.0, engine_snapshot_interval=10, engine_postgres_every=1)
     engine = Engine(s)
     try:
         await engine.run(max_ticks=300)
@@ -372,9 +366,7 @@ async def test_telemetry_resumes_after_redis_comes_back(engine_settings, tmp_pat
         await probe.aclose()
         return proc
 
-    s = engine_settings.model_copy(update={
-        "redis_url": f"redis://127.0.0.1:{port}/0", "engine_tick_rate": 2000.0, "engine_snapshot_interval": 10,
-    })
+    s = engine_settings.override(redis_url=f"redis://127.0.0.1:{port}/0", engine_tick_rate=2000.0, engine_snapshot_interval=10)
     server = await start_redis()
     engine = Engine(s)
     try:
@@ -405,8 +397,7 @@ async def test_telemetry_resumes_after_redis_comes_back(engine_settings, tmp_pat
 
 
 async def test_print_tick_and_snapshot_cost(engine_settings):
-    s = engine_settings.model_copy(update={"engine_initial_population": 200, "engine_min_population": 200,
-                                            "engine_snapshot_interval": 10_000_000})
+    s = engine_settings.override(engine_initial_population=200, engine_min_population=200, engine_snapshot_interval=10_000_000)
     engine = Engine(s)
     try:
         await engine.run_ticks(50)  # warm-up

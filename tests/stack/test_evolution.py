@@ -77,12 +77,7 @@ async def llm_server():
 
 @pytest.fixture(scope="module")
 async def evo_settings(settings, llm_server) -> Settings:
-    return settings.model_copy(update={
-        "task_queue": QUEUE, "llm_provider": "ollama", "llm_url": llm_server.url, "llm_model": "scripted",
-        "llm_attempts": 2, "llm_timeout_s": 10.0, "sandbox_pool_size": 0,
-        "llm_cost_in_per_mtok": 1.0, "llm_cost_out_per_mtok": 2.0, "schedule_min_interval_s": 1.0,
-        "worker_metrics_port": free_port(),
-    })
+    return settings.override(task_queue=QUEUE, llm_provider="ollama", llm_url=llm_server.url, llm_model="scripted", llm_attempts=2, llm_timeout_s=10.0, sandbox_pool_size=0, llm_cost_in_per_mtok=1.0, llm_cost_out_per_mtok=2.0, schedule_min_interval_s=1.0, worker_metrics_port=free_port())
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +141,7 @@ def sample(tick: int, count: int, energy: float, starvation: int, run_id: str = 
 async def test_providers_speak_their_protocols_and_report_usage(script, settings):
     for provider in ("ollama", "openai", "anthropic"):
         script.script(Answer(f"hello from {provider}", tokens_in=7, tokens_out=3))
-        s = settings.model_copy(update={"llm_provider": provider, "llm_url": script.url, "llm_model": "m1",
-                                        "llm_api_key": SecretStr("sk-test")})
+        s = settings.override(llm_provider=provider, llm_url=script.url, llm_model="m1", llm_api_key=SecretStr("sk-test"))
         reply = await llm.complete(s, "be brief", f"ask {provider}")
         assert (reply.text, reply.tokens_in, reply.tokens_out, reply.provider) == (f"hello from {provider}", 7, 3, provider)
     ollama, openai, anthropic = script.requests
@@ -158,7 +152,7 @@ async def test_providers_speak_their_protocols_and_report_usage(script, settings
     assert anthropic["_path"] == "/v1/messages" and anthropic["_headers"]["x-api-key"] == "sk-test"
     assert anthropic["system"] == "be brief" and anthropic["_headers"]["anthropic-version"] == llm.ANTHROPIC_VERSION
 
-    s = settings.model_copy(update={"llm_provider": "ollama", "llm_url": script.url})
+    s = settings.override(llm_provider="ollama", llm_url=script.url)
     script.script(Answer("overloaded", status=503), Answer("bad model", status=400))
     with pytest.raises(llm.LLMUnavailable, match="503"):
         await llm.complete(s, "s", "p")
@@ -166,12 +160,12 @@ async def test_providers_speak_their_protocols_and_report_usage(script, settings
         await llm.complete(s, "s", "p")
     script.script(Answer("too late", delay_s=1.5))
     with pytest.raises(llm.LLMUnavailable, match="did not answer within 0.5 s"):
-        await llm.complete(s.model_copy(update={"llm_timeout_s": 0.5}), "s", "p")
-    down = settings.model_copy(update={"llm_provider": "openai", "llm_url": "http://127.0.0.1:9"})
+        await llm.complete(s.override(llm_timeout_s=0.5), "s", "p")
+    down = settings.override(llm_provider="openai", llm_url="http://127.0.0.1:9")
     with pytest.raises(llm.LLMUnavailable, match="not reachable"):
         await llm.complete(down, "s", "p")
     with pytest.raises(llm.LLMOff, match="GENESIS_LLM_PROVIDER=off"):
-        await llm.complete(settings.model_copy(update={"llm_provider": "off"}), "s", "p")
+        await llm.complete(settings.override(llm_provider="off"), "s", "p")
 
 
 def test_plans_and_code_are_read_tolerantly():
@@ -228,12 +222,12 @@ async def test_starvation_anomaly_runs_a_full_cycle_to_a_live_trait(
         evo_settings, evo_worker, script, http, redis_client, temporal_client):
     script.script(plan_answer("starvation_saver"), code_answer(forager(1, "StarvationSaver")))
     await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER)
-    await write_snapshots(redis_client, evo_settings.engine_snapshot_interval, {}, STARVATION)  # 200, then 90
+    await write_snapshots(redis_client, evo_settings.engine.snapshot_interval, {}, STARVATION)  # 200, then 90
 
     async def temporal():
         return temporal_client
 
-    watcher = Watcher(evo_settings.model_copy(update={"watcher_cooldown_s": 0.0}), redis_client, temporal)
+    watcher = Watcher(evo_settings.override(watcher_cooldown_s=0.0), redis_client, temporal)
     outcome = await watcher.analyze()
     await watcher.drain()
     assert outcome.status == GO and outcome.anomaly.type == "starvation" and outcome.anomaly.severity == "critical"
@@ -269,7 +263,7 @@ async def test_starvation_anomaly_runs_a_full_cycle_to_a_live_trait(
         actions = [m["action"] for m in await feed_of(http, trigger_id)]
         assert actions == ["anomaly_detected", "plan_created", "code_generated", "mutation_applied", "cycle_completed"], actions
         async with httpx.AsyncClient(timeout=10) as client:  # the worker's Prometheus metrics
-            metrics = (await client.get(f"http://127.0.0.1:{evo_settings.worker_metrics_port}/metrics")).text
+            metrics = (await client.get(f"http://127.0.0.1:{evo_settings.worker.metrics_port}/metrics")).text
         assert 'genesis_llm_tokens_total{direction="in",provider="ollama"}' in metrics
         assert 'genesis_llm_calls_total{outcome="ok",provider="ollama"}' in metrics
         assert 'genesis_evolution_cycles_ended_total{stage="completed",status="succeeded"}' in metrics
@@ -338,9 +332,9 @@ async def test_llm_down_or_unparseable_ends_the_cycle_with_an_llm_error(evo_work
 async def test_default_provider_without_a_local_llm_ends_cycles_cleanly(settings, worker, http, redis_client, operator_http):
     """The suite's API and worker run with the defaults of `make run` (Ollama on 127.0.0.1:11434,
     which nothing serves here): an operator's trigger starts a cycle that ends with llm_error."""
-    assert settings.llm_provider == "ollama" and not settings.llm_url
+    assert settings.llm.provider == "ollama" and not settings.llm.url
     await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER, keys.WATCHER_FORCED_COUNTER)
-    await write_snapshots(redis_client, settings.engine_snapshot_interval, {}, {})
+    await write_snapshots(redis_client, settings.engine.snapshot_interval, {}, {})
     response = await operator_http.post("/api/evolution/trigger", json={"anomaly_type": "stagnation", "severity": "critical"})
     assert response.status_code == 202, response.text
     body = response.json()

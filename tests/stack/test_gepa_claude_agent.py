@@ -34,16 +34,11 @@ EXCLAIMING = "        prediction = self.answer(question=question)\n        retur
 async def claude_stack(gepa_stack):
     """A worker and API of their own whose coding agent is the Claude Agent SDK backend."""
     anthropic = ScriptedAnthropic()
-    settings = gepa_stack.settings.model_copy(update={
-        "task_queue": f"genesis-test-gepa-claude-{free_port()}", "api_port": free_port(),
-        "gepa_gateway_port": free_port(), "gepa_coder_backend": "claude_agent_sdk",
-        "gepa_anthropic_base_url": anthropic.base_url, "gepa_anthropic_api_key": SecretStr(ANTHROPIC_KEY),
-        "gepa_claude_model": "claude-scripted", "gepa_claude_max_turns": 8, "gepa_claude_timeout_s": 120.0,
-    })
+    settings = gepa_stack.settings.override(task_queue=f"genesis-test-gepa-claude-{free_port()}", api_port=free_port(), gepa_gateway_port=free_port(), gepa_coder_backend="claude_agent_sdk", gepa_anthropic_base_url=anthropic.base_url, gepa_anthropic_api_key=SecretStr(ANTHROPIC_KEY), gepa_claude_model="claude-scripted", gepa_claude_max_turns=8, gepa_claude_timeout_s=120.0)
     # The coder environment (the SDK wheel bundles the Claude Code binary, ~400 MB installed) is
     # installed once per machine into gepa_envs_dir, like the program environments.
-    await asyncio.to_thread(gepa_envs.ensure_environment, Path(settings.gepa_envs_dir), [],
-                            settings.gepa_claude_sdk_requirement)
+    await asyncio.to_thread(gepa_envs.ensure_environment, Path(settings.gepa.envs_dir), [],
+                            settings.gepa.claude_sdk_requirement)
     worker, api = worker_process(settings, "worker-gepa-claude"), api_process(settings, "api-gepa-claude")
     worker.start()
     api.start()
@@ -101,14 +96,13 @@ def code_request() -> StepRequest:
 
 async def test_the_claude_backend_without_a_key_or_without_the_sdk_fails_with_a_clear_error(gepa_stack, tmp_path):
     worktree = readable_worktree(tmp_path / "worktree")
-    settings = gepa_stack.settings.model_copy(update={"gepa_coder_backend": "claude_agent_sdk"})
+    settings = gepa_stack.settings.override(gepa_coder_backend="claude_agent_sdk")
     client = docker.from_env()
     no_key = CodingAgent(client, settings, "http://unused", {}, claude_url="http://unused")
     with pytest.raises(ApplicationError, match="needs GENESIS_GEPA_ANTHROPIC_API_KEY"):
         await asyncio.to_thread(no_key.propose_patch, code_request(), worktree)
     # A coder environment without the SDK (another, small package): the container says so.
-    without_sdk = settings.model_copy(update={"gepa_anthropic_api_key": SecretStr(ANTHROPIC_KEY),
-                                              "gepa_claude_sdk_requirement": "sniffio==1.3.1"})
+    without_sdk = settings.override(gepa_anthropic_api_key=SecretStr(ANTHROPIC_KEY), gepa_claude_sdk_requirement="sniffio==1.3.1")
     agent = CodingAgent(client, without_sdk, "http://unused", {}, claude_url="http://unused")
     with pytest.raises(ApplicationError, match="the Claude Agent SDK is not installed in the coder environment"):
         await asyncio.to_thread(agent.propose_patch, code_request(), worktree)

@@ -25,11 +25,11 @@ async def test_a_program_reaches_only_the_gateway_and_sees_only_its_own_worktree
     assert (await gepa_http.post("/execute_step", json=step(other_client, "neighbour1"))).json()["status"] == "success"
     docker_client = docker.from_env()
     neighbour = docker_client.containers.list(filters={"label": f"genesis.gepa.client={other_client}"})[0]
-    neighbour_ip = neighbour.attrs["NetworkSettings"]["Networks"][gepa_stack.settings.gepa_network]["IPAddress"]
-    network = docker_client.networks.get(gepa_stack.settings.gepa_network)
+    neighbour_ip = neighbour.attrs["NetworkSettings"]["Networks"][gepa_stack.settings.gepa.network]["IPAddress"]
+    network = docker_client.networks.get(gepa_stack.settings.gepa.network)
     assert network.attrs["Internal"] is True
     gateway = network.attrs["IPAM"]["Config"][0]["Gateway"]
-    gateway_port = gepa_stack.settings.gepa_gateway_port
+    gateway_port = gepa_stack.settings.gepa.gateway_port
     forbidden_port, allowed_port = gepa_stack.forbidden[1], gepa_stack.allowed[1]
     targets = {
         "direct": {
@@ -44,7 +44,7 @@ async def test_a_program_reaches_only_the_gateway_and_sees_only_its_own_worktree
             "not_allowed": f"http://127.0.0.1:{forbidden_port}/",
             "coder_route_guess": f"http://{gateway}:{gateway_port}/coder/chat/completions",
         },
-        "paths": [str(gepa_stack.clone_of(other_client)), str(gepa_stack.settings.gepa_workspace_dir), "/work", "/var/run/docker.sock"],
+        "paths": [str(gepa_stack.clone_of(other_client)), str(gepa_stack.settings.gepa.workspace_dir), "/work", "/var/run/docker.sock"],
     }
     response = await gepa_http.post("/execute_step", json=step(
         client_id, "probe1", entry_point="probe.Probe", test_examples=[{"question": json.dumps(targets)}]))
@@ -110,10 +110,10 @@ def test_accept_rules_of_gateways_that_are_gone_are_pruned(gepa_stack):
     """A worker killed before closing its gateway port leaves an ACCEPT rule; the next worker's
     start removes every rule whose port nothing listens on, and keeps the live gateway's."""
     client = docker.from_env()
-    gateway = egress.ensure_network(client, gepa_stack.settings.gepa_network)
+    gateway = egress.ensure_network(client, gepa_stack.settings.gepa.network)
     dead_port = free_port()
-    egress.open_host_port(client, gepa_stack.settings.gepa_network, dead_port)
+    egress.open_host_port(client, gepa_stack.settings.gepa.network, dead_port)
     assert dead_port in egress.prune_stale_ports(gateway)
     rules = subprocess.run(["iptables", "-S", egress.IPTABLES_CHAIN], capture_output=True, text=True, check=True).stdout
     assert f"--dport {dead_port} " not in rules
-    assert f"--dport {gepa_stack.settings.gepa_gateway_port} -j ACCEPT" in rules
+    assert f"--dport {gepa_stack.settings.gepa.gateway_port} -j ACCEPT" in rules

@@ -63,12 +63,12 @@ async def host(tmp_path_factory):
     worktrees.chmod(0o755)  # pytest makes it 0700; the container's user (uid 10001) must read it
     repo = make_repo(worktrees / "p1")
     (repo / "trouble.py").write_text(TROUBLE_SOURCE)
-    env_dir = await asyncio.to_thread(gepa_envs.ensure_environment, Path(settings.gepa_envs_dir), [],
-                                      settings.gepa_dspy_requirement)
+    env_dir = await asyncio.to_thread(gepa_envs.ensure_environment, Path(settings.gepa.envs_dir), [],
+                                      settings.gepa.dspy_requirement)
     client = docker.from_env()
-    network = await asyncio.to_thread(egress.ensure_network, client, settings.gepa_network)
+    network = await asyncio.to_thread(egress.ensure_network, client, settings.gepa.network)
     assert network
-    hosts = ProgramHosts(client, settings.gepa_network, {}, HostLimits(memory="1g"))
+    hosts = ProgramHosts(client, settings.gepa.network, {}, HostLimits(memory="1g"))
     started = await asyncio.to_thread(hosts.host_for, "client_00000000000000ff", worktrees, env_dir)
     yield started
     await asyncio.to_thread(hosts.close)

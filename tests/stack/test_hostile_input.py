@@ -69,7 +69,7 @@ async def live_world(redis_client, settings):
     """Snapshots and an engine status, so the world's endpoints answer as in a running world
     (their 503 NO_SNAPSHOT / ENGINE_NOT_RUNNING otherwise is the world's state, not the input's)."""
     saved = await redis_client.hgetall(ENGINE_STATUS)
-    await write_snapshots(redis_client, settings.engine_snapshot_interval, {}, BASE)
+    await write_snapshots(redis_client, settings.engine.snapshot_interval, {}, BASE)
     await redis_client.hset(ENGINE_STATUS, mapping={"tick": "10", "population": "5", "updated_at": str(time.time())})
     yield
     await redis_client.delete(ENGINE_STATUS)

@@ -46,7 +46,7 @@ async def test_register_returns_an_id_and_a_key_stored_only_as_a_hash(http, sett
         dumped = (await session.execute(text("SELECT agents::text FROM agents WHERE agent_id = :a"),
                                         {"a": body["agent_id"]})).scalar_one()
     assert key not in dumped and key.split("_", 2)[2] not in dumped, "the key itself is never stored"
-    pepper = settings.api_key_pepper.get_secret_value().encode()
+    pepper = settings.api.key_pepper.get_secret_value().encode()
     assert row.key_scheme == "hmac-sha256"
     assert row.key_hash == hmac.new(pepper, key.encode(), hashlib.sha256).hexdigest()
     assert row.key_prefix == body["key_prefix"]

@@ -219,7 +219,7 @@ async def test_a_trait_that_busy_loops_is_quarantined_and_the_tick_rate_recovers
     await asyncio.sleep(2.5)  # a full status window (published every second) after the quarantine
     stats = await engine_status(http)
     assert "spinner" not in stats["active_traits"]
-    assert stats["ticks_per_second"] >= 0.8 * settings.engine_tick_rate
+    assert stats["ticks_per_second"] >= 0.8 * settings.engine.tick_rate
 
 
 async def test_killed_trait_host_restarts_and_reloads_the_traits(http, engine_proc):
@@ -247,7 +247,7 @@ async def test_engine_killed_mid_observation_and_restarted_still_completes_the_w
     engine_proc.start()
     status = await wait_for_status(http, mutation_id, {"kept", "rolled_back"}, timeout_s=120)
     effects = (await http.get(f"/api/mutations/{mutation_id}/effects")).json()
-    assert effects["observed"] is True and effects["effects"]["window_ticks"] >= settings.observation_window_ticks
+    assert effects["observed"] is True and effects["effects"]["window_ticks"] >= settings.observation.window_ticks
 
 
 async def carriers_of(http, trait: str) -> list[dict]:

@@ -100,9 +100,7 @@ async def test_engine_metrics_report_ticks_entities_and_traits(settings):
     port = free_port()
     # Its own Redis db, and no snapshot within the test: it must not report observation windows
     # to the workflows of traits other test modules left live (they drive those windows).
-    process = engine_process(settings.model_copy(update={
-        "redis_url": ENGINE_REDIS_URL, "engine_metrics_port": port, "engine_snapshot_interval": 10**6,
-    }), "engine-metrics")
+    process = engine_process(settings.override(redis_url=ENGINE_REDIS_URL, engine_metrics_port=port, engine_snapshot_interval=10**6), "engine-metrics")
     process.start()
     try:
         url = f"http://127.0.0.1:{port}/metrics"
@@ -122,7 +120,7 @@ async def test_engine_metrics_report_ticks_entities_and_traits(settings):
     assert value(second, "genesis_engine_tick_duration_seconds_bucket", le="+Inf") == value(
         second, "genesis_engine_tick_duration_seconds_count")
     assert value(second, "genesis_engine_ticks_per_second") > 10
-    assert value(second, "genesis_engine_entities") >= settings.engine_min_population
+    assert value(second, "genesis_engine_entities") >= settings.engine.min_population
     assert ("genesis_engine_tick_overruns_total", frozenset()) in second
     assert ("genesis_engine_trait_host_restarts_total", frozenset()) in second
     assert ("genesis_engine_live_traits", frozenset()) in second
@@ -138,10 +136,7 @@ async def test_worker_metrics_and_json_logs_of_a_mutation(settings, start_api):
     port, sdk_port = free_port(), free_port()
     log_name = "worker-observability"
     (LOG_DIR / f"{log_name}.log").unlink(missing_ok=True)
-    worker = worker_process(settings.model_copy(update={
-        "task_queue": queue, "log_format": "json", "worker_metrics_port": port, "activate_mutations": False,
-        "worker_sdk_metrics_port": sdk_port,
-    }), log_name)
+    worker = worker_process(settings.override(task_queue=queue, log_format="json", worker_metrics_port=port, activate_mutations=False, worker_sdk_metrics_port=sdk_port), log_name)
     worker.start()
     try:
         url = await start_api("api-observability", task_queue=queue, activate_mutations=False)

@@ -112,7 +112,7 @@ async def _cli(*args: str, settings) -> tuple[int, str, str]:
     """`python -m genesis.cli ...` against the test database and pepper."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_")}
     env.update({"GENESIS_DATABASE_URL": settings.database_url, "COLUMNS": "200",
-                "GENESIS_API_KEY_PEPPER": settings.api_key_pepper.get_secret_value()})
+                "GENESIS_API_KEY_PEPPER": settings.api.key_pepper.get_secret_value()})
     proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "genesis.cli", *args, cwd=PROJECT_ROOT, env=env,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(proc.communicate(), 60)
@@ -186,7 +186,7 @@ async def test_forced_triggers_have_their_own_limit(start_api, redis_client, set
     await redis_client.delete(keys.WATCHER_FORCED_COUNTER, cooldown_key("stagnation"))
     await redis_client.set(keys.WATCHER_CIRCUIT_BREAKER, "1", ex=120)
     await redis_client.set(keys.WATCHER_TRIGGER_COUNTER, "3", ex=120)
-    await write_snapshots(redis_client, settings.engine_snapshot_interval, {}, BASE)
+    await write_snapshots(redis_client, settings.engine.snapshot_interval, {}, BASE)
     task_ids = []
     headers = await agents.operator_headers(settings)
     try:

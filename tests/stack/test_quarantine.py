@@ -60,7 +60,7 @@ class Stack:
         redis = aioredis.from_url(self.settings.redis_url)
         try:
             await redis.delete(ENGINE_STATUS)
-            self.engine = engine_process(self.settings.model_copy(update={"engine_world_width": width}),
+            self.engine = engine_process(self.settings.override(engine_world_width=width),
                                          "engine-quarantine")
             self.engine.start()
             await wait_until(lambda: redis.exists(ENGINE_STATUS), timeout_s=60, what="the engine to start")

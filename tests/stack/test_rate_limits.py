@@ -26,8 +26,8 @@ from tests.stack.test_lifecycle import wait_for_status
 from tests.stack.test_mutation_pipeline import wait_for_verdict
 
 UNPOLLED = "genesis-test-unpolled"
-SEED = {name: Settings.model_fields[name].default for name in (
-    "ratelimit_active_per_agent", "ratelimit_proposals_per_ip_minute", "ratelimit_proposals_per_agent_hour")}
+SEED = {f"ratelimit_{name}": getattr(Settings(_env_file=None).ratelimit, name) for name in (
+    "active_per_agent", "proposals_per_ip_minute", "proposals_per_agent_hour")}
 
 
 def test_the_defaults_are_the_seeds():

@@ -87,7 +87,7 @@ def test_code_past_the_gatekeeper_is_still_contained(client):
 
 def test_trial_reports_fps_drop_when_the_trait_costs_too_much(client):
     # A minimum fps no trait can meet exercises the verdict without a timing-sensitive trait.
-    settings = Settings(sandbox_min_fps=1e9, sandbox_ticks=5)
+    settings = Settings().override(sandbox_min_fps=1e9, sandbox_ticks=5)
     request = SandboxRequest(mutation_id="mut_fpsdrop0001", trait_name="energy_hoarder",
                              class_name="EnergyHoarderTrait", code=traits.SEED_EXAMPLE)
     report = run_trial(request, settings, client)
@@ -99,7 +99,7 @@ def test_trial_reports_fps_drop_when_the_trait_costs_too_much(client):
 def test_trial_of_a_good_trait_applies_its_intents(client):
     request = SandboxRequest(mutation_id="mut_goodtrait0001", trait_name="seeker", class_name="SeekerTrait",
                              code=traits.seeker(1))
-    report = run_trial(request, Settings(sandbox_ticks=20), client)
+    report = run_trial(request, Settings().override(sandbox_ticks=20), client)
     assert report.verdict == "ok", report.summary
     assert report.intents_applied > 0
     assert report.baseline_tick_ms > 0 and report.projected_fps > 0
@@ -121,7 +121,7 @@ class MemoryGrower:
 def test_trial_fails_a_trait_whose_memory_grows_without_bound(client):
     request = SandboxRequest(mutation_id="mut_memgrow0001", trait_name="memory_grower", class_name="MemoryGrower",
                              code=MEMORY_GROWER)
-    report = run_trial(request, Settings(sandbox_ticks=40), client)
+    report = run_trial(request, Settings().override(sandbox_ticks=40), client)
     assert report.verdict == "SANDBOX_MEMORY", report.summary
     assert report.memory_blocks_per_tick > 10
     assert "keep per-entity state bounded" in report.summary

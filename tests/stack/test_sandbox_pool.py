@@ -33,7 +33,7 @@ def client():
 def pool(client):
     # As the worker runs it: hosts on a private Unix socket (GENESIS_SANDBOX_HOST_SOCKET, default on)
     pool = WarmPool(client, image.image_tag(), IsolationLimits("256m", 32, 1.0), SIZE, trait_hosts.hello(),
-                    private_socket=Settings().sandbox_host_socket).start()
+                    private_socket=Settings().sandbox.host_socket).start()
     yield pool
     pool.close()
 

@@ -24,7 +24,7 @@ LOG_BEFORE = ["Syntax: OK", "Deduplication: OK"]
 
 @pytest.fixture(scope="module")
 def sandbox(settings):
-    activities = SandboxActivities(Settings(database_url=settings.database_url, sandbox_pool_size=0))
+    activities = SandboxActivities(Settings().override(database_url=settings.database_url, sandbox_pool_size=0))
     yield activities
     activities.close()
 

@@ -152,7 +152,7 @@ async def test_seed_walkthrough_over_http(http, settings, engine_proc, start_api
     assert claimed.status_code == 201, claimed.text
     claim = claimed.json()
     assert claim["task_id"] == task_id and claim["agent_id"] == agent.agent_id and claim["status"] == "claimed"
-    assert 0 < claim["lease_sec"] <= settings.task_claim_lease_s
+    assert 0 < claim["lease_sec"] <= settings.task.claim_lease_s
     assert (await listed_tasks(http))[task_id]["claimed_by"] == agent.agent_id
 
     await start_from_a_world_without_the_seed_example(http, settings, start_api)
@@ -199,7 +199,7 @@ async def test_seed_walkthrough_over_http(http, settings, engine_proc, start_api
     before = (await http.get(f"/api/mutations/{mutation_id}/effects")).json()
     assert {key: before[key] for key in SEED_EFFECTS_KEYS | {"fitness_verdict"}} == {
         "mutation_id": mutation_id, "trait_name": "energy_hoarder", "status": "activated",
-        "observation_window_ticks": settings.observation_window_ticks, "observed": False, "effects": None,
+        "observation_window_ticks": settings.observation.window_ticks, "observed": False, "effects": None,
         "fitness_verdict": None,
     }
     assert before["trait_version"] == status["trait_version"] and before["replaces"] is None  # a new trait
@@ -215,7 +215,7 @@ async def test_seed_walkthrough_over_http(http, settings, engine_proc, start_api
     after = await eventually(judged, "the observation window to be judged", timeout_s=120, every_s=0.25)
     assert set(after) >= SEED_EFFECTS_KEYS | {"fitness_verdict"}
     assert after["mutation_id"] == mutation_id and after["trait_name"] == "energy_hoarder"
-    assert after["observation_window_ticks"] == settings.observation_window_ticks and after["observed"] is True
+    assert after["observation_window_ticks"] == settings.observation.window_ticks and after["observed"] is True
     assert after["fitness_verdict"] in ("positive", "neutral", "negative")
     assert after["status"] == ("rolled_back" if after["fitness_verdict"] == "negative" else "kept")
     for name, kind in SEED_EFFECT_DELTAS.items():

@@ -69,7 +69,7 @@ async def collect_events(pubsub, task_id: str, until: str, timeout_s: float = 30
 
 
 def new_task(severity: TaskSeverity) -> AgentTask:
-    ttl = Settings().task_ttl_s(severity.value)
+    ttl = Settings().task.ttl_s(severity.value)
     return AgentTask(
         task_id=f"task_{uuid.uuid4().hex[:12]}", expires_at=round(time.time() + ttl, 3), source="watcher",
         problem_type="starvation", severity=severity, description="Average energy fell to 20%.",

@@ -219,7 +219,7 @@ async def test_twenty_concurrent_claims_have_one_winner(http, settings, operator
     winner = next(r.json() for r in responses if r.status_code == 201)
     assert winner["task_id"] == task_id and winner["status"] == "claimed"
     assert winner["agent_id"] in {racer.agent_id for racer in racers}
-    assert winner["lease_sec"] == pytest.approx(settings.task_claim_lease_s, abs=2)
+    assert winner["lease_sec"] == pytest.approx(settings.task.claim_lease_s, abs=2)
     for lost in (r for r in responses if r.status_code == 409):
         payload = lost.json()
         assert payload["error"] == "TASK_ALREADY_CLAIMED"
@@ -228,7 +228,7 @@ async def test_twenty_concurrent_claims_have_one_winner(http, settings, operator
 
     task = await wait_listed(http, task_id)
     assert task["claimed_by"] == winner["agent_id"]
-    assert 0 < task["claim_lease_remaining_sec"] <= settings.task_claim_lease_s
+    assert 0 < task["claim_lease_remaining_sec"] <= settings.task.claim_lease_s
     holder = next(racer for racer in racers if racer.agent_id == winner["agent_id"])
     again = await http.post(f"/api/agents/tasks/{task_id}/claim", json={"agent_id": holder.agent_id}, headers=holder.headers)
     assert again.status_code == 200 and again.json()["agent_id"] == winner["agent_id"]

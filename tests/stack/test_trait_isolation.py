@@ -205,8 +205,7 @@ async def test_hostile_traits_are_quarantined_alone_within_seconds_and_the_world
     ints raised every call) beside benign traits, some of the attackers' own agents: only the
     attackers are quarantined, within seconds; the host never restarts, no tick runs without
     traits, no other agent's trait loses a tick, and the world keeps over 30 ticks a second."""
-    own = settings.model_copy(update={"redis_url": redis_db_below(4), "engine_snapshot_interval": 10**9,
-                                      "engine_trait_gain_chance": 0.0})
+    own = settings.override(redis_url=redis_db_below(4), engine_snapshot_interval=10**9, engine_trait_gain_chance=0.0)
     redis = aioredis.from_url(own.redis_url)
     await redis.flushdb()
     hostile = {"a_cbusy": (C_BUSY, "mallory"), "a_hang": (HANG, "trudy"), "a_huge": (HUGE, "eve")}

@@ -134,7 +134,7 @@ async def test_a_proposal_made_in_the_form_is_listed_with_its_workflow(page, htt
     assert status["agent_id"] == me["agent_id"] and status["trait_name"] == trait_name
     link = row.locator("a.workflow")
     assert await link.get_attribute("href") == (
-        f"{settings.temporal_ui_url}/namespaces/{settings.temporal_namespace}/workflows/mutation-{mutation_id}")
+        f"{settings.temporal.ui_url}/namespaces/{settings.temporal.namespace}/workflows/mutation-{mutation_id}")
 
     # The form follows the proposal past validation and the sandbox test; so does the list.
     await wait_for_status(http, mutation_id, {"sandbox_ok", "activated", "kept", "rolled_back"})

@@ -65,7 +65,7 @@ async def make_watcher(settings, redis_client, worker, temporal_client):
         return temporal_client
 
     def make(**changes) -> Watcher:
-        watcher = Watcher(settings.model_copy(update={"watcher_cooldown_s": 60.0, **changes}), redis_client, temporal)
+        watcher = Watcher(settings.override(watcher_cooldown_s=60.0, **changes), redis_client, temporal)
         made.append(watcher)
         return watcher
 
@@ -133,7 +133,7 @@ async def watcher_tasks(redis) -> set[str]:
 
 async def test_anomaly_on_telemetry_gives_one_report_task_and_feed_message(settings, redis_client, feed, make_watcher):
     watcher = make_watcher()
-    world = World(redis_client, settings.engine_snapshot_interval)
+    world = World(redis_client, settings.engine.snapshot_interval)
     stop, ready = asyncio.Event(), asyncio.Event()
     loop = asyncio.create_task(watcher.run(stop, ready))
     try:
@@ -171,7 +171,7 @@ async def test_anomaly_on_telemetry_gives_one_report_task_and_feed_message(setti
 
 async def test_cooldown_holds_a_repeat_back_and_critical_ignores_it(settings, redis_client, feed, make_watcher):
     watcher = make_watcher()
-    world = World(redis_client, settings.engine_snapshot_interval)
+    world = World(redis_client, settings.engine.snapshot_interval)
     await world.snapshot()
     await world.snapshot(**LOW_DIVERSITY)
     first = await watcher.analyze()
@@ -197,7 +197,7 @@ async def test_cooldown_holds_a_repeat_back_and_critical_ignores_it(settings, re
 
 async def test_trigger_storm_opens_the_circuit_breaker(settings, redis_client, feed, make_watcher):
     watcher = make_watcher()
-    world = World(redis_client, settings.engine_snapshot_interval)
+    world = World(redis_client, settings.engine.snapshot_interval)
     await world.snapshot()
     statuses = []
     for i in range(7):
@@ -227,7 +227,7 @@ async def test_operator_forces_a_trigger(settings, redis_client, feed, http, mak
         response = await operator_http.post("/api/evolution/trigger", json=bad)
         assert response.status_code == 422, response.text
         assert field in response.text
-    world = World(redis_client, settings.engine_snapshot_interval)
+    world = World(redis_client, settings.engine.snapshot_interval)
     await world.snapshot()
     await world.snapshot()
     response = await operator_http.post("/api/evolution/trigger", json={})

@@ -11,7 +11,7 @@ from genesis.github_grants import InstallationGrants
 
 
 def app(url: str = "https://github.com") -> GitHubApp:
-    return GitHubApp(Settings(gepa_github_url=url))
+    return GitHubApp(Settings().override(gepa_github_url=url))
 
 
 @pytest.mark.parametrize("url, repository", [
@@ -65,4 +65,4 @@ def test_installation_grants():
 @pytest.mark.parametrize("text", ["7001", "7001=", "x=agt_a", "0=agt_a", "7001=agt a", "7001=agt_a=b"])
 def test_malformed_grants_are_refused_at_start(text):
     with pytest.raises(ValueError, match="must be <installation_id>=<agent_id> or <installation_id>=\\*"):
-        Settings(gepa_github_installations=text)
+        Settings().override(gepa_github_installations=text)

@@ -10,7 +10,7 @@ from genesis.logs import configure_logging
 
 
 def test_console_tracebacks_are_plain_and_show_no_locals():
-    configure_logging("test", Settings(log_format="console"))
+    configure_logging("test", Settings().override(log_format="console"))
     handler = logging.getLogger().handlers[-1]
     saved, handler.stream = handler.stream, io.StringIO()
     try:
