@@ -3,9 +3,9 @@
 Docker and a running engine.
 
 tasks → sandbox-api → propose → status → effects, with the two additions of GENESIS_AUTH=required
-that the README's walkthrough makes (register once and send the key; claim the task). Every answer
-is checked field by field against the seed's examples. The README's curl commands send exactly the
-bodies below (checked by the last test)."""
+that the walkthrough of docs/api.md makes (register once and send the key; claim the task). Every
+answer is checked field by field against the seed's examples. The walkthrough's curl commands send
+exactly the bodies below (checked by the last test)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from genesis.db.models import Mutation
 from genesis.db.session import get_sessionmaker
 from tests import agents, traits
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+API_DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 TASK_BODY = {
     "problem_type": "starvation",
     "severity": "high",
@@ -31,7 +31,7 @@ TASK_BODY = {
 }
 REGISTER_BODY = {"name": "claude-external-1", "description": "my first agent"}
 TASK_PLACEHOLDER = "$TASK"
-PROPOSE_BODY = {  # the seed's request; agent_id is the key's agent (README: may be left out with a key)
+PROPOSE_BODY = {  # the seed's request; agent_id is the key's agent (may be left out with a key)
     "task_id": TASK_PLACEHOLDER,
     "trait_name": "energy_hoarder",
     "goal": "Hoard energy when it runs low",
@@ -144,7 +144,7 @@ async def test_seed_walkthrough_over_http(http, settings, engine_proc, start_api
     assert set(document["entity_allowed_attrs"]) >= {"x", "y", "energy", "speed", "state", "age", "traits"}
     assert gatekeeper.validate("my_trait", document["example"]).ok  # the example it gives passes the rules
 
-    # 3. Register (the key is the README's addition), claim the task, propose the seed's example.
+    # 3. Register (the key is the walkthrough's addition), claim the task, propose the seed's example.
     registered = await http.post("/v1/agents/register", json=REGISTER_BODY)
     assert registered.status_code == 201, registered.text
     agent = agents.TestAgent(registered.json()["agent_id"], registered.json()["api_key"], REGISTER_BODY["name"])
@@ -228,15 +228,15 @@ async def _absent(http, task_id: str) -> bool:
     return task_id not in await listed_tasks(http)
 
 
-def _readme_walkthrough() -> str:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Walkthrough: the seed's external agent, step by step", 1)[1]
+def _documented_walkthrough() -> str:
+    text = API_DOC.read_text(encoding="utf-8")
+    section = text.split("## Walkthrough: an external agent, step by step", 1)[1]
     return section.split("```bash", 1)[1].split("```", 1)[0]
 
 
-def test_readme_walkthrough_sends_these_requests():
-    """The README's curl commands are this test's requests: same paths, same bodies."""
-    script = _readme_walkthrough()
+def test_documented_walkthrough_sends_these_requests():
+    """The curl commands of docs/api.md are this test's requests: same paths, same bodies."""
+    script = _documented_walkthrough()
     bodies = [json.loads(raw.replace("'\"$TASK\"'", TASK_PLACEHOLDER))
               for raw in re.findall(r"-d '(.*?)'(?=\s*(?:\||\\?\n|$))", script, flags=re.S)]
     assert bodies == [TASK_BODY, REGISTER_BODY, PROPOSE_BODY]

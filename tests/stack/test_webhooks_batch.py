@@ -1,7 +1,7 @@
 """Webhooks and batch propose over HTTP against the real API, worker, Temporal and Postgres.
 
 A real local HTTP receiver gets the signed callbacks and verifies them with the Standard
-Webhooks reference library and by hand (the recipe of the README); a receiver that is down does
+Webhooks reference library and by hand (the recipe of docs/api.md); a receiver that is down does
 not hold the mutation up, and the retries reach it once it is back."""
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def receiver():
 
 
 def verify_by_hand(secret: str, headers: dict[str, str], body: bytes) -> None:
-    """The README's recipe, without any library."""
+    """The recipe of docs/api.md, without any library."""
     key = base64.b64decode(secret.removeprefix("whsec_"))
     signed = f"{headers['webhook-id']}.{headers['webhook-timestamp']}.".encode() + body
     expected = base64.b64encode(hmac.new(key, signed, hashlib.sha256).digest()).decode()
