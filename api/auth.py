@@ -9,7 +9,7 @@ from fastapi.security import APIKeyHeader
 from sqlalchemy import select
 
 from api.deps import Services
-from api.errors import ApiError
+from api.errors import ApiError, Responses
 from api.schemas import ErrorResponse
 from pipeline import apikeys
 from pipeline import operators
@@ -31,7 +31,7 @@ OPERATOR_KEY = APIKeyHeader(
 )
 _CHALLENGE = {"WWW-Authenticate": 'ApiKey header="X-API-Key"'}
 _OPERATOR_CHALLENGE = {"WWW-Authenticate": 'ApiKey header="X-Operator-Key"'}
-OPERATOR_ERRORS = {
+OPERATOR_ERRORS: Responses = {
     401: {"model": ErrorResponse, "description": "OPERATOR_KEY_REQUIRED (no X-Operator-Key; GENESIS_AUTH=required) "
           "or INVALID_OPERATOR_KEY"},
     403: {"model": ErrorResponse, "description": "OPERATOR_KEY_REQUIRED: only an agent's X-API-Key was sent"},
@@ -60,7 +60,8 @@ async def authenticate(services: Services, api_key: str | None) -> Agent:
     if prefix is not None:
         async with services.sessions() as session:
             agent = await session.scalar(select(Agent).where(Agent.key_prefix == prefix))
-    if not apikeys.matches_row(services.pepper, api_key, agent.key_hash if agent else None):
+    matched = apikeys.matches_row(services.pepper, api_key, agent.key_hash if agent else None)  # compared either way
+    if not matched or agent is None:
         raise _unauthorized("INVALID_API_KEY", "the X-API-Key is not a key of any registered agent")
     return agent
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -12,6 +14,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 
 log = logging.getLogger("genesis.api")
+
+# A route's `responses=`: status code -> its OpenAPI entry ({"model": ..., "description": ...}).
+Responses = dict[int | str, dict[str, Any]]
 
 
 class ApiError(Exception):
@@ -36,7 +41,7 @@ def _field_name(loc: tuple) -> str:
     return ".".join(parts) or "body"
 
 
-def _describe(err: dict) -> str:
+def _describe(err: Mapping[str, Any]) -> str:
     message = err.get("msg", "invalid")
     if message.startswith("Value error, "):
         message = message[len("Value error, ") :]
@@ -47,7 +52,7 @@ def _describe(err: dict) -> str:
     return f"{_field_name(err.get('loc', ()))}: {message}"
 
 
-def validation_error_body(errors: list[dict]) -> dict:
+def validation_error_body(errors: Sequence[Mapping[str, Any]]) -> dict:
     """The 422 VALIDATION_ERROR body for pydantic errors: a detail naming each bad field."""
     simplified = [{"field": _field_name(e.get("loc", ())), "message": _describe(e).split(": ", 1)[-1]} for e in errors]
     return {"error": "VALIDATION_ERROR", "detail": "; ".join(_describe(e) for e in errors), "errors": simplified}

@@ -9,7 +9,7 @@ import time
 from fastapi import APIRouter, Request, Response
 from redis.exceptions import RedisError
 
-from api.errors import ApiError
+from api.errors import ApiError, unavailable
 from api.schemas import ErrorResponse, MetricsResponse
 from genesis import rules
 from evolution import world_metrics

@@ -17,7 +17,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.auth import OPERATOR_ERRORS, require_operator
-from api.errors import ApiError
+from api.errors import ApiError, Responses, unavailable
 from api.params import TriggerIdPath
 from api.schemas import ErrorResponse, EvolutionTriggerRequest, EvolutionTriggerResponse, RateLimitResponse
 from api.schemas_evolution import CycleListResponse, CycleResponse
@@ -28,7 +28,7 @@ from genesis.workflow_api import evolution_workflow_id
 
 router = APIRouter(tags=["evolution"])
 
-ERRORS = {
+ERRORS: Responses = {
     409: {"model": ErrorResponse, "description": "Cooldown of the type active, or no anomaly to trigger"},
     429: {"model": RateLimitResponse, "description": "FORCED_TRIGGER_LIMIT: too many forced triggers in the window; retry after retry_after_sec"},
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
@@ -55,10 +55,12 @@ async def force_trigger(request: Request, body: EvolutionTriggerRequest | None =
         raise ApiError(503, "NO_SNAPSHOT", "no WorldSnapshot in Redis yet: start the engine (`make run`) and try again")
     if outcome.status == watching.NO_ANOMALY:
         raise ApiError(409, "NO_ANOMALY", "the Watcher's rules find no anomaly in the latest snapshots: name an anomaly_type to force one")
+    anomaly = outcome.anomaly
+    assert anomaly is not None, "every outcome of a forced trigger past NO_ANOMALY names its anomaly"
     if outcome.status == watching.COOLDOWN:
         raise ApiError(
             409, "WATCHER_COOLDOWN",
-            f"a {outcome.anomaly.type} trigger happened less than {settings.watcher.cooldown_s:.0f} s ago "
+            f"a {anomaly.type} trigger happened less than {settings.watcher.cooldown_s:.0f} s ago "
             "(severity critical skips the cooldown)",
         )
     if outcome.status == watching.LIMITED:
@@ -68,14 +70,16 @@ async def force_trigger(request: Request, body: EvolutionTriggerRequest | None =
             f"(GENESIS_FORCED_TRIGGER_LIMIT); try again in {outcome.retry_after_s} s",
             headers={"Retry-After": str(outcome.retry_after_s)}, extra={"retry_after_sec": outcome.retry_after_s},
         )
+    trigger_id, task_id = outcome.trigger_id, outcome.task_id
+    assert outcome.status == watching.GO and trigger_id is not None and task_id is not None, outcome
     await watcher.drain(timeout=START_WAIT_S)  # the TaskWorkflow start (retried while Temporal is away)
     response = EvolutionTriggerResponse(
-        trigger_id=outcome.trigger_id, task_id=outcome.task_id, problem_type=outcome.anomaly.type,
-        severity=outcome.anomaly.severity, task_severity=watching.TASK_SEVERITY[outcome.anomaly.severity],
-        suggested_area=outcome.anomaly.area, tick=int(outcome.tick or 0),
-        report_key=keys.evolution_trigger(outcome.trigger_id),
-        message=f"Trigger {outcome.trigger_id}: {outcome.anomaly.type} ({outcome.anomaly.severity}); task {outcome.task_id} published",
-        cycle_workflow_id=evolution_workflow_id(outcome.trigger_id) if settings.evolution_cycles_enabled else None,
+        trigger_id=trigger_id, task_id=task_id, problem_type=anomaly.type,
+        severity=anomaly.severity, task_severity=watching.TASK_SEVERITY[anomaly.severity],
+        suggested_area=anomaly.area, tick=int(outcome.tick or 0),
+        report_key=keys.evolution_trigger(trigger_id),
+        message=f"Trigger {trigger_id}: {anomaly.type} ({anomaly.severity}); task {task_id} published",
+        cycle_workflow_id=evolution_workflow_id(trigger_id) if settings.evolution_cycles_enabled else None,
     )
     return JSONResponse(response.model_dump(), status_code=202)
 

@@ -7,14 +7,14 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 
 from api.auth import OPERATOR_ERRORS, require_operator
-from api.errors import ApiError
+from api.errors import ApiError, Responses
 from api.params import ScheduleIdPath
 from api.schemas import ErrorResponse
 from api.schemas_evolution import ScheduleCreateRequest, ScheduleListResponse, ScheduleResponse
 from evolution import schedules
 
 router = APIRouter(prefix="/api/schedules", tags=["schedules"])
-ERRORS = {
+ERRORS: Responses = {
     404: {"model": ErrorResponse, "description": "No schedule with that id"},
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
     503: {"model": ErrorResponse, "description": "Temporal unavailable"},

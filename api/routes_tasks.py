@@ -22,7 +22,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import API_KEY, OPERATOR_ERRORS, acting_agent, require_operator
-from api.errors import ApiError, unavailable
+from api.errors import ApiError, Responses, unavailable
 from api.params import TaskIdPath
 from api.schemas import (
     ClaimRequest,
@@ -42,13 +42,13 @@ from genesis.workflow_api import TASK_SIGNAL_RESOLVE, task_workflow_id
 
 router = APIRouter(tags=["agent tasks"])
 
-ERRORS = {
+ERRORS: Responses = {
     404: {"model": ErrorResponse, "description": "No such live task (unknown, expired or done)"},
     409: {"model": ErrorResponse, "description": "Claimed by another agent, or the task id is taken"},
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
     503: {"model": ErrorResponse, "description": "Redis or Temporal is unavailable"},
 }
-CLAIM_ERRORS = {
+CLAIM_ERRORS: Responses = {
     **ERRORS,
     401: {"model": ErrorResponse, "description": "X-API-Key missing or unknown (GENESIS_AUTH=required)"},
     403: {"model": ErrorResponse, "description": "The body names another agent than the key's"},

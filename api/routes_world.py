@@ -22,7 +22,7 @@ from redis.exceptions import RedisError
 from sqlalchemy import func, select
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from api.errors import ApiError, unavailable
+from api.errors import ApiError, Responses, unavailable
 from api.schemas import ErrorResponse
 from genesis import redis_keys as keys
 from genesis.db.models import Mutation
@@ -34,7 +34,7 @@ log = logging.getLogger("genesis.api.world")
 STALE_AFTER_S = 5.0  # no status for this long: the engine is reported as not running
 APPLIED_STATUSES = ("activated", "kept")  # live traits: activated and not rolled back
 MAX_ENTITIES = 500
-NOT_RUNNING = {503: {"model": ErrorResponse, "description": "ENGINE_NOT_RUNNING (the engine has never reported) or REDIS_UNAVAILABLE"}}
+NOT_RUNNING: Responses = {503: {"model": ErrorResponse, "description": "ENGINE_NOT_RUNNING (the engine has never reported) or REDIS_UNAVAILABLE"}}
 
 
 def _text(v: Any) -> str:

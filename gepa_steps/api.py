@@ -17,7 +17,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
 from api.auth import API_KEY, authenticate
-from api.errors import ApiError
+from api.errors import ApiError, Responses
 from gepa_steps.schemas import (
     ConnectGitRequest, ConnectGitResponse, ExecuteStepAccepted, ExecuteStepRequest, ProgramResponse,
 )
@@ -34,7 +34,7 @@ from gepa_steps.dto import (
 
 router = APIRouter(tags=["gepa"])
 EXECUTE_STEP_PATH = "/execute_step"
-ERRORS = {
+ERRORS: Responses = {
     401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key (GENESIS_AUTH=required)"},
     403: {"model": ErrorResponse, "description": "INSTALLATION_NOT_ALLOWED / REPOSITORY_NOT_IN_INSTALLATION: "
                                                  "the GitHub App installation may not be used for this"},
