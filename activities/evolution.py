@@ -216,7 +216,7 @@ class EvolutionActivities:
         its workflow input. Idempotent."""
         plan = request.plan
         modifies = plan.action_type == "modify_trait"
-        values = dict(
+        values: dict[str, object] = dict(
             mutation_id=request.mutation_id, agent_id=CODER_AGENT_ID, task_id=request.task_id,
             trait_name=plan.trait_name, goal=plan.description[:2000], code=request.code,
             status=MutationStatus.queued.value, validation_log=[], workflow_id=mutation_workflow_id(request.mutation_id),
@@ -265,7 +265,7 @@ class EvolutionActivities:
         previous = world_params.clean_overrides(record.get("overrides"))
         in_force = await self._params_in_force()
         change = world_params.ParamsChange(
-            before={n: in_force.get(n) for n in request.params if in_force.get(n) is not None},
+            before={n: in_force[n] for n in request.params if n in in_force},
             after=dict(request.params), previous_overrides=previous,
         )
         new_record = {"overrides": {**previous, **request.params}, "trigger_id": request.trigger_id,

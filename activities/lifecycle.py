@@ -183,7 +183,7 @@ class LifecycleActivities:
         if was_live:
             registry_version = (
                 await registry.put_entry(self._redis, restored_entry)
-                if restored is not None
+                if restored_entry is not None
                 else await registry.remove_entry(self._redis, row.trait_name)
             )
         await self._redis.publish(

@@ -66,18 +66,19 @@ async def follow_feed(websocket: WebSocket) -> None:
     if after is None:  # from now on: the newest id as the start (XREAD '$' could miss one in between)
         newest = await redis.xrevrange(FEED_STREAM, count=1)
         after = newest[0][0].decode() if newest else "0-0"
+    cursor: str = after
 
     async def push() -> None:
-        nonlocal after
+        nonlocal cursor
         while True:
             try:
-                messages = await feed.wait_new(redis, after, block_ms=BLOCK_MS)
+                messages = await feed.wait_new(redis, cursor, block_ms=BLOCK_MS)
             except (RedisError, OSError):  # Redis away: keep the socket, try again
                 await asyncio.sleep(1.0)
                 continue
             for message in messages:
                 await websocket.send_text(feed.dumps(message))
-                after = message["id"]
+                cursor = message["id"]
 
     async def watch_client() -> None:
         while (await websocket.receive())["type"] != "websocket.disconnect":

@@ -58,7 +58,9 @@ _WRITABLE = {
 }
 
 # name -> (lo, hi) of the writable numbers (apply_columns clamps them in bulk).
-_NUMBERS = {name: (spec[1], spec[2]) for name, spec in _WRITABLE.items() if spec[0] != "str"}
+_NUMBERS: dict[str, tuple[float, float]] = {
+    name: (lo, hi) for name, (kind, lo, hi) in _WRITABLE.items() if kind != "str" and lo is not None and hi is not None
+}
 
 
 def _set_speed(ents: Any, values: list[float]) -> None:
@@ -323,14 +325,13 @@ def apply_intent_list(e: Entity, lst: Any, limit: int, rejected: list[tuple[int,
                     setattr(e, attr, value)
                 continue
             v = _check_number(value)
-            if type(v) is str:
+            if isinstance(v, str):
                 rejected.append((eid, v))
                 continue
             if attr == "direction":
                 e.direction = _wrap_angle(v)
             else:
-                lo = spec[1]
-                hi = spec[2]
+                lo, hi = _NUMBERS[attr]
                 if v < lo:
                     v = lo
                 elif v > hi:
@@ -342,8 +343,9 @@ def apply_intent_list(e: Entity, lst: Any, limit: int, rejected: list[tuple[int,
                 continue
             a = _check_number(it[1])
             b = _check_number(it[2])
-            if type(a) is str or type(b) is str:
-                rejected.append((eid, a if type(a) is str else b))
+            problem = a if isinstance(a, str) else b if isinstance(b, str) else None
+            if problem is not None:
+                rejected.append((eid, problem))
                 continue
             move = (kind == "move_towards", a, b)
         elif kind == "eat":

@@ -39,6 +39,7 @@ from sandbox.container import (
 
 if TYPE_CHECKING:
     from .quarantine import QuarantineReporter
+    from .traits import Intents
 
 log = logging.getLogger("genesis.engine.traits")
 
@@ -140,8 +141,8 @@ class HostTraitRunner:
                 await self._record_quarantine(entry, f"it failed to load in the live host: {error}")
 
     async def run_tick_views(self, tick: int, views: dict,
-                             while_waiting: Callable[[], None] | None = None) -> dict[int, list[list]]:
-        """:meth:`run_tick` in the compact form (``World.trait_views``): each carrier's view
+                             while_waiting: Callable[[], None] | None = None) -> Intents:
+        """The compact form of ``run_tick`` (``World.trait_views``): each carrier's view
         crosses to the host once, however many traits it carries; the host merges the intents.
         ``while_waiting``: work that runs once the request is sent, while the host computes
         (``World.prepare_step``), only if the request is sent."""

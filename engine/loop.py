@@ -31,7 +31,7 @@ from genesis.config import Settings
 
 from .metrics import TICK_SECONDS
 from .telemetry import PeriodCounters, TelemetrySink, build_frame, build_snapshot, entity_list, to_row
-from .traits import NoTraits, TraitRunner
+from .traits import BatchTraitRunner, Intents, NoTraits, TraitRunner, ViewsTraitRunner
 from .world import World, WorldParams
 
 log = logging.getLogger("genesis.engine")
@@ -70,6 +70,13 @@ class Engine:
         self.settings = settings
         self.world = world if world is not None else World(world_params(settings), seed=settings.engine.seed)
         self.runner: TraitRunner = runner if runner is not None else NoTraits()
+        # the compact form (each carrier's view once) when the runner has it, resolved once
+        self._views_runner: ViewsTraitRunner | None = None
+        self._batch_runner: BatchTraitRunner | None = None
+        if isinstance(self.runner, ViewsTraitRunner):
+            self._views_runner = self.runner
+        else:
+            self._batch_runner = self.runner
         self.sink = sink if sink is not None else TelemetrySink(settings.redis_url, settings.database_url)
         self.clock = clock
         self.wall = wall
@@ -129,22 +136,22 @@ class Engine:
         started = self.clock()
         self._sync_traits()
         world = self.world
-        intents: dict[int, list[list]] = {}
+        intents: Intents = {}
         if self.active_traits:
-            run_views = getattr(self.runner, "run_tick_views", None)
             try:
-                if run_views is not None:  # the compact form: each carrier's view once
+                if self._views_runner is not None:  # the compact form: each carrier's view once
                     # raw arrays: the host channel sends them as bytes (sandbox/container.py)
                     views = world.trait_views(self.active_traits, raw=True)
                     if views["count"]:
                         # the last tick's telemetry and step's reading ahead run while the host
                         # computes (on 2 cores, beside it rather than after it)
-                        intents = await run_views(world.tick, views, while_waiting=self._while_waiting)
-                else:
+                        intents = await self._views_runner.run_tick_views(
+                            world.tick, views, while_waiting=self._while_waiting)
+                elif self._batch_runner is not None:
                     batches = world.trait_batches()
                     batches = {name: batches[name] for name in self.active_traits if name in batches}
                     if batches:
-                        intents = await self.runner.run_tick(world.tick, batches)
+                        intents = await self._batch_runner.run_tick(world.tick, batches)
             except Exception:
                 self.trait_errors += 1
                 log.exception("trait runner failed at tick %d; the tick runs on instinct", world.tick)

@@ -14,7 +14,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 
@@ -22,6 +22,9 @@ from genesis import redis_keys as keys
 from genesis.redis_keys import Channels
 
 from .world import DEATH_CAUSES, World
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger("genesis.engine.telemetry")
 
@@ -167,7 +170,7 @@ class TelemetrySink:
             redis_url, socket_timeout=WRITE_TIMEOUT_S, socket_connect_timeout=2,
         )
         self.database_url = database_url
-        self._pg = None
+        self._pg: AsyncEngine | None = None  # created on the first insert (SQLAlchemy imported then)
         self._queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=QUEUE_SIZE)
         self._writer: asyncio.Task | None = None
         self._frame_task: asyncio.Task | None = None
@@ -282,7 +285,8 @@ class TelemetrySink:
         tick = int(snap["tick"])
         key = keys.world_snapshot(tick)
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping=to_redis_hash(snap))
+            # redis' stubs type `mapping` as Mapping[FieldT, ...]: its invariant key refuses dict[str, str]
+            pipe.hset(key, mapping=to_redis_hash(snap))  # type: ignore[arg-type]
             pipe.expire(key, keys.WORLD_SNAPSHOT_TTL_S)
             pipe.set(keys.WORLD_TICK, tick)
             await pipe.execute()
@@ -292,7 +296,8 @@ class TelemetrySink:
     async def _write_status(self, status: Mapping[str, str], params_json: str, entities_json: str) -> None:
         async with self.redis.pipeline(transaction=False) as pipe:
             pipe.set(keys.WORLD_TICK, status["tick"])
-            pipe.hset(keys.ENGINE_STATUS, mapping=dict(status))
+            # redis' stubs type `mapping` as Mapping[FieldT, ...]: its invariant key refuses dict[str, str]
+            pipe.hset(keys.ENGINE_STATUS, mapping=dict(status))  # type: ignore[arg-type]
             pipe.set(keys.ENGINE_PARAMS, params_json)
             pipe.set(keys.ENGINE_ENTITIES, entities_json)
             pipe.pubsub_numsub(Channels.WORLD_FRAMES)
@@ -310,6 +315,8 @@ class TelemetrySink:
             self._redis_failed(exc)
 
     async def _insert(self, row: Mapping[str, Any]) -> None:
+        if not self.database_url:
+            return
         from sqlalchemy import delete, insert, text
         from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -321,8 +328,10 @@ class TelemetrySink:
                     self.database_url, pool_size=1, max_overflow=1, pool_pre_ping=True,
                     connect_args={"timeout": 5},
                 )
+            pg = self._pg
+
             async def _do() -> None:
-                async with self._pg.begin() as conn:
+                async with pg.begin() as conn:
                     await conn.execute(insert(WorldSnapshot).values(**row))
                     await conn.execute(
                         delete(WorldSnapshot).where(

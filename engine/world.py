@@ -274,7 +274,8 @@ class World:
         self._rgrid.insert(r)
         self._resources_changed()
         if self._resource_columns is not None:
-            self._resource_columns = tuple(np.append(col, v) for col, v in zip(self._resource_columns, (rid, r.x, r.y)))
+            ids, xs, ys = self._resource_columns
+            self._resource_columns = (np.append(ids, rid), np.append(xs, r.x), np.append(ys, r.y))
         return r
 
     # -- traits -----------------------------------------------------------------------------
@@ -442,7 +443,7 @@ class World:
                     for name, dtype in _WORLD_COLUMNS}
         return TickColumns.of(order, ids, cols)
 
-    def step(self, intents: Mapping[int, Sequence[Sequence[Any]]] | None = None,
+    def step(self, intents: Mapping[int, Sequence[Sequence[Any]]] | IntentColumns | None = None,
              lazy_write_back: bool = False) -> TickReport:
         """Advance one tick, applying (checked) intents. Never raises on bad intents.
 
@@ -510,10 +511,10 @@ class World:
             return
         self._resources_changed()
         if self._resource_columns is not None:
-            ids = self._resource_columns[0]
+            ids, xs, ys = self._resource_columns
             keep = np.ones(len(ids), dtype=bool)
             keep[np.searchsorted(ids, eaten)] = False
-            self._resource_columns = tuple(col[keep] for col in self._resource_columns)
+            self._resource_columns = (ids[keep], xs[keep], ys[keep])
 
     def _collide(self, c: TickColumns) -> dict[int, float]:
         """Collisions (``engine.physics.collide``); the energy before the damage of those hit."""

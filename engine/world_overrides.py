@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -26,7 +27,7 @@ class ParamsFollower:
         self.world = world
         self.base: WorldParams = world.params
         self._redis = redis
-        self._raw: bytes | None = None
+        self._raw: bytes | str | None = None
         self.overrides: dict[str, float] = {}
         self.observer_workflow: str | None = None
 
@@ -41,8 +42,9 @@ class ParamsFollower:
         self.observer_workflow = record.get("workflow_id") or None
         if overrides == self.overrides:
             return False
+        fields: dict[str, Any] = overrides  # each field's type: clean_overrides makes integer parameters ints
         try:
-            params = dataclasses.replace(self.base, **overrides)
+            params = dataclasses.replace(self.base, **fields)
         except (TypeError, ValueError) as exc:  # a value the world refuses: keep what runs
             log.warning("world parameter overrides %s refused: %s", overrides, exc)
             return False

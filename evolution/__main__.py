@@ -8,8 +8,9 @@ import logging
 import signal
 
 import redis.asyncio as aioredis
+from temporalio.client import Client
 
-from genesis.config import get_settings
+from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.logs import configure_logging
 from genesis.temporal import connect
@@ -21,10 +22,11 @@ log = logging.getLogger("genesis.watcher")
 class LazyTemporal:
     """Connect on first use and again after a failure: the Watcher does not wait for Temporal."""
 
-    def __init__(self, settings) -> None:
-        self.settings, self.client = settings, None
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.client: Client | None = None
 
-    async def __call__(self):
+    async def __call__(self) -> Client:
         if self.client is None:
             self.client = await connect(self.settings)
         return self.client

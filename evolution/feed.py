@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -47,7 +48,8 @@ async def publish(redis: aioredis.Redis, agent: str, action: str, text: str, **f
     return stream_id.decode() if isinstance(stream_id, bytes) else str(stream_id)
 
 
-def _entry(stream_id: Any, fields: dict) -> dict[str, Any]:
+def _entry(stream_id: bytes | str | None, fields: Mapping[Any, bytes | str] | None) -> dict[str, Any]:
+    fields = fields or {}
     raw = fields.get(b"json", fields.get("json", b"{}"))
     body = json.loads(raw)
     return {"id": stream_id.decode() if isinstance(stream_id, bytes) else str(stream_id), **body}
@@ -58,16 +60,18 @@ async def read(redis: aioredis.Redis, after: str | None = None, limit: int = 50)
     stream id ``after`` (``0-0``: from the oldest kept), or without ``after`` the newest ones (a
     reader starting fresh gets the recent history, then pages on with ``after``)."""
     if after is None:
-        entries = list(reversed(await redis.xrevrange(FEED_STREAM, max="+", min="-", count=limit)))
+        entries = list(reversed(await redis.xrevrange(FEED_STREAM, max="+", min="-", count=limit) or []))
     else:
-        entries = await redis.xrange(FEED_STREAM, min=f"({after}", max="+", count=limit)
+        entries = await redis.xrange(FEED_STREAM, min=f"({after}", max="+", count=limit) or []
     return [_entry(i, f) for i, f in entries]
 
 
 async def wait_new(redis: aioredis.Redis, after: str, block_ms: int = 1000, limit: int = 100) -> list[dict[str, Any]]:
     """Block up to ``block_ms`` for messages after ``after`` ('$': only new ones)."""
-    result = await redis.xread({FEED_STREAM: after}, count=limit, block=block_ms)
-    return [_entry(i, f) for _, entries in result or [] for i, f in entries]
+    result = await redis.xread({FEED_STREAM: after}, count=limit, block=block_ms) or []
+    # [[stream, entries], ...] in RESP2 (this client's protocol), {stream: entries} in RESP3
+    streams: list[list[Any]] = result if isinstance(result, list) else [[name, entries] for name, entries in result.items()]
+    return [_entry(i, f) for _, entries in streams for i, f in entries]
 
 
 _STREAM_ID = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")

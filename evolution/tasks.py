@@ -114,10 +114,10 @@ async def live_tasks(redis: aioredis.Redis, limit: int = 100) -> list[tuple[Agen
     """The tasks that have not expired (soonest expiry first), each with its live claim if any.
     An entry whose score is in the past, or whose body is gone, is never returned."""
     now = time.time()
-    task_ids = await redis.zrangebyscore(keys.AGENT_TASKS_QUEUE, f"({now}", "+inf", start=0, num=limit)
-    if not task_ids:
+    members = await redis.zrangebyscore(keys.AGENT_TASKS_QUEUE, f"({now}", "+inf", start=0, num=limit)
+    if not members:
         return []
-    task_ids = [t.decode() if isinstance(t, bytes) else t for t in task_ids]
+    task_ids = [t.decode() if isinstance(t, bytes) else str(t) for t in members]
     async with redis.pipeline(transaction=False) as pipe:
         for task_id in task_ids:
             pipe.get(keys.agent_task(task_id))

@@ -293,7 +293,8 @@ class Watcher:
         report = await self.world_report(trigger_id, anomaly, history, task, forced)
         key = keys.evolution_trigger(trigger_id)
         async with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(key, mapping=report)
+            # redis' stubs type `mapping` as Mapping[FieldT, ...]: its invariant key refuses dict[str, str]
+            pipe.hset(key, mapping=report)  # type: ignore[arg-type]
             pipe.expire(key, self.settings.watcher.report_ttl_s)
             await pipe.execute()
         self._start_task(task)

@@ -80,9 +80,7 @@ def _env_name(field_name: str, field: FieldInfo, prefix: str, case_sensitive: bo
 
 
 def _default_of(field: FieldInfo) -> object:
-    if field.default_factory is not None:
-        return field.default_factory()
-    return field.default
+    return field.get_default(call_default_factory=True, validated_data={})
 
 
 def _show_default(value: object) -> str:
@@ -126,8 +124,8 @@ def _values(field: FieldInfo) -> str:
         return "secret"
     if isinstance(kind, type) and issubclass(kind, Enum):
         return " \\| ".join(f"`{member.value}`" for member in kind)
-    names = {int: "integer", float: "number", str: "text", Path: "path"}
-    label = names.get(kind, getattr(kind, "__name__", str(kind)))
+    names: dict[object, str] = {int: "integer", float: "number", str: "text", Path: "path"}
+    label = names.get(kind) or str(getattr(kind, "__name__", kind))
     bounds = _bounds(field)
     return f"{label} {bounds}" if bounds else label
 
@@ -172,21 +170,22 @@ def _table(rows: list[Row], values_header: str = "values") -> str:
 
 def cli_rows() -> list[Row]:
     """Environment variables the ``genesis`` command line reads (its options' ``envvar``)."""
-    import click
     import typer.main
+    from typer._click.core import Command  # typer vendors click: its commands are these classes
 
     from genesis.cli import app
 
     rows: list[Row] = []
 
-    def walk(command: click.Command, path: str) -> None:
+    def walk(command: Command, path: str) -> None:
         for param in command.params:
             envvars = [param.envvar] if isinstance(param.envvar, str) else list(param.envvar or [])
+            help_text = getattr(param, "help", None)  # options and typer's arguments have one, Parameter not
             for envvar in envvars:
                 option = "/".join(param.opts)
-                if not param.help:
+                if not help_text:
                     raise UndocumentedSetting(f"`{path} {option}` reads {envvar} but has no help text")
-                rows.append(Row(envvar, _show_default(param.default), f"`{path} {option}`", param.help or ""))
+                rows.append(Row(envvar, _show_default(param.default), f"`{path} {option}`", help_text))
         for name, sub in sorted(getattr(command, "commands", {}).items()):
             walk(sub, f"{path} {name}")
 

@@ -25,13 +25,13 @@ import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Union
+from typing import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import psutil
 
-Address = Union[ipaddress.IPv4Address, ipaddress.IPv6Address]
-Network = Union[ipaddress.IPv4Network, ipaddress.IPv6Network]
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Resolver = Callable[[str, int], list[str]]
 
 SETTING = "GENESIS_OUTBOUND_PRIVATE_ALLOW"
@@ -90,9 +90,12 @@ def parse_ipv4(text: str) -> ipaddress.IPv4Address | None:
     parts = text.split(".")
     if not 1 <= len(parts) <= 4 or any(p == "" for p in parts):
         return None
-    numbers = [_ipv4_number(p) for p in parts]
-    if any(n is None for n in numbers):
-        return None
+    numbers: list[int] = []
+    for part in parts:
+        number = _ipv4_number(part)
+        if number is None:
+            return None
+        numbers.append(number)
     *leading, last = numbers
     if any(n > 255 for n in leading) or last >= 1 << (8 * (5 - len(parts))):
         return None
@@ -310,7 +313,7 @@ _RESOLVERS = ThreadPoolExecutor(max_workers=8, thread_name_prefix="netpolicy-res
 
 
 def _system_resolve(host: str, port: int) -> list[str]:
-    return [info[4][0] for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    return [str(info[4][0]) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
 
 
 def _judge(host: str, port: int, resolved: list[str], policy: NetPolicy) -> Destination:

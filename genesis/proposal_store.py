@@ -21,11 +21,14 @@ from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
 import asyncpg
+from asyncpg.pool import PoolConnectionProxy
 from sqlalchemy.engine import make_url
 
 from genesis.dto import MutationStatus
 
 ACQUIRE_TIMEOUT_S = 5.0
+# The statements below run on a pooled connection (the proxy a pool hands out) or a plain one.
+Connection = asyncpg.Connection | PoolConnectionProxy
 _LIVE_TRAIT = ("SELECT v.version, v.mutation_id, m.agent_id FROM trait_versions v "
                "LEFT JOIN mutations m ON m.mutation_id = v.mutation_id WHERE v.trait_name = $1 AND v.status = 'active'")
 _LATEST_TRAIT = "SELECT version, status FROM trait_versions WHERE trait_name = $1 ORDER BY version DESC LIMIT 1"
@@ -67,28 +70,28 @@ async def warm(pool: asyncpg.Pool, connections: int) -> None:
 
 
 @asynccontextmanager
-async def connection(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+async def connection(pool: asyncpg.Pool) -> AsyncIterator[PoolConnectionProxy]:
     """A pooled connection; TimeoutError when none frees up (or connects) within ACQUIRE_TIMEOUT_S."""
     async with pool.acquire(timeout=ACQUIRE_TIMEOUT_S) as conn:
         yield conn
 
 
-async def live_trait(conn: asyncpg.Connection, trait_name: str) -> asyncpg.Record | None:
+async def live_trait(conn: Connection, trait_name: str) -> asyncpg.Record | None:
     """(version, mutation_id, agent_id: its owner) of the trait's active version, if any."""
     return await conn.fetchrow(_LIVE_TRAIT, trait_name)
 
 
-async def latest_trait(conn: asyncpg.Connection, trait_name: str) -> asyncpg.Record | None:
+async def latest_trait(conn: Connection, trait_name: str) -> asyncpg.Record | None:
     """(version, status) of the trait's newest version, if any was ever activated."""
     return await conn.fetchrow(_LATEST_TRAIT, trait_name)
 
 
-async def proposal(conn: asyncpg.Connection, mutation_id: str) -> asyncpg.Record | None:
+async def proposal(conn: Connection, mutation_id: str) -> asyncpg.Record | None:
     """What an idempotent retry is compared with: status, code, trait_name, replaces_*."""
     return await conn.fetchrow(_PROPOSAL, mutation_id)
 
 
-async def insert_proposal(conn: asyncpg.Connection, *, mutation_id: str, agent_id: str, task_id: str | None,
+async def insert_proposal(conn: Connection, *, mutation_id: str, agent_id: str, task_id: str | None,
                           trait_name: str, goal: str, code: str, workflow_id: str, client_ip: str | None,
                           notify_url: str | None, replaces_trait: str | None,
                           replaces_version: int | None, replacement_approved_by: str | None = None) -> bool:

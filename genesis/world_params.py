@@ -47,7 +47,7 @@ class ParamsError(ValueError):
     """A requested change outside the allow-list or its bounds (the message says which)."""
 
 
-def check_change(requested: dict[str, Any], current: dict[str, float]) -> dict[str, float]:
+def check_change(requested: object, current: dict[str, float]) -> dict[str, float]:
     """The validated new values (ints for integer parameters); ParamsError names each problem."""
     if not isinstance(requested, dict) or not requested:
         raise ParamsError("params must be a non-empty object {name: new value} of: " + ", ".join(ALLOWED))
@@ -63,7 +63,7 @@ def check_change(requested: dict[str, Any], current: dict[str, float]) -> dict[s
         if not bounds.low <= value <= bounds.high:
             problems.append(f"{name}: {value} is outside [{bounds.low}, {bounds.high}]")
             continue
-        now = float(current.get(name, value))
+        now = float(current[name] if name in current else value)
         if now and abs(value - now) > abs(now) * MAX_RELATIVE_STEP + 1e-12:
             problems.append(f"{name}: {value} moves more than {MAX_RELATIVE_STEP:.0%} away from {now}")
             continue

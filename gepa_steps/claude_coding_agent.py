@@ -49,7 +49,7 @@ def hunk_lines(lines: list[str]) -> list[str]:
 
 
 def relative_files(root: str) -> set[str]:
-    found = set()
+    found: set[str] = set()
     for folder, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if d not in (".git", "__pycache__")]
         found.update(os.path.relpath(os.path.join(folder, n), root) for n in names

@@ -23,6 +23,7 @@ from gepa_steps import envs as gepa_envs
 from genesis.config import Settings
 from gepa_steps.dto import STEP_FAILED, StepRequest
 from gepa_steps import image as program_image
+from sandbox.container import attached_socket
 
 AGENT_TIMEOUT_S = 600
 WAIT_SLICE_S = 5  # the container is waited for in slices, reporting progress (activity heartbeats) in between
@@ -47,7 +48,7 @@ class CodingAgent:
     def propose_patch(self, request: StepRequest, worktree: Path, progress: Callable[[str], None] = lambda _: None) -> str:
         if not request.change_request:
             raise failed("a code mutation needs a change_request")
-        task = {"change_request": request.change_request, "change_location": request.change_location}
+        task: dict[str, object] = {"change_request": request.change_request, "change_location": request.change_location}
         if self._settings.gepa.coder_backend == "claude_agent_sdk":
             spec = self._claude_container(worktree, progress)
             timeout = self._settings.gepa.claude_timeout_s
@@ -87,7 +88,7 @@ class CodingAgent:
             labels={"genesis.role": "gepa-coding-agent", "genesis.gepa.client": request.client_id}, **spec,
         )
         try:
-            sock = container.attach_socket(params={"stdin": 1, "stream": 1})._sock
+            sock = attached_socket(container, {"stdin": 1, "stream": 1})
             container.start()
             sock.sendall(json.dumps(task).encode() + b"\n")
             sock.close()

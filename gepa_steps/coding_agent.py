@@ -27,14 +27,16 @@ SYSTEM = (
 
 
 def repository_files() -> list[tuple[str, str]]:
-    files, total = [], 0
+    files: list[tuple[str, str]] = []
+    total = 0
     for root, dirs, names in os.walk(WORKSPACE):
         dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d != "__pycache__")
         for name in sorted(names):
             path = os.path.join(root, name)
             if not name.endswith(SOURCE_SUFFIXES) or os.path.islink(path) or os.path.getsize(path) > MAX_FILE_BYTES:
                 continue
-            text = open(path, encoding="utf-8", errors="replace").read()
+            with open(path, encoding="utf-8", errors="replace") as f:
+                text = f.read()
             total += len(text)
             if total > MAX_CONTEXT_BYTES:
                 return files

@@ -15,7 +15,6 @@ import base64
 import re
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -98,8 +97,10 @@ class GitHubApp:
 
     def app_jwt(self) -> str:
         """The App's own short-lived JWT (RS256, 9 minutes, issued a minute early for clock skew)."""
+        if self._key_path is None:
+            raise GitHubAppError("no GitHub App is configured on this server (no private key)")
         now = int(time.time())
-        key = Path(self._key_path).read_text()
+        key = self._key_path.read_text()
         return jwt.encode({"iat": now - 60, "exp": now + 540, "iss": str(self._app_id)}, key, algorithm="RS256")
 
     def _call(self, method: str, path: str, body: dict | None = None) -> httpx.Response:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import logging
 import secrets
-import socket
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -26,7 +25,7 @@ from docker.utils.socket import STDERR, STDOUT, next_frame_header, read_exactly
 
 from gepa_steps import image as program_image
 from gepa_steps.egress import EgressGateway
-from sandbox.container import remove_all
+from sandbox.container import attached_socket, remove_all
 
 log = logging.getLogger("genesis.program_hosts")
 
@@ -77,8 +76,7 @@ class ProgramHost:
             environment=environment,
             labels={LABEL_ROLE: ROLE, LABEL_CLIENT: client_id},
         )
-        self._sock: socket.socket = self._container.attach_socket(
-            params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})._sock
+        self._sock = attached_socket(self._container, {"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
         self._container.start()
         self._reader = threading.Thread(target=self._read_replies, name=f"program-host-{client_id}", daemon=True)
         self._reader.start()
@@ -161,8 +159,9 @@ class ProgramHost:
         if reply.get("ready"):
             self._ready.set_result(reply)
             return
+        reply_id = reply.get("id")
         with self._lock:
-            future = self._waiting.get(reply.get("id"))
+            future = self._waiting.get(reply_id) if isinstance(reply_id, str) else None
         if future is not None and not future.done():
             future.set_result(reply)
 

@@ -103,10 +103,12 @@ def run(request) -> dict:
     dspy = _configure_dspy()
     program = _load_program(dspy, request)
     names = {id(p): name for name, p in program.named_predictors()}
-    outputs, traces, errors = [], [] if request.get("capture_traces") else None, 0
+    outputs: list[dict] = []
+    traces: list[dict] | None = [] if request.get("capture_traces") else None
+    errors = 0
     for index, example in enumerate(request["examples"]):
         trace: list = []
-        entry = {"example_id": index}
+        entry: dict[str, object] = {"example_id": index}
         try:
             with dspy.context(trace=trace):
                 entry["output"] = _plain(program(**_inputs_for(program, example)))
@@ -150,7 +152,7 @@ def serve() -> None:
     _configure_dspy()  # import DSPy (and litellm) once, before any fork
     _send({"id": None, "ok": True, "ready": True, "python": sys.version.split()[0]})
     children: dict[int, dict] = {}  # read fd -> {id, pid, deadline, chunks}
-    stdin = sys.stdin.buffer
+    stdin_fd = sys.stdin.buffer.fileno()
     buffer = b""
     while True:
         now = time.monotonic()
@@ -162,10 +164,10 @@ def serve() -> None:
                 del children[fd]
                 _send({"id": child["id"], "ok": False, "error": f"the program did not finish within {child['timeout']:g}s and was killed"})
         timeout = max(min((c["deadline"] for c in children.values()), default=now + 1) - now, 0.01)
-        readable, _, _ = select.select([stdin, *children], [], [], timeout)
+        readable, _, _ = select.select([stdin_fd, *children], [], [], timeout)
         for source in readable:
-            if source is stdin:
-                data = os.read(stdin.fileno(), 1 << 20)
+            if source == stdin_fd:
+                data = os.read(stdin_fd, 1 << 20)
                 if not data:  # the worker closed our stdin: finish
                     for child in children.values():
                         os.kill(child["pid"], signal.SIGKILL)

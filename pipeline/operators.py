@@ -87,6 +87,7 @@ async def verify(sessions: async_sessionmaker, pepper: bytes, key: str) -> Opera
     if prefix is not None:
         async with sessions() as session:
             row = await session.scalar(select(OperatorKey).where(OperatorKey.key_prefix == prefix))
-    if not apikeys.matches_row(pepper, key, row.key_hash if row is not None else None) or row.revoked_at is not None:
+    matched = apikeys.matches_row(pepper, key, row.key_hash if row is not None else None)  # compared either way
+    if not matched or row is None or row.revoked_at is not None:
         return None
     return Operator(name=row.name, key_prefix=row.key_prefix)

@@ -31,6 +31,7 @@ from typing import Any
 
 import docker
 from docker.errors import APIError, NotFound
+from docker.models.containers import Container
 from docker.types import Mount
 from docker.utils.socket import STDERR, STDOUT, next_frame_header, read_exactly
 
@@ -101,8 +102,11 @@ def container_memory_bytes(client: docker.DockerClient, container_id: str) -> in
         except OSError:
             continue
     try:
-        stats = client.containers.get(container_id).stats(stream=False)["memory_stats"]
-    except (APIError, NotFound, KeyError):
+        answer = client.containers.get(container_id).stats(stream=False)  # one dict (a stream otherwise)
+    except (APIError, NotFound):
+        return None
+    stats = answer.get("memory_stats") if isinstance(answer, dict) else None
+    if not isinstance(stats, dict):
         return None
     detail = stats.get("stats", {})
     for key in ("total_rss", "rss", "anon"):
@@ -432,6 +436,15 @@ def remove_socket_dir_of(container: Any) -> None:
 def containers_of(client: docker.DockerClient, owner: str) -> list:
     """Trait-host containers serving ``owner`` (by name, which a pooled container takes on)."""
     return client.containers.list(all=True, sparse=True, filters={"name": f"genesis-sbx-{owner}-"})
+
+
+def attached_socket(container: Container, params: dict[str, int]) -> socket.socket:
+    """The socket under ``docker attach`` with ``params``: docker-py hands it over wrapped in a
+    SocketIO (a local engine's Unix socket)."""
+    wrapped = container.attach_socket(params=params)
+    if not isinstance(wrapped, socket.SocketIO):
+        raise TypeError(f"docker attach answered a {type(wrapped).__name__}, not a local engine's socket")
+    return wrapped._sock  # type: ignore[attr-defined]  # typeshed leaves SocketIO's socket out (private)
 
 
 def remove_all(containers: list) -> int:

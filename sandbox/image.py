@@ -194,7 +194,7 @@ def ensure(client: docker.DockerClient | None = None) -> str:
 def remove_older_images(client: docker.DockerClient, keep: str) -> None:
     """Earlier trait-host builds (each trait host change is a new tag) that nothing uses."""
     for old in client.images.list(name=IMAGE_REPOSITORY):
-        if keep in old.tags:
+        if keep in old.tags or old.id is None:
             continue
         try:
             client.images.remove(old.id)

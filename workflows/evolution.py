@@ -201,9 +201,10 @@ class EvolutionCycleWorkflow:
 
     async def _llm_failed(self, agent: str, err: ActivityError) -> dict[str, Any]:
         cause = err.cause
-        known = isinstance(cause, ApplicationError) and cause.type
-        code = cause.type if known else "LLM_UNAVAILABLE"
-        message = cause.message if known else _root_message(err)  # ours says which step and which server
+        if isinstance(cause, ApplicationError) and cause.type:
+            code, message = cause.type, cause.message  # ours says which step and which server
+        else:
+            code, message = "LLM_UNAVAILABLE", _root_message(err)
         await self._feed(agent, "llm_error", f"{message}. Skipping this cycle; the world goes on.", error=code)
         return await self._end("llm_error", "failed", error=f"{code}: {message}")
 

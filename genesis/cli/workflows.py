@@ -80,9 +80,14 @@ def register(app: typer.Typer) -> None:
             cli.say(f"no workflow failed in the last {since} ({replaying.failed_query(window)})")
         reports = _replay_with_progress(cli, histories)
         bad = [r for r in reports if not r.ok]
-        cli.emit({"replayed": len(reports), "failed": len(bad), "reports": [r.to_json() for r in reports]},
-                 lambda: [render_report(cli, r) for r in reports] and cli.console.print(
-                     f"{len(reports) - len(bad)}/{len(reports)} replayed cleanly"))
+
+        def render() -> None:
+            for report in reports:
+                render_report(cli, report)
+            if reports:
+                cli.console.print(f"{len(reports) - len(bad)}/{len(reports)} replayed cleanly")
+
+        cli.emit({"replayed": len(reports), "failed": len(bad), "reports": [r.to_json() for r in reports]}, render)
         # The SDK's Replayer can abort the interpreter at exit (sdk-python#300): leave at once.
         sys.stdout.flush()
         sys.stderr.flush()
