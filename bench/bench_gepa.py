@@ -41,7 +41,7 @@ STEP_TARGET_MS = 2000.0
 
 def percentiles(samples: list[float]) -> dict:
     ordered = sorted(samples)
-    p95 = ordered[min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))]
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
     return {"p50_ms": round(statistics.median(ordered), 1), "p95_ms": round(p95, 1), "n": len(ordered)}
 
 

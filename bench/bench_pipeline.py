@@ -65,7 +65,7 @@ def forbidden_trait(tag: str) -> str:
 
 def percentiles(samples: list[float]) -> dict:
     ordered = sorted(samples)
-    p95_index = min(len(ordered) - 1, int(round(0.95 * (len(ordered) - 1))))
+    p95_index = min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))
     return {"p50_ms": round(statistics.median(ordered), 1), "p95_ms": round(ordered[p95_index], 1), "n": len(ordered)}
 
 

@@ -150,7 +150,7 @@ def percentile(values: list[float], q: float) -> float:
     s = sorted(values)
     if not s:
         return 0.0
-    k = min(len(s) - 1, max(0, int(math.ceil(q / 100.0 * len(s))) - 1))
+    k = min(len(s) - 1, max(0, math.ceil(q / 100.0 * len(s)) - 1))
     return s[k]
 
 
@@ -470,7 +470,7 @@ def run_mesa(n: int, trait_count: int, ticks: int, warmup: int, seed: int, max_s
 
 
 def mesa_memory_kb_per_1000(n: int, seed: int) -> float:
-    World, Bot = _mesa_classes()
+    World, _ = _mesa_classes()
     from dataclasses import replace
 
     params = world_params(n)

@@ -110,7 +110,7 @@ def percentile(values: list[float], q: float) -> float:
     s = sorted(values)
     if not s:
         return 0.0
-    return s[min(len(s) - 1, max(0, int(math.ceil(q / 100.0 * len(s))) - 1))]
+    return s[min(len(s) - 1, max(0, math.ceil(q / 100.0 * len(s)) - 1))]
 
 
 async def run_soak(seconds: float, traits: int, agents: int, redis_url: str, warmup_s: float = 15.0,

@@ -40,7 +40,7 @@ def trait_gene(name: str) -> int:
 def new_max_age(params: WorldParams, rng: random.Random) -> int:
     """``max_age`` jittered by up to ``max_age_jitter`` either way (one draw)."""
     jitter = params.max_age_jitter
-    return max(1, int(round(params.max_age * (1.0 + (rng.random() * 2.0 - 1.0) * jitter))))
+    return max(1, round(params.max_age * (1.0 + (rng.random() * 2.0 - 1.0) * jitter)))
 
 
 def fresh_entity(eid: int, params: WorldParams, xmax: float, ymax: float, rng: random.Random,

@@ -338,10 +338,10 @@ def _prepare(host: str, port: int, policy: NetPolicy) -> tuple[str, Address | No
         raise Refused(f"port {port!r} is not 1-65535")
     name = canonical_host(host)
     address = literal_address(name)
-    if address is None and not policy.allow_any and (name == "localhost" or name.endswith(".localhost")):
-        # RFC 6761: such names are loopback whatever a resolver answers
-        if not policy.allow.covers(name, port, ipaddress.ip_address("127.0.0.1")):
-            raise NotGlobal(f"{name} is a loopback name")
+    loopback_name = name == "localhost" or name.endswith(".localhost")  # RFC 6761: whatever a resolver answers
+    if (address is None and loopback_name and not policy.allow_any
+            and not policy.allow.covers(name, port, ipaddress.ip_address("127.0.0.1"))):
+        raise NotGlobal(f"{name} is a loopback name")
     return name, address
 
 

@@ -63,11 +63,11 @@ def check_change(requested: object, current: dict[str, float]) -> dict[str, floa
         if not bounds.low <= value <= bounds.high:
             problems.append(f"{name}: {value} is outside [{bounds.low}, {bounds.high}]")
             continue
-        now = float(current[name] if name in current else value)
+        now = float(current.get(name, float(value)))
         if now and abs(value - now) > abs(now) * MAX_RELATIVE_STEP + 1e-12:
             problems.append(f"{name}: {value} moves more than {MAX_RELATIVE_STEP:.0%} away from {now}")
             continue
-        out[name] = int(round(value)) if bounds.integer else float(value)
+        out[name] = round(value) if bounds.integer else float(value)
     if problems:
         raise ParamsError("; ".join(problems))
     return out
@@ -92,5 +92,5 @@ def clean_overrides(overrides: Any) -> dict[str, float]:
     for name, value in overrides.items():
         bounds = ALLOWED.get(name)
         if bounds is not None and type(value) in (int, float) and bounds.low <= value <= bounds.high:
-            out[name] = int(round(value)) if bounds.integer else float(value)
+            out[name] = round(value) if bounds.integer else float(value)
     return out

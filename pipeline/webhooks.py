@@ -57,7 +57,7 @@ def url_problem(url: str) -> str | None:
         return f"notify_url is {len(url)} characters; at most {MAX_URL_LENGTH}"
     try:
         parts = urlsplit(url)
-        parts.port  # ValueError for a port that is not a number in range
+        _ = parts.port  # ValueError for a port that is not a number in range
     except ValueError as exc:
         return f"notify_url is not a valid URL: {exc}"
     if parts.scheme not in ("http", "https"):

@@ -15,7 +15,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from temporalio.client import WorkflowExecutionStatus, WorkflowHistory
+from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHistory
 from temporalio.service import RPCError
 
 from api.workflow_starter import mutation_input
@@ -365,7 +365,7 @@ async def test_replay_of_failed_workflows_by_visibility_query(settings, temporal
                       goal="", task_id=None, notify_url=None, replaces_trait=None, replaces_version=None)
     handle = await temporal_client.start_workflow(
         MUTATION_WORKFLOW, mutation_input(record, settings), id=f"mutation-{mutation_id}", task_queue=settings.task_queue)
-    with pytest.raises(Exception):
+    with pytest.raises(WorkflowFailureError):
         await asyncio.wait_for(handle.result(), 30)
     assert (await handle.describe()).status == WorkflowExecutionStatus.FAILED
     await record_history(temporal_client, handle.id, "mutation_failed_no_record")

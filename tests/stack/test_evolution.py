@@ -159,7 +159,7 @@ async def test_providers_speak_their_protocols_and_report_usage(script, settings
     with pytest.raises(llm.LLMBadReply, match="400"):
         await llm.complete(s, "s", "p")
     script.script(Answer("too late", delay_s=1.5))
-    with pytest.raises(llm.LLMUnavailable, match="did not answer within 0.5 s"):
+    with pytest.raises(llm.LLMUnavailable, match=r"did not answer within 0\.5 s"):
         await llm.complete(s.override(llm_timeout_s=0.5), "s", "p")
     down = settings.override(llm_provider="openai", llm_url="http://127.0.0.1:9")
     with pytest.raises(llm.LLMUnavailable, match="not reachable"):

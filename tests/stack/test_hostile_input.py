@@ -39,6 +39,11 @@ BENIGN_PATH = {"mutation_id": "mut_0123456789ab", "task_id": "task_hostile", "tr
 SKIP = set()
 
 
+def _filled(path: str, values: dict[str, str]) -> str:
+    """``path`` with each ``{name}`` (or ``{name:converter}``) replaced by ``values[name]``."""
+    return re.sub(r"{(\w+)(?::\w+)?}", lambda m: values[m.group(1)], path)
+
+
 def requests_for(settings) -> list[tuple[str, str, dict[str, str]]]:
     """(method, url, query) for every hostile value in every path and query parameter of every route."""
     out = []
@@ -47,15 +52,11 @@ def requests_for(settings) -> list[tuple[str, str, dict[str, str]]]:
             continue
         names = re.findall(r"{(\w+)(?::\w+)?}", path)
         base = {name: BENIGN_PATH.get(name, "probe") for name in names}
-
-        def url(values: dict[str, str]) -> str:
-            return re.sub(r"{(\w+)(?::\w+)?}", lambda m: values[m.group(1)], path)
-
         for value in HOSTILE:
             for name in names:
-                out.append((method, url({**base, name: value}), {}))
+                out.append((method, _filled(path, {**base, name: value}), {}))
             for param in [p.alias for p in route.dependant.query_params] or ["unexpected"]:
-                out.append((method, url(base), {param: value}))
+                out.append((method, _filled(path, base), {param: value}))
     return out
 
 

@@ -245,7 +245,7 @@ async def test_engine_killed_mid_observation_and_restarted_still_completes_the_w
     await wait_for_status(http, mutation_id, {"activated"})
     engine_proc.kill()  # SIGKILL: no clean shutdown
     engine_proc.start()
-    status = await wait_for_status(http, mutation_id, {"kept", "rolled_back"}, timeout_s=120)
+    await wait_for_status(http, mutation_id, {"kept", "rolled_back"}, timeout_s=120)
     effects = (await http.get(f"/api/mutations/{mutation_id}/effects")).json()
     assert effects["observed"] is True and effects["effects"]["window_ticks"] >= settings.observation.window_ticks
 

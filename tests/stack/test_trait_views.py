@@ -360,7 +360,7 @@ async def test_a_trait_gives_the_same_intents_in_its_sandbox_test_and_in_the_eng
             in_sandbox = trait_hosts.tick(sandbox_host, worlds["sandbox"], run)["intents"]
             in_engine = dict(await runner.run_tick_views(worlds["engine"].tick, worlds["engine"].trait_views(run, raw=True)))
             assert in_sandbox and in_engine == in_sandbox
-            for name, w in worlds.items():
+            for w in worlds.values():
                 w.step(in_sandbox)
             assert worlds["sandbox"].state_hash() == worlds["engine"].state_hash()
         assert runner.stats.restarts == 0 and runner.stats.lost_results == 0

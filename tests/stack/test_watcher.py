@@ -200,7 +200,7 @@ async def test_trigger_storm_opens_the_circuit_breaker(settings, redis_client, f
     world = World(redis_client, settings.engine.snapshot_interval)
     await world.snapshot()
     statuses = []
-    for i in range(7):
+    for _ in range(7):
         await world.snapshot()  # 200 entities, then 90: a mass extinction each time
         await world.snapshot(**EXTINCTION)
         statuses.append((await watcher.analyze()).status)

@@ -22,7 +22,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 import pytest
-from standardwebhooks import Webhook
+from standardwebhooks import Webhook, WebhookVerificationError
 from temporalio.client import WorkflowExecutionStatus
 
 from genesis import netpolicy
@@ -142,7 +142,7 @@ async def test_signed_callback_on_each_status_change(http, receiver, temporal_cl
         verify_by_hand(secret, headers, body)
     # A signature made with another agent's secret does not verify.
     other = webhooks.agent_secret(b"genesis-test-webhook-secret", "agt_someone_else")
-    with pytest.raises(Exception):
+    with pytest.raises(WebhookVerificationError):
         Webhook(other).verify(calls[0][1], calls[0][0])
     await replay_and_maybe_record(temporal_client, mutation_id, "mutation_webhook_rolled_back")
 

@@ -93,5 +93,5 @@ def test_a_setting_without_description_stops_the_generator():
         documented: int = Field(default=1, description="Fine.")
         forgotten: int = 2
 
-    with pytest.raises(config_docs.UndocumentedSetting, match="Undocumented.forgotten has no description"):
+    with pytest.raises(config_docs.UndocumentedSetting, match=r"Undocumented\.forgotten has no description"):
         config_docs.sections(Undocumented)

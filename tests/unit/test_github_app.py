@@ -42,7 +42,7 @@ def test_repositories_on_the_github_host(url, repository):
     "/srv/repos/acme/qa",
 ])
 def test_anything_else_is_refused(url):
-    with pytest.raises(NotOnGitHub, match="must be a repository on the GitHub App's host, https://github.com/"):
+    with pytest.raises(NotOnGitHub, match=r"must be a repository on the GitHub App's host, https://github\.com/"):
         app().repository(url)
 
 

@@ -22,7 +22,7 @@ def test_a_grouped_setting_is_read_from_its_flat_variable(monkeypatch):
 
 def test_a_bad_value_names_its_variable(monkeypatch):
     monkeypatch.setenv("GENESIS_ENGINE_TICK_RATE", "-1")
-    with pytest.raises(ValidationError, match="engine.tick_rate"):
+    with pytest.raises(ValidationError, match=r"engine\.tick_rate"):
         Settings(_env_file=None)
 
 

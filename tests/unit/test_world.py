@@ -483,7 +483,7 @@ def test_each_resource_is_eaten_once_lowest_id_first():
 
 def test_nearest_resource_is_eaten_ties_by_id():
     w = World(QUIET)
-    e = w.add_entity(100, 100, energy=10.0, speed=0.0)
+    w.add_entity(100, 100, energy=10.0, speed=0.0)
     a = w.add_resource(104, 100)
     b = w.add_resource(96, 100)
     c = w.add_resource(102, 100)
@@ -530,7 +530,7 @@ def test_age_deaths_with_small_max_age():
     params = replace(WorldParams(), max_age=20, max_age_jitter=0.0, collision_damage=0.0)
     w = World(params, seed=1)
     n = len(w.entities)
-    for t in range(19):
+    for _ in range(19):
         assert w.step().deaths == []
     report = w.step()
     assert len(report.deaths) == n and {c for _, c in report.deaths} == {"age"}
