@@ -5,14 +5,15 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-unit lint services venv native bench image clean-state help lock
+.PHONY: run test test-unit lint format services venv native bench image clean-state help lock
 
 help:
 	@echo "make run       start every service, then the worker, the engine and the API (Ctrl-C stops them)"
-	@echo "make test      start every service, then run the whole test suite (unit, then stack)"
+	@echo "make test      make lint, start every service, then run the whole test suite (unit, then stack)"
 	@echo "make test-unit only the tests that need no service (seconds)"
 	@echo "make bench     run the benchmarks in bench/ (JSON on stdout)"
-	@echo "make lint      check the import rules between the rooms (import-linter)"
+	@echo "make lint      import rules (import-linter), lint and format (ruff), types (mypy)"
+	@echo "make format    apply ruff's format and its safe fixes to every Python file"
 	@echo "make lock      regenerate requirements.lock (pins with hashes) from pyproject.toml"
 	@echo "make services  only install/start Docker, Redis, Postgres, Temporal; migrate; build the sandbox image"
 
@@ -54,16 +55,28 @@ services: venv
 run: services
 	$(PY) -m genesis.cli.run
 
-# Both layers: tests/unit (no service, seconds) first, then tests/stack on the real services.
-test: services
+# The checks of `make lint` first, then both layers: tests/unit (no service, seconds), then
+# tests/stack on the real services.
+test: lint services
 	$(PY) -m pytest tests/unit
 	$(PY) -m pytest tests/stack
 
 test-unit: venv
 	$(PY) -m pytest tests/unit
 
+# Every check runs, and the target fails if any failed ([tool.importlinter], [tool.ruff] and
+# [tool.mypy] in pyproject.toml say what each covers).
 lint: venv
-	$(VENV)/bin/lint-imports
+	@status=0; \
+	$(VENV)/bin/lint-imports || status=1; \
+	$(VENV)/bin/ruff check . || status=1; \
+	$(VENV)/bin/ruff format --check --output-format concise . || status=1; \
+	$(VENV)/bin/mypy || status=1; \
+	exit $$status
+
+format: venv
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
 
 # The benchmarks propose without API keys and far faster than the seed's rate limits allow.
 bench: export GENESIS_AUTH := open
