@@ -1080,9 +1080,8 @@ def make_column_proxy_class(readable, writable, fields, world):
                     return None
                 return (dx, cols[_at[1]][i], cols[_at[2]][i])
         else:
-            def nearest_resource(self):
-                at = index.get("nearest_resource")
-                found = None if at is None else cols[at][self._row]
+            def nearest_resource(self, _at=index.get("nearest_resource")):
+                found = None if _at is None else cols[_at][self._row]
                 return tuple(found) if found else None
 
     set_row, set_intents, set_writes = Entity._row.__set__, Entity._intents.__set__, Entity._writes.__set__
