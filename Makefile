@@ -74,9 +74,10 @@ lint: venv
 	$(VENV)/bin/mypy || status=1; \
 	exit $$status
 
+# The safe fixes first (they may leave lines to reformat), then the format.
 format: venv
+	-$(VENV)/bin/ruff check --fix --quiet .
 	$(VENV)/bin/ruff format .
-	$(VENV)/bin/ruff check --fix .
 
 # The benchmarks propose without API keys and far faster than the seed's rate limits allow.
 bench: export GENESIS_AUTH := open
