@@ -45,7 +45,6 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
     # Proposals are validated in helper processes (GENESIS_GATEKEEPER_PROCESSES; 0: in this one).
     gatekeeper_pool = GatekeeperPool(settings.gatekeeper_processes) if settings.gatekeeper_processes else None
     records = MutationRecordActivities(sessions, redis, gatekeeper_pool)
-    sandbox.record_verdicts(records.record, asyncio.get_running_loop())
     lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir)
     webhooks = WebhookActivities(settings)
     task_activities = TaskActivities(redis)

@@ -45,8 +45,8 @@ VALIDATIONS = Counter(
     "genesis_mutation_validations", "Gatekeeper + dedupe results: ok or the failure code (AST_*, DUPLICATE_CODE)",
     ["verdict"],
 )
-# Counted where the writes happen (MutationRecordActivities.record): by the status activity, the
-# validation activity and the sandbox activity's early verdict.
+# Counted where the writes happen (MutationRecordActivities.record): by the status activity and
+# the validation activity, both with the records their workflow hands them.
 STATUS_TRANSITIONS = Counter(
     "genesis_mutation_status_transitions", "Mutation status writes by the new status", ["status"],
 )

@@ -120,7 +120,7 @@ class MutationRecordActivities:
         await self.record(change)
 
     async def record(self, change: StatusUpdate) -> None:
-        """Write a status change (also the sandbox activity's early write of its verdict)."""
+        """Write a status change the workflow made (its status activity and its validation activity)."""
         async with self._sessions() as session:
             agent_id = await session.scalar(
                 update(Mutation).where(Mutation.mutation_id == change.mutation_id).values(**_record_values(change))

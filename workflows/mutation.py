@@ -29,7 +29,6 @@ with workflow.unsafe.imports_passed_through():
         ValidationOutcome,
         ValidationRequest,
         WebhookDelivery,
-        sandbox_verdict_update,
     )
     from genesis.effects import WorldSample, compute_effects, verdict
     from genesis.workflow_api import (
@@ -146,8 +145,6 @@ class MutationWorkflow:
                     trait_name=mutation.trait_name,
                     class_name=outcome.class_name or "",
                     code=mutation.code,
-                    log_before_verdict=log[:-1],
-                    final_if_ok=not mutation.activate,
                 ),
                 result_type=SandboxReport,
                 start_to_close_timeout=timedelta(minutes=5),
@@ -160,26 +157,26 @@ class MutationWorkflow:
             await self._finish(MutationStatus.failed, None, log)
             raise ApplicationError(f"sandbox test could not run: {_root_message(err)}", non_retryable=True) from err
 
-        verdict = sandbox_verdict_update(mutation.mutation_id, report, log[:-1], final_if_ok=not mutation.activate)
-        sandbox_report = verdict.sandbox_report
-        log = verdict.validation_log or []
+        # The verdict's line takes the place of the "running" line; the activity wrote nothing.
+        sandbox_report = report.model_dump()
         if report.verdict == "ok":
+            log = [*log[:-1], f"Sandbox: OK — {report.summary}"]
             if not workflow.patched(ACTIVATION_PATCH) or not mutation.activate:
-                return await self._finish(MutationStatus.sandbox_ok, None, log, sandbox_report, recorded=report.recorded)
-            await self._transition(MutationStatus.sandbox_ok, log=log, sandbox_report=sandbox_report,
-                                   recorded=report.recorded)
+                return await self._finish(MutationStatus.sandbox_ok, None, log, sandbox_report)
+            await self._transition(MutationStatus.sandbox_ok, log=log, sandbox_report=sandbox_report)
             return await self._live(mutation, outcome, log, sandbox_report)
-        return await self._finish(MutationStatus.rejected, report.verdict, log, sandbox_report, recorded=report.recorded)
+        log = [*log[:-1], f"Sandbox: FAILED — {report.verdict}: {report.summary}"]
+        return await self._finish(MutationStatus.rejected, report.verdict, log, sandbox_report)
 
     async def _transition(self, status: MutationStatus, *, log: list[str], failure_code: str | None = None,
                           class_name: str | None = None, code_hash: str | None = None,
-                          sandbox_report: dict | None = None, recorded: bool = False, **later: Any) -> None:
-        """Persist one status change (``later``: trait_version, effects, fitness_verdict, rollback_reason);
-        ``recorded``: an activity has written exactly this record already (the sandbox verdict)."""
+                          sandbox_report: dict | None = None, **later: Any) -> None:
+        """Persist one status change (``later``: trait_version, effects, fitness_verdict, rollback_reason).
+        The workflow is the only writer of its mutation's status: every change goes through here
+        (or, in its first task, through the validation activity it hands the record to)."""
         update = self._follow(status, log=log, failure_code=failure_code, class_name=class_name,
                               code_hash=code_hash, sandbox_report=sandbox_report, **later)
-        if not recorded:
-            await _local_activity(names.RECORD_MUTATION_STATUS, update)
+        await _local_activity(names.RECORD_MUTATION_STATUS, update)
         self._notify(status, log, failure_code, later)
 
     def _follow(self, status: MutationStatus, *, log: list[str], failure_code: str | None = None,
@@ -274,9 +271,9 @@ class MutationWorkflow:
                 workflow.logger.warning("webhook %s not delivered: %s", delivery.delivery_id, _root_message(err))
 
     async def _finish(self, status: MutationStatus, failure_code: str | None, log: list[str],
-                      sandbox_report: dict | None = None, recorded: bool = False, **later: Any) -> MutationResult:
+                      sandbox_report: dict | None = None, **later: Any) -> MutationResult:
         await self._transition(status, log=log, failure_code=failure_code, sandbox_report=sandbox_report,
-                               recorded=recorded, final=True, **later)
+                               final=True, **later)
         assert self._result is not None
         return self._result
 
