@@ -54,7 +54,6 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
         activities=[
-            records.validate_mutation,
             records.validate_and_record_mutation,
             records.record_mutation_status,
             sandbox.run_sandbox_test,

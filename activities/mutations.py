@@ -40,24 +40,19 @@ class MutationRecordActivities:
         # Validations in helper processes (every core); None: in this process, on the event loop.
         self._gatekeeper_pool = gatekeeper_pool
 
-    @activity.defn(name=names.VALIDATE_MUTATION)
-    async def validate_mutation(self, mutation: MutationInput) -> ValidationOutcome:
-        """Steps 2-10 (pure AST checks), then step 11: claim the code hash in Postgres.
+    @activity.defn(name=names.VALIDATE_AND_RECORD_MUTATION)
+    async def validate_and_record_mutation(self, request: ValidationRequest) -> ValidationOutcome:
+        """The workflow's first three steps in one local activity (each would cost the workflow
+        ~10 ms of dispatch on its own): record ``request.accepted``; steps 2-10 (pure AST checks),
+        then step 11, claiming the code hash in Postgres; and if the code passes, record status
+        validating with its log and ``request.next_line`` in the transaction that claims its hash.
 
         A rejection is a non-retryable ApplicationError whose type is the failure code and whose
         details carry the ValidationOutcome (with the validation log)."""
-        return await self._validate(mutation)
-
-    @activity.defn(name=names.VALIDATE_AND_RECORD_MUTATION)
-    async def validate_and_record_mutation(self, request: ValidationRequest) -> ValidationOutcome:
-        """The workflow's first three steps in one local activity (each costs the workflow ~10 ms
-        of dispatch on its own): record ``request.accepted``, validate as
-        :meth:`validate_mutation`, and if the code passes, record status validating with its
-        log and ``request.next_line`` in the transaction that claims its code hash."""
         await self.record(request.accepted)
         return await self._validate(request.mutation, request.next_line)
 
-    async def _validate(self, mutation: MutationInput, next_line: str | None = None) -> ValidationOutcome:
+    async def _validate(self, mutation: MutationInput, next_line: str) -> ValidationOutcome:
         if self._gatekeeper_pool is not None:
             result = await self._gatekeeper_pool.validate(mutation.trait_name, mutation.code)
         else:
@@ -71,15 +66,14 @@ class MutationRecordActivities:
         )
         if result.ok:
             passed = [*outcome.validation_log, DEDUPLICATION_OK]
-            recorded = None if next_line is None else _record_values(StatusUpdate(
+            recorded = _record_values(StatusUpdate(
                 mutation_id=mutation.mutation_id, status=MutationStatus.validating,
                 validation_log=[*passed, next_line], class_name=result.class_name,
             ))
             holder = await self._claim_code_hash(mutation.mutation_id, result.code_hash, recorded)
             if holder is None:
                 outcome.validation_log = passed
-                if recorded is not None:
-                    STATUS_TRANSITIONS.labels(MutationStatus.validating.value).inc()
+                STATUS_TRANSITIONS.labels(MutationStatus.validating.value).inc()
             else:
                 outcome.ok = False
                 outcome.failure_code = FailureCode.DUPLICATE_CODE.value
@@ -93,7 +87,7 @@ class MutationRecordActivities:
             )
         return outcome
 
-    async def _claim_code_hash(self, mutation_id: str, code_hash: str, recorded: dict | None = None) -> Mutation | None:
+    async def _claim_code_hash(self, mutation_id: str, code_hash: str, recorded: dict) -> Mutation | None:
         """Take the live slot for this code hash (writing ``recorded`` with it); return the other
         mutation holding it, if any (then nothing is written)."""
         async with self._sessions() as session:
@@ -101,7 +95,7 @@ class MutationRecordActivities:
                 await session.execute(
                     update(Mutation)
                     .where(Mutation.mutation_id == mutation_id)
-                    .values(code_hash=code_hash, holds_code_hash=True, **(recorded or {}))
+                    .values(code_hash=code_hash, holds_code_hash=True, **recorded)
                 )
                 await session.commit()
                 return None

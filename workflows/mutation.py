@@ -48,18 +48,7 @@ LOCAL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_
 # Docker hiccups are retried for up to an hour of schedule time; verdicts are results, not errors.
 SANDBOX_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 LIFECYCLE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
-# Histories recorded before activation existed end at sandbox_ok; this marker keeps them replayable.
-ACTIVATION_PATCH = "activation-observation-rollback"
-# Webhook deliveries (a proposal's notify_url) are new commands; runs recorded before them replay.
-WEBHOOK_PATCH = "webhook-notify"
 WEBHOOK_EVENT = "MutationStatusChanged"
-# Runs recorded before tasks were workflows did not signal the task on activation.
-TASK_SIGNAL_PATCH = "signal-task-on-activation"
-# Runs recorded before modifying a trait was explicit activated without a live-version check.
-VERSION_CHECK_PATCH = "activation-version-check"
-# Runs recorded before it ran the first workflow task's record, validation and record as three
-# local activities; now one (validate_and_record_mutation), ~20 ms sooner to the sandbox.
-ONE_VALIDATION_ACTIVITY_PATCH = "validate-and-record-in-one-local-activity"
 
 
 @workflow.defn(name=MUTATION_WORKFLOW)
@@ -109,34 +98,24 @@ class MutationWorkflow:
         )
         accepted = ["Accepted: validation started"]
         sandbox_line = f"Sandbox: running {mutation.trait_name} in a fresh trait-host container"
-        one_activity = workflow.patched(ONE_VALIDATION_ACTIVITY_PATCH)
-        if not one_activity:
-            await self._transition(MutationStatus.validating, log=accepted)
-        if one_activity:  # the activity records both transitions; the workflow only follows
-            update = self._follow(MutationStatus.validating, log=accepted)
-            validation = (names.VALIDATE_AND_RECORD_MUTATION,
-                          ValidationRequest(mutation=mutation, accepted=update, next_line=sandbox_line))
-        else:
-            validation = (names.VALIDATE_MUTATION, mutation)
+        # One local activity records "validating", validates and, on a pass, records the log with
+        # the code-hash claim: the workflow builds both records and follows them in its own state.
+        update = self._follow(MutationStatus.validating, log=accepted)
+        validation = ValidationRequest(mutation=mutation, accepted=update, next_line=sandbox_line)
         try:
-            outcome: ValidationOutcome = await _local_activity(*validation, result_type=ValidationOutcome)
+            outcome: ValidationOutcome = await _local_activity(
+                names.VALIDATE_AND_RECORD_MUTATION, validation, result_type=ValidationOutcome)
         except (ActivityError, ApplicationError) as err:
             rejection = _verdict_of(err)
             if rejection is None:  # validation could not run at all (e.g. Postgres down past retries)
                 await self._finish(MutationStatus.failed, None, [f"Validation could not run: {_root_message(err)}"])
                 raise
-            if one_activity:  # a verdict: the activity recorded "validating" before it validated
-                self._notify(MutationStatus.validating, accepted, None, {})
+            self._notify(MutationStatus.validating, accepted, None, {})  # recorded before it validated
             return await self._finish(MutationStatus.rejected, rejection.failure_code, rejection.validation_log)
 
         log = [*outcome.validation_log, sandbox_line]
-        if one_activity:
-            self._notify(MutationStatus.validating, accepted, None, {})
-            self._follow(MutationStatus.validating, log=log, class_name=outcome.class_name, code_hash=outcome.code_hash)
-        else:
-            await self._transition(
-                MutationStatus.validating, log=log, class_name=outcome.class_name, code_hash=outcome.code_hash
-            )
+        self._notify(MutationStatus.validating, accepted, None, {})
+        self._follow(MutationStatus.validating, log=log, class_name=outcome.class_name, code_hash=outcome.code_hash)
         try:
             report: SandboxReport = await workflow.execute_activity(
                 names.RUN_SANDBOX_TEST,
@@ -161,7 +140,7 @@ class MutationWorkflow:
         sandbox_report = report.model_dump()
         if report.verdict == "ok":
             log = [*log[:-1], f"Sandbox: OK — {report.summary}"]
-            if not workflow.patched(ACTIVATION_PATCH) or not mutation.activate:
+            if not mutation.activate:
                 return await self._finish(MutationStatus.sandbox_ok, None, log, sandbox_report)
             await self._transition(MutationStatus.sandbox_ok, log=log, sandbox_report=sandbox_report)
             return await self._live(mutation, outcome, log, sandbox_report)
@@ -213,8 +192,6 @@ class MutationWorkflow:
         """Queue a webhook for a status change (not for a rewrite of the same status)."""
         mutation = self._mutation
         if mutation is None or not mutation.notify_url or status == self._notified_status:
-            return
-        if not workflow.patched(WEBHOOK_PATCH):
             return
         previous = self._notified_status or MutationStatus.queued
         self._notified_status = status
@@ -289,7 +266,7 @@ class MutationWorkflow:
             proposer_agent_id=mutation.agent_id, replacement_approved_by=mutation.replacement_approved_by,
         )
         expects = _expected_live_version(mutation)
-        if expects is not None and workflow.patched(VERSION_CHECK_PATCH):
+        if expects is not None:
             request.check_live_version, request.expected_live_version = True, expects[0]
         activation: ActivationResult = await workflow.execute_activity(
             names.ACTIVATE_TRAIT,
@@ -309,7 +286,7 @@ class MutationWorkflow:
         )
         log.append(f"Observation: watching {mutation.observation_window_ticks} world ticks")
         await self._transition(MutationStatus.activated, log=log, trait_version=activation.trait_version)
-        if mutation.task_id and workflow.patched(TASK_SIGNAL_PATCH):
+        if mutation.task_id:
             await self._close_task(mutation)
 
         window = mutation.observation_window_ticks
