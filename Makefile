@@ -5,22 +5,36 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint services venv native bench image clean-state help
+.PHONY: run test test-unit lint services venv native bench image clean-state help lock
 
 help:
 	@echo "make run       start every service, then the worker, the engine and the API (Ctrl-C stops them)"
-	@echo "make test      start every service, then run the whole test suite"
+	@echo "make test      start every service, then run the whole test suite (unit, then stack)"
+	@echo "make test-unit only the tests that need no service (seconds)"
 	@echo "make bench     run the benchmarks in bench/ (JSON on stdout)"
 	@echo "make lint      check the import rules between the rooms (import-linter)"
+	@echo "make lock      regenerate requirements.lock (pins with hashes) from pyproject.toml"
 	@echo "make services  only install/start Docker, Redis, Postgres, Temporal; migrate; build the sandbox image"
 
 venv: $(STAMP) native
 
+# requirements.lock pins every package of the venv with its hashes (pip refuses a download whose
+# hash is not listed); genesis itself is installed on top without dependencies.
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -r requirements.lock
+	$(PY) -m pip install -q --disable-pip-version-check --require-hashes -r requirements.lock
 	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
 	@touch $@
+
+# The lock is generated, never edited: it resolves pyproject.toml's runtime dependencies and the
+# extras `make venv` needs (tests, benchmarks, the GEPA adapter, the Cython build, uv itself) for
+# CPython 3.11 on Linux. Versions already in the lock are kept; to move one on, run e.g.
+# `make lock LOCK_UPGRADE="--upgrade-package NAME"` (or `--upgrade` for all).
+LOCK_EXTRAS := test bench gepa native lock
+lock: $(STAMP)
+	$(VENV)/bin/uv pip compile --quiet pyproject.toml $(addprefix --extra ,$(LOCK_EXTRAS)) \
+	  --python-version 3.11 --python-platform linux --generate-hashes \
+	  --custom-compile-command "make lock" $(LOCK_UPGRADE) -o requirements.lock
 
 # The compiled gatekeeper (Cython, scripts/build_native.py): about a minute when its sources
 # changed, instant when current. gcc and Python's headers are installed first when missing;
@@ -38,10 +52,15 @@ services: venv
 	@bash scripts/services.sh
 
 run: services
-	$(PY) -m genesis.run
+	$(PY) -m genesis.cli.run
 
+# Both layers: tests/unit (no service, seconds) first, then tests/stack on the real services.
 test: services
-	$(PY) -m pytest
+	$(PY) -m pytest tests/unit
+	$(PY) -m pytest tests/stack
+
+test-unit: venv
+	$(PY) -m pytest tests/unit
 
 lint: venv
 	$(VENV)/bin/lint-imports

@@ -20,7 +20,7 @@ from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
 from activities.webhooks import WebhookActivities
 from activities.tasks import TaskActivities
-from activities.gepa import GepaActivities
+from gepa_steps.activities import GepaActivities
 from genesis import gc_tuning
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
@@ -71,14 +71,14 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
             evolution.revert_world_params,
         ],
         activity_executor=executor,
-        max_concurrent_activities=settings.sandbox_concurrency,  # regular activities: sandbox tests only
+        max_concurrent_activities=settings.sandbox.concurrency,  # regular activities: sandbox tests only
         interceptors=[PipelineMetrics()],  # stage durations and verdicts for /metrics
     )
     llm = Worker(
         client,
         task_queue=llm_task_queue(settings.task_queue),
         activities=[evolution.architect_plan, evolution.coder_generate],
-        max_concurrent_activities=settings.llm_concurrency,
+        max_concurrent_activities=settings.llm.concurrency,
     )
     return [pipeline, llm]
 
@@ -93,7 +93,7 @@ def build_gepa_worker(client, settings: Settings, executor: ThreadPoolExecutor, 
         activities=[gepa.clone_repository, gepa.record_client, gepa.start_program, gepa.mutate,
                     gepa.run_program, gepa.finish_program],
         activity_executor=executor,
-        max_concurrent_activities=settings.gepa_concurrency,
+        max_concurrent_activities=settings.gepa.concurrency,
     )
 
 
@@ -101,23 +101,23 @@ async def main() -> None:
     settings = get_settings()
     configure_logging("worker", settings)
     gc_tuning.observe_gc_pauses()
-    serve_metrics("worker", settings.metrics_host, settings.worker_metrics_port)
-    client = await connect(settings, temporal_sdk_runtime(settings.metrics_host, settings.worker_sdk_metrics_port))
+    serve_metrics("worker", settings.metrics_host, settings.worker.metrics_port)
+    client = await connect(settings, temporal_sdk_runtime(settings.metrics_host, settings.worker.sdk_metrics_port))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     sandbox = await asyncio.to_thread(SandboxActivities, settings)  # builds the image, warms the pool
-    # GEPA: the program image, the egress network and gateway (sandbox/egress.py).
+    # GEPA: the program image, the egress network and gateway (gepa_steps/egress.py).
     gepa = await asyncio.to_thread(GepaActivities, settings, get_sessionmaker(settings.database_url))
     try:
-        with ThreadPoolExecutor(max_workers=settings.sandbox_concurrency) as executor, \
-                ThreadPoolExecutor(max_workers=settings.gepa_concurrency, thread_name_prefix="gepa") as gepa_executor:
+        with ThreadPoolExecutor(max_workers=settings.sandbox.concurrency) as executor, \
+                ThreadPoolExecutor(max_workers=settings.gepa.concurrency, thread_name_prefix="gepa") as gepa_executor:
             pipeline, llm = build_workers(client, settings, executor, sandbox)
             gepa_worker = build_gepa_worker(client, settings, gepa_executor, gepa)
             log.info("start-up heap frozen: %d objects", gc_tuning.freeze_startup_heap())
             log.info("worker polling task queues %r, %r and %r on %s", settings.task_queue,
-                     llm_task_queue(settings.task_queue), settings.gepa_task_queue(), settings.temporal_address)
+                     llm_task_queue(settings.task_queue), settings.gepa_task_queue(), settings.temporal.address)
             async with pipeline, llm, gepa_worker:
                 await stop.wait()
     finally:

@@ -23,7 +23,11 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from activities import names
 from engine.loop import world_params as configured_world_params
-from genesis import evolution, feed, gatekeeper, llm, world_metrics, world_params
+from genesis import gatekeeper, world_params
+from evolution import prompts
+from evolution import feed
+from evolution import llm
+from evolution import world_metrics
 from genesis import redis_keys as keys
 from genesis.config import Settings
 from genesis.db.models import EvolutionCycle, Mutation, TraitVersion
@@ -43,8 +47,8 @@ from genesis.dto import (
     ProposalRequest,
 )
 from genesis.ids import mutation_workflow_id
-from genesis.proposals import mutation_input
-from genesis.watcher import deltas as telemetry_deltas
+from pipeline.proposals import mutation_input
+from evolution.watcher import deltas as telemetry_deltas
 from genesis.workflow_api import evolution_workflow_id, llm_task_queue
 
 CODER_AGENT_ID = "genesis-coder"
@@ -114,7 +118,7 @@ class EvolutionActivities:
             problem, severity = raw.get("problem_type", "unknown"), raw.get("severity", "medium")
             area, task_id = raw.get("suggested_area", "traits"), raw.get("task_id") or None
         else:
-            history = await world_metrics.recent_snapshots(self._redis, s.engine_snapshot_interval)
+            history = await world_metrics.recent_snapshots(self._redis, s.engine.snapshot_interval)
             report = _snapshot_report(history[0], history) if history else {}
             problem = "periodic_improvement" if cycle.kind == CycleKind.periodic_improvement else "unknown"
             severity, area, task_id = "low", "traits", None
@@ -123,8 +127,8 @@ class EvolutionActivities:
             trigger_id=trigger_id, workflow_id=evolution_workflow_id(trigger_id), kind=cycle.kind,
             problem_type=problem, severity=severity, suggested_area=area, task_id=task_id, report=report,
             active_traits=active, world_params=await self._params_in_force(),
-            observation_window_ticks=s.observation_window_ticks, observation_timeout_s=s.observation_timeout_s,
-            rollback_threshold=s.rollback_threshold, llm_attempts=s.llm_attempts,
+            observation_window_ticks=s.observation.window_ticks, observation_timeout_s=s.observation.timeout_s,
+            rollback_threshold=s.rollback_threshold, llm_attempts=s.llm.attempts,
             llm_task_queue=llm_task_queue(s.task_queue),
         )
 
@@ -145,7 +149,7 @@ class EvolutionActivities:
         try:
             reply = await llm.complete(self._settings, system, prompt)
         except llm.LLMError as exc:
-            LLM_CALLS.labels(self._settings.llm_provider, exc.code).inc()
+            LLM_CALLS.labels(self._settings.llm.provider, exc.code).inc()
             activity.logger.warning("%s of %s: %s", step, trigger_id, exc)  # one line, no traceback
             raise _expected(f"{step}: {exc}", exc.code, retryable=exc.retryable) from exc
         LLM_CALLS.labels(reply.provider, "ok").inc()
@@ -169,11 +173,11 @@ class EvolutionActivities:
     @activity.defn(name=names.ARCHITECT_PLAN)
     async def architect_plan(self, context: CycleContext) -> EvolutionPlan:
         """Steps B-D: the Architect's plan, read tolerantly and checked."""
-        text = await self._ask(context.trigger_id, "Architect", evolution.ARCHITECT_SYSTEM,
-                               evolution.architect_prompt(context))
+        text = await self._ask(context.trigger_id, "Architect", prompts.ARCHITECT_SYSTEM,
+                               prompts.architect_prompt(context))
         try:
-            return evolution.parse_plan(text, context)
-        except evolution.PlanError as exc:
+            return prompts.parse_plan(text, context)
+        except prompts.PlanError as exc:
             raise _expected(f"Architect: {exc}", UNPARSEABLE) from exc
 
     @activity.defn(name=names.CODER_GENERATE)
@@ -189,11 +193,11 @@ class EvolutionActivities:
             if live is not None:
                 current, live_version = live.code, live.version
         if request.rejected_code is not None and request.feedback:
-            prompt = evolution.retry_prompt(plan, current, request.rejected_code, request.feedback)
+            prompt = prompts.retry_prompt(plan, current, request.rejected_code, request.feedback)
         else:
-            prompt = evolution.coder_prompt(plan, current)
-        text = await self._ask(request.trigger_id, f"Coder (attempt {request.attempt})", evolution.CODER_SYSTEM, prompt)
-        code = evolution.extract_code(text)
+            prompt = prompts.coder_prompt(plan, current)
+        text = await self._ask(request.trigger_id, f"Coder (attempt {request.attempt})", prompts.CODER_SYSTEM, prompt)
+        code = prompts.extract_code(text)
         if not code.strip():
             raise _expected("Coder: the answer holds no code", UNPARSEABLE)
         result = gatekeeper.validate(plan.trait_name or "", code)

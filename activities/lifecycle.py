@@ -14,7 +14,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names
-from genesis import feed, registry
+from evolution import feed
+from pipeline import registry
 from genesis.db.models import EvolutionCycle, Mutation, TraitVersion
 from genesis.ids import mutation_workflow_id
 from genesis.dto import ActivationRequest, ActivationResult, FailureCode, RollbackRequest, RollbackResult

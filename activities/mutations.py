@@ -13,7 +13,8 @@ from temporalio.exceptions import ApplicationError
 
 from activities import names
 from activities.metrics import STATUS_TRANSITIONS
-from genesis import gatekeeper, ratelimit
+from genesis import gatekeeper
+from pipeline import ratelimit
 from genesis.db.models import Mutation
 from genesis.gatekeeper_pool import GatekeeperPool
 from genesis.dto import (

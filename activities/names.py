@@ -19,7 +19,7 @@ PUBLISH_FEED = "publish_feed"
 APPLY_WORLD_PARAMS = "apply_world_params"
 REVERT_WORLD_PARAMS = "revert_world_params"
 
-# GEPA optimisation steps (activities/gepa.py), on the GEPA task queue.
+# GEPA optimisation steps (gepa_steps/activities.py), on the GEPA task queue.
 GEPA_CLONE_REPOSITORY = "gepa_clone_repository"
 GEPA_RECORD_CLIENT = "gepa_record_client"
 GEPA_START_PROGRAM = "gepa_start_program"

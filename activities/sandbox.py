@@ -45,7 +45,7 @@ def test_world_params() -> WorldParams:
 
 def sandbox_hello(settings: Settings) -> dict:
     """The hello of a sandbox test's host: its workers get most of the tick deadline."""
-    return hello_message(settings, settings.sandbox_tick_deadline_s * 0.8)
+    return hello_message(settings, settings.sandbox.tick_deadline_s * 0.8)
 
 
 def baseline_tick_ms(seed: int, ticks: int) -> float:
@@ -70,7 +70,7 @@ class ColdHosts:
 
     def new_host(self, owner: str) -> TraitHostContainer:
         host = TraitHostContainer(self._client, image.image_tag(), IsolationLimits.from_settings(self._settings), owner,
-                                  private_socket=self._settings.sandbox_host_socket)
+                                  private_socket=self._settings.sandbox.host_socket)
         try:
             host.say_hello(sandbox_hello(self._settings), HOST_START_DEADLINE_S)
         except BaseException:
@@ -96,7 +96,7 @@ def run_trial(
     heartbeat: Callable[[str], None] = lambda _: None,
     hosts: HostSource | None = None,
 ) -> SandboxReport:
-    """Run the trait for ``settings.sandbox_ticks`` ticks; return the verdict and measurements.
+    """Run the trait for ``settings.sandbox.ticks`` ticks; return the verdict and measurements.
 
     Raises only for infrastructure problems (Docker unavailable, image cannot be built), which
     the workflow retries; anything the trait does becomes a verdict."""
@@ -109,9 +109,9 @@ def run_trial(
             heartbeat("building the trait-host image")
             image.build(client)
 
-    ticks = settings.sandbox_ticks
-    baseline_ms = cached_baseline_tick_ms(settings.sandbox_seed, ticks)
-    world = World(test_world_params(), seed=settings.sandbox_seed)
+    ticks = settings.sandbox.ticks
+    baseline_ms = cached_baseline_tick_ms(settings.sandbox.seed, ticks)
+    world = World(test_world_params(), seed=settings.sandbox.seed)
     world.give_trait_to_all(request.trait_name)
     report = SandboxReport(verdict="ok", summary="", ticks_run=0, baseline_tick_ms=round(baseline_ms, 3), image=tag)
     call_us_total = call_us_max = 0.0
@@ -149,7 +149,7 @@ def run_trial(
         try:
             loaded = host.request(
                 {"op": "load", "trait": request.trait_name, "source": request.code, "class_name": request.class_name},
-                settings.sandbox_tick_deadline_s,
+                settings.sandbox.tick_deadline_s,
             )
         except HostDeadlineExceeded:
             return finish(FailureCode.SANDBOX_TIMEOUT.value, "loading the trait did not finish in time")
@@ -182,14 +182,14 @@ def run_trial(
             try:
                 reply = host.request(
                     {"op": "views", "tick": world.tick, **views, "run": run},
-                    settings.sandbox_tick_deadline_s,
+                    settings.sandbox.tick_deadline_s,
                     prepare_step if not lost else None,
                 )
             except HostDeadlineExceeded:
                 report.timeouts += 1
                 return finish(
                     FailureCode.SANDBOX_TIMEOUT.value,
-                    f"tick {tick}: the trait host gave no answer within {settings.sandbox_tick_deadline_s}s "
+                    f"tick {tick}: the trait host gave no answer within {settings.sandbox.tick_deadline_s}s "
                     "and its container was killed",
                 )
             except HostCrashed as exc:
@@ -217,7 +217,7 @@ def run_trial(
                 report.timeouts += len(result["timeouts"])
                 return finish(
                     FailureCode.SANDBOX_TIMEOUT.value,
-                    f"tick {tick}: execute() exceeded {settings.sandbox_call_timeout_ms:g} ms of CPU "
+                    f"tick {tick}: execute() exceeded {settings.sandbox.call_timeout_ms:g} ms of CPU "
                     f"for {len(result['timeouts'])} entit{'y' if len(result['timeouts']) == 1 else 'ies'}",
                 )
             if result.get("errors"):
@@ -246,20 +246,20 @@ def run_trial(
     first, last = min(MEMORY_FROM_TICK, ticks - 1), ticks - 1
     if last > first and first in blocks and last in blocks:
         report.memory_blocks_per_tick = round((blocks[last] - blocks[first]) / (last - first), 2)
-    projected_mb = report.memory_blocks_per_tick * BYTES_PER_BLOCK * settings.sandbox_memory_horizon_ticks / 2**20
-    if projected_mb > settings.trait_worker_memory_mb:
+    projected_mb = report.memory_blocks_per_tick * BYTES_PER_BLOCK * settings.sandbox.memory_horizon_ticks / 2**20
+    if projected_mb > settings.trait.worker_memory_mb:
         report.verdict = FailureCode.SANDBOX_MEMORY.value
         report.summary = (
             f"the trait's memory grew by {report.memory_blocks_per_tick:g} blocks per tick for "
             f"{len(world.entities)} entities: about {projected_mb:.0f} MB within "
-            f"{settings.sandbox_memory_horizon_ticks} live ticks, over the {settings.trait_worker_memory_mb} MB "
+            f"{settings.sandbox.memory_horizon_ticks} live ticks, over the {settings.trait.worker_memory_mb} MB "
             "a trait's process may use (keep per-entity state bounded)"
         )
-    elif report.projected_fps < settings.sandbox_min_fps:
+    elif report.projected_fps < settings.sandbox.min_fps:
         report.verdict = FailureCode.SANDBOX_FPS_DROP.value
         report.summary = (
             f"the trait costs {report.trait_tick_ms:.2f} ms per tick for {len(world.entities)} entities: "
-            f"projected {report.projected_fps:.0f} fps, below the minimum of {settings.sandbox_min_fps:g}"
+            f"projected {report.projected_fps:.0f} fps, below the minimum of {settings.sandbox.min_fps:g}"
         )
     else:
         report.summary = (
@@ -274,10 +274,10 @@ class SandboxActivities:
         self._settings = settings
         self._client = docker.from_env(timeout=60)
         self.pool: WarmPool | None = None
-        if settings.sandbox_pool_size > 0:
+        if settings.sandbox.pool_size > 0:
             self.pool = WarmPool(
                 self._client, image.ensure(self._client), IsolationLimits.from_settings(settings),
-                settings.sandbox_pool_size, sandbox_hello(settings), settings.sandbox_host_socket,
+                settings.sandbox.pool_size, sandbox_hello(settings), settings.sandbox.host_socket,
             ).start()
 
     def close(self) -> None:

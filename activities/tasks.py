@@ -6,7 +6,7 @@ import redis.asyncio as aioredis
 from temporalio import activity
 
 from activities import names
-from genesis import tasks
+from evolution import tasks
 from genesis.dto import AgentTask, TaskClose
 
 

@@ -16,7 +16,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names
-from genesis import netpolicy, webhooks
+from genesis import netpolicy
+from pipeline import webhooks
 from genesis.config import Settings
 from genesis.dto import WebhookDelivery, WebhookResult
 
@@ -26,9 +27,9 @@ FINAL_STATUSES = {400, 401, 403, 404, 405, 410, 413, 422}
 
 class WebhookActivities:
     def __init__(self, settings: Settings):
-        self._secret = webhooks.load_server_secret(settings.webhook_secret.get_secret_value(), settings.state_dir)
+        self._secret = webhooks.load_server_secret(settings.webhook.secret.get_secret_value(), settings.state_dir)
         self._policy = netpolicy.NetPolicy.from_settings(settings, webhooks=True)
-        self._timeout_s = settings.webhook_timeout_s
+        self._timeout_s = settings.webhook.timeout_s
 
     def _new_client(self) -> httpx.AsyncClient:
         """A client per attempt: connections are made to checked addresses, and a pooled one

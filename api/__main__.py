@@ -26,8 +26,8 @@ def proxy_options(settings: Settings) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     settings = get_settings()
     parser = argparse.ArgumentParser(prog="python -m api", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--host", default=settings.api_host, help="bind address (default: GENESIS_API_HOST)")
-    parser.add_argument("--port", type=int, default=settings.api_port, help="port (default: GENESIS_API_PORT)")
+    parser.add_argument("--host", default=settings.api.host, help="bind address (default: GENESIS_API_HOST)")
+    parser.add_argument("--port", type=int, default=settings.api.port, help="port (default: GENESIS_API_PORT)")
     parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                         help="uvicorn's own log level (Genesis' loggers follow GENESIS_LOG_LEVEL)")
     args = parser.parse_args(argv)

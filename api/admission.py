@@ -30,10 +30,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.errors import ApiError, unavailable
 from api.schemas import ProposeRequest, ProposeResponse
-from genesis import netpolicy, ratelimit, tasks, webhooks
+from evolution import tasks
+from genesis import netpolicy
 from genesis.db.models import Mutation, TraitVersion
 from genesis.dto import FailureCode, MutationStatus, TraitRef
 from genesis.ids import mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
+from pipeline import ratelimit, webhooks
 
 # Postgres unreachable or failing while admitting a proposal: 503 DATABASE_UNAVAILABLE, nothing
 # recorded. The driver's errors arrive wrapped by SQLAlchemy; a refused or timed-out connect as OSError.
@@ -165,7 +167,7 @@ async def _check_replacement(services, conn: AsyncConnection, body: ProposeReque
     with it; else 403 NOT_TRAIT_OWNER). The answer only reflects the moment of the proposal:
     activation checks the version and its owner again."""
     name = body.trait_name
-    reject_existing = services.settings.trait_exists_policy == "reject"
+    reject_existing = services.settings.trait.exists_policy == "reject"
     may_replace = body.replaces is not None or not reject_existing
     approved_by = operator if may_replace else None
     live = (await conn.execute(_LIVE_TRAIT, {"trait_name": name})).first()
@@ -227,7 +229,7 @@ async def _check_task_claim(services, task_id: str | None, agent_id: str) -> Non
     if not task_id:
         return
     try:
-        outcome = await tasks.check_proposal(services.redis, task_id, agent_id, services.settings.task_claim_lease_s)
+        outcome = await tasks.check_proposal(services.redis, task_id, agent_id, services.settings.task.claim_lease_s)
     except (RedisError, OSError) as exc:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     if outcome.code == tasks.PROPOSAL_CLAIMED_BY_OTHER:
@@ -242,11 +244,11 @@ async def _check_task_claim(services, task_id: str | None, agent_id: str) -> Non
 async def _take_rate_limit(services, agent_id: str, ip: str, mutation_id: str) -> ratelimit.Decision:
     settings = services.settings
     limits = ratelimit.Limits(
-        active_per_agent=settings.ratelimit_active_per_agent,
-        per_ip_minute=settings.ratelimit_proposals_per_ip_minute,
-        per_agent_hour=settings.ratelimit_proposals_per_agent_hour,
-        active_slot_ttl_s=settings.ratelimit_active_slot_ttl_s,
-        active_retry_after_s=settings.ratelimit_active_retry_after_s,
+        active_per_agent=settings.ratelimit.active_per_agent,
+        per_ip_minute=settings.ratelimit.proposals_per_ip_minute,
+        per_agent_hour=settings.ratelimit.proposals_per_agent_hour,
+        active_slot_ttl_s=settings.ratelimit.active_slot_ttl_s,
+        active_retry_after_s=settings.ratelimit.active_retry_after_s,
     )
     try:
         decision = await ratelimit.acquire(services.redis, limits, agent_id, ip, mutation_id)

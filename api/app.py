@@ -29,7 +29,8 @@ from api import (
     routes_webhooks,
     routes_world,
 )
-from api import admission, routes_gepa
+from api import admission
+from gepa_steps import api as routes_gepa
 from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
 from api.metrics import RequestMetrics
@@ -38,9 +39,9 @@ from api.metrics import router as metrics_router
 from api.telemetry_hub import TelemetryHub
 from api.workflow_starter import WorkflowStarter
 from genesis import gc_tuning
-from genesis.apikeys import load_pepper
+from pipeline.apikeys import load_pepper
 from genesis.config import Settings, get_settings
-from genesis.webhooks import load_server_secret
+from pipeline.webhooks import load_server_secret
 from genesis.db.session import get_engine, get_sessionmaker
 from genesis.logs import configure_logging
 
@@ -97,12 +98,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             database=get_engine(settings.database_url),
             sessions=get_sessionmaker(settings.database_url),
             redis=aioredis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2),
-            pepper=load_pepper(settings.api_key_pepper.get_secret_value(), settings.state_dir),
-            webhook_secret=load_server_secret(settings.webhook_secret.get_secret_value(), settings.state_dir),
+            pepper=load_pepper(settings.api.key_pepper.get_secret_value(), settings.state_dir),
+            webhook_secret=load_server_secret(settings.webhook.secret.get_secret_value(), settings.state_dir),
         )
         app.state.telemetry = TelemetryHub(
             settings.redis_url, app.state.services.redis,
-            queue_size=settings.telemetry_client_queue, reconnect_max_s=settings.telemetry_reconnect_max_s,
+            queue_size=settings.telemetry.client_queue, reconnect_max_s=settings.telemetry.reconnect_max_s,
         )
         app.state.telemetry.start()
         app.state.services.starter = WorkflowStarter(app.state.services)
@@ -125,7 +126,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         version="0.1.0",
         description=(
             "A self-evolving world. Propose trait code; every mutation runs through a durable "
-            f"Temporal workflow (validate → sandbox → verdict). Temporal UI: {settings.temporal_ui_url}"
+            f"Temporal workflow (validate → sandbox → verdict). Temporal UI: {settings.temporal.ui_url}"
         ),
         lifespan=lifespan,
     )
@@ -136,7 +137,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(RequestGuard)
     app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES,
                        per_path={routes_batch.BATCH_PATH: MAX_BODY_BYTES * settings.batch_max_items,
-                                 routes_gepa.EXECUTE_STEP_PATH: settings.gepa_max_body_bytes})
+                                 routes_gepa.EXECUTE_STEP_PATH: settings.gepa.max_body_bytes})
     app.include_router(routes_mutations.router)
     app.include_router(routes_batch.router)
     app.include_router(routes_agents.router)

@@ -1,6 +1,6 @@
 """Who is calling: the X-API-Key of a registered agent (GENESIS_AUTH=required), or, in open
 mode, whoever the body says (the seed's keyless flow for local experiments); and whether the
-caller is an operator (X-Operator-Key, genesis/operators.py)."""
+caller is an operator (X-Operator-Key, pipeline/operators.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from sqlalchemy import select
 from api.deps import Services
 from api.errors import ApiError
 from api.schemas import ErrorResponse
-from genesis import apikeys, operators
+from pipeline import apikeys
+from pipeline import operators
 from genesis.db.models import Agent
 
 API_KEY = APIKeyHeader(

@@ -24,8 +24,8 @@ class Services:
     database: AsyncEngine  # the process's one Postgres pool (genesis/db/session.py)
     sessions: async_sessionmaker  # ORM sessions on ``database``
     redis: aioredis.Redis
-    pepper: bytes = b""  # server secret of the API key hashes (genesis/apikeys.py)
-    webhook_secret: bytes = b""  # server secret the agents' webhook secrets derive from (genesis/webhooks.py)
+    pepper: bytes = b""  # server secret of the API key hashes (pipeline/apikeys.py)
+    webhook_secret: bytes = b""  # server secret the agents' webhook secrets derive from (pipeline/webhooks.py)
     starter: "WorkflowStarter | None" = None  # api/workflow_starter.py, set in the app's lifespan
     _temporal: Client | None = None
     _temporal_lock: asyncio.Lock = field(default_factory=asyncio.Lock)

@@ -11,7 +11,7 @@ from pydantic import AfterValidator
 
 from api.schemas import TASK_ID_PATTERN
 from genesis.ids import MUTATION_ID_PATTERN
-from genesis.schedules import SCHEDULE_ID_PATTERN
+from evolution.schedules import SCHEDULE_ID_PATTERN
 
 # Trigger ids: trg_<12 hex> (the Watcher's) or sch_<schedule id>-<run time> (a schedule's runs).
 TRIGGER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,119}$")

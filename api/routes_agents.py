@@ -19,7 +19,8 @@ from api.schemas import (
     RegisterResponse,
     Reputation,
 )
-from genesis import apikeys, ratelimit
+from pipeline import apikeys
+from pipeline import ratelimit
 from genesis.db.models import Agent, Mutation
 from genesis.dto import MutationStatus, terminal_statuses
 
@@ -93,8 +94,8 @@ async def me(request: Request, api_key: str | None = Depends(API_KEY)) -> AgentR
         reputation=Reputation(proposed=row[0], active=row[1], activated=row[2], kept=row[3], rolled_back=row[4],
                               rejected=row[5], failed=row[6]),
         rate_limits=RateLimitUsage(
-            active_mutations=usage["active"], active_limit=settings.ratelimit_active_per_agent,
-            proposals_this_hour=usage["proposals_this_hour"], hourly_limit=settings.ratelimit_proposals_per_agent_hour,
-            hour_resets_in_sec=usage["hour_resets_in_sec"], per_ip_minute_limit=settings.ratelimit_proposals_per_ip_minute,
+            active_mutations=usage["active"], active_limit=settings.ratelimit.active_per_agent,
+            proposals_this_hour=usage["proposals_this_hour"], hourly_limit=settings.ratelimit.proposals_per_agent_hour,
+            hour_resets_in_sec=usage["hour_resets_in_sec"], per_ip_minute_limit=settings.ratelimit.proposals_per_ip_minute,
         ),
     )

@@ -11,7 +11,8 @@ from redis.exceptions import RedisError
 
 from api.errors import ApiError
 from api.schemas import ErrorResponse, MetricsResponse
-from genesis import rules, world_metrics
+from genesis import rules
+from evolution import world_metrics
 
 router = APIRouter(prefix="/api/agents/context", tags=["agent context"])
 log = logging.getLogger("genesis.api.context")
@@ -39,7 +40,7 @@ async def metrics(request: Request) -> Response:
     services = request.app.state.services
     settings = services.settings
     try:
-        heads = await world_metrics.recent_heads(services.redis, settings.engine_snapshot_interval)
+        heads = await world_metrics.recent_heads(services.redis, settings.engine.snapshot_interval)
         if heads and heads[0] == _metrics_cache["head"]:
             return Response(_metrics_cache["body"], media_type="application/json")
         history = await world_metrics.load_snapshots(services.redis, heads) if heads else []
@@ -48,14 +49,14 @@ async def metrics(request: Request) -> Response:
     if not history:
         raise ApiError(
             503, "NO_SNAPSHOT",
-            f"no WorldSnapshot in Redis yet: the engine writes one every {settings.engine_snapshot_interval} ticks "
+            f"no WorldSnapshot in Redis yet: the engine writes one every {settings.engine.snapshot_interval} ticks "
             "(start it with `python -m engine`; `make run` starts it)",
         )
     recently = True  # unknown counts as "recently": stagnation is then not reported
     if world_metrics.stagnating(history):
         recently = await _mutation_applied_since(request, time.time() - world_metrics.STAGNATION_QUIET_S)
     anomalies = world_metrics.detect_anomalies(
-        history, max_entities=settings.engine_max_population, mutation_applied_recently=recently,
+        history, max_entities=settings.engine.max_population, mutation_applied_recently=recently,
     )
     document = world_metrics.metrics_document(history[0], anomalies)
     body = MetricsResponse.model_validate(document).model_dump_json().encode()

@@ -1,7 +1,7 @@
 """``POST /api/evolution/trigger``: an operator forces a Watcher trigger, and
 ``GET /api/evolution/cycles[/{trigger_id}]``: the evolution cycles' records.
 
-It goes through the Watcher's own code (genesis/watcher.py): the cooldown of the type (critical
+It goes through the Watcher's own code (evolution/watcher.py): the cooldown of the type (critical
 skips it) and a limit of forced triggers of their own apply (the Watcher's circuit breaker does
 not: forced triggers neither open it nor are stopped by it), the WorldReport is written to
 ``evo:trigger:{id}``, a TaskWorkflow publishes the task, the EvolutionCycleWorkflow starts and the
@@ -21,9 +21,9 @@ from api.errors import ApiError
 from api.params import TriggerIdPath
 from api.schemas import ErrorResponse, EvolutionTriggerRequest, EvolutionTriggerResponse, RateLimitResponse
 from api.schemas_evolution import CycleListResponse, CycleResponse
-from genesis import cycles
+from evolution import cycles
 from genesis import redis_keys as keys
-from genesis import watcher as watching
+from evolution import watcher as watching
 from genesis.workflow_api import evolution_workflow_id
 
 router = APIRouter(tags=["evolution"])
@@ -58,7 +58,7 @@ async def force_trigger(request: Request, body: EvolutionTriggerRequest | None =
     if outcome.status == watching.COOLDOWN:
         raise ApiError(
             409, "WATCHER_COOLDOWN",
-            f"a {outcome.anomaly.type} trigger happened less than {settings.watcher_cooldown_s:.0f} s ago "
+            f"a {outcome.anomaly.type} trigger happened less than {settings.watcher.cooldown_s:.0f} s ago "
             "(severity critical skips the cooldown)",
         )
     if outcome.status == watching.LIMITED:

@@ -1,4 +1,4 @@
-"""The Evolution Feed (genesis/feed.py): ``GET /api/feed`` reads the capped stream
+"""The Evolution Feed (evolution/feed.py): ``GET /api/feed`` reads the capped stream
 ``feed:stream`` page by page; ``WS /ws/feed`` pushes each new message (optionally replaying
 those after ``?after=`` first). Both serve the same JSON objects, each with its stream ``id``."""
 
@@ -14,7 +14,7 @@ from starlette.websockets import WebSocketDisconnect
 from api.errors import ApiError, unavailable
 from api.schemas import ErrorResponse
 from api.schemas_evolution import FeedResponse
-from genesis import feed
+from evolution import feed
 from genesis.redis_keys import FEED_STREAM
 
 router = APIRouter(tags=["evolution"])

@@ -14,7 +14,7 @@ from api.schemas import AGENT_ID_PATTERN, ErrorResponse, MutationStatusResponse
 from genesis import rules
 from genesis.db.models import Mutation
 from genesis.dto import MutationStatus
-from genesis.quarantines import quarantines_of
+from pipeline.quarantines import quarantines_of
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
 

@@ -23,7 +23,7 @@ from api.params import MutationIdPath
 from api.schemas import ErrorResponse
 from api.schemas_mutation_ops import RetryResponse
 from api.workflow_starter import start_mutation_workflow
-from genesis.proposals import mutation_input
+from pipeline.proposals import mutation_input
 from genesis.db.models import Mutation
 from genesis.dto import MutationStatus
 

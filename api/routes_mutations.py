@@ -34,7 +34,7 @@ from api.schemas import (
 )
 from genesis.db.models import Mutation, TraitVersion
 from genesis.dto import MutationStatus
-from genesis.rollbacks import WorkflowNotRunning, request_rollback
+from pipeline.rollbacks import WorkflowNotRunning, request_rollback
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
 
@@ -85,7 +85,7 @@ async def effects(mutation_id: MutationIdPath, request: Request) -> EffectsRespo
     record = await load_mutation(request, mutation_id)
     return EffectsResponse(
         mutation_id=record.mutation_id, trait_name=record.trait_name, status=record.status,
-        observation_window_ticks=request.app.state.services.settings.observation_window_ticks,
+        observation_window_ticks=request.app.state.services.settings.observation.window_ticks,
         observed=record.effects is not None, effects=record.effects, fitness_verdict=record.fitness_verdict,
         replaces=replaces_ref(record), trait_version=record.trait_version,
         replaced_version=record.replaced_version, restored_version=record.restored_version,
@@ -111,7 +111,7 @@ async def rollback(mutation_id: MutationIdPath, request: Request, body: Rollback
         raise ApiError(409, "NOT_ROLLBACKABLE", f"mutation {mutation_id} is {record.status}: it never went live")
     note = await _not_live_note(request, record)  # read before the rollback changes the version's status
     client = await services.temporal()
-    try:  # a kept mutation's workflow has ended: a RollbackWorkflow does it (genesis/rollbacks.py)
+    try:  # a kept mutation's workflow has ended: a RollbackWorkflow does it (pipeline/rollbacks.py)
         await request_rollback(client, services.settings, record, reason)
     except WorkflowNotRunning as exc:
         raise ApiError(409, "NOT_ROLLBACKABLE",

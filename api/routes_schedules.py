@@ -1,4 +1,4 @@
-"""Periodic improvement schedules (genesis/schedules.py): each run starts an evolution cycle of
+"""Periodic improvement schedules (evolution/schedules.py): each run starts an evolution cycle of
 kind ``periodic_improvement``; overlap policy SKIP."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from api.errors import ApiError
 from api.params import ScheduleIdPath
 from api.schemas import ErrorResponse
 from api.schemas_evolution import ScheduleCreateRequest, ScheduleListResponse, ScheduleResponse
-from genesis import schedules
+from evolution import schedules
 
 router = APIRouter(prefix="/api/schedules", tags=["schedules"])
 ERRORS = {
@@ -22,7 +22,7 @@ ERRORS = {
 
 
 def _queue(request: Request) -> str:
-    """Genesis' schedules are the ones starting cycles on this API's task queue (genesis/schedules.py)."""
+    """Genesis' schedules are the ones starting cycles on this API's task queue (evolution/schedules.py)."""
     return request.app.state.services.settings.task_queue
 
 

@@ -35,7 +35,8 @@ from api.schemas import (
     TaskResponse,
     TasksResponse,
 )
-from genesis import tasks, world_metrics
+from evolution import tasks
+from evolution import world_metrics
 from genesis.dto import AgentTask
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, task_workflow_id
 
@@ -99,12 +100,12 @@ async def publish_task(body: TaskCreateRequest, request: Request) -> JSONRespons
     if world_context is None:
         world_context = {}
         try:
-            recent = await world_metrics.recent_snapshots(services.redis, settings.engine_snapshot_interval, depth=1)
+            recent = await world_metrics.recent_snapshots(services.redis, settings.engine.snapshot_interval, depth=1)
         except (RedisError, OSError) as exc:
             raise _redis_down(exc) from exc
         if recent:
             world_context = {"entity_count": recent[0].get("entity_count"), "avg_energy": recent[0].get("avg_energy")}
-    ttl_s = settings.task_ttl_s(body.severity.value)
+    ttl_s = settings.task.ttl_s(body.severity.value)
     task = AgentTask(
         task_id=task_id, expires_at=round(time.time() + ttl_s, 3), source=body.source,
         problem_type=body.problem_type, severity=body.severity, description=body.description,
@@ -138,7 +139,7 @@ async def claim_task(
     services = request.app.state.services
     agent_id = await acting_agent(services, api_key, body.agent_id if body else None)
     try:
-        outcome = await tasks.claim(services.redis, task_id, agent_id, services.settings.task_claim_lease_s)
+        outcome = await tasks.claim(services.redis, task_id, agent_id, services.settings.task.claim_lease_s)
     except (RedisError, OSError) as exc:
         raise _redis_down(exc) from exc
     if outcome.code == tasks.CLAIM_NO_TASK:

@@ -23,10 +23,10 @@ from api.schemas import (
     TraitVersionInfo,
     trait_name_problem,
 )
-from genesis import world_metrics
+from evolution import world_metrics
 from genesis.db.models import Mutation, TraitQuarantine, TraitVersion
 from genesis.dto import MutationStatus, terminal_statuses
-from genesis.quarantines import quarantined, quarantines_of
+from pipeline.quarantines import quarantined, quarantines_of
 
 log = logging.getLogger("genesis.api")
 router = APIRouter(prefix="/api/traits", tags=["traits"])
@@ -50,7 +50,7 @@ async def _carriers(request: Request) -> tuple[dict[str, int] | None, int | None
     """Carriers per trait at the latest WorldSnapshot of the engine (None without one)."""
     services = request.app.state.services
     try:
-        latest = await world_metrics.recent_snapshots(services.redis, services.settings.engine_snapshot_interval, 1)
+        latest = await world_metrics.recent_snapshots(services.redis, services.settings.engine.snapshot_interval, 1)
     except (RedisError, OSError) as exc:  # optional information: the traits are still listed
         log.warning("carriers unavailable: %s", exc)
         return None, None

@@ -37,14 +37,14 @@ async def index() -> FileResponse:
 async def viewer_config(request: Request) -> ViewerConfig:
     """What the world viewer at ``/`` needs to know about this deployment."""
     settings = request.app.state.services.settings
-    ui = settings.temporal_ui_url.rstrip("/")
+    ui = settings.temporal.ui_url.rstrip("/")
     return ViewerConfig(
         temporal_ui_url=ui,
-        temporal_namespace=settings.temporal_namespace,
-        workflow_url_template=f"{ui}/namespaces/{settings.temporal_namespace}/workflows/{{workflow_id}}",
+        temporal_namespace=settings.temporal.namespace,
+        workflow_url_template=f"{ui}/namespaces/{settings.temporal.namespace}/workflows/{{workflow_id}}",
         auth=settings.auth,
-        world_width=settings.engine_world_width,
-        world_height=settings.engine_world_height,
+        world_width=settings.engine.world_width,
+        world_height=settings.engine.world_height,
     )
 
 

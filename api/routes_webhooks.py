@@ -6,7 +6,7 @@ from fastapi import APIRouter, Depends, Request
 
 from api.auth import API_KEY, authenticate
 from api.schemas import ErrorResponse, WebhookSecretResponse
-from genesis import webhooks
+from pipeline import webhooks
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
 
-from genesis import gatekeeper, rules, webhooks
+from genesis import gatekeeper, rules
+from pipeline import webhooks
 from genesis.dto import TaskSeverity
 
 AGENT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")

@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from genesis.schedules import MAX_INTERVAL_S
+from evolution.schedules import MAX_INTERVAL_S
 
 
 class CycleResponse(BaseModel):

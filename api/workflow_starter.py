@@ -26,7 +26,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.dto import MutationInput, MutationStatus
-from genesis.proposals import mutation_input
+from pipeline.proposals import mutation_input
 from genesis.workflow_api import MUTATION_WORKFLOW, SA_AGENT_ID, SA_STATUS, SA_TRAIT_NAME
 
 log = logging.getLogger("genesis.api.starter")
@@ -59,7 +59,7 @@ class WorkflowStarter:
         self._pending: set[asyncio.Task] = set()
         # Starts in flight at once: a burst of proposals is admitted at once, while the Temporal
         # server's share of the machine stays bounded (the rest queue here, then in the sweep).
-        self._slots = asyncio.Semaphore(services.settings.workflow_start_concurrency)
+        self._slots = asyncio.Semaphore(services.settings.workflow.start_concurrency)
         self._sweeper: asyncio.Task | None = None
         self.started = 0
         self.failed = 0
@@ -92,7 +92,7 @@ class WorkflowStarter:
 
     async def _sweep_forever(self) -> None:
         while True:
-            await asyncio.sleep(self._settings.workflow_start_sweep_s)
+            await asyncio.sleep(self._settings.workflow.start_sweep_s)
             try:
                 await self.sweep()
             except Exception as exc:  # Postgres away: next round
@@ -100,7 +100,7 @@ class WorkflowStarter:
 
     async def sweep(self) -> int:
         """(Re)start the workflows of queued rows nobody touched for a while; returns how many."""
-        stale = datetime.now(timezone.utc) - timedelta(seconds=self._settings.workflow_start_stale_s)
+        stale = datetime.now(timezone.utc) - timedelta(seconds=self._settings.workflow.start_stale_s)
         async with self._services.sessions() as session:
             claimed = (
                 select(Mutation.mutation_id)

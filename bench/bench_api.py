@@ -43,7 +43,7 @@ from bench.bench_pipeline import BENCH_DATABASE_URL, bench_settings, start_tempo
 from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.db.session import get_engine, get_sessionmaker
-from genesis.harness import api_process, wait_for_api
+from genesis.cli.processes import api_process, wait_for_api
 from genesis.ids import mutation_workflow_id
 
 CONTEXT_PATHS = ["/api/agents/context/sandbox-api", "/api/agents/context/tasks", "/api/agents/context/metrics"]
@@ -111,7 +111,7 @@ async def seed_context(settings: Settings) -> None:
     await redis.aclose()
     engine = Engine(settings)
     try:
-        await engine.run_ticks(settings.engine_snapshot_interval)
+        await engine.run_ticks(settings.engine.snapshot_interval)
         await engine.sink.flush()
     finally:
         await engine.close()

@@ -26,10 +26,11 @@ import httpx
 from pydantic import SecretStr
 from temporalio.testing import WorkflowEnvironment
 
-from genesis import gepa_envs, gitops
+from gepa_steps import envs as gepa_envs
+from gepa_steps import gitops
 from genesis.config import Settings
 from genesis.db.migrate import upgrade_to_head
-from genesis.harness import TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process
+from genesis.cli.processes import TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process
 from doubles.gepa_repo import make_repo
 from doubles.scripted_lm import ScriptedLM
 
@@ -89,12 +90,10 @@ async def main() -> None:
 
     await asyncio.to_thread(upgrade_to_head, DATABASE_URL)
     lm = ScriptedLM()
-    settings = Settings(database_url=DATABASE_URL, auth="open", task_queue=f"bench-gepa-{free_port()}", api_port=free_port(),
-                        gepa_workspace_dir=root / "workspace", gepa_local_repo_roots=str(root),
-                        gepa_lm_model="openai/scripted", gepa_lm_base_url=lm.base_url, gepa_lm_api_key=SecretStr("sk-bench"))
-    await asyncio.to_thread(gepa_envs.ensure_environment, Path(settings.gepa_envs_dir), [], settings.gepa_dspy_requirement)
+    settings = Settings().override(database_url=DATABASE_URL, auth="open", task_queue=f"bench-gepa-{free_port()}", api_port=free_port(), gepa_workspace_dir=root / "workspace", gepa_local_repo_roots=str(root), gepa_lm_model="openai/scripted", gepa_lm_base_url=lm.base_url, gepa_lm_api_key=SecretStr("sk-bench"))
+    await asyncio.to_thread(gepa_envs.ensure_environment, Path(settings.gepa.envs_dir), [], settings.gepa.dspy_requirement)
     env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL_CLI), dev_server_log_level="error")
-    settings = settings.model_copy(update={"temporal_address": env.client.service_client.config.target_host})
+    settings = settings.override(temporal_address=env.client.service_client.config.target_host)
     worker, api = worker_process(settings, "worker-bench-gepa"), api_process(settings, "api-bench-gepa")
     worker.start()
     api.start()

@@ -41,7 +41,7 @@ from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from genesis.config import Settings  # noqa: E402
-from genesis.harness import TEMPORAL_CLI, free_port, worker_and_api  # noqa: E402
+from genesis.cli.processes import TEMPORAL_CLI, free_port, worker_and_api  # noqa: E402
 from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME  # noqa: E402
 from sandbox.image import PYTHON_IN_IMAGE, ensure  # noqa: E402
 
@@ -153,7 +153,7 @@ async def start_temporal() -> WorkflowEnvironment:
 
 def bench_settings(env: WorkflowEnvironment, **values) -> Settings:
     """Settings of a bench's own API (and worker) on ``env``'s dev server, plus ``values``."""
-    return Settings(
+    return Settings().override(
         temporal_address=env.client.service_client.config.target_host,
         api_port=free_port(),
         # A bench proposes as one client, keyless, far more often than the seed's limits allow.

@@ -49,7 +49,8 @@ import time
 import tracemalloc
 from typing import Any
 
-from genesis import gatekeeper, registry
+from genesis import gatekeeper
+from pipeline import registry
 from genesis.config import Settings
 
 # -- the three traits (the allowed style: BaseTrait stub + async execute + Entity API) -------------
@@ -185,11 +186,7 @@ async def run_genesis(n: int, entries: list[registry.RegistryEntry], ticks: int,
 
     base = Settings()
     url = base.redis_url.rsplit("/", 1)[0] + f"/{redis_db}"
-    settings = Settings(
-        redis_url=url,
-        engine_snapshot_interval=10**9,  # no telemetry inside the timed ticks (measured apart)
-        engine_trait_deadline_ms=5000.0,  # a deadline miss would restart the host: reported below
-    )
+    settings = Settings().override(redis_url=url, engine_snapshot_interval=10**9, engine_trait_deadline_ms=5000.0)
     redis = aioredis.from_url(url)
     await redis.flushdb()
     for entry in entries:

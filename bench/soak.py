@@ -34,7 +34,7 @@ import sys
 import time
 from typing import Any
 
-from genesis import registry
+from pipeline import registry
 from genesis.config import Settings
 
 STATELESS = '''import math
@@ -130,11 +130,11 @@ async def run_soak(seconds: float, traits: int, agents: int, redis_url: str, war
     for entry in entries:
         await registry.put_entry(redis, entry)
     world = World(WorldParams(
-        width=own.engine_world_width, height=own.engine_world_height,
-        initial_population=own.engine_initial_population, min_population=own.engine_min_population,
-        max_population=own.engine_max_population, initial_resources=own.engine_initial_resources,
-        max_resources=own.engine_max_resources, resource_spawn_chance=own.engine_resource_spawn_chance,
-    ), seed=own.engine_seed)
+        width=own.engine.world_width, height=own.engine.world_height,
+        initial_population=own.engine.initial_population, min_population=own.engine.min_population,
+        max_population=own.engine.max_population, initial_resources=own.engine.initial_resources,
+        max_resources=own.engine.max_resources, resource_spawn_chance=own.engine.resource_spawn_chance,
+    ), seed=own.engine.seed)
     names = [e.trait_name for e in entries]
     world.set_available_traits(names)
     for i, entity_id in enumerate(sorted(world.entities)):
@@ -182,7 +182,7 @@ async def run_soak(seconds: float, traits: int, agents: int, redis_url: str, war
         "seconds": round(seconds, 1),
         "traits": traits,
         "agents": agents,
-        "tick_rate_target": own.engine_tick_rate,
+        "tick_rate_target": own.engine.tick_rate,
         "ticks_per_s_p50": percentile(ticks_each_second, 50),
         "ticks_per_s_p1": percentile(ticks_each_second, 1),
         "ticks_per_s_mean": round(statistics.fmean(ticks_each_second), 2) if ticks_each_second else 0.0,

@@ -15,7 +15,8 @@ import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 from temporalio.client import Client
 
-from genesis import gc_tuning, registry
+from genesis import gc_tuning
+from pipeline import registry
 from genesis.config import get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.effects import WorldSample
@@ -92,7 +93,7 @@ async def main() -> None:
     gc_tuning.observe_gc_pauses()
     # A full collection over the start-up heap costs several ticks' budget: skip it from now on.
     log.info("start-up heap frozen: %d objects", gc_tuning.freeze_startup_heap())
-    serve_metrics("engine", settings.metrics_host, settings.engine_metrics_port)
+    serve_metrics("engine", settings.metrics_host, settings.engine.metrics_port)
     stop = asyncio.Event()
     following = asyncio.create_task(params.follow(stop))
     loop = asyncio.get_running_loop()

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import docker
 import redis.asyncio as aioredis
 
-from genesis import registry
+from pipeline import registry
 from genesis.config import Settings
 from genesis.trait_wire import MalformedIntents, decode_intent_groups
 from sandbox import image
@@ -99,7 +99,7 @@ class HostTraitRunner:
         self._background: set[asyncio.Task] = set()
         self._next_sample = 0.0
         self.stats = HostStats()
-        self.deadline_s = settings.engine_trait_deadline_ms / 1000.0
+        self.deadline_s = settings.engine.trait_deadline_ms / 1000.0
 
     # -- TraitRunner protocol ----------------------------------------------------------------
     def active_traits(self) -> list[str]:
@@ -207,7 +207,7 @@ class HostTraitRunner:
             tag = image.ensure(self._client)
             remove_abandoned_trait_hosts(self._client)  # e.g. the host of an engine that was killed
             host = TraitHostContainer(self._client, tag, IsolationLimits.for_engine(self._settings), host_owner(),
-                                      private_socket=self._settings.engine_trait_host_socket)
+                                      private_socket=self._settings.engine.trait_host_socket)
             try:
                 host.say_hello(hello_message(self._settings, self.deadline_s * WORKERS_SHARE), 20.0)
             except BaseException:

@@ -43,15 +43,15 @@ OVERRUN_LOG_INTERVAL_S = 10.0
 
 def world_params(settings: Settings) -> WorldParams:
     return WorldParams(
-        width=float(settings.engine_world_width),
-        height=float(settings.engine_world_height),
-        initial_population=settings.engine_initial_population,
-        min_population=settings.engine_min_population,
-        max_population=settings.engine_max_population,
-        initial_resources=settings.engine_initial_resources,
-        max_resources=settings.engine_max_resources,
-        resource_spawn_chance=float(settings.engine_resource_spawn_chance),
-        trait_gain_chance=float(settings.engine_trait_gain_chance),
+        width=float(settings.engine.world_width),
+        height=float(settings.engine.world_height),
+        initial_population=settings.engine.initial_population,
+        min_population=settings.engine.min_population,
+        max_population=settings.engine.max_population,
+        initial_resources=settings.engine.initial_resources,
+        max_resources=settings.engine.max_resources,
+        resource_spawn_chance=float(settings.engine.resource_spawn_chance),
+        trait_gain_chance=float(settings.engine.trait_gain_chance),
     )
 
 
@@ -68,7 +68,7 @@ class Engine:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.settings = settings
-        self.world = world if world is not None else World(world_params(settings), seed=settings.engine_seed)
+        self.world = world if world is not None else World(world_params(settings), seed=settings.engine.seed)
         self.runner: TraitRunner = runner if runner is not None else NoTraits()
         self.sink = sink if sink is not None else TelemetrySink(settings.redis_url, settings.database_url)
         self.clock = clock
@@ -79,7 +79,7 @@ class Engine:
         self.snapshot_hooks: list[Callable[[dict[str, Any]], Awaitable[None]]] = []
         self._hook_tasks: set[asyncio.Task] = set()
         self.run_id = uuid.uuid4().hex[:16]
-        self.budget_s = 1.0 / settings.engine_tick_rate
+        self.budget_s = 1.0 / settings.engine.tick_rate
         self.started_at = wall()
         self.active_traits: tuple[str, ...] = ()
         # measurements
@@ -156,9 +156,9 @@ class Engine:
         # The snapshot and the viewer frame of this tick are built at the next tick, while the
         # host computes (or before its step, whichever comes first): the world is unchanged
         # until then. run_ticks, close and a change of the live traits build them at once.
-        if tick % settings.engine_snapshot_interval == 0:
+        if tick % settings.engine.snapshot_interval == 0:
             self._telemetry.append(partial(self._snapshot, tick))
-        if tick % settings.engine_frame_interval == 0 and self.sink.frame_subscribers > 0:
+        if tick % settings.engine.frame_interval == 0 and self.sink.frame_subscribers > 0:
             self._telemetry.append(self._frame)
         work = self.clock() - started
         self._account(work)
@@ -213,7 +213,7 @@ class Engine:
             task = asyncio.create_task(self._run_hook(hook, snap))
             self._hook_tasks.add(task)
             task.add_done_callback(self._hook_tasks.discard)
-        every = self.settings.engine_snapshot_interval * self.settings.engine_postgres_every
+        every = self.settings.engine.snapshot_interval * self.settings.engine.postgres_every
         if tick % every == 0:
             self.sink.persist(to_row(snap))
         self.snapshot_total_s += self.clock() - s0
@@ -238,7 +238,7 @@ class Engine:
             "run_id": self.run_id,
             "tick": w.tick,
             "ticks_per_second": round(self.ticks_per_second, 2),
-            "tick_rate": self.settings.engine_tick_rate,
+            "tick_rate": self.settings.engine.tick_rate,
             "population": n,
             "avg_energy": round(avg, 4),
             "resource_count": len(w.resources),
@@ -260,7 +260,7 @@ class Engine:
         st = self.status()
         flat = {k: json.dumps(v) if isinstance(v, (list, dict)) else str(v) for k, v in st.items()}
         params = json.dumps(asdict(self.world.params), separators=(",", ":"))
-        ents = json.dumps(entity_list(self.world, self.settings.engine_entities_limit), separators=(",", ":"))
+        ents = json.dumps(entity_list(self.world, self.settings.engine.entities_limit), separators=(",", ":"))
         self.sink.submit_status(flat, params, ents)
         return st
 
@@ -294,7 +294,7 @@ class Engine:
         last_status = clock()
         ran = 0
         log.info("engine running: %.1f ticks/s (budget %.2f ms), seed %d, %d entities, run %s",
-                 self.settings.engine_tick_rate, period * 1000, self.world.seed,
+                 self.settings.engine.tick_rate, period * 1000, self.world.seed,
                  self.world.population, self.run_id)
         while not (stop is not None and stop.is_set()) and (max_ticks is None or ran < max_ticks):
             await self.tick_once()

@@ -7,7 +7,7 @@ When the trait runner quarantines a live trait (engine/live_traits.py) it calls
 2. records it in Postgres (``trait_quarantines``, this engine is its only writer): a restarted
    engine never loads that version again (``registry.rebuild_from_postgres`` leaves it out, and
    :meth:`holds` answers the runner), and the API stops listing it as live at once;
-3. has its mutation rolled back with reason ``quarantined: <why>`` (genesis/rollbacks.py): the
+3. has its mutation rolled back with reason ``quarantined: <why>`` (pipeline/rollbacks.py): the
    running MutationWorkflow is signalled, a mutation already ``kept`` gets a RollbackWorkflow.
 
 Steps 2 and 3 are retried with exponential backoff (Postgres or Temporal down) for up to
@@ -34,13 +34,13 @@ from tenacity import (
     wait_exponential_jitter,
 )
 
-from genesis import feed
+from evolution import feed
 from genesis.config import Settings
 from genesis.db.models import Mutation, TraitQuarantine
 from genesis.dto import MutationStatus
 from genesis.ids import mutation_workflow_id
-from genesis.registry import RegistryEntry
-from genesis.rollbacks import RollbackRoute, WorkflowNotRunning, request_rollback
+from pipeline.registry import RegistryEntry
+from pipeline.rollbacks import RollbackRoute, WorkflowNotRunning, request_rollback
 
 log = logging.getLogger("genesis.engine.quarantine")
 
@@ -172,7 +172,7 @@ class QuarantineReporter:
 
     async def _retrying(self, attempt: Callable[[], Awaitable[None]]) -> None:
         async for trying in AsyncRetrying(
-            stop=stop_after_delay(self._settings.engine_quarantine_report_retry_s),
+            stop=stop_after_delay(self._settings.engine.quarantine_report_retry_s),
             wait=wait_exponential_jitter(initial=0.5, max=30),
             retry=retry_if_not_exception_type(NothingToRollBack),
             reraise=True,

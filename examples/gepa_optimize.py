@@ -24,7 +24,7 @@ import gepa
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
-from genesis.gepa_adapter import CodeEvolverAdapter  # noqa: E402
+from gepa_steps.adapter import CodeEvolverAdapter  # noqa: E402
 
 
 def connect(api: str, repo: str, installation_id: int | None, headers: dict) -> str:

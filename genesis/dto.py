@@ -79,7 +79,7 @@ class MutationInput(BaseModel):
     observation_timeout_s: float = 900.0
     rollback_threshold: float = -0.10
     # Webhooks: each status change is POSTed (signed) to notify_url, retried with backoff for up
-    # to webhook_retry_window_s after the change (genesis/webhooks.py).
+    # to webhook_retry_window_s after the change (pipeline/webhooks.py).
     notify_url: str | None = None
     webhook_retry_window_s: float = 3600.0
     webhook_max_retry_interval_s: float = 60.0
@@ -334,7 +334,7 @@ class CycleContext(BaseModel):
 
 
 class EvolutionPlan(BaseModel):
-    """The Architect's answer, checked (genesis/evolution.py)."""
+    """The Architect's answer, checked (evolution/prompts.py)."""
 
     action_type: str  # new_trait | modify_trait | adjust_params
     description: str
@@ -394,7 +394,7 @@ class CycleUpdate(BaseModel):
 
 
 class FeedPost(BaseModel):
-    """A message for the Evolution Feed (genesis/feed.py)."""
+    """A message for the Evolution Feed (evolution/feed.py)."""
 
     agent: str
     action: str

@@ -82,7 +82,7 @@ class _GenesisHandler(logging.StreamHandler):
 
 
 def configure_logging(service: str, settings: Settings) -> None:
-    json_lines = settings.log_format == "json"
+    json_lines = settings.log.format == "json"
     shared = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -110,7 +110,7 @@ def configure_logging(service: str, settings: Settings) -> None:
     for old in [h for h in root.handlers if isinstance(h, _GenesisHandler)]:
         root.removeHandler(old)
     root.addHandler(handler)
-    root.setLevel(settings.log_level)
+    root.setLevel(settings.log.level)
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),

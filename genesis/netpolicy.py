@@ -271,7 +271,7 @@ class NetPolicy:
     def from_settings(cls, settings, *, webhooks: bool = False) -> "NetPolicy":
         """The operator's policy; for webhook receivers ``GENESIS_WEBHOOK_ALLOW_PRIVATE`` lifts it."""
         return cls(AllowList.parse(settings.outbound_private_allow),
-                   allow_any=webhooks and settings.webhook_allow_private)
+                   allow_any=webhooks and settings.webhook.allow_private)
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,8 @@ from genesis.config import Settings
 async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
     """``runtime``: a Temporal runtime of one's own (e.g. with SDK metrics); None: the default."""
     return await Client.connect(
-        settings.temporal_address,
-        namespace=settings.temporal_namespace,
+        settings.temporal.address,
+        namespace=settings.temporal.namespace,
         data_converter=pydantic_data_converter,
         runtime=runtime,
     )

@@ -43,11 +43,11 @@ async def _connect_and_ensure(settings, wait_s: float = 120.0) -> list[str]:
     deadline = time.monotonic() + wait_s
     while True:
         try:
-            return await ensure_search_attributes(await connect(settings), settings.temporal_namespace)
+            return await ensure_search_attributes(await connect(settings), settings.temporal.namespace)
         except Exception as exc:
             if time.monotonic() > deadline:
                 raise
-            log.info("Temporal at %s not ready (%s); retrying", settings.temporal_address, exc)
+            log.info("Temporal at %s not ready (%s); retrying", settings.temporal.address, exc)
             await asyncio.sleep(2)
 
 
@@ -56,7 +56,7 @@ def main() -> None:
     configure_logging("temporal-setup", settings)
     added = asyncio.run(_connect_and_ensure(settings))
     log.info("search attributes on namespace %s: added %s, all of %s present",
-             settings.temporal_namespace, added or "none", sorted(SEARCH_ATTRIBUTES))
+             settings.temporal.namespace, added or "none", sorted(SEARCH_ATTRIBUTES))
 
 
 if __name__ == "__main__":

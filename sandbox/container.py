@@ -70,12 +70,12 @@ class IsolationLimits:
     @classmethod
     def from_settings(cls, settings: Settings) -> "IsolationLimits":
         """A sandbox test's host: one trait, one worker."""
-        return cls(settings.sandbox_memory, settings.sandbox_pids_limit, settings.sandbox_cpus)
+        return cls(settings.sandbox.memory, settings.sandbox.pids_limit, settings.sandbox.cpus)
 
     @classmethod
     def for_engine(cls, settings: Settings) -> "IsolationLimits":
         """The live world's host: a worker process per agent with live traits."""
-        return cls(settings.engine_trait_host_memory, settings.engine_trait_host_pids, settings.engine_trait_host_cpus)
+        return cls(settings.engine.trait_host_memory, settings.engine.trait_host_pids, settings.engine.trait_host_cpus)
 
 
 # Where the kernel keeps a container's memory accounting: cgroup v1 (cgroupfs or systemd
@@ -133,10 +133,10 @@ def hello_message(settings: Settings, tick_deadline_s: float) -> dict[str, Any]:
         "op": "hello",
         "entity_api": entity_api.as_wire(),
         "allowed_imports": sorted(rules.ALLOWED_IMPORTS),
-        "call_timeout_ms": settings.sandbox_call_timeout_ms,
-        "tick_cpu_ms": settings.trait_tick_cpu_ms,
+        "call_timeout_ms": settings.sandbox.call_timeout_ms,
+        "tick_cpu_ms": settings.trait.tick_cpu_ms,
         "tick_deadline_ms": tick_deadline_s * 1000.0,
-        "worker_memory_mb": settings.trait_worker_memory_mb,
+        "worker_memory_mb": settings.trait.worker_memory_mb,
         "max_intents_per_call": rules.MAX_INTENTS_PER_CALL,
     }
 

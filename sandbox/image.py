@@ -96,8 +96,8 @@ def image_tag() -> str:
     """The trait-host image's tag. Content-addressed: a new trait host or Python means a new
     image. GENESIS_SANDBOX_IMAGE overrides it (a prebuilt image)."""
     settings = get_settings()
-    if settings.sandbox_image:
-        return settings.sandbox_image
+    if settings.sandbox.image:
+        return settings.sandbox.image
     digest = hashlib.sha256()
     digest.update(TRAIT_HOST.read_bytes())
     digest.update(Path(__file__).read_bytes())

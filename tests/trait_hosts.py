@@ -18,7 +18,7 @@ LIMITS = IsolationLimits("256m", 64, 1.0)
 
 
 def hello(settings: Settings | None = None, tick_deadline_s: float = 5.0) -> dict[str, Any]:
-    return hello_message(settings or Settings(sandbox_call_timeout_ms=50), tick_deadline_s)
+    return hello_message(settings or Settings().override(sandbox_call_timeout_ms=50), tick_deadline_s)
 
 
 def start(client: docker.DockerClient, owner: str, limits: IsolationLimits = LIMITS,

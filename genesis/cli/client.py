@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-# Exit codes of every command (documented in README.md, "genesis CLI").
+# Exit codes of every command (documented in docs/cli.md).
 EXIT_OK = 0
 EXIT_ERROR = 1  # the API refused the request, or could not be reached
 EXIT_USAGE = 2  # bad arguments (typer/click's own code)

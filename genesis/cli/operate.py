@@ -52,7 +52,7 @@ def register(app: typer.Typer) -> None:
         steps = []
         if services:
             steps.append(["bash", str(PROJECT_ROOT / "scripts" / "services.sh")])
-        steps.append([sys.executable, "-m", "genesis.run"])
+        steps.append([sys.executable, "-m", "genesis.cli.run"])
         if dry_run:
             for step in steps:
                 print(" ".join(step))
@@ -66,7 +66,7 @@ def register(app: typer.Typer) -> None:
                 raise CliError(f"the services bootstrap failed (exit {done.returncode}); see .state/logs/",
                                code=done.returncode)
         os.chdir(PROJECT_ROOT)
-        os.execv(sys.executable, steps[-1])  # genesis.run supervises the processes and handles Ctrl-C
+        os.execv(sys.executable, steps[-1])  # genesis.cli.run supervises the processes and handles Ctrl-C
 
     @app.command()
     @handled

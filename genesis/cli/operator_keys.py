@@ -12,7 +12,8 @@ import typer
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from genesis import apikeys, operators
+from pipeline import apikeys
+from pipeline import operators
 from genesis.cli.client import CliError
 from genesis.cli.output import cli_of, group, handled, table, when
 from genesis.config import get_settings
@@ -33,7 +34,7 @@ def _run(action: Callable[[Any, bytes], Awaitable[Any]]) -> Any:
     where = make_url(settings.database_url).render_as_string(hide_password=True)
 
     async def run() -> Any:
-        pepper = apikeys.load_pepper(settings.api_key_pepper.get_secret_value(), settings.state_dir)
+        pepper = apikeys.load_pepper(settings.api.key_pepper.get_secret_value(), settings.state_dir)
         try:
             return await action(get_sessionmaker(settings.database_url), pepper)
         finally:

@@ -56,7 +56,8 @@ def register(app: typer.Typer) -> None:
             "--file", help="replay a history JSON file (Temporal's format; repeatable)", exists=True, dir_okay=False)] = None,
         temporal: Annotated[Optional[str], typer.Option(envvar="GENESIS_TEMPORAL_ADDRESS",
                                                         help="Temporal frontend (default 127.0.0.1:7233)")] = None,
-        namespace: Annotated[Optional[str], typer.Option(envvar="GENESIS_TEMPORAL_NAMESPACE")] = None,
+        namespace: Annotated[Optional[str], typer.Option(envvar="GENESIS_TEMPORAL_NAMESPACE",
+                                                         help="Temporal namespace (default: default)")] = None,
         json_out: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
     ) -> None:
         """Fetch histories from Temporal (or files) and replay them with the worker's workflows; a
@@ -116,7 +117,7 @@ async def _fetch(address, namespace, workflow_id, run_id, window, limit):
     try:
         client = await asyncio.wait_for(connect(settings), timeout=10)
     except Exception as exc:
-        raise CliError(f"cannot reach Temporal at {settings.temporal_address}: {exc} "
+        raise CliError(f"cannot reach Temporal at {settings.temporal.address}: {exc} "
                        "(set --temporal or GENESIS_TEMPORAL_ADDRESS)") from exc
     try:
         targets = [(workflow_id, run_id)] if workflow_id else []

@@ -40,7 +40,7 @@ class Mutation(Base):
     rollback_reason: Mapped[str | None] = mapped_column(Text)
     workflow_id: Mapped[str] = mapped_column(String(80))
     client_ip: Mapped[str | None] = mapped_column(String(64))
-    # Signed webhooks on each status change go here (migration 0005; genesis/webhooks.py).
+    # Signed webhooks on each status change go here (migration 0005; pipeline/webhooks.py).
     notify_url: Mapped[str | None] = mapped_column(Text)
     # Modifying a live trait (migration 0006): the trait and version the proposal names in
     # ``replaces`` (version None: whatever is live), the version it actually replaced when it was
@@ -111,7 +111,7 @@ class Agent(Base):
     """An external agent registered with POST /v1/agents/register (external-agents-phase2.md).
 
     Its API key is never stored: only ``key_prefix`` (the public lookup part of the key) and
-    ``key_hash`` = HMAC-SHA256(server pepper, key), see genesis/apikeys.py."""
+    ``key_hash`` = HMAC-SHA256(server pepper, key), see pipeline/apikeys.py."""
 
     __tablename__ = "agents"
 
@@ -206,7 +206,7 @@ class EvolutionCycle(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 
 
-# --- GEPA optimisation steps (migration 0008; genesis/programs.py, api/routes_gepa.py) ---
+# --- GEPA optimisation steps (migration 0008; gepa_steps/programs.py, gepa_steps/api.py) ---
 
 
 class GepaClient(Base):

@@ -1,0 +1,1 @@
+"""The Watcher and evolution: its rules, LLM providers, prompts, feed and schedules."""

@@ -1,0 +1,1 @@
+"""GEPA optimisation steps: API, workflows, activities, program hosts, egress, git."""

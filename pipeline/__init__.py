@@ -1,0 +1,1 @@
+"""The mutation pipeline's shared records and policies (API, activities, engine)."""

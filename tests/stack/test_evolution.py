@@ -1,0 +1,488 @@
+"""Evolution cycles end to end on real Temporal, Postgres, Redis and Docker; the LLM is a real
+local HTTP server with scripted answers (tests/llm_server.py). A worker of this module's own
+task queue talks to it; the suite's API serves the cycle records and the feed."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+
+import httpx
+import pytest
+from pydantic import SecretStr
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.worker import Replayer
+
+from engine.telemetry import to_redis_hash
+from engine.world import World as WorldCore, WorldParams
+from engine.world_overrides import ParamsFollower
+from genesis import world_params
+from evolution import cycles
+from evolution import prompts
+from evolution import llm
+from genesis import redis_keys as keys
+from genesis.config import Settings
+from genesis.dto import CycleContext, CycleKind
+from genesis.effects import WorldSample
+from genesis.cli.processes import free_port, worker_process
+from genesis.redis_keys import Channels
+from evolution.watcher import GO, Watcher
+from genesis.workflow_api import TASK_SIGNAL_RESOLVE, evolution_workflow_id, task_workflow_id
+from tests.llm_server import Answer, ScriptedLLM
+from tests.stack.test_lifecycle import wait_for_status
+from tests.stack.test_mutation_pipeline import HISTORIES
+from workflows.evolution import EvolutionCycleWorkflow
+
+QUEUE = "genesis-evolution-test"
+BASE = {
+    "entity_count": 200, "avg_energy": 60.0, "births_last_period": 10, "deaths_last_period": 10,
+    "death_starvation": 5, "death_age": 5, "death_collision": 0, "resource_density": 0.5,
+    "trait_diversity": 5, "dominant_trait": "", "temperature": 20.0, "state_hash": "x",
+    "resource_count": 100, "trait_usage": {}, "trait_stats": {}, "tick_overruns": 0, "ticks_per_second": 30.0,
+}
+STARVATION = {"entity_count": 90, "deaths_last_period": 80, "death_starvation": 80, "death_age": 0}
+
+
+def forager(variant: int, name: str = "Forager") -> str:
+    """A valid trait whose code differs per variant (dedupe is per code)."""
+    return f'''class BaseTrait:
+    pass
+
+class {name}Trait(BaseTrait):
+    async def execute(self, entity) -> None:
+        if entity.energy < {20 + variant % 60}:
+            entity.energy_consumption_rate *= 0.9
+'''
+
+
+def plan_answer(name: str, action: str = "new_trait", **extra) -> str:
+    plan = {"action_type": action, "trait_name": name, "description": f"{name} saves energy when starving",
+            "target_behavior": "burn less energy when energy is low", **extra}
+    return f"Here is my plan:\n```json\n{json.dumps(plan)}\n```\nIt should help."
+
+
+def code_answer(code: str) -> str:
+    return f"Sure! Here is the trait:\n```python\n{code}```\nThis lowers consumption."
+
+
+@pytest.fixture(scope="module")
+async def llm_server():
+    server = ScriptedLLM().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+async def evo_settings(settings, llm_server) -> Settings:
+    return settings.override(task_queue=QUEUE, llm_provider="ollama", llm_url=llm_server.url, llm_model="scripted", llm_attempts=2, llm_timeout_s=10.0, sandbox_pool_size=0, llm_cost_in_per_mtok=1.0, llm_cost_out_per_mtok=2.0, schedule_min_interval_s=1.0, worker_metrics_port=free_port())
+
+
+@pytest.fixture(scope="module")
+async def evo_worker(evo_settings, api_url):
+    process = worker_process(evo_settings, "worker-evolution")
+    process.start()
+    await asyncio.sleep(3)  # the worker builds/finds its sandbox image before polling
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def script(llm_server):
+    llm_server.answers.clear()
+    llm_server.requests.clear()
+    return llm_server
+
+
+async def wait_cycle(http, trigger_id: str, done, timeout_s: float = 90) -> dict:
+    deadline, body = time.monotonic() + timeout_s, None
+    while time.monotonic() < deadline:
+        response = await http.get(f"/api/evolution/cycles/{trigger_id}")
+        if response.status_code == 200:
+            body = response.json()
+            if done(body):
+                return body
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"cycle {trigger_id} never got there: {body}")
+
+
+async def feed_of(http, trigger_id: str) -> list[dict]:
+    messages, after = [], "0-0"  # from the oldest kept
+    while True:
+        page = (await http.get("/api/feed", params={"limit": 500, "after": after})).json()
+        messages += [m for m in page["messages"] if m["trigger_id"] == trigger_id]
+        if not page["messages"]:
+            return messages
+        after = page["last_id"]
+
+
+async def start(temporal_client, trigger_id: str | None = None) -> str:
+    trigger_id = trigger_id or f"trg_{uuid.uuid4().hex[:12]}"
+    await cycles.start_cycle(temporal_client, QUEUE, trigger_id)
+    return trigger_id
+
+
+async def record_history(temporal_client, workflow_id: str, name: str) -> None:
+    history = await temporal_client.get_workflow_handle(workflow_id).fetch_history()
+    await Replayer(workflows=[EvolutionCycleWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+    if os.environ.get("GENESIS_RECORD_HISTORIES"):
+        with open(os.path.join(HISTORIES, f"{name}.json"), "w") as f:
+            f.write(history.to_json())
+
+
+def sample(tick: int, count: int, energy: float, starvation: int, run_id: str = "r") -> WorldSample:
+    return WorldSample(tick=tick, run_id=run_id, entity_count=count, avg_energy=energy, period_starvation=starvation)
+
+
+# -- providers and reading answers (real HTTP, no Temporal) ---------------------------------------
+
+async def test_providers_speak_their_protocols_and_report_usage(script, settings):
+    for provider in ("ollama", "openai", "anthropic"):
+        script.script(Answer(f"hello from {provider}", tokens_in=7, tokens_out=3))
+        s = settings.override(llm_provider=provider, llm_url=script.url, llm_model="m1", llm_api_key=SecretStr("sk-test"))
+        reply = await llm.complete(s, "be brief", f"ask {provider}")
+        assert (reply.text, reply.tokens_in, reply.tokens_out, reply.provider) == (f"hello from {provider}", 7, 3, provider)
+    ollama, openai, anthropic = script.requests
+    assert ollama["_path"] == "/api/generate" and ollama["prompt"] == "ask ollama" and ollama["system"] == "be brief"
+    assert ollama["stream"] is False
+    assert openai["_path"] == "/v1/chat/completions" and openai["_headers"]["Authorization"] == "Bearer sk-test"
+    assert openai["messages"] == [{"role": "system", "content": "be brief"}, {"role": "user", "content": "ask openai"}]
+    assert anthropic["_path"] == "/v1/messages" and anthropic["_headers"]["x-api-key"] == "sk-test"
+    assert anthropic["system"] == "be brief" and anthropic["_headers"]["anthropic-version"] == llm.ANTHROPIC_VERSION
+
+    s = settings.override(llm_provider="ollama", llm_url=script.url)
+    script.script(Answer("overloaded", status=503), Answer("bad model", status=400))
+    with pytest.raises(llm.LLMUnavailable, match="503"):
+        await llm.complete(s, "s", "p")
+    with pytest.raises(llm.LLMBadReply, match="400"):
+        await llm.complete(s, "s", "p")
+    script.script(Answer("too late", delay_s=1.5))
+    with pytest.raises(llm.LLMUnavailable, match="did not answer within 0.5 s"):
+        await llm.complete(s.override(llm_timeout_s=0.5), "s", "p")
+    down = settings.override(llm_provider="openai", llm_url="http://127.0.0.1:9")
+    with pytest.raises(llm.LLMUnavailable, match="not reachable"):
+        await llm.complete(down, "s", "p")
+    with pytest.raises(llm.LLMOff, match="GENESIS_LLM_PROVIDER=off"):
+        await llm.complete(settings.override(llm_provider="off"), "s", "p")
+
+
+def test_plans_and_code_are_read_tolerantly():
+    context = CycleContext(trigger_id="t", workflow_id="w", kind=CycleKind.anomaly, problem_type="starvation",
+                           severity="high", active_traits=["hoarder"], world_params={"resource_energy": 25.0})
+    plan = prompts.parse_plan('Sure. {"action_type": "new_trait", "trait_name": "hoarder", "description": "d"} ok', context)
+    assert plan.action_type == "modify_trait" and plan.trait_name == "hoarder"  # a live name is a modification
+    params = prompts.parse_plan(json.dumps({"action_type": "adjust_params", "description": "more food",
+                                              "params": {"resource_energy": 30}}), context)
+    assert params.params == {"resource_energy": 30.0}
+    for bad, why in (("no json here", "no JSON object"), ('{"action_type": "dance", "description": "d"}', "not one of"),
+                     ('{"action_type": "new_trait", "trait_name": "Bad Name", "description": "d"}', "snake_case"),
+                     ('{"action_type": "modify_trait", "trait_name": "ghost", "description": "d"}', "not a live trait"),
+                     ('{"action_type": "adjust_params", "description": "d", "params": {"width": 5}}', "not adjustable"),
+                     ('{"action_type": "adjust_params", "description": "d", "params": {"resource_energy": 59}}', "more than 50%")):
+        with pytest.raises(prompts.PlanError, match=why):
+            prompts.parse_plan(bad, context)
+    assert prompts.extract_code("text\n```python\nx = 1\n```\nmore") == "x = 1\n"
+    assert prompts.extract_code("```\nclass A:\n    pass\n```") == "class A:\n    pass\n"
+    assert prompts.extract_code("class A:\n    pass") == "class A:\n    pass\n"
+
+
+async def test_engine_applies_world_parameter_overrides(redis_client):
+    world = WorldCore(WorldParams(initial_population=5), seed=1)
+    follower = ParamsFollower(world, redis_client)
+    record = {"overrides": {"resource_energy": 30.0, "width": 5.0}, "workflow_id": "evolution-x", "trigger_id": "x"}
+    await redis_client.set(keys.WORLD_PARAMS_OVERRIDES, json.dumps(record))
+    try:
+        assert await follower.refresh()
+        assert world.params.resource_energy == 30.0 and world.params.width == 800.0  # not adjustable: ignored
+        assert follower.observer_workflow == "evolution-x"
+        assert not await follower.refresh()  # unchanged record
+        await redis_client.set(keys.WORLD_PARAMS_OVERRIDES, json.dumps({"overrides": {}}))
+        assert await follower.refresh() and world.params.resource_energy == 25.0 and follower.observer_workflow is None
+    finally:
+        await redis_client.delete(keys.WORLD_PARAMS_OVERRIDES)
+
+
+async def write_snapshots(redis_client, interval: int, *changes: dict) -> None:
+    """Snapshots of a fresh run, as the engine writes them (newest last)."""
+    tick, run_id = 10_000_000 + int(time.time()) % 1_000_000, uuid.uuid4().hex
+    for change in changes:
+        tick += interval
+        key = keys.world_snapshot(tick)
+        snap = {**BASE, **change, "tick": tick, "timestamp": time.time(), "run_id": run_id}
+        await redis_client.hset(key, mapping=to_redis_hash(snap))
+        await redis_client.expire(key, 60)
+        await redis_client.set(keys.WORLD_TICK, tick)
+
+
+# -- whole cycles ----------------------------------------------------------------------------------
+
+async def test_starvation_anomaly_runs_a_full_cycle_to_a_live_trait(
+        evo_settings, evo_worker, script, http, redis_client, temporal_client):
+    script.script(plan_answer("starvation_saver"), code_answer(forager(1, "StarvationSaver")))
+    await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER)
+    await write_snapshots(redis_client, evo_settings.engine.snapshot_interval, {}, STARVATION)  # 200, then 90
+
+    async def temporal():
+        return temporal_client
+
+    watcher = Watcher(evo_settings.override(watcher_cooldown_s=0.0), redis_client, temporal)
+    outcome = await watcher.analyze()
+    await watcher.drain()
+    assert outcome.status == GO and outcome.anomaly.type == "starvation" and outcome.anomaly.severity == "critical"
+    trigger_id = outcome.trigger_id
+    try:
+        cycle = await wait_cycle(http, trigger_id, lambda c: c["mutation_id"] and c["stage"] == "mutation_running")
+        mutation_id = cycle["mutation_id"]
+        status = None
+        for _ in range(300):
+            status = (await http.get(f"/api/mutations/{mutation_id}/status")).json()
+            if status["status"] in ("activated", "rejected", "failed"):
+                break
+            await asyncio.sleep(0.2)
+        assert status["status"] == "activated", status
+        assert status["agent_id"] == "genesis-coder" and status["trait_name"] == "starvation_saver"
+        assert status["task_id"] == outcome.task_id  # the cycle answers the Watcher's task
+
+        assert cycle["kind"] == "anomaly" and cycle["problem_type"] == "starvation" and cycle["severity"] == "critical"
+        assert cycle["action_type"] == "new_trait" and cycle["plan"]["trait_name"] == "starvation_saver"
+        assert "StarvationSaverTrait" in cycle["code"] and cycle["attempts"] == 1
+        assert (cycle["llm_calls"], cycle["tokens_in"], cycle["tokens_out"]) == (2, 200, 100)
+        assert cycle["estimated_cost_usd"] == pytest.approx((200 * 1.0 + 100 * 2.0) / 1e6)
+        assert cycle["provider"] == "ollama" and cycle["model"] == "scripted"
+        architect_prompt = script.prompts()[0]
+        assert "PROBLEM: starvation (severity: critical)" in architect_prompt and "Population: 90" in architect_prompt
+
+        # The mutation's observation window closes well: the cycle ends with a kept trait.
+        handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
+        await handle.signal("world_snapshot", sample(300, 100, 50.0, 5))
+        await handle.signal("world_snapshot", sample(600, 110, 55.0, 2))
+        cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
+        assert (cycle["stage"], cycle["status"], cycle["mutation_status"]) == ("completed", "succeeded", "kept")
+        actions = [m["action"] for m in await feed_of(http, trigger_id)]
+        assert actions == ["anomaly_detected", "plan_created", "code_generated", "mutation_applied", "cycle_completed"], actions
+        async with httpx.AsyncClient(timeout=10) as client:  # the worker's Prometheus metrics
+            metrics = (await client.get(f"http://127.0.0.1:{evo_settings.worker.metrics_port}/metrics")).text
+        assert 'genesis_llm_tokens_total{direction="in",provider="ollama"}' in metrics
+        assert 'genesis_llm_calls_total{outcome="ok",provider="ollama"}' in metrics
+        assert 'genesis_evolution_cycles_ended_total{stage="completed",status="succeeded"}' in metrics
+        listed = (await http.get("/api/evolution/cycles", params={"limit": 500})).json()["cycles"]
+        assert trigger_id in [c["trigger_id"] for c in listed]
+        await record_history(temporal_client, evolution_workflow_id(trigger_id), "evolution_cycle_kept")
+    finally:
+        try:  # normally closed already by the mutation's activation
+            await temporal_client.get_workflow_handle(task_workflow_id(outcome.task_id)).signal(TASK_SIGNAL_RESOLVE, "test over")
+        except Exception:
+            pass
+
+
+async def test_rejected_code_is_retried_once_with_the_validators_feedback(evo_worker, script, http, temporal_client):
+    bad = "import os\n\n" + forager(2, "Retried")
+    script.script(plan_answer("retried_saver"), code_answer(bad), code_answer(forager(3, "Retried")))
+    trigger_id = await start(temporal_client)
+    cycle = await wait_cycle(http, trigger_id, lambda c: c["mutation_id"] is not None)
+    assert cycle["attempts"] == 2 and "import os" not in cycle["code"]
+    retry_prompt = script.prompts()[2]
+    assert "rejected by the validator" in retry_prompt and "AST_IMPORT_FORBIDDEN" in retry_prompt
+    assert "Forbidden import: os" in retry_prompt and "import os" in retry_prompt  # the verdict and the code
+    messages = await feed_of(http, trigger_id)
+    failed = [m for m in messages if m["action"] == "validation_failed"]
+    assert len(failed) == 1 and "Retrying once" in failed[0]["message"] and failed[0]["agent"] == "coder"
+    # Withdraw the trait once it is live (the cycle records the mutation id just before it starts
+    # the child workflow): the cycle ends with the mutation's verdict.
+    await wait_for_status(http, cycle["mutation_id"], {"activated"})
+    await temporal_client.get_workflow_handle(f"mutation-{cycle['mutation_id']}").signal("rollback", "test over")
+    cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
+    assert (cycle["stage"], cycle["status"], cycle["mutation_status"]) == ("completed", "succeeded", "rolled_back")
+    await record_history(temporal_client, evolution_workflow_id(trigger_id), "evolution_retry_rolled_back")
+
+
+async def test_code_rejected_twice_ends_the_cycle_as_failed(evo_worker, script, http, temporal_client):
+    script.script(plan_answer("twice_bad"), code_answer("import os\n" + forager(4)), code_answer("eval('1')\n" + forager(5)))
+    trigger_id = await start(temporal_client)
+    cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
+    assert (cycle["stage"], cycle["status"], cycle["attempts"], cycle["mutation_id"]) == ("validation_failed", "failed", 2, None)
+    assert cycle["error"].startswith("code rejected twice: AST_")
+    failed = [m for m in await feed_of(http, trigger_id) if m["action"] == "validation_failed"]
+    assert len(failed) == 2 and "Giving up" in failed[1]["message"]
+    assert len(script.requests) == 3
+
+
+async def test_llm_down_or_unparseable_ends_the_cycle_with_an_llm_error(evo_worker, script, http, temporal_client):
+    script.script(Answer("busy", status=503), Answer("still busy", status=503))  # every attempt (GENESIS_LLM_ATTEMPTS=2)
+    trigger_id = await start(temporal_client)
+    cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
+    assert (cycle["stage"], cycle["status"]) == ("llm_error", "failed") and cycle["error"].startswith("LLM_UNAVAILABLE")
+    assert len(script.requests) == 2 and cycle["tokens_in"] == 0
+    [message] = [m for m in await feed_of(http, trigger_id) if m["action"] == "llm_error"]
+    assert message["agent"] == "architect" and "503" in message["message"] and "world goes on" in message["message"]
+    assert message["workflow_id"] == evolution_workflow_id(trigger_id)
+    await record_history(temporal_client, evolution_workflow_id(trigger_id), "evolution_llm_error")
+
+    script.requests.clear()
+    script.script("I would rather not make a plan today.")
+    trigger_id = await start(temporal_client)
+    cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
+    assert cycle["error"].startswith("LLM_UNPARSEABLE") and "no JSON object" in cycle["error"]
+    assert len(script.requests) == 1, "an unparseable answer is not retried"
+    assert cycle["tokens_in"] == 100, "the tokens of an unusable answer were still spent"
+
+
+async def test_default_provider_without_a_local_llm_ends_cycles_cleanly(settings, worker, http, redis_client, operator_http):
+    """The suite's API and worker run with the defaults of `make run` (Ollama on 127.0.0.1:11434,
+    which nothing serves here): an operator's trigger starts a cycle that ends with llm_error."""
+    assert settings.llm.provider == "ollama" and not settings.llm.url
+    await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER, keys.WATCHER_FORCED_COUNTER)
+    await write_snapshots(redis_client, settings.engine.snapshot_interval, {}, {})
+    response = await operator_http.post("/api/evolution/trigger", json={"anomaly_type": "stagnation", "severity": "critical"})
+    assert response.status_code == 202, response.text
+    body = response.json()
+    trigger_id = body["trigger_id"]
+    try:
+        assert body["cycle_workflow_id"] == evolution_workflow_id(trigger_id)
+        cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running", timeout_s=60)
+        assert (cycle["stage"], cycle["status"], cycle["mutation_id"]) == ("llm_error", "failed", None)
+        assert (cycle["problem_type"], cycle["severity"]) == ("stagnation", "critical")
+        assert "127.0.0.1:11434" in cycle["error"] and "not reachable" in cycle["error"]
+        actions = [(m["agent"], m["action"]) for m in await feed_of(http, trigger_id)]
+        assert actions == [("watcher", "anomaly_detected"), ("architect", "llm_error"), ("evolution", "cycle_failed")]
+    finally:
+        await redis_client.delete("watcher:cooldown:stagnation")
+        await operator_http.post(f"/api/agents/tasks/{body['task_id']}/resolve", json={"reason": "test over"})
+
+
+async def test_adjust_params_is_applied_observed_and_rolled_back(evo_worker, script, http, redis_client, temporal_client):
+    await redis_client.delete(keys.WORLD_PARAMS_OVERRIDES, keys.ENGINE_PARAMS)
+    script.script(json.dumps({"action_type": "adjust_params", "description": "more food per resource",
+                              "params": {"resource_energy": 30.0}}))
+    trigger_id = await start(temporal_client)
+    cycle = await wait_cycle(http, trigger_id, lambda c: c["stage"] == "observing")
+    record = world_params.read_record(await redis_client.get(keys.WORLD_PARAMS_OVERRIDES))
+    assert record["overrides"] == {"resource_energy": 30.0} and record["workflow_id"] == evolution_workflow_id(trigger_id)
+    assert cycle["params_change"]["before"] == {"resource_energy": 25.0}
+    handle = temporal_client.get_workflow_handle(evolution_workflow_id(trigger_id))
+    await handle.signal("world_snapshot", sample(300, 100, 50.0, 5))
+    await handle.signal("world_snapshot", sample(400, 60, 30.0, 30))  # the world got worse
+    cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
+    assert (cycle["stage"], cycle["mutation_status"]) == ("rolled_back", "rolled_back")
+    assert cycle["params_change"]["fitness_verdict"] == "negative"
+    assert world_params.read_record(await redis_client.get(keys.WORLD_PARAMS_OVERRIDES))["overrides"] == {}
+    actions = [m["action"] for m in await feed_of(http, trigger_id)]
+    assert actions == ["plan_created", "params_adjusted", "rolled_back", "cycle_completed"], actions
+    await record_history(temporal_client, evolution_workflow_id(trigger_id), "evolution_params_rolled_back")
+
+
+# -- schedules and the feed --------------------------------------------------------------------------
+
+async def test_schedule_starts_periodic_cycles(evo_settings, evo_worker, script, http, operator_http, start_api):
+    url = await start_api("api-evolution", task_queue=QUEUE, schedule_min_interval_s=1.0)
+    script.script(*["no plan"] * 5)
+    schedule_id = f"test-{uuid.uuid4().hex[:8]}"
+    async with httpx.AsyncClient(base_url=url, timeout=30, headers=operator_http.headers) as api:
+        too_short = await operator_http.post("/api/schedules", json={"interval_s": 30})  # the suite's API: 60 s at least
+        assert too_short.status_code == 422 and "between 60 and" in too_short.json()["detail"]
+        bad_id = await api.post("/api/schedules", json={"interval_s": 2, "schedule_id": "no spaces"})
+        assert bad_id.status_code == 422 and "schedule_id" in bad_id.text
+        created = await api.post("/api/schedules", json={"schedule_id": schedule_id, "interval_s": 2, "note": "test"})
+        assert created.status_code == 201, created.text
+        body = created.json()
+        assert body["schedule_id"] == schedule_id and body["interval_s"] == 2 and body["paused"] is False
+        assert body["note"] == "test" and body["next_run_times"] and body["recent_runs"] == []
+        again = await api.post("/api/schedules", json={"schedule_id": schedule_id, "interval_s": 2})
+        assert again.status_code == 409 and again.json()["error"] == "SCHEDULE_EXISTS"
+        try:
+            deadline = time.monotonic() + 30
+            while not (described := (await api.get(f"/api/schedules/{schedule_id}")).json())["recent_runs"]:
+                assert time.monotonic() < deadline, described
+                await asyncio.sleep(0.5)
+            paused = (await api.post(f"/api/schedules/{schedule_id}/pause")).json()
+            assert paused["paused"] is True and paused["note"] == "test"
+            run = described["recent_runs"][0]
+            assert run["workflow_id"].startswith(f"evolution-sch_{schedule_id}-")
+            cycle = await wait_cycle(http, run["trigger_id"], lambda c: c["status"] != "running")
+            assert cycle["kind"] == "periodic_improvement" and cycle["problem_type"] == "periodic_improvement"
+            assert "periodic improvement" in script.prompts()[0]
+            deadline = time.monotonic() + 15
+            while schedule_id not in [s["schedule_id"] for s in (await api.get("/api/schedules")).json()["schedules"]]:
+                assert time.monotonic() < deadline, "the schedule is never listed"
+                await asyncio.sleep(0.5)
+            resumed = (await api.post(f"/api/schedules/{schedule_id}/resume")).json()
+            assert resumed["paused"] is False
+        finally:
+            deleted = await api.delete(f"/api/schedules/{schedule_id}")
+        assert deleted.status_code == 200 and deleted.json()["schedule_id"] == schedule_id
+        for method, path in (("GET", ""), ("POST", "/pause"), ("POST", "/resume"), ("DELETE", "")):
+            missing = await api.request(method, f"/api/schedules/{schedule_id}{path}")
+            assert missing.status_code == 404 and missing.json()["error"] == "SCHEDULE_NOT_FOUND", missing.text
+            assert schedule_id in missing.json()["detail"]
+
+
+async def test_feed_pages_and_websocket(http, api_url, redis_client):
+    from websockets.asyncio.client import connect as ws_connect
+
+    from evolution import feed
+
+    marker = uuid.uuid4().hex
+    first = await feed.publish(redis_client, "tester", "anomaly_detected", f"first {marker}", trigger_id=marker)
+    page = (await http.get("/api/feed", params={"after": first})).json()
+    assert page["messages"] == [] and page["last_id"] == first
+    newest = (await http.get("/api/feed", params={"limit": 1})).json()  # without after: the newest
+    assert [m["id"] for m in newest["messages"]] == [first] and newest["last_id"] == first
+    oldest = (await http.get("/api/feed", params={"after": "0-0", "limit": 500})).json()["messages"]
+    order = [tuple(map(int, m["id"].split("-"))) for m in oldest]
+    assert oldest[-1]["id"] == first and order == sorted(order)
+    bad = await http.get("/api/feed", params={"after": "yesterday"})
+    assert bad.status_code == 422 and "stream id" in bad.json()["detail"]
+    assert (await http.get("/api/feed", params={"limit": 501})).status_code == 422
+
+    ws_url = api_url.replace("http://", "ws://") + f"/ws/feed?after={first}"
+    async with ws_connect(ws_url) as socket:
+        pubsub = redis_client.pubsub()
+        await pubsub.subscribe(Channels.FEED)
+        second = await feed.publish(redis_client, "tester", "plan_created", f"second {marker}", trigger_id=marker,
+                                    mutation_id="mut_abcdef", workflow_id="evolution-x")
+        pushed = json.loads(await asyncio.wait_for(socket.recv(), 10))
+        live = None
+        while live is None:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
+            if message and json.loads(message["data"]).get("trigger_id") == marker:
+                live = json.loads(message["data"])
+        await pubsub.aclose()
+    page = (await http.get("/api/feed", params={"after": first})).json()
+    assert page["messages"] == [pushed] and page["last_id"] == second
+    assert pushed == {"id": second, "agent": "tester", "action": "plan_created", "message": f"second {marker}",
+                      "trigger_id": marker, "mutation_id": "mut_abcdef", "workflow_id": "evolution-x",
+                      "timestamp": pushed["timestamp"]}
+    assert live == {k: v for k, v in pushed.items() if k != "id"}  # the same JSON on ch:feed
+    assert await redis_client.xlen(keys.FEED_STREAM) <= keys.FEED_STREAM_MAXLEN + 100
+
+
+async def test_a_live_engine_applies_and_reports_a_parameter_change(
+        evo_worker, script, http, redis_client, temporal_client, engine_proc):
+    """The whole adjust_params loop with a real `python -m engine`: it picks the override up from
+    Redis (GET /api/world/state shows it), reports its snapshots to the cycle, which judges them."""
+    await redis_client.delete(keys.WORLD_PARAMS_OVERRIDES)
+    state = (await http.get("/api/world/state")).json()
+    before = state["params"]["resource_spawn_chance"]
+    wanted = round(before * 0.9, 3)
+    script.script(json.dumps({"action_type": "adjust_params", "description": "a little less food",
+                              "params": {"resource_spawn_chance": wanted}}))
+    trigger_id = await start(temporal_client)
+    try:
+        deadline = time.monotonic() + 30
+        while (await http.get("/api/world/state")).json()["params"]["resource_spawn_chance"] != wanted:
+            assert time.monotonic() < deadline, "the engine never applied the override"
+            await asyncio.sleep(0.3)
+        cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running", timeout_s=60)
+        change = cycle["params_change"]
+        assert change["before"] == {"resource_spawn_chance": before} and change["after"] == {"resource_spawn_chance": wanted}
+        assert change["effects"]["window_ticks"] >= 60 and change["fitness_verdict"] in ("positive", "neutral", "negative")
+        expected = {"negative": ("rolled_back", before)}.get(change["fitness_verdict"], ("completed", wanted))
+        assert cycle["stage"] == expected[0]
+        deadline = time.monotonic() + 30  # a rollback restores the configured value in the engine too
+        while (await http.get("/api/world/state")).json()["params"]["resource_spawn_chance"] != expected[1]:
+            assert time.monotonic() < deadline, "the engine never took the rollback"
+            await asyncio.sleep(0.3)
+    finally:
+        await redis_client.delete(keys.WORLD_PARAMS_OVERRIDES)

@@ -1,0 +1,86 @@
+"""A harmful trait is rolled back by the world itself: it goes live in a real engine, the observing
+workflow measures the world over its window, judges it negative and rolls it back, and every
+carrier loses it.
+
+This runs on a stack of its own (Postgres database, Redis db, worker, API, engine): the suite's
+registry holds the traits other modules left live, and a newborn gains one trait among all of
+them, so in the shared world only a few entities would carry this one. Here the engine starts with
+an empty world and a population floor, so every entity it spawns carries the only live trait.
+"""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from genesis.cli.processes import engine_process, worker_and_api
+from tests.own_stack import own_settings
+from tests.stack.test_lifecycle import wait_for_status
+from tests.stack.test_living_world import wait_until
+from tests.stack.test_mutation_pipeline import propose
+
+# Burns energy at the highest rate and speed allowed, and runs away from food.
+BURNER = '''
+class BaseTrait:
+    pass
+
+class EnergyBurnerTrait(BaseTrait):
+    async def execute(self, entity) -> None:
+        entity.energy_consumption_rate = 1.5
+        entity.speed = 4.0
+        found = entity.nearest_resource()
+        if found is not None:
+            entity.move(-found[0], -found[1])
+'''
+
+
+@pytest.fixture(scope="module")
+async def own_stack(settings):
+    """A stack of its own (tests/own_stack.py) with a 300-tick window and a -0.05 rollback
+    threshold, a worker and an API."""
+    own = await own_settings(settings, "world", observation_window_ticks=300, rollback_threshold=-0.05,
+                             engine_initial_population=0, engine_min_population=200, engine_trait_gain_chance=1.0)
+    async with worker_and_api(own, "harm") as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await wait_until(lambda: _healthy(http), timeout_s=90, what="the stack's worker to poll")
+        yield own, http
+
+
+async def _healthy(http) -> bool:
+    return (await http.get("/api/health")).status_code == 200
+
+
+async def _carriers(http, trait: str) -> int:
+    response = await http.get("/api/world/entities", params={"limit": 500})
+    if response.status_code == 503:  # the engine has not written its first frame yet
+        return 0
+    return sum(trait in e["traits"] for e in response.json()["entities"])
+
+
+async def test_a_harmful_trait_is_rolled_back_by_its_observation_and_leaves_every_carrier(own_stack):
+    own, http = own_stack
+    mutation_id = await propose(http, BURNER, trait_name="energy_burner")
+    await wait_for_status(http, mutation_id, {"activated"})
+    # The engine starts after activation: its first tick spawns 200 entities, all carrying the trait.
+    engine = engine_process(own, "engine-harm")
+    engine.start()
+    try:
+        carriers = await wait_until(lambda: _carriers(http, "energy_burner"), timeout_s=60, what="carriers")
+        assert carriers >= 150
+        status = await wait_for_status(http, mutation_id, {"kept", "rolled_back"}, timeout_s=120)
+        assert status["status"] == "rolled_back", status
+        # A quarantine also ends it rolled_back (with no verdict): this trait runs without error
+        # and must be judged by its observation, never quarantined.
+        assert status["quarantine"] is None, f"quarantined instead of judged by its window: {status}"
+        assert status["fitness_verdict"] == "negative"
+        effects = (await http.get(f"/api/mutations/{mutation_id}/effects")).json()
+        assert effects["observed"] is True and effects["effects"]["avg_energy_delta"] < 0
+        assert effects["effects"]["carriers_before"] >= 150
+        assert effects["effects"]["fitness_delta"] <= -0.05
+
+        async def gone() -> bool:
+            stats = (await http.get("/api/stats")).json()
+            return "energy_burner" not in stats["active_traits"] and await _carriers(http, "energy_burner") == 0
+
+        await wait_until(gone, timeout_s=30, what="the trait to leave every carrier")
+    finally:
+        engine.stop()

@@ -1,0 +1,254 @@
+"""The world viewer at ``/`` in a real headless Chromium (Debian's ``chromium`` driven by
+Playwright, no downloaded browser) against the suite's real API, worker and a real engine process:
+the page loads, the world canvas changes with the engine's frames, the chart draws, a trait
+proposed in the form is listed with its Temporal UI link, and API errors are shown as the API gave
+them. Also ``GET /api/mutations`` (the list the page reads) over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+from contextlib import asynccontextmanager
+
+import pytest
+from playwright.async_api import Page, async_playwright
+
+from tests import agents
+from tests.stack.test_lifecycle import wait_for_status
+
+CHROMIUM = os.environ.get("GENESIS_CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
+
+# Sum of the RGB of every pixel of a canvas: changes when anything drawn on it changes.
+CANVAS_CHECKSUM = """(id) => {
+  const c = document.getElementById(id);
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let sum = 0;
+  for (let i = 0; i < d.length; i += 4) sum += d[i] * 3 + d[i + 1] * 5 + d[i + 2] * 7;
+  return sum;
+}"""
+
+# How many pixels of a canvas are close to an RGB colour.
+PIXELS_OF_COLOUR = """([id, r, g, b]) => {
+  const c = document.getElementById(id);
+  const d = c.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+  let n = 0;
+  for (let i = 0; i < d.length; i += 4)
+    if (Math.abs(d[i] - r) < 30 && Math.abs(d[i + 1] - g) < 30 && Math.abs(d[i + 2] - b) < 30) n++;
+  return n;
+}"""
+
+
+@pytest.fixture(scope="module")
+async def browser():
+    assert os.path.exists(CHROMIUM), f"{CHROMIUM} missing: `apt-get install chromium` (scripts/services.sh does)"
+    async with async_playwright() as playwright:
+        args = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium's sandbox refuses root
+        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=args)
+        yield browser
+        await browser.close()
+
+
+@asynccontextmanager
+async def viewer(browser, api_url: str):
+    """The viewer of the API at ``api_url`` in a fresh browser context (its own localStorage)."""
+    context = await browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = await context.new_page()
+    page.errors = []  # uncaught exceptions of the page's scripts
+    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
+    await page.goto(api_url + "/")
+    try:
+        yield page
+    finally:
+        await context.close()
+
+
+@pytest.fixture
+async def page(browser, api_url):
+    async with viewer(browser, api_url) as page:
+        yield page
+
+
+async def wait_js(page: Page, expression: str, timeout_s: float = 20):
+    await page.wait_for_function(expression, timeout=timeout_s * 1000)
+
+
+async def test_world_canvas_and_chart_follow_the_engine(page, engine_proc, http):
+    assert await page.title() == "Genesis — world viewer"
+    await wait_js(page, "window.genesisViewer && window.genesisViewer.world.framesDrawn > 0")
+    assert await page.locator("#world-link").text_content() == "world: live"
+
+    first = await page.evaluate(CANVAS_CHECKSUM, "world")
+    first_tick = await page.evaluate("window.genesisViewer.world.frame.tick")
+    await wait_js(page, f"window.genesisViewer.world.frame.tick > {first_tick} + 10")
+    await page.wait_for_timeout(100)  # the next animation frame draws it
+    assert await page.evaluate(CANVAS_CHECKSUM, "world") != first, "the world canvas did not change"
+
+    # Entities and resources are on the canvas: resources in green, the frame's entity count legend.
+    frame = await page.evaluate("window.genesisViewer.world.frame")
+    assert frame["entities"] and frame["resources"]
+    assert await page.evaluate(PIXELS_OF_COLOUR, ["world", 0x3F, 0xAE, 0x5A]) > 0
+    assert await page.locator("#legend li", has_text="resources").count() == 1
+    assert await page.locator("#legend li").count() >= 2  # and at least one trait (or "no trait")
+
+    # The chart: both lines drawn once a few samples are in.
+    await wait_js(page, "window.genesisViewer.chart.samples.length >= 3")
+    await page.wait_for_timeout(50)
+    assert await page.evaluate(PIXELS_OF_COLOUR, ["chart", 0x6C, 0xB6, 0xFF]) > 20, "no population line"
+    assert await page.evaluate(PIXELS_OF_COLOUR, ["chart", 0xE5, 0xB4, 0x54]) > 20, "no energy line"
+    samples = await page.evaluate("window.genesisViewer.chart.samples")
+    assert [s["tick"] for s in samples] == sorted(s["tick"] for s in samples)
+    assert all(s["population"] > 0 for s in samples)
+
+    # The header reads the engine's numbers; the Temporal UI link comes from the config endpoint.
+    await wait_js(page, "document.getElementById('stats').textContent.includes('ticks/s')")
+    config = (await http.get("/api/viewer/config")).json()
+    assert await page.locator("#temporal-ui").get_attribute("href") == (
+        f"{config['temporal_ui_url']}/namespaces/{config['temporal_namespace']}/workflows")
+    assert page.errors == []
+
+
+async def test_a_proposal_made_in_the_form_is_listed_with_its_workflow(page, http, settings):
+    # Register an agent in the page: its key is kept in localStorage.
+    name = f"viewer-{uuid.uuid4().hex[:6]}"
+    await page.fill("#register-name", name)
+    await page.click("#register-form button")
+    await wait_js(page, "document.getElementById('agent-state').textContent.startsWith('Proposing as')")
+    key = await page.evaluate("localStorage.getItem('genesis.apiKey')")
+    me = (await http.get("/v1/agents/me", headers={"X-API-Key": key})).json()
+    assert me["name"] == name and me["agent_id"] in await page.locator("#agent-state").text_content()
+
+    trait_name = f"viewer_saver_{uuid.uuid4().hex[:6]}"
+    code = ("class BaseTrait:\n    pass\n\nclass ViewerSaver(BaseTrait):\n    async def execute(self, entity) -> None:\n"
+            f"        if entity.energy < {uuid.uuid4().int % 10**6 / 10**4:.4f}:\n            entity.energy_consumption_rate *= 0.9\n")
+    await page.fill("#trait-name", trait_name)
+    await page.fill("#goal", "proposed in the world viewer")
+    await page.fill("#code", code)
+    await page.click("#propose-form button[type=submit]")
+
+    row = page.locator("#mutations li", has_text=trait_name)
+    await row.wait_for(timeout=15_000)
+    mutation_id = await row.get_attribute("data-mutation-id")
+    status = (await http.get(f"/api/mutations/{mutation_id}/status")).json()
+    assert status["agent_id"] == me["agent_id"] and status["trait_name"] == trait_name
+    link = row.locator("a.workflow")
+    assert await link.get_attribute("href") == (
+        f"{settings.temporal.ui_url}/namespaces/{settings.temporal.namespace}/workflows/mutation-{mutation_id}")
+
+    # The form follows the proposal past validation and the sandbox test; so does the list.
+    await wait_for_status(http, mutation_id, {"sandbox_ok", "activated", "kept", "rolled_back"})
+    result = page.locator("#propose-result")
+    await wait_js(page, "/: (sandbox_ok|activated|kept|rolled_back)/.test(document.getElementById('propose-result').textContent)")
+    assert "Sandbox: OK" in await result.text_content()
+    await wait_js(page, f"""/^(sandbox_ok|activated|kept|rolled_back)$/.test(
+        document.querySelector('#mutations li[data-mutation-id="{mutation_id}"] .status')?.textContent)""")
+    # Unfolding the row shows the validation log.
+    await page.locator("#mutations li", has_text=trait_name).locator(".head").click()
+    await page.locator("#mutations li", has_text=trait_name).locator(".log li", has_text="AST parse: OK").wait_for(timeout=5_000)
+
+    # "only mine" lists this agent's mutations only.
+    await page.check("#mine-filter")
+    await wait_js(page, f"""[...document.querySelectorAll('#mutations li[data-mutation-id]')].length > 0 &&
+        [...document.querySelectorAll('#mutations .head .note')].every(n => n.textContent.startsWith('{me["agent_id"]} '))""")
+    assert page.errors == []
+    # Leave the world as it was for the rest of the suite.
+    rollback = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "viewer test done"},
+                               headers={"X-API-Key": key})
+    assert rollback.status_code in (200, 202), rollback.text
+
+
+async def test_the_form_shows_api_errors_readably(page, http):
+    agent = await agents.register(http, "viewer-errors")
+    await page.fill("#key-input", agent.api_key)
+    await page.click("#key-form button")
+    await wait_js(page, f"document.getElementById('agent-state').textContent.includes('{agent.agent_id}')")
+
+    # A 422: the status code, the error code and the field that was wrong.
+    await page.fill("#trait-name", "Not-Snake")
+    await page.click("#propose-form button[type=submit]")
+    result = page.locator("#propose-result")
+    await wait_js(page, "document.getElementById('propose-result').textContent.includes('422')")
+    text = await result.text_content()
+    assert "422 VALIDATION_ERROR" in text and "trait_name:" in text
+    assert "error" in (await result.get_attribute("class"))
+
+    # A rejection by the pipeline: the failure code and the validation log line that failed.
+    await page.fill("#trait-name", f"viewer_bad_{uuid.uuid4().hex[:6]}")
+    await page.fill("#code", "import os\n\nclass Bad:\n    async def execute(self, entity) -> None:\n        os.getcwd()\n")
+    await page.click("#propose-form button[type=submit]")
+    await wait_js(page, "document.getElementById('propose-result').textContent.includes('AST_IMPORT_FORBIDDEN')")
+    failed = result.locator("li.failed")
+    assert "Forbidden import: os" in await failed.first.text_content()
+
+    # An unknown key: 401 and the key is forgotten.
+    await page.fill("#key-input", "gen_" + "0" * 40)
+    await page.click("#key-form button")
+    await wait_js(page, "document.getElementById('agent-message').textContent.includes('401')")
+    assert await page.evaluate("localStorage.getItem('genesis.apiKey')") is None
+    assert "INVALID_API_KEY" in await page.locator("#agent-message").text_content()
+
+    # The feed panel: the messages of GET /api/feed, or a quiet note on an API without it.
+    feed = await http.get("/api/feed", params={"limit": 50})
+    if feed.status_code == 404:
+        await wait_js(page, "document.getElementById('feed-note').textContent.includes('unavailable')")
+    else:
+        assert feed.status_code == 200, feed.text
+        for message in feed.json()["messages"]:
+            await page.locator(f"#feed li[data-feed-id='{message['id']}']").wait_for(timeout=5_000)
+    assert page.errors == []
+
+
+async def test_open_mode_proposes_without_a_key(browser, start_api, http):
+    """With GENESIS_AUTH=open the page proposes keyless, as agent world-viewer."""
+    url = await start_api("viewer-open", auth="open")
+    async with viewer(browser, url) as page:
+        await wait_js(page, "document.getElementById('agent-state').textContent.includes('GENESIS_AUTH=open')")
+        trait_name = f"viewer_open_{uuid.uuid4().hex[:6]}"
+        await page.fill("#trait-name", trait_name)
+        await page.fill("#code", "import socket\n\nclass Open:\n    async def execute(self, entity) -> None:\n        pass\n")
+        await page.click("#propose-form button[type=submit]")
+        await wait_js(page, "document.getElementById('propose-result').textContent.includes('AST_IMPORT_FORBIDDEN')")
+        row = page.locator("#mutations li", has_text=trait_name)
+        await row.wait_for(timeout=10_000)
+        assert (await row.locator(".head .note").text_content()).startswith("world-viewer ")
+        assert page.errors == []
+
+
+async def test_mutation_list_endpoint(http):
+    """GET /api/mutations: newest first, filtered by status and agent, every parameter validated."""
+    lister = await agents.register(http, "viewer-lister")
+    ids = []
+    for i in range(3):
+        body = {"trait_name": f"viewer_list_{uuid.uuid4().hex[:6]}", "goal": "list",
+                "code": f"import os\nclass L{i}:\n    async def execute(self, entity) -> None:\n        pass\n"}
+        response = await http.post("/api/mutations/propose", json=body, headers=lister.headers)
+        assert response.status_code == 202, response.text
+        ids.append(response.json()["mutation_id"])
+        await asyncio.sleep(0.01)  # distinct created_at
+    for mutation_id in ids:
+        await wait_for_status(http, mutation_id, {"rejected"})
+
+    mine = (await http.get("/api/mutations", params={"agent_id": lister.agent_id})).json()["mutations"]
+    assert [m["mutation_id"] for m in mine] == ids[::-1]
+    one = (await http.get(f"/api/mutations/{ids[0]}/status")).json()
+    assert mine[-1] == one  # exactly the status shape, workflow_id included
+    assert one["workflow_id"] == f"mutation-{ids[0]}"
+
+    limited = (await http.get("/api/mutations", params={"agent_id": lister.agent_id, "limit": 2})).json()["mutations"]
+    assert [m["mutation_id"] for m in limited] == ids[:0:-1]
+    rejected = (await http.get("/api/mutations", params={"agent_id": lister.agent_id, "status": "rejected"})).json()
+    assert len(rejected["mutations"]) == 3
+    kept = (await http.get("/api/mutations", params={"agent_id": lister.agent_id, "status": "kept"})).json()
+    assert kept == {"mutations": []}
+    everyone = (await http.get("/api/mutations", params={"status": "rejected", "limit": 200})).json()["mutations"]
+    assert all(m["status"] == "rejected" for m in everyone) and set(ids) <= {m["mutation_id"] for m in everyone}
+    created = [m["created_at"] for m in everyone]
+    assert created == sorted(created, reverse=True)
+
+    for params, field in (({"status": "bogus"}, "status"), ({"limit": 0}, "limit"), ({"limit": 201}, "limit"),
+                          ({"agent_id": "bad id!"}, "agent_id")):
+        response = await http.get("/api/mutations", params=params)
+        assert response.status_code == 422, (params, response.text)
+        body = response.json()
+        assert body["error"] == "VALIDATION_ERROR" and [e["field"] for e in body["errors"]] == [f"query.{field}"]

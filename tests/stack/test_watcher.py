@@ -1,0 +1,252 @@
+"""The Watcher on real Redis and Temporal (the worker runs the TaskWorkflows): snapshots are
+written the way the engine writes them (engine/telemetry.py) and announced on ``ch:telemetry``;
+an anomaly gives exactly one WorldReport, one task and one feed message; the cooldown holds a
+repeat back, critical ignores it; a trigger storm opens the circuit breaker."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+
+import pytest
+import redis.asyncio as aioredis
+
+from engine.telemetry import to_redis_hash
+from genesis import redis_keys as keys
+from genesis.dto import AgentTask
+from genesis.redis_keys import Channels
+from evolution.watcher import COOLDOWN, GO, NO_ANOMALY, PAUSED, TRIPPED, UNCHANGED, Watcher, cooldown_key
+from genesis.workflow_api import TASK_SIGNAL_RESOLVE, task_workflow_id
+
+BASE = {
+    "entity_count": 200, "avg_energy": 60.0, "births_last_period": 10, "deaths_last_period": 10,
+    "death_starvation": 5, "death_age": 5, "death_collision": 0, "resource_density": 0.5,
+    "trait_diversity": 5, "dominant_trait": "", "temperature": 20.0, "state_hash": "x",
+    "resource_count": 100, "trait_usage": {}, "trait_stats": {}, "tick_overruns": 0, "ticks_per_second": 30.0,
+}
+ENERGY_CRISIS = {"avg_energy": 12.0}  # from 60: trend -48 -> energy_crisis (high)
+EXTINCTION = {"entity_count": 90, "deaths_last_period": 80, "death_starvation": 80, "death_age": 0}  # critical
+LOW_DIVERSITY = {"trait_diversity": 1}  # medium -> a high task
+
+
+@pytest.fixture
+async def redis_client(settings):
+    client = aioredis.from_url(settings.redis_url)
+    await _clear(client)
+    yield client
+    await _clear(client)
+    await client.aclose()
+
+
+async def _clear(client) -> None:
+    stale = [k async for k in client.scan_iter(match="ws:snapshot:*")]
+    stale += [k async for k in client.scan_iter(match="watcher:*")]
+    if stale:
+        await client.delete(*stale)
+    await client.delete(keys.WORLD_TICK)
+
+
+@pytest.fixture
+async def feed(redis_client):
+    pubsub = redis_client.pubsub()
+    await pubsub.subscribe(Channels.FEED)
+    yield pubsub
+    await pubsub.aclose()
+
+
+@pytest.fixture
+async def make_watcher(settings, redis_client, worker, temporal_client):
+    """A Watcher in this process (cooldown 60 s unless changed); its tasks are resolved after the test."""
+    made: list[Watcher] = []
+
+    async def temporal():
+        return temporal_client
+
+    def make(**changes) -> Watcher:
+        watcher = Watcher(settings.override(watcher_cooldown_s=60.0, **changes), redis_client, temporal)
+        made.append(watcher)
+        return watcher
+
+    yield make
+    for watcher in made:
+        await watcher.drain()
+        for outcome in watcher.outcomes:
+            if outcome.task_id:
+                try:
+                    await temporal_client.get_workflow_handle(task_workflow_id(outcome.task_id)).signal(TASK_SIGNAL_RESOLVE, "test over")
+                except Exception:
+                    pass
+
+
+class World:
+    """Writes snapshots as TelemetrySink._write_snapshot does and announces them."""
+
+    def __init__(self, redis, interval: int):
+        self.redis, self.interval = redis, interval
+        self.tick, self.run_id = 0, uuid.uuid4().hex
+
+    async def snapshot(self, **changes) -> str:
+        self.tick += self.interval
+        snap = {**BASE, **changes, "tick": self.tick, "timestamp": time.time(), "run_id": self.run_id}
+        key = keys.world_snapshot(self.tick)
+        async with self.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(key, mapping=to_redis_hash(snap))
+            pipe.expire(key, keys.WORLD_SNAPSHOT_TTL_S)
+            pipe.set(keys.WORLD_TICK, self.tick)
+            await pipe.execute()
+        await self.redis.publish(Channels.TELEMETRY, json.dumps({"tick": self.tick, "snapshot_key": key}))
+        return key
+
+
+async def feed_messages(pubsub, action: str | None = None, wait_s: float = 0.5) -> list[dict]:
+    out, deadline = [], time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)
+        if message:
+            payload = json.loads(message["data"])
+            if payload.get("agent") == "watcher" and (action is None or payload["action"] == action):
+                out.append(payload)
+    return out
+
+
+async def wait_task(redis, task_id: str, timeout_s: float = 15) -> AgentTask:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        body = await redis.get(keys.agent_task(task_id))
+        if body:
+            return AgentTask.model_validate_json(body)
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"task {task_id} never published")
+
+
+async def watcher_tasks(redis) -> set[str]:
+    ids = {t.decode() for t in await redis.zrange(keys.AGENT_TASKS_QUEUE, 0, -1)}
+    out = set()
+    for task_id in ids:
+        body = await redis.get(keys.agent_task(task_id))
+        if body and AgentTask.model_validate_json(body).source == "watcher":
+            out.add(task_id)
+    return out
+
+
+async def test_anomaly_on_telemetry_gives_one_report_task_and_feed_message(settings, redis_client, feed, make_watcher):
+    watcher = make_watcher()
+    world = World(redis_client, settings.engine.snapshot_interval)
+    stop, ready = asyncio.Event(), asyncio.Event()
+    loop = asyncio.create_task(watcher.run(stop, ready))
+    try:
+        await asyncio.wait_for(ready.wait(), 5)
+        tasks_before = await watcher_tasks(redis_client)
+        await world.snapshot()  # one snapshot: no trend yet
+        await world.snapshot()  # stable
+        assert await feed_messages(feed, wait_s=0.5) == []
+        key = await world.snapshot(**ENERGY_CRISIS)
+        [message] = await feed_messages(feed, wait_s=1.5)
+    finally:
+        stop.set()
+        await asyncio.wait_for(loop, 5)
+    statuses = [o.status for o in watcher.outcomes]  # events may find a later snapshot already written
+    assert statuses[-1] == GO and set(statuses[:-1]) == {NO_ANOMALY}, statuses
+    assert message["action"] == "anomaly_detected" and message["problem_type"] == "energy_crisis"
+    assert message["severity"] == "high" and message["timestamp"] == pytest.approx(time.time(), abs=5)
+    assert "energy_crisis" in message["message"] and "population: 200" in message["message"]
+    trigger_id, task_id = message["trigger_id"], message["task_id"]
+
+    report_key = keys.evolution_trigger(trigger_id)
+    report = {k.decode(): v.decode() for k, v in (await redis_client.hgetall(report_key)).items()}
+    assert 590 <= await redis_client.ttl(report_key) <= 600
+    assert report["problem_type"] == "energy_crisis" and report["severity"] == "high"
+    assert report["suggested_area"] == "traits" and report["snapshot_key"] == key and report["task_id"] == task_id
+    assert json.loads(report["deltas"])["energy_trend"] == pytest.approx(-48.0)
+    assert [s["tick"] for s in json.loads(report["history_summary"])] == [world.tick, world.tick - 30, world.tick - 60]
+    assert json.loads(report["death_breakdown"]) == {"starvation": 5, "collision": 0, "age": 5}
+
+    task = await wait_task(redis_client, task_id)
+    assert task.source == "watcher" and task.problem_type == "energy_crisis" and task.severity.value == "high"
+    assert task.world_context["trigger_id"] == trigger_id and task.world_context["entity_count"] == 200
+    assert await watcher_tasks(redis_client) - tasks_before == {task_id}  # exactly one
+
+
+async def test_cooldown_holds_a_repeat_back_and_critical_ignores_it(settings, redis_client, feed, make_watcher):
+    watcher = make_watcher()
+    world = World(redis_client, settings.engine.snapshot_interval)
+    await world.snapshot()
+    await world.snapshot(**LOW_DIVERSITY)
+    first = await watcher.analyze()
+    assert first.status == GO and first.anomaly.type == "low_diversity" and first.anomaly.severity == "medium"
+    assert 55 <= await redis_client.ttl(cooldown_key("low_diversity")) <= 60
+    assert (await watcher.analyze()).status == UNCHANGED  # the same snapshot is analyzed once
+    await world.snapshot(**LOW_DIVERSITY)
+    assert (await watcher.analyze()).status == COOLDOWN
+    assert len(await feed_messages(feed, "anomaly_detected")) == 1
+    task = await wait_task(redis_client, first.task_id)
+    assert task.severity.value == "high"  # the seed's medium is a high task
+
+    await world.snapshot(**EXTINCTION)
+    crit = await watcher.analyze()
+    assert crit.status == GO and crit.anomaly.type == "starvation" and crit.anomaly.severity == "critical"
+    await world.snapshot(**{**EXTINCTION, "entity_count": 40, "deaths_last_period": 45, "death_starvation": 45})
+    again = await watcher.analyze()
+    assert again.status == GO and again.anomaly.severity == "critical"  # cooldown ignored
+    messages = await feed_messages(feed, "anomaly_detected")
+    assert [m["trigger_id"] for m in messages] == [crit.trigger_id, again.trigger_id]
+    assert (await wait_task(redis_client, again.task_id)).severity.value == "critical"
+
+
+async def test_trigger_storm_opens_the_circuit_breaker(settings, redis_client, feed, make_watcher):
+    watcher = make_watcher()
+    world = World(redis_client, settings.engine.snapshot_interval)
+    await world.snapshot()
+    statuses = []
+    for i in range(7):
+        await world.snapshot()  # 200 entities, then 90: a mass extinction each time
+        await world.snapshot(**EXTINCTION)
+        statuses.append((await watcher.analyze()).status)
+    assert statuses == [GO] * 5 + [TRIPPED, PAUSED]
+    assert await redis_client.get(keys.WATCHER_CIRCUIT_BREAKER) == b"1"
+    assert 295 <= await redis_client.ttl(keys.WATCHER_CIRCUIT_BREAKER) <= 300
+    messages = await feed_messages(feed)
+    assert [m["action"] for m in messages] == ["anomaly_detected"] * 5 + ["circuit_breaker_activated"]
+    assert "paused for 5 minutes" in messages[-1]["message"]
+    assert messages[-1]["timestamp"] == pytest.approx(time.time(), abs=5)
+    # The window counter starts over once the breaker closes.
+    await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER)
+    await world.snapshot()
+    await world.snapshot(**EXTINCTION)
+    assert (await watcher.analyze()).status == GO
+    assert int(await redis_client.get(keys.WATCHER_TRIGGER_COUNTER)) == 1
+
+
+async def test_operator_forces_a_trigger(settings, redis_client, feed, http, make_watcher, operator_http):
+    await redis_client.delete(keys.WATCHER_FORCED_COUNTER)  # forced triggers of earlier modules (the fuzz)
+    assert (await operator_http.post("/api/evolution/trigger", json={})).json()["error"] == "NO_SNAPSHOT"
+    for bad, field in (({"anomaly_type": "boredom"}, "anomaly_type"), ({"severity": "urgent"}, "severity"),
+                       ({"ttl": 5}, "ttl")):
+        response = await operator_http.post("/api/evolution/trigger", json=bad)
+        assert response.status_code == 422, response.text
+        assert field in response.text
+    world = World(redis_client, settings.engine.snapshot_interval)
+    await world.snapshot()
+    await world.snapshot()
+    response = await operator_http.post("/api/evolution/trigger", json={})
+    assert response.status_code == 409 and response.json()["error"] == "NO_ANOMALY"
+
+    response = await operator_http.post("/api/evolution/trigger", json={"anomaly_type": "overpopulation"})
+    assert response.status_code == 202, response.text
+    body = response.json()
+    assert body["problem_type"] == "overpopulation" and body["severity"] == "medium" and body["task_severity"] == "high"
+    assert body["suggested_area"] == "physics" and body["tick"] == world.tick
+    report = await redis_client.hgetall(body["report_key"])
+    assert report[b"forced"] == b"1" and report[b"task_id"].decode() == body["task_id"]
+    task = await wait_task(redis_client, body["task_id"])
+    assert task.problem_type == "overpopulation" and task.source == "watcher"
+    [message] = await feed_messages(feed, "anomaly_detected")
+    assert message["trigger_id"] == body["trigger_id"] and message["forced"] is True
+    try:
+        again = await operator_http.post("/api/evolution/trigger", json={"anomaly_type": "overpopulation"})
+        assert again.status_code == 409 and again.json()["error"] == "WATCHER_COOLDOWN"
+    finally:
+        await make_watcher().redis.delete(cooldown_key("overpopulation"))
+        await operator_http.post(f"/api/agents/tasks/{body['task_id']}/resolve", json={"reason": "test over"})

@@ -1,1 +1,0 @@
-"""``python -m watcher``: the Watcher process (the logic is in genesis/watcher.py)."""
