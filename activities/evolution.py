@@ -7,6 +7,7 @@ by the workflow's retry policy; ``LLM_OFF``, ``LLM_BAD_REPLY`` and ``LLM_UNPARSE
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import asdict
@@ -200,7 +201,7 @@ class EvolutionActivities:
         code = prompts.extract_code(text)
         if not code.strip():
             raise _expected("Coder: the answer holds no code", UNPARSEABLE)
-        result = gatekeeper.validate(plan.trait_name or "", code)
+        result = await asyncio.to_thread(gatekeeper.validate, plan.trait_name or "", code)  # CPU work: off the loop
         return CoderResult(
             code=code, ok=result.ok, failure_code=result.failure_code,
             error=None if result.ok else f"{result.failure_code}: {result.validation_log[-1]}",

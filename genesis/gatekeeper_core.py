@@ -1,8 +1,6 @@
 """AST gatekeeper: steps 2-10 of the mutation validation pipeline (open-mutation-api seed).
 
-The implementation behind ``genesis.gatekeeper``: plain Python that is also compiled with
-Cython into ``genesis._gatekeeper_native`` (scripts/build_native.py; typing in the .pxd of the
-same name); ``genesis.gatekeeper`` imports the compiled module when it is built and current.
+The implementation behind ``genesis.gatekeeper``.
 
 Pure and fast: no I/O, never executes the submitted code. ``validate`` parses once, then makes
 one pass over the tree (``_Scanner``) that gathers the facts for steps 3-5, 7 and 10 and the
