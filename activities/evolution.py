@@ -22,9 +22,10 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+import gatekeeper
 from activities import names
 from engine.loop import world_params as configured_world_params
-from genesis import gatekeeper, world_params
+from genesis import world_params
 from evolution import prompts
 from evolution import feed
 from evolution import llm

@@ -12,9 +12,9 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+import gatekeeper
 from activities import names
 from activities.metrics import STATUS_TRANSITIONS
-from genesis import gatekeeper
 from pipeline import ratelimit
 from genesis.db.models import Mutation
 from genesis.dto import (

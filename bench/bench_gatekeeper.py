@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from genesis.gatekeeper import validate  # noqa: E402
+from gatekeeper import validate  # noqa: E402
 
 TARGET_VALIDATIONS_PER_SEC = 2000
 ROUNDS = 7

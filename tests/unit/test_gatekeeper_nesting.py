@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from genesis import gatekeeper
+import gatekeeper
 
 ROOT = Path(__file__).resolve().parents[2]
 STUB = "class BaseTrait:\n    pass\n\n\nclass DeepTrait(BaseTrait):\n    async def execute(self, entity) -> None:\n"
@@ -75,7 +75,7 @@ def test_nesting_near_the_limit_is_analysed() -> None:
 
 CRASH_PROBE = textwrap.dedent("""
     import json, sys, threading
-    from genesis import gatekeeper
+    import gatekeeper
     from tests.unit.test_gatekeeper_nesting import DEEP, NEAR_LIMIT
     threading.stack_size(int(sys.argv[1]) * 1024)
     outcomes = {}
