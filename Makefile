@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-unit lint format services venv native bench image clean-state help lock
+.PHONY: run test test-unit lint format services venv bench image clean-state help lock
 
 help:
 	@echo "make run       start every service, then the worker, the engine and the API (Ctrl-C stops them)"
@@ -17,7 +17,7 @@ help:
 	@echo "make lock      regenerate requirements.lock (pins with hashes) from pyproject.toml"
 	@echo "make services  only install/start Docker, Redis, Postgres, Temporal; migrate; build the sandbox image"
 
-venv: $(STAMP) native
+venv: $(STAMP)
 
 # requirements.lock pins every package of the venv with its hashes (pip refuses a download whose
 # hash is not listed); genesis itself is installed on top without dependencies.
@@ -28,26 +28,14 @@ $(STAMP): requirements.lock pyproject.toml
 	@touch $@
 
 # The lock is generated, never edited: it resolves pyproject.toml's runtime dependencies and the
-# extras `make venv` needs (tests, benchmarks, the GEPA adapter, the Cython build, uv itself) for
+# extras `make venv` needs (tests, benchmarks, the GEPA adapter, uv itself) for
 # CPython 3.11 on Linux. Versions already in the lock are kept; to move one on, run e.g.
 # `make lock LOCK_UPGRADE="--upgrade-package NAME"` (or `--upgrade` for all).
-LOCK_EXTRAS := test bench gepa native lock
+LOCK_EXTRAS := test bench gepa lock
 lock: $(STAMP)
 	$(VENV)/bin/uv pip compile --quiet pyproject.toml $(addprefix --extra ,$(LOCK_EXTRAS)) \
 	  --python-version 3.11 --python-platform linux --generate-hashes \
 	  --custom-compile-command "make lock" $(LOCK_UPGRADE) -o requirements.lock
-
-# The compiled gatekeeper (Cython, scripts/build_native.py): about a minute when its sources
-# changed, instant when current. gcc and Python's headers are installed first when missing;
-# without them the build is skipped and Genesis runs the pure-Python gatekeeper (logged).
-# The same script compiles the engine's grid queries (engine/grid_kernels.pyx, ~10 s; without
-# them the engine runs sensing.py's numpy queries, same results, slower).
-PYTHON_H = $(shell test -x $(PY) && $(PY) -c 'import sysconfig; print(sysconfig.get_paths()["include"])')/Python.h
-native: $(STAMP)
-	@test -f $(PYTHON_H) && command -v gcc >/dev/null || { [ "$$(id -u)" = 0 ] \
-	  && echo "installing gcc and python3.11-dev for the compiled gatekeeper" \
-	  && apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc python3.11-dev >/dev/null; } || true
-	$(PY) scripts/build_native.py
 
 services: venv
 	@bash scripts/services.sh
@@ -91,7 +79,6 @@ bench: services
 	$(PY) -m bench.bench_api
 	$(PY) -m bench.engine --entities 500,5000 --traits 3 --ticks 300 --compare-mesa
 	$(PY) -m bench.soak --minutes 10 --traits 60 --agents 20
-	$(PY) -m bench.grid_kernels
 	$(PY) -m bench.bench_gepa
 
 image: venv

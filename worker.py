@@ -24,7 +24,6 @@ from gepa_steps.activities import GepaActivities
 from genesis import gc_tuning
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
-from genesis.gatekeeper_pool import GatekeeperPool
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics, temporal_sdk_runtime
 from genesis.temporal import connect
@@ -42,10 +41,7 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
     answers never hold the slots sandbox tests need)."""
     sessions = get_sessionmaker(settings.database_url)
     redis = aioredis.from_url(settings.redis_url, socket_timeout=5)
-    # Proposals are validated in helper processes (GENESIS_GATEKEEPER_PROCESSES; 0: in this one).
-    gatekeeper_pool = GatekeeperPool(settings.gatekeeper_processes) if settings.gatekeeper_processes else None
-    records = MutationRecordActivities(sessions, redis, gatekeeper_pool)
-    sandbox.record_verdicts(records.record, asyncio.get_running_loop())
+    records = MutationRecordActivities(sessions, redis)
     lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir)
     webhooks = WebhookActivities(settings)
     task_activities = TaskActivities(redis)
@@ -55,7 +51,6 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
         task_queue=settings.task_queue,
         workflows=WORKFLOWS,
         activities=[
-            records.validate_mutation,
             records.validate_and_record_mutation,
             records.record_mutation_status,
             sandbox.run_sandbox_test,

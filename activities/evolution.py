@@ -7,6 +7,7 @@ by the workflow's retry policy; ``LLM_OFF``, ``LLM_BAD_REPLY`` and ``LLM_UNPARSE
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import asdict
@@ -21,9 +22,10 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
+import gatekeeper
 from activities import names
 from engine.loop import world_params as configured_world_params
-from genesis import gatekeeper, world_params
+from genesis import world_params
 from evolution import prompts
 from evolution import feed
 from evolution import llm
@@ -200,7 +202,7 @@ class EvolutionActivities:
         code = prompts.extract_code(text)
         if not code.strip():
             raise _expected("Coder: the answer holds no code", UNPARSEABLE)
-        result = gatekeeper.validate(plan.trait_name or "", code)
+        result = await asyncio.to_thread(gatekeeper.validate, plan.trait_name or "", code)  # CPU work: off the loop
         return CoderResult(
             code=code, ok=result.ok, failure_code=result.failure_code,
             error=None if result.ok else f"{result.failure_code}: {result.validation_log[-1]}",

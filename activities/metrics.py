@@ -19,7 +19,6 @@ from activities import names
 
 # Activity -> pipeline stage (validate → sandbox → activate → … rollback).
 STAGES = {
-    names.VALIDATE_MUTATION: "validate",
     names.VALIDATE_AND_RECORD_MUTATION: "validate",
     names.RUN_SANDBOX_TEST: "sandbox",
     names.ACTIVATE_TRAIT: "activate",
@@ -45,8 +44,8 @@ VALIDATIONS = Counter(
     "genesis_mutation_validations", "Gatekeeper + dedupe results: ok or the failure code (AST_*, DUPLICATE_CODE)",
     ["verdict"],
 )
-# Counted where the writes happen (MutationRecordActivities.record): by the status activity, the
-# validation activity and the sandbox activity's early verdict.
+# Counted where the writes happen (MutationRecordActivities.record): by the status activity and
+# the validation activity, both with the records their workflow hands them.
 STATUS_TRANSITIONS = Counter(
     "genesis_mutation_status_transitions", "Mutation status writes by the new status", ["status"],
 )
@@ -71,7 +70,7 @@ def record(activity_type: str, args: tuple, seconds: float, outcome: str) -> Non
     if activity_type == names.RUN_SANDBOX_TEST:
         SANDBOX_VERDICTS.labels(outcome).inc()
         SANDBOX_SECONDS.labels(outcome).observe(seconds)
-    elif activity_type in (names.VALIDATE_MUTATION, names.VALIDATE_AND_RECORD_MUTATION) and outcome != INFRASTRUCTURE_ERROR:
+    elif activity_type == names.VALIDATE_AND_RECORD_MUTATION and outcome != INFRASTRUCTURE_ERROR:
         VALIDATIONS.labels(outcome).inc()
 
 

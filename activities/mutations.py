@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timezone
 
 import redis.asyncio as aioredis
@@ -11,12 +12,11 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+import gatekeeper
 from activities import names
 from activities.metrics import STATUS_TRANSITIONS
-from genesis import gatekeeper
 from pipeline import ratelimit
 from genesis.db.models import Mutation
-from genesis.gatekeeper_pool import GatekeeperPool
 from genesis.dto import (
     FailureCode,
     MutationInput,
@@ -32,37 +32,26 @@ DEDUPLICATION_OK = "Deduplication: OK"
 
 
 class MutationRecordActivities:
-    def __init__(
-        self, sessions: async_sessionmaker, redis: aioredis.Redis | None = None,
-        gatekeeper_pool: GatekeeperPool | None = None,
-    ):
+    def __init__(self, sessions: async_sessionmaker, redis: aioredis.Redis | None = None):
         self._sessions = sessions
         self._redis = redis  # releases the agent's active-mutation slot (rate limits) at the end
-        # Validations in helper processes (every core); None: in this process, on the event loop.
-        self._gatekeeper_pool = gatekeeper_pool
-
-    @activity.defn(name=names.VALIDATE_MUTATION)
-    async def validate_mutation(self, mutation: MutationInput) -> ValidationOutcome:
-        """Steps 2-10 (pure AST checks), then step 11: claim the code hash in Postgres.
-
-        A rejection is a non-retryable ApplicationError whose type is the failure code and whose
-        details carry the ValidationOutcome (with the validation log)."""
-        return await self._validate(mutation)
 
     @activity.defn(name=names.VALIDATE_AND_RECORD_MUTATION)
     async def validate_and_record_mutation(self, request: ValidationRequest) -> ValidationOutcome:
-        """The workflow's first three steps in one local activity (each costs the workflow ~10 ms
-        of dispatch on its own): record ``request.accepted``, validate as
-        :meth:`validate_mutation`, and if the code passes, record status validating with its
-        log and ``request.next_line`` in the transaction that claims its code hash."""
+        """The workflow's first three steps in one local activity (each would cost the workflow
+        ~10 ms of dispatch on its own): record ``request.accepted``; steps 2-10 (pure AST checks),
+        then step 11, claiming the code hash in Postgres; and if the code passes, record status
+        validating with its log and ``request.next_line`` in the transaction that claims its hash.
+
+        A rejection is a non-retryable ApplicationError whose type is the failure code and whose
+        details carry the ValidationOutcome (with the validation log)."""
         await self.record(request.accepted)
         return await self._validate(request.mutation, request.next_line)
 
-    async def _validate(self, mutation: MutationInput, next_line: str | None = None) -> ValidationOutcome:
-        if self._gatekeeper_pool is not None:
-            result = await self._gatekeeper_pool.validate(mutation.trait_name, mutation.code)
-        else:
-            result = gatekeeper.validate(mutation.trait_name, mutation.code)
+    async def _validate(self, mutation: MutationInput, next_line: str) -> ValidationOutcome:
+        # A validation is CPU work (~0.5 ms for a 2 KB trait, more for large ones): in a thread, so
+        # the worker's event loop keeps serving workflow tasks and heartbeats meanwhile.
+        result = await asyncio.to_thread(gatekeeper.validate, mutation.trait_name, mutation.code)
         outcome = ValidationOutcome(
             ok=result.ok,
             failure_code=result.failure_code,
@@ -72,15 +61,14 @@ class MutationRecordActivities:
         )
         if result.ok:
             passed = [*outcome.validation_log, DEDUPLICATION_OK]
-            recorded = None if next_line is None else _record_values(StatusUpdate(
+            recorded = _record_values(StatusUpdate(
                 mutation_id=mutation.mutation_id, status=MutationStatus.validating,
                 validation_log=[*passed, next_line], class_name=result.class_name,
             ))
             holder = await self._claim_code_hash(mutation.mutation_id, result.code_hash, recorded)
             if holder is None:
                 outcome.validation_log = passed
-                if recorded is not None:
-                    STATUS_TRANSITIONS.labels(MutationStatus.validating.value).inc()
+                STATUS_TRANSITIONS.labels(MutationStatus.validating.value).inc()
             else:
                 outcome.ok = False
                 outcome.failure_code = FailureCode.DUPLICATE_CODE.value
@@ -94,7 +82,7 @@ class MutationRecordActivities:
             )
         return outcome
 
-    async def _claim_code_hash(self, mutation_id: str, code_hash: str, recorded: dict | None = None) -> Mutation | None:
+    async def _claim_code_hash(self, mutation_id: str, code_hash: str, recorded: dict) -> Mutation | None:
         """Take the live slot for this code hash (writing ``recorded`` with it); return the other
         mutation holding it, if any (then nothing is written)."""
         async with self._sessions() as session:
@@ -102,7 +90,7 @@ class MutationRecordActivities:
                 await session.execute(
                     update(Mutation)
                     .where(Mutation.mutation_id == mutation_id)
-                    .values(code_hash=code_hash, holds_code_hash=True, **(recorded or {}))
+                    .values(code_hash=code_hash, holds_code_hash=True, **recorded)
                 )
                 await session.commit()
                 return None
@@ -121,7 +109,7 @@ class MutationRecordActivities:
         await self.record(change)
 
     async def record(self, change: StatusUpdate) -> None:
-        """Write a status change (also the sandbox activity's early write of its verdict)."""
+        """Write a status change the workflow made (its status activity and its validation activity)."""
         async with self._sessions() as session:
             agent_id = await session.scalar(
                 update(Mutation).where(Mutation.mutation_id == change.mutation_id).values(**_record_values(change))

@@ -1,8 +1,7 @@
 """Activity names: the only thing workflows need to know about activities."""
 
-VALIDATE_MUTATION = "validate_mutation"
 RECORD_MUTATION_STATUS = "record_mutation_status"
-# validate_mutation with its two records (validating; then the log) in the same local activity
+# the gatekeeper and dedupe with their two records (validating; then the log) in one local activity
 VALIDATE_AND_RECORD_MUTATION = "validate_and_record_mutation"
 RUN_SANDBOX_TEST = "run_sandbox_test"
 ACTIVATE_TRAIT = "activate_trait"

@@ -7,13 +7,11 @@ compares tick time against a baseline run of the same world without the trait.
 
 from __future__ import annotations
 
-import asyncio
 import functools
-import logging
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import Awaitable, Callable, Protocol
+from typing import Callable, Protocol
 
 import docker
 from docker.errors import ImageNotFound
@@ -22,7 +20,7 @@ from temporalio import activity
 from activities import names
 from engine.world import World, WorldParams
 from genesis.config import Settings
-from genesis.dto import FailureCode, SandboxReport, SandboxRequest, StatusUpdate, sandbox_verdict_update
+from genesis.dto import FailureCode, SandboxReport, SandboxRequest
 from sandbox import image
 from sandbox.container import (
     HostCrashed,
@@ -36,12 +34,9 @@ from genesis.trait_wire import MalformedIntents, decode_intent_groups
 from sandbox.pool import WarmPool
 
 HOST_START_DEADLINE_S = 20.0  # first answer includes container start on a busy machine
-RECORD_TIMEOUT_S = 10.0
 LOST_TICK_RETRIES = 3  # a tick the busy machine kept from finishing is run again
 MEMORY_FROM_TICK = 10  # memory growth is measured from here (start-up allocations are done)
 BYTES_PER_BLOCK = 64  # a generous mean size of one of Python's memory blocks
-
-log = logging.getLogger("genesis.activities.sandbox")
 
 
 def test_world_params() -> WorldParams:
@@ -279,8 +274,6 @@ class SandboxActivities:
         self._settings = settings
         self._client = docker.from_env(timeout=60)
         self.pool: WarmPool | None = None
-        self._record: Callable[[StatusUpdate], Awaitable[None]] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         if settings.sandbox.pool_size > 0:
             self.pool = WarmPool(
                 self._client, image.ensure(self._client), IsolationLimits.from_settings(settings),
@@ -291,33 +284,15 @@ class SandboxActivities:
         if self.pool is not None:
             self.pool.close()
 
-    def record_verdicts(self, record: Callable[[StatusUpdate], Awaitable[None]], loop: asyncio.AbstractEventLoop) -> None:
-        """Write each verdict with ``record`` (a coroutine run on ``loop``, the worker's) the
-        moment a test ends, for requests that carry the log before it."""
-        self._record, self._loop = record, loop
-
-    def _record_verdict(self, request: SandboxRequest, report: SandboxReport) -> None:
-        """The verdict visible in the mutation's status now rather than after the workflow's next
-        task (``report.recorded`` then tells the workflow it is written). A failed write is only
-        logged: the workflow then writes the record itself, with its retries."""
-        if request.log_before_verdict is None or self._record is None or self._loop is None:
-            return
-        update = sandbox_verdict_update(request.mutation_id, report, request.log_before_verdict, request.final_if_ok)
-        try:
-            asyncio.run_coroutine_threadsafe(self._record(update), self._loop).result(RECORD_TIMEOUT_S)
-            report.recorded = True
-        except Exception as exc:
-            log.warning("could not record the sandbox verdict of %s early: %s", request.mutation_id, exc)
-
     @activity.defn(name=names.RUN_SANDBOX_TEST)
     def run_sandbox_test(self, request: SandboxRequest) -> SandboxReport:
-        """Sync activity (the Docker SDK blocks) on the worker's thread pool, with heartbeats."""
+        """Sync activity (the Docker SDK blocks) on the worker's thread pool, with heartbeats.
+        Returns the verdict and writes nothing: the mutation's status is its workflow's to record."""
         info = activity.info()
         activity.logger.info("sandbox test of %s, attempt %d", request.mutation_id, info.attempt)
         report = run_trial(
             request, self._settings, self._client, heartbeat=activity.heartbeat,
             hosts=self.pool,
         )
-        self._record_verdict(request, report)
         activity.logger.info("sandbox verdict %s for %s: %s", report.verdict, request.mutation_id, report.summary)
         return report

@@ -29,6 +29,7 @@ from api import (
     routes_webhooks,
     routes_world,
 )
+from api import admission
 from gepa_steps import api as routes_gepa
 from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
@@ -37,7 +38,7 @@ from api.request_guard import RequestGuard
 from api.metrics import router as metrics_router
 from api.telemetry_hub import TelemetryHub
 from api.workflow_starter import WorkflowStarter
-from genesis import gc_tuning, proposal_store
+from genesis import gc_tuning
 from pipeline.apikeys import load_pepper
 from genesis.config import Settings, get_settings
 from pipeline.webhooks import load_server_secret
@@ -45,8 +46,7 @@ from genesis.db.session import get_engine, get_sessionmaker
 from genesis.logs import configure_logging
 
 MAX_BODY_BYTES = 96 * 1024  # 32 KB of code can grow when JSON-escaped
-PROPOSE_POOL_SIZE = 10  # Postgres connections of the propose path (beside the ORM's pool), opened on demand
-PROPOSE_POOL_WARM = 2  # of which opened at startup: ~100 proposals/s keep 1-3 busy
+WARM_CONNECTIONS = 2  # Postgres connections opened (statements prepared) at startup: ~100 proposals/s keep 1-3 busy
 log = logging.getLogger("genesis.api")
 OPEN_MODE_WARNING = (
     "\n" + "!" * 78 + "\n"
@@ -73,10 +73,10 @@ def _build_lazy_state(app: FastAPI) -> None:
 
 
 async def _warm_connections(services: Services) -> None:
-    """The propose pool's connections and statements, and the Temporal client, opened in the
-    background after start-up. A dependency that is down is not an error here: the requests
+    """Postgres connections with the admission's statements, and the Temporal client, opened in
+    the background after start-up. A dependency that is down is not an error here: the requests
     that need it say so."""
-    steps = (lambda: proposal_store.warm(services.pg, PROPOSE_POOL_WARM), services.temporal)
+    steps = (lambda: admission.warm(services.database, WARM_CONNECTIONS), services.temporal)
     for step in steps:  # each coroutine made when its turn comes: none is left un-awaited if cancelled
         try:
             await step()
@@ -95,6 +95,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             log.warning(OPEN_MODE_WARNING)
         app.state.services = Services(
             settings=settings,
+            database=get_engine(settings.database_url),
             sessions=get_sessionmaker(settings.database_url),
             redis=aioredis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2),
             pepper=load_pepper(settings.api.key_pepper.get_secret_value(), settings.state_dir),
@@ -107,8 +108,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.state.telemetry.start()
         app.state.services.starter = WorkflowStarter(app.state.services)
         app.state.services.starter.start_sweeping()
-        # Propose admits through raw asyncpg statements on a pool of its own (genesis/proposal_store.py)
-        app.state.services.pg = await proposal_store.create_pool(settings.database_url, PROPOSE_POOL_SIZE)
         _build_lazy_state(app)
         await anyio.sleep(0)  # loads anyio's asyncio backend, which Starlette uses to read bodies
         # Last before serving: what start-up built lives as long as the process, and full
@@ -117,11 +116,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         warming = asyncio.create_task(_warm_connections(app.state.services))
         yield
         warming.cancel()
-        await app.state.services.pg.close()
         await app.state.services.starter.close()
         await app.state.telemetry.close()
         await app.state.services.redis.aclose()
-        await get_engine(settings.database_url).dispose()
+        await app.state.services.database.dispose()
 
     app = FastAPI(
         title="Genesis",
@@ -141,6 +139,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                        per_path={routes_batch.BATCH_PATH: MAX_BODY_BYTES * settings.batch_max_items,
                                  routes_gepa.EXECUTE_STEP_PATH: settings.gepa.max_body_bytes})
     app.include_router(routes_mutations.router)
+    app.include_router(routes_batch.router)
     app.include_router(routes_agents.router)
     app.include_router(routes_webhooks.router)
     app.include_router(routes_context.router)

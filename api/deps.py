@@ -6,9 +6,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-import asyncpg
 import redis.asyncio as aioredis
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 from temporalio.client import Client
 
 from api.errors import unavailable
@@ -22,12 +21,12 @@ if TYPE_CHECKING:
 @dataclass
 class Services:
     settings: Settings
-    sessions: async_sessionmaker
+    database: AsyncEngine  # the process's one Postgres pool (genesis/db/session.py)
+    sessions: async_sessionmaker  # ORM sessions on ``database``
     redis: aioredis.Redis
     pepper: bytes = b""  # server secret of the API key hashes (pipeline/apikeys.py)
     webhook_secret: bytes = b""  # server secret the agents' webhook secrets derive from (pipeline/webhooks.py)
     starter: "WorkflowStarter | None" = None  # api/workflow_starter.py, set in the app's lifespan
-    pg: asyncpg.Pool | None = None  # the propose path's own pool (genesis/proposal_store.py), set in the lifespan
     _temporal: Client | None = None
     _temporal_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 

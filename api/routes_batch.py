@@ -5,25 +5,27 @@ from __future__ import annotations
 
 import logging
 
-from fastapi import Depends, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from api.admission import accept_proposal
 from api.auth import API_KEY, OPERATOR_KEY, acting_agent, authenticate, operator_of
 from api.errors import ApiError, validation_error_body
 from api.metrics import count_proposal
-from api.routes_mutations import ERRORS, WRITE_ERRORS, accept_proposal, router
+from api.mutation_records import MUTATION_ERRORS, MUTATION_WRITE_ERRORS
 from api.schemas import BatchItemResult, BatchProposeItem, BatchProposeRequest, BatchProposeResponse, ErrorResponse
 
 log = logging.getLogger("genesis.api")
+router = APIRouter(prefix="/api/mutations", tags=["mutations"])
 BATCH_PATH = "/api/mutations/propose/batch"
 
 
 @router.post(
     "/propose/batch", status_code=207, response_model=BatchProposeResponse,
-    responses={**{k: v for k, v in WRITE_ERRORS.items() if k != 404},
+    responses={**{k: v for k, v in MUTATION_WRITE_ERRORS.items() if k != 404},
                422: {"model": ErrorResponse, "description": "Not a batch (no proposals, too many, not a list)"},
-               **{k: v for k, v in ERRORS.items() if k == 413}},
+               **{k: v for k, v in MUTATION_ERRORS.items() if k == 413}},
 )
 async def propose_batch(body: BatchProposeRequest, request: Request, api_key: str | None = Depends(API_KEY),
                         operator_key: str | None = Depends(OPERATOR_KEY)) -> JSONResponse:

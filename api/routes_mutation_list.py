@@ -9,7 +9,7 @@ from fastapi import APIRouter, Query, Request
 from pydantic import BaseModel
 from sqlalchemy import select
 
-from api.routes_mutations import status_response
+from api.mutation_records import status_response
 from api.schemas import AGENT_ID_PATTERN, ErrorResponse, MutationStatusResponse
 from genesis import rules
 from genesis.db.models import Mutation

@@ -18,8 +18,8 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import API_KEY, OPERATOR_KEY
 from api.errors import ApiError, unavailable
+from api.mutation_records import MUTATION_WRITE_ERRORS, load_own_mutation
 from api.params import MutationIdPath
-from api.routes_mutations import WRITE_ERRORS, load_own_mutation
 from api.schemas import ErrorResponse
 from api.schemas_mutation_ops import RetryResponse
 from api.workflow_starter import start_mutation_workflow
@@ -41,7 +41,7 @@ NOT_RETRYABLE = {
 
 @router.post(
     "/{mutation_id}/retry", status_code=202, response_model=RetryResponse,
-    responses={**WRITE_ERRORS, 409: {"model": ErrorResponse, "description":
+    responses={**MUTATION_WRITE_ERRORS, 409: {"model": ErrorResponse, "description":
                "NOT_RETRYABLE (a verdict or a live trait), MUTATION_IN_PROGRESS (its workflow is running)"}},
 )
 async def retry(mutation_id: MutationIdPath, request: Request, api_key: str | None = Depends(API_KEY),

@@ -179,22 +179,3 @@ async def resolve_task(task_id: TaskIdPath, request: Request, body: ResolveReque
         raise unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc, "signalling the task workflow") from exc
     response = ResolveResponse(task_id=task_id, message="The task is being closed")
     return JSONResponse(response.model_dump(), status_code=202)
-
-
-async def check_proposal_claim(request: Request, task_id: str | None, agent_id: str) -> None:
-    """Called by ``POST /api/mutations/propose``: a proposal for a task claimed by another agent is
-    refused (409); one from the claimant renews the claim's lease."""
-    if not task_id:
-        return
-    services = request.app.state.services
-    try:
-        outcome = await tasks.check_proposal(services.redis, task_id, agent_id, services.settings.task.claim_lease_s)
-    except (RedisError, OSError) as exc:
-        raise _redis_down(exc) from exc
-    if outcome.code == tasks.PROPOSAL_CLAIMED_BY_OTHER:
-        raise ApiError(
-            409, "TASK_ALREADY_CLAIMED",
-            f"task {task_id!r} is claimed by agent {outcome.holder!r} for another {outcome.lease_remaining_s:.0f} s; "
-            "only the claimant may propose for it (drop task_id, or wait for the lease to lapse)",
-            headers={"Retry-After": str(max(1, math.ceil(outcome.lease_remaining_s)))},
-        )

@@ -1,37 +1,31 @@
-"""Live traits and their versions: GET /api/traits, GET /api/traits/{trait_name}; and the
-propose-time check of a proposal that modifies a live trait (``replaces``)."""
+"""Live traits and their versions: GET /api/traits, GET /api/traits/{trait_name}. (The
+propose-time check of a proposal that modifies a live trait is part of api/admission.py.)"""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
-import asyncpg
 from fastapi import APIRouter, Query, Request
 from redis.exceptions import RedisError
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.errors import ApiError, unavailable
+from api.mutation_records import quarantine_info, replaces_ref
 from api.schemas import (
     ErrorResponse,
     LiveTraitVersion,
     PendingModification,
-    ProposeRequest,
-    QuarantineInfo,
     TraitDetailResponse,
     TraitsResponse,
     TraitSummary,
     TraitVersionInfo,
-    TraitVersionRef,
     trait_name_problem,
 )
-from genesis import proposal_store
 from evolution import world_metrics
 from genesis.db.models import Mutation, TraitQuarantine, TraitVersion
-from genesis.dto import MutationStatus, TraitRef, terminal_statuses
+from genesis.dto import MutationStatus, terminal_statuses
 from pipeline.quarantines import quarantined, quarantines_of
 
 log = logging.getLogger("genesis.api")
@@ -44,96 +38,9 @@ ERRORS = {
 }
 
 
-# -- propose-time check ----------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class ProposalTarget:
-    """What a proposal does to its trait, as checked at propose time: modify the live version
-    (``replaces``) or add a new trait (``require_new``: activation refuses to overwrite one that
-    went live meanwhile — GENESIS_TRAIT_EXISTS_POLICY=reject); ``approved_by``: the operator who
-    allowed it to replace a version another agent made (activation checks the owner again)."""
-
-    replaces: TraitRef | None = None
-    require_new: bool = False
-    approved_by: str | None = None
-
-    def record_fields(self) -> dict[str, Any]:
-        """Columns of the mutation record."""
-        fields: dict[str, Any] = {"replacement_approved_by": self.approved_by}
-        if self.replaces is not None:
-            fields.update(replaces_trait=self.replaces.trait_name, replaces_version=self.replaces.version)
-        return fields
-
-
-async def check_replacement(services, conn: asyncpg.Connection, body: ProposeRequest, agent_id: str,
-                            operator: str | None = None) -> ProposalTarget:
-    """Called by ``accept_proposal`` (on its connection, genesis/proposal_store.py) before any
-    limit is charged. ``replaces`` must name a live
-    trait (409 TRAIT_NOT_LIVE) at the given version, if any (409 VERSION_CONFLICT); without
-    ``replaces`` a live trait_name is 409 TRAIT_EXISTS unless GENESIS_TRAIT_EXISTS_POLICY=replace.
-    A live version is replaced only by its owner, or with an ``operator``'s approval (the label
-    of the X-Operator-Key that came with it; else 403 NOT_TRAIT_OWNER). The answer only reflects
-    the moment of the proposal: activation checks the version and its owner again."""
-    name = body.trait_name
-    reject_existing = services.settings.trait.exists_policy == "reject"
-    may_replace = body.replaces is not None or not reject_existing
-    approved_by = operator if may_replace else None
-    live = await proposal_store.live_trait(conn, name)
-    if live is not None and may_replace and approved_by is None:
-        check_owner(name, live, agent_id)
-    if body.replaces is None and not reject_existing:
-        return ProposalTarget(approved_by=approved_by)
-    if body.replaces is None:
-        if live is not None:
-            raise ApiError(
-                409, "TRAIT_EXISTS",
-                f"trait '{name}' is live as v{live['version']} (mutation {live['mutation_id']}); to modify it, "
-                f'propose with "replaces": {{"trait_name": "{name}", "version": {live["version"]}}} (read it '
-                f"first: GET /api/traits/{name}), or choose another trait_name for a new trait",
-                extra={"live_version": live["version"]},
-            )
-        return ProposalTarget(require_new=True)
-    if live is None:
-        latest = await proposal_store.latest_trait(conn, name)
-        why = (f"no version of trait '{name}' was ever activated" if latest is None
-               else f"trait '{name}' has no live version (v{latest['version']} is {latest['status']})")
-        raise ApiError(
-            409, "TRAIT_NOT_LIVE",
-            f"{why}: there is nothing to replace; propose it without replaces to add it as a new trait "
-            "(GET /api/traits lists the live traits)",
-        )
-    wanted = body.replaces.version
-    if wanted is not None and wanted != live["version"]:
-        raise ApiError(
-            409, "VERSION_CONFLICT",
-            f"replaces.version is {wanted}, but trait '{name}' is live as v{live['version']} "
-            f"(mutation {live['mutation_id']}); read GET /api/traits/{name} and base your change on "
-            f"v{live['version']}",
-            extra={"live_version": live["version"]},
-        )
-    return ProposalTarget(replaces=TraitRef(trait_name=name, version=wanted), approved_by=approved_by)
-
-
-def check_owner(name: str, live, agent_id: str) -> None:
-    """403 unless ``agent_id`` made the live version ``live`` (proposal_store.live_trait)."""
-    owner = live["agent_id"]
-    if owner == agent_id:
-        return
-    made_by = f"agent '{owner}'" if owner else "no registered agent"
-    raise ApiError(
-        403, "NOT_TRAIT_OWNER",
-        f"trait '{name}' is live as v{live['version']} (mutation {live['mutation_id']}), made by {made_by}: only "
-        f"the agent that made the live version, or an operator (X-Operator-Key), may replace it; propose your "
-        f"variant under another trait_name",
-        extra={"live_version": live["version"], "owner_agent_id": owner},
-    )
-
-
-def db_down(exc: Exception) -> ApiError:
+def _db_down(exc: Exception) -> ApiError:
     return unavailable("DATABASE_UNAVAILABLE", "Postgres", exc)
 
-
-# -- read endpoints --------------------------------------------------------------------------
 
 def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
@@ -168,7 +75,7 @@ async def list_traits(request: Request) -> TraitsResponse:
                 .order_by(TraitVersion.trait_name)
             )).all()
     except (SQLAlchemyError, OSError) as exc:
-        raise db_down(exc) from exc
+        raise _db_down(exc) from exc
     carriers, tick = await _carriers(request)
     return TraitsResponse(
         traits=[
@@ -223,7 +130,7 @@ async def trait_detail(
                 .limit(50)
             )).all()
     except (SQLAlchemyError, OSError) as exc:
-        raise db_down(exc) from exc
+        raise _db_down(exc) from exc
     if not rows:
         raise ApiError(
             404, "TRAIT_NOT_FOUND",
@@ -249,18 +156,6 @@ async def trait_detail(
         carriers=carriers.get(trait_name, 0) if carriers is not None and live is not None else None,
         snapshot_tick=tick,
     )
-
-
-def replaces_ref(record: Mutation) -> TraitVersionRef | None:
-    """The ``replaces`` of a mutation record, as the API shows it."""
-    if record.replaces_trait is None:
-        return None
-    return TraitVersionRef(trait_name=record.replaces_trait, version=record.replaces_version)
-
-
-def quarantine_info(row: TraitQuarantine | None) -> QuarantineInfo | None:
-    """The engine's quarantine record of a version, as the API shows it."""
-    return QuarantineInfo(reason=row.reason, quarantined_at=row.quarantined_at.timestamp()) if row else None
 
 
 def _version_info(row: TraitVersion, mutation: Mutation | None,

@@ -8,7 +8,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
 
-from genesis import gatekeeper, rules
+import gatekeeper
+from genesis import rules
 from pipeline import webhooks
 from genesis.dto import TaskSeverity
 

@@ -49,7 +49,7 @@ import time
 import tracemalloc
 from typing import Any
 
-from genesis import gatekeeper
+import gatekeeper
 from pipeline import registry
 from genesis.config import Settings
 

@@ -10,24 +10,16 @@ bit-identical and deterministic; only the cost changes.
 
 Used for what each entity senses (neighbour count, nearest resource), for eating (nearest
 resource within eat_radius) and for collisions (pairs closer than collision_radius).
-
-The queries run as compiled loops (``engine/grid_kernels.pyx``, built by ``make venv``: no pair
-arrays, several times faster) when that build is current (``KERNELS``), and otherwise as the
-numpy code here (the ``*_numpy`` functions, logged once): the same pairs in the same order with
-the same float operations, so the same answers bit for bit either way.
 """
 
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import numpy as np
-
-from genesis import native
 
 _OFFSETS = [(dx, dy) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
 _X = attrgetter("x")
@@ -39,24 +31,6 @@ _BLOCKS: dict[tuple["Grid", bool], np.ndarray] = {}  # Grid.block() (few distinc
 # nearest()'s two-step search pays when the one-step search would measure at least this many
 # (query, point) pairs (see two_steps_pay).
 TWO_STEPS_MIN_PAIRS = 5000
-# Compiled, a pair costs a few ns and the finer layout's build (~0.1 ms at 5,000 resources)
-# is most of what two steps cost: they pay from ~50,000 pairs (measured on the bench's world:
-# 3,000 entities, ~58,000 pairs, two steps 0.40 ms vs one 0.46 ms; 2,000: 0.42 vs 0.31).
-TWO_STEPS_MIN_PAIRS_COMPILED = 50_000
-# The compiled queries (engine/grid_kernels.pyx), or None: the numpy functions below answer.
-KERNELS = native.compiled("engine.grid_kernels", "the numpy grid queries")
-
-
-@contextmanager
-def numpy_queries() -> Iterator[None]:
-    """Within: the numpy queries answer, compiled or not (the oracle for tests and benchmarks;
-    not thread-safe)."""
-    global KERNELS
-    kept, KERNELS = KERNELS, None
-    try:
-        yield
-    finally:
-        KERNELS = kept
 
 
 @dataclass
@@ -169,37 +143,6 @@ def pairs(qx: np.ndarray, qy: np.ndarray, lay: Layout, forward: bool = False) ->
 def nearest(qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float,
             near: Layout | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per query: the id of the nearest point with ``dx*dx + dy*dy <= radius**2`` (ties by
-    lower id; -1 if none), and its dx, dy (NaN if none); ``near``: see :func:`nearest_numpy`."""
-    if KERNELS is None:
-        return nearest_numpy(qx, qy, lay, radius, near)
-    n = len(qx)
-    found = np.full(n, -1, dtype=np.int64)
-    ndx = np.full(n, np.nan)
-    ndy = np.full(n, np.nan)
-    if n:
-        if near is not None and near.grid.inv > lay.grid.inv:
-            close = near.grid.cell * 0.99
-            _nearest_kernel(qx, qy, near, close * close, found, ndx, ndy)
-        _nearest_kernel(qx, qy, lay, radius * radius, found, ndx, ndy)  # those not found yet
-    return found, ndx, ndy
-
-
-def _query_cells(grid: Grid, qx: np.ndarray, qy: np.ndarray) -> np.ndarray:
-    qcx, qcy = grid.cells_of(qx, qy)
-    return qcy * grid.cols + qcx
-
-
-def _nearest_kernel(qx: np.ndarray, qy: np.ndarray, lay: Layout, r2: float, found: np.ndarray,
-                    ndx: np.ndarray, ndy: np.ndarray) -> None:
-    qx, qy = np.ascontiguousarray(qx), np.ascontiguousarray(qy)
-    grid = lay.grid
-    KERNELS.nearest(qx, qy, _query_cells(grid, qx, qy), lay.x, lay.y, lay.ids, lay.start, grid.cols, grid.rows,
-                    r2, found, ndx, ndy)
-
-
-def nearest_numpy(qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float,
-                  near: Layout | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per query: the id of the nearest point with ``dx*dx + dy*dy <= radius**2`` (ties by
     lower id; -1 if none), and its dx, dy (NaN if none).
 
     ``near``: the same points on a finer grid (cell <= radius): every query first looks only at
@@ -208,10 +151,10 @@ def nearest_numpy(qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float,
     pass it only where that pays, see :func:`two_steps_pay`). Same answers either way."""
     if near is not None and near.grid.inv > lay.grid.inv and len(qx):
         close = near.grid.cell * 0.99  # well inside the 3x3 block, whatever the rounding
-        found, ndx, ndy = nearest_numpy(qx, qy, near, close)
+        found, ndx, ndy = nearest(qx, qy, near, close)
         far = (found < 0).nonzero()[0]
         if len(far):
-            found[far], ndx[far], ndy[far] = nearest_numpy(qx[far], qy[far], lay, radius)
+            found[far], ndx[far], ndy[far] = nearest(qx[far], qy[far], lay, radius)
         return found, ndx, ndy
     n = len(qx)
     found = np.full(n, -1, dtype=np.int64)
@@ -249,22 +192,12 @@ def two_steps_pay(queries: int, lay: Layout) -> bool:
     when the one-step search would measure many pairs (``TWO_STEPS_MIN_PAIRS``; measured on
     this machine: with fewer, e.g. 5,000 queries among 40-100 resources on the bench's world,
     or 500 among 500, one step is faster; with more, e.g. 5,000 among 300 or 1,000 among 300 on
-    800 x 600, two are; with the compiled queries, ``TWO_STEPS_MIN_PAIRS_COMPILED``)."""
+    800 x 600, two are)."""
     grid = lay.grid
-    least = TWO_STEPS_MIN_PAIRS if KERNELS is None else TWO_STEPS_MIN_PAIRS_COMPILED
-    return queries * len(lay) * 9 >= least * grid.cols * grid.rows
+    return queries * len(lay) * 9 >= TWO_STEPS_MIN_PAIRS * grid.cols * grid.rows
 
 
 def neighbour_counts(lay: Layout, radius: float) -> np.ndarray:
-    """For every point (in the order of the arrays the layout was built from), how many other
-    points are within ``radius``: see :func:`neighbour_counts_numpy`."""
-    if KERNELS is None:
-        return neighbour_counts_numpy(lay, radius)
-    return KERNELS.neighbour_counts(lay.x, lay.y, lay.keys, lay.index, lay.start, lay.grid.cols, lay.grid.rows,
-                                    radius * radius)
-
-
-def neighbour_counts_numpy(lay: Layout, radius: float) -> np.ndarray:
     """For every point (in the order of the arrays the layout was built from), how many other
     points are within ``radius`` (``dx*dx + dy*dy <= radius**2``). Each pair of points in two
     different cells is measured once and counted for both (``a - b`` is exactly ``-(b - a)``, so
@@ -307,14 +240,6 @@ def sense(qx: np.ndarray, qy: np.ndarray, entities: Layout, resources: Layout, s
 
 def count_within(qx: np.ndarray, qy: np.ndarray, lay: Layout, r2: float) -> np.ndarray:
     """Per query, the points of its cell's 3x3 block with ``dx*dx + dy*dy <= r2`` (int64)."""
-    if KERNELS is None:
-        return count_within_numpy(qx, qy, lay, r2)
-    qx, qy = np.ascontiguousarray(qx), np.ascontiguousarray(qy)
-    grid = lay.grid
-    return KERNELS.count_within(qx, qy, _query_cells(grid, qx, qy), lay.x, lay.y, lay.start, grid.cols, grid.rows, r2)
-
-
-def count_within_numpy(qx: np.ndarray, qy: np.ndarray, lay: Layout, r2: float) -> np.ndarray:
     pq, pi = pairs(qx, qy, lay)
     dx = lay.x[pi] - qx[pq]
     dy = lay.y[pi] - qy[pq]
@@ -324,15 +249,8 @@ def count_within_numpy(qx: np.ndarray, qy: np.ndarray, lay: Layout, r2: float) -
 
 def close_pairs(lay: Layout, radius: float) -> tuple[np.ndarray, np.ndarray]:
     """Every pair of points closer than ``radius`` (``dx*dx + dy*dy < radius**2``), once, as
-    (lower-id index, higher-id index) into the arrays the layout was built from."""
-    if KERNELS is None:
-        return close_pairs_numpy(lay, radius)
-    return KERNELS.close_pairs(lay.x, lay.y, lay.ids, lay.keys, lay.index, lay.start, lay.grid.cols, lay.grid.rows,
-                               radius * radius)
-
-
-def close_pairs_numpy(lay: Layout, radius: float) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`close_pairs` as numpy code: the pairs of every 3x3 block, filtered."""
+    (lower-id index, higher-id index) into the arrays the layout was built from: the pairs of
+    every 3x3 block, filtered."""
     pq, pi = pairs(lay.x, lay.y, lay)
     ids = lay.ids
     upper = ids[pi] > ids[pq]

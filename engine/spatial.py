@@ -69,13 +69,6 @@ class SpatialGrid:
                 bucket.remove(item)
                 return
 
-    def rebuild(self, items: Any) -> None:
-        self.cells = {}
-        for item in items:
-            self.insert(item)
-
-    # -- queries ----------------------------------------------------------------------------
-
     def candidates(self, x: float, y: float, r: float) -> list[Any]:
         """Items in every cell overlapping the square [x-r, x+r] x [y-r, y+r].
 
@@ -101,34 +94,6 @@ class SpatialGrid:
             base = cy * cols
             for cx in range(cx0, cx1 + 1):
                 bucket = cells.get(base + cx)
-                if bucket:
-                    out.extend(bucket)
-        return out
-
-    def cell_of(self, x: float, y: float) -> tuple[int, int]:
-        """(column, row) of the cell holding (x, y), clamped to the grid."""
-        cx = int(x * self.inv)
-        cy = int(y * self.inv)
-        if cx < 0:
-            cx = 0
-        elif cx >= self.cols:
-            cx = self.cols - 1
-        if cy < 0:
-            cy = 0
-        elif cy >= self.rows:
-            cy = self.rows - 1
-        return cx, cy
-
-    def block(self, cx: int, cy: int) -> list[Any]:
-        """Items in the 3x3 cells around (cx, cy): a superset of everything within one cell
-        size of any point in that cell."""
-        cells = self.cells
-        cols = self.cols
-        out: list[Any] = []
-        for row in range(max(cy - 1, 0), min(cy + 1, self.rows - 1) + 1):
-            base = row * cols
-            for col in range(max(cx - 1, 0), min(cx + 1, cols - 1) + 1):
-                bucket = cells.get(base + col)
                 if bucket:
                     out.extend(bucket)
         return out

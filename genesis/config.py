@@ -440,9 +440,6 @@ class Settings(BaseSettings):
         default=60.0, gt=0, description="Shortest interval a periodic improvement schedule may have.")
     metrics_host: str = Field(
         default="127.0.0.1", description="Address the engine's and the worker's `/metrics` servers listen on.")
-    gatekeeper_processes: int = Field(
-        default=2, ge=0, le=64,
-        description="Helper processes the worker's validation hands proposals to; 0: validate in the worker itself.")
 
     temporal: TemporalSettings = Field(default_factory=TemporalSettings, title='Temporal',
         description='The Temporal server every process talks to.')

@@ -111,12 +111,6 @@ class SandboxRequest(BaseModel):
     trait_name: str
     class_name: str
     code: str
-    # When set, the activity records its verdict in the mutation record as soon as the test ends
-    # (the log so far, then the verdict's line; see sandbox_verdict_update), ~40-80 ms before the
-    # workflow's next task could (SandboxReport.recorded). ``final_if_ok``: sandbox_ok ends the
-    # mutation.
-    log_before_verdict: list[str] | None = None
-    final_if_ok: bool = False
 
 
 class SandboxReport(BaseModel):
@@ -142,9 +136,6 @@ class SandboxReport(BaseModel):
     memory_blocks_per_tick: float = 0.0
     image: str | None = None
     container_id: str | None = None
-    # The activity wrote this verdict into the mutation record itself (SandboxRequest.
-    # log_before_verdict): the workflow need not write it again. Not part of the stored report.
-    recorded: bool = False
 
     @property
     def passed(self) -> bool:
@@ -425,22 +416,3 @@ class ParamsRevert(BaseModel):
     workflow_id: str
     previous_overrides: dict[str, float]
     reason: str
-
-
-def sandbox_verdict_update(mutation_id: str, report: SandboxReport, log_before: list[str],
-                           final_if_ok: bool) -> StatusUpdate:
-    """The mutation record after its sandbox test: sandbox_ok, or rejected with the SANDBOX_*
-    code; the log ends with the verdict's line. Built by the workflow and by the sandbox
-    activity alike, so both write the same record."""
-    sandbox_report = report.model_dump(exclude={"recorded"})
-    if report.verdict == "ok":
-        return StatusUpdate(
-            mutation_id=mutation_id, status=MutationStatus.sandbox_ok,
-            validation_log=[*log_before, f"Sandbox: OK — {report.summary}"],
-            sandbox_report=sandbox_report, final=final_if_ok,
-        )
-    return StatusUpdate(
-        mutation_id=mutation_id, status=MutationStatus.rejected, failure_reason_code=report.verdict,
-        validation_log=[*log_before, f"Sandbox: FAILED — {report.verdict}: {report.summary}"],
-        sandbox_report=sandbox_report, final=True,
-    )

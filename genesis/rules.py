@@ -1,12 +1,13 @@
 """Sandbox rules v3: what submitted trait code may contain.
 
-One source of truth for the AST gatekeeper (``genesis.gatekeeper``), the sandbox and
+One source of truth for the AST gatekeeper (``gatekeeper/``), the sandbox and
 ``GET /api/agents/context/sandbox-api``. Bump ``SANDBOX_RULES_VERSION`` whenever the imports,
 banned names/attributes, entity API, timeout or the ``execute`` signature change, so agents
 that cache the rules refresh them.
 
 The gatekeeper is the first line only; the boundary is the sandbox container (DESIGN.md,
-"Untrusted code never runs in a trusted process").
+"Untrusted code never runs in a trusted process"). Its own data (messages, hints, the bounds of
+its analysis) is in ``gatekeeper/tables.py``.
 """
 
 from __future__ import annotations

@@ -88,14 +88,6 @@ class ProgramStatusUpdate(BaseModel):
     result: StepResult | None = None
 
 
-class CodeMutationRequest(BaseModel):
-    client_id: str
-    program_id: str
-    worktree: str
-    change_request: str
-    change_location: str | None = None
-
-
 GEPA_STEP_WORKFLOW = "GepaStepWorkflow"
 GEPA_CONNECT_WORKFLOW = "GepaConnectWorkflow"
 GEPA_STEP_PROGRESS_QUERY = "progress"

@@ -187,7 +187,3 @@ def apply_patch(worktree: Path, patch: str) -> list[str]:
     files = [line.split("\t")[-1] for line in git("apply", "--numstat", "-", cwd=worktree, input=data).splitlines() if line]
     git("apply", "--whitespace=nowarn", "-", cwd=worktree, input=data)
     return files
-
-
-def tracked_files(worktree: Path) -> list[str]:
-    return [line for line in git("ls-files", cwd=worktree).splitlines() if line]

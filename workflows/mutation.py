@@ -29,7 +29,6 @@ with workflow.unsafe.imports_passed_through():
         ValidationOutcome,
         ValidationRequest,
         WebhookDelivery,
-        sandbox_verdict_update,
     )
     from genesis.effects import WorldSample, compute_effects, verdict
     from genesis.workflow_api import (
@@ -49,18 +48,7 @@ LOCAL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_
 # Docker hiccups are retried for up to an hour of schedule time; verdicts are results, not errors.
 SANDBOX_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 LIFECYCLE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
-# Histories recorded before activation existed end at sandbox_ok; this marker keeps them replayable.
-ACTIVATION_PATCH = "activation-observation-rollback"
-# Webhook deliveries (a proposal's notify_url) are new commands; runs recorded before them replay.
-WEBHOOK_PATCH = "webhook-notify"
 WEBHOOK_EVENT = "MutationStatusChanged"
-# Runs recorded before tasks were workflows did not signal the task on activation.
-TASK_SIGNAL_PATCH = "signal-task-on-activation"
-# Runs recorded before modifying a trait was explicit activated without a live-version check.
-VERSION_CHECK_PATCH = "activation-version-check"
-# Runs recorded before it ran the first workflow task's record, validation and record as three
-# local activities; now one (validate_and_record_mutation), ~20 ms sooner to the sandbox.
-ONE_VALIDATION_ACTIVITY_PATCH = "validate-and-record-in-one-local-activity"
 
 
 @workflow.defn(name=MUTATION_WORKFLOW)
@@ -110,34 +98,24 @@ class MutationWorkflow:
         )
         accepted = ["Accepted: validation started"]
         sandbox_line = f"Sandbox: running {mutation.trait_name} in a fresh trait-host container"
-        one_activity = workflow.patched(ONE_VALIDATION_ACTIVITY_PATCH)
-        if not one_activity:
-            await self._transition(MutationStatus.validating, log=accepted)
-        if one_activity:  # the activity records both transitions; the workflow only follows
-            update = self._follow(MutationStatus.validating, log=accepted)
-            validation = (names.VALIDATE_AND_RECORD_MUTATION,
-                          ValidationRequest(mutation=mutation, accepted=update, next_line=sandbox_line))
-        else:
-            validation = (names.VALIDATE_MUTATION, mutation)
+        # One local activity records "validating", validates and, on a pass, records the log with
+        # the code-hash claim: the workflow builds both records and follows them in its own state.
+        update = self._follow(MutationStatus.validating, log=accepted)
+        validation = ValidationRequest(mutation=mutation, accepted=update, next_line=sandbox_line)
         try:
-            outcome: ValidationOutcome = await _local_activity(*validation, result_type=ValidationOutcome)
+            outcome: ValidationOutcome = await _local_activity(
+                names.VALIDATE_AND_RECORD_MUTATION, validation, result_type=ValidationOutcome)
         except (ActivityError, ApplicationError) as err:
             rejection = _verdict_of(err)
             if rejection is None:  # validation could not run at all (e.g. Postgres down past retries)
                 await self._finish(MutationStatus.failed, None, [f"Validation could not run: {_root_message(err)}"])
                 raise
-            if one_activity:  # a verdict: the activity recorded "validating" before it validated
-                self._notify(MutationStatus.validating, accepted, None, {})
+            self._notify(MutationStatus.validating, accepted, None, {})  # recorded before it validated
             return await self._finish(MutationStatus.rejected, rejection.failure_code, rejection.validation_log)
 
         log = [*outcome.validation_log, sandbox_line]
-        if one_activity:
-            self._notify(MutationStatus.validating, accepted, None, {})
-            self._follow(MutationStatus.validating, log=log, class_name=outcome.class_name, code_hash=outcome.code_hash)
-        else:
-            await self._transition(
-                MutationStatus.validating, log=log, class_name=outcome.class_name, code_hash=outcome.code_hash
-            )
+        self._notify(MutationStatus.validating, accepted, None, {})
+        self._follow(MutationStatus.validating, log=log, class_name=outcome.class_name, code_hash=outcome.code_hash)
         try:
             report: SandboxReport = await workflow.execute_activity(
                 names.RUN_SANDBOX_TEST,
@@ -146,8 +124,6 @@ class MutationWorkflow:
                     trait_name=mutation.trait_name,
                     class_name=outcome.class_name or "",
                     code=mutation.code,
-                    log_before_verdict=log[:-1],
-                    final_if_ok=not mutation.activate,
                 ),
                 result_type=SandboxReport,
                 start_to_close_timeout=timedelta(minutes=5),
@@ -160,26 +136,26 @@ class MutationWorkflow:
             await self._finish(MutationStatus.failed, None, log)
             raise ApplicationError(f"sandbox test could not run: {_root_message(err)}", non_retryable=True) from err
 
-        verdict = sandbox_verdict_update(mutation.mutation_id, report, log[:-1], final_if_ok=not mutation.activate)
-        sandbox_report = verdict.sandbox_report
-        log = verdict.validation_log or []
+        # The verdict's line takes the place of the "running" line; the activity wrote nothing.
+        sandbox_report = report.model_dump()
         if report.verdict == "ok":
-            if not workflow.patched(ACTIVATION_PATCH) or not mutation.activate:
-                return await self._finish(MutationStatus.sandbox_ok, None, log, sandbox_report, recorded=report.recorded)
-            await self._transition(MutationStatus.sandbox_ok, log=log, sandbox_report=sandbox_report,
-                                   recorded=report.recorded)
+            log = [*log[:-1], f"Sandbox: OK — {report.summary}"]
+            if not mutation.activate:
+                return await self._finish(MutationStatus.sandbox_ok, None, log, sandbox_report)
+            await self._transition(MutationStatus.sandbox_ok, log=log, sandbox_report=sandbox_report)
             return await self._live(mutation, outcome, log, sandbox_report)
-        return await self._finish(MutationStatus.rejected, report.verdict, log, sandbox_report, recorded=report.recorded)
+        log = [*log[:-1], f"Sandbox: FAILED — {report.verdict}: {report.summary}"]
+        return await self._finish(MutationStatus.rejected, report.verdict, log, sandbox_report)
 
     async def _transition(self, status: MutationStatus, *, log: list[str], failure_code: str | None = None,
                           class_name: str | None = None, code_hash: str | None = None,
-                          sandbox_report: dict | None = None, recorded: bool = False, **later: Any) -> None:
-        """Persist one status change (``later``: trait_version, effects, fitness_verdict, rollback_reason);
-        ``recorded``: an activity has written exactly this record already (the sandbox verdict)."""
+                          sandbox_report: dict | None = None, **later: Any) -> None:
+        """Persist one status change (``later``: trait_version, effects, fitness_verdict, rollback_reason).
+        The workflow is the only writer of its mutation's status: every change goes through here
+        (or, in its first task, through the validation activity it hands the record to)."""
         update = self._follow(status, log=log, failure_code=failure_code, class_name=class_name,
                               code_hash=code_hash, sandbox_report=sandbox_report, **later)
-        if not recorded:
-            await _local_activity(names.RECORD_MUTATION_STATUS, update)
+        await _local_activity(names.RECORD_MUTATION_STATUS, update)
         self._notify(status, log, failure_code, later)
 
     def _follow(self, status: MutationStatus, *, log: list[str], failure_code: str | None = None,
@@ -216,8 +192,6 @@ class MutationWorkflow:
         """Queue a webhook for a status change (not for a rewrite of the same status)."""
         mutation = self._mutation
         if mutation is None or not mutation.notify_url or status == self._notified_status:
-            return
-        if not workflow.patched(WEBHOOK_PATCH):
             return
         previous = self._notified_status or MutationStatus.queued
         self._notified_status = status
@@ -274,9 +248,9 @@ class MutationWorkflow:
                 workflow.logger.warning("webhook %s not delivered: %s", delivery.delivery_id, _root_message(err))
 
     async def _finish(self, status: MutationStatus, failure_code: str | None, log: list[str],
-                      sandbox_report: dict | None = None, recorded: bool = False, **later: Any) -> MutationResult:
+                      sandbox_report: dict | None = None, **later: Any) -> MutationResult:
         await self._transition(status, log=log, failure_code=failure_code, sandbox_report=sandbox_report,
-                               recorded=recorded, final=True, **later)
+                               final=True, **later)
         assert self._result is not None
         return self._result
 
@@ -292,7 +266,7 @@ class MutationWorkflow:
             proposer_agent_id=mutation.agent_id, replacement_approved_by=mutation.replacement_approved_by,
         )
         expects = _expected_live_version(mutation)
-        if expects is not None and workflow.patched(VERSION_CHECK_PATCH):
+        if expects is not None:
             request.check_live_version, request.expected_live_version = True, expects[0]
         activation: ActivationResult = await workflow.execute_activity(
             names.ACTIVATE_TRAIT,
@@ -312,7 +286,7 @@ class MutationWorkflow:
         )
         log.append(f"Observation: watching {mutation.observation_window_ticks} world ticks")
         await self._transition(MutationStatus.activated, log=log, trait_version=activation.trait_version)
-        if mutation.task_id and workflow.patched(TASK_SIGNAL_PATCH):
+        if mutation.task_id:
             await self._close_task(mutation)
 
         window = mutation.observation_window_ticks

@@ -13,7 +13,6 @@ with workflow.unsafe.imports_passed_through():
     from genesis.dto import MutationStatus, RollbackRequest, RollbackResult, StatusUpdate, WebhookDelivery
     from genesis.workflow_api import ROLLBACK_WORKFLOW
 
-WEBHOOK_PATCH = "webhook-notify"
 # A kept mutation has sent validating, sandbox_ok, activated and kept: this is its 5th change.
 ROLLBACK_SEQUENCE = 5
 
@@ -41,7 +40,7 @@ class RollbackWorkflow:
             ),
             start_to_close_timeout=timedelta(seconds=30),
         )
-        if request.notify_url and request.agent_id and workflow.patched(WEBHOOK_PATCH):
+        if request.notify_url and request.agent_id:
             await self._notify(request)
         return result
 

@@ -70,10 +70,6 @@ def engine_process(settings: Settings, name: str = "engine") -> ManagedProcess:
     return ManagedProcess(name, [sys.executable, "-m", "engine"], settings)
 
 
-def watcher_process(settings: Settings, name: str = "watcher") -> ManagedProcess:
-    return ManagedProcess(name, [sys.executable, "-m", "evolution"], settings)
-
-
 def api_process(settings: Settings, name: str = "api") -> ManagedProcess:
     return ManagedProcess(
         name,

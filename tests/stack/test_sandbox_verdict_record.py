@@ -1,25 +1,35 @@
-"""The sandbox activity writes its verdict into the mutation record the moment its test ends
-(and says so in its report, so the workflow does not write it again). Real Docker trait host, real Postgres, the
-activity run with Temporal's activity test environment, no workflow at all."""
+"""One writer of a mutation's status: the sandbox activity returns its verdict and writes nothing;
+the MutationWorkflow records it (status, the log ending with the verdict's line, the report the
+activity returned). Real Docker trait host, real Postgres; the activity alone in Temporal's
+activity test environment, then whole workflows through an API with activation off (its
+sandbox_ok history is tests/histories/mutation_sandbox_ok.json)."""
 
 from __future__ import annotations
 
 import asyncio
+import random
+import uuid
 
+import httpx
 import pytest
 from sqlalchemy import select
+from temporalio.api.enums.v1 import EventType
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import ActivityEnvironment
 
-from activities.mutations import MutationRecordActivities
+from activities import names
 from activities.sandbox import SandboxActivities
+from genesis.cli.replay import command_events
 from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.db.session import get_sessionmaker
-from genesis.dto import SandboxRequest, sandbox_verdict_update
+from genesis.dto import SandboxReport, SandboxRequest
 from genesis.ids import new_mutation_id
 from tests import traits
+from tests.stack.test_lifecycle import replay_and_maybe_record
+from tests.stack.test_mutation_pipeline import propose, wait_for_verdict
 
-LOG_BEFORE = ["Syntax: OK", "Deduplication: OK"]
+LOG_BEFORE = ["Syntax: OK", "Deduplication: OK", "Sandbox: running verdict_trait in a fresh trait-host container"]
 
 
 @pytest.fixture(scope="module")
@@ -27,6 +37,12 @@ def sandbox(settings):
     activities = SandboxActivities(Settings().override(database_url=settings.database_url, sandbox_pool_size=0))
     yield activities
     activities.close()
+
+
+@pytest.fixture(scope="module")
+async def no_activation_api(start_api) -> str:
+    """An API with activation off (as GENESIS_ACTIVATE_MUTATIONS=false): a sandbox verdict is final."""
+    return await start_api("api-no-activation", activate_mutations=False)
 
 
 async def mutation_row(sessions, code: str) -> str:
@@ -44,38 +60,47 @@ async def row(sessions, mutation_id: str) -> Mutation:
         return await session.scalar(select(Mutation).where(Mutation.mutation_id == mutation_id))
 
 
-async def run_test(sandbox: SandboxActivities, request: SandboxRequest):
-    # The activity is sync (it blocks on Docker): in a thread, so this loop can run its write.
-    return await asyncio.to_thread(ActivityEnvironment().run, sandbox.run_sandbox_test, request)
-
-
-@pytest.mark.parametrize("code, class_name, status, final", [
-    (traits.SEED_EXAMPLE, "EnergyHoarderTrait", "sandbox_ok", True),
-    (traits.RAISES, "ExplodingTrait", "rejected", True),
+@pytest.mark.parametrize("code, class_name, verdict", [
+    (traits.SEED_EXAMPLE, "EnergyHoarderTrait", "ok"),
+    (traits.RAISES, "ExplodingTrait", "SANDBOX_EXCEPTION"),
 ])
-async def test_the_verdict_is_in_the_record_when_the_activity_returns(settings, sandbox, code, class_name, status, final):
+async def test_the_sandbox_activity_returns_its_verdict_and_writes_nothing(settings, sandbox, code, class_name, verdict):
     sessions = get_sessionmaker(settings.database_url)
-    sandbox.record_verdicts(MutationRecordActivities(sessions).record, asyncio.get_running_loop())
     mutation_id = await mutation_row(sessions, code)
-    request = SandboxRequest(mutation_id=mutation_id, trait_name="verdict_trait", class_name=class_name, code=code,
-                             log_before_verdict=LOG_BEFORE, final_if_ok=final)
-    report = await run_test(sandbox, request)
-    record = await row(sessions, mutation_id)
-    expected = sandbox_verdict_update(mutation_id, report, LOG_BEFORE, final)  # what the workflow writes next
-    assert record.status == status == expected.status.value
-    assert record.validation_log == expected.validation_log and record.validation_log[:2] == LOG_BEFORE
-    assert report.recorded  # the workflow will not write it again
-    assert record.sandbox_report == report.model_dump(exclude={"recorded"}) and "recorded" not in record.sandbox_report
-    assert record.failure_reason_code == (None if status == "sandbox_ok" else "SANDBOX_EXCEPTION")
-    assert record.holds_code_hash is (status == "sandbox_ok")  # rejected code may be proposed again
+    before = await row(sessions, mutation_id)
+    request = SandboxRequest(mutation_id=mutation_id, trait_name="verdict_trait", class_name=class_name, code=code)
+    # The activity is sync (it blocks on Docker): in a thread, as the worker runs it.
+    report = await asyncio.to_thread(ActivityEnvironment().run, sandbox.run_sandbox_test, request)
+    assert report.verdict == verdict and report.summary
+    after = await row(sessions, mutation_id)
+    assert (after.status, after.validation_log, after.sandbox_report, after.failure_reason_code, after.updated_at) == \
+        ("validating", LOG_BEFORE, None, None, before.updated_at)
 
 
-async def test_a_request_without_the_log_leaves_the_record_to_the_workflow(settings, sandbox):
-    sessions = get_sessionmaker(settings.database_url)
-    sandbox.record_verdicts(MutationRecordActivities(sessions).record, asyncio.get_running_loop())
-    mutation_id = await mutation_row(sessions, traits.SEED_EXAMPLE)
-    report = await run_test(sandbox, SandboxRequest(mutation_id=mutation_id, trait_name="verdict_trait",
-                                                    class_name="EnergyHoarderTrait", code=traits.SEED_EXAMPLE))
-    assert report.verdict == "ok" and not report.recorded
-    record = await row(sessions, mutation_id)
-    assert record.status == "validating" and record.validation_log == LOG_BEFORE and record.sandbox_report is None
+@pytest.mark.parametrize("status", ["rejected", "sandbox_ok"])
+async def test_the_workflow_records_the_verdict_the_activity_returned(no_activation_api, temporal_client, status):
+    # Code no other test proposes (else DUPLICATE_CODE): a message of its own, a seeker of its own.
+    code = (traits.RAISES.replace('"boom"', f'"boom {uuid.uuid4().hex}"') if status == "rejected"
+            else traits.seeker(random.randrange(10**8, 10**9)))
+    async with httpx.AsyncClient(base_url=no_activation_api, timeout=30) as http:
+        mutation_id = await propose(http, code, trait_name=f"verdict_{status}")
+        record = await wait_for_verdict(http, mutation_id)
+    assert record["status"] == status, record
+    history = await temporal_client.get_workflow_handle(record["workflow_id"]).fetch_history()
+    completed = next(
+        e.activity_task_completed_event_attributes for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+    )
+    [returned] = pydantic_data_converter.payload_converter.from_payloads(completed.result.payloads, [SandboxReport])
+    assert record["sandbox_report"] == returned.model_dump()
+    log = record["validation_log"]
+    assert log[-1] == (f"Sandbox: OK — {returned.summary}" if status == "sandbox_ok"
+                       else f"Sandbox: FAILED — SANDBOX_EXCEPTION: {returned.summary}")
+    assert not any(line.startswith("Sandbox: running") for line in log)  # the verdict's line replaced it
+    # The verdict was written by the workflow's own status activity, after the sandbox test.
+    commands = command_events(history)
+    sandbox_at = next(c.event_id for c in commands if c.name == names.RUN_SANDBOX_TEST)
+    assert [c.name for c in commands if c.event_id > sandbox_at and c.kind == "local activity"] == \
+        [names.RECORD_MUTATION_STATUS]
+    if status == "sandbox_ok":
+        await replay_and_maybe_record(temporal_client, mutation_id, "mutation_sandbox_ok")

@@ -18,7 +18,7 @@ from pathlib import Path
 import httpx
 from sqlalchemy import update
 
-from genesis import gatekeeper
+import gatekeeper
 from genesis.db.models import Mutation
 from genesis.db.session import get_sessionmaker
 from tests import agents, traits

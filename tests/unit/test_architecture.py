@@ -1,11 +1,13 @@
 """The import rules of the rooms ([tool.importlinter] in pyproject.toml) hold: the sandbox never
 imports the engine, the engine knows no HTTP, the API and the workflows stay on their side, the
-shared kernel imports no room, nothing imports the tests."""
+shared kernel imports no room, the gatekeeper only the kernel and the standard library, nothing
+imports the tests, no route module imports another."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -16,3 +18,28 @@ def test_every_import_contract_is_kept():
     result = subprocess.run([str(linter), "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-2000:]
     assert "broken" in result.stdout and ", 0 broken" in result.stdout
+
+
+def test_the_gatekeeper_imports_only_the_kernel_and_the_standard_library():
+    """Import-linter forbids the other rooms; third-party packages, which it cannot tell from the
+    standard library, are checked here."""
+    import grimp  # import-linter's graph builder
+
+    graph = grimp.build_graph("gatekeeper", "genesis", include_external_packages=True)
+    imported = {
+        (module, imported.split(".")[0])
+        for module in graph.find_children("gatekeeper") | {"gatekeeper"}
+        for imported in graph.find_modules_directly_imported_by(module)
+    }
+    foreign = sorted((module, top) for module, top in imported
+                     if top not in ("gatekeeper", "genesis") and top not in sys.stdlib_module_names)
+    assert not foreign, f"the gatekeeper imports third-party packages: {foreign}"
+    assert ("gatekeeper.steps", "ast") in imported  # the graph holds the standard library
+
+
+def test_the_route_independence_contract_names_every_route_module():
+    """A route module added later is covered by the independence contract only if it is listed."""
+    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    [routes] = [c for c in contracts
+                if c["type"] == "independence" and any(m.startswith("api.routes_") for m in c["modules"])]
+    assert sorted(routes["modules"]) == sorted(f"api.{path.stem}" for path in (ROOT / "api").glob("routes_*.py"))

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from gatekeeper import GateResult, schema_problems, validate
 from genesis import entity_api, rules
-from genesis.gatekeeper import GateResult, schema_problems, validate
 from tests.traits import SEED_EXAMPLE
 
 STUB = "class BaseTrait:\n    pass\n\n\n"
