@@ -1,6 +1,6 @@
 """Temporal worker: runs the Genesis workflows and activities on task queue ``genesis``.
 
-    python worker.py
+python worker.py
 """
 
 from __future__ import annotations
@@ -10,17 +10,16 @@ import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
 
+import redis.asyncio as aioredis
 from temporalio.worker import Worker
 
-import redis.asyncio as aioredis
-
+from activities.evolution import EvolutionActivities
 from activities.lifecycle import LifecycleActivities
 from activities.metrics import PipelineMetrics
 from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
-from activities.webhooks import WebhookActivities
 from activities.tasks import TaskActivities
-from gepa_steps.activities import GepaActivities
+from activities.webhooks import WebhookActivities
 from genesis import gc_tuning
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
@@ -28,9 +27,8 @@ from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics, temporal_sdk_runtime
 from genesis.temporal import connect
 from genesis.workflow_api import llm_task_queue
-from activities.evolution import EvolutionActivities
+from gepa_steps.activities import GepaActivities
 from workflows.registry import GEPA_WORKFLOWS, WORKFLOWS
-
 
 log = logging.getLogger("genesis.worker")
 
@@ -87,8 +85,14 @@ def build_gepa_worker(client, settings: Settings, executor: ThreadPoolExecutor, 
         client,
         task_queue=settings.gepa_task_queue(),
         workflows=GEPA_WORKFLOWS,
-        activities=[gepa.clone_repository, gepa.record_client, gepa.start_program, gepa.mutate,
-                    gepa.run_program, gepa.finish_program],
+        activities=[
+            gepa.clone_repository,
+            gepa.record_client,
+            gepa.start_program,
+            gepa.mutate,
+            gepa.run_program,
+            gepa.finish_program,
+        ],
         activity_executor=executor,
         max_concurrent_activities=settings.gepa.concurrency,
     )
@@ -108,13 +112,20 @@ async def main() -> None:
     # GEPA: the program image, the egress network and gateway (gepa_steps/egress.py).
     gepa = await asyncio.to_thread(GepaActivities, settings, get_sessionmaker(settings.database_url))
     try:
-        with ThreadPoolExecutor(max_workers=settings.sandbox.concurrency) as executor, \
-                ThreadPoolExecutor(max_workers=settings.gepa.concurrency, thread_name_prefix="gepa") as gepa_executor:
+        with (
+            ThreadPoolExecutor(max_workers=settings.sandbox.concurrency) as executor,
+            ThreadPoolExecutor(max_workers=settings.gepa.concurrency, thread_name_prefix="gepa") as gepa_executor,
+        ):
             pipeline, llm = build_workers(client, settings, executor, sandbox)
             gepa_worker = build_gepa_worker(client, settings, gepa_executor, gepa)
             log.info("start-up heap frozen: %d objects", gc_tuning.freeze_startup_heap())
-            log.info("worker polling task queues %r, %r and %r on %s", settings.task_queue,
-                     llm_task_queue(settings.task_queue), settings.gepa_task_queue(), settings.temporal.address)
+            log.info(
+                "worker polling task queues %r, %r and %r on %s",
+                settings.task_queue,
+                llm_task_queue(settings.task_queue),
+                settings.gepa_task_queue(),
+                settings.temporal.address,
+            )
             async with pipeline, llm, gepa_worker:
                 await stop.wait()
     finally:

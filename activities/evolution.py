@@ -11,7 +11,7 @@ import asyncio
 import json
 import time
 from dataclasses import asdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -25,12 +25,9 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 import gatekeeper
 from activities import names
 from engine.loop import world_params as configured_world_params
-from genesis import world_params
-from evolution import prompts
-from evolution import feed
-from evolution import llm
-from evolution import world_metrics
-from genesis import redis_keys as keys
+from evolution import feed, llm, prompts, world_metrics
+from evolution.watcher import deltas as telemetry_deltas
+from genesis import redis_keys as keys, world_params
 from genesis.config import Settings
 from genesis.db.models import EvolutionCycle, Mutation, TraitVersion
 from genesis.dto import (
@@ -49,9 +46,8 @@ from genesis.dto import (
     ProposalRequest,
 )
 from genesis.ids import mutation_workflow_id
-from pipeline.proposals import mutation_input
-from evolution.watcher import deltas as telemetry_deltas
 from genesis.workflow_api import evolution_workflow_id, llm_task_queue
+from pipeline.proposals import mutation_input
 
 CODER_AGENT_ID = "genesis-coder"
 # The built-in evolution acts for the operator who runs the world: it may modify any agent's
@@ -62,8 +58,9 @@ UNPARSEABLE = "LLM_UNPARSEABLE"
 # Prometheus (the worker's /metrics, GENESIS_WORKER_METRICS_PORT)
 LLM_CALLS = Counter("genesis_llm_calls", "LLM calls of evolution cycles: ok or the error code", ["provider", "outcome"])
 LLM_TOKENS = Counter("genesis_llm_tokens", "Tokens of evolution cycles' LLM answers", ["provider", "direction"])
-CYCLES_ENDED = Counter("genesis_evolution_cycles_ended", "Evolution cycles that ended, by status and stage",
-                       ["status", "stage"])
+CYCLES_ENDED = Counter(
+    "genesis_evolution_cycles_ended", "Evolution cycles that ended, by status and stage", ["status", "stage"]
+)
 
 
 def _text(value: Any) -> str:
@@ -79,7 +76,8 @@ def _json(value: Any, default: Any) -> Any:
 
 def _snapshot_report(snapshot: dict[str, Any], history: list[dict[str, Any]]) -> dict[str, Any]:
     return {
-        "tick": snapshot.get("tick"), "entity_count": snapshot.get("entity_count"),
+        "tick": snapshot.get("tick"),
+        "entity_count": snapshot.get("entity_count"),
         "avg_energy": round(float(snapshot.get("avg_energy") or 0.0), 2),
         "deaths_last_period": snapshot.get("deaths_last_period"),
         "births_last_period": snapshot.get("births_last_period"),
@@ -92,8 +90,7 @@ def _snapshot_report(snapshot: dict[str, Any], history: list[dict[str, Any]]) ->
 def _expected(message: str, code: str, retryable: bool = False) -> ApplicationError:
     """An LLM that is away or answers nonsense is an expected outcome, not a bug: BENIGN keeps the
     SDK from logging each failed attempt with a full traceback (seconds of rendering under load)."""
-    return ApplicationError(message, type=code, non_retryable=not retryable,
-                            category=ApplicationErrorCategory.BENIGN)
+    return ApplicationError(message, type=code, non_retryable=not retryable, category=ApplicationErrorCategory.BENIGN)
 
 
 class EvolutionActivities:
@@ -126,11 +123,20 @@ class EvolutionActivities:
             severity, area, task_id = "low", "traits", None
         active = sorted(_text(k) for k in await self._redis.hkeys(keys.REGISTRY_TRAITS))
         return CycleContext(
-            trigger_id=trigger_id, workflow_id=evolution_workflow_id(trigger_id), kind=cycle.kind,
-            problem_type=problem, severity=severity, suggested_area=area, task_id=task_id, report=report,
-            active_traits=active, world_params=await self._params_in_force(),
-            observation_window_ticks=s.observation.window_ticks, observation_timeout_s=s.observation.timeout_s,
-            rollback_threshold=s.rollback_threshold, llm_attempts=s.llm.attempts,
+            trigger_id=trigger_id,
+            workflow_id=evolution_workflow_id(trigger_id),
+            kind=cycle.kind,
+            problem_type=problem,
+            severity=severity,
+            suggested_area=area,
+            task_id=task_id,
+            report=report,
+            active_traits=active,
+            world_params=await self._params_in_force(),
+            observation_window_ticks=s.observation.window_ticks,
+            observation_timeout_s=s.observation.timeout_s,
+            rollback_threshold=s.rollback_threshold,
+            llm_attempts=s.llm.attempts,
             llm_task_queue=llm_task_queue(s.task_queue),
         )
 
@@ -140,8 +146,11 @@ class EvolutionActivities:
         running = _json(await self._redis.get(keys.ENGINE_PARAMS), None)
         if not isinstance(running, dict):
             running = asdict(configured_world_params(self._settings))
-            running.update(world_params.clean_overrides(
-                world_params.read_record(await self._redis.get(keys.WORLD_PARAMS_OVERRIDES)).get("overrides")))
+            running.update(
+                world_params.clean_overrides(
+                    world_params.read_record(await self._redis.get(keys.WORLD_PARAMS_OVERRIDES)).get("overrides")
+                )
+            )
         return {name: running[name] for name in world_params.ALLOWED if name in running}
 
     # -- the LLM steps --------------------------------------------------------------------------
@@ -160,12 +169,16 @@ class EvolutionActivities:
         cost = llm.estimated_cost(self._settings, reply.tokens_in, reply.tokens_out)
         async with self._sessions() as session:
             await session.execute(
-                update(EvolutionCycle).where(EvolutionCycle.trigger_id == trigger_id).values(
+                update(EvolutionCycle)
+                .where(EvolutionCycle.trigger_id == trigger_id)
+                .values(
                     llm_calls=EvolutionCycle.llm_calls + 1,
                     tokens_in=EvolutionCycle.tokens_in + reply.tokens_in,
                     tokens_out=EvolutionCycle.tokens_out + reply.tokens_out,
                     estimated_cost_usd=EvolutionCycle.estimated_cost_usd + cost,
-                    provider=reply.provider, model=reply.model, updated_at=datetime.now(timezone.utc),
+                    provider=reply.provider,
+                    model=reply.model,
+                    updated_at=datetime.now(UTC),
                 )
             )
             await session.commit()
@@ -175,8 +188,9 @@ class EvolutionActivities:
     @activity.defn(name=names.ARCHITECT_PLAN)
     async def architect_plan(self, context: CycleContext) -> EvolutionPlan:
         """Steps B-D: the Architect's plan, read tolerantly and checked."""
-        text = await self._ask(context.trigger_id, "Architect", prompts.ARCHITECT_SYSTEM,
-                               prompts.architect_prompt(context))
+        text = await self._ask(
+            context.trigger_id, "Architect", prompts.ARCHITECT_SYSTEM, prompts.architect_prompt(context)
+        )
         try:
             return prompts.parse_plan(text, context)
         except prompts.PlanError as exc:
@@ -190,8 +204,11 @@ class EvolutionActivities:
         current, live_version = None, None
         if plan.action_type == "modify_trait":
             async with self._sessions() as session:
-                live = await session.scalar(select(TraitVersion).where(
-                    TraitVersion.trait_name == plan.trait_name, TraitVersion.status == "active"))
+                live = await session.scalar(
+                    select(TraitVersion).where(
+                        TraitVersion.trait_name == plan.trait_name, TraitVersion.status == "active"
+                    )
+                )
             if live is not None:
                 current, live_version = live.code, live.version
         if request.rejected_code is not None and request.feedback:
@@ -204,9 +221,12 @@ class EvolutionActivities:
             raise _expected("Coder: the answer holds no code", UNPARSEABLE)
         result = await asyncio.to_thread(gatekeeper.validate, plan.trait_name or "", code)  # CPU work: off the loop
         return CoderResult(
-            code=code, ok=result.ok, failure_code=result.failure_code,
+            code=code,
+            ok=result.ok,
+            failure_code=result.failure_code,
             error=None if result.ok else f"{result.failure_code}: {result.validation_log[-1]}",
-            class_name=result.class_name, live_version=live_version,
+            class_name=result.class_name,
+            live_version=live_version,
         )
 
     # -- the proposal ---------------------------------------------------------------------------
@@ -219,15 +239,23 @@ class EvolutionActivities:
         plan = request.plan
         modifies = plan.action_type == "modify_trait"
         values: dict[str, object] = dict(
-            mutation_id=request.mutation_id, agent_id=CODER_AGENT_ID, task_id=request.task_id,
-            trait_name=plan.trait_name, goal=plan.description[:2000], code=request.code,
-            status=MutationStatus.queued.value, validation_log=[], workflow_id=mutation_workflow_id(request.mutation_id),
+            mutation_id=request.mutation_id,
+            agent_id=CODER_AGENT_ID,
+            task_id=request.task_id,
+            trait_name=plan.trait_name,
+            goal=plan.description[:2000],
+            code=request.code,
+            status=MutationStatus.queued.value,
+            validation_log=[],
+            workflow_id=mutation_workflow_id(request.mutation_id),
             replaces_trait=plan.trait_name if modifies else None,
             replaces_version=request.replaces_version if modifies else None,
             replacement_approved_by=EVOLUTION_APPROVAL,
         )
         async with self._sessions() as session:
-            await session.execute(insert(Mutation).values(**values).on_conflict_do_nothing(index_elements=["mutation_id"]))
+            await session.execute(
+                insert(Mutation).values(**values).on_conflict_do_nothing(index_elements=["mutation_id"])
+            )
             await session.commit()
             record = await session.get(Mutation, request.mutation_id)
         return mutation_input(record, self._settings)
@@ -238,12 +266,19 @@ class EvolutionActivities:
     async def record_cycle(self, change: CycleUpdate) -> None:
         """Upsert the cycle's row (fields left None keep their value)."""
         values = {k: v for k, v in change.model_dump().items() if v is not None}
-        values["updated_at"] = datetime.now(timezone.utc)
-        insert_values = {"workflow_id": evolution_workflow_id(change.trigger_id), "kind": CycleKind.anomaly.value, **values}
+        values["updated_at"] = datetime.now(UTC)
+        insert_values = {
+            "workflow_id": evolution_workflow_id(change.trigger_id),
+            "kind": CycleKind.anomaly.value,
+            **values,
+        }
         async with self._sessions() as session:
             await session.execute(
-                insert(EvolutionCycle).values(**insert_values)
-                .on_conflict_do_update(index_elements=["trigger_id"], set_={k: v for k, v in values.items() if k != "trigger_id"})
+                insert(EvolutionCycle)
+                .values(**insert_values)
+                .on_conflict_do_update(
+                    index_elements=["trigger_id"], set_={k: v for k, v in values.items() if k != "trigger_id"}
+                )
             )
             await session.commit()
         if change.status != "running":
@@ -251,8 +286,16 @@ class EvolutionActivities:
 
     @activity.defn(name=names.PUBLISH_FEED)
     async def publish_feed(self, post: FeedPost) -> str:
-        return await feed.publish(self._redis, post.agent, post.action, post.message, trigger_id=post.trigger_id,
-                                  mutation_id=post.mutation_id, workflow_id=post.workflow_id, **post.extra)
+        return await feed.publish(
+            self._redis,
+            post.agent,
+            post.action,
+            post.message,
+            trigger_id=post.trigger_id,
+            mutation_id=post.mutation_id,
+            workflow_id=post.workflow_id,
+            **post.extra,
+        )
 
     # -- world parameters -------------------------------------------------------------------------
 
@@ -268,15 +311,27 @@ class EvolutionActivities:
         in_force = await self._params_in_force()
         change = world_params.ParamsChange(
             before={n: in_force[n] for n in request.params if n in in_force},
-            after=dict(request.params), previous_overrides=previous,
+            after=dict(request.params),
+            previous_overrides=previous,
         )
-        new_record = {"overrides": {**previous, **request.params}, "trigger_id": request.trigger_id,
-                      "workflow_id": request.workflow_id, "change": change.model_dump(), "applied_at": time.time()}
+        new_record = {
+            "overrides": {**previous, **request.params},
+            "trigger_id": request.trigger_id,
+            "workflow_id": request.workflow_id,
+            "change": change.model_dump(),
+            "applied_at": time.time(),
+        }
         await self._redis.set(keys.WORLD_PARAMS_OVERRIDES, json.dumps(new_record, separators=(",", ":")))
         described = ", ".join(f"{n} {change.before.get(n)} → {v}" for n, v in request.params.items())
-        await feed.publish(self._redis, "patcher", "params_adjusted", f"World parameters changed: {described}; "
-                           "observing the world before keeping them", trigger_id=request.trigger_id,
-                           workflow_id=request.workflow_id, params=request.params)
+        await feed.publish(
+            self._redis,
+            "patcher",
+            "params_adjusted",
+            f"World parameters changed: {described}; observing the world before keeping them",
+            trigger_id=request.trigger_id,
+            workflow_id=request.workflow_id,
+            params=request.params,
+        )
         return change.model_dump()
 
     @activity.defn(name=names.REVERT_WORLD_PARAMS)
@@ -284,9 +339,20 @@ class EvolutionActivities:
         """Restore the overrides in force before the change (only if nothing newer replaced it)."""
         record = world_params.read_record(await self._redis.get(keys.WORLD_PARAMS_OVERRIDES))
         if record.get("trigger_id") == request.trigger_id:
-            restored = {"overrides": request.previous_overrides, "trigger_id": None, "workflow_id": None,
-                        "reverted": request.trigger_id, "applied_at": time.time()}
+            restored = {
+                "overrides": request.previous_overrides,
+                "trigger_id": None,
+                "workflow_id": None,
+                "reverted": request.trigger_id,
+                "applied_at": time.time(),
+            }
             await self._redis.set(keys.WORLD_PARAMS_OVERRIDES, json.dumps(restored, separators=(",", ":")))
-        await feed.publish(self._redis, "patcher", "rolled_back",
-                           f"World parameter change of {request.trigger_id} rolled back ({request.reason})",
-                           trigger_id=request.trigger_id, workflow_id=request.workflow_id, reason=request.reason)
+        await feed.publish(
+            self._redis,
+            "patcher",
+            "rolled_back",
+            f"World parameter change of {request.trigger_id} rolled back ({request.reason})",
+            trigger_id=request.trigger_id,
+            workflow_id=request.workflow_id,
+            reason=request.reason,
+        )

@@ -4,7 +4,7 @@ engine loads from, then the telemetry event. Both are idempotent on mutation_id.
 from __future__ import annotations
 
 import hashlib
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import redis.asyncio as aioredis
@@ -15,11 +15,11 @@ from temporalio.exceptions import ApplicationError
 
 from activities import names
 from evolution import feed
-from pipeline import registry
 from genesis.db.models import EvolutionCycle, Mutation, TraitVersion
-from genesis.ids import mutation_workflow_id
 from genesis.dto import ActivationRequest, ActivationResult, FailureCode, RollbackRequest, RollbackResult
+from genesis.ids import mutation_workflow_id
 from genesis.redis_keys import Channels
+from pipeline import registry
 
 
 def trait_file_name(trait_name: str, version: int) -> str:
@@ -38,26 +38,37 @@ async def lock_trait(session: AsyncSession, trait_name: str) -> None:
 
 
 def version_conflict_message(request: ActivationRequest, live: TraitVersion | None) -> str:
-    found = f"v{live.version} (mutation {live.mutation_id}) is live now" if live is not None else "no version is live now"
+    found = (
+        f"v{live.version} (mutation {live.mutation_id}) is live now" if live is not None else "no version is live now"
+    )
     if request.expected_live_version is None:
-        return (f"Activation: FAILED — VERSION_CONFLICT: this proposal adds '{request.trait_name}' as a new trait, "
-                f"but {found}; nothing was activated. To modify it, propose again with "
-                f'"replaces": {{"trait_name": "{request.trait_name}", "version": {live.version if live else "N"}}}')
-    advice = (f'propose again with "replaces": {{"trait_name": "{request.trait_name}", "version": {live.version}}}'
-              if live is not None else "propose it again without replaces (as a new trait)")
-    return (f"Activation: FAILED — VERSION_CONFLICT: this proposal replaces '{request.trait_name}' "
-            f"v{request.expected_live_version}, but {found} (it changed while this mutation was in its sandbox "
-            f"test); nothing was activated. Read GET /api/traits/{request.trait_name} and {advice}")
+        return (
+            f"Activation: FAILED — VERSION_CONFLICT: this proposal adds '{request.trait_name}' as a new trait, "
+            f"but {found}; nothing was activated. To modify it, propose again with "
+            f'"replaces": {{"trait_name": "{request.trait_name}", "version": {live.version if live else "N"}}}'
+        )
+    advice = (
+        f'propose again with "replaces": {{"trait_name": "{request.trait_name}", "version": {live.version}}}'
+        if live is not None
+        else "propose it again without replaces (as a new trait)"
+    )
+    return (
+        f"Activation: FAILED — VERSION_CONFLICT: this proposal replaces '{request.trait_name}' "
+        f"v{request.expected_live_version}, but {found} (it changed while this mutation was in its sandbox "
+        f"test); nothing was activated. Read GET /api/traits/{request.trait_name} and {advice}"
+    )
 
 
 def not_owner_message(request: ActivationRequest, live: TraitVersion, owner: str | None) -> str:
     made_by = f"agent '{owner}'" if owner else "no registered agent"
-    return (f"Activation: FAILED — NOT_TRAIT_OWNER: trait '{request.trait_name}' is live as v{live.version} "
-            f"(mutation {live.mutation_id}), made by {made_by}, not by '{request.proposer_agent_id}' who proposed "
-            f"this replacement (that version went live after the proposal was checked); nothing was activated. "
-            f"Only the agent that made the live version may replace it, or an operator may approve the "
-            f"replacement (X-Operator-Key with the proposal): propose your variant under another trait_name, "
-            f"or ask an operator")
+    return (
+        f"Activation: FAILED — NOT_TRAIT_OWNER: trait '{request.trait_name}' is live as v{live.version} "
+        f"(mutation {live.mutation_id}), made by {made_by}, not by '{request.proposer_agent_id}' who proposed "
+        f"this replacement (that version went live after the proposal was checked); nothing was activated. "
+        f"Only the agent that made the live version may replace it, or an operator may approve the "
+        f"replacement (X-Operator-Key with the proposal): propose your variant under another trait_name, "
+        f"or ask an operator"
+    )
 
 
 class LifecycleActivities:
@@ -88,17 +99,29 @@ class LifecycleActivities:
                 live = previous.version if previous is not None else None
                 if request.check_live_version and live != request.expected_live_version:
                     return ActivationResult(
-                        trait_version=None, previous_version=None, registry_version=None, file_path=None,
-                        conflict=version_conflict_message(request, previous), live_version=live,
+                        trait_version=None,
+                        previous_version=None,
+                        registry_version=None,
+                        file_path=None,
+                        conflict=version_conflict_message(request, previous),
+                        live_version=live,
                     )
-                if previous is not None and request.proposer_agent_id is not None \
-                        and request.replacement_approved_by is None:
+                if (
+                    previous is not None
+                    and request.proposer_agent_id is not None
+                    and request.replacement_approved_by is None
+                ):
                     owner = await session.scalar(
-                        select(Mutation.agent_id).where(Mutation.mutation_id == previous.mutation_id))
+                        select(Mutation.agent_id).where(Mutation.mutation_id == previous.mutation_id)
+                    )
                     if owner != request.proposer_agent_id:
                         return ActivationResult(
-                            trait_version=None, previous_version=None, registry_version=None, file_path=None,
-                            conflict=not_owner_message(request, previous, owner), live_version=live,
+                            trait_version=None,
+                            previous_version=None,
+                            registry_version=None,
+                            file_path=None,
+                            conflict=not_owner_message(request, previous, owner),
+                            live_version=live,
                             conflict_code=FailureCode.NOT_TRAIT_OWNER.value,
                         )
                 latest = await session.scalar(
@@ -112,14 +135,20 @@ class LifecycleActivities:
                     previous.status = "superseded"
                     await session.flush()
                 row = TraitVersion(
-                    trait_name=request.trait_name, version=version, mutation_id=request.mutation_id,
-                    class_name=request.class_name, code=request.code, code_hash=request.code_hash,
-                    file_path=str(path), status="active",
+                    trait_name=request.trait_name,
+                    version=version,
+                    mutation_id=request.mutation_id,
+                    class_name=request.class_name,
+                    code=request.code,
+                    code_hash=request.code_hash,
+                    file_path=str(path),
+                    status="active",
                 )
                 session.add(row)
                 await session.execute(
-                    update(Mutation).where(Mutation.mutation_id == request.mutation_id)
-                    .values(trait_version=version, replaced_version=live, activated_at=datetime.now(timezone.utc))
+                    update(Mutation)
+                    .where(Mutation.mutation_id == request.mutation_id)
+                    .values(trait_version=version, replaced_version=live, activated_at=datetime.now(UTC))
                 )
             elif row.status != "active":
                 raise ApplicationError(
@@ -136,18 +165,27 @@ class LifecycleActivities:
         await self._redis.publish(
             Channels.MUTATION_APPLIED,
             registry.event_json(
-                "MutationActivated", mutation_id=row.mutation_id, trait_name=row.trait_name,
-                version=row.version, registry_version=registry_version,
+                "MutationActivated",
+                mutation_id=row.mutation_id,
+                trait_name=row.trait_name,
+                version=row.version,
+                registry_version=registry_version,
             ),
         )
         replacing = f", replacing v{previous_version}" if previous_version else ""
-        await self._feed("mutation_applied", row.mutation_id,
-                         f"Trait '{row.trait_name}' v{row.version} is live{replacing} (registry v{registry_version})",
-                         trait_name=row.trait_name, version=row.version)
+        await self._feed(
+            "mutation_applied",
+            row.mutation_id,
+            f"Trait '{row.trait_name}' v{row.version} is live{replacing} (registry v{registry_version})",
+            trait_name=row.trait_name,
+            version=row.version,
+        )
         activity.logger.info("activated %s v%d (registry v%d)", row.trait_name, row.version, registry_version)
         return ActivationResult(
-            trait_version=row.version, previous_version=previous_version,
-            registry_version=registry_version, file_path=row.file_path,
+            trait_version=row.version,
+            previous_version=previous_version,
+            registry_version=registry_version,
+            file_path=row.file_path,
         )
 
     @activity.defn(name=names.ROLLBACK_TRAIT)
@@ -175,7 +213,8 @@ class LifecycleActivities:
                 if restored is not None:
                     restored.status = "active"
                 await session.execute(
-                    update(Mutation).where(Mutation.mutation_id == request.mutation_id)
+                    update(Mutation)
+                    .where(Mutation.mutation_id == request.mutation_id)
                     .values(restored_version=restored.version if restored is not None else None)
                 )
             restored_entry = await registry.entry_of(session, restored) if restored is not None else None
@@ -189,26 +228,42 @@ class LifecycleActivities:
         await self._redis.publish(
             Channels.MUTATION_ROLLBACK,
             registry.event_json(
-                "MutationRolledBack", mutation_id=row.mutation_id, trait_name=row.trait_name,
-                reason=request.reason, fitness_delta=request.fitness_delta,
+                "MutationRolledBack",
+                mutation_id=row.mutation_id,
+                trait_name=row.trait_name,
+                reason=request.reason,
+                fitness_delta=request.fitness_delta,
                 restored_version=restored.version if restored is not None else None,
             ),
         )
         restored_text = f"; v{restored.version} restored" if restored is not None else ""
         delta = f", fitness {request.fitness_delta:+.3f}" if request.fitness_delta is not None else ""
-        await self._feed("rolled_back", row.mutation_id,
-                         f"Trait '{row.trait_name}' v{row.version} rolled back ({request.reason}{delta}){restored_text}",
-                         trait_name=row.trait_name, reason=request.reason)
+        await self._feed(
+            "rolled_back",
+            row.mutation_id,
+            f"Trait '{row.trait_name}' v{row.version} rolled back ({request.reason}{delta}){restored_text}",
+            trait_name=row.trait_name,
+            reason=request.reason,
+        )
         return RollbackResult(
-            rolled_back=True, restored_version=restored.version if restored is not None else None,
+            rolled_back=True,
+            restored_version=restored.version if restored is not None else None,
             registry_version=registry_version,
         )
-
 
     async def _feed(self, action: str, mutation_id: str, message: str, **extra) -> None:
         """The Evolution Feed line of an activation or rollback (with the cycle that proposed it, if any)."""
         async with self._sessions() as session:
             trigger_id = await session.scalar(
-                select(EvolutionCycle.trigger_id).where(EvolutionCycle.mutation_id == mutation_id).limit(1))
-        await feed.publish(self._redis, "patcher", action, message, trigger_id=trigger_id, mutation_id=mutation_id,
-                           workflow_id=mutation_workflow_id(mutation_id), **extra)
+                select(EvolutionCycle.trigger_id).where(EvolutionCycle.mutation_id == mutation_id).limit(1)
+            )
+        await feed.publish(
+            self._redis,
+            "patcher",
+            action,
+            message,
+            trigger_id=trigger_id,
+            mutation_id=mutation_id,
+            workflow_id=mutation_workflow_id(mutation_id),
+            **extra,
+        )

@@ -33,21 +33,27 @@ STAGE_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0),
 )
 SANDBOX_VERDICTS = Counter(
-    "genesis_sandbox_verdicts", "Sandbox test results: ok, a SANDBOX_* failure code, or infrastructure_error",
+    "genesis_sandbox_verdicts",
+    "Sandbox test results: ok, a SANDBOX_* failure code, or infrastructure_error",
     ["verdict"],
 )
 SANDBOX_SECONDS = Histogram(
-    "genesis_sandbox_test_duration_seconds", "Wall time of one sandbox test (container start to verdict)",
-    ["verdict"], buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0),
+    "genesis_sandbox_test_duration_seconds",
+    "Wall time of one sandbox test (container start to verdict)",
+    ["verdict"],
+    buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0, 120.0),
 )
 VALIDATIONS = Counter(
-    "genesis_mutation_validations", "Gatekeeper + dedupe results: ok or the failure code (AST_*, DUPLICATE_CODE)",
+    "genesis_mutation_validations",
+    "Gatekeeper + dedupe results: ok or the failure code (AST_*, DUPLICATE_CODE)",
     ["verdict"],
 )
 # Counted where the writes happen (MutationRecordActivities.record): by the status activity and
 # the validation activity, both with the records their workflow hands them.
 STATUS_TRANSITIONS = Counter(
-    "genesis_mutation_status_transitions", "Mutation status writes by the new status", ["status"],
+    "genesis_mutation_status_transitions",
+    "Mutation status writes by the new status",
+    ["status"],
 )
 
 
@@ -83,7 +89,9 @@ class _TimedActivity(ActivityInboundInterceptor):
         except BaseException as exc:
             record(activity_type, tuple(input.args), time.perf_counter() - started, _outcome_of_error(exc))
             raise
-        record(activity_type, tuple(input.args), time.perf_counter() - started, _outcome_of_result(activity_type, result))
+        record(
+            activity_type, tuple(input.args), time.perf_counter() - started, _outcome_of_result(activity_type, result)
+        )
         return result
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import redis.asyncio as aioredis
 from sqlalchemy import select, update
@@ -15,7 +15,6 @@ from temporalio.exceptions import ApplicationError
 import gatekeeper
 from activities import names
 from activities.metrics import STATUS_TRANSITIONS
-from pipeline import ratelimit
 from genesis.db.models import Mutation
 from genesis.dto import (
     FailureCode,
@@ -26,6 +25,7 @@ from genesis.dto import (
     ValidationRequest,
     terminal_statuses,
 )
+from pipeline import ratelimit
 
 ENDED = terminal_statuses(activate=True)
 DEDUPLICATION_OK = "Deduplication: OK"
@@ -61,10 +61,14 @@ class MutationRecordActivities:
         )
         if result.ok:
             passed = [*outcome.validation_log, DEDUPLICATION_OK]
-            recorded = _record_values(StatusUpdate(
-                mutation_id=mutation.mutation_id, status=MutationStatus.validating,
-                validation_log=[*passed, next_line], class_name=result.class_name,
-            ))
+            recorded = _record_values(
+                StatusUpdate(
+                    mutation_id=mutation.mutation_id,
+                    status=MutationStatus.validating,
+                    validation_log=[*passed, next_line],
+                    class_name=result.class_name,
+                )
+            )
             holder = await self._claim_code_hash(mutation.mutation_id, result.code_hash, recorded)
             if holder is None:
                 outcome.validation_log = passed
@@ -112,7 +116,9 @@ class MutationRecordActivities:
         """Write a status change the workflow made (its status activity and its validation activity)."""
         async with self._sessions() as session:
             agent_id = await session.scalar(
-                update(Mutation).where(Mutation.mutation_id == change.mutation_id).values(**_record_values(change))
+                update(Mutation)
+                .where(Mutation.mutation_id == change.mutation_id)
+                .values(**_record_values(change))
                 .returning(Mutation.agent_id)
             )
             await session.commit()
@@ -127,9 +133,17 @@ class MutationRecordActivities:
 
 def _record_values(change: StatusUpdate) -> dict:
     """The mutation record's columns a status change sets (None fields are left as they are)."""
-    values: dict = {"status": change.status.value, "updated_at": datetime.now(timezone.utc)}
-    for field in ("failure_reason_code", "validation_log", "class_name", "sandbox_report",
-                  "trait_version", "effects", "fitness_verdict", "rollback_reason"):
+    values: dict = {"status": change.status.value, "updated_at": datetime.now(UTC)}
+    for field in (
+        "failure_reason_code",
+        "validation_log",
+        "class_name",
+        "sandbox_report",
+        "trait_version",
+        "effects",
+        "fitness_verdict",
+        "rollback_reason",
+    ):
         value = getattr(change, field)
         if value is not None:
             values[field] = value

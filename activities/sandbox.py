@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 import time
 from collections import Counter
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Protocol
+from typing import Protocol
 
 import docker
 from docker.errors import ImageNotFound
@@ -21,6 +22,7 @@ from activities import names
 from engine.world import World, WorldParams
 from genesis.config import Settings
 from genesis.dto import FailureCode, SandboxReport, SandboxRequest
+from genesis.trait_wire import MalformedIntents, decode_intent_groups
 from sandbox import image
 from sandbox.container import (
     HostCrashed,
@@ -30,7 +32,6 @@ from sandbox.container import (
     hello_message,
     remove_containers_of,
 )
-from genesis.trait_wire import MalformedIntents, decode_intent_groups
 from sandbox.pool import WarmPool
 
 HOST_START_DEADLINE_S = 20.0  # first answer includes container start on a busy machine
@@ -69,8 +70,13 @@ class ColdHosts:
         self._client, self._settings = client, settings
 
     def new_host(self, owner: str) -> TraitHostContainer:
-        host = TraitHostContainer(self._client, image.image_tag(), IsolationLimits.from_settings(self._settings), owner,
-                                  private_socket=self._settings.sandbox.host_socket)
+        host = TraitHostContainer(
+            self._client,
+            image.image_tag(),
+            IsolationLimits.from_settings(self._settings),
+            owner,
+            private_socket=self._settings.sandbox.host_socket,
+        )
         try:
             host.say_hello(sandbox_hello(self._settings), HOST_START_DEADLINE_S)
         except BaseException:
@@ -198,8 +204,10 @@ def run_trial(
             result = reply.get("results", {}).get(request.trait_name, {})
             if result.get("killed"):
                 report.timeouts += 1
-                return finish(FailureCode.SANDBOX_TIMEOUT.value,
-                              f"tick {tick}: execute() was stopped from outside its process: {result['killed']}")
+                return finish(
+                    FailureCode.SANDBOX_TIMEOUT.value,
+                    f"tick {tick}: execute() was stopped from outside its process: {result['killed']}",
+                )
             if result.get("lost"):  # nobody's fault (the machine was busy): the same tick again
                 lost += 1
                 if lost > LOST_TICK_RETRIES:
@@ -223,11 +231,15 @@ def run_trial(
             if result.get("errors"):
                 report.exceptions += result.get("error_count", len(result["errors"]))
                 report.first_error = result["errors"][0]["error"]
-                return finish(FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: execute() raised {report.first_error}")
+                return finish(
+                    FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: execute() raised {report.first_error}"
+                )
             try:
                 intents = decode_intent_groups(reply.get("intent_groups"))
             except MalformedIntents as exc:
-                return finish(FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: the trait host sent malformed intents: {exc}")
+                return finish(
+                    FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: the trait host sent malformed intents: {exc}"
+                )
             stepped = time.perf_counter()
             tick_report = world.step(intents, lazy_write_back=True)
             world_ms.append((time.perf_counter() - stepped) * 1000 + prepare_ms)
@@ -276,8 +288,12 @@ class SandboxActivities:
         self.pool: WarmPool | None = None
         if settings.sandbox.pool_size > 0:
             self.pool = WarmPool(
-                self._client, image.ensure(self._client), IsolationLimits.from_settings(settings),
-                settings.sandbox.pool_size, sandbox_hello(settings), settings.sandbox.host_socket,
+                self._client,
+                image.ensure(self._client),
+                IsolationLimits.from_settings(settings),
+                settings.sandbox.pool_size,
+                sandbox_hello(settings),
+                settings.sandbox.host_socket,
             ).start()
 
     def close(self) -> None:
@@ -291,7 +307,10 @@ class SandboxActivities:
         info = activity.info()
         activity.logger.info("sandbox test of %s, attempt %d", request.mutation_id, info.attempt)
         report = run_trial(
-            request, self._settings, self._client, heartbeat=activity.heartbeat,
+            request,
+            self._settings,
+            self._client,
+            heartbeat=activity.heartbeat,
             hosts=self.pool,
         )
         activity.logger.info("sandbox verdict %s for %s: %s", report.verdict, request.mutation_id, report.summary)

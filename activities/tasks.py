@@ -19,8 +19,13 @@ class TaskActivities:
         """``agent:task:{id}`` (expiring at ``expires_at``), ``agent:tasks:queue`` and ``TaskPublished``.
         False when the task had already expired (nothing written)."""
         published = await tasks.publish(self._redis, task)
-        activity.logger.info("task %s %s (%s, expires at %.0f)", task.task_id,
-                             "published" if published else "already expired", task.severity.value, task.expires_at)
+        activity.logger.info(
+            "task %s %s (%s, expires at %.0f)",
+            task.task_id,
+            "published" if published else "already expired",
+            task.severity.value,
+            task.expires_at,
+        )
         return published
 
     @activity.defn(name=names.CLOSE_TASK)

@@ -17,9 +17,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities import names
 from genesis import netpolicy
-from pipeline import webhooks
 from genesis.config import Settings
 from genesis.dto import WebhookDelivery, WebhookResult
+from pipeline import webhooks
 
 # Answers that retrying will not change: the receiver refuses these deliveries for good.
 FINAL_STATUSES = {400, 401, 403, 404, 405, 410, 413, 422}
@@ -34,8 +34,12 @@ class WebhookActivities:
     def _new_client(self) -> httpx.AsyncClient:
         """A client per attempt: connections are made to checked addresses, and a pooled one
         (keyed by address) must never carry another host's request under the first host's TLS."""
-        return httpx.AsyncClient(timeout=self._timeout_s, follow_redirects=False, trust_env=False,
-                                 headers={"User-Agent": webhooks.USER_AGENT})
+        return httpx.AsyncClient(
+            timeout=self._timeout_s,
+            follow_redirects=False,
+            trust_env=False,
+            headers={"User-Agent": webhooks.USER_AGENT},
+        )
 
     @activity.defn(name=names.DELIVER_WEBHOOK)
     async def deliver_webhook(self, delivery: WebhookDelivery) -> WebhookResult:
@@ -69,8 +73,9 @@ class WebhookActivities:
         except httpx.HTTPError as exc:
             raise ApplicationError(f"attempt {attempt}: {type(exc).__name__}: {exc or 'no answer'}") from None
         if 200 <= response.status_code < 300:
-            activity.logger.info("webhook %s delivered to %s (attempt %d)", delivery.delivery_id,
-                                 delivery.notify_url, attempt)
+            activity.logger.info(
+                "webhook %s delivered to %s (attempt %d)", delivery.delivery_id, delivery.notify_url, attempt
+            )
             return WebhookResult(status_code=response.status_code, attempt=attempt)
         message = f"attempt {attempt}: the receiver answered {response.status_code}"
         if response.status_code in FINAL_STATUSES:

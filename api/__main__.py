@@ -28,11 +28,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m api", description=__doc__.split("\n\n")[0])
     parser.add_argument("--host", default=settings.api.host, help="bind address (default: GENESIS_API_HOST)")
     parser.add_argument("--port", type=int, default=settings.api.port, help="port (default: GENESIS_API_PORT)")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
-                        help="uvicorn's own log level (Genesis' loggers follow GENESIS_LOG_LEVEL)")
+    parser.add_argument(
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="uvicorn's own log level (Genesis' loggers follow GENESIS_LOG_LEVEL)",
+    )
     args = parser.parse_args(argv)
-    uvicorn.run("api.app:create_app", factory=True, host=args.host, port=args.port, log_level=args.log_level,
-                **proxy_options(settings))
+    uvicorn.run(
+        "api.app:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        log_level=args.log_level,
+        **proxy_options(settings),
+    )
 
 
 if __name__ == "__main__":

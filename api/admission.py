@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, AsyncIterator
+from typing import Any
 
 from fastapi import Request
 from redis.exceptions import RedisError
@@ -49,13 +50,17 @@ _LIVE_TRAIT = (
 _LATEST_TRAIT = (
     select(TraitVersion.version, TraitVersion.status)
     .where(TraitVersion.trait_name == bindparam("trait_name"))
-    .order_by(TraitVersion.version.desc()).limit(1)
+    .order_by(TraitVersion.version.desc())
+    .limit(1)
 )
-_PROPOSAL = (
-    select(Mutation.mutation_id, Mutation.status, Mutation.code, Mutation.trait_name,
-           Mutation.replaces_trait, Mutation.replaces_version)
-    .where(Mutation.mutation_id == bindparam("mutation_id"))
-)
+_PROPOSAL = select(
+    Mutation.mutation_id,
+    Mutation.status,
+    Mutation.code,
+    Mutation.trait_name,
+    Mutation.replaces_trait,
+    Mutation.replaces_version,
+).where(Mutation.mutation_id == bindparam("mutation_id"))
 _INSERT = insert(Mutation).on_conflict_do_nothing(index_elements=[Mutation.mutation_id]).returning(Mutation.mutation_id)
 
 
@@ -71,15 +76,23 @@ async def warm(database: AsyncEngine, connections: int) -> None:
     nothing), which compiles the statements and prepares them on those connections, so the first
     proposals pay for neither. Run in the background at startup: Postgres may be down, and then
     the first proposals connect (or answer 503)."""
+
     async def prepare() -> None:
         async with _connection(database) as conn:
             await conn.execute(_LIVE_TRAIT, {"trait_name": ""})
             await conn.execute(_PROPOSAL, {"mutation_id": ""})
+
     await asyncio.gather(*(prepare() for _ in range(connections)))
 
 
-async def accept_proposal(services, request: Request, body: ProposeRequest, agent_id: str,
-                          idempotency_key: str | None, operator: str | None = None) -> ProposeResponse:
+async def accept_proposal(
+    services,
+    request: Request,
+    body: ProposeRequest,
+    agent_id: str,
+    idempotency_key: str | None,
+    operator: str | None = None,
+) -> ProposeResponse:
     """Record a proposal of ``agent_id`` and start its workflow (rate limits taken), or raise the
     ApiError a single proposal would get. ``operator``: the label of the operator key that came
     with it (it may replace another agent's live trait; recorded as the replacement's approval)."""
@@ -101,12 +114,24 @@ async def _check_receiver(settings, notify_url: str) -> None:
     except netpolicy.Unresolvable:
         return
     except netpolicy.Refused as exc:
-        raise ApiError(422, "VALIDATION_ERROR", f"notify_url: {exc}",
-                       extra={"errors": [{"field": "notify_url", "message": str(exc)}]}) from None
+        raise ApiError(
+            422,
+            "VALIDATION_ERROR",
+            f"notify_url: {exc}",
+            extra={"errors": [{"field": "notify_url", "message": str(exc)}]},
+        ) from None
 
 
-async def _admit(services, conn: AsyncConnection, request: Request, body: ProposeRequest, agent_id: str,
-                 idempotency_key: str | None, mutation_id: str, operator: str | None) -> ProposeResponse:
+async def _admit(
+    services,
+    conn: AsyncConnection,
+    request: Request,
+    body: ProposeRequest,
+    agent_id: str,
+    idempotency_key: str | None,
+    mutation_id: str,
+    operator: str | None,
+) -> ProposeResponse:
     if idempotency_key:  # a retry of an accepted proposal is answered without touching the limits
         existing = (await conn.execute(_PROPOSAL, {"mutation_id": mutation_id})).first()
         if existing is not None:
@@ -117,10 +142,20 @@ async def _admit(services, conn: AsyncConnection, request: Request, body: Propos
     ip = request.client.host if request.client else "unknown"
     decision = await _take_rate_limit(services, agent_id, ip, mutation_id)
     row = {
-        "mutation_id": mutation_id, "agent_id": agent_id, "task_id": body.task_id, "trait_name": body.trait_name,
-        "goal": body.goal, "code": body.code, "status": MutationStatus.queued.value, "validation_log": [],
-        "workflow_id": mutation_workflow_id(mutation_id), "client_ip": request.client.host if request.client else None,
-        "notify_url": body.notify_url, "replaces_trait": None, "replaces_version": None, **target.record_fields(),
+        "mutation_id": mutation_id,
+        "agent_id": agent_id,
+        "task_id": body.task_id,
+        "trait_name": body.trait_name,
+        "goal": body.goal,
+        "code": body.code,
+        "status": MutationStatus.queued.value,
+        "validation_log": [],
+        "workflow_id": mutation_workflow_id(mutation_id),
+        "client_ip": request.client.host if request.client else None,
+        "notify_url": body.notify_url,
+        "replaces_trait": None,
+        "replaces_version": None,
+        **target.record_fields(),
     }
     try:
         inserted = (await conn.execute(_INSERT, row)).first() is not None
@@ -138,6 +173,7 @@ async def _admit(services, conn: AsyncConnection, request: Request, body: Propos
 
 
 # -- what the proposal does to its trait ----------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ProposalTarget:
@@ -158,8 +194,9 @@ class ProposalTarget:
         return fields
 
 
-async def _check_replacement(services, conn: AsyncConnection, body: ProposeRequest, agent_id: str,
-                             operator: str | None) -> ProposalTarget:
+async def _check_replacement(
+    services, conn: AsyncConnection, body: ProposeRequest, agent_id: str, operator: str | None
+) -> ProposalTarget:
     """Before any limit is charged: ``replaces`` must name a live trait (409 TRAIT_NOT_LIVE) at
     the given version, if any (409 VERSION_CONFLICT); without ``replaces`` a live trait_name is
     409 TRAIT_EXISTS unless GENESIS_TRAIT_EXISTS_POLICY=replace. A live version is replaced only
@@ -178,7 +215,8 @@ async def _check_replacement(services, conn: AsyncConnection, body: ProposeReque
     if body.replaces is None:
         if live is not None:
             raise ApiError(
-                409, "TRAIT_EXISTS",
+                409,
+                "TRAIT_EXISTS",
                 f"trait '{name}' is live as v{live.version} (mutation {live.mutation_id}); to modify it, "
                 f'propose with "replaces": {{"trait_name": "{name}", "version": {live.version}}} (read it '
                 f"first: GET /api/traits/{name}), or choose another trait_name for a new trait",
@@ -187,17 +225,22 @@ async def _check_replacement(services, conn: AsyncConnection, body: ProposeReque
         return ProposalTarget(require_new=True)
     if live is None:
         latest = (await conn.execute(_LATEST_TRAIT, {"trait_name": name})).first()
-        why = (f"no version of trait '{name}' was ever activated" if latest is None
-               else f"trait '{name}' has no live version (v{latest.version} is {latest.status})")
+        why = (
+            f"no version of trait '{name}' was ever activated"
+            if latest is None
+            else f"trait '{name}' has no live version (v{latest.version} is {latest.status})"
+        )
         raise ApiError(
-            409, "TRAIT_NOT_LIVE",
+            409,
+            "TRAIT_NOT_LIVE",
             f"{why}: there is nothing to replace; propose it without replaces to add it as a new trait "
             "(GET /api/traits lists the live traits)",
         )
     wanted = body.replaces.version
     if wanted is not None and wanted != live.version:
         raise ApiError(
-            409, "VERSION_CONFLICT",
+            409,
+            "VERSION_CONFLICT",
             f"replaces.version is {wanted}, but trait '{name}' is live as v{live.version} "
             f"(mutation {live.mutation_id}); read GET /api/traits/{name} and base your change on "
             f"v{live.version}",
@@ -213,7 +256,8 @@ def _check_owner(name: str, live: Row, agent_id: str) -> None:
         return
     made_by = f"agent '{owner}'" if owner else "no registered agent"
     raise ApiError(
-        403, "NOT_TRAIT_OWNER",
+        403,
+        "NOT_TRAIT_OWNER",
         f"trait '{name}' is live as v{live.version} (mutation {live.mutation_id}), made by {made_by}: only "
         f"the agent that made the live version, or an operator (X-Operator-Key), may replace it; propose your "
         f"variant under another trait_name",
@@ -222,6 +266,7 @@ def _check_owner(name: str, live: Row, agent_id: str) -> None:
 
 
 # -- the task it answers, the rate limits, the idempotent answer ------------------------------------
+
 
 async def _check_task_claim(services, task_id: str | None, agent_id: str) -> None:
     """A proposal for a task claimed by another agent is refused (409); one from the claimant
@@ -234,7 +279,8 @@ async def _check_task_claim(services, task_id: str | None, agent_id: str) -> Non
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     if outcome.code == tasks.PROPOSAL_CLAIMED_BY_OTHER:
         raise ApiError(
-            409, "TASK_ALREADY_CLAIMED",
+            409,
+            "TASK_ALREADY_CLAIMED",
             f"task {task_id!r} is claimed by agent {outcome.holder!r} for another {outcome.lease_remaining_s:.0f} s; "
             "only the claimant may propose for it (drop task_id, or wait for the lease to lapse)",
             headers={"Retry-After": str(max(1, math.ceil(outcome.lease_remaining_s)))},
@@ -256,7 +302,9 @@ async def _take_rate_limit(services, agent_id: str, ip: str, mutation_id: str) -
         raise unavailable("RATE_LIMITER_UNAVAILABLE", "Redis", exc, "the rate limits") from exc
     if not decision.allowed:
         raise ApiError(
-            429, FailureCode.RATE_LIMIT_EXCEEDED.value, decision.describe(agent_id, ip),
+            429,
+            FailureCode.RATE_LIMIT_EXCEEDED.value,
+            decision.describe(agent_id, ip),
             headers={"Retry-After": str(decision.retry_after_sec)},
             extra={"retry_after_sec": decision.retry_after_sec},
         )
@@ -266,14 +314,21 @@ async def _take_rate_limit(services, agent_id: str, ip: str, mutation_id: str) -
 def _same_proposal(existing: Row | None, body: ProposeRequest) -> ProposeResponse:
     """``existing``: the recorded proposal (a row of _PROPOSAL)."""
     replaces = (body.replaces.trait_name, body.replaces.version) if body.replaces else (None, None)
-    if (existing is None or existing.code != body.code or existing.trait_name != body.trait_name
-            or (existing.replaces_trait, existing.replaces_version) != replaces):
+    if (
+        existing is None
+        or existing.code != body.code
+        or existing.trait_name != body.trait_name
+        or (existing.replaces_trait, existing.replaces_version) != replaces
+    ):
         raise ApiError(409, "IDEMPOTENCY_KEY_REUSED", "this Idempotency-Key was used for a different proposal")
     return _accepted(existing.mutation_id, existing.status, "Mutation already accepted (same Idempotency-Key)")
 
 
 def _accepted(mutation_id: str, status: str, message: str) -> ProposeResponse:
     return ProposeResponse(
-        mutation_id=mutation_id, status=status, message=message,
-        status_url=f"/api/mutations/{mutation_id}/status", workflow_id=mutation_workflow_id(mutation_id),
+        mutation_id=mutation_id,
+        status=status,
+        message=message,
+        status_url=f"/api/mutations/{mutation_id}/status",
+        workflow_id=mutation_workflow_id(mutation_id),
     )

@@ -7,11 +7,13 @@ import logging
 from contextlib import asynccontextmanager
 
 import anyio
+import anyio.lowlevel
 import redis.asyncio as aioredis
 from fastapi import FastAPI
 from sqlalchemy.orm import configure_mappers
 
 from api import (
+    admission,
     routes_agents,
     routes_batch,
     routes_context,
@@ -29,21 +31,19 @@ from api import (
     routes_webhooks,
     routes_world,
 )
-from api import admission
-from gepa_steps import api as routes_gepa
 from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
-from api.metrics import RequestMetrics
+from api.metrics import RequestMetrics, router as metrics_router
 from api.request_guard import RequestGuard
-from api.metrics import router as metrics_router
 from api.telemetry_hub import TelemetryHub
 from api.workflow_starter import WorkflowStarter
 from genesis import gc_tuning
-from pipeline.apikeys import load_pepper
 from genesis.config import Settings, get_settings
-from pipeline.webhooks import load_server_secret
 from genesis.db.session import get_engine, get_sessionmaker
 from genesis.logs import configure_logging
+from gepa_steps import api as routes_gepa
+from pipeline.apikeys import load_pepper
+from pipeline.webhooks import load_server_secret
 
 MAX_BODY_BYTES = 96 * 1024  # 32 KB of code can grow when JSON-escaped
 WARM_CONNECTIONS = 2  # Postgres connections opened (statements prepared) at startup: ~100 proposals/s keep 1-3 busy
@@ -66,8 +66,14 @@ def _build_lazy_state(app: FastAPI) -> None:
     (request and response models), which it builds for a router's routes the first time a
     request is matched against them — here by matching a path no route has against every route."""
     configure_mappers()
-    scope = {"type": "http", "method": "GET", "path": "/__warm-up__", "root_path": "", "headers": [],
-             "query_string": b""}
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/__warm-up__",
+        "root_path": "",
+        "headers": [],
+        "query_string": b"",
+    }
     for route in app.router.routes:
         route.matches(scope)
 
@@ -102,14 +108,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             webhook_secret=load_server_secret(settings.webhook.secret.get_secret_value(), settings.state_dir),
         )
         app.state.telemetry = TelemetryHub(
-            settings.redis_url, app.state.services.redis,
-            queue_size=settings.telemetry.client_queue, reconnect_max_s=settings.telemetry.reconnect_max_s,
+            settings.redis_url,
+            app.state.services.redis,
+            queue_size=settings.telemetry.client_queue,
+            reconnect_max_s=settings.telemetry.reconnect_max_s,
         )
         app.state.telemetry.start()
         app.state.services.starter = WorkflowStarter(app.state.services)
         app.state.services.starter.start_sweeping()
         _build_lazy_state(app)
-        await anyio.sleep(0)  # loads anyio's asyncio backend, which Starlette uses to read bodies
+        await anyio.lowlevel.checkpoint()  # loads anyio's asyncio backend, which Starlette uses to read bodies
         # Last before serving: what start-up built lives as long as the process, and full
         # collections skip it from now on (the freeze's own collection pauses for ~100 ms).
         log.info("start-up heap frozen: %d objects", gc_tuning.freeze_startup_heap())
@@ -135,9 +143,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Control characters in the URL, duplicate keys and unreadable integers in JSON: 422 before
     # routing (api/request_guard.py); inside BodySizeLimit, so it never reads more than the limit.
     app.add_middleware(RequestGuard)
-    app.add_middleware(BodySizeLimit, max_bytes=MAX_BODY_BYTES,
-                       per_path={routes_batch.BATCH_PATH: MAX_BODY_BYTES * settings.batch_max_items,
-                                 routes_gepa.EXECUTE_STEP_PATH: settings.gepa.max_body_bytes})
+    app.add_middleware(
+        BodySizeLimit,
+        max_bytes=MAX_BODY_BYTES,
+        per_path={
+            routes_batch.BATCH_PATH: MAX_BODY_BYTES * settings.batch_max_items,
+            routes_gepa.EXECUTE_STEP_PATH: settings.gepa.max_body_bytes,
+        },
+    )
     app.include_router(routes_mutations.router)
     app.include_router(routes_batch.router)
     app.include_router(routes_agents.router)

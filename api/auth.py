@@ -11,9 +11,8 @@ from sqlalchemy import select
 from api.deps import Services
 from api.errors import ApiError, Responses
 from api.schemas import ErrorResponse
-from pipeline import apikeys
-from pipeline import operators
 from genesis.db.models import Agent
+from pipeline import apikeys, operators
 
 API_KEY = APIKeyHeader(
     name="X-API-Key",
@@ -32,8 +31,10 @@ OPERATOR_KEY = APIKeyHeader(
 _CHALLENGE = {"WWW-Authenticate": 'ApiKey header="X-API-Key"'}
 _OPERATOR_CHALLENGE = {"WWW-Authenticate": 'ApiKey header="X-Operator-Key"'}
 OPERATOR_ERRORS: Responses = {
-    401: {"model": ErrorResponse, "description": "OPERATOR_KEY_REQUIRED (no X-Operator-Key; GENESIS_AUTH=required) "
-          "or INVALID_OPERATOR_KEY"},
+    401: {
+        "model": ErrorResponse,
+        "description": "OPERATOR_KEY_REQUIRED (no X-Operator-Key; GENESIS_AUTH=required) or INVALID_OPERATOR_KEY",
+    },
     403: {"model": ErrorResponse, "description": "OPERATOR_KEY_REQUIRED: only an agent's X-API-Key was sent"},
 }
 HOW_TO_GET_OPERATOR_KEY = "create one with `genesis operator create-key --name NAME` on the API's host"
@@ -76,7 +77,8 @@ async def acting_agent(services: Services, api_key: str | None, claimed_agent_id
         agent = await authenticate(services, api_key)
         if claimed_agent_id is not None and claimed_agent_id != agent.agent_id:
             raise ApiError(
-                403, "AGENT_ID_MISMATCH",
+                403,
+                "AGENT_ID_MISMATCH",
                 f"the X-API-Key belongs to agent '{agent.agent_id}' but the body names agent_id "
                 f"'{claimed_agent_id}': an agent may only act as itself (leave agent_id out or send "
                 f"'{agent.agent_id}')",
@@ -84,7 +86,9 @@ async def acting_agent(services: Services, api_key: str | None, claimed_agent_id
         return agent.agent_id
     if claimed_agent_id is None:
         raise ApiError(
-            422, "VALIDATION_ERROR", "agent_id: field required (or send an X-API-Key)",
+            422,
+            "VALIDATION_ERROR",
+            "agent_id: field required (or send an X-API-Key)",
             extra={"errors": [{"field": "agent_id", "message": "field required (or send an X-API-Key)"}]},
         )
     return claimed_agent_id
@@ -97,14 +101,20 @@ async def operator_of(services: Services, operator_key: str | None) -> operators
         return None
     operator = await operators.verify(services.sessions, services.pepper, operator_key)
     if operator is None:
-        raise ApiError(401, "INVALID_OPERATOR_KEY",
-                       f"the X-Operator-Key is not a valid operator key (unknown, malformed or revoked); "
-                       f"{HOW_TO_GET_OPERATOR_KEY}", headers=_OPERATOR_CHALLENGE)
+        raise ApiError(
+            401,
+            "INVALID_OPERATOR_KEY",
+            f"the X-Operator-Key is not a valid operator key (unknown, malformed or revoked); "
+            f"{HOW_TO_GET_OPERATOR_KEY}",
+            headers=_OPERATOR_CHALLENGE,
+        )
     return operator
 
 
 async def require_operator(
-    request: Request, operator_key: str | None = Depends(OPERATOR_KEY), api_key: str | None = Depends(API_KEY),
+    request: Request,
+    operator_key: str | None = Depends(OPERATOR_KEY),
+    api_key: str | None = Depends(API_KEY),
 ) -> operators.Operator | None:
     """Dependency of the operator endpoints, checked before the body: the operator of a valid
     X-Operator-Key. Without one: 401 (403 when only an agent's X-API-Key was sent), unless
@@ -116,13 +126,23 @@ async def require_operator(
     route = request.scope.get("route")
     what = f"{request.method} {getattr(route, 'path', 'this path')}"
     if api_key and apikeys.prefix_of(api_key, apikeys.OPERATOR_KEY_HEAD) is not None:
-        raise ApiError(401, "OPERATOR_KEY_REQUIRED",
-                       f"{what} is an operator endpoint and an operator key was sent as X-API-Key: send it in the "
-                       "X-Operator-Key header instead", headers=_OPERATOR_CHALLENGE)
+        raise ApiError(
+            401,
+            "OPERATOR_KEY_REQUIRED",
+            f"{what} is an operator endpoint and an operator key was sent as X-API-Key: send it in the "
+            "X-Operator-Key header instead",
+            headers=_OPERATOR_CHALLENGE,
+        )
     if api_key:
-        raise ApiError(403, "OPERATOR_KEY_REQUIRED",
-                       f"{what} is an operator endpoint: an agent's X-API-Key does not open it; send an operator "
-                       f"key in X-Operator-Key ({HOW_TO_GET_OPERATOR_KEY})")
-    raise ApiError(401, "OPERATOR_KEY_REQUIRED",
-                   f"{what} is an operator endpoint: send an operator key in X-Operator-Key "
-                   f"({HOW_TO_GET_OPERATOR_KEY})", headers=_OPERATOR_CHALLENGE)
+        raise ApiError(
+            403,
+            "OPERATOR_KEY_REQUIRED",
+            f"{what} is an operator endpoint: an agent's X-API-Key does not open it; send an operator "
+            f"key in X-Operator-Key ({HOW_TO_GET_OPERATOR_KEY})",
+        )
+    raise ApiError(
+        401,
+        "OPERATOR_KEY_REQUIRED",
+        f"{what} is an operator endpoint: send an operator key in X-Operator-Key ({HOW_TO_GET_OPERATOR_KEY})",
+        headers=_OPERATOR_CHALLENGE,
+    )

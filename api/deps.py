@@ -26,7 +26,7 @@ class Services:
     redis: aioredis.Redis
     pepper: bytes = b""  # server secret of the API key hashes (pipeline/apikeys.py)
     webhook_secret: bytes = b""  # server secret the agents' webhook secrets derive from (pipeline/webhooks.py)
-    starter: "WorkflowStarter | None" = None  # api/workflow_starter.py, set in the app's lifespan
+    starter: WorkflowStarter | None = None  # api/workflow_starter.py, set in the app's lifespan
     _temporal: Client | None = None
     _temporal_lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 

@@ -12,7 +12,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-
 log = logging.getLogger("genesis.api")
 
 # A route's `responses=`: status code -> its OpenAPI entry ({"model": ..., "description": ...}).
@@ -20,8 +19,14 @@ Responses = dict[int | str, dict[str, Any]]
 
 
 class ApiError(Exception):
-    def __init__(self, status_code: int, error: str, detail: str, headers: dict[str, str] | None = None,
-                 extra: dict | None = None):
+    def __init__(
+        self,
+        status_code: int,
+        error: str,
+        detail: str,
+        headers: dict[str, str] | None = None,
+        extra: dict | None = None,
+    ):
         super().__init__(detail)
         self.status_code, self.error, self.detail, self.headers = status_code, error, detail, headers
         self.extra = extra or {}  # more fields of the body, e.g. retry_after_sec of a 429
@@ -32,8 +37,12 @@ def unavailable(error: str, service: str, exc: BaseException, doing: str = "") -
     only the service and the kind of failure (never a driver's message, which may carry SQL,
     addresses or stack details)."""
     log.warning("%s failed%s: %s: %s", service, f" ({doing})" if doing else "", type(exc).__name__, exc)
-    return ApiError(503, error, f"{service} is not reachable{f' ({doing})' if doing else ''}: "
-                                f"{type(exc).__name__} (the API's log has the details)")
+    return ApiError(
+        503,
+        error,
+        f"{service} is not reachable{f' ({doing})' if doing else ''}: "
+        f"{type(exc).__name__} (the API's log has the details)",
+    )
 
 
 def _field_name(loc: tuple) -> str:
@@ -78,8 +87,11 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
         if exc.status_code == 400 and "parsing the body" in str(exc.detail):
-            why = ("JSON must be UTF-8" if isinstance(exc.__cause__, UnicodeDecodeError)
-                   else f"{type(exc.__cause__).__name__ if exc.__cause__ else 'unreadable'}")
+            why = (
+                "JSON must be UTF-8"
+                if isinstance(exc.__cause__, UnicodeDecodeError)
+                else f"{type(exc.__cause__).__name__ if exc.__cause__ else 'unreadable'}"
+            )
             detail = f"request body is not valid JSON: it could not be decoded ({why})"
             return JSONResponse({"error": "INVALID_JSON", "detail": detail}, 400)
         error = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
@@ -89,8 +101,9 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         """A bug or an unforeseen failure: logged with its traceback, answered without it."""
         log.error("unhandled %s on %s %s", type(exc).__name__, request.method, request.url.path, exc_info=exc)
-        return JSONResponse({"error": "INTERNAL_ERROR",
-                             "detail": "the request failed unexpectedly; the API's log has the details"}, 500)
+        return JSONResponse(
+            {"error": "INTERNAL_ERROR", "detail": "the request failed unexpectedly; the API's log has the details"}, 500
+        )
 
 
 def document_error_responses(app: FastAPI) -> None:
@@ -111,7 +124,9 @@ def document_error_responses(app: FastAPI) -> None:
             return app.openapi_schema
         schema = generate()
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        components.setdefault("ErrorResponse", ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}"))
+        components.setdefault(
+            "ErrorResponse", ErrorResponse.model_json_schema(ref_template="#/components/schemas/{model}")
+        )
         for path_item in schema.get("paths", {}).values():
             for operation in path_item.values():
                 responses = operation.setdefault("responses", {})
@@ -123,7 +138,7 @@ def document_error_responses(app: FastAPI) -> None:
                     responses["422"] = error("VALIDATION_ERROR: the detail and errors name each bad field")
         for name in ("HTTPValidationError", "ValidationError"):  # FastAPI's, now unreferenced
             rest = {key: value for key, value in components.items() if key != name}
-            if f"#/components/schemas/{name}\"" not in json.dumps([schema.get("paths"), rest]):
+            if f'#/components/schemas/{name}"' not in json.dumps([schema.get("paths"), rest]):
                 components.pop(name, None)
         app.openapi_schema = schema
         return schema

@@ -19,7 +19,8 @@ UNMATCHED = "unmatched"
 
 REQUESTS = Counter("genesis_api_requests", "HTTP requests answered", ["method", "route", "status"])
 REQUEST_SECONDS = Histogram(
-    "genesis_api_request_duration_seconds", "Time to answer an HTTP request (to the end of the body)",
+    "genesis_api_request_duration_seconds",
+    "Time to answer an HTTP request (to the end of the body)",
     ["method", "route", "status"],
     buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
 )

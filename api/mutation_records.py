@@ -22,10 +22,15 @@ MUTATION_ERRORS = {
 }
 MUTATION_WRITE_ERRORS = {
     **MUTATION_ERRORS,
-    401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key (GENESIS_AUTH=required), "
-          "or an invalid X-Operator-Key"},
-    403: {"model": ErrorResponse, "description": "AGENT_ID_MISMATCH (the X-API-Key belongs to another agent), "
-          "NOT_YOUR_MUTATION, NOT_TRAIT_OWNER (the live version of the trait is another agent's)"},
+    401: {
+        "model": ErrorResponse,
+        "description": "Missing or unknown X-API-Key (GENESIS_AUTH=required), or an invalid X-Operator-Key",
+    },
+    403: {
+        "model": ErrorResponse,
+        "description": "AGENT_ID_MISMATCH (the X-API-Key belongs to another agent), "
+        "NOT_YOUR_MUTATION, NOT_TRAIT_OWNER (the live version of the trait is another agent's)",
+    },
 }
 
 
@@ -37,11 +42,13 @@ async def load_mutation(request: Request, mutation_id: str) -> Mutation:
 async def load_with_quarantine(request: Request, mutation_id: str) -> tuple[Mutation, TraitQuarantine | None]:
     """The mutation's record and the engine's quarantine record of its trait (None: none)."""
     async with request.app.state.services.sessions() as session:
-        found = (await session.execute(
-            select(Mutation, TraitQuarantine)
-            .outerjoin(TraitQuarantine, TraitQuarantine.mutation_id == Mutation.mutation_id)
-            .where(Mutation.mutation_id == mutation_id)
-        )).first()
+        found = (
+            await session.execute(
+                select(Mutation, TraitQuarantine)
+                .outerjoin(TraitQuarantine, TraitQuarantine.mutation_id == Mutation.mutation_id)
+                .where(Mutation.mutation_id == mutation_id)
+            )
+        ).first()
     if found is None:
         raise ApiError(404, "MUTATION_NOT_FOUND", f"no mutation {mutation_id!r}")
     return found[0], found[1]
@@ -56,8 +63,15 @@ class Authorised:
     by: str | None = None
 
 
-async def load_own_mutation(request: Request, mutation_id: str, api_key: str | None, operator_key: str | None,
-                            action: str, *, replaced_owner_may: bool = False) -> Authorised:
+async def load_own_mutation(
+    request: Request,
+    mutation_id: str,
+    api_key: str | None,
+    operator_key: str | None,
+    action: str,
+    *,
+    replaced_owner_may: bool = False,
+) -> Authorised:
     """The mutation, if the caller may act on it: an operator (X-Operator-Key) on any mutation;
     an agent on its own; with ``replaced_owner_may``, also the agent that made the version this
     mutation replaced (the owner of v1 may take out another agent's v2). Any caller in
@@ -76,9 +90,12 @@ async def load_own_mutation(request: Request, mutation_id: str, api_key: str | N
     if replaced is not None and replaced[1] == caller:
         return Authorised(record, by=f"agent '{caller}', owner of the replaced v{replaced[0]}")
     also = " or the agent whose version it replaced" if replaced_owner_may else ""
-    raise ApiError(403, "NOT_YOUR_MUTATION",
-                   f"mutation {mutation_id} belongs to agent '{record.agent_id}'; only it{also} (or an operator, "
-                   f"with X-Operator-Key) may {action}")
+    raise ApiError(
+        403,
+        "NOT_YOUR_MUTATION",
+        f"mutation {mutation_id} belongs to agent '{record.agent_id}'; only it{also} (or an operator, "
+        f"with X-Operator-Key) may {action}",
+    )
 
 
 async def _replaced_version_owner(request: Request, record: Mutation) -> tuple[int, str | None] | None:
@@ -86,9 +103,11 @@ async def _replaced_version_owner(request: Request, record: Mutation) -> tuple[i
     or, before activation, the one its ``replaces`` names (the live one when no version was named)."""
     if record.replaced_version is None and record.replaces_trait is None:
         return None
-    query = (select(TraitVersion.version, Mutation.agent_id)
-             .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
-             .where(TraitVersion.trait_name == record.trait_name))
+    query = (
+        select(TraitVersion.version, Mutation.agent_id)
+        .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
+        .where(TraitVersion.trait_name == record.trait_name)
+    )
     version = record.replaced_version if record.replaced_version is not None else record.replaces_version
     if version is not None:
         query = query.where(TraitVersion.version == version)
@@ -105,15 +124,27 @@ def status_response(record: Mutation, quarantine: TraitQuarantine | None = None)
     """The status shape of one mutation row (GET /api/mutations/{id}/status and each item of
     GET /api/mutations), with the engine's quarantine record of its trait, if any."""
     return MutationStatusResponse(
-        mutation_id=record.mutation_id, trait_name=record.trait_name, agent_id=record.agent_id,
-        status=record.status, failure_reason_code=record.failure_reason_code,
-        created_at=record.created_at.timestamp(), updated_at=record.updated_at.timestamp(),
-        validation_log=record.validation_log or [], goal=record.goal, task_id=record.task_id,
-        code_hash=record.code_hash, workflow_id=record.workflow_id, sandbox_report=record.sandbox_report,
-        trait_version=record.trait_version, fitness_verdict=record.fitness_verdict,
-        rollback_reason=record.rollback_reason, notify_url=record.notify_url,
-        replaces=replaces_ref(record), replaced_version=record.replaced_version,
-        restored_version=record.restored_version, replacement_approved_by=record.replacement_approved_by,
+        mutation_id=record.mutation_id,
+        trait_name=record.trait_name,
+        agent_id=record.agent_id,
+        status=record.status,
+        failure_reason_code=record.failure_reason_code,
+        created_at=record.created_at.timestamp(),
+        updated_at=record.updated_at.timestamp(),
+        validation_log=record.validation_log or [],
+        goal=record.goal,
+        task_id=record.task_id,
+        code_hash=record.code_hash,
+        workflow_id=record.workflow_id,
+        sandbox_report=record.sandbox_report,
+        trait_version=record.trait_version,
+        fitness_verdict=record.fitness_verdict,
+        rollback_reason=record.rollback_reason,
+        notify_url=record.notify_url,
+        replaces=replaces_ref(record),
+        replaced_version=record.replaced_version,
+        restored_version=record.restored_version,
+        replacement_approved_by=record.replacement_approved_by,
         quarantine=quarantine_info(quarantine),
     )
 

@@ -10,8 +10,8 @@ from fastapi import Path
 from pydantic import AfterValidator
 
 from api.schemas import TASK_ID_PATTERN
-from genesis.ids import MUTATION_ID_PATTERN
 from evolution.schedules import SCHEDULE_ID_PATTERN
+from genesis.ids import MUTATION_ID_PATTERN
 
 # Trigger ids: trg_<12 hex> (the Watcher's) or sch_<schedule id>-<run time> (a schedule's runs).
 TRIGGER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,119}$")
@@ -23,13 +23,20 @@ def _id_path(name: str, pattern: re.Pattern, form: str):
             raise ValueError(f"{name} must be {form}")
         return value
 
-    return Annotated[str, Path(description=f"{form[0].upper()}{form[1:]}", json_schema_extra={"pattern": pattern.pattern}),
-                     AfterValidator(check)]
+    return Annotated[
+        str,
+        Path(description=f"{form[0].upper()}{form[1:]}", json_schema_extra={"pattern": pattern.pattern}),
+        AfterValidator(check),
+    ]
 
 
 MutationIdPath = _id_path("mutation_id", MUTATION_ID_PATTERN, "'mut_' followed by 6-32 hex digits")
 TaskIdPath = _id_path("task_id", TASK_ID_PATTERN, "1-64 characters: letters, digits, _ and -")
-TriggerIdPath = _id_path("trigger_id", TRIGGER_ID_PATTERN,
-                         "a trigger id: trg_<12 hex> (the Watcher's) or sch_<schedule>-<time> (a schedule's run)")
-ScheduleIdPath = _id_path("schedule_id", SCHEDULE_ID_PATTERN,
-                          "1-64 letters, digits, '_', '.' or '-', starting with a letter or digit")
+TriggerIdPath = _id_path(
+    "trigger_id",
+    TRIGGER_ID_PATTERN,
+    "a trigger id: trg_<12 hex> (the Watcher's) or sch_<schedule>-<time> (a schedule's run)",
+)
+ScheduleIdPath = _id_path(
+    "schedule_id", SCHEDULE_ID_PATTERN, "1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
+)

@@ -62,8 +62,11 @@ def _locate(node: Any, path: str) -> tuple[str, str, str] | None:
         for key, value in node:
             if key in seen:
                 field = f"{path}.{key}" if path else key
-                return ("DUPLICATE_JSON_KEY", field,
-                        f"the key {key!r} appears more than once in the same object: send it once")
+                return (
+                    "DUPLICATE_JSON_KEY",
+                    field,
+                    f"the key {key!r} appears more than once in the same object: send it once",
+                )
             seen.add(key)
             found = _locate(value, f"{path}.{key}" if path else key)
             if found:
@@ -74,8 +77,11 @@ def _locate(node: Any, path: str) -> tuple[str, str, str] | None:
             if found:
                 return found
     elif isinstance(node, _Digits) and len(node.lstrip("-")) > MAX_INT_DIGITS:
-        return ("INVALID_JSON_NUMBER", path or "body",
-                f"an integer of {len(node.lstrip('-')):,} digits; at most {MAX_INT_DIGITS:,} digits are accepted")
+        return (
+            "INVALID_JSON_NUMBER",
+            path or "body",
+            f"an integer of {len(node.lstrip('-')):,} digits; at most {MAX_INT_DIGITS:,} digits are accepted",
+        )
     return None
 
 
@@ -109,8 +115,10 @@ def url_problem(scope: dict) -> tuple[str, str] | None:
     for key, value in parse_qsl(query, keep_blank_values=True):
         match = CONTROL.search(key) or CONTROL.search(value)
         if match:
-            return (f"query.{CONTROL.sub('?', key)[:64]}",
-                    f"contains the control character U+{ord(match.group()):04X}: no parameter has one")
+            return (
+                f"query.{CONTROL.sub('?', key)[:64]}",
+                f"contains the control character U+{ord(match.group()):04X}: no parameter has one",
+            )
     return None
 
 
@@ -125,8 +133,9 @@ def _is_json(scope: dict) -> bool:
 
 
 def _refusal(error: str, field: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": error, "detail": f"{field}: {message}",
-                         "errors": [{"field": field, "message": message}]}, 422)
+    return JSONResponse(
+        {"error": error, "detail": f"{field}: {message}", "errors": [{"field": field, "message": message}]}, 422
+    )
 
 
 class RequestGuard:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
@@ -19,20 +19,21 @@ from api.schemas import (
     RegisterResponse,
     Reputation,
 )
-from pipeline import apikeys
-from pipeline import ratelimit
 from genesis.db.models import Agent, Mutation
 from genesis.dto import MutationStatus, terminal_statuses
+from pipeline import apikeys, ratelimit
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
 
 def _iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
+    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 @router.post(
-    "/register", status_code=201, response_model=RegisterResponse,
+    "/register",
+    status_code=201,
+    response_model=RegisterResponse,
     responses={422: {"model": ErrorResponse, "description": "Invalid fields"}},
 )
 async def register(body: RegisterRequest, request: Request) -> JSONResponse:
@@ -42,9 +43,14 @@ async def register(body: RegisterRequest, request: Request) -> JSONResponse:
     for _ in range(3):  # a clash of random ids or key prefixes is rare; draw again
         issued = apikeys.issue(services.pepper)
         agent = Agent(
-            agent_id=apikeys.new_agent_id(), name=body.name, description=body.description,
-            key_prefix=issued.prefix, key_hash=issued.digest, key_scheme=apikeys.KEY_SCHEME,
-            client_ip=request.client.host if request.client else None, created_at=datetime.now(timezone.utc),
+            agent_id=apikeys.new_agent_id(),
+            name=body.name,
+            description=body.description,
+            key_prefix=issued.prefix,
+            key_hash=issued.digest,
+            key_scheme=apikeys.KEY_SCHEME,
+            client_ip=request.client.host if request.client else None,
+            created_at=datetime.now(UTC),
         )
         async with services.sessions() as session:
             session.add(agent)
@@ -56,15 +62,20 @@ async def register(body: RegisterRequest, request: Request) -> JSONResponse:
     else:
         raise ApiError(503, "REGISTRATION_FAILED", "could not allocate a unique agent id; try again")
     reply = RegisterResponse(
-        agent_id=agent.agent_id, api_key=issued.key, key_prefix=issued.prefix, name=agent.name,
-        description=agent.description, registered_at=_iso(agent.created_at),
+        agent_id=agent.agent_id,
+        api_key=issued.key,
+        key_prefix=issued.prefix,
+        name=agent.name,
+        description=agent.description,
+        registered_at=_iso(agent.created_at),
         message="Store the api_key now: it is shown only once. Send it as the X-API-Key header.",
     )
     return JSONResponse(reply.model_dump(), status_code=201, headers={"Cache-Control": "no-store"})
 
 
 @router.get(
-    "/me", response_model=AgentResponse,
+    "/me",
+    response_model=AgentResponse,
     responses={401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key"}},
 )
 async def me(request: Request, api_key: str | None = Depends(API_KEY)) -> AgentResponse:
@@ -76,26 +87,41 @@ async def me(request: Request, api_key: str | None = Depends(API_KEY)) -> AgentR
     terminal = [s.value for s in terminal_statuses(settings.activate_mutations)]
     status = Mutation.status
     async with services.sessions() as session:
-        row = (await session.execute(
-            select(
-                func.count(),
-                func.count().filter(status.not_in(terminal)),
-                func.count().filter(Mutation.activated_at.is_not(None)),
-                func.count().filter(status == MutationStatus.kept.value),
-                func.count().filter(status == MutationStatus.rolled_back.value),
-                func.count().filter(status == MutationStatus.rejected.value),
-                func.count().filter(status == MutationStatus.failed.value),
-            ).where(Mutation.agent_id == agent.agent_id)
-        )).one()
+        row = (
+            await session.execute(
+                select(
+                    func.count(),
+                    func.count().filter(status.not_in(terminal)),
+                    func.count().filter(Mutation.activated_at.is_not(None)),
+                    func.count().filter(status == MutationStatus.kept.value),
+                    func.count().filter(status == MutationStatus.rolled_back.value),
+                    func.count().filter(status == MutationStatus.rejected.value),
+                    func.count().filter(status == MutationStatus.failed.value),
+                ).where(Mutation.agent_id == agent.agent_id)
+            )
+        ).one()
     usage = await ratelimit.usage(services.redis, agent.agent_id)
     return AgentResponse(
-        agent_id=agent.agent_id, name=agent.name, description=agent.description, key_prefix=agent.key_prefix,
+        agent_id=agent.agent_id,
+        name=agent.name,
+        description=agent.description,
+        key_prefix=agent.key_prefix,
         registered_at=_iso(agent.created_at),
-        reputation=Reputation(proposed=row[0], active=row[1], activated=row[2], kept=row[3], rolled_back=row[4],
-                              rejected=row[5], failed=row[6]),
+        reputation=Reputation(
+            proposed=row[0],
+            active=row[1],
+            activated=row[2],
+            kept=row[3],
+            rolled_back=row[4],
+            rejected=row[5],
+            failed=row[6],
+        ),
         rate_limits=RateLimitUsage(
-            active_mutations=usage["active"], active_limit=settings.ratelimit.active_per_agent,
-            proposals_this_hour=usage["proposals_this_hour"], hourly_limit=settings.ratelimit.proposals_per_agent_hour,
-            hour_resets_in_sec=usage["hour_resets_in_sec"], per_ip_minute_limit=settings.ratelimit.proposals_per_ip_minute,
+            active_mutations=usage["active"],
+            active_limit=settings.ratelimit.active_per_agent,
+            proposals_this_hour=usage["proposals_this_hour"],
+            hourly_limit=settings.ratelimit.proposals_per_agent_hour,
+            hour_resets_in_sec=usage["hour_resets_in_sec"],
+            per_ip_minute_limit=settings.ratelimit.proposals_per_ip_minute,
         ),
     )

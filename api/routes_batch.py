@@ -22,13 +22,21 @@ BATCH_PATH = "/api/mutations/propose/batch"
 
 
 @router.post(
-    "/propose/batch", status_code=207, response_model=BatchProposeResponse,
-    responses={**{k: v for k, v in MUTATION_WRITE_ERRORS.items() if k != 404},
-               422: {"model": ErrorResponse, "description": "Not a batch (no proposals, too many, not a list)"},
-               **{k: v for k, v in MUTATION_ERRORS.items() if k == 413}},
+    "/propose/batch",
+    status_code=207,
+    response_model=BatchProposeResponse,
+    responses={
+        **{k: v for k, v in MUTATION_WRITE_ERRORS.items() if k != 404},
+        422: {"model": ErrorResponse, "description": "Not a batch (no proposals, too many, not a list)"},
+        **{k: v for k, v in MUTATION_ERRORS.items() if k == 413},
+    },
 )
-async def propose_batch(body: BatchProposeRequest, request: Request, api_key: str | None = Depends(API_KEY),
-                        operator_key: str | None = Depends(OPERATOR_KEY)) -> JSONResponse:
+async def propose_batch(
+    body: BatchProposeRequest,
+    request: Request,
+    api_key: str | None = Depends(API_KEY),
+    operator_key: str | None = Depends(OPERATOR_KEY),
+) -> JSONResponse:
     """Propose up to ``GENESIS_BATCH_MAX_ITEMS`` mutations at once. The answer is **207
     Multi-Status** with one result per item, in order: ``status_code`` 202 with the
     ``mutation_id`` for an accepted item, or the status and ``{"error", "detail"}`` that
@@ -39,8 +47,11 @@ async def propose_batch(body: BatchProposeRequest, request: Request, api_key: st
     services = request.app.state.services
     limit = services.settings.batch_max_items
     if len(body.proposals) > limit:
-        raise ApiError(422, "BATCH_TOO_LARGE",
-                       f"{len(body.proposals)} proposals in one batch; at most {limit} (GENESIS_BATCH_MAX_ITEMS)")
+        raise ApiError(
+            422,
+            "BATCH_TOO_LARGE",
+            f"{len(body.proposals)} proposals in one batch; at most {limit} (GENESIS_BATCH_MAX_ITEMS)",
+        )
     operator = await operator_of(services, operator_key)
     if api_key or services.settings.auth == "required":
         await authenticate(services, api_key)  # a bad key refuses the batch, not each item
@@ -49,18 +60,33 @@ async def propose_batch(body: BatchProposeRequest, request: Request, api_key: st
         try:
             item = BatchProposeItem.model_validate(raw)
             agent_id = await acting_agent(services, api_key, item.agent_id)
-            accepted = await accept_proposal(services, request, item, agent_id, item.idempotency_key,
-                                             operator.label if operator is not None else None)
+            accepted = await accept_proposal(
+                services,
+                request,
+                item,
+                agent_id,
+                item.idempotency_key,
+                operator.label if operator is not None else None,
+            )
             results.append(BatchItemResult(index=index, status_code=202, **accepted.model_dump()))
         except ValidationError as exc:
             results.append(BatchItemResult(index=index, status_code=422, **validation_error_body(exc.errors())))
         except ApiError as exc:
-            results.append(BatchItemResult(index=index, status_code=exc.status_code, error=exc.error,
-                                           detail=exc.detail, **exc.extra))
+            results.append(
+                BatchItemResult(
+                    index=index, status_code=exc.status_code, error=exc.error, detail=exc.detail, **exc.extra
+                )
+            )
         except Exception:  # noqa: BLE001 - one item's failure must not hide the others' results
             log.exception("batch item %d failed", index)
-            results.append(BatchItemResult(index=index, status_code=500, error="INTERNAL_ERROR",
-                                           detail="this item failed unexpectedly; the API's log has the details"))
+            results.append(
+                BatchItemResult(
+                    index=index,
+                    status_code=500,
+                    error="INTERNAL_ERROR",
+                    detail="this item failed unexpectedly; the API's log has the details",
+                )
+            )
     for result in results:
         count_proposal("batch", "accepted" if result.status_code == 202 else result.error or str(result.status_code))
     accepted_count = sum(1 for r in results if r.status_code == 202)

@@ -11,8 +11,8 @@ from redis.exceptions import RedisError
 
 from api.errors import ApiError, unavailable
 from api.schemas import ErrorResponse, MetricsResponse
-from genesis import rules
 from evolution import world_metrics
+from genesis import rules
 
 router = APIRouter(prefix="/api/agents/context", tags=["agent context"])
 log = logging.getLogger("genesis.api.context")
@@ -30,7 +30,8 @@ async def sandbox_api() -> dict:
 
 
 @router.get(
-    "/metrics", response_model=MetricsResponse,
+    "/metrics",
+    response_model=MetricsResponse,
     responses={503: {"model": ErrorResponse, "description": "No snapshot yet, or Redis unavailable"}},
 )
 async def metrics(request: Request) -> Response:
@@ -48,7 +49,8 @@ async def metrics(request: Request) -> Response:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     if not history:
         raise ApiError(
-            503, "NO_SNAPSHOT",
+            503,
+            "NO_SNAPSHOT",
             f"no WorldSnapshot in Redis yet: the engine writes one every {settings.engine.snapshot_interval} ticks "
             "(start it with `python -m engine`; `make run` starts it)",
         )
@@ -56,7 +58,9 @@ async def metrics(request: Request) -> Response:
     if world_metrics.stagnating(history):
         recently = await _mutation_applied_since(request, time.time() - world_metrics.STAGNATION_QUIET_S)
     anomalies = world_metrics.detect_anomalies(
-        history, max_entities=settings.engine.max_population, mutation_applied_recently=recently,
+        history,
+        max_entities=settings.engine.max_population,
+        mutation_applied_recently=recently,
     )
     document = world_metrics.metrics_document(history[0], anomalies)
     body = MetricsResponse.model_validate(document).model_dump_json().encode()

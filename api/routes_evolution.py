@@ -21,24 +21,31 @@ from api.errors import ApiError, Responses, unavailable
 from api.params import TriggerIdPath
 from api.schemas import ErrorResponse, EvolutionTriggerRequest, EvolutionTriggerResponse, RateLimitResponse
 from api.schemas_evolution import CycleListResponse, CycleResponse
-from evolution import cycles
+from evolution import cycles, watcher as watching
 from genesis import redis_keys as keys
-from evolution import watcher as watching
 from genesis.workflow_api import evolution_workflow_id
 
 router = APIRouter(tags=["evolution"])
 
 ERRORS: Responses = {
     409: {"model": ErrorResponse, "description": "Cooldown of the type active, or no anomaly to trigger"},
-    429: {"model": RateLimitResponse, "description": "FORCED_TRIGGER_LIMIT: too many forced triggers in the window; retry after retry_after_sec"},
+    429: {
+        "model": RateLimitResponse,
+        "description": "FORCED_TRIGGER_LIMIT: too many forced triggers in the window; retry after retry_after_sec",
+    },
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
     503: {"model": ErrorResponse, "description": "No snapshot yet, or Redis / Temporal unavailable"},
 }
 START_WAIT_S = 10.0
 
 
-@router.post("/api/evolution/trigger", status_code=202, response_model=EvolutionTriggerResponse,
-             responses={**ERRORS, **OPERATOR_ERRORS}, dependencies=[Depends(require_operator)])
+@router.post(
+    "/api/evolution/trigger",
+    status_code=202,
+    response_model=EvolutionTriggerResponse,
+    responses={**ERRORS, **OPERATOR_ERRORS},
+    dependencies=[Depends(require_operator)],
+)
 async def force_trigger(request: Request, body: EvolutionTriggerRequest | None = None) -> JSONResponse:
     """Force a trigger from the latest WorldSnapshot with the given anomaly type (or the worst
     one the rules detect). Returns the ``trigger_id`` (WorldReport at ``evo:trigger:{id}``, 10
@@ -54,29 +61,40 @@ async def force_trigger(request: Request, body: EvolutionTriggerRequest | None =
     if outcome.status == watching.NO_SNAPSHOT:
         raise ApiError(503, "NO_SNAPSHOT", "no WorldSnapshot in Redis yet: start the engine (`make run`) and try again")
     if outcome.status == watching.NO_ANOMALY:
-        raise ApiError(409, "NO_ANOMALY", "the Watcher's rules find no anomaly in the latest snapshots: name an anomaly_type to force one")
+        raise ApiError(
+            409,
+            "NO_ANOMALY",
+            "the Watcher's rules find no anomaly in the latest snapshots: name an anomaly_type to force one",
+        )
     anomaly = outcome.anomaly
     assert anomaly is not None, "every outcome of a forced trigger past NO_ANOMALY names its anomaly"
     if outcome.status == watching.COOLDOWN:
         raise ApiError(
-            409, "WATCHER_COOLDOWN",
+            409,
+            "WATCHER_COOLDOWN",
             f"a {anomaly.type} trigger happened less than {settings.watcher.cooldown_s:.0f} s ago "
             "(severity critical skips the cooldown)",
         )
     if outcome.status == watching.LIMITED:
         raise ApiError(
-            429, "FORCED_TRIGGER_LIMIT",
+            429,
+            "FORCED_TRIGGER_LIMIT",
             f"at most {settings.forced_trigger_limit} forced triggers per {settings.forced_trigger_window_s} s "
             f"(GENESIS_FORCED_TRIGGER_LIMIT); try again in {outcome.retry_after_s} s",
-            headers={"Retry-After": str(outcome.retry_after_s)}, extra={"retry_after_sec": outcome.retry_after_s},
+            headers={"Retry-After": str(outcome.retry_after_s)},
+            extra={"retry_after_sec": outcome.retry_after_s},
         )
     trigger_id, task_id = outcome.trigger_id, outcome.task_id
     assert outcome.status == watching.GO and trigger_id is not None and task_id is not None, outcome
     await watcher.drain(timeout=START_WAIT_S)  # the TaskWorkflow start (retried while Temporal is away)
     response = EvolutionTriggerResponse(
-        trigger_id=trigger_id, task_id=task_id, problem_type=anomaly.type,
-        severity=anomaly.severity, task_severity=watching.TASK_SEVERITY[anomaly.severity],
-        suggested_area=anomaly.area, tick=int(outcome.tick or 0),
+        trigger_id=trigger_id,
+        task_id=task_id,
+        problem_type=anomaly.type,
+        severity=anomaly.severity,
+        task_severity=watching.TASK_SEVERITY[anomaly.severity],
+        suggested_area=anomaly.area,
+        tick=int(outcome.tick or 0),
         report_key=keys.evolution_trigger(trigger_id),
         message=f"Trigger {trigger_id}: {anomaly.type} ({anomaly.severity}); task {task_id} published",
         cycle_workflow_id=evolution_workflow_id(trigger_id) if settings.evolution_cycles_enabled else None,
@@ -85,8 +103,11 @@ async def force_trigger(request: Request, body: EvolutionTriggerRequest | None =
 
 
 @router.get("/api/evolution/cycles", response_model=CycleListResponse, responses={422: ERRORS[422], 503: ERRORS[503]})
-async def list_cycles(request: Request, limit: int = Query(default=50, ge=1, le=500),
-                      status: Literal["running", "succeeded", "failed"] | None = None) -> dict:
+async def list_cycles(
+    request: Request,
+    limit: int = Query(default=50, ge=1, le=500),
+    status: Literal["running", "succeeded", "failed"] | None = None,
+) -> dict:
     """The newest evolution cycles first: stage, plan, code, mutation, LLM tokens and estimated cost, error."""
     try:
         return {"cycles": await cycles.list_cycles(request.app.state.services.sessions, limit, status)}
@@ -94,14 +115,21 @@ async def list_cycles(request: Request, limit: int = Query(default=50, ge=1, le=
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
 
 
-@router.get("/api/evolution/cycles/{trigger_id}", response_model=CycleResponse,
-            responses={404: {"model": ErrorResponse, "description": "No cycle with that trigger id"}, 503: ERRORS[503]})
+@router.get(
+    "/api/evolution/cycles/{trigger_id}",
+    response_model=CycleResponse,
+    responses={404: {"model": ErrorResponse, "description": "No cycle with that trigger id"}, 503: ERRORS[503]},
+)
 async def get_cycle(trigger_id: TriggerIdPath, request: Request) -> dict:
     try:
         found = await cycles.get_cycle(request.app.state.services.sessions, trigger_id)
     except (SQLAlchemyError, OSError) as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
     if found is None:
-        raise ApiError(404, "CYCLE_NOT_FOUND", f"no evolution cycle {trigger_id!r} (ids are trigger ids: trg_… for the "
-                       "Watcher's, sch_<schedule>-<time> for a schedule's runs)")
+        raise ApiError(
+            404,
+            "CYCLE_NOT_FOUND",
+            f"no evolution cycle {trigger_id!r} (ids are trigger ids: trg_… for the "
+            "Watcher's, sch_<schedule>-<time> for a schedule's runs)",
+        )
     return found

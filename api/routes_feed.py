@@ -31,18 +31,28 @@ def _check_after(after: str | None) -> str | None:
     return after
 
 
-@router.get("/api/feed", response_model=FeedResponse,
-            responses={422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}})
-async def read_feed(request: Request, after: str | None = Query(default=None, description="Stream id: messages after it (0-0: from the oldest); without it: the newest"),
-                    limit: int = Query(default=50, ge=1, le=MAX_LIMIT)) -> dict:
+@router.get(
+    "/api/feed", response_model=FeedResponse, responses={422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}}
+)
+async def read_feed(
+    request: Request,
+    after: str | None = Query(
+        default=None, description="Stream id: messages after it (0-0: from the oldest); without it: the newest"
+    ),
+    limit: int = Query(default=50, ge=1, le=MAX_LIMIT),
+) -> dict:
     """At most ``limit`` messages, oldest first: those after ``after`` (``0-0``: from the oldest
     kept; the stream keeps about the last 1,000), or without it the newest ones. ``last_id`` is
     where to continue (pass it as ``after``)."""
     try:
         _check_after(after)
     except ValueError as exc:
-        raise ApiError(422, "VALIDATION_ERROR", f"query.after: {exc}",
-                       extra={"errors": [{"field": "query.after", "message": str(exc)}]}) from exc
+        raise ApiError(
+            422,
+            "VALIDATION_ERROR",
+            f"query.after: {exc}",
+            extra={"errors": [{"field": "query.after", "message": str(exc)}]},
+        ) from exc
     try:
         messages = await feed.read(request.app.state.services.redis, after, limit)
     except (RedisError, OSError) as exc:

@@ -26,8 +26,14 @@ class MutationListResponse(BaseModel):
 
 
 @router.get(
-    "", response_model=MutationListResponse,
-    responses={422: {"model": ErrorResponse, "description": "An invalid status, agent_id, trait_name or limit (the detail names it)"}},
+    "",
+    response_model=MutationListResponse,
+    responses={
+        422: {
+            "model": ErrorResponse,
+            "description": "An invalid status, agent_id, trait_name or limit (the detail names it)",
+        }
+    },
 )
 async def list_mutations(
     request: Request,

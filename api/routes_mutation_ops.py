@@ -8,7 +8,7 @@ same id. A verdict (rejected, kept, rolled_back) or a live trait (activated) is 
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
@@ -23,9 +23,9 @@ from api.params import MutationIdPath
 from api.schemas import ErrorResponse
 from api.schemas_mutation_ops import RetryResponse
 from api.workflow_starter import start_mutation_workflow
-from pipeline.proposals import mutation_input
 from genesis.db.models import Mutation
 from genesis.dto import MutationStatus
+from pipeline.proposals import mutation_input
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
 
@@ -35,17 +35,28 @@ NOT_RETRYABLE = {
     MutationStatus.kept.value: "its verdict is in (kept): the trait is live; there is nothing to re-run",
     MutationStatus.rolled_back.value: "its verdict is in (rolled_back): propose a new version instead",
     MutationStatus.activated.value: "its trait is live and under observation: roll it back "
-                                    "(POST /api/mutations/{id}/rollback) instead of re-running it",
+    "(POST /api/mutations/{id}/rollback) instead of re-running it",
 }
 
 
 @router.post(
-    "/{mutation_id}/retry", status_code=202, response_model=RetryResponse,
-    responses={**MUTATION_WRITE_ERRORS, 409: {"model": ErrorResponse, "description":
-               "NOT_RETRYABLE (a verdict or a live trait), MUTATION_IN_PROGRESS (its workflow is running)"}},
+    "/{mutation_id}/retry",
+    status_code=202,
+    response_model=RetryResponse,
+    responses={
+        **MUTATION_WRITE_ERRORS,
+        409: {
+            "model": ErrorResponse,
+            "description": "NOT_RETRYABLE (a verdict or a live trait), MUTATION_IN_PROGRESS (its workflow is running)",
+        },
+    },
 )
-async def retry(mutation_id: MutationIdPath, request: Request, api_key: str | None = Depends(API_KEY),
-                operator_key: str | None = Depends(OPERATOR_KEY)) -> JSONResponse:
+async def retry(
+    mutation_id: MutationIdPath,
+    request: Request,
+    api_key: str | None = Depends(API_KEY),
+    operator_key: str | None = Depends(OPERATOR_KEY),
+) -> JSONResponse:
     """Re-run a mutation whose workflow ended without a verdict (Failed, TimedOut, Terminated,
     Canceled, or never started / vanished while the record is not final): a fresh run of its
     MutationWorkflow under the same workflow id. Needs the ``X-API-Key`` of the agent that
@@ -58,41 +69,67 @@ async def retry(mutation_id: MutationIdPath, request: Request, api_key: str | No
     client = await services.temporal()
     run_status = await _workflow_status(client, record.workflow_id)
     if run_status == WorkflowExecutionStatus.RUNNING:
-        still = (" (a failed run may still be delivering its notify_url webhooks)"
-                 if record.status == MutationStatus.failed.value else "")
-        raise ApiError(409, "MUTATION_IN_PROGRESS",
-                       f"mutation {mutation_id} is {record.status} and its workflow {record.workflow_id} is still "
-                       f"running{still}: retry once it has ended (follow it with GET /api/mutations/{mutation_id}/status)")
-    if (record.status == MutationStatus.sandbox_ok.value and run_status == WorkflowExecutionStatus.COMPLETED):
-        raise ApiError(409, "NOT_RETRYABLE",
-                       f"mutation {mutation_id} passed its sandbox test and its workflow completed "
-                       "(activation was off): that is its verdict")
+        still = (
+            " (a failed run may still be delivering its notify_url webhooks)"
+            if record.status == MutationStatus.failed.value
+            else ""
+        )
+        raise ApiError(
+            409,
+            "MUTATION_IN_PROGRESS",
+            f"mutation {mutation_id} is {record.status} and its workflow {record.workflow_id} is still "
+            f"running{still}: retry once it has ended (follow it with GET /api/mutations/{mutation_id}/status)",
+        )
+    if record.status == MutationStatus.sandbox_ok.value and run_status == WorkflowExecutionStatus.COMPLETED:
+        raise ApiError(
+            409,
+            "NOT_RETRYABLE",
+            f"mutation {mutation_id} passed its sandbox test and its workflow completed "
+            "(activation was off): that is its verdict",
+        )
     ended = run_status.name if run_status is not None else None
-    note = (f"Retry: the previous run ended {ended}; started again" if ended
-            else "Retry: no workflow run was found; started")
+    note = (
+        f"Retry: the previous run ended {ended}; started again"
+        if ended
+        else "Retry: no workflow run was found; started"
+    )
     async with services.sessions() as session:
         reset = await session.scalar(
             update(Mutation)
             .where(Mutation.mutation_id == mutation_id, Mutation.status == record.status)
-            .values(status=MutationStatus.queued.value, failure_reason_code=None,
-                    validation_log=[*(record.validation_log or []), note], updated_at=datetime.now(timezone.utc))
+            .values(
+                status=MutationStatus.queued.value,
+                failure_reason_code=None,
+                validation_log=[*(record.validation_log or []), note],
+                updated_at=datetime.now(UTC),
+            )
             .returning(Mutation)
         )
         await session.commit()
     if reset is None:
-        raise ApiError(409, "MUTATION_IN_PROGRESS",
-                       f"mutation {mutation_id} changed status while the retry was being prepared; look again")
+        raise ApiError(
+            409,
+            "MUTATION_IN_PROGRESS",
+            f"mutation {mutation_id} changed status while the retry was being prepared; look again",
+        )
     try:
         rerun = mutation_input(reset, services.settings).model_copy(update={"retried": True})
         handle = await start_mutation_workflow(client, services.settings, rerun, reset.workflow_id)
     except Exception as exc:  # the row is queued again: the API's sweeper starts it once Temporal answers
         unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc, "restarting the workflow")
-        raise ApiError(503, "TEMPORAL_UNAVAILABLE",
-                       f"mutation {mutation_id} is queued again but its workflow could not be started now "
-                       f"({type(exc).__name__}); it will be started automatically once Temporal is reachable") from exc
+        raise ApiError(
+            503,
+            "TEMPORAL_UNAVAILABLE",
+            f"mutation {mutation_id} is queued again but its workflow could not be started now "
+            f"({type(exc).__name__}); it will be started automatically once Temporal is reachable",
+        ) from exc
     body = RetryResponse(
-        mutation_id=mutation_id, status=MutationStatus.queued.value, workflow_id=reset.workflow_id,
-        run_id=handle.result_run_id, previous_status=record.status, previous_workflow_status=ended,
+        mutation_id=mutation_id,
+        status=MutationStatus.queued.value,
+        workflow_id=reset.workflow_id,
+        run_id=handle.result_run_id,
+        previous_status=record.status,
+        previous_workflow_status=ended,
         message=f"re-running {mutation_id} (previous run: {ended or 'none'})",
     )
     return JSONResponse(body.model_dump(), status_code=202)

@@ -38,18 +38,28 @@ from pipeline.rollbacks import WorkflowNotRunning, request_rollback
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
 
-CONFLICTS = ("TRAIT_EXISTS (trait_name is live: set replaces), TRAIT_NOT_LIVE (replaces names no live trait), "
-             "VERSION_CONFLICT (replaces.version is not the live one), TASK_ALREADY_CLAIMED, IDEMPOTENCY_KEY_REUSED")
+CONFLICTS = (
+    "TRAIT_EXISTS (trait_name is live: set replaces), TRAIT_NOT_LIVE (replaces names no live trait), "
+    "VERSION_CONFLICT (replaces.version is not the live one), TASK_ALREADY_CLAIMED, IDEMPOTENCY_KEY_REUSED"
+)
 
 
 @router.post(
-    "/propose", status_code=202, response_model=ProposeResponse,
-    responses={**MUTATION_WRITE_ERRORS, 409: {"model": ErrorResponse, "description": CONFLICTS}, 429: {"model": RateLimitResponse, "description": "A rate limit; retry after retry_after_sec"}},
+    "/propose",
+    status_code=202,
+    response_model=ProposeResponse,
+    responses={
+        **MUTATION_WRITE_ERRORS,
+        409: {"model": ErrorResponse, "description": CONFLICTS},
+        429: {"model": RateLimitResponse, "description": "A rate limit; retry after retry_after_sec"},
+    },
 )
 async def propose(
     body: ProposeRequest,
     request: Request,
-    idempotency_key: str | None = Header(default=None, max_length=128, description="Retry-safe: same key, same mutation"),
+    idempotency_key: str | None = Header(
+        default=None, max_length=128, description="Retry-safe: same key, same mutation"
+    ),
     api_key: str | None = Depends(API_KEY),
     operator_key: str | None = Depends(OPERATOR_KEY),
 ) -> JSONResponse:
@@ -64,8 +74,14 @@ async def propose(
     try:
         operator = await operator_of(services, operator_key)
         agent_id = await acting_agent(services, api_key, body.agent_id)
-        accepted = await accept_proposal(services, request, body, agent_id, idempotency_key,
-                                         operator=operator.label if operator is not None else None)
+        accepted = await accept_proposal(
+            services,
+            request,
+            body,
+            agent_id,
+            idempotency_key,
+            operator=operator.label if operator is not None else None,
+        )
     except ApiError as exc:
         count_proposal("single", exc.error)
         raise
@@ -84,23 +100,37 @@ async def effects(mutation_id: MutationIdPath, request: Request) -> EffectsRespo
     """What the mutation did to the world over its observation window (``observed: false`` until then)."""
     record = await load_mutation(request, mutation_id)
     return EffectsResponse(
-        mutation_id=record.mutation_id, trait_name=record.trait_name, status=record.status,
+        mutation_id=record.mutation_id,
+        trait_name=record.trait_name,
+        status=record.status,
         observation_window_ticks=request.app.state.services.settings.observation.window_ticks,
-        observed=record.effects is not None, effects=record.effects, fitness_verdict=record.fitness_verdict,
-        replaces=replaces_ref(record), trait_version=record.trait_version,
-        replaced_version=record.replaced_version, restored_version=record.restored_version,
+        observed=record.effects is not None,
+        effects=record.effects,
+        fitness_verdict=record.fitness_verdict,
+        replaces=replaces_ref(record),
+        trait_version=record.trait_version,
+        replaced_version=record.replaced_version,
+        restored_version=record.restored_version,
     )
 
 
-@router.post("/{mutation_id}/rollback", status_code=202, response_model=RollbackResponse, responses=MUTATION_WRITE_ERRORS)
-async def rollback(mutation_id: MutationIdPath, request: Request, body: RollbackBody | None = None,
-                   api_key: str | None = Depends(API_KEY), operator_key: str | None = Depends(OPERATOR_KEY)) -> JSONResponse:
+@router.post(
+    "/{mutation_id}/rollback", status_code=202, response_model=RollbackResponse, responses=MUTATION_WRITE_ERRORS
+)
+async def rollback(
+    mutation_id: MutationIdPath,
+    request: Request,
+    body: RollbackBody | None = None,
+    api_key: str | None = Depends(API_KEY),
+    operator_key: str | None = Depends(OPERATOR_KEY),
+) -> JSONResponse:
     """Take a trait out of the world (the previous version of the same trait, if any, comes back).
     Needs the ``X-API-Key`` of the agent that proposed it, or of the agent whose version it
     replaced, or an ``X-Operator-Key`` (unless GENESIS_AUTH=open)."""
     services = request.app.state.services
-    allowed = await load_own_mutation(request, mutation_id, api_key, operator_key, "roll it back",
-                                      replaced_owner_may=True)
+    allowed = await load_own_mutation(
+        request, mutation_id, api_key, operator_key, "roll it back", replaced_owner_may=True
+    )
     record = allowed.record
     reason = body.reason if body else "manual"
     if allowed.by is not None:  # the record says who took another agent's mutation out
@@ -114,8 +144,9 @@ async def rollback(mutation_id: MutationIdPath, request: Request, body: Rollback
     try:  # a kept mutation's workflow has ended: a RollbackWorkflow does it (pipeline/rollbacks.py)
         await request_rollback(client, services.settings, record, reason)
     except WorkflowNotRunning as exc:
-        raise ApiError(409, "NOT_ROLLBACKABLE",
-                       f"mutation {mutation_id} is {record.status}: its workflow has not started yet") from exc
+        raise ApiError(
+            409, "NOT_ROLLBACKABLE", f"mutation {mutation_id} is {record.status}: its workflow has not started yet"
+        ) from exc
     except RPCError as exc:
         raise unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc, "requesting the rollback") from exc
     return _rollback_reply(mutation_id, record.status, f"rollback requested ({reason}){note}", 202)
@@ -128,12 +159,18 @@ async def _not_live_note(request: Request, record: Mutation) -> str:
         mine = await session.scalar(select(TraitVersion.status).where(TraitVersion.mutation_id == record.mutation_id))
         if mine != "superseded":
             return ""
-        live = (await session.execute(
-            select(TraitVersion.version, TraitVersion.mutation_id)
-            .where(TraitVersion.trait_name == record.trait_name, TraitVersion.status == "active"))).first()
+        live = (
+            await session.execute(
+                select(TraitVersion.version, TraitVersion.mutation_id).where(
+                    TraitVersion.trait_name == record.trait_name, TraitVersion.status == "active"
+                )
+            )
+        ).first()
     now = f"v{live[0]} (mutation {live[1]}) is live" if live is not None else "no version is live"
-    return (f"; note: v{record.trait_version} was not live ({now}): this rollback only keeps it from being "
-            "restored later" + (f"; roll back {live[1]} to take the live version out" if live is not None else ""))
+    return (
+        f"; note: v{record.trait_version} was not live ({now}): this rollback only keeps it from being "
+        "restored later" + (f"; roll back {live[1]} to take the live version out" if live is not None else "")
+    )
 
 
 def _rollback_reply(mutation_id: str, status: str, message: str, code: int) -> JSONResponse:

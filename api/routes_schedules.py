@@ -38,14 +38,26 @@ async def _call(request: Request, action, *args, **kwargs) -> dict:
         raise ApiError(422, "VALIDATION_ERROR", str(exc)) from exc
 
 
-@router.post("", status_code=201, response_model=ScheduleResponse, dependencies=[Depends(require_operator)],
-             responses={**ERRORS, **OPERATOR_ERRORS, 409: {"model": ErrorResponse, "description": "The schedule_id is taken"}})
+@router.post(
+    "",
+    status_code=201,
+    response_model=ScheduleResponse,
+    dependencies=[Depends(require_operator)],
+    responses={**ERRORS, **OPERATOR_ERRORS, 409: {"model": ErrorResponse, "description": "The schedule_id is taken"}},
+)
 async def create_schedule(body: ScheduleCreateRequest, request: Request) -> JSONResponse:
     """Create a schedule that starts a periodic improvement cycle every ``interval_s`` seconds."""
     settings = request.app.state.services.settings
-    described = await _call(request, schedules.create, settings.task_queue, interval_s=body.interval_s,
-                            schedule_id=body.schedule_id, paused=body.paused, note=body.note,
-                            min_interval_s=settings.schedule_min_interval_s)
+    described = await _call(
+        request,
+        schedules.create,
+        settings.task_queue,
+        interval_s=body.interval_s,
+        schedule_id=body.schedule_id,
+        paused=body.paused,
+        note=body.note,
+        min_interval_s=settings.schedule_min_interval_s,
+    )
     return JSONResponse(described, status_code=201)
 
 
@@ -59,20 +71,32 @@ async def get_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
     return await _call(request, schedules.describe, schedule_id, _queue(request))
 
 
-@router.post("/{schedule_id}/pause", response_model=ScheduleResponse, responses={**ERRORS, **OPERATOR_ERRORS},
-             dependencies=[Depends(require_operator)])
+@router.post(
+    "/{schedule_id}/pause",
+    response_model=ScheduleResponse,
+    responses={**ERRORS, **OPERATOR_ERRORS},
+    dependencies=[Depends(require_operator)],
+)
 async def pause_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
     return await _call(request, schedules.pause, schedule_id, _queue(request))
 
 
-@router.post("/{schedule_id}/resume", response_model=ScheduleResponse, responses={**ERRORS, **OPERATOR_ERRORS},
-             dependencies=[Depends(require_operator)])
+@router.post(
+    "/{schedule_id}/resume",
+    response_model=ScheduleResponse,
+    responses={**ERRORS, **OPERATOR_ERRORS},
+    dependencies=[Depends(require_operator)],
+)
 async def resume_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
     return await _call(request, schedules.resume, schedule_id, _queue(request))
 
 
-@router.delete("/{schedule_id}", response_model=ScheduleResponse, responses={**ERRORS, **OPERATOR_ERRORS},
-               dependencies=[Depends(require_operator)])
+@router.delete(
+    "/{schedule_id}",
+    response_model=ScheduleResponse,
+    responses={**ERRORS, **OPERATOR_ERRORS},
+    dependencies=[Depends(require_operator)],
+)
 async def delete_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
     """Delete the schedule (cycles already running finish); answers its last description."""
     return await _call(request, schedules.delete, schedule_id, _queue(request))

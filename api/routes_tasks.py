@@ -35,8 +35,7 @@ from api.schemas import (
     TaskResponse,
     TasksResponse,
 )
-from evolution import tasks
-from evolution import world_metrics
+from evolution import tasks, world_metrics
 from genesis.dto import AgentTask
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, task_workflow_id
 
@@ -70,7 +69,8 @@ def _task_response(task: AgentTask, claim: tasks.Claim | None, now: float) -> Ta
 
 def _not_found(task_id: str) -> ApiError:
     return ApiError(
-        404, "TASK_NOT_FOUND",
+        404,
+        "TASK_NOT_FOUND",
         f"no live task {task_id!r}: it may never have existed, have expired, or be done already "
         "(GET /api/agents/context/tasks lists the live ones)",
     )
@@ -88,8 +88,13 @@ async def list_tasks(request: Request, limit: int = Query(100, ge=1, le=500)) ->
     return TasksResponse(tasks=[_task_response(task, claim, now) for task, claim in live])
 
 
-@router.post("/api/agents/tasks", status_code=201, response_model=TaskCreatedResponse,
-             responses={**ERRORS, **OPERATOR_ERRORS}, dependencies=[Depends(require_operator)])
+@router.post(
+    "/api/agents/tasks",
+    status_code=201,
+    response_model=TaskCreatedResponse,
+    responses={**ERRORS, **OPERATOR_ERRORS},
+    dependencies=[Depends(require_operator)],
+)
 async def publish_task(body: TaskCreateRequest, request: Request) -> JSONResponse:
     """Publish a task for external agents (operator endpoint: X-Operator-Key).
     Its TaskWorkflow writes it to Redis within moments and ends it when its TTL runs out."""
@@ -107,16 +112,23 @@ async def publish_task(body: TaskCreateRequest, request: Request) -> JSONRespons
             world_context = {"entity_count": recent[0].get("entity_count"), "avg_energy": recent[0].get("avg_energy")}
     ttl_s = settings.task.ttl_s(body.severity.value)
     task = AgentTask(
-        task_id=task_id, expires_at=round(time.time() + ttl_s, 3), source=body.source,
-        problem_type=body.problem_type, severity=body.severity, description=body.description,
-        suggested_area=body.suggested_area, world_context=world_context,
+        task_id=task_id,
+        expires_at=round(time.time() + ttl_s, 3),
+        source=body.source,
+        problem_type=body.problem_type,
+        severity=body.severity,
+        description=body.description,
+        suggested_area=body.suggested_area,
+        world_context=world_context,
         constraints=body.constraints if body.constraints is not None else list(tasks.TASK_CONSTRAINTS),
     )
     client = await services.temporal()
     try:
         await tasks.start_workflow(client, settings.task_queue, task)  # a task id names one task, ever
     except WorkflowAlreadyStartedError as exc:
-        raise ApiError(409, "TASK_EXISTS", f"task id {task_id!r} is already taken: choose another or omit task_id") from exc
+        raise ApiError(
+            409, "TASK_EXISTS", f"task id {task_id!r} is already taken: choose another or omit task_id"
+        ) from exc
     except Exception as exc:
         raise unavailable("WORKFLOW_START_FAILED", "Temporal", exc, "starting the task workflow") from exc
     response = TaskCreatedResponse(
@@ -129,7 +141,10 @@ async def publish_task(body: TaskCreateRequest, request: Request) -> JSONRespons
 
 @router.post("/api/agents/tasks/{task_id}/claim", status_code=201, response_model=ClaimResponse, responses=CLAIM_ERRORS)
 async def claim_task(
-    task_id: TaskIdPath, request: Request, body: ClaimRequest | None = None, api_key: str | None = Depends(API_KEY),
+    task_id: TaskIdPath,
+    request: Request,
+    body: ClaimRequest | None = None,
+    api_key: str | None = Depends(API_KEY),
 ) -> JSONResponse:
     """Take a task so that no other agent works on it. The claim is a lease of
     ``GENESIS_TASK_CLAIM_LEASE_S`` seconds (never past the task's expiry): it lapses unless you
@@ -146,25 +161,35 @@ async def claim_task(
         raise _not_found(task_id)
     if outcome.code == tasks.CLAIM_TAKEN:
         raise ApiError(
-            409, "TASK_ALREADY_CLAIMED",
+            409,
+            "TASK_ALREADY_CLAIMED",
             f"task {task_id!r} is claimed by agent {outcome.holder!r} for another {outcome.lease_remaining_s:.0f} s "
             "(the lease lapses unless they propose a mutation for it); pick another task or try again later",
             headers={"Retry-After": str(max(1, math.ceil(outcome.lease_remaining_s)))},
         )
     won = outcome.code == tasks.CLAIM_WON
     response = ClaimResponse(
-        task_id=task_id, agent_id=agent_id, lease_sec=round(outcome.lease_remaining_s, 3),
-        lease_expires_at=round(time.time() + outcome.lease_remaining_s, 3), task_expires_at=outcome.task_expires_at,
+        task_id=task_id,
+        agent_id=agent_id,
+        lease_sec=round(outcome.lease_remaining_s, 3),
+        lease_expires_at=round(time.time() + outcome.lease_remaining_s, 3),
+        task_expires_at=outcome.task_expires_at,
         message=(
             f"Task claimed: propose a mutation with task_id {task_id!r} within {outcome.lease_remaining_s:.0f} s"
-            if won else "You already hold this claim (the lease is not extended by claiming again)"
+            if won
+            else "You already hold this claim (the lease is not extended by claiming again)"
         ),
     )
     return JSONResponse(response.model_dump(), status_code=201 if won else 200)
 
 
-@router.post("/api/agents/tasks/{task_id}/resolve", status_code=202, response_model=ResolveResponse,
-             responses={**ERRORS, **OPERATOR_ERRORS}, dependencies=[Depends(require_operator)])
+@router.post(
+    "/api/agents/tasks/{task_id}/resolve",
+    status_code=202,
+    response_model=ResolveResponse,
+    responses={**ERRORS, **OPERATOR_ERRORS},
+    dependencies=[Depends(require_operator)],
+)
 async def resolve_task(task_id: TaskIdPath, request: Request, body: ResolveRequest | None = None) -> JSONResponse:
     """The problem went away: end the task now, claimed or not (operator endpoint: X-Operator-Key;
     the Watcher signals the workflow itself). Its TaskWorkflow removes it and announces ``TaskClosed``."""

@@ -26,12 +26,13 @@ def parse_filter(raw: str | None) -> frozenset[str]:
         return frozenset(EVENT_TYPES)
     names = [name.strip() for name in raw.split(",")]
     if not any(names):
-        raise ValueError(f"events is empty: name one or more of {', '.join(EVENT_TYPES)} (comma-separated), "
-                         "or leave the parameter out for all")
+        raise ValueError(
+            f"events is empty: name one or more of {', '.join(EVENT_TYPES)} (comma-separated), "
+            "or leave the parameter out for all"
+        )
     unknown = sorted({name for name in names if name not in EVENT_TYPES})
     if unknown:
-        raise ValueError(f"unknown event type(s) {', '.join(map(repr, unknown))}: "
-                         f"choose from {', '.join(EVENT_TYPES)}")
+        raise ValueError(f"unknown event type(s) {', '.join(map(repr, unknown))}: choose from {', '.join(EVENT_TYPES)}")
     return frozenset(names)
 
 
@@ -65,8 +66,11 @@ async def telemetry(websocket: WebSocket) -> None:
         while (await websocket.receive())["type"] != "websocket.disconnect":
             pass  # frames from the client are ignored
 
-    tasks = [asyncio.create_task(send_events()), asyncio.create_task(watch_client()),
-             asyncio.create_task(subscriber.overflowed.wait())]
+    tasks = [
+        asyncio.create_task(send_events()),
+        asyncio.create_task(watch_client()),
+        asyncio.create_task(subscriber.overflowed.wait()),
+    ]
     try:
         await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -76,8 +80,11 @@ async def telemetry(websocket: WebSocket) -> None:
         await asyncio.gather(*tasks, return_exceptions=True)
     if subscriber.overflowed.is_set():
         hub.counters["slow_consumers_closed"] += 1
-        await _close(websocket, CLOSE_SLOW_CONSUMER,
-                     f"{SLOW_CONSUMER}: more than {subscriber.queue.maxsize} events behind; reconnect")
+        await _close(
+            websocket,
+            CLOSE_SLOW_CONSUMER,
+            f"{SLOW_CONSUMER}: more than {subscriber.queue.maxsize} events behind; reconnect",
+        )
     else:
         await _close(websocket, 1000, "")
 
@@ -88,7 +95,7 @@ async def _close(websocket: WebSocket, code: int, reason: str) -> None:
     try:  # the close frame queues behind what the socket already holds; a client that reads
         # nothing never takes it, so give up after a while (the connection is dropped then)
         await asyncio.wait_for(websocket.close(code=code, reason=reason), timeout=CLOSE_WAIT_S)
-    except (asyncio.TimeoutError, WebSocketDisconnect, RuntimeError, OSError):
+    except (TimeoutError, WebSocketDisconnect, RuntimeError, OSError):
         pass
 
 

@@ -68,20 +68,27 @@ async def list_traits(request: Request) -> TraitsResponse:
     services = request.app.state.services
     try:
         async with services.sessions() as session:
-            rows = (await session.execute(
-                select(TraitVersion, Mutation.agent_id, Mutation.activated_at)
-                .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
-                .where(TraitVersion.status == "active", ~quarantined(TraitVersion.mutation_id))
-                .order_by(TraitVersion.trait_name)
-            )).all()
+            rows = (
+                await session.execute(
+                    select(TraitVersion, Mutation.agent_id, Mutation.activated_at)
+                    .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
+                    .where(TraitVersion.status == "active", ~quarantined(TraitVersion.mutation_id))
+                    .order_by(TraitVersion.trait_name)
+                )
+            ).all()
     except (SQLAlchemyError, OSError) as exc:
         raise _db_down(exc) from exc
     carriers, tick = await _carriers(request)
     return TraitsResponse(
         traits=[
             TraitSummary(
-                trait_name=row.trait_name, version=row.version, mutation_id=row.mutation_id, agent_id=agent_id,
-                class_name=row.class_name, code_hash=row.code_hash, activated_at=_ts(activated_at or row.created_at),
+                trait_name=row.trait_name,
+                version=row.version,
+                mutation_id=row.mutation_id,
+                agent_id=agent_id,
+                class_name=row.class_name,
+                code_hash=row.code_hash,
+                activated_at=_ts(activated_at or row.created_at),
                 carriers=carriers.get(row.trait_name, 0) if carriers is not None else None,
             )
             for row, agent_id, activated_at in rows
@@ -92,7 +99,8 @@ async def list_traits(request: Request) -> TraitsResponse:
 
 @router.get("/{trait_name}", response_model=TraitDetailResponse, responses=ERRORS)
 async def trait_detail(
-    trait_name: str, request: Request,
+    trait_name: str,
+    request: Request,
     limit: int = Query(default=100, ge=1, le=500, description="At most this many versions, newest first"),
 ) -> TraitDetailResponse:
     """One trait: its live version with the **source code** (what a modification starts from),
@@ -100,40 +108,52 @@ async def trait_detail(
     the proposals of it still in flight."""
     problem = trait_name_problem(trait_name)
     if problem:
-        raise ApiError(422, "VALIDATION_ERROR", f"trait_name: {problem}",
-                       extra={"errors": [{"field": "trait_name", "message": problem}]})
+        raise ApiError(
+            422,
+            "VALIDATION_ERROR",
+            f"trait_name: {problem}",
+            extra={"errors": [{"field": "trait_name", "message": problem}]},
+        )
     services = request.app.state.services
     in_flight = {MutationStatus.queued.value, MutationStatus.validating.value, MutationStatus.sandbox_ok.value}
     in_flight -= {s.value for s in terminal_statuses(services.settings.activate_mutations)}
     try:
         async with services.sessions() as session:
-            rows = (await session.execute(
-                select(TraitVersion, Mutation)
-                .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
-                .where(TraitVersion.trait_name == trait_name)
-                .order_by(TraitVersion.version.desc())
-                .limit(limit)
-            )).all()
-            active_row = next((pair for pair in rows if pair[0].status == "active"), None)
-            if active_row is None:  # the live version may be older than the newest ``limit``
-                active_row = (await session.execute(
+            rows = (
+                await session.execute(
                     select(TraitVersion, Mutation)
                     .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
-                    .where(TraitVersion.trait_name == trait_name, TraitVersion.status == "active")
-                )).first()
+                    .where(TraitVersion.trait_name == trait_name)
+                    .order_by(TraitVersion.version.desc())
+                    .limit(limit)
+                )
+            ).all()
+            active_row = next((pair for pair in rows if pair[0].status == "active"), None)
+            if active_row is None:  # the live version may be older than the newest ``limit``
+                active_row = (
+                    await session.execute(
+                        select(TraitVersion, Mutation)
+                        .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
+                        .where(TraitVersion.trait_name == trait_name, TraitVersion.status == "active")
+                    )
+                ).first()
             quarantines = await quarantines_of(
-                session, [row.mutation_id for row, _ in rows] + ([active_row[0].mutation_id] if active_row else []))
-            pending = (await session.scalars(
-                select(Mutation)
-                .where(Mutation.trait_name == trait_name, Mutation.status.in_(sorted(in_flight)))
-                .order_by(Mutation.created_at)
-                .limit(50)
-            )).all()
+                session, [row.mutation_id for row, _ in rows] + ([active_row[0].mutation_id] if active_row else [])
+            )
+            pending = (
+                await session.scalars(
+                    select(Mutation)
+                    .where(Mutation.trait_name == trait_name, Mutation.status.in_(sorted(in_flight)))
+                    .order_by(Mutation.created_at)
+                    .limit(50)
+                )
+            ).all()
     except (SQLAlchemyError, OSError) as exc:
         raise _db_down(exc) from exc
     if not rows:
         raise ApiError(
-            404, "TRAIT_NOT_FOUND",
+            404,
+            "TRAIT_NOT_FOUND",
             f"no version of trait '{trait_name}' was ever activated"
             + (f" ({len(pending)} proposal(s) of it in flight)" if pending else "")
             + "; GET /api/traits lists the live traits",
@@ -142,15 +162,22 @@ async def trait_detail(
     live = None
     if active_row is not None and active_row[0].mutation_id not in quarantines:
         row, mutation = active_row
-        live = LiveTraitVersion(**_version_info(row, mutation, None).model_dump(), code=row.code, file_path=row.file_path)
+        live = LiveTraitVersion(
+            **_version_info(row, mutation, None).model_dump(), code=row.code, file_path=row.file_path
+        )
     return TraitDetailResponse(
         trait_name=trait_name,
         live_version=live.version if live is not None else None,
         live=live,
         versions=[_version_info(row, mutation, quarantines.get(row.mutation_id)) for row, mutation in rows],
         pending=[
-            PendingModification(mutation_id=m.mutation_id, agent_id=m.agent_id, status=m.status,
-                                replaces=replaces_ref(m), created_at=m.created_at.timestamp())
+            PendingModification(
+                mutation_id=m.mutation_id,
+                agent_id=m.agent_id,
+                status=m.status,
+                replaces=replaces_ref(m),
+                created_at=m.created_at.timestamp(),
+            )
             for m in pending
         ],
         carriers=carriers.get(trait_name, 0) if carriers is not None and live is not None else None,
@@ -158,14 +185,17 @@ async def trait_detail(
     )
 
 
-def _version_info(row: TraitVersion, mutation: Mutation | None,
-                  quarantine: TraitQuarantine | None) -> TraitVersionInfo:
+def _version_info(row: TraitVersion, mutation: Mutation | None, quarantine: TraitQuarantine | None) -> TraitVersionInfo:
     """``quarantine``: the engine's record, if it quarantined this version (an active row whose
     rollback has not run yet is shown as ``quarantined``)."""
     status = "quarantined" if quarantine is not None and row.status == "active" else row.status
     return TraitVersionInfo(
-        version=row.version, status=status, mutation_id=row.mutation_id,
-        agent_id=mutation.agent_id if mutation else None, class_name=row.class_name, code_hash=row.code_hash,
+        version=row.version,
+        status=status,
+        mutation_id=row.mutation_id,
+        agent_id=mutation.agent_id if mutation else None,
+        class_name=row.class_name,
+        code_hash=row.code_hash,
         activated_at=_ts((mutation.activated_at if mutation else None) or row.created_at),
         mutation_status=mutation.status if mutation else None,
         replaced_version=mutation.replaced_version if mutation else None,

@@ -11,8 +11,11 @@ from pipeline import webhooks
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
 
-@router.get("/me/webhook-secret", response_model=WebhookSecretResponse,
-            responses={401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key"}})
+@router.get(
+    "/me/webhook-secret",
+    response_model=WebhookSecretResponse,
+    responses={401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key"}},
+)
 async def webhook_secret(request: Request, api_key: str | None = Depends(API_KEY)) -> WebhookSecretResponse:
     """The secret that signs the webhooks of this agent's proposals (``notify_url``), in Standard
     Webhooks form. Verify ``webhook-signature`` = ``v1,`` + base64 HMAC-SHA256(base64-decoded

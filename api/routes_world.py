@@ -34,7 +34,12 @@ log = logging.getLogger("genesis.api.world")
 STALE_AFTER_S = 5.0  # no status for this long: the engine is reported as not running
 APPLIED_STATUSES = ("activated", "kept")  # live traits: activated and not rolled back
 MAX_ENTITIES = 500
-NOT_RUNNING: Responses = {503: {"model": ErrorResponse, "description": "ENGINE_NOT_RUNNING (the engine has never reported) or REDIS_UNAVAILABLE"}}
+NOT_RUNNING: Responses = {
+    503: {
+        "model": ErrorResponse,
+        "description": "ENGINE_NOT_RUNNING (the engine has never reported) or REDIS_UNAVAILABLE",
+    }
+}
 
 
 def _text(v: Any) -> str:
@@ -49,7 +54,8 @@ async def _engine_status(request: Request) -> dict[str, str]:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     if not raw:
         raise ApiError(
-            503, "ENGINE_NOT_RUNNING",
+            503,
+            "ENGINE_NOT_RUNNING",
             "the world engine has not reported yet: start it with `python -m engine` (`make run` starts it)",
         )
     return {_text(k): _text(v) for k, v in raw.items()}
@@ -184,7 +190,7 @@ async def world_frames(websocket: WebSocket) -> None:
                 log.warning("world frames: Redis subscription lost (%s); resubscribing", exc)
                 try:
                     await asyncio.wait_for(gone.wait(), timeout=1.0)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
             finally:
                 try:
@@ -196,7 +202,10 @@ async def world_frames(websocket: WebSocket) -> None:
     finally:
         watcher.cancel()
         await asyncio.gather(watcher, return_exceptions=True)
-        if websocket.client_state == WebSocketState.CONNECTED and websocket.application_state == WebSocketState.CONNECTED:
+        if (
+            websocket.client_state == WebSocketState.CONNECTED
+            and websocket.application_state == WebSocketState.CONNECTED
+        ):
             try:
                 await websocket.close()
             except Exception:

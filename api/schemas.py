@@ -10,8 +10,8 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, Va
 
 import gatekeeper
 from genesis import rules
-from pipeline import webhooks
 from genesis.dto import TaskSeverity
+from pipeline import webhooks
 
 AGENT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
 TASK_ID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -58,9 +58,13 @@ class ReplacesRef(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    trait_name: TraitName = Field(description="The live trait this proposal modifies; must equal the proposal's trait_name")
+    trait_name: TraitName = Field(
+        description="The live trait this proposal modifies; must equal the proposal's trait_name"
+    )
     version: StrictInt | None = Field(
-        default=None, ge=1, le=MAX_TRAIT_VERSION,
+        default=None,
+        ge=1,
+        le=MAX_TRAIT_VERSION,
         description="Optional optimistic-concurrency check: the version you read as live (GET /api/traits/{name}). "
         "If another version is live at propose time the answer is 409 VERSION_CONFLICT; if it changes before "
         "activation the mutation ends rejected with VERSION_CONFLICT. Left out: replace whatever is live then, "
@@ -78,21 +82,29 @@ class ProposeRequest(BaseModel):
         "(GENESIS_AUTH=open only) it is required",
         json_schema_extra={"pattern": AGENT_ID_PATTERN.pattern},
     )
-    task_id: str | None = Field(default=None, description="Optional task from /api/agents/context/tasks",
-                                json_schema_extra={"pattern": TASK_ID_PATTERN.pattern})
-    trait_name: TraitName = Field(description="snake_case; becomes part of mutations/trait_{name}_v{N}.py",
-                            json_schema_extra={"pattern": rules.TRAIT_NAME_PATTERN})
+    task_id: str | None = Field(
+        default=None,
+        description="Optional task from /api/agents/context/tasks",
+        json_schema_extra={"pattern": TASK_ID_PATTERN.pattern},
+    )
+    trait_name: TraitName = Field(
+        description="snake_case; becomes part of mutations/trait_{name}_v{N}.py",
+        json_schema_extra={"pattern": rules.TRAIT_NAME_PATTERN},
+    )
     goal: str = Field(default="", max_length=2000, description="What the trait is for (shown in the Evolution Feed)")
-    code: str = Field(description="Python source of the trait (UTF-8, at most 32 KB)", json_schema_extra={"minLength": 1})
+    code: str = Field(
+        description="Python source of the trait (UTF-8, at most 32 KB)", json_schema_extra={"minLength": 1}
+    )
     notify_url: str | None = Field(
-        default=None, max_length=webhooks.MAX_URL_LENGTH,
+        default=None,
+        max_length=webhooks.MAX_URL_LENGTH,
         description="Optional http(s) URL that gets a signed POST (Standard Webhooks, HMAC-SHA256) on each "
         "status change of this mutation; its host must resolve to global addresses (loopback, private, link-local, "
         "reserved and non-canonical forms of them are refused) unless the operator allows it",
     )
     replaces: ReplacesRef | None = Field(
         default=None,
-        description="Modify a live trait: {\"trait_name\": <this proposal's trait_name>, \"version\": N (optional)}. "
+        description='Modify a live trait: {"trait_name": <this proposal\'s trait_name>, "version": N (optional)}. '
         "Required when trait_name is already live (else 409 TRAIT_EXISTS); 409 TRAIT_NOT_LIVE if it is not live",
     )
 
@@ -119,7 +131,9 @@ class ProposeRequest(BaseModel):
     @classmethod
     def _agent_id(cls, value: str | None) -> str | None:
         if value is not None and not AGENT_ID_PATTERN.match(value):
-            raise ValueError("agent_id must be 1-128 characters: letters, digits and _ . : @ -, starting with a letter or digit")
+            raise ValueError(
+                "agent_id must be 1-128 characters: letters, digits and _ . : @ -, starting with a letter or digit"
+            )
         return value
 
     @field_validator("task_id")
@@ -183,18 +197,25 @@ class MutationStatusResponse(BaseModel):
     rollback_reason: str | None
     notify_url: str | None = None
     replaces: TraitVersionRef | None = Field(
-        default=None, description="The live trait this proposal modifies (version null: whatever was live)")
+        default=None, description="The live trait this proposal modifies (version null: whatever was live)"
+    )
     replaced_version: int | None = Field(
-        default=None, description="After activation: the version it actually replaced (null: none was live)")
+        default=None, description="After activation: the version it actually replaced (null: none was live)"
+    )
     restored_version: int | None = Field(
-        default=None, description="After a rollback: the version of the trait that was live again (null: none)")
+        default=None, description="After a rollback: the version of the trait that was live again (null: none)"
+    )
     replacement_approved_by: str | None = Field(
-        default=None, description="Who allowed it to replace a version another agent made: an operator whose "
-                                  "X-Operator-Key came with the proposal, or the built-in evolution (null: it "
-                                  "replaces only its own agent's versions, checked again at activation)")
+        default=None,
+        description="Who allowed it to replace a version another agent made: an operator whose "
+        "X-Operator-Key came with the proposal, or the built-in evolution (null: it "
+        "replaces only its own agent's versions, checked again at activation)",
+    )
     quarantine: QuarantineInfo | None = Field(
-        default=None, description="Set once the engine quarantined its trait (status becomes rolled_back, "
-                                  "rollback_reason 'quarantined: ...', within seconds); null otherwise")
+        default=None,
+        description="Set once the engine quarantined its trait (status becomes rolled_back, "
+        "rollback_reason 'quarantined: ...', within seconds); null otherwise",
+    )
 
 
 class EffectsResponse(BaseModel):
@@ -235,18 +256,29 @@ class TaskCreateRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    task_id: str | None = Field(default=None, description="Optional; 1-64 of letters, digits, _ and -. Default: task_ + 12 hex")
-    source: str = Field(default="operator", pattern=r"^[a-z][a-z0-9_]{0,31}$", description="Who raised it (watcher, operator, ...)")
-    problem_type: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", description="snake_case, e.g. starvation, overpopulation, energy_crisis")
+    task_id: str | None = Field(
+        default=None, description="Optional; 1-64 of letters, digits, _ and -. Default: task_ + 12 hex"
+    )
+    source: str = Field(
+        default="operator", pattern=r"^[a-z][a-z0-9_]{0,31}$", description="Who raised it (watcher, operator, ...)"
+    )
+    problem_type: str = Field(
+        pattern=r"^[a-z][a-z0-9_]{0,63}$", description="snake_case, e.g. starvation, overpopulation, energy_crisis"
+    )
     severity: TaskSeverity = Field(description="Sets the TTL: critical 15 min, high 10, low / periodic_improvement 5")
-    description: str = Field(min_length=1, max_length=2000, description="What is wrong and what kind of trait would help")
+    description: str = Field(
+        min_length=1, max_length=2000, description="What is wrong and what kind of trait would help"
+    )
     suggested_area: Literal["traits", "physics", "environment"] = "traits"
     world_context: dict[str, Any] | None = Field(
-        default=None, max_length=32,
+        default=None,
+        max_length=32,
         description="Numbers that explain the task; default: entity_count and avg_energy of the latest snapshot",
     )
     constraints: list[Annotated[str, Field(min_length=1, max_length=300)]] | None = Field(
-        default=None, max_length=20, description="Default: the sandbox constraints every task carries",
+        default=None,
+        max_length=20,
+        description="Default: the sandbox constraints every task carries",
     )
 
     @field_validator("task_id")
@@ -274,7 +306,9 @@ class TaskCreateRequest(BaseModel):
             if type(item) is str and len(item) > 500:
                 raise ValueError(f"world_context strings must be at most 500 characters ({name!r} is longer)")
             if not all(_is_unicode(text) for text in (name, item) if type(text) is str):
-                raise ValueError(f"world_context keys and strings must be valid Unicode (no lone surrogates) ({name!r} is not)")
+                raise ValueError(
+                    f"world_context keys and strings must be valid Unicode (no lone surrogates) ({name!r} is not)"
+                )
         return value
 
 
@@ -309,14 +343,17 @@ class ClaimRequest(BaseModel):
 
     agent_id: str | None = Field(
         default=None,
-        description="Who claims the task (with X-API-Key: the key's agent, may be left out); the same agent must then propose the mutation",
+        description="Who claims the task (with X-API-Key: the key's agent, may be left out); "
+        "the same agent must then propose the mutation",
     )
 
     @field_validator("agent_id")
     @classmethod
     def _agent_id(cls, value: str | None) -> str | None:
         if value is not None and not AGENT_ID_PATTERN.match(value):
-            raise ValueError("agent_id must be 1-128 characters: letters, digits and _ . : @ -, starting with a letter or digit")
+            raise ValueError(
+                "agent_id must be 1-128 characters: letters, digits and _ . : @ -, starting with a letter or digit"
+            )
         return value
 
 
@@ -333,7 +370,9 @@ class ClaimResponse(BaseModel):
 class ResolveRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    reason: str = Field(default="resolved", min_length=1, max_length=200, description="Why the task is no longer needed")
+    reason: str = Field(
+        default="resolved", min_length=1, max_length=200, description="Why the task is no longer needed"
+    )
 
 
 class ResolveResponse(BaseModel):
@@ -434,8 +473,9 @@ class BatchProposeItem(ProposeRequest):
     """One proposal of a batch: the fields of POST /api/mutations/propose, and its own
     Idempotency-Key (the header of a single proposal)."""
 
-    idempotency_key: str | None = Field(default=None, min_length=1, max_length=128,
-                                        description="Retry-safe: same agent and key, same mutation")
+    idempotency_key: str | None = Field(
+        default=None, min_length=1, max_length=128, description="Retry-safe: same agent and key, same mutation"
+    )
 
 
 class BatchProposeRequest(BaseModel):
@@ -453,7 +493,9 @@ class BatchItemResult(BaseModel):
     """What POST /api/mutations/propose would have answered for this item alone."""
 
     index: int
-    status_code: int = Field(description="202 accepted, or the error status of a single proposal (403, 409, 422, 429, 503)")
+    status_code: int = Field(
+        description="202 accepted, or the error status of a single proposal (403, 409, 422, 429, 503)"
+    )
     mutation_id: str | None = None
     status: str | None = None
     message: str | None = None
@@ -490,7 +532,9 @@ class TraitSummary(BaseModel):
     class_name: str
     code_hash: str
     activated_at: float | None = Field(description="When this version was activated (unix seconds)")
-    carriers: int | None = Field(default=None, description="Molbots carrying it at the latest WorldSnapshot (null: no snapshot)")
+    carriers: int | None = Field(
+        default=None, description="Molbots carrying it at the latest WorldSnapshot (null: no snapshot)"
+    )
 
 
 class TraitsResponse(BaseModel):
@@ -500,8 +544,10 @@ class TraitsResponse(BaseModel):
 
 class TraitVersionInfo(BaseModel):
     version: int
-    status: str = Field(description="active (live) | quarantined (the engine stopped running it; its rollback "
-                                    "follows) | superseded (a newer version replaced it) | rolled_back")
+    status: str = Field(
+        description="active (live) | quarantined (the engine stopped running it; its rollback "
+        "follows) | superseded (a newer version replaced it) | rolled_back"
+    )
     mutation_id: str
     agent_id: str | None
     class_name: str
@@ -532,13 +578,20 @@ class TraitDetailResponse(BaseModel):
     live: LiveTraitVersion | None
     versions: list[TraitVersionInfo] = Field(description="Every activated version, newest first")
     pending: list[PendingModification] = Field(
-        description="Proposals of this trait still in flight (queued, validating, sandbox_ok), oldest first")
+        description="Proposals of this trait still in flight (queued, validating, sandbox_ok), oldest first"
+    )
     carriers: int | None = None
     snapshot_tick: int | None = None
 
 
 AnomalyType = Literal[
-    "starvation", "overcrowding", "environmental", "overpopulation", "energy_crisis", "low_diversity", "stagnation",
+    "starvation",
+    "overcrowding",
+    "environmental",
+    "overpopulation",
+    "energy_crisis",
+    "low_diversity",
+    "stagnation",
 ]
 
 
@@ -548,10 +601,12 @@ class EvolutionTriggerRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     anomaly_type: AnomalyType | None = Field(
-        default=None, description="Default: the worst anomaly the Watcher's rules find in the latest snapshots",
+        default=None,
+        description="Default: the worst anomaly the Watcher's rules find in the latest snapshots",
     )
     severity: Literal["low", "medium", "high", "critical"] | None = Field(
-        default=None, description="Default: what the rules found for that type, else the seed's severity of the type",
+        default=None,
+        description="Default: what the rules found for that type, else the seed's severity of the type",
     )
 
 

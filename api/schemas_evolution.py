@@ -15,8 +15,10 @@ class CycleResponse(BaseModel):
     kind: str = Field(description="anomaly | periodic_improvement")
     problem_type: str | None
     severity: str | None
-    stage: str = Field(description="loading_context, planning, planned, coding, validated, validation_failed, "
-                       "mutation_running, applying_params, observing, completed, llm_error, rolled_back, mutation_<status>")
+    stage: str = Field(
+        description="loading_context, planning, planned, coding, validated, validation_failed, "
+        "mutation_running, applying_params, observing, completed, llm_error, rolled_back, mutation_<status>"
+    )
     status: str = Field(description="running | succeeded | failed")
     action_type: str | None = Field(description="new_trait | modify_trait | adjust_params")
     plan: dict[str, Any] | None
@@ -44,7 +46,10 @@ class ScheduleCreateRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     schedule_id: str | None = Field(default=None, max_length=64, description="Default: periodic-<8 hex>")
-    interval_s: float = Field(le=MAX_INTERVAL_S, description="Seconds between runs (at least GENESIS_SCHEDULE_MIN_INTERVAL_S, 60; at most 30 days)")
+    interval_s: float = Field(
+        le=MAX_INTERVAL_S,
+        description="Seconds between runs (at least GENESIS_SCHEDULE_MIN_INTERVAL_S, 60; at most 30 days)",
+    )
     paused: bool = False
     note: str = Field(default="", max_length=500)
 

@@ -12,6 +12,7 @@ class RetryResponse(BaseModel):
     run_id: str | None = Field(description="the new run of the workflow")
     previous_status: str = Field(description="the mutation's status before the retry")
     previous_workflow_status: str | None = Field(
-        description="how the earlier run ended (FAILED, TIMED_OUT, TERMINATED, CANCELED, COMPLETED), or null if it never started"
+        description="how the earlier run ended (FAILED, TIMED_OUT, TERMINATED, CANCELED, COMPLETED), "
+        "or null if it never started"
     )
     message: str

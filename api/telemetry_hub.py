@@ -49,8 +49,17 @@ _CHANNEL_EVENTS = {
 }
 
 # WorldSnapshot fields sent on the stream (the seed's snapshot of logic-flow.md, typed), in order.
-_SNAPSHOT_INT = ("tick", "entity_count", "births_last_period", "deaths_last_period", "death_starvation",
-                 "death_age", "death_collision", "trait_diversity", "resource_count")
+_SNAPSHOT_INT = (
+    "tick",
+    "entity_count",
+    "births_last_period",
+    "deaths_last_period",
+    "death_starvation",
+    "death_age",
+    "death_collision",
+    "trait_diversity",
+    "resource_count",
+)
 _SNAPSHOT_FLOAT = ("timestamp", "avg_energy", "resource_density", "temperature")
 _SNAPSHOT_STR = ("dominant_trait", "run_id")
 _SNAPSHOT_JSON = ("trait_usage",)
@@ -116,8 +125,14 @@ class TelemetryHub:
         self._task: asyncio.Task | None = None
         self.client_name = f"genesis-telemetry:{os.getpid()}"
         self.subscribed = False
-        self.counters = {"connects": 0, "connection_errors": 0, "events": 0, "ignored": 0,
-                         "delivered": 0, "slow_consumers_closed": 0}
+        self.counters = {
+            "connects": 0,
+            "connection_errors": 0,
+            "events": 0,
+            "ignored": 0,
+            "delivered": 0,
+            "slow_consumers_closed": 0,
+        }
         self.last_error: str | None = None
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -140,17 +155,26 @@ class TelemetryHub:
         self._subscribers.discard(subscriber)
 
     def status(self) -> dict[str, Any]:
-        return {"subscribed": self.subscribed, "channels": list(CHANNELS), "clients": len(self._subscribers),
-                "client_queue": self._queue_size, "connection_name": self.client_name,
-                "last_error": self.last_error, **self.counters}
+        return {
+            "subscribed": self.subscribed,
+            "channels": list(CHANNELS),
+            "clients": len(self._subscribers),
+            "client_queue": self._queue_size,
+            "connection_name": self.client_name,
+            "last_error": self.last_error,
+            **self.counters,
+        }
 
     # -- the subscription -------------------------------------------------------------------
     async def _run(self) -> None:
         delay = 0.1
         while True:
             client = aioredis.from_url(
-                self._redis_url, client_name=self.client_name, socket_connect_timeout=2,
-                socket_keepalive=True, health_check_interval=15,
+                self._redis_url,
+                client_name=self.client_name,
+                socket_connect_timeout=2,
+                socket_keepalive=True,
+                health_check_interval=15,
                 retry=Retry(NoBackoff(), 0),  # errors come to this loop: one reconnect path
             )
             pubsub = client.pubsub(ignore_subscribe_messages=True)

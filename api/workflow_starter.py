@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import select, update
 from temporalio.client import Client, WorkflowHandle
@@ -26,15 +26,16 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes, Workfl
 from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.dto import MutationInput, MutationStatus
-from pipeline.proposals import mutation_input
 from genesis.workflow_api import MUTATION_WORKFLOW, SA_AGENT_ID, SA_STATUS, SA_TRAIT_NAME
+from pipeline.proposals import mutation_input
 
 log = logging.getLogger("genesis.api.starter")
 SWEEP_BATCH = 100
 
 
-async def start_mutation_workflow(client: Client, settings: Settings, mutation: MutationInput,
-                                  workflow_id: str) -> WorkflowHandle:
+async def start_mutation_workflow(
+    client: Client, settings: Settings, mutation: MutationInput, workflow_id: str
+) -> WorkflowHandle:
     """Start (or find running: USE_EXISTING) the MutationWorkflow of a recorded mutation. A closed
     earlier run of the same id does not block a new one (the default reuse policy): that is how
     POST /api/mutations/{id}/retry re-runs a mutation whose workflow failed."""
@@ -44,11 +45,13 @@ async def start_mutation_workflow(client: Client, settings: Settings, mutation: 
         id=workflow_id,
         task_queue=settings.task_queue,
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-        search_attributes=TypedSearchAttributes([
-            SearchAttributePair(SA_AGENT_ID, mutation.agent_id),
-            SearchAttributePair(SA_TRAIT_NAME, mutation.trait_name),
-            SearchAttributePair(SA_STATUS, MutationStatus.queued.value),
-        ]),
+        search_attributes=TypedSearchAttributes(
+            [
+                SearchAttributePair(SA_AGENT_ID, mutation.agent_id),
+                SearchAttributePair(SA_TRAIT_NAME, mutation.trait_name),
+                SearchAttributePair(SA_STATUS, MutationStatus.queued.value),
+            ]
+        ),
     )
 
 
@@ -80,8 +83,12 @@ class WorkflowStarter:
             await start_mutation_workflow(await self._services.temporal(), self._settings, mutation, workflow_id)
         except Exception as exc:  # the row stays queued: the sweeper tries again
             self.failed += 1
-            log.warning("could not start %s yet (%s); it stays queued and will be retried", workflow_id, exc,
-                        extra={"workflow_id": workflow_id, "mutation_id": mutation.mutation_id})
+            log.warning(
+                "could not start %s yet (%s); it stays queued and will be retried",
+                workflow_id,
+                exc,
+                extra={"workflow_id": workflow_id, "mutation_id": mutation.mutation_id},
+            )
             return False
         self.started += 1
         return True
@@ -100,7 +107,7 @@ class WorkflowStarter:
 
     async def sweep(self) -> int:
         """(Re)start the workflows of queued rows nobody touched for a while; returns how many."""
-        stale = datetime.now(timezone.utc) - timedelta(seconds=self._settings.workflow.start_stale_s)
+        stale = datetime.now(UTC) - timedelta(seconds=self._settings.workflow.start_stale_s)
         async with self._services.sessions() as session:
             claimed = (
                 select(Mutation.mutation_id)
@@ -110,12 +117,15 @@ class WorkflowStarter:
                 .with_for_update(skip_locked=True)
                 .scalar_subquery()
             )
-            rows = (await session.scalars(
-                update(Mutation).where(Mutation.mutation_id.in_(claimed))
-                .values(updated_at=datetime.now(timezone.utc))
-                .returning(Mutation)
-                .execution_options(synchronize_session=False)
-            )).all()
+            rows = (
+                await session.scalars(
+                    update(Mutation)
+                    .where(Mutation.mutation_id.in_(claimed))
+                    .values(updated_at=datetime.now(UTC))
+                    .returning(Mutation)
+                    .execution_options(synchronize_session=False)
+                )
+            ).all()
             await session.commit()
         for record in rows:
             if await self._start(mutation_input(record, self._settings), record.workflow_id):

@@ -16,7 +16,8 @@ real WorldSnapshot (300 engine ticks in process) and one published task, then:
 - the start lag of those proposals: from the row's ``created_at`` (the 202) to the workflow's
   start time in Temporal (p50/p95/p99/max), and that every accepted proposal's workflow started.
 
-    python -m bench.bench_api [--seconds 10] [--warm-up-seconds 3] [--propose-only] [--database-url URL] [--redis-url URL]
+    python -m bench.bench_api [--seconds 10] [--warm-up-seconds 3] [--propose-only]
+                              [--database-url URL] [--redis-url URL]
 """
 
 from __future__ import annotations
@@ -31,19 +32,18 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import httpx
 import redis.asyncio as aioredis
 from sqlalchemy import delete, func, select
 
-
 from bench.bench_pipeline import BENCH_DATABASE_URL, bench_settings, start_temporal
+from genesis.cli.processes import api_process, wait_for_api
 from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.db.session import get_engine, get_sessionmaker
-from genesis.cli.processes import api_process, wait_for_api
 from genesis.ids import mutation_workflow_id
 
 CONTEXT_PATHS = ["/api/agents/context/sandbox-api", "/api/agents/context/tasks", "/api/agents/context/metrics"]
@@ -66,21 +66,31 @@ def _ms(value: str, unit: str) -> float:
 
 
 def run_wrk(url: str, seconds: int) -> dict:
-    out = subprocess.run(["wrk", "-t2", "-c32", f"-d{seconds}s", "--latency", url],
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["wrk", "-t2", "-c32", f"-d{seconds}s", "--latency", url], capture_output=True, text=True, check=True
+    ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    latency = {f"p{p}_ms": round(_ms(v, u), 2)
-               for p, v, u in re.findall(r"^\s+(50|75|90|99)%\s+([\d.]+)(us|ms|s|m)\s*$", out, re.M)}
+    latency = {
+        f"p{p}_ms": round(_ms(v, u), 2)
+        for p, v, u in re.findall(r"^\s+(50|75|90|99)%\s+([\d.]+)(us|ms|s|m)\s*$", out, re.M)
+    }
     non2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
     errors = re.search(r"Socket errors:.*", out)
-    return {"requests_per_s": rps, **latency, "non_2xx": int(non2xx.group(1)) if non2xx else 0,
-            "socket_errors": errors.group(0) if errors else None, "target_requests_per_s": TARGET_CONTEXT_RPS}
+    return {
+        "requests_per_s": rps,
+        **latency,
+        "non_2xx": int(non2xx.group(1)) if non2xx else 0,
+        "socket_errors": errors.group(0) if errors else None,
+        "target_requests_per_s": TARGET_CONTEXT_RPS,
+    }
 
 
 def trait_body(tag: str) -> str:
-    code = ("class BaseTrait:\n    pass\n\nclass LoadTrait(BaseTrait):\n"
-            "    async def execute(self, entity) -> None:\n"
-            f"        if entity.state != '{tag}':\n            entity.direction = entity.direction + 0.01\n")
+    code = (
+        "class BaseTrait:\n    pass\n\nclass LoadTrait(BaseTrait):\n"
+        "    async def execute(self, entity) -> None:\n"
+        f"        if entity.state != '{tag}':\n            entity.direction = entity.direction + 0.01\n"
+    )
     return json.dumps({"agent_id": BENCH_AGENT, "trait_name": "load_trait", "code": code})
 
 
@@ -90,16 +100,38 @@ def run_hey(url: str, seconds: int, workdir: Path) -> dict:
     body = workdir / "propose.json"
     body.write_text(trait_body(f"load-{time.time_ns()}"))
     out = subprocess.run(
-        ["hey", "-z", f"{seconds}s", "-c", str(HEY_WORKERS), "-q", str(PROPOSE_RATE // HEY_WORKERS),
-         "-m", "POST", "-T", "application/json", "-D", str(body), url],
-        capture_output=True, text=True, check=True,
+        [
+            "hey",
+            "-z",
+            f"{seconds}s",
+            "-c",
+            str(HEY_WORKERS),
+            "-q",
+            str(PROPOSE_RATE // HEY_WORKERS),
+            "-m",
+            "POST",
+            "-T",
+            "application/json",
+            "-D",
+            str(body),
+            url,
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
-    percentiles = {f"p{p}_ms": round(float(v) * 1000, 2)
-                   for p, v in re.findall(r"^\s+(50|90|95|99)%+ in ([\d.]+) secs", out, re.M)}
+    percentiles = {
+        f"p{p}_ms": round(float(v) * 1000, 2) for p, v in re.findall(r"^\s+(50|90|95|99)%+ in ([\d.]+) secs", out, re.M)
+    }
     codes = {code: int(n) for code, n in re.findall(r"\[(\d{3})\]\s+(\d+) responses", out)}
-    return {"requests_per_s": rps, **percentiles, "status_codes": codes, "target_rate_per_s": PROPOSE_RATE,
-            "target_p99_ms": TARGET_PROPOSE_P99_MS}
+    return {
+        "requests_per_s": rps,
+        **percentiles,
+        "status_codes": codes,
+        "target_rate_per_s": PROPOSE_RATE,
+        "target_p99_ms": TARGET_PROPOSE_P99_MS,
+    }
 
 
 async def seed_context(settings: Settings) -> None:
@@ -118,10 +150,16 @@ async def seed_context(settings: Settings) -> None:
 
 
 async def publish_task(http: httpx.AsyncClient) -> None:
-    response = await http.post("/api/agents/tasks", json={
-        "task_id": f"bench-{time.time_ns()}", "severity": "high", "problem_type": "energy_crisis",
-        "description": "Average energy is falling", "world_context": {"avg_energy": 31.5},
-    })
+    response = await http.post(
+        "/api/agents/tasks",
+        json={
+            "task_id": f"bench-{time.time_ns()}",
+            "severity": "high",
+            "problem_type": "energy_crisis",
+            "description": "Average energy is falling",
+            "world_context": {"avg_energy": 31.5},
+        },
+    )
     if response.status_code not in (200, 201, 202):
         raise SystemExit(f"could not publish the bench task: {response.status_code} {response.text}")
 
@@ -147,10 +185,13 @@ async def start_lags(env, settings: Settings, since: datetime) -> dict:
     every accepted row's workflow has started (or ``START_WAIT_S`` passed: the rest are counted)."""
     sessions = get_sessionmaker(settings.database_url)
     async with sessions() as session:
-        rows = (await session.execute(
-            select(Mutation.workflow_id, Mutation.created_at)
-            .where(Mutation.agent_id == BENCH_AGENT, Mutation.created_at >= since)
-        )).all()
+        rows = (
+            await session.execute(
+                select(Mutation.workflow_id, Mutation.created_at).where(
+                    Mutation.agent_id == BENCH_AGENT, Mutation.created_at >= since
+                )
+            )
+        ).all()
     accepted = {workflow_id: created for workflow_id, created in rows}
     started: dict[str, datetime] = {}
     deadline = time.monotonic() + START_WAIT_S
@@ -169,8 +210,13 @@ async def start_lags(env, settings: Settings, since: datetime) -> dict:
     await get_engine(settings.database_url).dispose()
     lags = sorted((started[w] - created).total_seconds() for w, created in accepted.items() if w in started)
     figures = {f"p{int(q * 100)}_s": round(_percentile(lags, q), 3) for q in (0.5, 0.95, 0.99)} if lags else {}
-    return {"accepted": len(accepted), "started": len(lags), "not_started": len(accepted) - len(lags),
-            **figures, "max_s": round(lags[-1], 3) if lags else None}
+    return {
+        "accepted": len(accepted),
+        "started": len(lags),
+        "not_started": len(accepted) - len(lags),
+        **figures,
+        "max_s": round(lags[-1], 3) if lags else None,
+    }
 
 
 def _children() -> list[tuple[int, str, list[str]]]:
@@ -182,9 +228,9 @@ def _children() -> list[tuple[int, str, list[str]]]:
             text = stat.read_text()
         except OSError:  # exited meanwhile
             continue
-        fields = text[text.rindex(")") + 2:].split()
+        fields = text[text.rindex(")") + 2 :].split()
         if int(fields[1]) == os.getpid():
-            found.append((int(stat.parent.name), text[text.index("(") + 1:text.rindex(")")], fields))
+            found.append((int(stat.parent.name), text[text.index("(") + 1 : text.rindex(")")], fields))
     return found
 
 
@@ -208,7 +254,8 @@ def gc_pauses(exposition: str) -> dict:
     """The API's garbage-collection pauses since it started (genesis/gc_tuning.py), per generation."""
     found: dict[str, dict] = {}
     for metric, generation, value in re.findall(
-            r'^genesis_gc_pause_(seconds_count|seconds_sum|max_seconds)\{generation="(\d)"\} (\S+)$', exposition, re.M):
+        r'^genesis_gc_pause_(seconds_count|seconds_sum|max_seconds)\{generation="(\d)"\} (\S+)$', exposition, re.M
+    ):
         key = {"seconds_count": "count", "seconds_sum": "total_ms", "max_seconds": "max_ms"}[metric]
         number = float(value)
         found.setdefault(generation, {})[key] = int(number) if key == "count" else round(number * 1000, 1)
@@ -226,19 +273,43 @@ def renice_temporal(niceness: int) -> None:
 def profile_api(pid: int, seconds: int, out: str) -> subprocess.Popen:
     """Sample the API process with py-spy (the `bench` extra) while hey runs, without pausing it; the
     output is py-spy's collapsed stacks ("raw"), one ``frame;frame;... count`` line per stack."""
-    return subprocess.Popen([str(Path(sys.executable).with_name("py-spy")), "record", "--pid", str(pid), "--duration", str(seconds), "--rate", "250",
-                             "--format", "raw", "--output", out, "--nonblocking"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return subprocess.Popen(
+        [
+            str(Path(sys.executable).with_name("py-spy")),
+            "record",
+            "--pid",
+            str(pid),
+            "--duration",
+            str(seconds),
+            "--rate",
+            "250",
+            "--format",
+            "raw",
+            "--output",
+            out,
+            "--nonblocking",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
 
 
-async def main(seconds: int, database_url: str, redis_url: str, propose_only: bool,
-               py_spy_out: str | None = None, temporal_nice: int = 0, warm_up_s: int = 0) -> dict:
+async def main(
+    seconds: int,
+    database_url: str,
+    redis_url: str,
+    propose_only: bool,
+    py_spy_out: str | None = None,
+    temporal_nice: int = 0,
+    warm_up_s: int = 0,
+) -> dict:
     need_tools()
     env = await start_temporal()
     if temporal_nice:
         renice_temporal(temporal_nice)
-    settings = bench_settings(env, database_url=database_url, redis_url=redis_url,
-                              task_queue=f"genesis-bench-api-{time.time_ns()}")  # nobody polls it: admission only
+    settings = bench_settings(
+        env, database_url=database_url, redis_url=redis_url, task_queue=f"genesis-bench-api-{time.time_ns()}"
+    )  # nobody polls it: admission only
     await seed_context(settings)
     backlog = await queued_backlog(settings)
     api = api_process(settings, "bench-api")
@@ -251,14 +322,17 @@ async def main(seconds: int, database_url: str, redis_url: str, propose_only: bo
                 response = await http.get(path)
                 if response.status_code != 200:
                     raise SystemExit(f"{path} answered {response.status_code}: {response.text[:300]}")
-        context = {} if propose_only else {
-            path: await asyncio.to_thread(run_wrk, url + path, seconds) for path in CONTEXT_PATHS}
+        context = (
+            {}
+            if propose_only
+            else {path: await asyncio.to_thread(run_wrk, url + path, seconds) for path in CONTEXT_PATHS}
+        )
         propose_url = url + "/api/mutations/propose"
         with tempfile.TemporaryDirectory() as tmp:
             workdir = Path(tmp)
             if warm_up_s:
                 await asyncio.to_thread(run_hey, propose_url, warm_up_s, workdir)
-            since = datetime.now(timezone.utc)
+            since = datetime.now(UTC)
             cpu_before, machine_before, wall_before = children_cpu_s(), machine_busy_s(), time.monotonic()
             profiler = profile_api(api.proc.pid, seconds, py_spy_out) if py_spy_out else None
             propose = await asyncio.to_thread(run_hey, propose_url, seconds, workdir)
@@ -274,7 +348,9 @@ async def main(seconds: int, database_url: str, redis_url: str, propose_only: bo
         answered = sum(propose["status_codes"].values()) or 1
         propose["cpu_ms_per_request"] = {  # API ("python") and Temporal; hey has exited by now
             name: round(1000 * (cpu_after[name] - cpu_before.get(name, 0.0)) / answered, 2)
-            for name in cpu_after if name in ("python", "temporal")}
+            for name in cpu_after
+            if name in ("python", "temporal")
+        }
     finally:
         api.stop()
         await env.shutdown()
@@ -283,8 +359,14 @@ async def main(seconds: int, database_url: str, redis_url: str, propose_only: bo
         "api_workers": 1,
         "temporal_nice": temporal_nice,
         "propose_warm_up_s": warm_up_s,
-        **({"context_endpoints_wrk": context,
-            "context_min_requests_per_s": min(c["requests_per_s"] for c in context.values())} if context else {}),
+        **(
+            {
+                "context_endpoints_wrk": context,
+                "context_min_requests_per_s": min(c["requests_per_s"] for c in context.values()),
+            }
+            if context
+            else {}
+        ),
         "propose_fixed_rate_hey": propose,
         "propose_workflow_start_lag": lags,
         "other_queued_rows_left_alone": backlog,
@@ -294,15 +376,39 @@ async def main(seconds: int, database_url: str, redis_url: str, propose_only: bo
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=int, default=10)
-    parser.add_argument("--warm-up-seconds", type=int, default=3, metavar="S",
-                        help="propose load before the measured run, not measured (default 3; 0: none)")
+    parser.add_argument(
+        "--warm-up-seconds",
+        type=int,
+        default=3,
+        metavar="S",
+        help="propose load before the measured run, not measured (default 3; 0: none)",
+    )
     parser.add_argument("--propose-only", action="store_true", help="skip the context endpoints (wrk)")
     parser.add_argument("--database-url", default=BENCH_DATABASE_URL, help="a migrated database of your own")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14", help="flushed by the run")
     parser.add_argument("--py-spy", metavar="OUT", help="profile the API during the propose run (collapsed stacks)")
-    parser.add_argument("--temporal-nice", type=int, default=int(os.environ.get("GENESIS_TEMPORAL_NICE", "10")),
-                        metavar="N", help="run the Temporal dev server at niceness N, as `make run` does "
-                        "(GENESIS_TEMPORAL_NICE, default 10): the API first, the workflow starts after")
+    parser.add_argument(
+        "--temporal-nice",
+        type=int,
+        default=int(os.environ.get("GENESIS_TEMPORAL_NICE", "10")),
+        metavar="N",
+        help="run the Temporal dev server at niceness N, as `make run` does "
+        "(GENESIS_TEMPORAL_NICE, default 10): the API first, the workflow starts after",
+    )
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(main(args.seconds, args.database_url, args.redis_url, args.propose_only,
-                                      args.py_spy, args.temporal_nice, args.warm_up_seconds)), indent=2))
+    print(
+        json.dumps(
+            asyncio.run(
+                main(
+                    args.seconds,
+                    args.database_url,
+                    args.redis_url,
+                    args.propose_only,
+                    args.py_spy,
+                    args.temporal_nice,
+                    args.warm_up_seconds,
+                )
+            ),
+            indent=2,
+        )
+    )

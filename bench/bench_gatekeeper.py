@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gatekeeper import validate  # noqa: E402
+from gatekeeper import validate
 
 TARGET_VALIDATIONS_PER_SEC = 2000
 ROUNDS = 7
 
-TRAIT = '''\
+TRAIT = """\
 from __future__ import annotations
 
 import math
@@ -90,7 +90,7 @@ class ForagerTrait(BaseTrait):
             fullness = 0.0
         if fullness > 0.8 and self.ticks_without_food < self.patience:
             entity.energy_consumption_rate = max(0.5, entity.energy_consumption_rate * 0.95)
-'''
+"""
 
 
 def per_call_seconds(function: Callable[[], object], calls: int) -> float:
@@ -124,21 +124,25 @@ def main() -> None:
     validate_seconds = statistics.median(times["validate"])
     validations_per_sec = 1.0 / validate_seconds
     ast_parse_per_sec = 1.0 / parse_seconds
-    print(json.dumps({
-        "benchmark": "gatekeeper",
-        "trait_bytes": len(TRAIT.encode("utf-8")),
-        "validations_per_sec": round(validations_per_sec, 1),
-        "ast_parse_per_sec": round(ast_parse_per_sec, 1),
-        "ratio_to_ast_parse": round(validations_per_sec / ast_parse_per_sec, 3),
-        "target_validations_per_sec": TARGET_VALIDATIONS_PER_SEC,
-        "meets_target": validations_per_sec >= TARGET_VALIDATIONS_PER_SEC,
-        "validate_us": round(validate_seconds * 1e6, 1),
-        "ast_parse_us": round(parse_seconds * 1e6, 1),
-        "calls_per_round": options.calls,
-        "rounds": ROUNDS,
-        "cpu_count": os.cpu_count(),
-        "load_average_1m_at_start": round(load, 2),
-    }))
+    print(
+        json.dumps(
+            {
+                "benchmark": "gatekeeper",
+                "trait_bytes": len(TRAIT.encode("utf-8")),
+                "validations_per_sec": round(validations_per_sec, 1),
+                "ast_parse_per_sec": round(ast_parse_per_sec, 1),
+                "ratio_to_ast_parse": round(validations_per_sec / ast_parse_per_sec, 3),
+                "target_validations_per_sec": TARGET_VALIDATIONS_PER_SEC,
+                "meets_target": validations_per_sec >= TARGET_VALIDATIONS_PER_SEC,
+                "validate_us": round(validate_seconds * 1e6, 1),
+                "ast_parse_us": round(parse_seconds * 1e6, 1),
+                "calls_per_round": options.calls,
+                "rounds": ROUNDS,
+                "cpu_count": os.cpu_count(),
+                "load_average_1m_at_start": round(load, 2),
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

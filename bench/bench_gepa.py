@@ -26,15 +26,16 @@ import httpx
 from pydantic import SecretStr
 from temporalio.testing import WorkflowEnvironment
 
-from gepa_steps import envs as gepa_envs
-from gepa_steps import gitops
-from genesis.config import Settings
-from genesis.db.migrate import upgrade_to_head
-from genesis.cli.processes import TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process
 from doubles.gepa_repo import make_repo
 from doubles.scripted_lm import ScriptedLM
+from genesis.cli.processes import TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process
+from genesis.config import Settings
+from genesis.db.migrate import upgrade_to_head
+from gepa_steps import envs as gepa_envs, gitops
 
-DATABASE_URL = os.environ.get("GENESIS_BENCH_DATABASE_URL", "postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis_test")
+DATABASE_URL = os.environ.get(
+    "GENESIS_BENCH_DATABASE_URL", "postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis_test"
+)
 WORKTREE_TARGET_MS = 100.0  # the target (the seed asks < 10 s)
 STEP_TARGET_MS = 2000.0
 
@@ -60,14 +61,25 @@ def bench_worktrees(root: Path, samples: int) -> dict:
         gitops.remove_worktree(clone, root / "wt" / f"p{i}")
         removed.append((time.perf_counter() - started) * 1000)
     add = percentiles(created)
-    return {"add": add, "remove": percentiles(removed), "target_ms": WORKTREE_TARGET_MS,
-            "p50_vs_target": round(add["p50_ms"] / WORKTREE_TARGET_MS, 3), "p50_vs_seed_10s": round(add["p50_ms"] / 10_000, 5)}
+    return {
+        "add": add,
+        "remove": percentiles(removed),
+        "target_ms": WORKTREE_TARGET_MS,
+        "p50_vs_target": round(add["p50_ms"] / WORKTREE_TARGET_MS, 3),
+        "p50_vs_seed_10s": round(add["p50_ms"] / 10_000, 5),
+    }
 
 
 def step_body(client_id: str, program_id: str, instructions: str) -> dict:
-    return {"client_id": client_id, "program_id": program_id, "mutation_type": "prompt",
-            "program_json_path": "program.json", "entry_point": "qa.QA", "candidate": {"answer": instructions},
-            "test_examples": [{"question": "hello world"}, {"question": "second"}]}
+    return {
+        "client_id": client_id,
+        "program_id": program_id,
+        "mutation_type": "prompt",
+        "program_json_path": "program.json",
+        "entry_point": "qa.QA",
+        "candidate": {"answer": instructions},
+        "test_examples": [{"question": "hello world"}, {"question": "second"}],
+    }
 
 
 async def timed_step(http: httpx.AsyncClient, body: dict) -> float:
@@ -90,9 +102,23 @@ async def main() -> None:
 
     await asyncio.to_thread(upgrade_to_head, DATABASE_URL)
     lm = ScriptedLM()
-    settings = Settings().override(database_url=DATABASE_URL, auth="open", task_queue=f"bench-gepa-{free_port()}", api_port=free_port(), gepa_workspace_dir=root / "workspace", gepa_local_repo_roots=str(root), gepa_lm_model="openai/scripted", gepa_lm_base_url=lm.base_url, gepa_lm_api_key=SecretStr("sk-bench"))
-    await asyncio.to_thread(gepa_envs.ensure_environment, Path(settings.gepa.envs_dir), [], settings.gepa.dspy_requirement)
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL_CLI), dev_server_log_level="error")
+    settings = Settings().override(
+        database_url=DATABASE_URL,
+        auth="open",
+        task_queue=f"bench-gepa-{free_port()}",
+        api_port=free_port(),
+        gepa_workspace_dir=root / "workspace",
+        gepa_local_repo_roots=str(root),
+        gepa_lm_model="openai/scripted",
+        gepa_lm_base_url=lm.base_url,
+        gepa_lm_api_key=SecretStr("sk-bench"),
+    )
+    await asyncio.to_thread(
+        gepa_envs.ensure_environment, Path(settings.gepa.envs_dir), [], settings.gepa.dspy_requirement
+    )
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(TEMPORAL_CLI), dev_server_log_level="error"
+    )
     settings = settings.override(temporal_address=env.client.service_client.config.target_host)
     worker, api = worker_process(settings, "worker-bench-gepa"), api_process(settings, "api-bench-gepa")
     worker.start()
@@ -105,19 +131,31 @@ async def main() -> None:
             client_id = response.json()["client_id"]
             run = os.urandom(3).hex()
             cold = await timed_step(http, step_body(client_id, f"cold-{run}", "UPPERCASE"))  # starts the client's host
-            sequential = [await timed_step(http, step_body(client_id, f"seq-{run}-{i}", f"PREFIX=s{i}")) for i in range(args.samples)]
+            sequential = [
+                await timed_step(http, step_body(client_id, f"seq-{run}-{i}", f"PREFIX=s{i}"))
+                for i in range(args.samples)
+            ]
             started = time.perf_counter()
-            concurrent = await asyncio.gather(*(timed_step(http, step_body(client_id, f"par-{run}-{i}", f"PREFIX=p{i}"))
-                                                for i in range(args.concurrent)))
+            concurrent = await asyncio.gather(
+                *(
+                    timed_step(http, step_body(client_id, f"par-{run}-{i}", f"PREFIX=p{i}"))
+                    for i in range(args.concurrent)
+                )
+            )
             wall_s = time.perf_counter() - started
         seq = percentiles(sequential)
         report["execute_step_prompt"] = {
-            "first_step_cold_ms": round(cold, 1), "sequential": seq, "target_p50_ms": STEP_TARGET_MS,
+            "first_step_cold_ms": round(cold, 1),
+            "sequential": seq,
+            "target_p50_ms": STEP_TARGET_MS,
             "p50_vs_target": round(seq["p50_ms"] / STEP_TARGET_MS, 3),
         }
         report["concurrent"] = {
-            "steps": args.concurrent, "all_succeeded": True, "wall_s": round(wall_s, 2),
-            "throughput_steps_per_s": round(args.concurrent / wall_s, 2), "latency": percentiles(concurrent),
+            "steps": args.concurrent,
+            "all_succeeded": True,
+            "wall_s": round(wall_s, 2),
+            "throughput_steps_per_s": round(args.concurrent / wall_s, 2),
+            "latency": percentiles(concurrent),
             "vs_sequential_throughput": round((args.concurrent / wall_s) / (1000 / seq["p50_ms"]), 2),
         }
         report["machine"] = {"cpus": os.cpu_count(), "examples_per_step": 2}

@@ -33,17 +33,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import httpx  # noqa: E402
-from temporalio import activity, workflow  # noqa: E402
-from temporalio.api.enums.v1 import EventType  # noqa: E402
-from temporalio.client import Client  # noqa: E402
-from temporalio.testing import WorkflowEnvironment  # noqa: E402
-from temporalio.worker import Worker  # noqa: E402
+import httpx
+from temporalio import activity, workflow
+from temporalio.api.enums.v1 import EventType
+from temporalio.client import Client
+from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import Worker
 
-from genesis.config import Settings  # noqa: E402
-from genesis.cli.processes import TEMPORAL_CLI, free_port, worker_and_api  # noqa: E402
-from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME  # noqa: E402
-from sandbox.image import PYTHON_IN_IMAGE, ensure  # noqa: E402
+from genesis.cli.processes import TEMPORAL_CLI, free_port, worker_and_api
+from genesis.config import Settings
+from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME
+from sandbox.image import PYTHON_IN_IMAGE, ensure
 
 BENCH_DATABASE_URL = "postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis_test"
 
@@ -60,7 +60,10 @@ def valid_trait(tag: str) -> str:
 
 
 def forbidden_trait(tag: str) -> str:
-    return f"import os  # {tag}\n\nclass BaseTrait:\n    pass\n\nclass T(BaseTrait):\n    async def execute(self, entity) -> None:\n        pass\n"
+    return (
+        f"import os  # {tag}\n\nclass BaseTrait:\n    pass\n\n"
+        "class T(BaseTrait):\n    async def execute(self, entity) -> None:\n        pass\n"
+    )
 
 
 def percentiles(samples: list[float]) -> dict:
@@ -99,7 +102,8 @@ def docker_run_floor(image: str, samples: int) -> list[float]:
         started = time.perf_counter()
         subprocess.run(
             ["docker", "run", "--rm", "--network", "none", image, PYTHON_IN_IMAGE, "-I", "-S", "-c", "print('ready')"],
-            check=True, capture_output=True,
+            check=True,
+            capture_output=True,
         )
         times.append((time.perf_counter() - started) * 1000)
     return times
@@ -177,9 +181,14 @@ async def timeline(client: Client, mutation_ids: list[str]) -> dict:
         for event in history.events:
             first.setdefault(event.event_type, event.event_time.ToDatetime().timestamp())
         sent, seen = SEEN[mutation_id]
-        marks = [sent, first[EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED],
-                 first[EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED], first[EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED],
-                 first[EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED], seen]
+        marks = [
+            sent,
+            first[EventType.EVENT_TYPE_WORKFLOW_EXECUTION_STARTED],
+            first[EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED],
+            first[EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED],
+            first[EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED],
+            seen,
+        ]
         names = ("accept", "first_workflow_task", "sandbox_queue", "sandbox_activity", "verdict_recorded")
         for name, begin, end in zip(names, marks, marks[1:]):
             phases.setdefault(name, []).append((end - begin) * 1000)
@@ -189,20 +198,32 @@ async def timeline(client: Client, mutation_ids: list[str]) -> dict:
 async def main(samples: int, in_flight: int) -> dict:
     image = ensure()
     env = await start_temporal()
-    settings = bench_settings(env, database_url=BENCH_DATABASE_URL, redis_url="redis://127.0.0.1:6379/14",
-                              task_queue="genesis-bench", activate_mutations=False)
+    settings = bench_settings(
+        env,
+        database_url=BENCH_DATABASE_URL,
+        redis_url="redis://127.0.0.1:6379/14",
+        task_queue="genesis-bench",
+        activate_mutations=False,
+    )
     try:
         async with worker_and_api(settings, "bench") as url:
             run_id = uuid.uuid4().hex[:8]
             async with httpx.AsyncClient(base_url=url, timeout=120) as http:
                 await propose_and_wait(http, valid_trait(f"warmup-{run_id}"), "sandbox_ok")  # warm caches
-                rejected = [await propose_and_wait(http, forbidden_trait(f"{run_id}-{i}"), "rejected") for i in range(samples)]
+                rejected = [
+                    await propose_and_wait(http, forbidden_trait(f"{run_id}-{i}"), "rejected") for i in range(samples)
+                ]
                 before = set(SEEN)
-                accepted = [await propose_and_wait(http, valid_trait(f"{run_id}-{i}"), "sandbox_ok") for i in range(samples)]
+                accepted = [
+                    await propose_and_wait(http, valid_trait(f"{run_id}-{i}"), "sandbox_ok") for i in range(samples)
+                ]
                 accepted_ids = [m for m in SEEN if m not in before]
                 started = time.perf_counter()
                 burst = await asyncio.gather(
-                    *(propose_and_wait(http, valid_trait(f"{run_id}-burst-{i}"), "sandbox_ok") for i in range(in_flight))
+                    *(
+                        propose_and_wait(http, valid_trait(f"{run_id}-burst-{i}"), "sandbox_ok")
+                        for i in range(in_flight)
+                    )
                 )
                 burst_s = time.perf_counter() - started
         phases = await timeline(env.client, accepted_ids)

@@ -50,12 +50,12 @@ import tracemalloc
 from typing import Any
 
 import gatekeeper
-from pipeline import registry
 from genesis.config import Settings
+from pipeline import registry
 
 # -- the three traits (the allowed style: BaseTrait stub + async execute + Entity API) -------------
 
-WANDER = '''import math
+WANDER = """import math
 
 class BaseTrait:
     pass
@@ -66,9 +66,9 @@ class WanderTrait(BaseTrait):
         if entity.neighbors > 4:
             turn = turn + 0.8
         entity.direction = entity.direction + turn
-'''
+"""
 
-FORAGE = '''class BaseTrait:
+FORAGE = """class BaseTrait:
     pass
 
 class ForageTrait(BaseTrait):
@@ -80,9 +80,9 @@ class ForageTrait(BaseTrait):
             entity.move(found[0], found[1])
             if found[2] < entity.speed + 6.0:
                 entity.eat()
-'''
+"""
 
-ENERGY_SAVER = '''class BaseTrait:
+ENERGY_SAVER = """class BaseTrait:
     pass
 
 class EnergySaverTrait(BaseTrait):
@@ -94,7 +94,7 @@ class EnergySaverTrait(BaseTrait):
         elif entity.state == "saving" and entity.energy > entity.max_energy * 0.6:
             entity.energy_consumption_rate = 1.0
             entity.state = "active"
-'''
+"""
 
 TRAITS = {"wander": WANDER, "forage": FORAGE, "energy_saver": ENERGY_SAVER}
 
@@ -105,8 +105,10 @@ def validated_traits(count: int, agents: int | None = None) -> list[registry.Reg
     agents = agents or count
     if not 1 <= count <= len(TRAITS):
         raise SystemExit(f"--traits must be 1..{len(TRAITS)}")
-    return [gatekept_entry(name, code, f"mut_bench{i:02d}", f"agent-{i % agents}")
-            for i, (name, code) in enumerate(list(TRAITS.items())[:count])]
+    return [
+        gatekept_entry(name, code, f"mut_bench{i:02d}", f"agent-{i % agents}")
+        for i, (name, code) in enumerate(list(TRAITS.items())[:count])
+    ]
 
 
 def gatekept_entry(name: str, code: str, mutation_id: str, agent_id: str) -> registry.RegistryEntry:
@@ -115,11 +117,19 @@ def gatekept_entry(name: str, code: str, mutation_id: str, agent_id: str) -> reg
     gate = gatekeeper.validate(name, code)
     if not gate.ok:
         raise SystemExit(f"bench trait {name} is rejected by the gatekeeper: {gate.failure_code} {gate.validation_log}")
-    return registry.RegistryEntry(trait_name=name, version=1, mutation_id=mutation_id, class_name=gate.class_name,
-                                  code=code, code_hash=gate.code_hash, agent_id=agent_id)
+    return registry.RegistryEntry(
+        trait_name=name,
+        version=1,
+        mutation_id=mutation_id,
+        class_name=gate.class_name,
+        code=code,
+        code_hash=gate.code_hash,
+        agent_id=agent_id,
+    )
 
 
 # -- the world --------------------------------------------------------------------------------------
+
 
 def world_params(n: int):
     """The default density (200 entities on 800 x 600), scaled to N; population pinned at N
@@ -129,10 +139,18 @@ def world_params(n: int):
 
     scale = math.sqrt(max(n, 1) / 200.0)
     return WorldParams(
-        width=round(800.0 * scale, 1), height=round(600.0 * scale, 1),
-        initial_population=n, min_population=n, max_population=n,
-        initial_resources=n, max_resources=n, resource_spawn_chance=1.0,
-        base_metabolism=0.02, move_cost=0.01, max_age=100_000, trait_gain_chance=1.0,
+        width=round(800.0 * scale, 1),
+        height=round(600.0 * scale, 1),
+        initial_population=n,
+        min_population=n,
+        max_population=n,
+        initial_resources=n,
+        max_resources=n,
+        resource_spawn_chance=1.0,
+        base_metabolism=0.02,
+        move_cost=0.01,
+        max_age=100_000,
+        trait_gain_chance=1.0,
     )
 
 
@@ -176,8 +194,10 @@ def world_memory_kb_per_1000(n: int, trait_names: list[str], seed: int) -> float
 
 # -- Genesis: the real engine path -------------------------------------------------------------------
 
-async def run_genesis(n: int, entries: list[registry.RegistryEntry], ticks: int, warmup: int, seed: int,
-                      redis_db: int) -> dict[str, Any]:
+
+async def run_genesis(
+    n: int, entries: list[registry.RegistryEntry], ticks: int, warmup: int, seed: int, redis_db: int
+) -> dict[str, Any]:
     import redis.asyncio as aioredis
 
     from engine.live_traits import HostTraitRunner
@@ -227,8 +247,14 @@ async def run_genesis(n: int, entries: list[registry.RegistryEntry], ticks: int,
         snap_times = []
         for _ in range(7):
             t = clock()
-            build_snapshot(world, PeriodCounters(world.stats()), timestamp=time.time(), tick_overruns=0,
-                           ticks_per_second=0.0, run_id="bench")
+            build_snapshot(
+                world,
+                PeriodCounters(world.stats()),
+                timestamp=time.time(),
+                tick_overruns=0,
+                ticks_per_second=0.0,
+                run_id="bench",
+            )
             snap_times.append(clock() - t)
         stats = world.stats()
         return {
@@ -243,8 +269,9 @@ async def run_genesis(n: int, entries: list[registry.RegistryEntry], ticks: int,
             "trait_exec_ms_per_tick": round(trait_us / (ticks + warmup) / 1000, 3),
             "engine_cpu_ms_per_tick": round(engine_cpu / ticks * 1000, 3),
             "host_cpu_ms_per_tick": None if host_cpu_ms is None else round(host_cpu_ms, 3),
-            "cpu_bound_ticks_per_s": (None if host_cpu_ms is None
-                                      else round(1000.0 / (engine_cpu / ticks * 1000 + host_cpu_ms), 1)),
+            "cpu_bound_ticks_per_s": (
+                None if host_cpu_ms is None else round(1000.0 / (engine_cpu / ticks * 1000 + host_cpu_ms), 1)
+            ),
             "loadavg_1m": [round(load_before, 2), round(os.getloadavg()[0], 2)],
             "snapshot_ms": round(statistics.median(snap_times) * 1000, 3),
             "host_startup_s": round(startup_s, 2),
@@ -254,7 +281,8 @@ async def run_genesis(n: int, entries: list[registry.RegistryEntry], ticks: int,
             "lost_results": runner.stats.lost_results,
             "quarantined": len(runner.stats.quarantined),
             "host_processes": len((host_stats or {}).get("workers", [])),
-            "trait_errors": engine.trait_errors + sum(s["errors"] + s["timeouts"] for s in runner.trait_timings().values()),
+            "trait_errors": engine.trait_errors
+            + sum(s["errors"] + s["timeouts"] for s in runner.trait_timings().values()),
             "intents_rejected": sum(stats["rejected_intents"].values()),
             "deaths": sum(stats["deaths"].values()),
             "respawns": stats["respawns"],
@@ -278,6 +306,7 @@ def host_cpu_ns(runner) -> int | None:
 
 
 # -- the same model in Mesa 3.3 ----------------------------------------------------------------------
+
 
 def _mesa_classes():
     import mesa
@@ -491,6 +520,7 @@ def mesa_memory_kb_per_1000(n: int, seed: int) -> float:
 
 # -- main ---------------------------------------------------------------------------------------------
 
+
 def bench_one(n: int, args, entries) -> dict[str, Any]:
     names = [e.trait_name for e in entries]
     out = asyncio.run(run_genesis(n, entries, args.ticks, args.warmup, args.seed, args.redis_db))
@@ -510,12 +540,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traits", type=int, default=3, help="how many of wander, forage, energy_saver (1-3)")
     ap.add_argument("--ticks", type=int, default=300)
     ap.add_argument("--warmup", type=int, default=100, help="ticks run before the measured ones")
-    ap.add_argument("--agents", type=int, default=0,
-                    help="agents the traits belong to (default: one per trait, each in a process of its own)")
+    ap.add_argument(
+        "--agents",
+        type=int,
+        default=0,
+        help="agents the traits belong to (default: one per trait, each in a process of its own)",
+    )
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--compare-mesa", action="store_true")
     ap.add_argument("--mesa-seconds", type=float, default=30.0, help="wall-time cap of the Mesa run per size")
-    ap.add_argument("--redis-db", type=int, default=10, help="Redis database owned by the bench (flushed; not one the test suite uses: 15)")
+    ap.add_argument(
+        "--redis-db",
+        type=int,
+        default=10,
+        help="Redis database owned by the bench (flushed; not one the test suite uses: 15)",
+    )
     args = ap.parse_args(argv)
     sizes = [int(s) for s in args.entities.split(",") if s.strip()]
     entries = validated_traits(args.traits, args.agents or None)

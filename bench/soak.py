@@ -34,10 +34,10 @@ import sys
 import time
 from typing import Any
 
-from pipeline import registry
 from genesis.config import Settings
+from pipeline import registry
 
-STATELESS = '''import math
+STATELESS = """import math
 
 class BaseTrait:
     pass
@@ -48,9 +48,9 @@ class Stateless{k}(BaseTrait):
         found = entity.nearest_resource()
         if found is not None and entity.energy < 60.0:
             entity.move(found[0], found[1])
-'''
+"""
 
-STATEFUL = '''class BaseTrait:
+STATEFUL = """class BaseTrait:
     pass
 
 class Stateful{k}(BaseTrait):
@@ -66,9 +66,9 @@ class Stateful{k}(BaseTrait):
             entity.speed = 1.0
         else:
             entity.speed = 2.0
-'''
+"""
 
-HEAVY = '''import math
+HEAVY = """import math
 
 class BaseTrait:
     pass
@@ -82,7 +82,7 @@ class Heavy{k}(BaseTrait):
             entity.state = "heavy"
         else:
             entity.state = "light"
-'''
+"""
 
 KINDS = (STATELESS, STATEFUL, HEAVY)
 TRAITS_PER_ENTITY = 5
@@ -93,8 +93,15 @@ def soak_traits(count: int, agents: int) -> list[registry.RegistryEntry]:
     gatekeeper (fails loudly if not)."""
     from bench.engine import gatekept_entry
 
-    return [gatekept_entry(f"soak_{('stateless', 'stateful', 'heavy')[i % 3]}_{i:02d}", KINDS[i % 3].replace("{k}", str(i)),
-                           f"mut_soak{i:08d}", f"soak-agent-{i % agents:02d}") for i in range(count)]
+    return [
+        gatekept_entry(
+            f"soak_{('stateless', 'stateful', 'heavy')[i % 3]}_{i:02d}",
+            KINDS[i % 3].replace("{k}", str(i)),
+            f"mut_soak{i:08d}",
+            f"soak-agent-{i % agents:02d}",
+        )
+        for i in range(count)
+    ]
 
 
 def least_squares_slope(points: list[tuple[float, float]]) -> float:
@@ -113,8 +120,15 @@ def percentile(values: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, math.ceil(q / 100.0 * len(s)) - 1))]
 
 
-async def run_soak(seconds: float, traits: int, agents: int, redis_url: str, warmup_s: float = 15.0,
-                   sample_s: float = 2.0, settings: Settings | None = None) -> dict[str, Any]:
+async def run_soak(
+    seconds: float,
+    traits: int,
+    agents: int,
+    redis_url: str,
+    warmup_s: float = 15.0,
+    sample_s: float = 2.0,
+    settings: Settings | None = None,
+) -> dict[str, Any]:
     """The soak itself (``python -m bench.soak`` and the test suite's short version)."""
     import redis.asyncio as aioredis
 
@@ -129,12 +143,19 @@ async def run_soak(seconds: float, traits: int, agents: int, redis_url: str, war
     await redis.flushdb()
     for entry in entries:
         await registry.put_entry(redis, entry)
-    world = World(WorldParams(
-        width=own.engine.world_width, height=own.engine.world_height,
-        initial_population=own.engine.initial_population, min_population=own.engine.min_population,
-        max_population=own.engine.max_population, initial_resources=own.engine.initial_resources,
-        max_resources=own.engine.max_resources, resource_spawn_chance=own.engine.resource_spawn_chance,
-    ), seed=own.engine.seed)
+    world = World(
+        WorldParams(
+            width=own.engine.world_width,
+            height=own.engine.world_height,
+            initial_population=own.engine.initial_population,
+            min_population=own.engine.min_population,
+            max_population=own.engine.max_population,
+            initial_resources=own.engine.initial_resources,
+            max_resources=own.engine.max_resources,
+            resource_spawn_chance=own.engine.resource_spawn_chance,
+        ),
+        seed=own.engine.seed,
+    )
     names = [e.trait_name for e in entries]
     world.set_available_traits(names)
     for i, entity_id in enumerate(sorted(world.entities)):
@@ -202,10 +223,16 @@ async def run_soak(seconds: float, traits: int, agents: int, redis_url: str, war
 
 
 def health_problems(result: dict[str, Any], max_growth_pct: float) -> list[str]:
-    problems = [f"{why} ({key}={result[key]})" for key, why in (
-        ("host_restarts", "the trait host restarted"), ("skipped_ticks", "ticks ran without traits"),
-        ("lost_results", "trait results were lost"), ("quarantined", "benign traits were quarantined"),
-    ) if result[key]]
+    problems = [
+        f"{why} ({key}={result[key]})"
+        for key, why in (
+            ("host_restarts", "the trait host restarted"),
+            ("skipped_ticks", "ticks ran without traits"),
+            ("lost_results", "trait results were lost"),
+            ("quarantined", "benign traits were quarantined"),
+        )
+        if result[key]
+    ]
     if result["host_memory_growth_pct"] is None:
         problems.append("the host's memory could not be read")
     elif result["host_memory_growth_pct"] > max_growth_pct:

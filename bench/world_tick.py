@@ -27,16 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from engine import world as this_world
-from genesis.trait_wire import IntentColumns
+from genesis.trait_wire import IntentColumns, decode_intents
 from sandbox import trait_host
-from genesis.trait_wire import decode_intents
 
 
 def load_engine(checkout: str) -> Any:
     """``engine.world`` of another checkout, imported under a name of its own."""
     path = Path(checkout) / "engine"
-    spec = importlib.util.spec_from_file_location("engine_base", path / "__init__.py",
-                                                  submodule_search_locations=[str(path)])
+    spec = importlib.util.spec_from_file_location(
+        "engine_base", path / "__init__.py", submodule_search_locations=[str(path)]
+    )
     if spec is None or spec.loader is None:
         raise SystemExit(f"no engine package in {checkout}")
     package = importlib.util.module_from_spec(spec)
@@ -49,8 +49,11 @@ def load_engine(checkout: str) -> Any:
 
 def stand_in_intents(world: Any) -> IntentColumns:
     """What a wandering trait's host would answer for ``world``'s entities this tick."""
-    merged = {eid: [["set", "direction", math.sin(eid * 0.3 + world.tick * 0.07)]]
-              + ([["move", 1.0, -0.5]] if eid % 3 == 0 else []) for eid in sorted(world.entities)}
+    merged = {
+        eid: [["set", "direction", math.sin(eid * 0.3 + world.tick * 0.07)]]
+        + ([["move", 1.0, -0.5]] if eid % 3 == 0 else [])
+        for eid in sorted(world.entities)
+    }
     return decode_intents(trait_host.encode_intents(merged))
 
 
@@ -69,9 +72,20 @@ def run(worlds: int, ticks: int, seed: int, base: Any | None) -> dict[str, Any]:
             order = list(live) if (r + tick) % 2 else list(reversed(live))
             for name in order:
                 w = live[name]
-                it = intents if name == "this" else base.IntentColumns(
-                    intents.entity, intents.kind, intents.attr, intents.a, intents.b, intents.names,
-                    intents.over_a, intents.over_b)
+                it = (
+                    intents
+                    if name == "this"
+                    else base.IntentColumns(
+                        intents.entity,
+                        intents.kind,
+                        intents.attr,
+                        intents.a,
+                        intents.b,
+                        intents.names,
+                        intents.over_a,
+                        intents.over_b,
+                    )
+                )
                 t0 = cpu()
                 w.trait_views(["wander"])
                 t1 = cpu()
@@ -98,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worlds", type=int, default=30)
     ap.add_argument("--ticks", type=int, default=50)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--base", help="another checkout whose engine/ to compare with (e.g. a git worktree of an older commit)")
+    ap.add_argument(
+        "--base", help="another checkout whose engine/ to compare with (e.g. a git worktree of an older commit)"
+    )
     args = ap.parse_args(argv)
     base = load_engine(args.base) if args.base else None
     print(json.dumps(run(args.worlds, args.ticks, args.seed, base), indent=2))

@@ -7,7 +7,7 @@ import json
 import subprocess
 from pathlib import Path
 
-QA_SOURCE = '''import dspy
+QA_SOURCE = """import dspy
 
 
 class QA(dspy.Module):
@@ -17,9 +17,9 @@ class QA(dspy.Module):
 
     def forward(self, question):
         return self.answer(question=question)
-'''
+"""
 
-RAISING_SOURCE = '''import dspy
+RAISING_SOURCE = """import dspy
 
 
 class Broken(dspy.Module):
@@ -29,10 +29,10 @@ class Broken(dspy.Module):
 
     def forward(self, question):
         raise ValueError("this program always fails: " + question)
-'''
+"""
 
 # Reports what a program inside the sandbox can reach and see (the egress and isolation tests).
-PROBE_SOURCE = '''import json
+PROBE_SOURCE = """import json
 import os
 import socket
 import urllib.error
@@ -70,7 +70,7 @@ class Probe(dspy.Module):
         seen["paths"] = {path: os.path.exists(path) for path in targets["paths"]}
         seen["secrets"] = sorted(k for k in os.environ if "KEY" in k or "TOKEN" in k or "SECRET" in k)
         return dspy.Prediction(answer=json.dumps(seen))
-'''
+"""
 
 SLOW_SOURCE = '''import time
 
@@ -94,10 +94,16 @@ def program_json(instructions: str = "Answer the question.") -> dict:
     """What ``qa.QA().save('program.json')`` writes (DSPy 3.4), with these instructions."""
     return {
         "answer": {
-            "traces": [], "train": [], "demos": [],
-            "signature": {"instructions": instructions,
-                          "fields": [{"prefix": "Question:", "description": "${question}"},
-                                     {"prefix": "Answer:", "description": "${answer}"}]},
+            "traces": [],
+            "train": [],
+            "demos": [],
+            "signature": {
+                "instructions": instructions,
+                "fields": [
+                    {"prefix": "Question:", "description": "${question}"},
+                    {"prefix": "Answer:", "description": "${answer}"},
+                ],
+            },
             "lm": None,
         },
         "metadata": {"dependency_versions": {"python": "3.11", "dspy": "3.4.1", "cloudpickle": "3.1"}},
@@ -112,8 +118,17 @@ def make_repo(path: Path) -> Path:
     (path / "slow.py").write_text(SLOW_SOURCE)
     (path / "program.json").write_text(json.dumps(program_json(), indent=2))
     (path / "requirements.txt").write_text("# DSPy is provided by Genesis\n")
-    env = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t",
-           "PATH": "/usr/bin:/bin"}
-    for argv in (["git", "init", "-q", "-b", "main"], ["git", "add", "."], ["git", "commit", "-q", "-m", "a DSPy QA program"]):
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "PATH": "/usr/bin:/bin",
+    }
+    for argv in (
+        ["git", "init", "-q", "-b", "main"],
+        ["git", "add", "."],
+        ["git", "commit", "-q", "-m", "a DSPy QA program"],
+    ):
         subprocess.run(argv, cwd=path, env=env, check=True)
     return path

@@ -60,16 +60,25 @@ class ScriptedLM:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers.get("content-length") or 0)))
                 with lm.lock:
-                    lm.calls.append({"path": self.path, "authorization": self.headers.get("authorization"), "body": body})
+                    lm.calls.append(
+                        {"path": self.path, "authorization": self.headers.get("authorization"), "body": body}
+                    )
                 if not self.path.endswith("/chat/completions"):
                     self.send_error(404)
                     return
                 text = lm.reply(body.get("messages") or [])
-                data = json.dumps({
-                    "id": "chatcmpl-scripted", "object": "chat.completion", "created": 0, "model": body.get("model", "scripted"),
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
-                }).encode()
+                data = json.dumps(
+                    {
+                        "id": "chatcmpl-scripted",
+                        "object": "chat.completion",
+                        "created": 0,
+                        "model": body.get("model", "scripted"),
+                        "choices": [
+                            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+                        ],
+                        "usage": {"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20},
+                    }
+                ).encode()
                 self.send_response(200)
                 self.send_header("content-type", "application/json")
                 self.send_header("content-length", str(len(data)))
@@ -84,7 +93,9 @@ class ScriptedLM:
 
     def reply(self, messages: list[dict]) -> str:
         system = next((m["content"] for m in messages if m.get("role") == "system"), "")
-        user = "\n".join(m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str))
+        user = "\n".join(
+            m["content"] for m in messages if m.get("role") == "user" and isinstance(m.get("content"), str)
+        )
         if "GENESIS-CODER" in system:
             return self.coder_reply
         if "I provided an assistant with the following instructions" in user:
@@ -93,16 +104,24 @@ class ScriptedLM:
             missing = next((step for step in REFLECTION_STEPS if step not in old), None)
             return f"```\n{old} {missing or 'Be concise.'}\n```"
         objective = system.split("your objective is:", 1)[-1] if "your objective is:" in system else system
-        outputs = re.findall(r"\d+\. `(\w+)`", system.split("Your output fields are:", 1)[-1].split("All interactions", 1)[0])
+        outputs = re.findall(
+            r"\d+\. `(\w+)`", system.split("Your output fields are:", 1)[-1].split("All interactions", 1)[0]
+        )
         answer = transform(_field(user, "question"), objective)
-        return "\n\n".join(f"[[ ## {name} ## ]]\n{answer}" for name in (outputs or ["answer"])) + "\n\n[[ ## completed ## ]]"
+        return (
+            "\n\n".join(f"[[ ## {name} ## ]]\n{answer}" for name in (outputs or ["answer"]))
+            + "\n\n[[ ## completed ## ]]"
+        )
 
     def chat(self, prompt: str) -> str:
         """Plain chat call as a reflection LM for gepa.optimize (over HTTP like any client)."""
         import httpx
 
-        response = httpx.post(f"{self.base_url}/chat/completions", timeout=30,
-                              json={"model": "scripted", "messages": [{"role": "user", "content": prompt}]})
+        response = httpx.post(
+            f"{self.base_url}/chat/completions",
+            timeout=30,
+            json={"model": "scripted", "messages": [{"role": "user", "content": prompt}]},
+        )
         response.raise_for_status()
         return response.json()["choices"][0]["message"]["content"]
 

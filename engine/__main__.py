@@ -16,13 +16,13 @@ from prometheus_client import REGISTRY
 from temporalio.client import Client
 
 from genesis import gc_tuning
-from pipeline import registry
 from genesis.config import get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.effects import WorldSample
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics
 from genesis.temporal import connect
+from pipeline import registry
 
 from .live_traits import HostTraitRunner
 from .loop import Engine
@@ -68,8 +68,12 @@ def observation_hook(runner: HostTraitRunner, params: ParamsFollower, temporal: 
         if reporter is None:
             reporter = ObservationReporter(await temporal())
         sample = WorldSample(
-            tick=snapshot["tick"], run_id=snapshot.get("run_id", ""), entity_count=snapshot["entity_count"], avg_energy=snapshot["avg_energy"],
-            period_starvation=snapshot["death_starvation"], trait_stats=snapshot.get("trait_stats") or {},
+            tick=snapshot["tick"],
+            run_id=snapshot.get("run_id", ""),
+            entity_count=snapshot["entity_count"],
+            avg_energy=snapshot["avg_energy"],
+            period_starvation=snapshot["death_starvation"],
+            trait_stats=snapshot.get("trait_stats") or {},
         )
         await reporter.report(sample, live)
         if params.observer_workflow:  # an evolution cycle observing a world-parameter change
@@ -109,7 +113,10 @@ async def main() -> None:
         await redis.aclose()
         log.info(
             "engine stopped at tick %d: mean tick %.3f ms, %d overruns, %d snapshots, %d trait-host restarts",
-            engine.world.tick, engine.mean_tick_ms(), engine.tick_overruns, engine.snapshots_taken,
+            engine.world.tick,
+            engine.mean_tick_ms(),
+            engine.tick_overruns,
+            engine.snapshots_taken,
             runner.stats.restarts,
         )
 

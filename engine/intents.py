@@ -53,9 +53,7 @@ REJECT_REASONS = (
 )
 
 # The writable attributes of the Entity API that this world stores (all of v1's).
-_WRITABLE = {
-    name: spec for name, spec in WRITABLE_ATTRS.items() if name in Entity.__dataclass_fields__
-}
+_WRITABLE = {name: spec for name, spec in WRITABLE_ATTRS.items() if name in Entity.__dataclass_fields__}
 
 # name -> (lo, hi) of the writable numbers (apply_columns clamps them in bulk).
 _NUMBERS: dict[str, tuple[float, float]] = {
@@ -144,8 +142,9 @@ class CheckedIntents:
     directions: tuple[np.ndarray, np.ndarray] | None = None
 
 
-def _collect_intents(intents: Any, entities: dict[int, Entity], next_id: int,
-                     rejected: list[tuple[int, str]]) -> dict[int, Any]:
+def _collect_intents(
+    intents: Any, entities: dict[int, Entity], next_id: int, rejected: list[tuple[int, str]]
+) -> dict[int, Any]:
     if intents is None:
         return {}
     if not isinstance(intents, Mapping):
@@ -167,8 +166,9 @@ def _collect_intents(intents: Any, entities: dict[int, Entity], next_id: int,
     return out
 
 
-def apply_intents(intents: Any, entities: dict[int, Entity], next_id: int, limit: int,
-                  rejected: list[tuple[int, str]]) -> CheckedIntents:
+def apply_intents(
+    intents: Any, entities: dict[int, Entity], next_id: int, limit: int, rejected: list[tuple[int, str]]
+) -> CheckedIntents:
     """Check every entity's intents (ids ascending), apply its ``set`` intents, and return
     each entity's last move intent and the ids that asked to eat. ``next_id`` (the next id the
     world would assign) tells a dead entity from one that never existed; ``limit`` is the most
@@ -191,8 +191,9 @@ def apply_intents(intents: Any, entities: dict[int, Entity], next_id: int, limit
     return CheckedIntents(moves, eats, [np.fromiter(by_entity, dtype=np.int64, count=len(by_entity))])
 
 
-def apply_columns(ic: IntentColumns, entities: dict[int, Entity], next_id: int, limit: int,
-                  rejected: list[tuple[int, str]]) -> CheckedIntents:
+def apply_columns(
+    ic: IntentColumns, entities: dict[int, Entity], next_id: int, limit: int, rejected: list[tuple[int, str]]
+) -> CheckedIntents:
     """:func:`apply_intents` of columnar intents, with the same result and rejections; the
     bulk's moves and direction sets come back as columns (``bulk_moves``, ``directions``).
 
@@ -228,8 +229,13 @@ def apply_columns(ic: IntentColumns, entities: dict[int, Entity], next_id: int, 
     for i, v in ic.over_a.items():
         if kind[i] == KIND_EAT:
             continue  # eat has no arguments: whatever replaced one is never read
-        if (is_set[i] and names[ic.attr[i]] == "state" and type(v) is str
-                and len(v) <= MAX_STATE_LENGTH and v.isprintable()):
+        if (
+            is_set[i]
+            and names[ic.attr[i]] == "state"
+            and type(v) is str
+            and len(v) <= MAX_STATE_LENGTH
+            and v.isprintable()
+        ):
             odd[i] = False
             state_sets.append(i)
         else:
@@ -277,8 +283,9 @@ def apply_columns(ic: IntentColumns, entities: dict[int, Entity], next_id: int, 
         ends = np.cumsum(counts)
         for j in odd_alive.tolist():
             eid = uniq_ids[j]
-            move, eat = apply_intent_list(entities[eid], ic.lists_of(order[ends[j] - counts[j]:ends[j]]), limit,
-                                          rejected)
+            move, eat = apply_intent_list(
+                entities[eid], ic.lists_of(order[ends[j] - counts[j] : ends[j]]), limit, rejected
+            )
             if move is not None:
                 moves[eid] = move
             if eat:
@@ -356,5 +363,6 @@ def apply_intent_list(e: Entity, lst: Any, limit: int, rejected: list[tuple[int,
         else:
             rejected.append((eid, "unknown_kind"))
     return move, eat
+
 
 # -- the tick ---------------------------------------------------------------------------

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 import docker
 import redis.asyncio as aioredis
 
-from pipeline import registry
 from genesis.config import Settings
 from genesis.trait_wire import MalformedIntents, decode_intent_groups
+from pipeline import registry
 from sandbox import image
 from sandbox.container import (
     HostCrashed,
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from .traits import Intents
 
 log = logging.getLogger("genesis.engine.traits")
+
 
 def host_owner(pid: int | None = None) -> str:
     """The engine's host container is named after the engine process: genesis-sbx-engine-<pid>-…"""
@@ -83,8 +84,13 @@ class HostStats:
 class HostTraitRunner:
     """TraitRunner backed by a trait-host container (see engine/traits.py for the protocol)."""
 
-    def __init__(self, settings: Settings, redis: aioredis.Redis, client: docker.DockerClient | None = None,
-                 quarantine: QuarantineReporter | None = None):
+    def __init__(
+        self,
+        settings: Settings,
+        redis: aioredis.Redis,
+        client: docker.DockerClient | None = None,
+        quarantine: QuarantineReporter | None = None,
+    ):
         self._settings = settings
         self._reporter = quarantine  # None: a quarantine stays in this process (benchmarks)
         self._redis = redis
@@ -129,7 +135,9 @@ class HostTraitRunner:
         return {name: state.entry.mutation_id for name, state in self._traits.items()}
 
     async def _apply(self, entries: dict[str, registry.RegistryEntry]) -> None:
-        for name in [n for n in self._traits if n not in entries or entries[n].mutation_id != self._traits[n].entry.mutation_id]:
+        for name in [
+            n for n in self._traits if n not in entries or entries[n].mutation_id != self._traits[n].entry.mutation_id
+        ]:
             await asyncio.to_thread(self._unload, name)
         for name, entry in sorted(entries.items()):
             if name in self._traits or self._quarantined.get(name) == entry.mutation_id:
@@ -140,8 +148,7 @@ class HostTraitRunner:
             if error is not None:  # it loaded in its sandbox test: here it is the trait's doing
                 await self._record_quarantine(entry, f"it failed to load in the live host: {error}")
 
-    async def run_tick_views(self, tick: int, views: dict,
-                             while_waiting: Callable[[], None] | None = None) -> Intents:
+    async def run_tick_views(self, tick: int, views: dict, while_waiting: Callable[[], None] | None = None) -> Intents:
         """The compact form of ``run_tick`` (``World.trait_views``): each carrier's view
         crosses to the host once, however many traits it carries; the host merges the intents.
         ``while_waiting``: work that runs once the request is sent, while the host computes
@@ -154,7 +161,13 @@ class HostTraitRunner:
             self.stats.skipped_ticks += 1
             return {}
         # The workers get less than the whole deadline: the host answers for them in time.
-        message = {"op": "views", "tick": tick, **views, "run": run, "deadline_ms": self.deadline_s * WORKERS_SHARE * 1000}
+        message = {
+            "op": "views",
+            "tick": tick,
+            **views,
+            "run": run,
+            "deadline_ms": self.deadline_s * WORKERS_SHARE * 1000,
+        }
         async with self._host_lock:  # a trait being loaded: the tick waits (a few ms) for it
             if self._host is None:
                 self.stats.skipped_ticks += 1
@@ -172,7 +185,9 @@ class HostTraitRunner:
             if not reply.get("ok"):
                 raise MalformedIntents(f"the host refused the tick: {reply.get('error')}")
             attachment = reply.get("attachment")
-            intents = decode_intent_groups(reply.get("intent_groups"), attachment if isinstance(attachment, bytes) else None)
+            intents = decode_intent_groups(
+                reply.get("intent_groups"), attachment if isinstance(attachment, bytes) else None
+            )
             results = reply.get("results")
             if not isinstance(results, dict):
                 raise MalformedIntents("results must be an object")
@@ -197,8 +212,14 @@ class HostTraitRunner:
 
     def trait_timings(self) -> dict[str, dict]:
         return {
-            name: {"calls": s.calls, "errors": s.errors, "timeouts": s.timeouts, "lost": s.lost,
-                   "mean_us": round(s.total_us / s.calls, 2) if s.calls else 0.0, "last_error": s.last_error}
+            name: {
+                "calls": s.calls,
+                "errors": s.errors,
+                "timeouts": s.timeouts,
+                "lost": s.lost,
+                "mean_us": round(s.total_us / s.calls, 2) if s.calls else 0.0,
+                "last_error": s.last_error,
+            }
             for name, s in self._traits.items()
         }
 
@@ -207,8 +228,13 @@ class HostTraitRunner:
         if self._host is None:
             tag = image.ensure(self._client)
             remove_abandoned_trait_hosts(self._client)  # e.g. the host of an engine that was killed
-            host = TraitHostContainer(self._client, tag, IsolationLimits.for_engine(self._settings), host_owner(),
-                                      private_socket=self._settings.engine.trait_host_socket)
+            host = TraitHostContainer(
+                self._client,
+                tag,
+                IsolationLimits.for_engine(self._settings),
+                host_owner(),
+                private_socket=self._settings.engine.trait_host_socket,
+            )
             try:
                 host.say_hello(hello_message(self._settings, self.deadline_s * WORKERS_SHARE), 20.0)
             except BaseException:
@@ -222,8 +248,14 @@ class HostTraitRunner:
     def _send_load(self, entry: registry.RegistryEntry) -> dict:
         assert self._host is not None
         return self._host.request(
-            {"op": "load", "trait": entry.trait_name, "source": entry.code, "class_name": entry.class_name,
-             "agent": entry.agent_id}, LOAD_DEADLINE_S,
+            {
+                "op": "load",
+                "trait": entry.trait_name,
+                "source": entry.code,
+                "class_name": entry.class_name,
+                "agent": entry.agent_id,
+            },
+            LOAD_DEADLINE_S,
         )
 
     def _load(self, entry: registry.RegistryEntry) -> str | None:
@@ -233,8 +265,13 @@ class HostTraitRunner:
         reply = self._send_load(entry)
         if reply.get("ok"):
             self._traits[entry.trait_name] = TraitState(entry)
-            log.info("loaded trait %s v%d (%s)", entry.trait_name, entry.version, entry.mutation_id,
-                     extra={"mutation_id": entry.mutation_id, "trait_name": entry.trait_name})
+            log.info(
+                "loaded trait %s v%d (%s)",
+                entry.trait_name,
+                entry.version,
+                entry.mutation_id,
+                extra={"mutation_id": entry.mutation_id, "trait_name": entry.trait_name},
+            )
             return None
         return str(reply.get("error"))[:500]
 
@@ -308,7 +345,9 @@ class HostTraitRunner:
             state.strikes += 1
             state.last_error = result["errors"][0]["error"] if result.get("errors") else "exceeded its CPU budget"
             if state.strikes >= STRIKES_TO_QUARANTINE:
-                await self._quarantine(name, f"{state.strikes} ticks in a row with errors or timeouts: {state.last_error}")
+                await self._quarantine(
+                    name, f"{state.strikes} ticks in a row with errors or timeouts: {state.last_error}"
+                )
         else:
             state.strikes = 0
 

@@ -146,7 +146,8 @@ class Engine:
                         # the last tick's telemetry and step's reading ahead run while the host
                         # computes (on 2 cores, beside it rather than after it)
                         intents = await self._views_runner.run_tick_views(
-                            world.tick, views, while_waiting=self._while_waiting)
+                            world.tick, views, while_waiting=self._while_waiting
+                        )
                 elif self._batch_runner is not None:
                     batches = world.trait_batches()
                     batches = {name: batches[name] for name in self.active_traits if name in batches}
@@ -201,7 +202,10 @@ class Engine:
             if now >= self._overrun_log_at:
                 log.warning(
                     "tick %d overran its budget: %.2f ms > %.2f ms (%d overruns so far)",
-                    self.world.tick, work * 1000, self.budget_s * 1000, self.tick_overruns,
+                    self.world.tick,
+                    work * 1000,
+                    self.budget_s * 1000,
+                    self.tick_overruns,
                 )
                 self._overrun_log_at = now + OVERRUN_LOG_INTERVAL_S
 
@@ -210,8 +214,12 @@ class Engine:
         elapsed = now - self._period_wall
         tps = (tick - self._period_tick) / elapsed if elapsed > 0 else 0.0
         snap, self._period = build_snapshot(
-            self.world, self._period, timestamp=self.wall(), tick_overruns=self.tick_overruns,
-            ticks_per_second=tps, run_id=self.run_id,
+            self.world,
+            self._period,
+            timestamp=self.wall(),
+            tick_overruns=self.tick_overruns,
+            ticks_per_second=tps,
+            run_id=self.run_id,
         )
         self._period_tick, self._period_wall = tick, now
         self.snapshots_taken += 1
@@ -300,9 +308,14 @@ class Engine:
         next_due = clock()
         last_status = clock()
         ran = 0
-        log.info("engine running: %.1f ticks/s (budget %.2f ms), seed %d, %d entities, run %s",
-                 self.settings.engine.tick_rate, period * 1000, self.world.seed,
-                 self.world.population, self.run_id)
+        log.info(
+            "engine running: %.1f ticks/s (budget %.2f ms), seed %d, %d entities, run %s",
+            self.settings.engine.tick_rate,
+            period * 1000,
+            self.world.seed,
+            self.world.population,
+            self.run_id,
+        )
         while not (stop is not None and stop.is_set()) and (max_ticks is None or ran < max_ticks):
             await self.tick_once()
             ran += 1

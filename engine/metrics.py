@@ -18,7 +18,8 @@ if TYPE_CHECKING:
 
 # Budget at 60 ticks/s is 16.7 ms: buckets resolve around it and show how far an overrun went.
 TICK_SECONDS = Histogram(
-    "genesis_engine_tick_duration_seconds", "Work of one world tick (traits, step, telemetry hand-off)",
+    "genesis_engine_tick_duration_seconds",
+    "Work of one world tick (traits, step, telemetry hand-off)",
     buckets=(0.001, 0.002, 0.004, 0.008, 0.0167, 0.033, 0.066, 0.133, 0.25, 0.5, 1.0),
 )
 
@@ -34,37 +35,63 @@ class EngineCollector(Collector):
         engine = self.engine
         world = engine.world
         yield GaugeMetricFamily("genesis_engine_tick", "Current world tick", value=world.tick)
-        yield GaugeMetricFamily("genesis_engine_ticks_per_second",
-                                "Ticks per second over the last status interval (~1 s)", value=engine.ticks_per_second)
+        yield GaugeMetricFamily(
+            "genesis_engine_ticks_per_second",
+            "Ticks per second over the last status interval (~1 s)",
+            value=engine.ticks_per_second,
+        )
         yield CounterMetricFamily("genesis_engine_ticks", "Ticks run by this engine process", value=engine.ticks_run)
-        yield CounterMetricFamily("genesis_engine_tick_overruns", "Ticks whose work exceeded the budget 1/tick_rate",
-                                  value=engine.tick_overruns)
+        yield CounterMetricFamily(
+            "genesis_engine_tick_overruns",
+            "Ticks whose work exceeded the budget 1/tick_rate",
+            value=engine.tick_overruns,
+        )
         yield CounterMetricFamily("genesis_engine_snapshots", "WorldSnapshots taken", value=engine.snapshots_taken)
         yield GaugeMetricFamily("genesis_engine_entities", "Living Molbots", value=world.population)
         yield GaugeMetricFamily("genesis_engine_resources", "Food items in the world", value=len(world.resources))
-        yield GaugeMetricFamily("genesis_engine_live_traits", "Traits active in the world (loaded, not quarantined)",
-                                value=len(engine.active_traits))
+        yield GaugeMetricFamily(
+            "genesis_engine_live_traits",
+            "Traits active in the world (loaded, not quarantined)",
+            value=len(engine.active_traits),
+        )
         stats = getattr(engine.runner, "stats", None)  # HostTraitRunner; absent without a trait host
         if stats is not None:
-            yield CounterMetricFamily("genesis_engine_trait_host_restarts",
-                                      "Trait-host containers replaced (died, hung, or replied malformed)",
-                                      value=stats.restarts)
-            yield CounterMetricFamily("genesis_engine_trait_host_deadline_misses",
-                                      "Trait-host ticks that missed GENESIS_ENGINE_TRAIT_DEADLINE_MS", value=stats.deadline_misses)
-            yield CounterMetricFamily("genesis_engine_traits_quarantined", "Traits quarantined since start",
-                                      value=len(stats.quarantined))
-            yield CounterMetricFamily("genesis_engine_trait_host_skipped_ticks",
-                                      "Ticks whose traits did not run because the trait host was (re)starting",
-                                      value=stats.skipped_ticks)
-            yield CounterMetricFamily("genesis_engine_trait_results_lost",
-                                      "A trait's tick lost through nobody's fault (its process killed for another's, "
-                                      "or the machine too busy)", value=stats.lost_results)
-            yield CounterMetricFamily("genesis_engine_trait_suspects",
-                                      "Traits moved to a process of their own after a kill while they ran",
-                                      value=stats.suspects)
-            yield GaugeMetricFamily("genesis_engine_trait_host_memory_bytes",
-                                    "Anonymous memory of the trait-host container (its cgroup), sampled every few seconds",
-                                    value=stats.host_memory_bytes)
-            yield GaugeMetricFamily("genesis_engine_trait_host_processes",
-                                    "Worker processes in the trait host (one per agent with live traits, plus suspects)",
-                                    value=stats.host_processes)
+            yield CounterMetricFamily(
+                "genesis_engine_trait_host_restarts",
+                "Trait-host containers replaced (died, hung, or replied malformed)",
+                value=stats.restarts,
+            )
+            yield CounterMetricFamily(
+                "genesis_engine_trait_host_deadline_misses",
+                "Trait-host ticks that missed GENESIS_ENGINE_TRAIT_DEADLINE_MS",
+                value=stats.deadline_misses,
+            )
+            yield CounterMetricFamily(
+                "genesis_engine_traits_quarantined", "Traits quarantined since start", value=len(stats.quarantined)
+            )
+            yield CounterMetricFamily(
+                "genesis_engine_trait_host_skipped_ticks",
+                "Ticks whose traits did not run because the trait host was (re)starting",
+                value=stats.skipped_ticks,
+            )
+            yield CounterMetricFamily(
+                "genesis_engine_trait_results_lost",
+                "A trait's tick lost through nobody's fault (its process killed for another's, "
+                "or the machine too busy)",
+                value=stats.lost_results,
+            )
+            yield CounterMetricFamily(
+                "genesis_engine_trait_suspects",
+                "Traits moved to a process of their own after a kill while they ran",
+                value=stats.suspects,
+            )
+            yield GaugeMetricFamily(
+                "genesis_engine_trait_host_memory_bytes",
+                "Anonymous memory of the trait-host container (its cgroup), sampled every few seconds",
+                value=stats.host_memory_bytes,
+            )
+            yield GaugeMetricFamily(
+                "genesis_engine_trait_host_processes",
+                "Worker processes in the trait host (one per agent with live traits, plus suspects)",
+                value=stats.host_processes,
+            )

@@ -26,7 +26,9 @@ class ObservationReporter:
         sent = 0
         for mutation_id in sorted(set(live.values()) - self._finished):
             try:
-                await self._client.get_workflow_handle(mutation_workflow_id(mutation_id)).signal("world_snapshot", sample)
+                await self._client.get_workflow_handle(mutation_workflow_id(mutation_id)).signal(
+                    "world_snapshot", sample
+                )
                 sent += 1
             except RPCError as exc:  # completed (kept, rolled back) or unknown: stop reporting to it
                 self._finished.add(mutation_id)

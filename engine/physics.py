@@ -57,13 +57,27 @@ class TickColumns:
         in place, the others shared."""
         x = cols["x"]
         y = cols["y"]
-        return cls(order, ids, x, y, x.copy(), y.copy(), cols["direction"].copy(), cols["speed"].copy(),
-                   cols["energy_consumption_rate"].copy(), cols["energy"].copy(), cols["max_energy"], cols["age"],
-                   cols["max_age"], cols["generation"])
+        return cls(
+            order,
+            ids,
+            x,
+            y,
+            x.copy(),
+            y.copy(),
+            cols["direction"].copy(),
+            cols["speed"].copy(),
+            cols["energy_consumption_rate"].copy(),
+            cols["energy"].copy(),
+            cols["max_energy"],
+            cols["age"],
+            cols["max_age"],
+            cols["generation"],
+        )
 
 
-def move(c: TickColumns, checked: CheckedIntents, rnd: Callable[[], float], wander_turn: float,
-         xmax: float, ymax: float) -> np.ndarray:
+def move(
+    c: TickColumns, checked: CheckedIntents, rnd: Callable[[], float], wander_turn: float, xmax: float, ymax: float
+) -> np.ndarray:
     """Movement: each entity by its move intent, or else wandering (one draw of ``rnd`` per
     wanderer, ids ascending); sets ``nx``, ``ny`` and ``direction``, returns the distance moved.
     ``xmax``/``ymax``: the largest coordinates."""
@@ -81,8 +95,9 @@ def move(c: TickColumns, checked: CheckedIntents, rnd: Callable[[], float], wand
     return np.fromiter(map(math.hypot, (nx - x).tolist(), (ny - y).tolist()), np.float64, n)
 
 
-def _intended_moves(ids: np.ndarray, checked: CheckedIntents, moving: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _intended_moves(
+    ids: np.ndarray, checked: CheckedIntents, moving: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every entity's move intent as columns (towards a point?, a, b); marks who has one in
     ``moving``."""
     n = len(ids)
@@ -105,9 +120,20 @@ def _intended_moves(ids: np.ndarray, checked: CheckedIntents, moving: np.ndarray
     return towards, a, b
 
 
-def _move_by_intent(idx: np.ndarray, towards: np.ndarray, a: np.ndarray, b: np.ndarray, x: np.ndarray,
-                    y: np.ndarray, sp: np.ndarray, nx: np.ndarray, ny: np.ndarray, direction: np.ndarray,
-                    xmax: float, ymax: float) -> None:
+def _move_by_intent(
+    idx: np.ndarray,
+    towards: np.ndarray,
+    a: np.ndarray,
+    b: np.ndarray,
+    x: np.ndarray,
+    y: np.ndarray,
+    sp: np.ndarray,
+    nx: np.ndarray,
+    ny: np.ndarray,
+    direction: np.ndarray,
+    xmax: float,
+    ymax: float,
+) -> None:
     """Movement of the entities at ``idx`` by their move intent: along (a, b), or towards
     the point (a, b) without overshooting, at most ``sp``; clamped into the world."""
     tw = towards[idx]
@@ -138,9 +164,19 @@ def _move_by_intent(idx: np.ndarray, towards: np.ndarray, a: np.ndarray, b: np.n
     direction[idx] = np.fromiter(map(math.atan2, uyl, uxl), np.float64, len(uxl))
 
 
-def _wander(wander: np.ndarray, rnd: Callable[[], float], turn: float, x: np.ndarray, y: np.ndarray,
-            sp: np.ndarray, nx: np.ndarray, ny: np.ndarray, direction: np.ndarray, xmax: float,
-            ymax: float) -> None:
+def _wander(
+    wander: np.ndarray,
+    rnd: Callable[[], float],
+    turn: float,
+    x: np.ndarray,
+    y: np.ndarray,
+    sp: np.ndarray,
+    nx: np.ndarray,
+    ny: np.ndarray,
+    direction: np.ndarray,
+    xmax: float,
+    ymax: float,
+) -> None:
     """Instinct of the entities at ``wander``: a small random turn, a step at ``sp``, bouncing
     off the walls."""
     draws = np.array([rnd() for _ in range(len(wander))])
@@ -172,8 +208,9 @@ def eaters(c: TickColumns, eats: set[int], hunger_fraction: float) -> np.ndarray
     return eater.nonzero()[0]
 
 
-def eat(who: np.ndarray, c: TickColumns, resources: dict[int, Resource], rgrid: SpatialGrid, lay: Layout,
-        eat_radius: float) -> list[int]:
+def eat(
+    who: np.ndarray, c: TickColumns, resources: dict[int, Resource], rgrid: SpatialGrid, lay: Layout, eat_radius: float
+) -> list[int]:
     """The eaters at ``who`` (indices, ids ascending), at their new position, take the nearest
     resource within ``eat_radius`` that is still there (ties by lower id); their energy gains it,
     up to their max. ``lay``: the resources laid out for this query. Eaten resources leave

@@ -60,14 +60,19 @@ class AwaitingRollback(Exception):
 
 
 def rollback_reason(why: str) -> str:
-    return REASON_PREFIX + (why if len(why) <= MAX_WHY_CHARS else why[:MAX_WHY_CHARS - 1] + "…")
+    return REASON_PREFIX + (why if len(why) <= MAX_WHY_CHARS else why[: MAX_WHY_CHARS - 1] + "…")
 
 
 class QuarantineReporter:
     """The engine's side of quarantine (one per engine process)."""
 
-    def __init__(self, settings: Settings, redis: aioredis.Redis, sessions: async_sessionmaker,
-                 temporal: Callable[[], Awaitable[Client]]):
+    def __init__(
+        self,
+        settings: Settings,
+        redis: aioredis.Redis,
+        sessions: async_sessionmaker,
+        temporal: Callable[[], Awaitable[Client]],
+    ):
         self._settings = settings
         self._redis = redis
         self._sessions = sessions
@@ -84,10 +89,13 @@ class QuarantineReporter:
         the registry rebuild that failed with it would have left them out). Returns how many."""
         try:
             async with self._sessions() as session:
-                rows = (await session.execute(
-                    select(TraitQuarantine, Mutation.status)
-                    .outerjoin(Mutation, Mutation.mutation_id == TraitQuarantine.mutation_id)
-                )).all()
+                rows = (
+                    await session.execute(
+                        select(TraitQuarantine, Mutation.status).outerjoin(
+                            Mutation, Mutation.mutation_id == TraitQuarantine.mutation_id
+                        )
+                    )
+                ).all()
         except Exception as exc:
             log.warning("could not read the recorded quarantines: %s", exc)
             return 0
@@ -124,19 +132,30 @@ class QuarantineReporter:
         reason = rollback_reason(why)
         await self._announce(entry, reason)
         try:
-            await self._retrying(lambda: self._record(entry, reason[len(REASON_PREFIX):]))
+            await self._retrying(lambda: self._record(entry, reason[len(REASON_PREFIX) :]))
         except Exception as exc:
-            log.error("could not record the quarantine of %s (%s): %s", entry.trait_name, entry.mutation_id, exc,
-                      extra={"mutation_id": entry.mutation_id, "trait_name": entry.trait_name})
+            log.error(
+                "could not record the quarantine of %s (%s): %s",
+                entry.trait_name,
+                entry.mutation_id,
+                exc,
+                extra={"mutation_id": entry.mutation_id, "trait_name": entry.trait_name},
+            )
         await self._roll_back(entry.mutation_id, reason)
 
     async def _announce(self, entry: RegistryEntry, reason: str) -> None:
         for attempt in range(1, FEED_ATTEMPTS + 1):
             try:
-                await feed.publish(self._redis, "engine", "trait_quarantined",
-                                   f"Trait '{entry.trait_name}' v{entry.version} {reason}",
-                                   mutation_id=entry.mutation_id, workflow_id=mutation_workflow_id(entry.mutation_id),
-                                   trait_name=entry.trait_name, version=entry.version)
+                await feed.publish(
+                    self._redis,
+                    "engine",
+                    "trait_quarantined",
+                    f"Trait '{entry.trait_name}' v{entry.version} {reason}",
+                    mutation_id=entry.mutation_id,
+                    workflow_id=mutation_workflow_id(entry.mutation_id),
+                    trait_name=entry.trait_name,
+                    version=entry.version,
+                )
                 return
             except Exception as exc:  # the feed is best effort; the record and the rollback go on
                 if attempt == FEED_ATTEMPTS:
@@ -151,8 +170,13 @@ class QuarantineReporter:
                 .values(mutation_id=entry.mutation_id, trait_name=entry.trait_name, version=entry.version, reason=why)
                 .on_conflict_do_nothing(index_elements=[TraitQuarantine.mutation_id])
             )
-        log.info("recorded the quarantine of %s v%d (%s)", entry.trait_name, entry.version, entry.mutation_id,
-                 extra={"mutation_id": entry.mutation_id, "trait_name": entry.trait_name})
+        log.info(
+            "recorded the quarantine of %s v%d (%s)",
+            entry.trait_name,
+            entry.version,
+            entry.mutation_id,
+            extra={"mutation_id": entry.mutation_id, "trait_name": entry.trait_name},
+        )
 
     async def _roll_back(self, mutation_id: str, reason: str) -> None:
         """Have the mutation rolled back, and follow it until its record says so: a signal that
@@ -164,8 +188,12 @@ class QuarantineReporter:
         except NothingToRollBack as exc:
             log.info("quarantine of %s: %s", mutation_id, exc, extra={"mutation_id": mutation_id})
         except Exception as exc:
-            log.error("could not have %s rolled back after its quarantine: %s", mutation_id, exc,
-                      extra={"mutation_id": mutation_id})
+            log.error(
+                "could not have %s rolled back after its quarantine: %s",
+                mutation_id,
+                exc,
+                extra={"mutation_id": mutation_id},
+            )
 
     async def _read(self, mutation_id: str) -> Mutation | None:
         async with self._sessions() as session:
@@ -195,8 +223,14 @@ class RollbackAttempts:
     """One mutation's rollback after its quarantine, one attempt per call (retried by the
     reporter): it ends when the record is ``rolled_back``, or when there is nothing to roll back."""
 
-    def __init__(self, read: Callable[[str], Awaitable[Mutation | None]], temporal: Callable[[], Awaitable[Client]],
-                 settings: Settings, mutation_id: str, reason: str):
+    def __init__(
+        self,
+        read: Callable[[str], Awaitable[Mutation | None]],
+        temporal: Callable[[], Awaitable[Client]],
+        settings: Settings,
+        mutation_id: str,
+        reason: str,
+    ):
         self._read, self._temporal, self._settings = read, temporal, settings
         self._mutation_id, self._reason = mutation_id, reason
         self._signalled = False
@@ -218,11 +252,16 @@ class RollbackAttempts:
         except WorkflowNotRunning as exc:  # it may have been recorded kept since it was read
             self._not_running += 1
             if self._not_running > 1:
-                raise NothingToRollBack("its workflow is not running and it was not kept (ended by hand?): "
-                                        "nothing to signal") from exc
+                raise NothingToRollBack(
+                    "its workflow is not running and it was not kept (ended by hand?): nothing to signal"
+                ) from exc
             raise AwaitingRollback(f"{self._mutation_id}: its workflow ended between read and signal") from exc
-        log.info("quarantine of %s: rollback requested (%s)", self._mutation_id, route.value,
-                 extra={"mutation_id": self._mutation_id})
+        log.info(
+            "quarantine of %s: rollback requested (%s)",
+            self._mutation_id,
+            route.value,
+            extra={"mutation_id": self._mutation_id},
+        )
         if route == RollbackRoute.signalled:
             self._signalled = True
             raise AwaitingRollback(f"{self._mutation_id}: signalled; waiting for its workflow to roll it back")

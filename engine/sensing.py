@@ -15,9 +15,10 @@ resource within eat_radius) and for collisions (pairs closer than collision_radi
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from operator import attrgetter
-from typing import Any, Iterable
+from typing import Any
 
 import numpy as np
 
@@ -27,7 +28,7 @@ _Y = attrgetter("y")
 _ID = attrgetter("id")
 _EMPTY = np.empty(0, dtype=np.int64)
 _FORWARD = [(0, 0), (1, 0), (-1, 1), (0, 1), (1, 1)]
-_BLOCKS: dict[tuple["Grid", bool], np.ndarray] = {}  # Grid.block() (few distinct grids per process)
+_BLOCKS: dict[tuple[Grid, bool], np.ndarray] = {}  # Grid.block() (few distinct grids per process)
 # nearest()'s two-step search pays when the one-step search would measure at least this many
 # (query, point) pairs (see two_steps_pay).
 TWO_STEPS_MIN_PAIRS = 5000
@@ -55,7 +56,7 @@ class Grid:
     cell: float
 
     @classmethod
-    def over(cls, width: float, height: float, cell: float) -> "Grid":
+    def over(cls, width: float, height: float, cell: float) -> Grid:
         cell = float(cell)
         return cls(1.0 / cell, max(1, math.ceil(width / cell)), max(1, math.ceil(height / cell)), cell)
 
@@ -110,12 +111,15 @@ class Layout:
         self.start = start
 
     @classmethod
-    def of_items(cls, grid: Grid, items: Iterable[Any], count: int) -> "Layout":
+    def of_items(cls, grid: Grid, items: Iterable[Any], count: int) -> Layout:
         """The layout of objects with ``id``, ``x``, ``y`` (in the order given)."""
         items = list(items)
-        return cls(grid, np.fromiter(map(_X, items), dtype=np.float64, count=count),
-                   np.fromiter(map(_Y, items), dtype=np.float64, count=count),
-                   np.fromiter(map(_ID, items), dtype=np.int64, count=count))
+        return cls(
+            grid,
+            np.fromiter(map(_X, items), dtype=np.float64, count=count),
+            np.fromiter(map(_Y, items), dtype=np.float64, count=count),
+            np.fromiter(map(_ID, items), dtype=np.int64, count=count),
+        )
 
     def __len__(self) -> int:
         return len(self.x)
@@ -140,8 +144,9 @@ def pairs(qx: np.ndarray, qy: np.ndarray, lay: Layout, forward: bool = False) ->
     return pair_q, pair_item
 
 
-def nearest(qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float,
-            near: Layout | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def nearest(
+    qx: np.ndarray, qy: np.ndarray, lay: Layout, radius: float, near: Layout | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per query: the id of the nearest point with ``dx*dx + dy*dy <= radius**2`` (ties by
     lower id; -1 if none), and its dx, dy (NaN if none).
 
@@ -215,8 +220,15 @@ def neighbour_counts(lay: Layout, radius: float) -> np.ndarray:
     return out
 
 
-def sense(qx: np.ndarray, qy: np.ndarray, entities: Layout, resources: Layout, sense_radius: float,
-          everyone: bool = False, near_resources: Layout | None = None) -> Sensed:
+def sense(
+    qx: np.ndarray,
+    qy: np.ndarray,
+    entities: Layout,
+    resources: Layout,
+    sense_radius: float,
+    everyone: bool = False,
+    near_resources: Layout | None = None,
+) -> Sensed:
     """Neighbour counts (every entity of ``entities`` within range, less the query entity itself,
     which must be among them) and nearest resources of the query points. ``everyone``: the
     queries are exactly the layout's points, in the order it was built from. ``near_resources``:

@@ -43,8 +43,9 @@ def new_max_age(params: WorldParams, rng: random.Random) -> int:
     return max(1, round(params.max_age * (1.0 + (rng.random() * 2.0 - 1.0) * jitter)))
 
 
-def fresh_entity(eid: int, params: WorldParams, xmax: float, ymax: float, rng: random.Random,
-                 dna_rng: random.Random) -> Entity:
+def fresh_entity(
+    eid: int, params: WorldParams, xmax: float, ymax: float, rng: random.Random, dna_rng: random.Random
+) -> Entity:
     """A generation-0 entity at a random place with random speed, direction and max age (drawn
     from ``rng``) and random DNA (from ``dna_rng``); ``xmax``/``ymax``: the largest coordinates."""
     p = params
@@ -63,8 +64,9 @@ def fresh_entity(eid: int, params: WorldParams, xmax: float, ymax: float, rng: r
     return e
 
 
-def placed_entity(eid: int, x: float, y: float, attrs: Mapping[str, Any], params: WorldParams,
-                  xmax: float, ymax: float) -> Entity:
+def placed_entity(
+    eid: int, x: float, y: float, attrs: Mapping[str, Any], params: WorldParams, xmax: float, ymax: float
+) -> Entity:
     """``World.add_entity``'s entity: a fresh generation-0 entity with ``params.initial_energy``,
     mid initial speed, the un-jittered max_age and neutral DNA (every gene 0.5), at (x, y) clamped
     into the world, with ``attrs`` overriding any field but ``id``."""
@@ -93,8 +95,9 @@ def placed_entity(eid: int, x: float, y: float, attrs: Mapping[str, Any], params
     )
 
 
-def newborn(parent: Entity, cid: int, params: WorldParams, xmax: float, ymax: float, rng: random.Random,
-            dna_rng: random.Random) -> Entity:
+def newborn(
+    parent: Entity, cid: int, params: WorldParams, xmax: float, ymax: float, rng: random.Random, dna_rng: random.Random
+) -> Entity:
     """The child ``cid`` of ``parent``: placed just beyond collision range in a random direction,
     then given a max age (two draws from ``rng``, in that order), the parent's traits, speed and
     rate, and its DNA mutated (from ``dna_rng``). Energy: ``birth_energy_fraction`` of the cost
@@ -136,8 +139,9 @@ def mutate_dna(dna: tuple[float, ...], sigma: float, rng: random.Random) -> tupl
     return tuple(out)
 
 
-def new_trait(e: Entity, available: Sequence[str], genes: Mapping[str, int], params: WorldParams,
-              rng: random.Random) -> str | None:
+def new_trait(
+    e: Entity, available: Sequence[str], genes: Mapping[str, int], params: WorldParams, rng: random.Random
+) -> str | None:
     """Maybe one new trait of ``available`` for the newborn ``e``, weighted by its DNA
     (``genes``: each available trait's gene)."""
     if not available or len(e.traits) >= params.max_traits_per_entity:
@@ -149,10 +153,7 @@ def new_trait(e: Entity, available: Sequence[str], genes: Mapping[str, int], par
     if not candidates:
         return None
     dna = e.dna
-    weights = [
-        TRAIT_WEIGHT_FLOOR + (dna[genes[t]] if len(dna) == DNA_GENES else 0.5)
-        for t in candidates
-    ]
+    weights = [TRAIT_WEIGHT_FLOOR + (dna[genes[t]] if len(dna) == DNA_GENES else 0.5) for t in candidates]
     pick = rng.random() * sum(weights)
     for name, w in zip(candidates, weights):
         pick -= w

@@ -30,13 +30,28 @@ log = logging.getLogger("genesis.engine.telemetry")
 
 # The fields of the seed's WorldSnapshot, then Genesis' additions.
 SEED_FIELDS = (
-    "tick", "timestamp", "entity_count", "avg_energy", "births_last_period", "deaths_last_period",
-    "death_starvation", "death_age", "death_collision", "resource_density", "trait_diversity",
-    "dominant_trait", "temperature",
+    "tick",
+    "timestamp",
+    "entity_count",
+    "avg_energy",
+    "births_last_period",
+    "deaths_last_period",
+    "death_starvation",
+    "death_age",
+    "death_collision",
+    "resource_density",
+    "trait_diversity",
+    "dominant_trait",
+    "temperature",
 )
 EXTRA_FIELDS = (
-    "state_hash", "resource_count", "trait_usage", "trait_stats", "tick_overruns",
-    "ticks_per_second", "run_id",
+    "state_hash",
+    "resource_count",
+    "trait_usage",
+    "trait_stats",
+    "tick_overruns",
+    "ticks_per_second",
+    "run_id",
 )
 SNAPSHOT_FIELDS = SEED_FIELDS + EXTRA_FIELDS
 JSON_FIELDS = ("trait_usage", "trait_stats")
@@ -101,9 +116,7 @@ def build_snapshot(
         "state_hash": world.state_hash(),
         "resource_count": st["resource_count"],
         "trait_usage": usage,
-        "trait_stats": {
-            name: {**s, "avg_energy": round(s["avg_energy"], 4)} for name, s in st["trait_stats"].items()
-        },
+        "trait_stats": {name: {**s, "avg_energy": round(s["avg_energy"], 4)} for name, s in st["trait_stats"].items()},
         "tick_overruns": tick_overruns,
         "ticks_per_second": round(ticks_per_second, 2),
         "run_id": run_id,
@@ -127,10 +140,24 @@ def to_redis_hash(snap: Mapping[str, Any]) -> dict[str, str]:
 def to_row(snap: Mapping[str, Any]) -> dict[str, Any]:
     """The world_snapshots row of a snapshot (columns + the whole snapshot as ``data``)."""
     columns = (
-        "run_id", "tick", "timestamp", "entity_count", "avg_energy", "births_last_period",
-        "deaths_last_period", "death_starvation", "death_age", "death_collision",
-        "resource_density", "resource_count", "trait_diversity", "dominant_trait", "temperature",
-        "tick_overruns", "ticks_per_second", "state_hash",
+        "run_id",
+        "tick",
+        "timestamp",
+        "entity_count",
+        "avg_energy",
+        "births_last_period",
+        "deaths_last_period",
+        "death_starvation",
+        "death_age",
+        "death_collision",
+        "resource_density",
+        "resource_count",
+        "trait_diversity",
+        "dominant_trait",
+        "temperature",
+        "tick_overruns",
+        "ticks_per_second",
+        "state_hash",
     )
     row = {c: snap[c] for c in columns}
     row["data"] = dict(snap)
@@ -154,11 +181,18 @@ def entity_list(world: World, limit: int) -> list[dict[str, Any]]:
     out = []
     for eid in sorted(ents)[:limit]:
         e = ents[eid]
-        out.append({
-            "id": e.id, "x": round(e.x, 2), "y": round(e.y, 2), "energy": round(e.energy, 2),
-            "max_energy": e.max_energy, "age": e.age, "traits": list(e.traits),
-            "generation": e.generation,
-        })
+        out.append(
+            {
+                "id": e.id,
+                "x": round(e.x, 2),
+                "y": round(e.y, 2),
+                "energy": round(e.energy, 2),
+                "max_energy": e.max_energy,
+                "age": e.age,
+                "traits": list(e.traits),
+                "generation": e.generation,
+            }
+        )
     return out
 
 
@@ -167,7 +201,9 @@ class TelemetrySink:
 
     def __init__(self, redis_url: str, database_url: str | None = None) -> None:
         self.redis = aioredis.from_url(
-            redis_url, socket_timeout=WRITE_TIMEOUT_S, socket_connect_timeout=2,
+            redis_url,
+            socket_timeout=WRITE_TIMEOUT_S,
+            socket_connect_timeout=2,
         )
         self.database_url = database_url
         self._pg: AsyncEngine | None = None  # created on the first insert (SQLAlchemy imported then)
@@ -180,8 +216,13 @@ class TelemetrySink:
         self.redis_up = True
         self.frame_subscribers = 0
         self.counters = {
-            "snapshots_written": 0, "status_written": 0, "frames_published": 0,
-            "frames_skipped": 0, "postgres_rows": 0, "redis_errors": 0, "postgres_errors": 0,
+            "snapshots_written": 0,
+            "status_written": 0,
+            "frames_published": 0,
+            "frames_skipped": 0,
+            "postgres_rows": 0,
+            "redis_errors": 0,
+            "postgres_errors": 0,
             "dropped": 0,
         }
 
@@ -193,6 +234,7 @@ class TelemetrySink:
 
     async def flush(self, timeout: float = 30.0) -> None:
         """Wait until everything submitted so far was written (or given up on)."""
+
         async def _all() -> None:
             await self._queue.join()
             pending = list(self._pg_tasks) + ([self._frame_task] if self._frame_task else [])
@@ -204,7 +246,7 @@ class TelemetrySink:
     async def close(self) -> None:
         try:
             await self.flush(timeout=5.0)
-        except (asyncio.TimeoutError, Exception):
+        except (TimeoutError, Exception):
             pass
         if self._writer is not None:
             self._writer.cancel()
@@ -275,8 +317,7 @@ class TelemetrySink:
     def _redis_failed(self, exc: BaseException) -> None:
         self.counters["redis_errors"] += 1
         if self.redis_up:
-            log.warning("redis write failed (%s: %s); telemetry paused, retrying with backoff",
-                        type(exc).__name__, exc)
+            log.warning("redis write failed (%s: %s); telemetry paused, retrying with backoff", type(exc).__name__, exc)
         self.redis_up = False
         self._down_until = time.monotonic() + self._backoff
         self._backoff = min(self._backoff * 2.0, BACKOFF_MAX_S)
@@ -325,7 +366,10 @@ class TelemetrySink:
         try:
             if self._pg is None:
                 self._pg = create_async_engine(
-                    self.database_url, pool_size=1, max_overflow=1, pool_pre_ping=True,
+                    self.database_url,
+                    pool_size=1,
+                    max_overflow=1,
+                    pool_pre_ping=True,
                     connect_args={"timeout": 5},
                 )
             pg = self._pg
@@ -343,5 +387,4 @@ class TelemetrySink:
             self.counters["postgres_rows"] += 1
         except Exception as exc:
             self.counters["postgres_errors"] += 1
-            log.warning("postgres snapshot insert failed at tick %s (%s: %s)", row.get("tick"),
-                        type(exc).__name__, exc)
+            log.warning("postgres snapshot insert failed at tick %s (%s: %s)", row.get("tick"), type(exc).__name__, exc)

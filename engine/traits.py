@@ -39,8 +39,7 @@ class BatchTraitRunner(_Runner, Protocol):
 
 @runtime_checkable
 class ViewsTraitRunner(_Runner, Protocol):
-    async def run_tick_views(self, tick: int, views: dict,
-                             while_waiting: Callable[[], None] | None = None) -> Intents:
+    async def run_tick_views(self, tick: int, views: dict, while_waiting: Callable[[], None] | None = None) -> Intents:
         """The compact form of ``run_tick``: ``World.trait_views(active_traits, raw=True)``
         (each carrier's view once, the trait host's "views" request) instead of per-trait
         batches. ``while_waiting``: the last tick's telemetry and ``World.prepare_step``, to be

@@ -19,14 +19,29 @@ from .sensing import Sensed
 # The row layout of World.trait_views (the trait host's ``views`` request); "traits" holds an
 # index into the request's ``trait_sets``; world_width/world_height are sent once.
 VIEW_FIELDS = (
-    "id", "x", "y", "energy", "max_energy", "speed", "direction", "age", "max_age", "state",
-    "traits", "energy_consumption_rate", "generation", "neighbors",
-    "nearest_dx", "nearest_dy", "nearest_dist",
+    "id",
+    "x",
+    "y",
+    "energy",
+    "max_energy",
+    "speed",
+    "direction",
+    "age",
+    "max_age",
+    "state",
+    "traits",
+    "energy_consumption_rate",
+    "generation",
+    "neighbors",
+    "nearest_dx",
+    "nearest_dy",
+    "nearest_dist",
 )
 # The view fields read straight from Entity attributes, with their column type.
 VIEW_ATTR_COLUMNS = tuple(
     (name, np.int64 if name in ("id", "age", "max_age", "generation") else np.float64)
-    for name in VIEW_FIELDS[:13] if name not in ("state", "traits")
+    for name in VIEW_FIELDS[:13]
+    if name not in ("state", "traits")
 )
 _STATE = attrgetter("state")
 _TRAITS = attrgetter("traits")
@@ -69,7 +84,7 @@ def decode_views(views: Mapping[str, Any]) -> list[dict[str, Any]]:
         elif isinstance(col, dict) and "text" in col:
             cols.append(col["text"].decode("utf-8").split("\x1f") if count else [])
         elif isinstance(col, dict):
-            (code, data), = col.items()
+            ((code, data),) = col.items()
             data = data if isinstance(data, bytes) else base64.b64decode(data)
             cols.append(np.frombuffer(data, dtype=_WIRE[code]).tolist())
         else:
@@ -86,8 +101,9 @@ def decode_views(views: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def carriers_to_run(entities: Mapping[int, Entity], run: Sequence[str] | None
-                    ) -> tuple[list[str], list[Entity], list[tuple[str, ...]], dict[tuple[str, ...], int]]:
+def carriers_to_run(
+    entities: Mapping[int, Entity], run: Sequence[str] | None
+) -> tuple[list[str], list[Entity], list[tuple[str, ...]], dict[tuple[str, ...], int]]:
     """The traits to run (sorted; ``None``: every carried trait), the entities carrying one of
     them (ids ascending), their trait tuples, and the index of each distinct such tuple (in order
     of first appearance: the request's ``trait_sets``)."""
@@ -112,9 +128,16 @@ def carriers_to_run(entities: Mapping[int, Entity], run: Sequence[str] | None
     return run_names, carriers, carried, set_index
 
 
-def pack_views(run_names: list[str], carriers: list[Entity], carried: list[tuple[str, ...]],
-               set_index: dict[tuple[str, ...], int], values: Mapping[str, np.ndarray], sensed: Sensed,
-               params: WorldParams, raw: bool) -> dict[str, Any]:
+def pack_views(
+    run_names: list[str],
+    carriers: list[Entity],
+    carried: list[tuple[str, ...]],
+    set_index: dict[tuple[str, ...], int],
+    values: Mapping[str, np.ndarray],
+    sensed: Sensed,
+    params: WorldParams,
+    raw: bool,
+) -> dict[str, Any]:
     """The ``views`` request of :func:`carriers_to_run`'s carriers, given their
     ``VIEW_ATTR_COLUMNS`` (``values``) and what they sensed (see ``World.trait_views``)."""
     n = len(carriers)
@@ -141,8 +164,9 @@ def pack_views(run_names: list[str], carriers: list[Entity], carried: list[tuple
     }
 
 
-def entity_views(ents: list[Entity], sensed: Mapping[int, tuple[int, list[float] | None]],
-                 params: WorldParams) -> dict[int, dict[str, Any]]:
+def entity_views(
+    ents: list[Entity], sensed: Mapping[int, tuple[int, list[float] | None]], params: WorldParams
+) -> dict[int, dict[str, Any]]:
     """Entity views (plain JSON-safe dicts) for ``ents``, keyed by id; ``sensed``: each one's
     neighbour count and nearest resource ([dx, dy, distance] or None), by id."""
     width = float(params.width)

@@ -62,31 +62,42 @@ from .views import (
 
 __all__ = [
     "DEATH_CAUSES",
-    "VIEW_FIELDS",
-    "decode_views",
     "DNA_GENES",
     "REJECT_REASONS",
+    "VIEW_FIELDS",
     "Entity",
     "IntentColumns",
     "Resource",
     "TickReport",
     "World",
     "WorldParams",
+    "decode_views",
     "trait_gene",
 ]
 
 # Entity numbers that only World.step changes, intents included (kept as columns between ticks,
 # World._columns).
-_WORLD_COLUMNS = (("id", np.int64), ("x", np.float64), ("y", np.float64), ("energy", np.float64),
-                  ("max_energy", np.float64), ("age", np.int64), ("max_age", np.int64), ("generation", np.int64),
-                  ("speed", np.float64), ("direction", np.float64), ("energy_consumption_rate", np.float64))
+_WORLD_COLUMNS = (
+    ("id", np.int64),
+    ("x", np.float64),
+    ("y", np.float64),
+    ("energy", np.float64),
+    ("max_energy", np.float64),
+    ("age", np.int64),
+    ("max_age", np.int64),
+    ("generation", np.int64),
+    ("speed", np.float64),
+    ("direction", np.float64),
+    ("energy_consumption_rate", np.float64),
+)
 _X = attrgetter("x")
 _Y = attrgetter("y")
 _ID = attrgetter("id")
 
 
-def _store_numbers(ents: list[Entity], x: np.ndarray, y: np.ndarray, direction: np.ndarray, energy: np.ndarray,
-                   age: np.ndarray) -> None:
+def _store_numbers(
+    ents: list[Entity], x: np.ndarray, y: np.ndarray, direction: np.ndarray, energy: np.ndarray, age: np.ndarray
+) -> None:
     """A step's new numbers into its entities (the columns in the entities' order)."""
     for e, ex, ey, ed, en, ag in zip(ents, x.tolist(), y.tolist(), direction.tolist(), energy.tolist(), age.tolist()):
         e.x = ex
@@ -131,8 +142,12 @@ class World:
         self._grid = Grid.over(params.width, params.height, params.sense_radius)
         # A finer grid for the short-range queries (collisions, eating): a 3x3 block of sense-radius
         # cells holds ~10x more candidates than they need. At most ~250,000 cells.
-        near = max(params.collision_radius, params.eat_radius, params.sense_radius / 4.0,
-                   math.sqrt(params.width * params.height / 250_000.0))
+        near = max(
+            params.collision_radius,
+            params.eat_radius,
+            params.sense_radius / 4.0,
+            math.sqrt(params.width * params.height / 250_000.0),
+        )
         self._near_grid = Grid.over(params.width, params.height, near)
         # Half the sense radius: most entities find their nearest resource within one such cell.
         self._half_grid = Grid.over(params.width, params.height, params.sense_radius / 2.0)
@@ -192,9 +207,11 @@ class World:
         if self._resource_arrays is None:
             if self._resource_columns is None:
                 res = list(self.resources.values())
-                self._resource_columns = (np.fromiter(map(_ID, res), dtype=np.int64, count=len(res)),
-                                          np.fromiter(map(_X, res), dtype=np.float64, count=len(res)),
-                                          np.fromiter(map(_Y, res), dtype=np.float64, count=len(res)))
+                self._resource_columns = (
+                    np.fromiter(map(_ID, res), dtype=np.int64, count=len(res)),
+                    np.fromiter(map(_X, res), dtype=np.float64, count=len(res)),
+                    np.fromiter(map(_Y, res), dtype=np.float64, count=len(res)),
+                )
             ids, x, y = self._resource_columns
             self._resource_arrays = Layout(self._grid, x, y, ids)
         return self._resource_arrays
@@ -332,15 +349,22 @@ class World:
         n = len(ents)
         qx = np.fromiter(map(_X, ents), dtype=np.float64, count=n)
         qy = np.fromiter(map(_Y, ents), dtype=np.float64, count=n)
-        return sense(qx, qy, self._entity_layout(), self._resource_layout(), self.params.sense_radius,
-                     near_resources=self._near_resources_for(n))
+        return sense(
+            qx,
+            qy,
+            self._entity_layout(),
+            self._resource_layout(),
+            self.params.sense_radius,
+            near_resources=self._near_resources_for(n),
+        )
 
     def _sensed_by_id(self, ents: list[Entity]) -> dict[int, tuple[int, list[float] | None]]:
         """(neighbour count, nearest resource as [dx, dy, distance] or None) for ``ents``, by id."""
         sensed = self._sense(ents)
         out: dict[int, tuple[int, list[float] | None]] = {}
-        for e, n, dx, dy, d in zip(ents, sensed.neighbors.tolist(), sensed.dx.tolist(),
-                                   sensed.dy.tolist(), sensed.dist.tolist()):
+        for e, n, dx, dy, d in zip(
+            ents, sensed.neighbors.tolist(), sensed.dx.tolist(), sensed.dy.tolist(), sensed.dist.tolist()
+        ):
             out[e.id] = (n, None if dx != dx else [dx, dy, d])
         return out
 
@@ -366,9 +390,15 @@ class World:
         n = len(carriers)
         values = self._view_columns(carriers)
         # every entity a carrier: the layout's points are the queries (entities are kept in id order)
-        sensed = sense(values["x"], values["y"], self._entity_layout(), self._resource_layout(),
-                       self.params.sense_radius, everyone=n == len(entities),
-                       near_resources=self._near_resources_for(n))
+        sensed = sense(
+            values["x"],
+            values["y"],
+            self._entity_layout(),
+            self._resource_layout(),
+            self.params.sense_radius,
+            everyone=n == len(entities),
+            near_resources=self._near_resources_for(n),
+        )
         return pack_views(run_names, carriers, carried, set_index, values, sensed, self.params, raw)
 
     def _view_columns(self, carriers: list[Entity]) -> dict[str, np.ndarray]:
@@ -439,12 +469,16 @@ class World:
         ids = np.array(keys, dtype=np.int64)
         cols = self._cached_columns(ids)
         if cols is None:
-            cols = {name: np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n)
-                    for name, dtype in _WORLD_COLUMNS}
+            cols = {
+                name: np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n) for name, dtype in _WORLD_COLUMNS
+            }
         return TickColumns.of(order, ids, cols)
 
-    def step(self, intents: Mapping[int, Sequence[Sequence[Any]]] | IntentColumns | None = None,
-             lazy_write_back: bool = False) -> TickReport:
+    def step(
+        self,
+        intents: Mapping[int, Sequence[Sequence[Any]]] | IntentColumns | None = None,
+        lazy_write_back: bool = False,
+    ) -> TickReport:
         """Advance one tick, applying (checked) intents. Never raises on bad intents.
 
         ``intents``: ``{entity_id: [intent, ...]}`` or the trait host's decoded
@@ -460,8 +494,9 @@ class World:
         rng = self._rng(tick)  # wanderers, births, the floor and respawn draw from it in this order
         report = TickReport(tick=tick)
         self._write_back()  # before intents set attributes (unless prepare_step did it)
-        checked = apply_intents(intents, self.entities, self._next_entity_id, p.max_intents_per_entity,
-                                report.rejected_intents)
+        checked = apply_intents(
+            intents, self.entities, self._next_entity_id, p.max_intents_per_entity, report.rejected_intents
+        )
         c = self._tick_columns(checked)
         moved = move(c, checked, rng.random, p.wander_turn, self._xmax, self._ymax)
         self._eat(c, checked.eats)
@@ -523,8 +558,9 @@ class World:
         self._counters.collisions += pairs
         return hit_before
 
-    def _reproduce_or_die(self, c: TickColumns, hit_before: dict[int, float], rng: random.Random,
-                          report: TickReport) -> tuple[list[tuple[int, Entity, str]], list[int]]:
+    def _reproduce_or_die(
+        self, c: TickColumns, hit_before: dict[int, float], rng: random.Random, report: TickReport
+    ) -> tuple[list[tuple[int, Entity, str]], list[int]]:
         """Births, and who dies of what: entity by entity, ids ascending, an entity out of energy
         dies (of collision if a collision took its last energy, else of starvation), one past its
         max age dies of age, and a mature one with enough energy gives birth while the population
@@ -592,24 +628,43 @@ class World:
             report.respawned.append(fresh.id)
         self._counters.respawns += len(report.respawned)
 
-    def _keep_columns(self, c: TickColumns, dead: list[tuple[int, Entity, str]], parents: list[int],
-                      report: TickReport, lazy_write_back: bool) -> None:
+    def _keep_columns(
+        self,
+        c: TickColumns,
+        dead: list[tuple[int, Entity, str]],
+        parents: list[int],
+        report: TickReport,
+        lazy_write_back: bool,
+    ) -> None:
         """The tick's columns become the world's (:attr:`_columns`, the entity layout) for the
         next tick and the views, and are stored into the entities now or, lazily, when next read."""
         energy = c.energy
         if parents:  # they paid for their children
             energy[parents] = [c.order[i].energy for i in parents]
-        after = {"id": c.ids, "x": c.nx, "y": c.ny, "energy": energy, "max_energy": c.max_energy, "age": c.age,
-                 "max_age": c.max_age, "generation": c.generation, "speed": c.speed, "direction": c.direction,
-                 "energy_consumption_rate": c.rate}
+        after = {
+            "id": c.ids,
+            "x": c.nx,
+            "y": c.ny,
+            "energy": energy,
+            "max_energy": c.max_energy,
+            "age": c.age,
+            "max_age": c.max_age,
+            "generation": c.generation,
+            "speed": c.speed,
+            "direction": c.direction,
+            "energy_consumption_rate": c.rate,
+        }
         if dead or report.births or report.respawned:
             keep = np.ones(len(c.ids), dtype=bool)
             keep[[i for i, _, _ in dead]] = False
             entities = self.entities
             new = [entities[i] for i in report.births + report.respawned]
-            after = {name: np.concatenate([after[name][keep],
-                                           np.fromiter(map(attrgetter(name), new), dtype=dtype, count=len(new))])
-                     for name, dtype in _WORLD_COLUMNS}
+            after = {
+                name: np.concatenate(
+                    [after[name][keep], np.fromiter(map(attrgetter(name), new), dtype=dtype, count=len(new))]
+                )
+                for name, dtype in _WORLD_COLUMNS
+            }
         self._columns = after
         self._positions = Layout(self._grid, after["x"], after["y"], after["id"])
         self._unwritten = (c.order, c.nx, c.ny, c.direction, energy, c.age)
@@ -676,8 +731,9 @@ class World:
         """sha256 hex of the exact state (``engine.world_state.state_hash``)."""
         ents = self.entities
         res = self.resources
-        return world_state.state_hash(self.tick, self.available_traits, [ents[i] for i in sorted(ents)],
-                                      [res[i] for i in sorted(res)])
+        return world_state.state_hash(
+            self.tick, self.available_traits, [ents[i] for i in sorted(ents)], [res[i] for i in sorted(res)]
+        )
 
     # -- save / resume ----------------------------------------------------------------------
 

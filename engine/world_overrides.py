@@ -61,5 +61,5 @@ class ParamsFollower:
                 log.debug("could not read %s: %s", WORLD_PARAMS_OVERRIDES, exc)
             try:
                 await asyncio.wait_for(stop.wait(), POLL_S)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass

@@ -23,8 +23,9 @@ _HASH_INT_FIELDS = ("id", "age", "max_age", "generation")
 _HASH_FLOAT_FIELDS = ("x", "y", "energy", "max_energy", "speed", "direction", "energy_consumption_rate")
 
 
-def state_hash(tick: int, available_traits: Sequence[str], entities: Sequence[Entity],
-               resources: Sequence[Resource]) -> str:
+def state_hash(
+    tick: int, available_traits: Sequence[str], entities: Sequence[Entity], resources: Sequence[Resource]
+) -> str:
     """sha256 hex of the exact state: tick, available traits, then entities and resources
     (ids ascending, as given) as one little-endian binary column per field (float64 bit patterns
     with -0.0 as 0.0, int64) plus every entity's state and traits as text. Exact bits rather than
@@ -50,8 +51,9 @@ def state_hash(tick: int, available_traits: Sequence[str], entities: Sequence[En
     floats(chain.from_iterable(e.dna if len(e.dna) == DNA_GENES else pad for e in entities), n * DNA_GENES)
     # state and trait names hold no control characters (states are checked printable, trait
     # names snake_case), so the unit/record separators delimit them unambiguously.
-    digest.update("\x1e".join([e.state + "\x1f" + "\x1f".join(e.traits) for e in entities]).encode(
-        "utf-8", "backslashreplace"))
+    digest.update(
+        "\x1e".join([e.state + "\x1f" + "\x1f".join(e.traits) for e in entities]).encode("utf-8", "backslashreplace")
+    )
     ints(map(attrgetter("id"), resources), len(resources))
     for name in ("x", "y", "energy"):
         floats(map(attrgetter(name), resources), len(resources))
@@ -89,20 +91,37 @@ def counters_from_data(c: Mapping[str, Any]) -> Counters:
 
 def entity_to_data(e: Entity) -> dict[str, Any]:
     return {
-        "id": e.id, "x": e.x, "y": e.y, "energy": e.energy, "max_energy": e.max_energy,
-        "speed": e.speed, "direction": e.direction, "age": e.age, "max_age": e.max_age,
-        "state": e.state, "traits": list(e.traits),
+        "id": e.id,
+        "x": e.x,
+        "y": e.y,
+        "energy": e.energy,
+        "max_energy": e.max_energy,
+        "speed": e.speed,
+        "direction": e.direction,
+        "age": e.age,
+        "max_age": e.max_age,
+        "state": e.state,
+        "traits": list(e.traits),
         "energy_consumption_rate": e.energy_consumption_rate,
-        "generation": e.generation, "parent_id": e.parent_id, "dna": list(e.dna),
+        "generation": e.generation,
+        "parent_id": e.parent_id,
+        "dna": list(e.dna),
     }
 
 
 def entity_from_data(d: Mapping[str, Any]) -> Entity:
     return Entity(
-        id=int(d["id"]), x=float(d["x"]), y=float(d["y"]), energy=float(d["energy"]),
-        max_energy=float(d["max_energy"]), speed=float(d["speed"]),
-        direction=float(d["direction"]), age=int(d["age"]), max_age=int(d["max_age"]),
-        state=str(d["state"]), traits=tuple(str(t) for t in d["traits"]),
+        id=int(d["id"]),
+        x=float(d["x"]),
+        y=float(d["y"]),
+        energy=float(d["energy"]),
+        max_energy=float(d["max_energy"]),
+        speed=float(d["speed"]),
+        direction=float(d["direction"]),
+        age=int(d["age"]),
+        max_age=int(d["max_age"]),
+        state=str(d["state"]),
+        traits=tuple(str(t) for t in d["traits"]),
         energy_consumption_rate=float(d["energy_consumption_rate"]),
         generation=int(d["generation"]),
         parent_id=None if d["parent_id"] is None else int(d["parent_id"]),

@@ -10,11 +10,11 @@ import signal
 import redis.asyncio as aioredis
 from temporalio.client import Client
 
+from evolution.watcher import Watcher
 from genesis.config import Settings, get_settings
 from genesis.db.session import get_sessionmaker
 from genesis.logs import configure_logging
 from genesis.temporal import connect
-from evolution.watcher import Watcher
 
 log = logging.getLogger("genesis.watcher")
 

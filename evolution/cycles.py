@@ -19,21 +19,40 @@ async def start_cycle(client: Client, task_queue: str, trigger_id: str, kind: Cy
     """Start the cycle of a trigger (idempotent: the id is fixed); returns its workflow id."""
     workflow_id = evolution_workflow_id(trigger_id)
     await client.start_workflow(
-        EVOLUTION_WORKFLOW, EvolutionCycleInput(trigger_id=trigger_id, kind=kind), id=workflow_id,
-        task_queue=task_queue, id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        EVOLUTION_WORKFLOW,
+        EvolutionCycleInput(trigger_id=trigger_id, kind=kind),
+        id=workflow_id,
+        task_queue=task_queue,
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
     )
     return workflow_id
 
 
 def as_dict(row: EvolutionCycle) -> dict[str, Any]:
     return {
-        "trigger_id": row.trigger_id, "workflow_id": row.workflow_id, "kind": row.kind,
-        "problem_type": row.problem_type, "severity": row.severity, "stage": row.stage, "status": row.status,
-        "action_type": row.action_type, "plan": row.plan, "code": row.code, "attempts": row.attempts,
-        "mutation_id": row.mutation_id, "mutation_status": row.mutation_status, "params_change": row.params_change,
-        "provider": row.provider, "model": row.model, "llm_calls": row.llm_calls,
-        "tokens_in": row.tokens_in, "tokens_out": row.tokens_out, "estimated_cost_usd": row.estimated_cost_usd,
-        "error": row.error, "created_at": row.created_at.timestamp(), "updated_at": row.updated_at.timestamp(),
+        "trigger_id": row.trigger_id,
+        "workflow_id": row.workflow_id,
+        "kind": row.kind,
+        "problem_type": row.problem_type,
+        "severity": row.severity,
+        "stage": row.stage,
+        "status": row.status,
+        "action_type": row.action_type,
+        "plan": row.plan,
+        "code": row.code,
+        "attempts": row.attempts,
+        "mutation_id": row.mutation_id,
+        "mutation_status": row.mutation_status,
+        "params_change": row.params_change,
+        "provider": row.provider,
+        "model": row.model,
+        "llm_calls": row.llm_calls,
+        "tokens_in": row.tokens_in,
+        "tokens_out": row.tokens_out,
+        "estimated_cost_usd": row.estimated_cost_usd,
+        "error": row.error,
+        "created_at": row.created_at.timestamp(),
+        "updated_at": row.updated_at.timestamp(),
     }
 
 

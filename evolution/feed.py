@@ -20,18 +20,44 @@ import redis.asyncio as aioredis
 from genesis.redis_keys import FEED_STREAM, FEED_STREAM_MAXLEN, Channels
 
 # The actions of the evolution cycle (issue 5); other agents add their own (trait_quarantined, ...).
-ACTIONS = ("anomaly_detected", "plan_created", "code_generated", "validation_failed", "mutation_applied",
-           "rolled_back", "llm_error", "circuit_breaker_activated", "cycle_failed", "cycle_completed",
-           "params_adjusted")
+ACTIONS = (
+    "anomaly_detected",
+    "plan_created",
+    "code_generated",
+    "validation_failed",
+    "mutation_applied",
+    "rolled_back",
+    "llm_error",
+    "circuit_breaker_activated",
+    "cycle_failed",
+    "cycle_completed",
+    "params_adjusted",
+)
 ID_FIELDS = ("trigger_id", "mutation_id", "workflow_id")
 
 
-def message(agent: str, action: str, text: str, *, trigger_id: str | None = None, mutation_id: str | None = None,
-            workflow_id: str | None = None, timestamp: float | None = None, **extra: Any) -> dict[str, Any]:
+def message(
+    agent: str,
+    action: str,
+    text: str,
+    *,
+    trigger_id: str | None = None,
+    mutation_id: str | None = None,
+    workflow_id: str | None = None,
+    timestamp: float | None = None,
+    **extra: Any,
+) -> dict[str, Any]:
     """A feed message in the contract's shape (ids default to null)."""
-    return {"agent": agent, "action": action, "message": text, "trigger_id": trigger_id,
-            "mutation_id": mutation_id, "workflow_id": workflow_id,
-            "timestamp": round(time.time() if timestamp is None else timestamp, 3), **extra}
+    return {
+        "agent": agent,
+        "action": action,
+        "message": text,
+        "trigger_id": trigger_id,
+        "mutation_id": mutation_id,
+        "workflow_id": workflow_id,
+        "timestamp": round(time.time() if timestamp is None else timestamp, 3),
+        **extra,
+    }
 
 
 def dumps(payload: dict[str, Any]) -> str:
@@ -70,14 +96,18 @@ async def wait_new(redis: aioredis.Redis, after: str, block_ms: int = 1000, limi
     """Block up to ``block_ms`` for messages after ``after`` ('$': only new ones)."""
     result = await redis.xread({FEED_STREAM: after}, count=limit, block=block_ms) or []
     # [[stream, entries], ...] in RESP2 (this client's protocol), {stream: entries} in RESP3
-    streams: list[list[Any]] = result if isinstance(result, list) else [[name, entries] for name, entries in result.items()]
+    streams: list[list[Any]] = (
+        result if isinstance(result, list) else [[name, entries] for name, entries in result.items()]
+    )
     return [_entry(i, f) for _, entries in streams for i, f in entries]
 
 
 _STREAM_ID = re.compile(r"([0-9]{1,20})-([0-9]{1,20})")
 _STREAM_ID_MAX = 2**64 - 1
-STREAM_ID_FORM = ("a stream id <milliseconds>-<sequence>: two whole numbers below 2^64 in ASCII digits (e.g. "
-                  "1764107112412-0, the id of a feed message you have read; 0-0: from the oldest)")
+STREAM_ID_FORM = (
+    "a stream id <milliseconds>-<sequence>: two whole numbers below 2^64 in ASCII digits (e.g. "
+    "1764107112412-0, the id of a feed message you have read; 0-0: from the oldest)"
+)
 
 
 def is_stream_id(value: str) -> bool:

@@ -19,7 +19,11 @@ import httpx
 
 from genesis.config import Settings
 
-DEFAULT_URL = {"ollama": "http://127.0.0.1:11434", "openai": "https://api.openai.com", "anthropic": "https://api.anthropic.com"}
+DEFAULT_URL = {
+    "ollama": "http://127.0.0.1:11434",
+    "openai": "https://api.openai.com",
+    "anthropic": "https://api.anthropic.com",
+}
 DEFAULT_MODEL = {"ollama": "llama3.1", "openai": "gpt-4o-mini", "anthropic": "claude-3-5-haiku-latest"}
 ANTHROPIC_VERSION = "2023-06-01"
 
@@ -68,41 +72,74 @@ def _request(settings: Settings, system: str, prompt: str) -> tuple[str, dict[st
     base, model = endpoint(settings)
     key = settings.llm.api_key.get_secret_value()
     if provider == "ollama":
-        body = {"model": model, "system": system, "prompt": prompt, "stream": False,
-                "options": {"temperature": settings.llm.temperature, "num_predict": settings.llm.max_tokens}}
+        body = {
+            "model": model,
+            "system": system,
+            "prompt": prompt,
+            "stream": False,
+            "options": {"temperature": settings.llm.temperature, "num_predict": settings.llm.max_tokens},
+        }
         return f"{base}/api/generate", {}, body
     if provider == "openai":
         path = "/chat/completions" if base.endswith("/v1") else "/v1/chat/completions"
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        body = {"model": model, "temperature": settings.llm.temperature, "max_tokens": settings.llm.max_tokens,
-                "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}]}
+        body = {
+            "model": model,
+            "temperature": settings.llm.temperature,
+            "max_tokens": settings.llm.max_tokens,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
+        }
         return base + path, headers, body
     if provider == "anthropic":
         path = "/messages" if base.endswith("/v1") else "/v1/messages"
         headers = {"x-api-key": key, "anthropic-version": ANTHROPIC_VERSION}
-        body = {"model": model, "system": system, "max_tokens": settings.llm.max_tokens,
-                "temperature": min(settings.llm.temperature, 1.0), "messages": [{"role": "user", "content": prompt}]}
+        body = {
+            "model": model,
+            "system": system,
+            "max_tokens": settings.llm.max_tokens,
+            "temperature": min(settings.llm.temperature, 1.0),
+            "messages": [{"role": "user", "content": prompt}],
+        }
         return base + path, headers, body
-    raise LLMOff("no LLM is configured (GENESIS_LLM_PROVIDER=off): evolution cycles are skipped; "
-                 "external agents can still propose mutations")
+    raise LLMOff(
+        "no LLM is configured (GENESIS_LLM_PROVIDER=off): evolution cycles are skipped; "
+        "external agents can still propose mutations"
+    )
 
 
 def _parse(provider: str, model: str, data: Any) -> LLMReply:
     """The text and token usage of a provider's answer; LLMBadReply if it is not that protocol."""
     try:
         if provider == "ollama":
-            return LLMReply(str(data["response"]), int(data.get("prompt_eval_count") or 0),
-                            int(data.get("eval_count") or 0), provider, str(data.get("model") or model))
+            return LLMReply(
+                str(data["response"]),
+                int(data.get("prompt_eval_count") or 0),
+                int(data.get("eval_count") or 0),
+                provider,
+                str(data.get("model") or model),
+            )
         usage = data.get("usage") or {}
         if provider == "openai":
             text = data["choices"][0]["message"]["content"] or ""
-            return LLMReply(str(text), int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0),
-                            provider, str(data.get("model") or model))
+            return LLMReply(
+                str(text),
+                int(usage.get("prompt_tokens") or 0),
+                int(usage.get("completion_tokens") or 0),
+                provider,
+                str(data.get("model") or model),
+            )
         text = "".join(part.get("text", "") for part in data["content"] if part.get("type") == "text")
-        return LLMReply(text, int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0),
-                        provider, str(data.get("model") or model))
+        return LLMReply(
+            text,
+            int(usage.get("input_tokens") or 0),
+            int(usage.get("output_tokens") or 0),
+            provider,
+            str(data.get("model") or model),
+        )
     except (KeyError, IndexError, TypeError, AttributeError, ValueError) as exc:
-        raise LLMBadReply(f"{provider} answered JSON without the protocol's fields ({type(exc).__name__}: {exc})") from exc
+        raise LLMBadReply(
+            f"{provider} answered JSON without the protocol's fields ({type(exc).__name__}: {exc})"
+        ) from exc
 
 
 async def complete(settings: Settings, system: str, prompt: str, client: httpx.AsyncClient | None = None) -> LLMReply:
@@ -115,19 +152,26 @@ async def complete(settings: Settings, system: str, prompt: str, client: httpx.A
     try:
         response = await client.post(url, json=body, headers=headers)
     except httpx.TimeoutException as exc:
-        raise LLMUnavailable(f"{settings.llm.provider} at {url} did not answer within {settings.llm.timeout_s:g} s") from exc
+        raise LLMUnavailable(
+            f"{settings.llm.provider} at {url} did not answer within {settings.llm.timeout_s:g} s"
+        ) from exc
     except httpx.HTTPError as exc:
-        raise LLMUnavailable(f"{settings.llm.provider} at {url} is not reachable ({type(exc).__name__}: {exc})") from exc
+        raise LLMUnavailable(
+            f"{settings.llm.provider} at {url} is not reachable ({type(exc).__name__}: {exc})"
+        ) from exc
     finally:
         if owned:
             await client.aclose()
     if response.status_code == 429 or response.status_code >= 500:
         raise LLMUnavailable(f"{settings.llm.provider} at {url} answered {response.status_code}: {response.text[:200]}")
     if response.status_code >= 400:
-        raise LLMBadReply(f"{settings.llm.provider} at {url} refused the request with {response.status_code}: "
-                          f"{response.text[:300]}")
+        raise LLMBadReply(
+            f"{settings.llm.provider} at {url} refused the request with {response.status_code}: {response.text[:300]}"
+        )
     try:
         data = response.json()
     except ValueError as exc:
-        raise LLMBadReply(f"{settings.llm.provider} at {url} answered something that is not JSON: {response.text[:200]!r}") from exc
+        raise LLMBadReply(
+            f"{settings.llm.provider} at {url} answered something that is not JSON: {response.text[:200]!r}"
+        ) from exc
     return _parse(settings.llm.provider, model, data)

@@ -36,13 +36,13 @@ CODER_SYSTEM = f"""You are a Python developer in the AI-Genesis system.
 Write one trait class. Define the stub "class BaseTrait: pass" inline and inherit from it.
 The class MUST have: async def execute(self, entity) -> None
 
-Available on entity (Entity API v{entity_api.API_VERSION}): {', '.join(sorted(entity_api.allowed_entity_names()))}.
-Writable: {', '.join(f'{n} ({lo}..{hi})' for n, (_, lo, hi) in sorted(entity_api.WRITABLE_ATTRS.items()))}.
+Available on entity (Entity API v{entity_api.API_VERSION}): {", ".join(sorted(entity_api.allowed_entity_names()))}.
+Writable: {", ".join(f"{n} ({lo}..{hi})" for n, (_, lo, hi) in sorted(entity_api.WRITABLE_ATTRS.items()))}.
 Entity methods are synchronous: never await them.
 
-Allowed imports: {', '.join(rules.ALLOWED_IMPORTS)}.
+Allowed imports: {", ".join(rules.ALLOWED_IMPORTS)}.
 FORBIDDEN: any other import, eval, exec, open, print, getattr, names or attributes starting with
-'_', decorators, module-level code. Python {'%d.%d' % rules.trait_language()} syntax only.
+'_', decorators, module-level code. Python {"%d.%d" % rules.trait_language()} syntax only.
 Output ONLY the Python code in one ```python block. No explanations.
 
 Example:
@@ -57,16 +57,19 @@ def architect_prompt(context: CycleContext) -> str:
         f"  - {name} = {context.world_params.get(name)} (allowed {b.low}..{b.high}: {b.description})"
         for name, b in world_params.ALLOWED.items()
     )
-    problem = (f"{context.problem_type} (severity: {context.severity})" if context.kind == "anomaly"
-               else "none detected: this is a periodic improvement, make the world thrive better")
-    return f"""WORLD STATE (tick {report.get('tick')}):
-- Population: {report.get('entity_count')}
-- Avg energy: {report.get('avg_energy')}
-- Deaths last period: {report.get('deaths_last_period')}
-- Death causes: {json.dumps(report.get('death_breakdown') or {})}
-- Resource density: {report.get('resource_density')}
-- Trends: {json.dumps(report.get('deltas') or {})}
-- Active traits: {', '.join(context.active_traits) or 'none'}
+    problem = (
+        f"{context.problem_type} (severity: {context.severity})"
+        if context.kind == "anomaly"
+        else "none detected: this is a periodic improvement, make the world thrive better"
+    )
+    return f"""WORLD STATE (tick {report.get("tick")}):
+- Population: {report.get("entity_count")}
+- Avg energy: {report.get("avg_energy")}
+- Deaths last period: {report.get("deaths_last_period")}
+- Death causes: {json.dumps(report.get("death_breakdown") or {})}
+- Resource density: {report.get("resource_density")}
+- Trends: {json.dumps(report.get("deltas") or {})}
+- Active traits: {", ".join(context.active_traits) or "none"}
 - Adjustable world parameters (change each by at most {world_params.MAX_RELATIVE_STEP:.0%}):
 {params}
 
@@ -100,9 +103,12 @@ Write the complete new version of the class (same trait, improved behavior).
 
 def retry_prompt(plan: EvolutionPlan, current_code: str | None, rejected_code: str, error: str) -> str:
     """The Coder's second and last chance: the validator's verdict as feedback (seed 3.4 step I)."""
-    return (coder_prompt(plan, current_code)
-            + f"\n\nYour previous code was rejected by the validator:\n{error}\n\nRejected code:\n```python\n"
-            + rejected_code + "\n```\nFix the issue and regenerate the complete class. Rules remain the same.")
+    return (
+        coder_prompt(plan, current_code)
+        + f"\n\nYour previous code was rejected by the validator:\n{error}\n\nRejected code:\n```python\n"
+        + rejected_code
+        + "\n```\nFix the issue and regenerate the complete class. Rules remain the same."
+    )
 
 
 def extract_json(text: str) -> dict[str, Any] | None:
@@ -156,15 +162,25 @@ def parse_plan(text: str, context: CycleContext) -> EvolutionPlan:
             params = world_params.check_change(data.get("params"), context.world_params)
         except world_params.ParamsError as exc:
             raise PlanError(f"adjust_params: {exc}") from exc
-        return EvolutionPlan(action_type=action, description=description[:2000], params=params,
-                             target_behavior=str(data.get("target_behavior") or "")[:4000])
+        return EvolutionPlan(
+            action_type=action,
+            description=description[:2000],
+            params=params,
+            target_behavior=str(data.get("target_behavior") or "")[:4000],
+        )
     name = str(data.get("trait_name") or "").strip()
     if not _TRAIT_NAME.match(name):
         raise PlanError(f"trait_name {name!r} is not snake_case ({rules.TRAIT_NAME_PATTERN})")
     if action == "modify_trait" and name not in context.active_traits:
-        raise PlanError(f"modify_trait names {name!r}, which is not a live trait "
-                        f"(live: {', '.join(context.active_traits) or 'none'})")
+        raise PlanError(
+            f"modify_trait names {name!r}, which is not a live trait "
+            f"(live: {', '.join(context.active_traits) or 'none'})"
+        )
     if action == "new_trait" and name in context.active_traits:
         action = "modify_trait"  # a new version of a live trait is a modification (``replaces``)
-    return EvolutionPlan(action_type=action, trait_name=name, description=description[:2000],
-                         target_behavior=str(data.get("target_behavior") or description)[:4000])
+    return EvolutionPlan(
+        action_type=action,
+        trait_name=name,
+        description=description[:2000],
+        target_behavior=str(data.get("target_behavior") or description)[:4000],
+    )

@@ -63,8 +63,10 @@ def new_schedule_id() -> str:
 
 def check_id(schedule_id: str) -> str:
     if not SCHEDULE_ID_PATTERN.match(schedule_id or ""):
-        raise ScheduleInvalid(f"schedule_id {schedule_id!r} must be 1-64 letters, digits, '_', '.' or '-', "
-                              "starting with a letter or digit")
+        raise ScheduleInvalid(
+            f"schedule_id {schedule_id!r} must be 1-64 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit"
+        )
     return schedule_id
 
 
@@ -84,8 +86,14 @@ def describe_dict(schedule_id: str, description: ScheduleDescription) -> dict[st
     runs = []
     for run in list(info.recent_actions)[-RECENT_RUNS:]:
         workflow_id = getattr(run.action, "workflow_id", None)
-        runs.append({"scheduled_at": _ts(run.scheduled_at), "started_at": _ts(run.started_at), "workflow_id": workflow_id,
-                     "trigger_id": trigger_id_of(workflow_id) if workflow_id else None})
+        runs.append(
+            {
+                "scheduled_at": _ts(run.scheduled_at),
+                "started_at": _ts(run.started_at),
+                "workflow_id": workflow_id,
+                "trigger_id": trigger_id_of(workflow_id) if workflow_id else None,
+            }
+        )
     return {
         "schedule_id": schedule_id,
         "interval_s": every.total_seconds() if every is not None else None,
@@ -98,19 +106,29 @@ def describe_dict(schedule_id: str, description: ScheduleDescription) -> dict[st
     }
 
 
-async def create(client: Client, task_queue: str, *, interval_s: float, schedule_id: str | None = None,
-                 paused: bool = False, note: str = "", min_interval_s: float = 60.0) -> dict[str, Any]:
+async def create(
+    client: Client,
+    task_queue: str,
+    *,
+    interval_s: float,
+    schedule_id: str | None = None,
+    paused: bool = False,
+    note: str = "",
+    min_interval_s: float = 60.0,
+) -> dict[str, Any]:
     schedule_id = check_id(schedule_id) if schedule_id is not None else new_schedule_id()
     if not min_interval_s <= interval_s <= MAX_INTERVAL_S:
-        raise ScheduleInvalid(f"interval_s must be between {min_interval_s:g} and {MAX_INTERVAL_S} seconds "
-                              f"(got {interval_s:g})")
+        raise ScheduleInvalid(
+            f"interval_s must be between {min_interval_s:g} and {MAX_INTERVAL_S} seconds (got {interval_s:g})"
+        )
     if len(note) > MAX_NOTE:
         raise ScheduleInvalid(f"note is longer than {MAX_NOTE} characters")
     schedule = Schedule(
         action=ScheduleActionStartWorkflow(
             EVOLUTION_WORKFLOW,
             EvolutionCycleInput(kind=CycleKind.periodic_improvement, schedule_id=schedule_id),
-            id=cycle_workflow_id(schedule_id), task_queue=task_queue,
+            id=cycle_workflow_id(schedule_id),
+            task_queue=task_queue,
         ),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=interval_s))]),
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),
@@ -119,16 +137,21 @@ async def create(client: Client, task_queue: str, *, interval_s: float, schedule
     try:
         handle = await client.create_schedule(schedule_id, schedule)
     except ScheduleAlreadyRunningError as exc:
-        raise ScheduleExists(f"a schedule {schedule_id!r} already exists: choose another schedule_id "
-                             "or delete it first") from exc
+        raise ScheduleExists(
+            f"a schedule {schedule_id!r} already exists: choose another schedule_id or delete it first"
+        ) from exc
     return describe_dict(schedule_id, await handle.describe())
 
 
 def is_genesis_schedule(schedule_id: str, schedule: Schedule, task_queue: str) -> bool:
     """Whether ``schedule`` is one :func:`create` made for this task queue."""
     action = schedule.action
-    return (isinstance(action, ScheduleActionStartWorkflow) and action.workflow == EVOLUTION_WORKFLOW
-            and action.id == cycle_workflow_id(schedule_id) and action.task_queue == task_queue)
+    return (
+        isinstance(action, ScheduleActionStartWorkflow)
+        and action.workflow == EVOLUTION_WORKFLOW
+        and action.id == cycle_workflow_id(schedule_id)
+        and action.task_queue == task_queue
+    )
 
 
 async def describe(client: Client, schedule_id: str, task_queue: str) -> dict[str, Any]:

@@ -22,8 +22,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from pydantic import ValidationError
 
-from genesis import redis_keys as keys
-from genesis import rules
+from genesis import redis_keys as keys, rules
 from genesis.dto import AgentTask, TaskClose, TaskEndReason
 from genesis.redis_keys import Channels
 from genesis.workflow_api import TASK_WORKFLOW, task_workflow_id
@@ -66,16 +65,28 @@ def _dumps(value: Any) -> str:
 
 def published_event(task: AgentTask) -> str:
     """Seed shape: ``{"event": "TaskPublished", "task_id", "problem_type", "expires_at"}``."""
-    return _dumps({"event": "TaskPublished", "task_id": task.task_id, "problem_type": task.problem_type,
-                   "expires_at": task.expires_at})
+    return _dumps(
+        {
+            "event": "TaskPublished",
+            "task_id": task.task_id,
+            "problem_type": task.problem_type,
+            "expires_at": task.expires_at,
+        }
+    )
 
 
 def closed_event(close: TaskClose) -> str:
     """``TaskExpired`` (seed shape) when the TTL ran out; ``TaskClosed`` with the reason otherwise."""
     if close.reason == TaskEndReason.expired:
         return _dumps({"event": "TaskExpired", "task_id": close.task_id})
-    return _dumps({"event": "TaskClosed", "task_id": close.task_id, "reason": close.reason.value,
-                   "mutation_id": close.mutation_id})
+    return _dumps(
+        {
+            "event": "TaskClosed",
+            "task_id": close.task_id,
+            "reason": close.reason.value,
+            "mutation_id": close.mutation_id,
+        }
+    )
 
 
 async def publish(redis: aioredis.Redis, task: AgentTask, now: float | None = None) -> bool:
@@ -200,8 +211,14 @@ def _outcome(result: list) -> ClaimOutcome:
 async def claim(redis: aioredis.Redis, task_id: str, agent_id: str, lease_s: float) -> ClaimOutcome:
     """Atomically claim a live task for ``agent_id`` for ``lease_s`` (never past the task's expiry)."""
     result = await redis.eval(
-        _CLAIM_LUA, 3, keys.AGENT_TASKS_QUEUE, keys.agent_task(task_id), keys.agent_task_claim(task_id),
-        task_id, agent_id, max(1, int(lease_s * 1000)),
+        _CLAIM_LUA,
+        3,
+        keys.AGENT_TASKS_QUEUE,
+        keys.agent_task(task_id),
+        keys.agent_task_claim(task_id),
+        task_id,
+        agent_id,
+        max(1, int(lease_s * 1000)),
     )
     return _outcome(result)
 
@@ -213,7 +230,12 @@ async def check_proposal(redis: aioredis.Redis, task_id: str, agent_id: str, lea
     """A mutation is being proposed for ``task_id``: refuse it (code 2) while another agent holds
     the claim; renew the lease when it comes from the claimant (code 1)."""
     result = await redis.eval(
-        _PROPOSAL_LUA, 2, keys.AGENT_TASKS_QUEUE, keys.agent_task_claim(task_id),
-        task_id, agent_id, max(1, int(lease_s * 1000)),
+        _PROPOSAL_LUA,
+        2,
+        keys.AGENT_TASKS_QUEUE,
+        keys.agent_task_claim(task_id),
+        task_id,
+        agent_id,
+        max(1, int(lease_s * 1000)),
     )
     return _outcome(result)

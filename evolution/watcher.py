@@ -36,28 +36,33 @@ import logging
 import time
 import uuid
 from collections import deque
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Awaitable, Callable, Mapping, Sequence
+from typing import Any
 
 import redis.asyncio as aioredis
 
+from evolution import cycles, feed, tasks, world_metrics
+from evolution.world_metrics import Anomaly
 from genesis import redis_keys as keys
-from evolution import cycles
-from evolution import feed
-from evolution import tasks
-from evolution import world_metrics
 from genesis.config import Settings
 from genesis.dto import AgentTask, TaskSeverity
 from genesis.redis_keys import Channels
 from genesis.workflow_api import evolution_workflow_id
-from evolution.world_metrics import Anomaly
 
 log = logging.getLogger("genesis.watcher")
 
 # The seed's four severities onto the three of tasks (open-mutation-api.md).
 TASK_SEVERITY = {"critical": "critical", "high": "high", "medium": "high", "low": "low"}
-ANOMALY_TYPES = ("starvation", "overcrowding", "environmental", "overpopulation", "energy_crisis",
-                 "low_diversity", "stagnation")
+ANOMALY_TYPES = (
+    "starvation",
+    "overcrowding",
+    "environmental",
+    "overpopulation",
+    "energy_crisis",
+    "low_diversity",
+    "stagnation",
+)
 # A forced trigger of a type no rule found: the seed's severity and area of that type.
 DEFAULT_ANOMALY = {
     "starvation": Anomaly("starvation", "high", "traits"),
@@ -159,8 +164,15 @@ def deltas(history: Sequence[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def summarize(history: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    fields = ("tick", "entity_count", "avg_energy", "births_last_period", "deaths_last_period",
-              "resource_density", "trait_diversity")
+    fields = (
+        "tick",
+        "entity_count",
+        "avg_energy",
+        "births_last_period",
+        "deaths_last_period",
+        "resource_density",
+        "trait_diversity",
+    )
     return [{f: s.get(f) for f in fields} for s in history]
 
 
@@ -210,9 +222,11 @@ class Watcher:
         recently = True
         if self._sessions is not None and world_metrics.stagnating(history):
             recently = await world_metrics.mutation_applied_since(
-                self._sessions, time.time() - world_metrics.STAGNATION_QUIET_S)
+                self._sessions, time.time() - world_metrics.STAGNATION_QUIET_S
+            )
         found = world_metrics.detect_anomalies(
-            history, max_entities=self.settings.engine.max_population, mutation_applied_recently=recently)
+            history, max_entities=self.settings.engine.max_population, mutation_applied_recently=recently
+        )
         anomaly = worst(found)
         if anomaly is None:
             log.debug("tick %s: the world is stable", history[0].get("tick"))
@@ -227,7 +241,8 @@ class Watcher:
         if not history:
             return Outcome(NO_SNAPSHOT)
         found = world_metrics.detect_anomalies(
-            history, max_entities=self.settings.engine.max_population, mutation_applied_recently=True)
+            history, max_entities=self.settings.engine.max_population, mutation_applied_recently=True
+        )
         if anomaly_type is None:
             anomaly = worst(found)
             if anomaly is None:
@@ -244,9 +259,16 @@ class Watcher:
         """Cooldown and circuit breaker, atomically: ``go``, ``cooldown``, ``paused`` or ``tripped``."""
         s = self.settings
         result = await self.redis.eval(
-            _GATE_LUA, 3, cooldown_key(anomaly.type), keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER,
-            "1" if anomaly.severity == "critical" else "0", int(s.watcher.cooldown_s * 1000),
-            s.watcher.trigger_limit, s.watcher.trigger_window_s, s.watcher.pause_s,
+            _GATE_LUA,
+            3,
+            cooldown_key(anomaly.type),
+            keys.WATCHER_CIRCUIT_BREAKER,
+            keys.WATCHER_TRIGGER_COUNTER,
+            "1" if anomaly.severity == "critical" else "0",
+            int(s.watcher.cooldown_s * 1000),
+            s.watcher.trigger_limit,
+            s.watcher.trigger_window_s,
+            s.watcher.pause_s,
         )
         return _text(result)
 
@@ -255,9 +277,14 @@ class Watcher:
         ``limited``, seconds until the limit's window ends)."""
         s = self.settings
         verdict, retry_after = await self.redis.eval(
-            _FORCED_GATE_LUA, 2, cooldown_key(anomaly.type), keys.WATCHER_FORCED_COUNTER,
-            "1" if anomaly.severity == "critical" else "0", int(s.watcher.cooldown_s * 1000),
-            s.forced_trigger_limit, s.forced_trigger_window_s,
+            _FORCED_GATE_LUA,
+            2,
+            cooldown_key(anomaly.type),
+            keys.WATCHER_FORCED_COUNTER,
+            "1" if anomaly.severity == "critical" else "0",
+            int(s.watcher.cooldown_s * 1000),
+            s.forced_trigger_limit,
+            s.forced_trigger_window_s,
         )
         return _text(verdict), max(1, int(retry_after))
 
@@ -267,8 +294,12 @@ class Watcher:
         if forced:
             verdict, retry_after = await self.forced_gate(anomaly)
             if verdict == LIMITED:
-                log.warning("forced %s trigger refused: over %d forced triggers in %d s", anomaly.type,
-                            self.settings.forced_trigger_limit, self.settings.forced_trigger_window_s)
+                log.warning(
+                    "forced %s trigger refused: over %d forced triggers in %d s",
+                    anomaly.type,
+                    self.settings.forced_trigger_limit,
+                    self.settings.forced_trigger_window_s,
+                )
                 return self._record(Outcome(LIMITED, anomaly, tick=tick, retry_after_s=retry_after))
         else:
             verdict = await self.gate(anomaly)
@@ -280,12 +311,20 @@ class Watcher:
             return self._record(Outcome(PAUSED, anomaly, tick=tick))
         if verdict == TRIPPED:
             s = self.settings
-            log.warning("circuit breaker activated: >%d triggers in %d s; paused for %d s",
-                        s.watcher.trigger_limit, s.watcher.trigger_window_s, s.watcher.pause_s)
-            await self._feed("circuit_breaker_activated",
-                             f"Too many triggers (more than {s.watcher.trigger_limit} in {s.watcher.trigger_window_s} s). "
-                             f"Watcher paused for {s.watcher.pause_s // 60} minutes.",
-                             problem_type=anomaly.type, severity=anomaly.severity, paused_for_sec=s.watcher.pause_s)
+            log.warning(
+                "circuit breaker activated: >%d triggers in %d s; paused for %d s",
+                s.watcher.trigger_limit,
+                s.watcher.trigger_window_s,
+                s.watcher.pause_s,
+            )
+            await self._feed(
+                "circuit_breaker_activated",
+                f"Too many triggers (more than {s.watcher.trigger_limit} in {s.watcher.trigger_window_s} s). "
+                f"Watcher paused for {s.watcher.pause_s // 60} minutes.",
+                problem_type=anomaly.type,
+                severity=anomaly.severity,
+                paused_for_sec=s.watcher.pause_s,
+            )
             return self._record(Outcome(TRIPPED, anomaly, tick=tick))
 
         trigger_id = f"trg_{uuid.uuid4().hex[:12]}"
@@ -303,13 +342,21 @@ class Watcher:
         await self._feed(
             "anomaly_detected",
             f"Anomaly: {anomaly.type} (severity: {anomaly.severity}) | population: {int(curr.get('entity_count', 0))}"
-            f" | avg energy: {float(curr.get('avg_energy', 0.0)):.1f} | Task {task.task_id} published for external agents"
+            f" | avg energy: {float(curr.get('avg_energy', 0.0)):.1f}"
+            f" | Task {task.task_id} published for external agents"
             + ("; evolution cycle started." if self.settings.evolution_cycles_enabled else "."),
-            trigger_id=trigger_id, task_id=task.task_id, problem_type=anomaly.type, severity=anomaly.severity,
-            task_severity=task.severity.value, tick=tick, forced=forced,
+            trigger_id=trigger_id,
+            task_id=task.task_id,
+            problem_type=anomaly.type,
+            severity=anomaly.severity,
+            task_severity=task.severity.value,
+            tick=tick,
+            forced=forced,
             workflow_id=evolution_workflow_id(trigger_id) if self.settings.evolution_cycles_enabled else None,
         )
-        log.info("tick %s: %s (%s) -> trigger %s, task %s", tick, anomaly.type, anomaly.severity, trigger_id, task.task_id)
+        log.info(
+            "tick %s: %s (%s) -> trigger %s, task %s", tick, anomaly.type, anomaly.severity, trigger_id, task.task_id
+        )
         return self._record(Outcome(GO, anomaly, trigger_id, task.task_id, tick))
 
     def task_for(self, trigger_id: str, anomaly: Anomaly, curr: Mapping[str, Any]) -> AgentTask:
@@ -323,16 +370,23 @@ class Watcher:
             description=f"{DESCRIPTION.get(anomaly.type, anomaly.type)} (Watcher severity: {anomaly.severity})",
             suggested_area=anomaly.area,
             world_context={
-                "tick": int(curr.get("tick", 0)), "entity_count": int(curr.get("entity_count", 0)),
+                "tick": int(curr.get("tick", 0)),
+                "entity_count": int(curr.get("entity_count", 0)),
                 "avg_energy": float(curr.get("avg_energy", 0.0)),
                 "deaths_last_period": int(curr.get("deaths_last_period", 0)),
-                "trait_diversity": int(curr.get("trait_diversity", 0)), "trigger_id": trigger_id,
+                "trait_diversity": int(curr.get("trait_diversity", 0)),
+                "trigger_id": trigger_id,
             },
             constraints=list(tasks.TASK_CONSTRAINTS),
         )
 
     async def world_report(
-        self, trigger_id: str, anomaly: Anomaly, history: Sequence[Mapping[str, Any]], task: AgentTask, forced: bool,
+        self,
+        trigger_id: str,
+        anomaly: Anomaly,
+        history: Sequence[Mapping[str, Any]],
+        task: AgentTask,
+        forced: bool,
     ) -> dict[str, str]:
         """The seed's WorldReport as a flat hash (JSON for the nested values)."""
         curr = history[0]
@@ -359,6 +413,7 @@ class Watcher:
     def _start_task(self, task: AgentTask) -> None:
         """Start the task's TaskWorkflow in the background, retrying while Temporal is
         unreachable until the task would have expired."""
+
         async def start(client) -> None:
             await tasks.start_workflow(client, self.settings.task_queue, task)
 
@@ -367,6 +422,7 @@ class Watcher:
     def _start_cycle(self, trigger_id: str, give_up_at: float) -> None:
         """Start the trigger's EvolutionCycleWorkflow (Architect → Coder → mutation) in the
         background, retried like the task's start."""
+
         async def start(client) -> None:
             await cycles.start_cycle(client, self.settings.task_queue, trigger_id)
 
@@ -438,10 +494,12 @@ class Watcher:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                log.warning("lost %s (%s: %s); resubscribing in %.1f s", Channels.TELEMETRY, type(exc).__name__, exc, backoff)
+                log.warning(
+                    "lost %s (%s: %s); resubscribing in %.1f s", Channels.TELEMETRY, type(exc).__name__, exc, backoff
+                )
                 try:
                     await asyncio.wait_for(stop.wait(), backoff)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
                 backoff = min(backoff * 2, RECONNECT_MAX_S)
             finally:

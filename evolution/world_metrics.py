@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from datetime import UTC
+from typing import Any
 
 import redis.asyncio as aioredis
 
@@ -36,8 +38,16 @@ DEATH_CAUSES = ("starvation", "collision", "age")
 SEVERITY_ORDER = {"low": 0, "medium": 1, "high": 2, "critical": 3}
 
 _INT_FIELDS = (
-    "tick", "entity_count", "births_last_period", "deaths_last_period", "death_starvation", "death_age",
-    "death_collision", "trait_diversity", "resource_count", "tick_overruns",
+    "tick",
+    "entity_count",
+    "births_last_period",
+    "deaths_last_period",
+    "death_starvation",
+    "death_age",
+    "death_collision",
+    "trait_diversity",
+    "resource_count",
+    "tick_overruns",
 )
 _FLOAT_FIELDS = ("timestamp", "avg_energy", "resource_density", "temperature", "ticks_per_second")
 _JSON_FIELDS = ("trait_usage", "trait_stats")
@@ -121,7 +131,9 @@ async def load_snapshots(redis: aioredis.Redis, heads: Sequence[SnapshotHead]) -
     return [parse_snapshot(raw) for raw in raws if raw]
 
 
-async def recent_snapshots(redis: aioredis.Redis, snapshot_interval: int, depth: int = HISTORY_DEPTH) -> list[dict[str, Any]]:
+async def recent_snapshots(
+    redis: aioredis.Redis, snapshot_interval: int, depth: int = HISTORY_DEPTH
+) -> list[dict[str, Any]]:
     """Up to ``depth`` snapshots of the current run, newest first."""
     return await load_snapshots(redis, await recent_heads(redis, snapshot_interval, depth))
 
@@ -199,7 +211,7 @@ def detect_anomalies(
 async def mutation_applied_since(sessions: Any, since: float) -> bool:
     """Whether any mutation went live after ``since`` (unix seconds), for rule 5. True when
     Postgres cannot tell (the stagnation rule then stays silent)."""
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from sqlalchemy import func, select
 
@@ -211,7 +223,7 @@ async def mutation_applied_since(sessions: Any, since: float) -> bool:
     except Exception as exc:  # Postgres down
         log.warning("could not read the last activation time (%s: %s)", type(exc).__name__, exc)
         return True
-    return latest is not None and latest > datetime.fromtimestamp(since, timezone.utc)
+    return latest is not None and latest > datetime.fromtimestamp(since, UTC)
 
 
 def metrics_document(latest: Mapping[str, Any], anomalies: Sequence[Anomaly]) -> dict[str, Any]:

@@ -7,7 +7,8 @@
 ``--data`` is a JSON-lines file of examples (inputs and the label field). The metric is exact
 match of the program's ``--label`` output with the example's (case and surrounding space
 ignored); write your own for real work. The reflection LM's key is read from
-$REFLECTION_API_KEY, Genesis' X-API-Key (POST /v1/agents/register) from $GENESIS_API_KEY. Genesis itself needs GENESIS_GEPA_LM_* set for the program's own LM.
+$REFLECTION_API_KEY, Genesis' X-API-Key (POST /v1/agents/register) from $GENESIS_API_KEY.
+Genesis itself needs GENESIS_GEPA_LM_* set for the program's own LM.
 Pass --client-id to reuse a connected repository instead of --repo.
 """
 
@@ -24,7 +25,7 @@ import gepa
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
-from gepa_steps.adapter import CodeEvolverAdapter  # noqa: E402
+from gepa_steps.adapter import CodeEvolverAdapter
 
 
 def connect(api: str, repo: str, installation_id: int | None, headers: dict) -> str:
@@ -37,12 +38,17 @@ def connect(api: str, repo: str, installation_id: int | None, headers: dict) -> 
 
 def chat_lm(base_url: str, model: str, api_key: str):
     """A reflection LM for gepa: prompt in, text out, over any OpenAI-compatible endpoint."""
+
     def complete(prompt: str) -> str:
-        response = httpx.post(f"{base_url.rstrip('/')}/chat/completions", timeout=300,
-                              headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
-                              json={"model": model, "messages": [{"role": "user", "content": prompt}]})
+        response = httpx.post(
+            f"{base_url.rstrip('/')}/chat/completions",
+            timeout=300,
+            headers={"Authorization": f"Bearer {api_key}"} if api_key else {},
+            json={"model": model, "messages": [{"role": "user", "content": prompt}]},
+        )
         response.raise_for_status()
         return response.json()["choices"][0]["message"]["content"]
+
     return complete
 
 
@@ -69,32 +75,54 @@ def main() -> None:
     half = len(examples) // 2
     api_key = os.environ.get("GENESIS_API_KEY")
     headers = {"X-API-Key": api_key} if api_key else {}
-    client_id = args.client_id or connect(args.api, args.repo or sys.exit("--repo or --client-id is required"),
-                                          args.installation_id, headers)
+    client_id = args.client_id or connect(
+        args.api, args.repo or sys.exit("--repo or --client-id is required"), args.installation_id, headers
+    )
 
     def metric(example: dict, output: dict | None) -> tuple[float, str]:
         got = str((output or {}).get(args.label, "")).strip().lower()
         want = str(example.get(args.label, "")).strip().lower()
         return float(got == want), f"expected {args.label}={example.get(args.label)!r}, got {got!r}"
 
-    adapter = CodeEvolverAdapter(args.api, client_id, args.program_json, args.entry_point, metric,
-                                 max_workers=args.workers, api_key=api_key)
+    adapter = CodeEvolverAdapter(
+        args.api, client_id, args.program_json, args.entry_point, metric, max_workers=args.workers, api_key=api_key
+    )
     seed_step = adapter.evaluate(examples[:1], {}, capture_traces=False)  # the program as committed
     seed_program = adapter.program_for({})
-    seed = {name: spec["signature"]["instructions"]
-            for name, spec in httpx.get(f"{args.api}/program/{seed_program}", headers=headers).json()["program_json"].items()
-            if isinstance(spec, dict) and "signature" in spec}
+    seed = {
+        name: spec["signature"]["instructions"]
+        for name, spec in httpx.get(f"{args.api}/program/{seed_program}", headers=headers)
+        .json()["program_json"]
+        .items()
+        if isinstance(spec, dict) and "signature" in spec
+    }
     print(f"client {client_id}; seed program {seed_program} scores {seed_step.scores}; components {sorted(seed)}")
     result = gepa.optimize(
-        seed_candidate=seed, trainset=examples[:half], valset=examples[half:], adapter=adapter,
-        reflection_lm=chat_lm(args.reflection_base_url, args.reflection_model, os.environ.get("REFLECTION_API_KEY", "")),
-        max_metric_calls=args.max_metric_calls, display_progress_bar=True,
+        seed_candidate=seed,
+        trainset=examples[:half],
+        valset=examples[half:],
+        adapter=adapter,
+        reflection_lm=chat_lm(
+            args.reflection_base_url, args.reflection_model, os.environ.get("REFLECTION_API_KEY", "")
+        ),
+        max_metric_calls=args.max_metric_calls,
+        display_progress_bar=True,
     )
     best = result.best_candidate
     program_id = adapter.program_for(best)
-    print(json.dumps({"best_score": result.val_aggregate_scores[result.best_idx], "best_candidate": best,
-                      "program_id": program_id, "branch": f"program_{program_id}", "execute_step_calls": adapter.steps,
-                      "candidates": len(result.candidates)}, indent=2))
+    print(
+        json.dumps(
+            {
+                "best_score": result.val_aggregate_scores[result.best_idx],
+                "best_candidate": best,
+                "program_id": program_id,
+                "branch": f"program_{program_id}",
+                "execute_step_calls": adapter.steps,
+                "candidates": len(result.candidates),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -16,4 +16,4 @@ from gatekeeper.schema import schema_problems
 from gatekeeper.steps import GateResult, validate
 from gatekeeper.tables import MAX_NESTING
 
-__all__ = ["GateResult", "MAX_NESTING", "schema_problems", "validate"]
+__all__ = ["MAX_NESTING", "GateResult", "schema_problems", "validate"]

@@ -15,7 +15,13 @@ from ast import Load, Name
 from gatekeeper.imports import module_name_problem
 from gatekeeper.nodes import root_name
 from gatekeeper.tables import (
-    AST_BANNED_ATTR, ATTR_HINTS, BANNED_ATTRS, DUNDER, FRAME_HINT, STEP_BANNED, SUSPECT_NAMES,
+    AST_BANNED_ATTR,
+    ATTR_HINTS,
+    BANNED_ATTRS,
+    DUNDER,
+    FRAME_HINT,
+    STEP_BANNED,
+    SUSPECT_NAMES,
 )
 
 
@@ -39,13 +45,19 @@ class AttributeChecks:
             kind = "special" if attr.startswith("__") and attr.endswith("__") else "private"
             shown = f"{value.id}.{attr}" if type(value) is Name else f".{attr}"
             self.found(
-                STEP_BANNED, node, AST_BANNED_ATTR, f"Access to {shown} is not allowed",
+                STEP_BANNED,
+                node,
+                AST_BANNED_ATTR,
+                f"Access to {shown} is not allowed",
                 f"{kind} attributes (names starting with '_') are not available"
                 + ("" if kind == "special" else "; rename it without the underscore"),
             )
         elif attr in BANNED_ATTRS:
             self.found(
-                STEP_BANNED, node, AST_BANNED_ATTR, f"Access to .{attr} is not allowed",
+                STEP_BANNED,
+                node,
+                AST_BANNED_ATTR,
+                f"Access to .{attr} is not allowed",
                 ATTR_HINTS.get(attr, FRAME_HINT),
             )
         is_self = False
@@ -70,7 +82,9 @@ class AttributeChecks:
             root = root_name(value)
             if root is not None and (root.id in self.module_aliases or root.id in self.imported_names):
                 self.found(
-                    STEP_BANNED, node, AST_BANNED_ATTR,
+                    STEP_BANNED,
+                    node,
+                    AST_BANNED_ATTR,
                     f"Cannot assign or delete .{attr} on '{root.id}'",
                     "imported modules and their objects are shared and read-only",
                 )
@@ -80,10 +94,7 @@ class AttributeChecks:
         if type(value) is Name:
             name = value.id
             self.tokens.append(f"Name\0{name}\0{attr}")
-            if (
-                type(value.ctx) is not Load or name in SUSPECT_NAMES or name[0] == "_"
-                or name in self.module_aliases
-            ):
+            if type(value.ctx) is not Load or name in SUSPECT_NAMES or name[0] == "_" or name in self.module_aliases:
                 self._name_checks(value, name)
             return
         self.visit(value)
@@ -100,6 +111,9 @@ class AttributeChecks:
         # define or reach special methods by name, without a 'def' or an attribute access.
         if DUNDER.fullmatch(node.value):
             self.found(
-                STEP_BANNED, node, AST_BANNED_ATTR, f"String {node.value!r} names a special attribute",
+                STEP_BANNED,
+                node,
+                AST_BANNED_ATTR,
+                f"String {node.value!r} names a special attribute",
                 "special methods and attributes cannot be defined or reached by name",
             )

@@ -40,9 +40,7 @@ def find_trait(tree: ast.Module) -> tuple[Trait | None, str]:
             reasons.append(f"{_class_where(statement)} has no 'async def execute(self, entity) -> None'")
             continue
         if type(execute) is not AsyncFunctionDef:
-            reasons.append(
-                f"{_class_where(statement)}: execute must be 'async def', not 'def' (line {execute.lineno})"
-            )
+            reasons.append(f"{_class_where(statement)}: execute must be 'async def', not 'def' (line {execute.lineno})")
             continue
         positional = positional_params(execute.args)
         required_kwonly = [

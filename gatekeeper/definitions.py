@@ -11,17 +11,39 @@ from __future__ import annotations
 
 import ast
 from ast import (
-    AnnAssign, Assign, AsyncFunctionDef, Attribute, ClassDef, Constant, Expr, FunctionDef, Import, ImportFrom, Name,
+    AnnAssign,
+    Assign,
+    AsyncFunctionDef,
+    Attribute,
+    ClassDef,
+    Constant,
+    Expr,
+    FunctionDef,
+    Import,
+    ImportFrom,
+    Name,
     Pass,
 )
 from collections.abc import Iterable
 
 from gatekeeper.names import name_problem
 from gatekeeper.nodes import (
-    all_params, class_methods, describe_statement, instance_parameter, is_constant, is_type_expression, line_of,
+    all_params,
+    class_methods,
+    describe_statement,
+    instance_parameter,
+    is_constant,
+    is_type_expression,
+    line_of,
 )
 from gatekeeper.tables import (
-    AST_BANNED_ATTR, AST_BANNED_CALL, BANNED_ATTRS, CLASS_CODE_HINT, MODULE_CODE_HINT, STEP_BANNED, STEP_PARSE,
+    AST_BANNED_ATTR,
+    AST_BANNED_CALL,
+    BANNED_ATTRS,
+    CLASS_CODE_HINT,
+    MODULE_CODE_HINT,
+    STEP_BANNED,
+    STEP_PARSE,
     SYNTAX_ERROR,
 )
 
@@ -60,13 +82,13 @@ class DefinitionChecks:
         future_allowed = True
         for index, statement in enumerate(body):
             cls = type(statement)
-            is_docstring = cls is Expr and type(statement.value) is Constant and isinstance(
-                statement.value.value, str
-            )
+            is_docstring = cls is Expr and type(statement.value) is Constant and isinstance(statement.value.value, str)
             if cls is ImportFrom and statement.module == "__future__" and statement.level == 0:
                 if not future_allowed:
                     self.found(
-                        STEP_PARSE, statement, SYNTAX_ERROR,
+                        STEP_PARSE,
+                        statement,
+                        SYNTAX_ERROR,
                         "from __future__ imports must occur at the beginning of the file",
                     )
             elif not (is_docstring and index == 0):
@@ -76,15 +98,20 @@ class DefinitionChecks:
         for statement in body:
             if not module_statement_ok(statement):
                 self.found(
-                    STEP_BANNED, statement, AST_BANNED_CALL,
-                    f"Module-level code is not allowed: {describe_statement(statement)}", MODULE_CODE_HINT,
+                    STEP_BANNED,
+                    statement,
+                    AST_BANNED_CALL,
+                    f"Module-level code is not allowed: {describe_statement(statement)}",
+                    MODULE_CODE_HINT,
                 )
 
     def _function(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         name = node.name
         if name.startswith("__") and name.endswith("__") and name != "__init__":
             self.found(
-                STEP_BANNED, node, AST_BANNED_CALL,
+                STEP_BANNED,
+                node,
+                AST_BANNED_CALL,
                 f"Special method '{name}' is not allowed",
                 "special methods run implicitly; only __init__ may be defined",
             )
@@ -94,13 +121,18 @@ class DefinitionChecks:
                 self.found(STEP_BANNED, node, *problem)
         if name in self.module_aliases:
             self.found(
-                STEP_BANNED, node, AST_BANNED_ATTR,
-                f"Name '{name}' is an imported module and cannot be rebound", "choose another name",
+                STEP_BANNED,
+                node,
+                AST_BANNED_ATTR,
+                f"Name '{name}' is an imported module and cannot be rebound",
+                "choose another name",
             )
         self.scope.add(name)
         if node.decorator_list:
             self.found(
-                STEP_BANNED, node.decorator_list[0], AST_BANNED_CALL,
+                STEP_BANNED,
+                node.decorator_list[0],
+                AST_BANNED_CALL,
                 f"Decorators are not allowed (on {name})",
                 "they run code at definition time; call helpers explicitly instead",
             )
@@ -121,8 +153,14 @@ class DefinitionChecks:
 
     def _enter_function(self, node: ast.AST, is_async: bool, fields: Iterable[object]) -> None:
         saved = (
-            self.scope, self.function_scope, self.function_node,
-            self.in_function, self.async_ok, self.loop_depth, self.self_name, self.method_context,
+            self.scope,
+            self.function_scope,
+            self.function_node,
+            self.in_function,
+            self.async_ok,
+            self.loop_depth,
+            self.self_name,
+            self.method_context,
         )
         self.scope = self.function_scope = self.function_locals[node] = set()
         self.function_node = node
@@ -132,8 +170,14 @@ class DefinitionChecks:
         for value in fields:
             self.field(value)
         (
-            self.scope, self.function_scope, self.function_node,
-            self.in_function, self.async_ok, self.loop_depth, self.self_name, self.method_context,
+            self.scope,
+            self.function_scope,
+            self.function_node,
+            self.in_function,
+            self.async_ok,
+            self.loop_depth,
+            self.self_name,
+            self.method_context,
         ) = saved
 
     def _check_signature(self, args: ast.arguments, owner: str) -> None:
@@ -141,7 +185,9 @@ class DefinitionChecks:
         for param in all_params(args):
             if param.arg in seen:
                 self.found(
-                    STEP_PARSE, param, SYNTAX_ERROR,
+                    STEP_PARSE,
+                    param,
+                    SYNTAX_ERROR,
                     f"duplicate argument '{param.arg}' in function definition",
                 )
             seen.add(param.arg)
@@ -150,7 +196,9 @@ class DefinitionChecks:
         for default in args.defaults + [d for d in args.kw_defaults if d is not None]:
             if not is_constant(default):
                 self.found(
-                    STEP_BANNED, default, AST_BANNED_CALL,
+                    STEP_BANNED,
+                    default,
+                    AST_BANNED_CALL,
                     f"Default values must be constant literals (in {owner})",
                     "defaults are evaluated at definition time; use None and compute the value inside",
                 )
@@ -164,32 +212,38 @@ class DefinitionChecks:
         self.bind(name, node)
         if node.keywords:
             self.found(
-                STEP_BANNED, node, AST_BANNED_CALL,
-                f"Class keywords are not allowed (class {name}: "
-                f"{', '.join(str(k.arg) for k in node.keywords)}=...)",
+                STEP_BANNED,
+                node,
+                AST_BANNED_CALL,
+                f"Class keywords are not allowed (class {name}: {', '.join(str(k.arg) for k in node.keywords)}=...)",
                 "metaclasses and class hooks run code at definition time",
             )
         if node.decorator_list:
             self.found(
-                STEP_BANNED, node.decorator_list[0], AST_BANNED_CALL,
-                f"Decorators are not allowed (on class {name})", "they run code at definition time",
+                STEP_BANNED,
+                node.decorator_list[0],
+                AST_BANNED_CALL,
+                f"Decorators are not allowed (on class {name})",
+                "they run code at definition time",
             )
         for base in node.bases:
             cls = type(base)
             if not (
-                cls is Name
-                or (cls is Attribute and type(base.value) is Name
-                    and base.value.id in self.module_aliases)
+                cls is Name or (cls is Attribute and type(base.value) is Name and base.value.id in self.module_aliases)
             ):
                 self.found(
-                    STEP_BANNED, base, AST_BANNED_CALL,
+                    STEP_BANNED,
+                    base,
+                    AST_BANNED_CALL,
                     f"Class bases must be plain names (class {name})",
                     "computed bases run code at definition time",
                 )
         for statement in node.body:
             if not class_statement_ok(statement):
                 self.found(
-                    STEP_BANNED, statement, AST_BANNED_CALL,
+                    STEP_BANNED,
+                    statement,
+                    AST_BANNED_CALL,
                     f"Class-level code is not allowed in class {name}: {describe_statement(statement)}",
                     CLASS_CODE_HINT,
                 )
@@ -198,11 +252,18 @@ class DefinitionChecks:
         self.field(node.keywords)
         if self.function_node is not None:
             # A class defined inside a function: its name may be used before the scan reaches it.
-            self.class_methods[name] = class_methods(node, self.class_methods) | self.class_methods.get(name, frozenset())
+            self.class_methods[name] = class_methods(node, self.class_methods) | self.class_methods.get(
+                name, frozenset()
+            )
             self.watched.add(name)
             self.needs_escape_analysis = True
         saved = (
-            self.scope, self.in_function, self.async_ok, self.loop_depth, self.in_trait, self.self_name,
+            self.scope,
+            self.in_function,
+            self.async_ok,
+            self.loop_depth,
+            self.in_trait,
+            self.self_name,
             self.method_context,
         )
         self.scope = set()  # class scope: not visible from methods
@@ -212,7 +273,12 @@ class DefinitionChecks:
             self.in_trait = True
         self.field(node.body)
         (
-            self.scope, self.in_function, self.async_ok, self.loop_depth, self.in_trait, self.self_name,
+            self.scope,
+            self.in_function,
+            self.async_ok,
+            self.loop_depth,
+            self.in_trait,
+            self.self_name,
             self.method_context,
         ) = saved
         self.field(node.decorator_list)
@@ -230,7 +296,10 @@ class DefinitionChecks:
         strings: list[str] = []
         if not is_type_expression(annotation, strings):
             self.found(
-                STEP_BANNED, annotation, AST_BANNED_CALL, "Annotations may only name types",
+                STEP_BANNED,
+                annotation,
+                AST_BANNED_CALL,
+                "Annotations may only name types",
                 "e.g. int, list[float], Optional[str]; they must not compute anything",
             )
             return
@@ -244,8 +313,11 @@ class DefinitionChecks:
             return  # not an expression, so nothing could ever evaluate it
         if not is_type_expression(parsed.body, []):
             self.found(
-                STEP_BANNED, line, AST_BANNED_CALL,
-                f"Annotation string {text!r} is not a type expression", "annotations may only name types",
+                STEP_BANNED,
+                line,
+                AST_BANNED_CALL,
+                f"Annotation string {text!r} is not a type expression",
+                "annotations may only name types",
             )
             return
         for node in ast.walk(parsed):
@@ -255,5 +327,10 @@ class DefinitionChecks:
                 if problem is not None:
                     self.found(STEP_BANNED, line, *problem)
             elif cls is Attribute and (node.attr.startswith("_") or node.attr in BANNED_ATTRS):
-                self.found(STEP_BANNED, line, AST_BANNED_ATTR, f"Access to .{node.attr} is not allowed",
-                           "special, private and introspection attributes are not available")
+                self.found(
+                    STEP_BANNED,
+                    line,
+                    AST_BANNED_ATTR,
+                    f"Access to .{node.attr} is not allowed",
+                    "special, private and introspection attributes are not available",
+                )

@@ -14,8 +14,15 @@ from ast import Call, Del, Load, Store
 
 from gatekeeper.nodes import root_name
 from gatekeeper.tables import (
-    AST_AWAIT_ON_SYNC, AST_ENTITY_ATTR_FORBIDDEN, ENTITY_NAMES, ENTITY_WRITABLE, STEP_AWAIT, STEP_ENTITY,
-    STEP_PARSE, SYNTAX_ERROR, WRITABLE_TEXT,
+    AST_AWAIT_ON_SYNC,
+    AST_ENTITY_ATTR_FORBIDDEN,
+    ENTITY_NAMES,
+    ENTITY_WRITABLE,
+    STEP_AWAIT,
+    STEP_ENTITY,
+    STEP_PARSE,
+    SYNTAX_ERROR,
+    WRITABLE_TEXT,
 )
 from genesis import entity_api
 
@@ -63,11 +70,12 @@ class EntityChecks:
             root = root_name(node.value)
             if root is not None and root.id == self.entity:
                 target = node.value
-                shown = (
-                    f"{ast.unparse(target.func)}(...)" if type(target) is Call else ast.unparse(target)
-                )
+                shown = f"{ast.unparse(target.func)}(...)" if type(target) is Call else ast.unparse(target)
                 self.found(
-                    STEP_AWAIT, node, AST_AWAIT_ON_SYNC, f"'await {shown}' on a synchronous entity method",
+                    STEP_AWAIT,
+                    node,
+                    AST_AWAIT_ON_SYNC,
+                    f"'await {shown}' on a synchronous entity method",
                     f"entity methods are synchronous; call {shown} without await",
                 )
         self.generic(node)

@@ -11,9 +11,43 @@ from __future__ import annotations
 
 import ast
 from ast import (
-    AnnAssign, Assert, Assign, AsyncFor, AsyncWith, Attribute, AugAssign, Await, BinOp, BoolOp, Call, Compare,
-    Constant, Delete, Dict, DictComp, Expr, For, If, IfExp, Lambda, List, Load, Name, NamedExpr, Raise, Return, Set,
-    Starred, Store, Subscript, Try, TryStar, Tuple, UnaryOp, While, With,
+    AnnAssign,
+    Assert,
+    Assign,
+    AsyncFor,
+    AsyncWith,
+    Attribute,
+    AugAssign,
+    Await,
+    BinOp,
+    BoolOp,
+    Call,
+    Compare,
+    Constant,
+    Delete,
+    Dict,
+    DictComp,
+    Expr,
+    For,
+    If,
+    IfExp,
+    Lambda,
+    List,
+    Load,
+    Name,
+    NamedExpr,
+    Raise,
+    Return,
+    Set,
+    Starred,
+    Store,
+    Subscript,
+    Try,
+    TryStar,
+    Tuple,
+    UnaryOp,
+    While,
+    With,
 )
 
 from gatekeeper.attributes import class_method_read
@@ -22,8 +56,15 @@ from gatekeeper.entity import entity_attribute_problem
 from gatekeeper.nodes import COMPREHENSIONS, FUNCTION_TYPES, line_of, positional_params, shown
 from gatekeeper.scan import Scanner
 from gatekeeper.tables import (
-    AST_BANNED_ATTR, AST_ENTITY_ATTR_FORBIDDEN, BUILTINS, CLASS_USE_HINT, ENTITY_USE_HINT, MAX_WALKS_PER_UNIT,
-    STEP_BANNED, STEP_ENTITY, STORE_HINT,
+    AST_BANNED_ATTR,
+    AST_ENTITY_ATTR_FORBIDDEN,
+    BUILTINS,
+    CLASS_USE_HINT,
+    ENTITY_USE_HINT,
+    MAX_WALKS_PER_UNIT,
+    STEP_BANNED,
+    STEP_ENTITY,
+    STORE_HINT,
 )
 from gatekeeper.units import FileUnits
 
@@ -118,7 +159,9 @@ class Escapes:
             budget -= 1
             if budget < 0:
                 self.scanner.found(
-                    STEP_ENTITY, self.queue[0], AST_ENTITY_ATTR_FORBIDDEN,
+                    STEP_ENTITY,
+                    self.queue[0],
+                    AST_ENTITY_ATTR_FORBIDDEN,
                     "The entity is passed through more functions than the gatekeeper follows",
                     "pass it through fewer functions",
                 )
@@ -299,7 +342,8 @@ class Escapes:
             return
         target_cls, value_cls = type(target), type(value)
         if (
-            (target_cls is Tuple or target_cls is List) and (value_cls is Tuple or value_cls is List)
+            (target_cls is Tuple or target_cls is List)
+            and (value_cls is Tuple or value_cls is List)
             and len(target.elts) == len(value.elts)
             and not any(type(node) is Starred for node in target.elts + value.elts)
         ):
@@ -419,7 +463,10 @@ class Escapes:
             return
         if attr in self.self_attrs and not (type(value) is Name and value.id == self.self_name):
             self.scanner.found(
-                STEP_ENTITY, node, AST_ENTITY_ATTR_FORBIDDEN, f"{shown(node)} may hold the entity",
+                STEP_ENTITY,
+                node,
+                AST_ENTITY_ATTR_FORBIDDEN,
+                f"{shown(node)} may hold the entity",
                 f"self.{attr} is assigned the entity (line {self.self_attrs[attr]}); read it as self.{attr} "
                 "in the methods of its class only",
             )
@@ -460,8 +507,9 @@ class Escapes:
             else:
                 self._argument(node, keyword.value, None, keyword.arg, callee, trusted)
 
-    def _argument(self, call: ast.Call, argument: ast.AST, index: int | None, keyword: str | None,
-                  callee: str, trusted: bool) -> None:
+    def _argument(
+        self, call: ast.Call, argument: ast.AST, index: int | None, keyword: str | None, callee: str, trusted: bool
+    ) -> None:
         if self._is_entity(argument):
             func = call.func
             targets = self.file.callees(func, self.self_name, self.scanner.self_stored_attrs)
@@ -498,6 +546,9 @@ def check_escapes(tree: ast.Module, trait: Trait | None, scanner: Scanner) -> No
         if id(node) not in entity_bases:
             verb = "assign" if type(node.ctx) is Store else "delete"
             scanner.found(
-                STEP_BANNED, node, AST_BANNED_ATTR,
-                f"Cannot {verb} the attribute {node.attr} of {shown(node.value)}", STORE_HINT,
+                STEP_BANNED,
+                node,
+                AST_BANNED_ATTR,
+                f"Cannot {verb} the attribute {node.attr} of {shown(node.value)}",
+                STORE_HINT,
             )

@@ -11,10 +11,45 @@ from __future__ import annotations
 
 import ast
 from ast import (
-    AST, AnnAssign, Assert, Assign, AsyncFor, AsyncFunctionDef, AsyncWith, Attribute, AugAssign, BoolOp, Break, Call,
-    ClassDef, Constant, Continue, Del, Delete, DictComp, Expr, For, FunctionDef, If, IfExp, Import,
-    ImportFrom, Lambda, List, Name, NamedExpr, Pass, Raise, Return, Starred, Subscript, Try,
-    TryStar, Tuple, While, With,
+    AST,
+    AnnAssign,
+    Assert,
+    Assign,
+    AsyncFor,
+    AsyncFunctionDef,
+    AsyncWith,
+    Attribute,
+    AugAssign,
+    BoolOp,
+    Break,
+    Call,
+    ClassDef,
+    Constant,
+    Continue,
+    Del,
+    Delete,
+    DictComp,
+    Expr,
+    For,
+    FunctionDef,
+    If,
+    IfExp,
+    Import,
+    ImportFrom,
+    Lambda,
+    List,
+    Name,
+    NamedExpr,
+    Pass,
+    Raise,
+    Return,
+    Starred,
+    Subscript,
+    Try,
+    TryStar,
+    Tuple,
+    While,
+    With,
 )
 from collections.abc import Callable, Iterable
 
@@ -304,8 +339,10 @@ class FlowChecker:
     def _try(self, node: ast.Try, state: State) -> State | None:
         floor = state
         if self.has_del:
-            floor = state - deleted_names(node.body + node.orelse + node.finalbody) - deleted_names(
-                [statement for handler in node.handlers for statement in handler.body]
+            floor = (
+                state
+                - deleted_names(node.body + node.orelse + node.finalbody)
+                - deleted_names([statement for handler in node.handlers for statement in handler.body])
             )
         after_body = self._block(node.body, set(state))
         outcomes: list[State | None] = []

@@ -15,7 +15,12 @@ from functools import cache
 
 from gatekeeper.names import name_problem
 from gatekeeper.tables import (
-    ALLOWED_MODULES, ALLOWED_MODULES_TEXT, AST_IMPORT_FORBIDDEN, FUTURE_FEATURES, MODULE_ATTR_DENYLIST, STEP_BANNED,
+    ALLOWED_MODULES,
+    ALLOWED_MODULES_TEXT,
+    AST_IMPORT_FORBIDDEN,
+    FUTURE_FEATURES,
+    MODULE_ATTR_DENYLIST,
+    STEP_BANNED,
     STEP_IMPORTS,
 )
 
@@ -30,9 +35,7 @@ def module_public_names(module: str) -> frozenset[str]:
     return frozenset(
         name
         for name in dir(loaded)
-        if not name.startswith("_")
-        and name not in denied
-        and not isinstance(getattr(loaded, name), types.ModuleType)
+        if not name.startswith("_") and name not in denied and not isinstance(getattr(loaded, name), types.ModuleType)
     )
 
 
@@ -78,18 +81,27 @@ class ImportChecks:
             top = full.partition(".")[0]
             if top not in ALLOWED_MODULES:
                 self.found(
-                    STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN,
-                    f"Forbidden import: {full}", f"allowed modules: {ALLOWED_MODULES_TEXT}",
+                    STEP_IMPORTS,
+                    node,
+                    AST_IMPORT_FORBIDDEN,
+                    f"Forbidden import: {full}",
+                    f"allowed modules: {ALLOWED_MODULES_TEXT}",
                 )
             elif full != top:
                 self.found(
-                    STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN,
-                    f"Forbidden import: {full}", f"submodules are not allowed; import {top} itself",
+                    STEP_IMPORTS,
+                    node,
+                    AST_IMPORT_FORBIDDEN,
+                    f"Forbidden import: {full}",
+                    f"submodules are not allowed; import {top} itself",
                 )
             elif full == "__future__":
                 self.found(
-                    STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN,
-                    "Forbidden import: __future__", "write 'from __future__ import annotations'",
+                    STEP_IMPORTS,
+                    node,
+                    AST_IMPORT_FORBIDDEN,
+                    "Forbidden import: __future__",
+                    "write 'from __future__ import annotations'",
                 )
             bound = alias.asname or top
             if top in ALLOWED_MODULES and full == top:
@@ -107,27 +119,38 @@ class ImportChecks:
         top = module.partition(".")[0]
         if node.level:
             self.found(
-                STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN,
+                STEP_IMPORTS,
+                node,
+                AST_IMPORT_FORBIDDEN,
                 f"Forbidden import: relative import 'from {'.' * node.level}{module} import {names}'",
                 f"allowed modules: {ALLOWED_MODULES_TEXT}",
             )
         elif top not in ALLOWED_MODULES:
             self.found(
-                STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN,
-                f"Forbidden import: {module}", f"allowed modules: {ALLOWED_MODULES_TEXT}",
+                STEP_IMPORTS,
+                node,
+                AST_IMPORT_FORBIDDEN,
+                f"Forbidden import: {module}",
+                f"allowed modules: {ALLOWED_MODULES_TEXT}",
             )
         elif module != top:
             self.found(
-                STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN,
-                f"Forbidden import: {module}", f"submodules are not allowed; import from {top}",
+                STEP_IMPORTS,
+                node,
+                AST_IMPORT_FORBIDDEN,
+                f"Forbidden import: {module}",
+                f"submodules are not allowed; import from {top}",
             )
         else:
             for alias in node.names:
                 name = alias.name
                 if name == "*":
                     self.found(
-                        STEP_IMPORTS, node, AST_IMPORT_FORBIDDEN,
-                        f"Forbidden import: 'from {module} import *'", "import the names you use",
+                        STEP_IMPORTS,
+                        node,
+                        AST_IMPORT_FORBIDDEN,
+                        f"Forbidden import: 'from {module} import *'",
+                        "import the names you use",
                     )
                     continue
                 problem = module_name_problem(module, name)
@@ -140,4 +163,3 @@ class ImportChecks:
                     self.imported_names.add(bound)
                     self.bind(bound, alias)
         self.generic(node)
-

@@ -12,8 +12,15 @@ import ast
 from ast import Call, Del, Load, Name
 
 from gatekeeper.tables import (
-    AST_BANNED_ATTR, AST_BANNED_CALL, BANNED_ATTRS, BANNED_CALLS, BANNED_EXCEPTIONS, DEFAULT_NAME_HINT, NAME_HINTS,
-    STEP_BANNED, SUSPECT_NAMES,
+    AST_BANNED_ATTR,
+    AST_BANNED_CALL,
+    BANNED_ATTRS,
+    BANNED_CALLS,
+    BANNED_EXCEPTIONS,
+    DEFAULT_NAME_HINT,
+    NAME_HINTS,
+    STEP_BANNED,
+    SUSPECT_NAMES,
 )
 
 
@@ -22,8 +29,10 @@ def name_problem(name: str) -> tuple[str, str, str] | None:
     if name in BANNED_CALLS:
         return AST_BANNED_CALL, f"Use of {name} is not allowed", NAME_HINTS.get(name, DEFAULT_NAME_HINT)
     if name in BANNED_EXCEPTIONS:
-        return AST_BANNED_CALL, f"Use of {name} is not allowed", (
-            "the sandbox's deadline signal must not be caught; use Exception or a specific error"
+        return (
+            AST_BANNED_CALL,
+            f"Use of {name} is not allowed",
+            ("the sandbox's deadline signal must not be caught; use Exception or a specific error"),
         )
     if name.startswith("_") and name != "_":
         if name in BANNED_ATTRS:
@@ -68,7 +77,9 @@ class NameChecks:
                 self.found(STEP_BANNED, node, *problem)
         if name in self.module_aliases and node is not self.module_base:
             self.found(
-                STEP_BANNED, node, AST_BANNED_ATTR,
+                STEP_BANNED,
+                node,
+                AST_BANNED_ATTR,
                 f"Module '{name}' may only be used as {name}.<name>",
                 "a module cannot be assigned, passed or returned",
             )

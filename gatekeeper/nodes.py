@@ -5,8 +5,31 @@ from __future__ import annotations
 
 import ast
 from ast import (
-    AnnAssign, Assign, AsyncFunctionDef, Attribute, AugAssign, BinOp, BitOr, Call, ClassDef, Constant, Dict, DictComp,
-    Expr, FunctionDef, GeneratorExp, List, ListComp, Name, Set, SetComp, Subscript, Tuple, UAdd, UnaryOp, USub,
+    AnnAssign,
+    Assign,
+    AsyncFunctionDef,
+    Attribute,
+    AugAssign,
+    BinOp,
+    BitOr,
+    Call,
+    ClassDef,
+    Constant,
+    Dict,
+    DictComp,
+    Expr,
+    FunctionDef,
+    GeneratorExp,
+    List,
+    ListComp,
+    Name,
+    Set,
+    SetComp,
+    Subscript,
+    Tuple,
+    UAdd,
+    UnaryOp,
+    USub,
 )
 
 from gatekeeper.tables import MAX_NESTING, STATEMENT_NAMES

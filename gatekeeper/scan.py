@@ -18,9 +18,39 @@ from __future__ import annotations
 import ast
 import hashlib
 from ast import (
-    AST, AnnAssign, AsyncFor, AsyncFunctionDef, Attribute, Await, Break, Call, ClassDef, Constant, Continue,
-    DictComp, ExceptHandler, For, FunctionDef, GeneratorExp, Global, Import, ImportFrom, Lambda, ListComp, Load,
-    Match, Module, Name, NamedExpr, Nonlocal, Return, SetComp, Store, While, Yield, YieldFrom,
+    AST,
+    AnnAssign,
+    AsyncFor,
+    AsyncFunctionDef,
+    Attribute,
+    Await,
+    Break,
+    Call,
+    ClassDef,
+    Constant,
+    Continue,
+    DictComp,
+    ExceptHandler,
+    For,
+    FunctionDef,
+    GeneratorExp,
+    Global,
+    Import,
+    ImportFrom,
+    Lambda,
+    ListComp,
+    Load,
+    Match,
+    Module,
+    Name,
+    NamedExpr,
+    Nonlocal,
+    Return,
+    SetComp,
+    Store,
+    While,
+    Yield,
+    YieldFrom,
 )
 from collections.abc import Callable
 
@@ -40,9 +70,7 @@ FIELDS = field_table(frozenset({"ctx", "type_comment", "kind"}))
 NODE_NAMES: dict[type, str] = {cls: cls.__name__ for cls in ast_classes()}
 # Operator nodes have no fields: emitted by name without a visit.
 OPERATOR_NAMES: dict[type, str] = {
-    cls: cls.__name__
-    for base in (ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
-    for cls in base.__subclasses__()
+    cls: cls.__name__ for base in (ast.operator, ast.boolop, ast.unaryop, ast.cmpop) for cls in base.__subclasses__()
 }
 
 Finding = tuple[int, str, str]  # (line, failure code, message)
@@ -215,7 +243,9 @@ class Scanner(ImportChecks, NameChecks, AttributeChecks, DefinitionChecks, State
         self.scope.add(name)
         if name == self.self_name and type(node) is not ast.arg:  # a parameter shadows it instead
             self.found(
-                STEP_BANNED, node, AST_BANNED_ATTR,
+                STEP_BANNED,
+                node,
+                AST_BANNED_ATTR,
                 f"The instance parameter '{name}' cannot be rebound",
                 "stores into its attributes are allowed because it is the instance; use another name",
             )
@@ -228,8 +258,11 @@ class Scanner(ImportChecks, NameChecks, AttributeChecks, DefinitionChecks, State
                 self.found(STEP_BANNED, node, code, text, hint)
         if name in self.module_aliases:
             self.found(
-                STEP_BANNED, node, AST_BANNED_ATTR,
-                f"Name '{name}' is an imported module and cannot be rebound", "choose another name",
+                STEP_BANNED,
+                node,
+                AST_BANNED_ATTR,
+                f"Name '{name}' is an imported module and cannot be rebound",
+                "choose another name",
             )
 
 

@@ -10,7 +10,13 @@ import ast
 from ast import Break, Name, Tuple, While
 
 from gatekeeper.tables import (
-    AST_BANNED_CALL, BANNED_EXCEPTIONS, DEADLINE_HINT, REFUSED_STATEMENTS, STEP_BANNED, STEP_PARSE, SYNTAX_ERROR,
+    AST_BANNED_CALL,
+    BANNED_EXCEPTIONS,
+    DEADLINE_HINT,
+    REFUSED_STATEMENTS,
+    STEP_BANNED,
+    STEP_PARSE,
+    SYNTAX_ERROR,
 )
 
 

@@ -20,9 +20,22 @@ from gatekeeper.nodes import TooDeep, module_classes
 from gatekeeper.scan import Scanner
 from gatekeeper.schema import schema_problems
 from gatekeeper.tables import (
-    AST_INIT_REQUIRED_ARGS, AST_NO_TRAIT_CLASS, AST_UNBOUND_VARIABLE, SCHEMA_INVALID, STEP_AWAIT, STEP_BANNED,
-    STEP_CONTRACT, STEP_ENTITY, STEP_IMPORTS, STEP_INIT, STEP_PARSE, STEP_SCHEMA, STEP_UNBOUND, STEPS,
-    SYNTAX_ERROR, TOO_DEEP,
+    AST_INIT_REQUIRED_ARGS,
+    AST_NO_TRAIT_CLASS,
+    AST_UNBOUND_VARIABLE,
+    SCHEMA_INVALID,
+    STEP_AWAIT,
+    STEP_BANNED,
+    STEP_CONTRACT,
+    STEP_ENTITY,
+    STEP_IMPORTS,
+    STEP_INIT,
+    STEP_PARSE,
+    STEP_SCHEMA,
+    STEP_UNBOUND,
+    STEPS,
+    SYNTAX_ERROR,
+    TOO_DEEP,
 )
 from genesis import rules
 

@@ -9,12 +9,28 @@ of its own analysis.
 """
 
 from __future__ import annotations
-
 import __future__ as future_module
+
 import re
 from ast import (
-    AsyncFor, AsyncWith, Assert, ClassDef, Delete, Expr, For, Global, If, Match, Nonlocal, Raise, Return, Try, While,
-    With, Yield, YieldFrom,
+    Assert,
+    AsyncFor,
+    AsyncWith,
+    ClassDef,
+    Delete,
+    Expr,
+    For,
+    Global,
+    If,
+    Match,
+    Nonlocal,
+    Raise,
+    Return,
+    Try,
+    While,
+    With,
+    Yield,
+    YieldFrom,
 )
 
 from genesis import entity_api, rules
@@ -32,7 +48,14 @@ STEP_INIT = "Init signature"
 STEP_UNBOUND = "Unbound variables"
 STEP_AWAIT = "Await-on-sync"
 STEPS = (
-    STEP_SCHEMA, STEP_PARSE, STEP_IMPORTS, STEP_BANNED, STEP_CONTRACT, STEP_ENTITY, STEP_INIT, STEP_UNBOUND,
+    STEP_SCHEMA,
+    STEP_PARSE,
+    STEP_IMPORTS,
+    STEP_BANNED,
+    STEP_CONTRACT,
+    STEP_ENTITY,
+    STEP_INIT,
+    STEP_UNBOUND,
     STEP_AWAIT,
 )
 
@@ -88,7 +111,9 @@ MAX_WALKS_PER_UNIT = 20
 # -- hints: how to fix what was refused -------------------------------------------------------
 
 NAME_HINTS = {
-    "eval": "code must be static", "exec": "code must be static", "compile": "code must be static",
+    "eval": "code must be static",
+    "exec": "code must be static",
+    "compile": "code must be static",
     "print": "traits have no console; expose a label through entity.state instead",
     "open": "traits have no file system",
     "__import__": "use a plain import of an allowed module",
@@ -98,10 +123,13 @@ NAME_HINTS = {
     "delattr": "attributes cannot be deleted by name",
     "type": "use isinstance()",
     "super": "the BaseTrait stub has nothing to initialise; drop the super() call",
-    "classmethod": "use plain methods", "staticmethod": "use plain methods",
+    "classmethod": "use plain methods",
+    "staticmethod": "use plain methods",
     "property": "use plain methods",
-    "globals": "introspection is not available", "locals": "introspection is not available",
-    "vars": "introspection is not available", "dir": "introspection is not available",
+    "globals": "introspection is not available",
+    "locals": "introspection is not available",
+    "vars": "introspection is not available",
+    "dir": "introspection is not available",
 }
 DEFAULT_NAME_HINT = "it is a banned builtin; if this is your own variable, choose another name"
 FRAME_HINT = "frame, generator, coroutine and code introspection is not available"
@@ -147,9 +175,17 @@ REFUSED_STATEMENTS = {
 
 # How a refused statement at module or class level is named in its message.
 STATEMENT_NAMES = {
-    For: "a for loop", AsyncFor: "an async for loop", While: "a while loop",
-    If: "an if statement", Try: "a try statement", With: "a with statement",
-    AsyncWith: "an async with statement", Expr: "an expression statement",
-    Return: "a return statement", Delete: "a del statement", Raise: "a raise statement",
-    Assert: "an assert statement", ClassDef: "a nested class",
+    For: "a for loop",
+    AsyncFor: "an async for loop",
+    While: "a while loop",
+    If: "an if statement",
+    Try: "a try statement",
+    With: "a with statement",
+    AsyncWith: "an async with statement",
+    Expr: "an expression statement",
+    Return: "a return statement",
+    Delete: "a del statement",
+    Raise: "a raise statement",
+    Assert: "an assert statement",
+    ClassDef: "a nested class",
 }

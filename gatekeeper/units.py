@@ -5,7 +5,17 @@ from __future__ import annotations
 
 import ast
 from ast import (
-    Assign, AsyncFunctionDef, Attribute, ClassDef, ExceptHandler, FunctionDef, Import, ImportFrom, Lambda, Load, Name,
+    Assign,
+    AsyncFunctionDef,
+    Attribute,
+    ClassDef,
+    ExceptHandler,
+    FunctionDef,
+    Import,
+    ImportFrom,
+    Lambda,
+    Load,
+    Name,
 )
 
 from gatekeeper.nodes import FUNCTION_TYPES, all_params, instance_parameter
@@ -38,8 +48,9 @@ class FileUnits:
             self.trait_units.add(unit)
         self.other_bindings.update(param.arg for param in all_params(unit.args))
 
-    def _collect(self, node: ast.AST, unit: ast.AST | None, self_name: str | None, in_class: bool,
-                 in_trait: bool) -> None:
+    def _collect(
+        self, node: ast.AST, unit: ast.AST | None, self_name: str | None, in_class: bool, in_trait: bool
+    ) -> None:
         for child in ast.iter_child_nodes(node):
             cls = type(child)
             if cls is FunctionDef or cls is AsyncFunctionDef or cls is Lambda:
@@ -88,7 +99,9 @@ class FileUnits:
                 return None
         return found
 
-    def callees(self, func: ast.AST, self_name: str | None, self_stored_attrs: set[str]) -> list[tuple[ast.AST, int]] | None:
+    def callees(
+        self, func: ast.AST, self_name: str | None, self_stored_attrs: set[str]
+    ) -> list[tuple[ast.AST, int]] | None:
         """The functions of the file a call of ``func`` may run, each with how many leading
         parameters are bound already (self), or None when the call may run something else.
         ``self_name``: the instance in the calling unit; ``self_stored_attrs``: attributes

@@ -27,7 +27,8 @@ class TemporalSettings(BaseModel):
     namespace: str = Field(default="default", description="Temporal namespace of every Genesis workflow.")
     ui_url: str = Field(
         default="http://127.0.0.1:8233",
-        description="Temporal Web UI; `make run` prints it and the world viewer links each mutation's workflow there.")
+        description="Temporal Web UI; `make run` prints it and the world viewer links each mutation's workflow there.",
+    )
 
 
 class ApiSettings(BaseModel):
@@ -38,8 +39,9 @@ class ApiSettings(BaseModel):
     key_pepper: SecretStr = Field(
         default=SecretStr(""),
         description="Server secret of the stored API-key hashes (HMAC-SHA256). Empty: a random one is created once "
-                    "in `<state_dir>/api-key-pepper`. Set it when several API hosts share a database; changing it "
-                    "invalidates every key.")
+        "in `<state_dir>/api-key-pepper`. Set it when several API hosts share a database; changing it "
+        "invalidates every key.",
+    )
 
 
 class SandboxSettings(BaseModel):
@@ -48,138 +50,174 @@ class SandboxSettings(BaseModel):
     image: str = Field(
         default="",
         description="Trait-host image of the sandbox test and the live engine. Empty: the image built offline "
-                    "from this machine's CPython 3.11 (`python -m sandbox.image name` prints its tag).")
+        "from this machine's CPython 3.11 (`python -m sandbox.image name` prints its tag).",
+    )
     ticks: int = Field(default=50, description="Ticks of the seeded test world a new trait runs in its sandbox test.")
     seed: int = Field(default=1234, description="Seed of the sandbox test world.")
     call_timeout_ms: float = Field(
-        default=5.0, description="CPU time one `execute` call may use (SANDBOX_TIMEOUT in the test, a strike live).")
+        default=5.0, description="CPU time one `execute` call may use (SANDBOX_TIMEOUT in the test, a strike live)."
+    )
     tick_deadline_s: float = Field(
-        default=2.0, description="Wall clock one sandbox-test tick may take before the container is killed.")
+        default=2.0, description="Wall clock one sandbox-test tick may take before the container is killed."
+    )
     memory: str = Field(
-        default="128m", description="Memory limit of a sandbox test's container (supervisor, zygote, one worker).")
+        default="128m", description="Memory limit of a sandbox test's container (supervisor, zygote, one worker)."
+    )
     pids_limit: int = Field(default=16, description="Process limit of a sandbox test's container.")
     cpus: float = Field(default=1.0, description="CPU limit of a sandbox test's container.")
     memory_horizon_ticks: int = Field(
-        default=216_000, ge=1,
+        default=216_000,
+        ge=1,
         description="A sandbox test fails with SANDBOX_MEMORY when its trait's memory growth would pass "
-                    "`trait_worker_memory_mb` within this many live ticks (an hour at 60 ticks/s).")
+        "`trait_worker_memory_mb` within this many live ticks (an hour at 60 ticks/s).",
+    )
     min_fps: float = Field(
-        default=30.0, description="Projected world ticks per second with the trait below which the test fails (SANDBOX_FPS_DROP).")
+        default=30.0,
+        description="Projected world ticks per second with the trait below which the test fails (SANDBOX_FPS_DROP).",
+    )
     concurrency: int = Field(default=8, ge=1, description="Sandbox tests one worker runs at once.")
     pool_size: int = Field(
-        default=2, ge=0, description="Warm trait-host containers a worker keeps ready for sandbox tests (0: none).")
-    host_socket: bool = Field(
-        default=True, description="The same private socket for the sandbox test's trait hosts.")
+        default=2, ge=0, description="Warm trait-host containers a worker keeps ready for sandbox tests (0: none)."
+    )
+    host_socket: bool = Field(default=True, description="The same private socket for the sandbox test's trait hosts.")
 
 
 class TraitSettings(BaseModel):
     """Limits of one agent's traits, and what a name clash means."""
 
     tick_cpu_ms: float = Field(
-        default=100.0, gt=0,
+        default=100.0,
+        gt=0,
         description="CPU one agent's traits may use in one tick before the host kills their process "
-                    "(the trait that was running is blamed).")
+        "(the trait that was running is blamed).",
+    )
     worker_memory_mb: int = Field(
-        default=128, ge=32,
+        default=128,
+        ge=32,
         description="Address space of one agent's process in a trait host; an allocation beyond it is a "
-                    "MemoryError in the trait.")
+        "MemoryError in the trait.",
+    )
     exists_policy: Literal["reject", "replace"] = Field(
         default="reject",
         description="A proposal without `replaces` whose trait_name is live. `reject`: 409 TRAIT_EXISTS, and "
-                    "activation refuses (VERSION_CONFLICT) if a version went live meanwhile. `replace`: it becomes "
-                    "the next version, replacing whatever is live at activation (the owner is still checked).")
+        "activation refuses (VERSION_CONFLICT) if a version went live meanwhile. `replace`: it becomes "
+        "the next version, replacing whatever is live at activation (the owner is still checked).",
+    )
 
 
 class EngineSettings(BaseModel):
     """The world engine (`python -m engine`) and its live trait host."""
 
-    tick_rate: float = Field(
-        default=60.0, gt=0, description="World ticks per second; a tick's budget is its inverse.")
+    tick_rate: float = Field(default=60.0, gt=0, description="World ticks per second; a tick's budget is its inverse.")
     seed: int = Field(default=42, description="Seed of the live world.")
     snapshot_interval: int = Field(default=300, ge=1, description="Ticks between two WorldSnapshots.")
     postgres_every: int = Field(
-        default=30, ge=1, description="Every Nth WorldSnapshot is also written to the Postgres table `world_snapshots`.")
+        default=30, ge=1, description="Every Nth WorldSnapshot is also written to the Postgres table `world_snapshots`."
+    )
     frame_interval: int = Field(default=2, ge=1, description="Ticks between two viewer frames on `/ws/world`.")
     entities_limit: int = Field(
-        default=500, ge=1, description="Entities written to `engine:entities` (what `GET /api/world/entities` reads).")
+        default=500, ge=1, description="Entities written to `engine:entities` (what `GET /api/world/entities` reads)."
+    )
     world_width: float = Field(default=800.0, gt=0, description="Width of the live world.")
     world_height: float = Field(default=600.0, gt=0, description="Height of the live world.")
     initial_population: int = Field(default=200, ge=0, description="Molbots at the start.")
-    min_population: int = Field(
-        default=20, ge=0, description="Population floor: below it the engine spawns Molbots.")
+    min_population: int = Field(default=20, ge=0, description="Population floor: below it the engine spawns Molbots.")
     max_population: int = Field(default=1000, ge=1, description="Population cap: at it births stop.")
     initial_resources: int = Field(default=150, ge=0, description="Food at the start.")
     max_resources: int = Field(default=300, ge=0, description="Food cap.")
     resource_spawn_chance: float = Field(
-        default=0.8, ge=0, le=1, description="Chance per tick that one piece of food appears.")
+        default=0.8, ge=0, le=1, description="Chance per tick that one piece of food appears."
+    )
     trait_gain_chance: float = Field(
-        default=0.25, ge=0, le=1, description="Chance that a newborn gains one active trait it does not carry yet.")
+        default=0.25, ge=0, le=1, description="Chance that a newborn gains one active trait it does not carry yet."
+    )
     trait_deadline_ms: float = Field(
         default=200.0,
-        description="Wall clock the live trait host has for one tick before it is replaced (no trait is blamed).")
+        description="Wall clock the live trait host has for one tick before it is replaced (no trait is blamed).",
+    )
     trait_host_memory: str = Field(
-        default="512m", description="Memory limit of the live trait host's container (a process per agent with live traits).")
+        default="512m",
+        description="Memory limit of the live trait host's container (a process per agent with live traits).",
+    )
     trait_host_pids: int = Field(default=256, ge=16, description="Process limit of the live trait host's container.")
     trait_host_cpus: float = Field(default=2.0, gt=0, description="CPU limit of the live trait host's container.")
     quarantine_report_retry_s: float = Field(
-        default=3600.0, gt=0,
+        default=3600.0,
+        gt=0,
         description="How long the engine keeps retrying, in the background, to record a quarantined trait and have "
-                    "its mutation rolled back while Postgres or Temporal is unreachable.")
+        "its mutation rolled back while Postgres or Temporal is unreachable.",
+    )
     metrics_port: int = Field(
-        default=9101, ge=0, le=65535, description="Port of the engine's `/metrics` (0: off; a taken port is logged and skipped).")
+        default=9101,
+        ge=0,
+        le=65535,
+        description="Port of the engine's `/metrics` (0: off; a taken port is logged and skipped).",
+    )
 
     # How the trait hosts are reached.
     trait_host_socket: bool = Field(
         default=True,
         description="The live trait host talks over a Unix socket in a private directory mounted read-only into "
-                    "its container (needs root); false, or without root: `docker attach`.")
+        "its container (needs root); false, or without root: `docker attach`.",
+    )
 
 
 class WorkflowSettings(BaseModel):
     """How the API starts the workflows of recorded proposals."""
 
     start_sweep_s: float = Field(
-        default=5.0, gt=0,
-        description="How often each API process looks for accepted proposals whose workflow has not started.")
+        default=5.0,
+        gt=0,
+        description="How often each API process looks for accepted proposals whose workflow has not started.",
+    )
     start_stale_s: float = Field(
-        default=10.0, gt=0,
-        description="A proposal still `queued` after this long has its workflow started by the sweep.")
-    start_concurrency: int = Field(
-        default=4, ge=1, description="Workflow starts in flight at once per API process.")
+        default=10.0,
+        gt=0,
+        description="A proposal still `queued` after this long has its workflow started by the sweep.",
+    )
+    start_concurrency: int = Field(default=4, ge=1, description="Workflow starts in flight at once per API process.")
 
 
 class ObservationSettings(BaseModel):
     """The observation window after activation that decides keep or roll back."""
 
     window_ticks: int = Field(
-        default=300, ge=1, description="World ticks a live trait is observed before its fitness verdict.")
+        default=300, ge=1, description="World ticks a live trait is observed before its fitness verdict."
+    )
     timeout_s: float = Field(
-        default=900.0, gt=0,
-        description="How long a workflow waits for its observation window; then the trait is kept without a verdict.")
+        default=900.0,
+        gt=0,
+        description="How long a workflow waits for its observation window; then the trait is kept without a verdict.",
+    )
 
 
 class RatelimitSettings(BaseModel):
     """Proposal rate limits (Redis, atomic)."""
 
-    active_per_agent: int = Field(
-        default=5, ge=1, description="Mutations of one agent not yet in a terminal state.")
+    active_per_agent: int = Field(default=5, ge=1, description="Mutations of one agent not yet in a terminal state.")
     proposals_per_ip_minute: int = Field(default=10, ge=1, description="Proposals per client IP per minute.")
     proposals_per_agent_hour: int = Field(default=30, ge=1, description="Proposals per agent per hour.")
     active_slot_ttl_s: int = Field(
-        default=3 * 3600, ge=60,
-        description="An active-mutation slot never released (its workflow was terminated by hand) lapses after this.")
+        default=3 * 3600,
+        ge=60,
+        description="An active-mutation slot never released (its workflow was terminated by hand) lapses after this.",
+    )
     active_retry_after_s: int = Field(
-        default=30, ge=1, description="`retry_after_sec` answered when the active-mutations limit is hit.")
+        default=30, ge=1, description="`retry_after_sec` answered when the active-mutations limit is hit."
+    )
 
 
 class TelemetrySettings(BaseModel):
     """WS /api/agents/telemetry: one Redis subscription per API process, fanned out to every socket."""
 
     client_queue: int = Field(
-        default=256, ge=1,
-        description="Events a telemetry client may fall behind before it is disconnected (close 1013 SLOW_CONSUMER).")
+        default=256,
+        ge=1,
+        description="Events a telemetry client may fall behind before it is disconnected (close 1013 SLOW_CONSUMER).",
+    )
     reconnect_max_s: float = Field(
-        default=5.0, gt=0, description="Longest pause between the stream hub's Redis reconnects (backoff with jitter).")
+        default=5.0, gt=0, description="Longest pause between the stream hub's Redis reconnects (backoff with jitter)."
+    )
 
 
 class WebhookSettings(BaseModel):
@@ -188,16 +226,18 @@ class WebhookSettings(BaseModel):
     secret: SecretStr = Field(
         default=SecretStr(""),
         description="Server secret every agent's webhook signing secret derives from; API and worker must share it. "
-                    "Empty: a random one is created once in `<state_dir>/webhook-secret`.")
+        "Empty: a random one is created once in `<state_dir>/webhook-secret`.",
+    )
     allow_private: bool = Field(
         default=False,
         description="Let webhook receivers be on any address (loopback, private, ...); false: global addresses "
-                    "only, or those `outbound_private_allow` covers.")
+        "only, or those `outbound_private_allow` covers.",
+    )
     timeout_s: float = Field(default=10.0, gt=0, description="One webhook delivery attempt.")
     retry_window_s: float = Field(
-        default=3600.0, gt=0, description="A status change's webhook is retried this long, then dropped.")
-    max_retry_interval_s: float = Field(
-        default=60.0, gt=0, description="Longest pause between two delivery attempts.")
+        default=3600.0, gt=0, description="A status change's webhook is retried this long, then dropped."
+    )
+    max_retry_interval_s: float = Field(default=60.0, gt=0, description="Longest pause between two delivery attempts.")
 
 
 class TaskSettings(BaseModel):
@@ -205,12 +245,13 @@ class TaskSettings(BaseModel):
 
     ttl_critical_s: float = Field(default=900.0, gt=0, description="Time to live of a `critical` task.")
     ttl_high_s: float = Field(default=600.0, gt=0, description="Time to live of a `high` task.")
-    ttl_low_s: float = Field(
-        default=300.0, gt=0, description="Time to live of a `low` or `periodic_improvement` task.")
+    ttl_low_s: float = Field(default=300.0, gt=0, description="Time to live of a `low` or `periodic_improvement` task.")
     claim_lease_s: float = Field(
-        default=120.0, gt=0,
+        default=120.0,
+        gt=0,
         description="A claim lapses unless its agent proposes a mutation for the task within this long; each such "
-                    "proposal renews it (never past the task's expiry).")
+        "proposal renews it (never past the task's expiry).",
+    )
 
     def ttl_s(self, severity: str) -> float:
         """Time to live of a task of this severity (critical 15 min, high 10, low 5)."""
@@ -221,10 +262,13 @@ class WatcherSettings(BaseModel):
     """The Watcher (`python -m evolution`)."""
 
     cooldown_s: float = Field(
-        default=300.0, ge=0,
-        description="Seconds before the Watcher triggers again for the same anomaly type (`critical` ignores it).")
+        default=300.0,
+        ge=0,
+        description="Seconds before the Watcher triggers again for the same anomaly type (`critical` ignores it).",
+    )
     trigger_limit: int = Field(
-        default=5, ge=1, description="Circuit breaker: more triggers than this within the window pause the Watcher.")
+        default=5, ge=1, description="Circuit breaker: more triggers than this within the window pause the Watcher."
+    )
     trigger_window_s: int = Field(default=60, ge=1, description="Circuit breaker: the window, in seconds.")
     pause_s: int = Field(default=300, ge=1, description="Circuit breaker: how long the Watcher pauses.")
     report_ttl_s: int = Field(default=600, ge=1, description="Lifetime of a WorldReport `evo:trigger:{id}`.")
@@ -236,28 +280,36 @@ class LlmSettings(BaseModel):
     provider: Literal["ollama", "openai", "anthropic", "off"] = Field(
         default="ollama",
         description="LLM of the evolution cycles: `ollama` (/api/generate), `openai` (any OpenAI-compatible "
-                    "/v1/chat/completions), `anthropic` (/v1/messages) or `off` (cycles end at once).")
+        "/v1/chat/completions), `anthropic` (/v1/messages) or `off` (cycles end at once).",
+    )
     url: str = Field(default="", description="LLM server; empty: the provider's default.")
     model: str = Field(default="", description="LLM model; empty: the provider's default.")
     api_key: SecretStr = Field(
-        default=SecretStr(""), description="LLM key: `Authorization: Bearer` (openai) or `x-api-key` (anthropic).")
+        default=SecretStr(""), description="LLM key: `Authorization: Bearer` (openai) or `x-api-key` (anthropic)."
+    )
     timeout_s: float = Field(default=60.0, gt=0, description="One HTTP request to the LLM.")
     attempts: int = Field(default=3, ge=1, description="Attempts per LLM step while the LLM is unreachable.")
     concurrency: int = Field(
-        default=4, ge=1, description="LLM calls one worker makes at once (task queue `<task_queue>-llm`).")
+        default=4, ge=1, description="LLM calls one worker makes at once (task queue `<task_queue>-llm`)."
+    )
     max_tokens: int = Field(default=1024, ge=16, description="Most tokens one LLM answer may have.")
     temperature: float = Field(default=0.7, ge=0, le=2, description="Sampling temperature of the LLM.")
     cost_in_per_mtok: float = Field(
-        default=0.0, ge=0, description="USD per million input tokens, for a cycle's `estimated_cost_usd` (0: a local model).")
+        default=0.0,
+        ge=0,
+        description="USD per million input tokens, for a cycle's `estimated_cost_usd` (0: a local model).",
+    )
     cost_out_per_mtok: float = Field(
-        default=0.0, ge=0, description="USD per million output tokens, for a cycle's `estimated_cost_usd`.")
+        default=0.0, ge=0, description="USD per million output tokens, for a cycle's `estimated_cost_usd`."
+    )
 
 
 class LogSettings(BaseModel):
     """Logging of every process."""
 
     format: Literal["console", "json"] = Field(
-        default="console", description="`console`: readable lines; `json`: one JSON object per line.")
+        default="console", description="`console`: readable lines; `json`: one JSON object per line."
+    )
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field(default="INFO", description="Lowest level logged.")
 
 
@@ -265,80 +317,114 @@ class WorkerSettings(BaseModel):
     """The Temporal worker process (`python worker.py`)."""
 
     metrics_port: int = Field(
-        default=9102, ge=0, le=65535, description="Port of the worker's `/metrics` (0: off; a taken port is logged and skipped).")
+        default=9102,
+        ge=0,
+        le=65535,
+        description="Port of the worker's `/metrics` (0: off; a taken port is logged and skipped).",
+    )
     sdk_metrics_port: int = Field(
-        default=0, ge=0, le=65535,
-        description="Port of the Temporal SDK's own worker metrics (task slots, schedule-to-start latency); 0: off.")
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port of the Temporal SDK's own worker metrics (task slots, schedule-to-start latency); 0: off.",
+    )
 
 
 class GepaSettings(BaseModel):
     """POST /connect-git, /execute_step, GET /program."""
 
     workspace_dir: Path = Field(
-        default=PROJECT_ROOT / ".state" / "gepa", description="Clones and worktrees, on the worker's host.")
+        default=PROJECT_ROOT / ".state" / "gepa", description="Clones and worktrees, on the worker's host."
+    )
     envs_dir: Path = Field(
         default=PROJECT_ROOT / ".state" / "gepa-envs",
-        description="Program and coder environments, one per requirements hash.")
+        description="Program and coder environments, one per requirements hash.",
+    )
     task_queue_suffix: str = Field(
-        default="-gepa", description="GEPA workflows and activities poll `<task_queue><suffix>`.")
+        default="-gepa", description="GEPA workflows and activities poll `<task_queue><suffix>`."
+    )
     concurrency: int = Field(default=24, ge=1, description="GEPA activities one worker runs at once.")
     dspy_requirement: str = Field(default="dspy==3.4.1", description="Installed into every program environment.")
     local_repo_roots: str = Field(
         default="",
         description="Directories (comma separated) local repositories may be cloned from, as a path or file:// URL; "
-                    "empty: https:// only.")
-    lm_model: str = Field(
-        default="openai/gpt-4o-mini", description="The programs' LM (a litellm model name).")
+        "empty: https:// only.",
+    )
+    lm_model: str = Field(default="openai/gpt-4o-mini", description="The programs' LM (a litellm model name).")
     lm_base_url: str = Field(
-        default="https://api.openai.com/v1", description="The programs' LM endpoint (OpenAI-compatible).")
+        default="https://api.openai.com/v1", description="The programs' LM endpoint (OpenAI-compatible)."
+    )
     lm_api_key: SecretStr = Field(
-        default=SecretStr(""), description="The programs' LM key; the egress gateway adds it, no container sees it.")
+        default=SecretStr(""), description="The programs' LM key; the egress gateway adds it, no container sees it."
+    )
     coder_model: str = Field(default="gpt-4o-mini", description="Coding model of code mutations (`chat` backend).")
     coder_base_url: str = Field(
-        default="https://api.openai.com/v1", description="Coding model endpoint (OpenAI-compatible chat).")
+        default="https://api.openai.com/v1", description="Coding model endpoint (OpenAI-compatible chat)."
+    )
     coder_api_key: SecretStr = Field(
-        default=SecretStr(""), description="Coding model key; added by the egress gateway.")
+        default=SecretStr(""), description="Coding model key; added by the egress gateway."
+    )
     network: str = Field(
-        default="genesis-gepa", description="The internal Docker network of program and coding-agent containers.")
+        default="genesis-gepa", description="The internal Docker network of program and coding-agent containers."
+    )
     gateway_port: int = Field(
-        default=0, ge=0, le=65535, description="Port of the worker's egress gateway on that network (0: any free port).")
+        default=0, ge=0, le=65535, description="Port of the worker's egress gateway on that network (0: any free port)."
+    )
     egress_allow: str = Field(
         default="",
-        description="`host:port` pairs (comma separated) every GEPA container may reach through the gateway's proxy.")
+        description="`host:port` pairs (comma separated) every GEPA container may reach through the gateway's proxy.",
+    )
     enforce_egress: bool = Field(
-        default=True, description="Install the iptables rules of the GEPA network (needs root; false only without iptables).")
+        default=True,
+        description="Install the iptables rules of the GEPA network (needs root; false only without iptables).",
+    )
     run_timeout_s: float = Field(default=300.0, gt=0, description="One step's program run; then it is killed.")
     step_timeout_s: float = Field(
-        default=1800.0, gt=0, description="How long a synchronous `execute_step` waits before answering 202.")
+        default=1800.0, gt=0, description="How long a synchronous `execute_step` waits before answering 202."
+    )
     runner_memory: str = Field(default="2g", description="Memory limit of a client's program-host container.")
     runner_cpus: float = Field(default=2.0, gt=0, description="CPU limit of a program-host container.")
     runner_pids_limit: int = Field(default=512, ge=16, description="Process limit of a program-host container.")
     runner_idle_s: float = Field(default=600.0, gt=0, description="An idle program host is removed after this.")
     keep_worktrees: bool = Field(
-        default=False, description="Keep each step's worktree for debugging (branches of completed steps always stay).")
+        default=False, description="Keep each step's worktree for debugging (branches of completed steps always stay)."
+    )
     max_body_bytes: int = Field(
-        default=1024 * 1024, ge=1024,
-        description="Largest `execute_step` body (requests travel through Temporal, whose payloads are limited).")
+        default=1024 * 1024,
+        ge=1024,
+        description="Largest `execute_step` body (requests travel through Temporal, whose payloads are limited).",
+    )
     max_examples: int = Field(default=1000, ge=1, description="Most examples in one step.")
     github_app_id: str = Field(
-        default="", description="GitHub App of the operator, for private repositories (`installation_id`).")
+        default="", description="GitHub App of the operator, for private repositories (`installation_id`)."
+    )
     github_private_key_path: Path | None = Field(default=None, description="The GitHub App's private key (PEM).")
     github_api_url: str = Field(default="https://api.github.com", description="The GitHub App's REST API.")
     github_url: str = Field(
         default="https://github.com",
         description="Where the App's repositories live: an `installation_id` is accepted only with a `repo_url` "
-                    "there, and its token goes nowhere else.")
+        "there, and its token goes nowhere else.",
+    )
     github_installations: str = Field(
         default="",
         description="Who may use which installation: `<installation_id>=<agent_id>` or `<installation_id>=*`, "
-                    "comma separated; empty: nobody.")
+        "comma separated; empty: nobody.",
+    )
 
     @field_validator("github_url")
     @classmethod
     def _github_url(cls, value: str) -> str:
         parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.query or parts.fragment:
-            raise ValueError("gepa_github_url must be http(s)://host[:port][/path] without credentials, query or fragment")
+        if (
+            parts.scheme not in ("http", "https")
+            or not parts.hostname
+            or parts.username
+            or parts.query
+            or parts.fragment
+        ):
+            raise ValueError(
+                "gepa_github_url must be http(s)://host[:port][/path] without credentials, query or fragment"
+            )
         return value.rstrip("/")
 
     @field_validator("github_installations")
@@ -348,24 +434,31 @@ class GepaSettings(BaseModel):
         return value
 
     allow_http_repos: bool = Field(
-        default=False, description="Also accept http:// repository URLs (a GitHub Enterprise on a trusted network).")
+        default=False, description="Also accept http:// repository URLs (a GitHub Enterprise on a trusted network)."
+    )
     clone_connect_timeout_s: float = Field(
-        default=10.0, gt=0, description="A clone fails when the repository has not listed its refs within this long.")
+        default=10.0, gt=0, description="A clone fails when the repository has not listed its refs within this long."
+    )
     clone_stall_s: int = Field(
-        default=20, ge=1, description="A clone fails when it transfers under 1 KB/s for this long.")
+        default=20, ge=1, description="A clone fails when it transfers under 1 KB/s for this long."
+    )
     clone_timeout_s: float = Field(default=600.0, gt=0, description="A clone fails after this long in all.")
     coder_backend: Literal["chat", "claude_agent_sdk"] = Field(
         default="chat",
         description="Coding agent of code mutations: `chat` asks the `gepa_coder_*` model for a diff; "
-                    "`claude_agent_sdk` runs Claude Code inside the coder container.")
+        "`claude_agent_sdk` runs Claude Code inside the coder container.",
+    )
     anthropic_base_url: str = Field(
-        default="https://api.anthropic.com", description="Anthropic API of the `claude_agent_sdk` backend.")
+        default="https://api.anthropic.com", description="Anthropic API of the `claude_agent_sdk` backend."
+    )
     anthropic_api_key: SecretStr = Field(
         default=SecretStr(""),
-        description="Anthropic key of the `claude_agent_sdk` backend (required by it); added by the egress gateway.")
+        description="Anthropic key of the `claude_agent_sdk` backend (required by it); added by the egress gateway.",
+    )
     claude_model: str = Field(default="claude-sonnet-4-5", description="Model of the `claude_agent_sdk` backend.")
     claude_sdk_requirement: str = Field(
-        default="claude-agent-sdk==0.2.184", description="Package installed into the coder environment.")
+        default="claude-agent-sdk==0.2.184", description="Package installed into the coder environment."
+    )
     claude_max_turns: int = Field(default=30, ge=1, le=200, description="Turn limit of one Claude Code run.")
     claude_timeout_s: float = Field(default=600.0, gt=0, description="Time limit of one Claude Code run.")
     claude_memory: str = Field(default="2g", description="Memory limit of the Claude Code coder container.")
@@ -378,102 +471,149 @@ class Settings(BaseSettings):
 
     # GENESIS_SANDBOX_CALL_TIMEOUT_MS -> sandbox.call_timeout_ms: a group's name is one word, split
     # off at the first underscore after the prefix.
-    model_config = SettingsConfigDict(env_prefix="GENESIS_", env_file=".env", extra="ignore",
-                                      env_nested_delimiter="_", env_nested_max_split=1)
+    model_config = SettingsConfigDict(
+        env_prefix="GENESIS_", env_file=".env", extra="ignore", env_nested_delimiter="_", env_nested_max_split=1
+    )
 
     # Services.
     database_url: str = Field(
         default="postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis",
-        description="Postgres, the system of record (SQLAlchemy URL with the asyncpg driver).")
+        description="Postgres, the system of record (SQLAlchemy URL with the asyncpg driver).",
+    )
     redis_url: str = Field(
-        default="redis://127.0.0.1:6379/0", description="Redis: hot, expiring state and pub/sub channels.")
+        default="redis://127.0.0.1:6379/0", description="Redis: hot, expiring state and pub/sub channels."
+    )
     task_queue: str = Field(
         default="genesis",
-        description="The worker's task queue; LLM calls use `<task_queue>-llm` and GEPA steps `<task_queue>-gepa`.")
+        description="The worker's task queue; LLM calls use `<task_queue>-llm` and GEPA steps `<task_queue>-gepa`.",
+    )
     trusted_proxies: str = Field(
         default="",
         description="Reverse proxies whose X-Forwarded-For / X-Forwarded-Proto the API believes, as comma-separated "
-                    "IPs or CIDRs (e.g. `10.0.0.5,172.18.0.0/16`). Empty: nobody's; the client is the connection's "
-                    "peer. Applied by `python -m api`.")
+        "IPs or CIDRs (e.g. `10.0.0.5,172.18.0.0/16`). Empty: nobody's; the client is the connection's "
+        "peer. Applied by `python -m api`.",
+    )
     state_dir: Path = Field(
         default=PROJECT_ROOT / ".state",
-        description="Local state: the Temporal dev server's SQLite file, service logs, generated secrets.")
+        description="Local state: the Temporal dev server's SQLite file, service logs, generated secrets.",
+    )
     activate_mutations: bool = Field(
-        default=True, description="Activate mutations that pass their sandbox test; false: they end at `sandbox_ok`.")
+        default=True, description="Activate mutations that pass their sandbox test; false: they end at `sandbox_ok`."
+    )
     mutations_dir: Path = Field(
         default=PROJECT_ROOT / "mutations",
-        description="Where activation writes audit copies `trait_{name}_v{N}.py` (nothing imports them).")
+        description="Where activation writes audit copies `trait_{name}_v{N}.py` (nothing imports them).",
+    )
     rollback_threshold: float = Field(
-        default=-0.10, description="Fitness delta at or below which a live trait is rolled back.")
+        default=-0.10, description="Fitness delta at or below which a live trait is rolled back."
+    )
 
     # Agents' identity and the propose path.
     auth: Literal["required", "open"] = Field(
         default="required",
         description="`required`: write endpoints need an agent's X-API-Key and operator endpoints an X-Operator-Key. "
-                    "`open`: keyless proposals (`agent_id` in the body) and keyless operator endpoints, for local "
-                    "experiments only (the API logs a warning at start); a key that is sent is still checked.")
+        "`open`: keyless proposals (`agent_id` in the body) and keyless operator endpoints, for local "
+        "experiments only (the API logs a warning at start); a key that is sent is still checked.",
+    )
 
     batch_max_items: int = Field(
-        default=10, ge=1, le=100, description="Proposals in one `POST /api/mutations/propose/batch`.")
+        default=10, ge=1, le=100, description="Proposals in one `POST /api/mutations/propose/batch`."
+    )
 
     outbound_private_allow: str = Field(
         default="",
         description="Private destinations the server may still connect to for clients (clones, `egress_allow`, "
-                    "webhooks): `host:port`, `[v6]:port`, CIDR networks or bare addresses (every port), comma "
-                    "separated. Everything else must resolve to global addresses only.")
+        "webhooks): `host:port`, `[v6]:port`, CIDR networks or bare addresses (every port), comma "
+        "separated. Everything else must resolve to global addresses only.",
+    )
 
     @field_validator("outbound_private_allow")
     @classmethod
     def _outbound_private_allow(cls, value: str) -> str:
         netpolicy.AllowList.parse(value)  # ValueError names the bad entry
         return value
+
     forced_trigger_limit: int = Field(
-        default=10, ge=1,
+        default=10,
+        ge=1,
         description="Operators' forced triggers (`POST /api/evolution/trigger`) per window; over it 429 "
-                    "FORCED_TRIGGER_LIMIT (they are not held by the Watcher's circuit breaker).")
-    forced_trigger_window_s: int = Field(default=600, ge=1, description="The window of `forced_trigger_limit`, in seconds.")
+        "FORCED_TRIGGER_LIMIT (they are not held by the Watcher's circuit breaker).",
+    )
+    forced_trigger_window_s: int = Field(
+        default=600, ge=1, description="The window of `forced_trigger_limit`, in seconds."
+    )
 
     # Evolution cycles: Architect and Coder LLM agents.
     evolution_cycles_enabled: bool = Field(
-        default=True, description="The Watcher starts an evolution cycle for each trigger.")
+        default=True, description="The Watcher starts an evolution cycle for each trigger."
+    )
     schedule_min_interval_s: float = Field(
-        default=60.0, gt=0, description="Shortest interval a periodic improvement schedule may have.")
+        default=60.0, gt=0, description="Shortest interval a periodic improvement schedule may have."
+    )
     metrics_host: str = Field(
-        default="127.0.0.1", description="Address the engine's and the worker's `/metrics` servers listen on.")
+        default="127.0.0.1", description="Address the engine's and the worker's `/metrics` servers listen on."
+    )
 
-    temporal: TemporalSettings = Field(default_factory=TemporalSettings, title='Temporal',
-        description='The Temporal server every process talks to.')
-    api: ApiSettings = Field(default_factory=ApiSettings, title='API',
-        description='The API process.')
-    sandbox: SandboxSettings = Field(default_factory=SandboxSettings, title='Sandbox test',
-        description='The sandbox test of a new mutation: a fresh trait-host container running a seeded world.')
-    trait: TraitSettings = Field(default_factory=TraitSettings, title='Traits',
-        description="Limits of one agent's traits, and what a name clash means.")
-    engine: EngineSettings = Field(default_factory=EngineSettings, title='World engine',
-        description='The world engine (`python -m engine`) and its live trait host.')
-    workflow: WorkflowSettings = Field(default_factory=WorkflowSettings, title='Workflow starts',
-        description='How the API starts the workflows of recorded proposals.')
-    observation: ObservationSettings = Field(default_factory=ObservationSettings, title='Observation',
-        description='The observation window after activation that decides keep or roll back.')
-    ratelimit: RatelimitSettings = Field(default_factory=RatelimitSettings, title='Rate limits',
-        description='Proposal rate limits (Redis, atomic).')
-    telemetry: TelemetrySettings = Field(default_factory=TelemetrySettings, title='Telemetry stream',
-        description='WS /api/agents/telemetry: one Redis subscription per API process, fanned out to every socket.')
-    webhook: WebhookSettings = Field(default_factory=WebhookSettings, title='Webhooks',
-        description="Signed POSTs to a proposal's notify_url.")
-    task: TaskSettings = Field(default_factory=TaskSettings, title='Tasks',
-        description='Tasks for external agents and claims on them.')
-    watcher: WatcherSettings = Field(default_factory=WatcherSettings, title='Watcher',
-        description='The Watcher (`python -m evolution`).')
-    llm: LlmSettings = Field(default_factory=LlmSettings, title='LLM',
-        description='The LLM provider of evolution cycles (Architect and Coder).')
-    log: LogSettings = Field(default_factory=LogSettings, title='Logs',
-        description='Logging of every process.')
-    worker: WorkerSettings = Field(default_factory=WorkerSettings, title='Worker',
-        description='The Temporal worker process (`python worker.py`).')
-    gepa: GepaSettings = Field(default_factory=GepaSettings, title='GEPA optimisation steps',
-        description='POST /connect-git, /execute_step, GET /program.')
-
+    temporal: TemporalSettings = Field(
+        default_factory=TemporalSettings, title="Temporal", description="The Temporal server every process talks to."
+    )
+    api: ApiSettings = Field(default_factory=ApiSettings, title="API", description="The API process.")
+    sandbox: SandboxSettings = Field(
+        default_factory=SandboxSettings,
+        title="Sandbox test",
+        description="The sandbox test of a new mutation: a fresh trait-host container running a seeded world.",
+    )
+    trait: TraitSettings = Field(
+        default_factory=TraitSettings,
+        title="Traits",
+        description="Limits of one agent's traits, and what a name clash means.",
+    )
+    engine: EngineSettings = Field(
+        default_factory=EngineSettings,
+        title="World engine",
+        description="The world engine (`python -m engine`) and its live trait host.",
+    )
+    workflow: WorkflowSettings = Field(
+        default_factory=WorkflowSettings,
+        title="Workflow starts",
+        description="How the API starts the workflows of recorded proposals.",
+    )
+    observation: ObservationSettings = Field(
+        default_factory=ObservationSettings,
+        title="Observation",
+        description="The observation window after activation that decides keep or roll back.",
+    )
+    ratelimit: RatelimitSettings = Field(
+        default_factory=RatelimitSettings, title="Rate limits", description="Proposal rate limits (Redis, atomic)."
+    )
+    telemetry: TelemetrySettings = Field(
+        default_factory=TelemetrySettings,
+        title="Telemetry stream",
+        description="WS /api/agents/telemetry: one Redis subscription per API process, fanned out to every socket.",
+    )
+    webhook: WebhookSettings = Field(
+        default_factory=WebhookSettings, title="Webhooks", description="Signed POSTs to a proposal's notify_url."
+    )
+    task: TaskSettings = Field(
+        default_factory=TaskSettings, title="Tasks", description="Tasks for external agents and claims on them."
+    )
+    watcher: WatcherSettings = Field(
+        default_factory=WatcherSettings, title="Watcher", description="The Watcher (`python -m evolution`)."
+    )
+    llm: LlmSettings = Field(
+        default_factory=LlmSettings,
+        title="LLM",
+        description="The LLM provider of evolution cycles (Architect and Coder).",
+    )
+    log: LogSettings = Field(default_factory=LogSettings, title="Logs", description="Logging of every process.")
+    worker: WorkerSettings = Field(
+        default_factory=WorkerSettings, title="Worker", description="The Temporal worker process (`python worker.py`)."
+    )
+    gepa: GepaSettings = Field(
+        default_factory=GepaSettings,
+        title="GEPA optimisation steps",
+        description="POST /connect-git, /execute_step, GET /program.",
+    )
 
     def gepa_task_queue(self) -> str:
         return self.task_queue + self.gepa.task_queue_suffix
@@ -516,8 +656,11 @@ def _env_value(value: object) -> str:
     return str(value)
 
 
-GROUPS = tuple(name for name, field in Settings.model_fields.items()
-               if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel))
+GROUPS = tuple(
+    name
+    for name, field in Settings.model_fields.items()
+    if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel)
+)
 
 
 @lru_cache

@@ -141,8 +141,9 @@ def _prefix_of(model: type[BaseModel], inherited: str | None) -> str:
     return own or inherited or ""
 
 
-def sections(model: type[BaseModel] = Settings, *, title: str = "Settings", intro: str = "",
-             prefix: str | None = None) -> list[Section]:
+def sections(
+    model: type[BaseModel] = Settings, *, title: str = "Settings", intro: str = "", prefix: str | None = None
+) -> list[Section]:
     """The settings of ``model`` as sections: its plain fields first, then one section per group."""
     prefix = _prefix_of(model, prefix)
     case_sensitive = bool(model.model_config.get("case_sensitive", False))
@@ -152,13 +153,23 @@ def sections(model: type[BaseModel] = Settings, *, title: str = "Settings", intr
     for name, field in model.model_fields.items():
         group = _model_of(field.annotation)
         if group is not None:
-            groups += sections(group, title=field.title or name.replace("_", " ").capitalize(),
-                               intro=field.description or group.__doc__ or "", prefix=f"{prefix}{name}{delimiter}")
+            groups += sections(
+                group,
+                title=field.title or name.replace("_", " ").capitalize(),
+                intro=field.description or group.__doc__ or "",
+                prefix=f"{prefix}{name}{delimiter}",
+            )
             continue
         if not field.description:
             raise UndocumentedSetting(f"{model.__name__}.{name} has no description: add description=... to its Field")
-        rows.append(Row(_env_name(name, field, prefix, case_sensitive), _show_default(_default_of(field)),
-                        _values(field), field.description))
+        rows.append(
+            Row(
+                _env_name(name, field, prefix, case_sensitive),
+                _show_default(_default_of(field)),
+                _values(field),
+                field.description,
+            )
+        )
     return ([Section(title, intro, rows)] if rows else []) + groups
 
 
@@ -201,8 +212,9 @@ def render() -> str:
             parts.append(" ".join(section.intro.split()) + "\n")
         parts.append(_table(section.rows) + "\n")
     parts.append("## The command line\n")
-    parts.append("`genesis` is a client of the API and reads its own variables; "
-                 "each is also an option of the command shown.\n")
+    parts.append(
+        "`genesis` is a client of the API and reads its own variables; each is also an option of the command shown.\n"
+    )
     parts.append(_table(cli_rows(), values_header="option") + "\n")
     return "\n".join(parts)
 

@@ -35,8 +35,7 @@ READABLE_ATTRS: dict[str, tuple[str, str]] = {
     "traits": ("list[str]", "names of the traits this entity carries"),
     "energy_consumption_rate": (
         "float",
-        f"metabolism multiplier, {MIN_CONSUMPTION_RATE}..{MAX_CONSUMPTION_RATE}; "
-        "it also scales the speed cap",
+        f"metabolism multiplier, {MIN_CONSUMPTION_RATE}..{MAX_CONSUMPTION_RATE}; it also scales the speed cap",
     ),
     "generation": ("int", "0 for the first population, parent's + 1 for newborns"),
     "neighbors": ("int", "other entities within sensing range"),
@@ -57,7 +56,10 @@ WRITABLE_ATTRS: dict[str, tuple[str, float | None, float | None]] = {
 METHODS: dict[str, tuple[str, str]] = {
     "move": ("move(dx: float, dy: float) -> None", "move this tick along (dx, dy) at the current speed"),
     "move_towards": ("move_towards(x: float, y: float) -> None", "move this tick towards a point at the current speed"),
-    "eat": ("eat() -> None", "eat the nearest resource within reach this tick (entities also eat by instinct when hungry)"),
+    "eat": (
+        "eat() -> None",
+        "eat the nearest resource within reach this tick (entities also eat by instinct when hungry)",
+    ),
     "nearest_resource": (
         "nearest_resource() -> tuple[float, float, float] | None",
         "(dx, dy, distance) to the nearest sensed resource, or None",
@@ -79,8 +81,7 @@ def as_wire() -> dict[str, Any]:
         "api_version": API_VERSION,
         "readable": sorted(READABLE_ATTRS),
         "writable": {
-            name: {"type": kind, "min": low, "max": high}
-            for name, (kind, low, high) in WRITABLE_ATTRS.items()
+            name: {"type": kind, "min": low, "max": high} for name, (kind, low, high) in WRITABLE_ATTRS.items()
         },
         "methods": sorted(METHODS),
         "max_state_length": MAX_STATE_LENGTH,

@@ -17,7 +17,7 @@ from __future__ import annotations
 import gc
 import time
 
-from prometheus_client.core import GaugeMetricFamily, REGISTRY, SummaryMetricFamily
+from prometheus_client.core import REGISTRY, GaugeMetricFamily, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
 GENERATIONS = (0, 1, 2)
@@ -50,19 +50,23 @@ class _PauseCollector(Collector):
             self.max_s[generation] = elapsed
 
     def collect(self):
-        pauses = SummaryMetricFamily("genesis_gc_pause_seconds",
-                                     "Time spent in CPython garbage collections", labels=["generation"])
-        longest = GaugeMetricFamily("genesis_gc_pause_max_seconds",
-                                    "Longest CPython garbage collection so far", labels=["generation"])
+        pauses = SummaryMetricFamily(
+            "genesis_gc_pause_seconds", "Time spent in CPython garbage collections", labels=["generation"]
+        )
+        longest = GaugeMetricFamily(
+            "genesis_gc_pause_max_seconds", "Longest CPython garbage collection so far", labels=["generation"]
+        )
         for generation in GENERATIONS:
             label = [str(generation)]
             pauses.add_metric(label, self.count[generation], self.total_s[generation])
             longest.add_metric(label, self.max_s[generation])
         yield pauses
         yield longest
-        yield GaugeMetricFamily("genesis_gc_frozen_objects",
-                                "Objects of the start-up heap exempted from collections (gc.freeze)",
-                                value=gc.get_freeze_count())
+        yield GaugeMetricFamily(
+            "genesis_gc_frozen_objects",
+            "Objects of the start-up heap exempted from collections (gc.freeze)",
+            value=gc.get_freeze_count(),
+        )
 
 
 _collector: _PauseCollector | None = None

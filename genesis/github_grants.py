@@ -20,7 +20,7 @@ class InstallationGrants:
     grants: frozenset[tuple[int, str]] = frozenset()
 
     @classmethod
-    def parse(cls, text: str) -> "InstallationGrants":
+    def parse(cls, text: str) -> InstallationGrants:
         """Raises ValueError naming the first malformed entry."""
         grants = set()
         for entry in (part.strip() for part in text.split(",")):
@@ -28,12 +28,14 @@ class InstallationGrants:
                 continue
             match = _ENTRY.match(entry)
             if match is None:
-                raise ValueError(f"GitHub installation grant {entry!r} must be <installation_id>=<agent_id> "
-                                 f"or <installation_id>=*")
+                raise ValueError(
+                    f"GitHub installation grant {entry!r} must be <installation_id>=<agent_id> or <installation_id>=*"
+                )
             grants.add((int(match["installation"]), match["agent"]))
         return cls(frozenset(grants))
 
     def allows(self, installation_id: int, agent_id: str | None) -> bool:
         """``agent_id`` None: a keyless caller (GENESIS_AUTH=open), allowed only by a ``*`` entry."""
         return (installation_id, ANY_CALLER) in self.grants or (
-            agent_id is not None and (installation_id, agent_id) in self.grants)
+            agent_id is not None and (installation_id, agent_id) in self.grants
+        )

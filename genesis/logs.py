@@ -41,7 +41,7 @@ UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access")
 def ids_from_workflow_id(workflow_id: str) -> dict[str, str]:
     for prefix, field in WORKFLOW_ID_PREFIXES:
         if workflow_id.startswith(prefix):
-            return {field: workflow_id[len(prefix):]}
+            return {field: workflow_id[len(prefix) :]}
     return {}
 
 
@@ -49,14 +49,21 @@ def _temporal_context(record: logging.LogRecord | None) -> dict[str, Any]:
     """Workflow/activity identity of the current log call, if it comes from Temporal code."""
     details = getattr(record, "temporal_activity", None) or getattr(record, "temporal_workflow", None)
     if details:
-        found = {"workflow_id": details.get("workflow_id"), "run_id": details.get("workflow_run_id") or details.get("run_id")}
+        found = {
+            "workflow_id": details.get("workflow_id"),
+            "run_id": details.get("workflow_run_id") or details.get("run_id"),
+        }
         if "activity_type" in details:
             found.update(activity=details["activity_type"], attempt=details.get("attempt"))
         return {k: v for k, v in found.items() if v is not None}
     if activity.in_activity():
         info = activity.info()
-        return {"workflow_id": info.workflow_id, "run_id": info.workflow_run_id,
-                "activity": info.activity_type, "attempt": info.attempt}
+        return {
+            "workflow_id": info.workflow_id,
+            "run_id": info.workflow_run_id,
+            "activity": info.activity_type,
+            "attempt": info.attempt,
+        }
     return {}
 
 
@@ -74,6 +81,7 @@ def _add_service(service: str):
     def add(_logger: Any, _method: str, event_dict: dict[str, Any]) -> dict[str, Any]:
         event_dict.setdefault("service", service)
         return event_dict
+
     return add
 
 
@@ -93,9 +101,13 @@ def configure_logging(service: str, settings: Settings) -> None:
     ]
     # Console tracebacks as Python prints them: structlog's default (rich, with every frame's
     # locals) took tens of ms and ~600 lines per failed activity, e.g. every gatekeeper rejection.
-    renderer = (structlog.processors.JSONRenderer() if json_lines
-                else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(),
-                                                   exception_formatter=structlog.dev.plain_traceback))
+    renderer = (
+        structlog.processors.JSONRenderer()
+        if json_lines
+        else structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
+    )
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[structlog.stdlib.ExtraAdder(allow=CONTEXT_FIELDS), *shared],
         processors=[

@@ -23,9 +23,9 @@ import asyncio
 import ipaddress
 import socket
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import psutil
@@ -61,8 +61,9 @@ class NotGlobal(Refused):
     which ("127.0.0.1 is a loopback address"); the message adds how an operator allows it."""
 
     def __init__(self, reason: str):
-        super().__init__(f"{reason}; the server connects only to global addresses unless the operator "
-                         f"allows the host ({SETTING})")
+        super().__init__(
+            f"{reason}; the server connects only to global addresses unless the operator allows the host ({SETTING})"
+        )
         self.reason = reason
 
 
@@ -136,13 +137,20 @@ def canonical_host(host: str) -> str:
     if address is not None:
         return str(address)
     labels = name.split(".")
-    if not name or any(not label or len(label) > 63 or label.startswith("-") or label.endswith("-")
-                       or not all(c.isalnum() or c in "-_" for c in label) for label in labels):
+    if not name or any(
+        not label
+        or len(label) > 63
+        or label.startswith("-")
+        or label.endswith("-")
+        or not all(c.isalnum() or c in "-_" for c in label)
+        for label in labels
+    ):
         raise Refused(f"{host!r} is not a valid host name")
     return name
 
 
 # --- the address check ----------------------------------------------------------------------
+
 
 def embedded_ipv4(address: Address) -> ipaddress.IPv4Address | None:
     """The IPv4 address an IPv6 one stands for (mapped, NAT64, 6to4, IPv4-compatible), if any."""
@@ -216,6 +224,7 @@ def address_problem(address: Address, own_networks: tuple[Network, ...] | None =
 
 # --- the operator's allow-list -------------------------------------------------------------
 
+
 def split_host_port(entry: str) -> tuple[str, int]:
     """``host:port`` or ``[v6]:port`` as (canonical host, port); ValueError says what is wrong."""
     host, sep, port = entry.strip().rpartition(":")
@@ -237,7 +246,7 @@ class AllowList:
     networks: tuple[Network, ...] = ()
 
     @classmethod
-    def parse(cls, text: str) -> "AllowList":
+    def parse(cls, text: str) -> AllowList:
         """Comma-separated ``host:port``, ``[v6]:port``, CIDR networks or bare addresses."""
         pairs, networks = set(), []
         for entry in filter(None, (part.strip() for part in (text or "").split(","))):
@@ -257,8 +266,11 @@ class AllowList:
         return cls(frozenset(pairs), tuple(networks))
 
     def covers(self, host: str, port: int, address: Address) -> bool:
-        return ((host, port) in self.pairs or (str(address), port) in self.pairs
-                or any(address.version == n.version and address in n for n in self.networks))
+        return (
+            (host, port) in self.pairs
+            or (str(address), port) in self.pairs
+            or any(address.version == n.version and address in n for n in self.networks)
+        )
 
 
 @dataclass(frozen=True)
@@ -271,10 +283,11 @@ class NetPolicy:
     resolver: Resolver | None = None  # None: the system resolver (getaddrinfo)
 
     @classmethod
-    def from_settings(cls, settings, *, webhooks: bool = False) -> "NetPolicy":
+    def from_settings(cls, settings, *, webhooks: bool = False) -> NetPolicy:
         """The operator's policy; for webhook receivers ``GENESIS_WEBHOOK_ALLOW_PRIVATE`` lifts it."""
-        return cls(AllowList.parse(settings.outbound_private_allow),
-                   allow_any=webhooks and settings.webhook.allow_private)
+        return cls(
+            AllowList.parse(settings.outbound_private_allow), allow_any=webhooks and settings.webhook.allow_private
+        )
 
 
 @dataclass(frozen=True)
@@ -339,8 +352,12 @@ def _prepare(host: str, port: int, policy: NetPolicy) -> tuple[str, Address | No
     name = canonical_host(host)
     address = literal_address(name)
     loopback_name = name == "localhost" or name.endswith(".localhost")  # RFC 6761: whatever a resolver answers
-    if (address is None and loopback_name and not policy.allow_any
-            and not policy.allow.covers(name, port, ipaddress.ip_address("127.0.0.1"))):
+    if (
+        address is None
+        and loopback_name
+        and not policy.allow_any
+        and not policy.allow.covers(name, port, ipaddress.ip_address("127.0.0.1"))
+    ):
         raise NotGlobal(f"{name} is a loopback name")
     return name, address
 
@@ -367,7 +384,7 @@ async def check_async(host: str, port: int, policy: NetPolicy, timeout: float = 
     lookup = asyncio.get_running_loop().run_in_executor(_RESOLVERS, policy.resolver or _system_resolve, name, port)
     try:
         resolved = await asyncio.wait_for(lookup, timeout)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise Unresolvable(f"cannot resolve {name}: no answer within {timeout:g}s") from None
     except OSError as exc:
         raise Unresolvable(f"cannot resolve {name}: {exc.strerror or exc}") from None

@@ -31,6 +31,7 @@ MAX_INTENTS_PER_CALL = 16
 def trait_language() -> tuple[int, int]:
     return TRAIT_LANGUAGE
 
+
 # Modules a trait may import (seed order). Only the module itself, never a submodule.
 ALLOWED_IMPORTS: tuple[str, ...] = (
     "__future__",
@@ -95,54 +96,175 @@ MODULE_ATTR_DENYLIST: dict[str, dict[str, str]] = {
 }
 
 # Names that may not appear at all (as a call, a reference, or a binding of your own).
-BANNED_CALLS: frozenset[str] = frozenset({
-    # seed
-    "eval", "exec", "compile", "open", "__import__", "print", "globals",
-    # introspection and attribute access by string
-    "locals", "vars", "dir", "getattr", "setattr", "delattr", "hasattr",
-    "type", "super", "memoryview",
-    # descriptors: make attribute access run code
-    "classmethod", "staticmethod", "property",
-    # interpreter and terminal
-    "input", "breakpoint", "help", "exit", "quit", "copyright", "credits", "license",
-    "__build_class__",
-})
+BANNED_CALLS: frozenset[str] = frozenset(
+    {
+        # seed
+        "eval",
+        "exec",
+        "compile",
+        "open",
+        "__import__",
+        "print",
+        "globals",
+        # introspection and attribute access by string
+        "locals",
+        "vars",
+        "dir",
+        "getattr",
+        "setattr",
+        "delattr",
+        "hasattr",
+        "type",
+        "super",
+        "memoryview",
+        # descriptors: make attribute access run code
+        "classmethod",
+        "staticmethod",
+        "property",
+        # interpreter and terminal
+        "input",
+        "breakpoint",
+        "help",
+        "exit",
+        "quit",
+        "copyright",
+        "credits",
+        "license",
+        "__build_class__",
+    }
+)
 
 # Exception classes a trait may not name: the host's deadline/kill signals derive from
 # BaseException and must never be caught (``except:`` is banned for the same reason).
-BANNED_EXCEPTION_NAMES: frozenset[str] = frozenset({
-    "BaseException", "BaseExceptionGroup", "SystemExit", "KeyboardInterrupt", "GeneratorExit",
-})
+BANNED_EXCEPTION_NAMES: frozenset[str] = frozenset(
+    {
+        "BaseException",
+        "BaseExceptionGroup",
+        "SystemExit",
+        "KeyboardInterrupt",
+        "GeneratorExit",
+    }
+)
 
 # Attributes that are refused on any object. Every ``_``-prefixed attribute is refused as well.
-BANNED_ATTRS: frozenset[str] = frozenset({
-    # seed
-    "__subclasses__", "__globals__", "__code__", "__builtins__", "__dict__",
-    # frames, generators, coroutines, async generators, tracebacks, code objects, cells
-    "gi_frame", "gi_code", "gi_yieldfrom", "gi_running", "gi_suspended",
-    "cr_frame", "cr_code", "cr_await", "cr_origin", "cr_running", "cr_suspended",
-    "ag_frame", "ag_code", "ag_await", "ag_running",
-    "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "f_trace", "f_lasti", "f_lineno",
-    "tb_frame", "tb_next", "tb_lasti", "tb_lineno",
-    "co_code", "co_consts", "co_names", "co_varnames", "co_filename", "co_lines", "co_positions",
-    "cell_contents",
-    # attribute traversal driven by strings and objects handed out by exceptions
-    "format", "format_map", "obj", "mro",
-})
+BANNED_ATTRS: frozenset[str] = frozenset(
+    {
+        # seed
+        "__subclasses__",
+        "__globals__",
+        "__code__",
+        "__builtins__",
+        "__dict__",
+        # frames, generators, coroutines, async generators, tracebacks, code objects, cells
+        "gi_frame",
+        "gi_code",
+        "gi_yieldfrom",
+        "gi_running",
+        "gi_suspended",
+        "cr_frame",
+        "cr_code",
+        "cr_await",
+        "cr_origin",
+        "cr_running",
+        "cr_suspended",
+        "ag_frame",
+        "ag_code",
+        "ag_await",
+        "ag_running",
+        "f_back",
+        "f_globals",
+        "f_locals",
+        "f_builtins",
+        "f_code",
+        "f_trace",
+        "f_lasti",
+        "f_lineno",
+        "tb_frame",
+        "tb_next",
+        "tb_lasti",
+        "tb_lineno",
+        "co_code",
+        "co_consts",
+        "co_names",
+        "co_varnames",
+        "co_filename",
+        "co_lines",
+        "co_positions",
+        "cell_contents",
+        # attribute traversal driven by strings and objects handed out by exceptions
+        "format",
+        "format_map",
+        "obj",
+        "mro",
+    }
+)
 
 # Builtins a trait may use. Anything else (and anything not defined in the trait) is an
 # undefined name.
-ALLOWED_BUILTINS: frozenset[str] = frozenset({
-    "abs", "all", "any", "bin", "bool", "bytes", "callable", "chr", "complex", "dict",
-    "divmod", "enumerate", "filter", "float", "frozenset", "hash", "hex", "int", "isinstance",
-    "issubclass", "iter", "len", "list", "map", "max", "min", "next", "object", "oct", "ord",
-    "pow", "range", "repr", "reversed", "round", "set", "slice", "sorted", "str", "sum",
-    "tuple", "zip", "NotImplemented", "Ellipsis",
-    # exceptions a trait may raise or catch
-    "ArithmeticError", "AssertionError", "AttributeError", "Exception", "FloatingPointError",
-    "IndexError", "KeyError", "LookupError", "NotImplementedError", "OverflowError",
-    "RuntimeError", "StopIteration", "TypeError", "ValueError", "ZeroDivisionError",
-})
+ALLOWED_BUILTINS: frozenset[str] = frozenset(
+    {
+        "abs",
+        "all",
+        "any",
+        "bin",
+        "bool",
+        "bytes",
+        "callable",
+        "chr",
+        "complex",
+        "dict",
+        "divmod",
+        "enumerate",
+        "filter",
+        "float",
+        "frozenset",
+        "hash",
+        "hex",
+        "int",
+        "isinstance",
+        "issubclass",
+        "iter",
+        "len",
+        "list",
+        "map",
+        "max",
+        "min",
+        "next",
+        "object",
+        "oct",
+        "ord",
+        "pow",
+        "range",
+        "repr",
+        "reversed",
+        "round",
+        "set",
+        "slice",
+        "sorted",
+        "str",
+        "sum",
+        "tuple",
+        "zip",
+        "NotImplemented",
+        "Ellipsis",
+        # exceptions a trait may raise or catch
+        "ArithmeticError",
+        "AssertionError",
+        "AttributeError",
+        "Exception",
+        "FloatingPointError",
+        "IndexError",
+        "KeyError",
+        "LookupError",
+        "NotImplementedError",
+        "OverflowError",
+        "RuntimeError",
+        "StopIteration",
+        "TypeError",
+        "ValueError",
+        "ZeroDivisionError",
+    }
+)
 
 TIMEOUT_MS = 5
 MAX_LOOP_ITERATIONS = 100
@@ -219,8 +341,7 @@ def sandbox_api_document() -> dict[str, Any]:
         "trait_language": {
             "python": "%d.%d" % trait_language(),
             "runtime": "cpython",
-            "note": "traits are parsed as this Python version and run on it, in the sandbox test "
-                    "and live alike",
+            "note": "traits are parsed as this Python version and run on it, in the sandbox test and live alike",
         },
         "trait_pattern": TRAIT_PATTERN,
         "required_method": REQUIRED_METHOD,
@@ -238,9 +359,7 @@ def sandbox_api_document() -> dict[str, Any]:
         "max_intents_per_call": MAX_INTENTS_PER_CALL,
         "trait_name_pattern": TRAIT_NAME_PATTERN,
         "allowed_builtins": sorted(ALLOWED_BUILTINS),
-        "forbidden_module_attrs": {
-            module: sorted(names) for module, names in sorted(MODULE_ATTR_DENYLIST.items())
-        },
+        "forbidden_module_attrs": {module: sorted(names) for module, names in sorted(MODULE_ATTR_DENYLIST.items())},
         "entity_api": entity_api.as_wire(),
         "entity_readable_attrs": {
             name: {"type": kind, "description": description}

@@ -21,8 +21,10 @@ from genesis.logs import configure_logging
 from genesis.temporal import connect
 from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME
 
-SEARCH_ATTRIBUTES = {key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
-                     for key in (SA_AGENT_ID, SA_TRAIT_NAME, SA_STATUS, SA_FAILURE_CODE)}
+SEARCH_ATTRIBUTES = {
+    key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
+    for key in (SA_AGENT_ID, SA_TRAIT_NAME, SA_STATUS, SA_FAILURE_CODE)
+}
 
 log = logging.getLogger("genesis.temporal_setup")
 
@@ -55,8 +57,12 @@ def main() -> None:
     settings = get_settings()
     configure_logging("temporal-setup", settings)
     added = asyncio.run(_connect_and_ensure(settings))
-    log.info("search attributes on namespace %s: added %s, all of %s present",
-             settings.temporal.namespace, added or "none", sorted(SEARCH_ATTRIBUTES))
+    log.info(
+        "search attributes on namespace %s: added %s, all of %s present",
+        settings.temporal.namespace,
+        added or "none",
+        sorted(SEARCH_ATTRIBUTES),
+    )
 
 
 if __name__ == "__main__":

@@ -37,8 +37,17 @@ class IntentColumns(Mapping):
 
     __slots__ = ("entity", "kind", "attr", "a", "b", "names", "over_a", "over_b", "_dict")
 
-    def __init__(self, entity: np.ndarray, kind: np.ndarray, attr: np.ndarray, a: np.ndarray, b: np.ndarray,
-                 names: list[str], over_a: dict[int, Any], over_b: dict[int, Any]) -> None:
+    def __init__(
+        self,
+        entity: np.ndarray,
+        kind: np.ndarray,
+        attr: np.ndarray,
+        a: np.ndarray,
+        b: np.ndarray,
+        names: list[str],
+        over_a: dict[int, Any],
+        over_b: dict[int, Any],
+    ) -> None:
         self.entity = entity
         self.kind = kind
         self.attr = attr
@@ -69,16 +78,19 @@ class IntentColumns(Mapping):
     def lists_of(self, indices: np.ndarray) -> list[list]:
         """The intents at ``indices`` (ascending) in the plain form."""
         idx = indices.tolist()
-        return [self.intent(i, k, f, s) for i, k, f, s in
-                zip(idx, self.kind[indices].tolist(), self.a[indices].tolist(), self.b[indices].tolist())]
+        return [
+            self.intent(i, k, f, s)
+            for i, k, f, s in zip(idx, self.kind[indices].tolist(), self.a[indices].tolist(), self.b[indices].tolist())
+        ]
 
     def as_dict(self) -> dict[int, list[list]]:
         """``{entity_id: [intent, ...]}``, each entity's intents in the order the host sent them."""
         if self._dict is None:
             out: dict[int, list[list]] = {}
             intent = self.intent
-            for i, (eid, k, f, s) in enumerate(zip(self.entity.tolist(), self.kind.tolist(),
-                                                   self.a.tolist(), self.b.tolist())):
+            for i, (eid, k, f, s) in enumerate(
+                zip(self.entity.tolist(), self.kind.tolist(), self.a.tolist(), self.b.tolist())
+            ):
                 have = out.get(eid)
                 if have is None:
                     out[eid] = [intent(i, k, f, s)]
@@ -100,13 +112,17 @@ def _column(value: Any, keys: tuple[str, ...], count: int, attachment: bytes | N
     reply's attachment}, key one of ``keys`` ("f8", "i8", "i4")."""
     if not isinstance(value, dict) or len(value) != 1 or next(iter(value)) not in keys:
         raise MalformedIntents(f"expected {{{'|'.join(map(repr, keys))}: base64}}")
-    (key, data), = value.items()
+    ((key, data),) = value.items()
     size = int(key[1])
     if type(data) is list:
-        if (attachment is None or len(data) != 2 or any(type(v) is not int for v in data)
-                or not 0 <= data[0] <= data[0] + data[1] <= len(attachment)):
+        if (
+            attachment is None
+            or len(data) != 2
+            or any(type(v) is not int for v in data)
+            or not 0 <= data[0] <= data[0] + data[1] <= len(attachment)
+        ):
             raise MalformedIntents(f"bad {key} column: [offset, length] outside the attachment")
-        raw = attachment[data[0]:data[0] + data[1]]
+        raw = attachment[data[0] : data[0] + data[1]]
     else:
         try:
             raw = base64.b64decode(data, validate=True)
@@ -160,9 +176,14 @@ def decode_intent_groups(groups: Any, attachment: bytes | None = None) -> Intent
     position = np.empty_like(order)
     position[order] = np.arange(len(order))
     return IntentColumns(
-        entity[order], np.concatenate([part.kind for part in decoded])[order], np.concatenate(attrs)[order],
-        np.concatenate([part.a for part in decoded])[order], np.concatenate([part.b for part in decoded])[order],
-        names, {int(position[i]): v for i, v in over_a.items()}, {int(position[i]): v for i, v in over_b.items()},
+        entity[order],
+        np.concatenate([part.kind for part in decoded])[order],
+        np.concatenate(attrs)[order],
+        np.concatenate([part.a for part in decoded])[order],
+        np.concatenate([part.b for part in decoded])[order],
+        names,
+        {int(position[i]): v for i, v in over_a.items()},
+        {int(position[i]): v for i, v in over_b.items()},
     )
 
 
@@ -196,8 +217,13 @@ def decode_intents(columns: Any, attachment: bytes | None = None) -> IntentColum
     over_a: dict[int, Any] = {}
     over_b: dict[int, Any] = {}
     for item in other:
-        if (type(item) is not list or len(item) != 3 or type(item[0]) is not int
-                or not 0 <= item[0] < count or item[1] not in (0, 1)):
+        if (
+            type(item) is not list
+            or len(item) != 3
+            or type(item[0]) is not int
+            or not 0 <= item[0] < count
+            or item[1] not in (0, 1)
+        ):
             raise MalformedIntents("other entries must be [index, 0|1, value]")
         (over_a if item[1] == 0 else over_b)[item[0]] = item[2]
     kind = np.frombuffer(kinds.encode("utf-32-le", "surrogatepass"), dtype="<u4").astype(np.uint32)

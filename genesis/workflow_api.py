@@ -17,6 +17,7 @@ ROLLBACK_WORKFLOW = "RollbackWorkflow"
 def rollback_workflow_id(mutation_id: str) -> str:
     return f"rollback-{mutation_id}"
 
+
 TASK_WORKFLOW = "TaskWorkflow"
 TASK_SIGNAL_MUTATION_ACTIVATED = "mutation_activated"  # arg: mutation_id (from MutationWorkflow)
 TASK_SIGNAL_RESOLVE = "resolve"  # arg: reason (the Watcher, or POST /api/agents/tasks/{id}/resolve)
@@ -25,6 +26,7 @@ TASK_QUERY = "task"  # the AgentTask, or None before the workflow has run
 
 def task_workflow_id(task_id: str) -> str:
     return f"task-{task_id}"
+
 
 EVOLUTION_WORKFLOW = "EvolutionCycleWorkflow"
 EVOLUTION_SIGNAL_WORLD_SNAPSHOT = "world_snapshot"  # the engine, while a world-parameter change is observed

@@ -25,10 +25,14 @@ class ParamBounds(BaseModel):
 
 
 ALLOWED: dict[str, ParamBounds] = {
-    "resource_spawn_chance": ParamBounds(low=0.05, high=1.0, description="chance per tick that one food resource appears"),
+    "resource_spawn_chance": ParamBounds(
+        low=0.05, high=1.0, description="chance per tick that one food resource appears"
+    ),
     "resource_energy": ParamBounds(low=5.0, high=60.0, description="energy in one food resource"),
     "max_resources": ParamBounds(low=20, high=1000, integer=True, description="most food resources at once"),
-    "base_metabolism": ParamBounds(low=0.01, high=0.2, description="energy burnt per tick (times energy_consumption_rate)"),
+    "base_metabolism": ParamBounds(
+        low=0.01, high=0.2, description="energy burnt per tick (times energy_consumption_rate)"
+    ),
     "reproduction_threshold": ParamBounds(low=60.0, high=100.0, description="energy an adult needs to reproduce"),
     "trait_gain_chance": ParamBounds(low=0.0, high=0.6, description="chance that a newborn gains a new live trait"),
 }

@@ -13,7 +13,7 @@ import json
 import secrets
 import shutil
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -24,20 +24,24 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names
-from gepa_steps.coder import CodingAgent
 from genesis import netpolicy
-from gepa_steps import envs as gepa_envs
-from gepa_steps import gitops
-from gepa_steps import programs
 from genesis.config import Settings
 from genesis.db.models import GepaClient, Program
+from gepa_steps import egress, envs as gepa_envs, gitops, image as program_image, programs
+from gepa_steps.coder import CodingAgent
 from gepa_steps.dto import (
-    STEP_FAILED, ConnectRequest, ConnectResult, MutationOutcome, ProgramRun, ProgramStatus, ProgramStatusUpdate, StepRequest,
+    STEP_FAILED,
+    ConnectRequest,
+    ConnectResult,
+    MutationOutcome,
+    ProgramRun,
+    ProgramStatus,
+    ProgramStatusUpdate,
+    StepRequest,
 )
 from gepa_steps.github_app import GitHubApp, GitHubAppError, NotOnGitHub
-from gepa_steps import egress
-from gepa_steps import image as program_image
 from gepa_steps.hosts import HostLimits, ProgramHostDied, ProgramHosts, remove_exited_hosts
+
 
 def storable(value):
     """Program outputs as Postgres can hold them: NUL characters (which JSONB and text refuse)
@@ -60,8 +64,9 @@ class GepaActivities:
         self._settings, self._sessions = settings, sessions
         self._workspace = Path(settings.gepa.workspace_dir)
         self._policy = netpolicy.NetPolicy.from_settings(settings)
-        self._clone_limits = gitops.CloneLimits(settings.gepa.clone_connect_timeout_s, settings.gepa.clone_stall_s,
-                                                settings.gepa.clone_timeout_s)
+        self._clone_limits = gitops.CloneLimits(
+            settings.gepa.clone_connect_timeout_s, settings.gepa.clone_stall_s, settings.gepa.clone_timeout_s
+        )
         self._docker = docker.from_env(timeout=120)
         program_image.ensure(self._docker)
         remove_exited_hosts(self._docker)
@@ -71,28 +76,48 @@ class GepaActivities:
         lm_route, coder_route = f"lm-{secrets.token_hex(12)}", f"coder-{secrets.token_hex(12)}"
         claude_route = f"claude-{secrets.token_hex(12)}"  # the Claude Agent SDK backend's Anthropic API
         self.gateway = egress.EgressGateway(
-            gateway_ip, settings.gepa.gateway_port,
-            routes={lm_route: egress.Route(settings.gepa.lm_base_url, settings.gepa.lm_api_key.get_secret_value()),
-                    coder_route: egress.Route(settings.gepa.coder_base_url, settings.gepa.coder_api_key.get_secret_value()),
-                    claude_route: egress.Route(settings.gepa.anthropic_base_url,
-                                               settings.gepa.anthropic_api_key.get_secret_value(), key_header="x-api-key")},
-            allow=egress.parse_allow_list(settings.gepa.egress_allow), policy=self._policy,
+            gateway_ip,
+            settings.gepa.gateway_port,
+            routes={
+                lm_route: egress.Route(settings.gepa.lm_base_url, settings.gepa.lm_api_key.get_secret_value()),
+                coder_route: egress.Route(settings.gepa.coder_base_url, settings.gepa.coder_api_key.get_secret_value()),
+                claude_route: egress.Route(
+                    settings.gepa.anthropic_base_url,
+                    settings.gepa.anthropic_api_key.get_secret_value(),
+                    key_header="x-api-key",
+                ),
+            },
+            allow=egress.parse_allow_list(settings.gepa.egress_allow),
+            policy=self._policy,
         ).start()
         if settings.gepa.enforce_egress:
             egress.open_host_port(self._docker, settings.gepa.network, self.gateway.port)
             egress.prune_stale_ports(gateway_ip)
         gateway_url = f"http://{gateway_ip}:{self.gateway.port}"
-        proxy = {"HTTP_PROXY": gateway_url, "HTTPS_PROXY": gateway_url, "http_proxy": gateway_url,
-                 "https_proxy": gateway_url, "NO_PROXY": gateway_ip, "no_proxy": gateway_ip}
+        proxy = {
+            "HTTP_PROXY": gateway_url,
+            "HTTPS_PROXY": gateway_url,
+            "http_proxy": gateway_url,
+            "https_proxy": gateway_url,
+            "NO_PROXY": gateway_ip,
+            "no_proxy": gateway_ip,
+        }
         self._hosts = ProgramHosts(
-            self._docker, settings.gepa.network,
-            {"GENESIS_LM_MODEL": settings.gepa.lm_model, "GENESIS_LM_BASE_URL": f"{gateway_url}/{lm_route}",
-             "LITELLM_LOCAL_MODEL_COST_MAP": "true", **proxy},
+            self._docker,
+            settings.gepa.network,
+            {
+                "GENESIS_LM_MODEL": settings.gepa.lm_model,
+                "GENESIS_LM_BASE_URL": f"{gateway_url}/{lm_route}",
+                "LITELLM_LOCAL_MODEL_COST_MAP": "true",
+                **proxy,
+            },
             HostLimits(settings.gepa.runner_memory, settings.gepa.runner_pids_limit, settings.gepa.runner_cpus),
-            idle_s=settings.gepa.runner_idle_s, gateway=self.gateway,
+            idle_s=settings.gepa.runner_idle_s,
+            gateway=self.gateway,
         )
-        self._coder = CodingAgent(self._docker, settings, f"{gateway_url}/{coder_route}", proxy,
-                                  claude_url=f"{gateway_url}/{claude_route}")
+        self._coder = CodingAgent(
+            self._docker, settings, f"{gateway_url}/{coder_route}", proxy, claude_url=f"{gateway_url}/{claude_route}"
+        )
         self._github = GitHubApp(settings)
 
     def close(self) -> None:
@@ -111,23 +136,35 @@ class GepaActivities:
         config, secret = {}, None
         if request.installation_id is not None:
             try:
-                secret = self._github.repository_token(request.installation_id, self._github.repository(request.repo_url))
+                secret = self._github.repository_token(
+                    request.installation_id, self._github.repository(request.repo_url)
+                )
             except NotOnGitHub as exc:
                 raise rejected(str(exc)) from None
             except GitHubAppError as exc:  # its code reaches the API's answer (ConnectResult.error_code)
                 raise ApplicationError(str(exc), type=exc.code, non_retryable=True) from None
             config = GitHubApp.git_auth_config(secret, request.repo_url)
         try:
-            gitops.clone(request.repo_url, dirs.repo, config=config, redact=secret,
-                         pin=self._checked_repository(request.repo_url), limits=self._clone_limits)
+            gitops.clone(
+                request.repo_url,
+                dirs.repo,
+                config=config,
+                redact=secret,
+                pin=self._checked_repository(request.repo_url),
+                limits=self._clone_limits,
+            )
             dirs.worktrees.mkdir(parents=True, exist_ok=True)
             dirs.egress_file.write_text(json.dumps(request.egress_allow))
-            return ConnectResult(client_id=request.client_id, default_branch=gitops.default_branch(dirs.repo),
-                                 head_commit=gitops.head_commit(dirs.repo))
+            return ConnectResult(
+                client_id=request.client_id,
+                default_branch=gitops.default_branch(dirs.repo),
+                head_commit=gitops.head_commit(dirs.repo),
+            )
         except gitops.GitError as exc:
             shutil.rmtree(dirs.root, ignore_errors=True)
-            activity.logger.warning("clone of %s for %s failed: %s", request.repo_url, request.client_id,
-                                    getattr(exc, "detail", exc))
+            activity.logger.warning(
+                "clone of %s for %s failed: %s", request.repo_url, request.client_id, getattr(exc, "detail", exc)
+            )
             raise rejected(f"cloning {request.repo_url} failed: {exc}") from None
 
     def _checked_repository(self, url: str) -> str | None:
@@ -143,8 +180,11 @@ class GepaActivities:
     @activity.defn(name=names.GEPA_RECORD_CLIENT)
     async def record_client(self, client_id: str, status: str, default_branch: str | None, error: str | None) -> None:
         async with self._sessions() as session:
-            await session.execute(update(GepaClient).where(GepaClient.client_id == client_id)
-                                  .values(status=status, default_branch=default_branch, error=error))
+            await session.execute(
+                update(GepaClient)
+                .where(GepaClient.client_id == client_id)
+                .values(status=status, default_branch=default_branch, error=error)
+            )
             await session.commit()
 
     # --- execute_step ------------------------------------------------------------------------
@@ -156,7 +196,9 @@ class GepaActivities:
         async with self._sessions() as session:
             client = await session.get(GepaClient, request.client_id)
             if client is None or client.status != "connected":
-                raise rejected(f"unknown client_id {request.client_id!r}: connect the repository with POST /connect-git first")
+                raise rejected(
+                    f"unknown client_id {request.client_id!r}: connect the repository with POST /connect-git first"
+                )
             start = client.default_branch or "HEAD"
             if request.parent_program_id is not None:
                 parent = await session.get(Program, request.parent_program_id)
@@ -165,8 +207,11 @@ class GepaActivities:
                 if parent.status != ProgramStatus.completed.value:
                     raise rejected(f"parent program {request.parent_program_id!r} is {parent.status}, not completed")
                 start = parent.branch_name
-            await session.execute(update(Program).where(Program.program_id == request.program_id)
-                                  .values(status=ProgramStatus.in_progress.value, updated_at=datetime.now(timezone.utc)))
+            await session.execute(
+                update(Program)
+                .where(Program.program_id == request.program_id)
+                .values(status=ProgramStatus.in_progress.value, updated_at=datetime.now(UTC))
+            )
             await session.commit()
         return start
 
@@ -198,14 +243,19 @@ class GepaActivities:
             program_path.write_text(json.dumps(program_json, indent=2, ensure_ascii=False) + "\n")
             changed = [request.program_json_path]
         parent = request.parent_program_id or start
-        commit = gitops.commit_all(worktree, f"GEPA {request.mutation_type} mutation {request.program_id} (parent {parent})")
-        return MutationOutcome(branch_name=branch, worktree=str(worktree), commit=commit,
-                               program_json=program_json, changed_files=changed)
+        commit = gitops.commit_all(
+            worktree, f"GEPA {request.mutation_type} mutation {request.program_id} (parent {parent})"
+        )
+        return MutationOutcome(
+            branch_name=branch, worktree=str(worktree), commit=commit, program_json=program_json, changed_files=changed
+        )
 
     @staticmethod
     def _read_program_json(path: Path, relative: str, branch: str) -> dict:
         if not path.is_file():
-            raise rejected(f"{relative} does not exist on branch {branch} (program_json_path is relative to the repository root)")
+            raise rejected(
+                f"{relative} does not exist on branch {branch} (program_json_path is relative to the repository root)"
+            )
         try:
             data = json.loads(path.read_text())
         except (ValueError, UnicodeDecodeError) as exc:
@@ -222,28 +272,47 @@ class GepaActivities:
         try:
             requirements = gepa_envs.requirements_of(worktree)
             env_dir = gepa_envs.ensure_environment(
-                Path(self._settings.gepa.envs_dir), requirements, self._settings.gepa.dspy_requirement,
-                progress=activity.heartbeat)
+                Path(self._settings.gepa.envs_dir),
+                requirements,
+                self._settings.gepa.dspy_requirement,
+                progress=activity.heartbeat,
+            )
         except gepa_envs.RequirementsRejected as exc:
             raise rejected(str(exc)) from None
         activity.heartbeat("program host")
         started = time.monotonic()
-        host = self._hosts.host_for(request.client_id, dirs.worktrees, env_dir, waiting=lambda: activity.heartbeat("program host"),
-                                    egress_allow=egress.parse_allow_list(",".join(self._client_egress(dirs))))
+        host = self._hosts.host_for(
+            request.client_id,
+            dirs.worktrees,
+            env_dir,
+            waiting=lambda: activity.heartbeat("program host"),
+            egress_allow=egress.parse_allow_list(",".join(self._client_egress(dirs))),
+        )
         try:
-            reply = host.run({
-                "op": "run", "worktree": f"{program_image.WORKTREES_IN_IMAGE}/{request.program_id}",
-                "program_json_path": request.program_json_path, "entry_point": request.entry_point,
-                "examples": request.test_examples, "capture_traces": request.capture_traces,
-                "timeout_s": self._settings.gepa.run_timeout_s,
-            }, timeout=self._settings.gepa.run_timeout_s + 30, waiting=lambda: activity.heartbeat("running"))
+            reply = host.run(
+                {
+                    "op": "run",
+                    "worktree": f"{program_image.WORKTREES_IN_IMAGE}/{request.program_id}",
+                    "program_json_path": request.program_json_path,
+                    "entry_point": request.entry_point,
+                    "examples": request.test_examples,
+                    "capture_traces": request.capture_traces,
+                    "timeout_s": self._settings.gepa.run_timeout_s,
+                },
+                timeout=self._settings.gepa.run_timeout_s + 30,
+                waiting=lambda: activity.heartbeat("running"),
+            )
         except ProgramHostDied as exc:
             raise ApplicationError(f"the program host failed: {exc}") from None  # retried
         duration_ms = round((time.monotonic() - started) * 1000, 1)
         if not reply.get("ok"):
             raise rejected(f"running {request.entry_point} failed: {reply.get('error')}")
-        return ProgramRun(ok=True, pipeline_outputs=reply.get("pipeline_outputs") or [],
-                          traces=reply.get("traces"), duration_ms=duration_ms)
+        return ProgramRun(
+            ok=True,
+            pipeline_outputs=reply.get("pipeline_outputs") or [],
+            traces=reply.get("traces"),
+            duration_ms=duration_ms,
+        )
 
     @staticmethod
     def _client_egress(dirs: programs.ClientDirs) -> list[str]:
@@ -253,7 +322,7 @@ class GepaActivities:
     async def finish_program(self, change: ProgramStatusUpdate) -> None:
         """Record the step's end, then apply the worktree policy: the worktree goes (unless
         gepa_keep_worktrees), the branch stays for a completed program and goes for a failed one."""
-        values: dict = {"status": change.status.value, "updated_at": datetime.now(timezone.utc)}
+        values: dict = {"status": change.status.value, "updated_at": datetime.now(UTC)}
         if change.program_json is not None:
             values["program_json"] = storable(change.program_json)
         if change.result is not None:
@@ -273,4 +342,3 @@ class GepaActivities:
             await asyncio.to_thread(gitops.remove_worktree, dirs.repo, dirs.worktree(change.program_id))
         if failed:
             await asyncio.to_thread(gitops.delete_branch, dirs.repo, programs.branch_name(change.program_id))
-

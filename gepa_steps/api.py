@@ -5,7 +5,7 @@ queue; this module validates, records and starts them."""
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from urllib.parse import urlsplit
 
 from fastapi import APIRouter, Depends, Path as PathParam, Query, Request
@@ -18,26 +18,45 @@ from temporalio.service import RPCError
 
 from api.auth import API_KEY, authenticate
 from api.errors import ApiError, Responses
-from gepa_steps.schemas import (
-    ConnectGitRequest, ConnectGitResponse, ExecuteStepAccepted, ExecuteStepRequest, ProgramResponse,
-)
 from api.schemas import ErrorResponse
 from genesis import netpolicy
-from gepa_steps import programs
 from genesis.db.models import GepaClient, Program
-from gepa_steps.github_app import GitHubApp, GitHubAppError, InstallationNotFound, NotOnGitHub, RepositoryNotInInstallation
 from genesis.github_grants import InstallationGrants
+from gepa_steps import programs
 from gepa_steps.dto import (
-    GEPA_CONNECT_WORKFLOW, GEPA_STEP_PROGRESS_QUERY, GEPA_STEP_WORKFLOW, ConnectRequest, ConnectResult,
-    ProgramStatus, StepRequest, StepResult,
+    GEPA_CONNECT_WORKFLOW,
+    GEPA_STEP_PROGRESS_QUERY,
+    GEPA_STEP_WORKFLOW,
+    ConnectRequest,
+    ConnectResult,
+    ProgramStatus,
+    StepRequest,
+    StepResult,
+)
+from gepa_steps.github_app import (
+    GitHubApp,
+    GitHubAppError,
+    InstallationNotFound,
+    NotOnGitHub,
+    RepositoryNotInInstallation,
+)
+from gepa_steps.schemas import (
+    ConnectGitRequest,
+    ConnectGitResponse,
+    ExecuteStepAccepted,
+    ExecuteStepRequest,
+    ProgramResponse,
 )
 
 router = APIRouter(tags=["gepa"])
 EXECUTE_STEP_PATH = "/execute_step"
 ERRORS: Responses = {
     401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key (GENESIS_AUTH=required)"},
-    403: {"model": ErrorResponse, "description": "INSTALLATION_NOT_ALLOWED / REPOSITORY_NOT_IN_INSTALLATION: "
-                                                 "the GitHub App installation may not be used for this"},
+    403: {
+        "model": ErrorResponse,
+        "description": "INSTALLATION_NOT_ALLOWED / REPOSITORY_NOT_IN_INSTALLATION: "
+        "the GitHub App installation may not be used for this",
+    },
     404: {"model": ErrorResponse, "description": "Unknown client or program (or another agent's)"},
     409: {"model": ErrorResponse, "description": "PROGRAM_EXISTS: the program_id belongs to another client"},
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
@@ -61,18 +80,23 @@ def _visible(client: GepaClient | None, caller: str | None) -> bool:
 
 
 def _invalid(field: str, message: str) -> ApiError:
-    return ApiError(422, "VALIDATION_ERROR", f"{field}: {message}", extra={"errors": [{"field": field, "message": message}]})
+    return ApiError(
+        422, "VALIDATION_ERROR", f"{field}: {message}", extra={"errors": [{"field": field, "message": message}]}
+    )
 
 
 @router.post("/connect-git", status_code=201, response_model=ConnectGitResponse, responses=ERRORS)
-async def connect_git(body: ConnectGitRequest, request: Request, api_key: str | None = Depends(API_KEY)) -> ConnectGitResponse:
+async def connect_git(
+    body: ConnectGitRequest, request: Request, api_key: str | None = Depends(API_KEY)
+) -> ConnectGitResponse:
     """Register a repository and clone it once (the client's one clone; worktrees branch off it).
     The client belongs to the calling agent: only its X-API-Key can run steps on it."""
     services = request.app.state.services
     owner = await _caller(services, api_key)
     try:
-        url = programs.check_repo_url(body.repo_url, services.settings.gepa.local_repo_roots,
-                                      services.settings.gepa.allow_http_repos)
+        url = programs.check_repo_url(
+            body.repo_url, services.settings.gepa.local_repo_roots, services.settings.gepa.allow_http_repos
+        )
     except programs.InvalidId as exc:
         raise _invalid("repo_url", str(exc)) from None
     if body.installation_id is not None:
@@ -80,21 +104,38 @@ async def connect_git(body: ConnectGitRequest, request: Request, api_key: str | 
     await _check_destinations(netpolicy.NetPolicy.from_settings(services.settings), url, body.egress_allow)
     client_id = programs.new_client_id()
     async with services.sessions() as session:
-        session.add(GepaClient(client_id=client_id, repo_url=url, installation_id=body.installation_id,
-                               owner_agent_id=owner, egress_allow=body.egress_allow, status="connecting"))
+        session.add(
+            GepaClient(
+                client_id=client_id,
+                repo_url=url,
+                installation_id=body.installation_id,
+                owner_agent_id=owner,
+                egress_allow=body.egress_allow,
+                status="connecting",
+            )
+        )
         await session.commit()
     temporal = await services.temporal()
     result: ConnectResult = await temporal.execute_workflow(
-        GEPA_CONNECT_WORKFLOW, ConnectRequest(client_id=client_id, repo_url=url, installation_id=body.installation_id,
-                                              egress_allow=body.egress_allow),
-        id=programs.connect_workflow_id(client_id), task_queue=services.settings.gepa_task_queue(),
+        GEPA_CONNECT_WORKFLOW,
+        ConnectRequest(
+            client_id=client_id, repo_url=url, installation_id=body.installation_id, egress_allow=body.egress_allow
+        ),
+        id=programs.connect_workflow_id(client_id),
+        task_queue=services.settings.gepa_task_queue(),
         result_type=ConnectResult,
     )
     if result.error:
         code = result.error_code if result.error_code in GITHUB_REFUSALS else "CLONE_FAILED"
-        raise ApiError(GITHUB_REFUSALS.get(code, 422), code, result.error, extra={"client_id": client_id, "status": "failed"})
-    return ConnectGitResponse(client_id=client_id, status="connected", default_branch=result.default_branch or "",
-                              egress_allow=body.egress_allow)
+        raise ApiError(
+            GITHUB_REFUSALS.get(code, 422), code, result.error, extra={"client_id": client_id, "status": "failed"}
+        )
+    return ConnectGitResponse(
+        client_id=client_id,
+        status="connected",
+        default_branch=result.default_branch or "",
+        egress_allow=body.egress_allow,
+    )
 
 
 def _check_installation(settings, url: str, installation_id: int, caller: str | None) -> None:
@@ -103,17 +144,23 @@ def _check_installation(settings, url: str, installation_id: int, caller: str | 
     asks GitHub whether the repository's owner is the installation's account)."""
     app = GitHubApp(settings)
     if not app.configured:
-        raise _invalid("installation_id", "this server has no GitHub App configured (GENESIS_GEPA_GITHUB_APP_ID and "
-                                          "GENESIS_GEPA_GITHUB_PRIVATE_KEY_PATH)")
+        raise _invalid(
+            "installation_id",
+            "this server has no GitHub App configured (GENESIS_GEPA_GITHUB_APP_ID and "
+            "GENESIS_GEPA_GITHUB_PRIVATE_KEY_PATH)",
+        )
     try:
         app.repository(url)
     except NotOnGitHub as exc:
         raise _invalid("repo_url", str(exc)) from None
     if not InstallationGrants.parse(settings.gepa.github_installations).allows(installation_id, caller):
         who = f"agent {caller!r}" if caller else "a caller without an X-API-Key"
-        raise ApiError(403, "INSTALLATION_NOT_ALLOWED",
-                       f"installation_id {installation_id} may not be used by {who}: the operator grants "
-                       f"installations to agents (GENESIS_GEPA_GITHUB_INSTALLATIONS)")
+        raise ApiError(
+            403,
+            "INSTALLATION_NOT_ALLOWED",
+            f"installation_id {installation_id} may not be used by {who}: the operator grants "
+            f"installations to agents (GENESIS_GEPA_GITHUB_INSTALLATIONS)",
+        )
 
 
 async def _check_destinations(policy: netpolicy.NetPolicy, url: str, egress_allow: list[str]) -> None:
@@ -135,11 +182,22 @@ async def _check_destinations(policy: netpolicy.NetPolicy, url: str, egress_allo
 
 
 @router.post(
-    EXECUTE_STEP_PATH, response_model=StepResult,
-    responses={**ERRORS, 202: {"model": ExecuteStepAccepted, "description": "?async=true (or the step outlasted the wait): follow status_url"}},
+    EXECUTE_STEP_PATH,
+    response_model=StepResult,
+    responses={
+        **ERRORS,
+        202: {
+            "model": ExecuteStepAccepted,
+            "description": "?async=true (or the step outlasted the wait): follow status_url",
+        },
+    },
 )
-async def execute_step(body: ExecuteStepRequest, request: Request, api_key: str | None = Depends(API_KEY),
-                       run_async: bool = Query(False, alias="async", description="answer 202 at once and run in the background")):
+async def execute_step(
+    body: ExecuteStepRequest,
+    request: Request,
+    api_key: str | None = Depends(API_KEY),
+    run_async: bool = Query(False, alias="async", description="answer 202 at once and run in the background"),
+):
     """Run one GEPA step: a worktree on branch ``program_<program_id>`` from the parent's branch,
     the prompt or code mutation committed there, then the program run on ``test_examples`` in
     the client's sandbox container. Synchronous by default: the answer is the step's result
@@ -148,7 +206,9 @@ async def execute_step(body: ExecuteStepRequest, request: Request, api_key: str 
     services = request.app.state.services
     settings = services.settings
     if len(body.test_examples) > settings.gepa.max_examples:
-        raise _invalid("test_examples", f"at most {settings.gepa.max_examples} examples per step, got {len(body.test_examples)}")
+        raise _invalid(
+            "test_examples", f"at most {settings.gepa.max_examples} examples per step, got {len(body.test_examples)}"
+        )
     if body.mutation_type == "code" and not (body.change_request or "").strip():
         raise _invalid("change_request", "a code mutation needs a change_request")
     step = StepRequest(**body.model_dump())
@@ -164,28 +224,40 @@ async def execute_step(body: ExecuteStepRequest, request: Request, api_key: str 
     temporal = await services.temporal()
     workflow_id = programs.workflow_id(body.program_id)
     handle = await temporal.start_workflow(
-        GEPA_STEP_WORKFLOW, step, id=workflow_id, task_queue=settings.gepa_task_queue(),
-        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING, result_type=StepResult,
+        GEPA_STEP_WORKFLOW,
+        step,
+        id=workflow_id,
+        task_queue=settings.gepa_task_queue(),
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+        result_type=StepResult,
     )
-    accepted = ExecuteStepAccepted(program_id=body.program_id, status="pending", workflow_id=workflow_id,
-                                   status_url=f"/program/{body.program_id}")
+    accepted = ExecuteStepAccepted(
+        program_id=body.program_id, status="pending", workflow_id=workflow_id, status_url=f"/program/{body.program_id}"
+    )
     if run_async:
         return JSONResponse(accepted.model_dump(), status_code=202)
     try:
         result: StepResult = await asyncio.wait_for(asyncio.shield(handle.result()), settings.gepa.step_timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return JSONResponse({**accepted.model_dump(), "status": "in_progress"}, status_code=202)
     except WorkflowFailureError as exc:  # the workflow itself failed (not a step verdict)
-        result = StepResult(program_id=body.program_id, status="failed", error=f"the step's workflow failed: {exc.cause or exc}")
+        result = StepResult(
+            program_id=body.program_id, status="failed", error=f"the step's workflow failed: {exc.cause or exc}"
+        )
     return JSONResponse(result.model_dump())
 
 
 async def _record_program(session, step: StepRequest) -> Program | None:
     """Insert the pending program row; an existing one of the same client is reused (a failed one
     is reset to pending so it runs again). Returns the row that existed, if any."""
-    row = Program(program_id=step.program_id, client_id=step.client_id, parent_program_id=step.parent_program_id,
-                  mutation_type=step.mutation_type, branch_name=programs.branch_name(step.program_id),
-                  status=ProgramStatus.pending.value)
+    row = Program(
+        program_id=step.program_id,
+        client_id=step.client_id,
+        parent_program_id=step.parent_program_id,
+        mutation_type=step.mutation_type,
+        branch_name=programs.branch_name(step.program_id),
+        status=ProgramStatus.pending.value,
+    )
     session.add(row)
     try:
         await session.commit()
@@ -194,18 +266,30 @@ async def _record_program(session, step: StepRequest) -> Program | None:
         await session.rollback()
     existing = await session.get(Program, step.program_id)
     if existing is None or existing.client_id != step.client_id:
-        raise ApiError(409, "PROGRAM_EXISTS", f"program_id {step.program_id!r} is taken by another client: choose a new id")
+        raise ApiError(
+            409, "PROGRAM_EXISTS", f"program_id {step.program_id!r} is taken by another client: choose a new id"
+        )
     if existing.status == ProgramStatus.failed.value:
-        await session.execute(update(Program).where(Program.program_id == step.program_id).values(
-            status=ProgramStatus.pending.value, parent_program_id=step.parent_program_id, mutation_type=step.mutation_type,
-            result=None, error=None, updated_at=datetime.now(timezone.utc)))
+        await session.execute(
+            update(Program)
+            .where(Program.program_id == step.program_id)
+            .values(
+                status=ProgramStatus.pending.value,
+                parent_program_id=step.parent_program_id,
+                mutation_type=step.mutation_type,
+                result=None,
+                error=None,
+                updated_at=datetime.now(UTC),
+            )
+        )
         await session.commit()
     return existing
 
 
 @router.get("/program/{program_id}", response_model=ProgramResponse, responses=ERRORS)
-async def get_program(request: Request, program_id: str = PathParam(max_length=64),
-                      api_key: str | None = Depends(API_KEY)) -> ProgramResponse:
+async def get_program(
+    request: Request, program_id: str = PathParam(max_length=64), api_key: str | None = Depends(API_KEY)
+) -> ProgramResponse:
     """A program version: status, branch, program.json and, once its step ended, the step's response
     (for the agent that connected its repository)."""
     try:
@@ -223,12 +307,22 @@ async def get_program(request: Request, program_id: str = PathParam(max_length=6
     if row.status in (ProgramStatus.pending.value, ProgramStatus.in_progress.value):
         try:
             temporal = await services.temporal()
-            progress = await temporal.get_workflow_handle(programs.workflow_id(program_id)).query(GEPA_STEP_PROGRESS_QUERY)
+            progress = await temporal.get_workflow_handle(programs.workflow_id(program_id)).query(
+                GEPA_STEP_PROGRESS_QUERY
+            )
         except (RPCError, ApiError, WorkflowFailureError):
             progress = None
     return ProgramResponse(
-        program_id=row.program_id, client_id=row.client_id, parent_program_id=row.parent_program_id,
-        mutation_type=row.mutation_type, status=row.status, branch_name=row.branch_name,
-        program_json=row.program_json, result=row.result, error=row.error, progress=progress,
-        created_at=row.created_at, updated_at=row.updated_at,
+        program_id=row.program_id,
+        client_id=row.client_id,
+        parent_program_id=row.parent_program_id,
+        mutation_type=row.mutation_type,
+        status=row.status,
+        branch_name=row.branch_name,
+        program_json=row.program_json,
+        result=row.result,
+        error=row.error,
+        progress=progress,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
     )

@@ -52,8 +52,9 @@ def relative_files(root: str) -> set[str]:
     found: set[str] = set()
     for folder, dirs, names in os.walk(root):
         dirs[:] = [d for d in dirs if d not in (".git", "__pycache__")]
-        found.update(os.path.relpath(os.path.join(folder, n), root) for n in names
-                     if n != ".git" and not n.endswith(".pyc"))  # a worktree's .git is a file
+        found.update(
+            os.path.relpath(os.path.join(folder, n), root) for n in names if n != ".git" and not n.endswith(".pyc")
+        )  # a worktree's .git is a file
     return found
 
 
@@ -69,8 +70,15 @@ def git_diff(before_root: str, after_root: str) -> str:
             header.append("new file mode 100644\n")
         elif after is None:
             header.append("deleted file mode 100644\n")
-        body = list(difflib.unified_diff(before or [], after or [], "/dev/null" if before is None else f"a/{name}",
-                                         "/dev/null" if after is None else f"b/{name}", n=3))
+        body = list(
+            difflib.unified_diff(
+                before or [],
+                after or [],
+                "/dev/null" if before is None else f"a/{name}",
+                "/dev/null" if after is None else f"b/{name}",
+                n=3,
+            )
+        )
         if body:
             parts.append("".join(header) + "".join(body[:2]) + "".join(hunk_lines(body[2:])))
     return "".join(parts)
@@ -86,8 +94,13 @@ async def run_agent(task: dict) -> str:
     from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions, ResultMessage, TextBlock, query
 
     options = ClaudeAgentOptions(
-        tools=TOOLS, allowed_tools=TOOLS, permission_mode="acceptEdits", cwd=WORKING_COPY,
-        max_turns=int(task.get("max_turns", 30)), model=task.get("model") or None, setting_sources=[],
+        tools=TOOLS,
+        allowed_tools=TOOLS,
+        permission_mode="acceptEdits",
+        cwd=WORKING_COPY,
+        max_turns=int(task.get("max_turns", 30)),
+        model=task.get("model") or None,
+        setting_sources=[],
         system_prompt={"type": "preset", "preset": "claude_code", "append": SYSTEM_APPEND},
     )
     summary, error = "", None
@@ -108,8 +121,15 @@ def main() -> None:
         import anyio
         import claude_agent_sdk  # noqa: F401
     except ImportError as exc:
-        print(json.dumps({"ok": False, "error": f"the Claude Agent SDK is not installed in the coder environment ({exc}); "
-                                                "GENESIS_GEPA_CLAUDE_SDK_REQUIREMENT names the package to install"}))
+        print(
+            json.dumps(
+                {
+                    "ok": False,
+                    "error": f"the Claude Agent SDK is not installed in the coder environment ({exc}); "
+                    "GENESIS_GEPA_CLAUDE_SDK_REQUIREMENT names the package to install",
+                }
+            )
+        )
         return
     shutil.copytree(WORKSPACE, WORKING_COPY, ignore=SKIPPED, symlinks=True)
     try:

@@ -61,11 +61,22 @@ def extract_diff(text: str) -> str:
 
 def main() -> None:
     task = json.loads(sys.stdin.readline())
-    body = json.dumps({"model": os.environ.get("GENESIS_CODER_MODEL", "coder"), "temperature": 0,
-                       "messages": [{"role": "system", "content": SYSTEM},
-                                    {"role": "user", "content": prompt(task["change_request"], task.get("change_location"))}]})
-    request = urllib.request.Request(os.environ["GENESIS_CODER_URL"].rstrip("/") + "/chat/completions", data=body.encode(),
-                                     headers={"content-type": "application/json"}, method="POST")
+    body = json.dumps(
+        {
+            "model": os.environ.get("GENESIS_CODER_MODEL", "coder"),
+            "temperature": 0,
+            "messages": [
+                {"role": "system", "content": SYSTEM},
+                {"role": "user", "content": prompt(task["change_request"], task.get("change_location"))},
+            ],
+        }
+    )
+    request = urllib.request.Request(
+        os.environ["GENESIS_CODER_URL"].rstrip("/") + "/chat/completions",
+        data=body.encode(),
+        headers={"content-type": "application/json"},
+        method="POST",
+    )
     try:
         with urllib.request.urlopen(request, timeout=float(task.get("timeout_s", 300))) as response:
             answer = json.loads(response.read())["choices"][0]["message"]["content"]

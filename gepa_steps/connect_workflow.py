@@ -30,15 +30,21 @@ class GepaConnectWorkflow:
     async def run(self, request: ConnectRequest) -> ConnectResult:
         try:
             result = await workflow.execute_activity(
-                names.GEPA_CLONE_REPOSITORY, request, result_type=ConnectResult,
-                start_to_close_timeout=timedelta(minutes=15), retry_policy=INFRA_RETRY,
+                names.GEPA_CLONE_REPOSITORY,
+                request,
+                result_type=ConnectResult,
+                start_to_close_timeout=timedelta(minutes=15),
+                retry_policy=INFRA_RETRY,
             )
         except ActivityError as exc:
-            result = ConnectResult(client_id=request.client_id, error=failure_message(exc), error_code=refusal_code(exc))
+            result = ConnectResult(
+                client_id=request.client_id, error=failure_message(exc), error_code=refusal_code(exc)
+            )
         await workflow.execute_local_activity(
             names.GEPA_RECORD_CLIENT,
             args=[request.client_id, "failed" if result.error else "connected", result.default_branch, result.error],
-            start_to_close_timeout=timedelta(seconds=30), retry_policy=DB_RETRY,
+            start_to_close_timeout=timedelta(seconds=30),
+            retry_policy=DB_RETRY,
             schedule_to_close_timeout=timedelta(minutes=30),
         )
         return result

@@ -7,10 +7,10 @@
   Temporal, the Docker API, ...).
 - The gateway (this module, run by the worker) forwards ``/lm-<random>/...`` to the configured LM
   endpoint, ``/coder-<random>/...`` to the coding model and ``/claude-<random>/...`` to the
-  Anthropic API of the Claude Agent SDK backend (each container is told only its own route), adding their API keys on the way (the keys
-  never enter a container), and acts as an HTTP proxy (CONNECT or absolute URLs) for the
-  ``host:port`` pairs of ``GENESIS_GEPA_EGRESS_ALLOW`` (and of a client's own ``egress_allow``,
-  for that client's containers). Each proxied connection is checked again (genesis/netpolicy.py):
+  Anthropic API of the Claude Agent SDK backend (each container is told only its own route),
+  adding their API keys on the way (the keys never enter a container), and acts as an HTTP proxy
+  (CONNECT or absolute URLs) for the ``host:port`` pairs of ``GENESIS_GEPA_EGRESS_ALLOW`` (and of
+  a client's own ``egress_allow``, for that client's containers). Each proxied connection is checked again (genesis/netpolicy.py):
   a listed host that is or resolves to a private address is refused unless the operator's
   ``GENESIS_OUTBOUND_PRIVATE_ALLOW`` covers it, and the connection goes to the checked address.
   Everything else gets a 403 and a log line.
@@ -54,15 +54,22 @@ def ensure_network(client: docker.DockerClient, name: str) -> str:
     except NotFound:
         try:
             network = client.networks.create(
-                name, driver="bridge", internal=True, check_duplicate=True,
-                options={"com.docker.network.bridge.name": BRIDGE_INTERFACE,
-                         "com.docker.network.bridge.enable_icc": "false"},
+                name,
+                driver="bridge",
+                internal=True,
+                check_duplicate=True,
+                options={
+                    "com.docker.network.bridge.name": BRIDGE_INTERFACE,
+                    "com.docker.network.bridge.enable_icc": "false",
+                },
                 labels={"genesis.role": "gepa-egress"},
             )
         except APIError:  # another worker created it meanwhile
             network = client.networks.get(name)
     if not network.attrs.get("Internal"):
-        raise EgressSetupError(f"docker network {name!r} exists but is not --internal: remove it and restart the worker")
+        raise EgressSetupError(
+            f"docker network {name!r} exists but is not --internal: remove it and restart the worker"
+        )
     network.reload()
     configs = network.attrs.get("IPAM", {}).get("Config") or []
     gateway = next((c.get("Gateway") for c in configs if c.get("Gateway")), None)
@@ -75,11 +82,15 @@ def _iptables(*args: str, check: bool = True) -> bool:
     try:
         done = subprocess.run(["iptables", "-w", *args], capture_output=True, text=True)
     except FileNotFoundError:
-        raise EgressSetupError("iptables is not installed (scripts/services.sh installs it); GEPA containers' "
-                               "egress cannot be limited. Set GENESIS_GEPA_ENFORCE_EGRESS=false to run without") from None
+        raise EgressSetupError(
+            "iptables is not installed (scripts/services.sh installs it); GEPA containers' "
+            "egress cannot be limited. Set GENESIS_GEPA_ENFORCE_EGRESS=false to run without"
+        ) from None
     if check and done.returncode != 0:
-        raise EgressSetupError(f"iptables {' '.join(args)} failed: {done.stderr.strip()} (the worker needs root for "
-                               "the GEPA egress rules; GENESIS_GEPA_ENFORCE_EGRESS=false runs without them)")
+        raise EgressSetupError(
+            f"iptables {' '.join(args)} failed: {done.stderr.strip()} (the worker needs root for "
+            "the GEPA egress rules; GENESIS_GEPA_ENFORCE_EGRESS=false runs without them)"
+        )
     return done.returncode == 0
 
 
@@ -166,7 +177,7 @@ class EgressGateway:
     def forget_peer(self, address: str) -> None:
         self.allow_by_peer.pop(address, None)
 
-    def start(self) -> "EgressGateway":
+    def start(self) -> EgressGateway:
         ready = threading.Event()
         self._loop = asyncio.new_event_loop()
 
@@ -182,7 +193,13 @@ class EgressGateway:
         self._thread.start()
         if not ready.wait(10):
             raise EgressSetupError(f"the egress gateway did not start on {self.host}:{self.port}")
-        log.info("egress gateway on %s:%d, routes %s, allow %s", self.host, self.port, sorted(self.routes), sorted(self.allow))
+        log.info(
+            "egress gateway on %s:%d, routes %s, allow %s",
+            self.host,
+            self.port,
+            sorted(self.routes),
+            sorted(self.allow),
+        )
         for host, port in sorted(self.allow):  # addresses can be judged now; names when asked for
             if netpolicy.literal_address(host) is not None:
                 try:
@@ -232,16 +249,32 @@ class EgressGateway:
             if length > MAX_BODY_BYTES:
                 return await self._reply(writer, 413, "request body too large")
             body = await reader.readexactly(length) if length else b""
-            upstream_headers = {k: v for k, v in headers.items()
-                                if k not in ("host", "authorization", "api-key", "x-api-key", "content-length", "connection", "accept-encoding")}
+            upstream_headers = {
+                k: v
+                for k, v in headers.items()
+                if k
+                not in (
+                    "host",
+                    "authorization",
+                    "api-key",
+                    "x-api-key",
+                    "content-length",
+                    "connection",
+                    "accept-encoding",
+                )
+            }
             if route.api_key:
                 bearer = route.key_header == "authorization"
                 upstream_headers[route.key_header] = f"Bearer {route.api_key}" if bearer else route.api_key
             url = route.base_url.rstrip("/") + "/" + rest
             log.info("egress %s %s -> %s", method, target.split("?")[0], urlsplit(url).netloc)
             response = await self._http.request(method, url, content=body, headers=upstream_headers)
-            await self._reply(writer, response.status_code, response.content,
-                              response.headers.get("content-type", "application/octet-stream"))
+            await self._reply(
+                writer,
+                response.status_code,
+                response.content,
+                response.headers.get("content-type", "application/octet-stream"),
+            )
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, ConnectionError):
             pass
         except httpx.HTTPError as exc:
@@ -275,11 +308,17 @@ class EgressGateway:
         """A connection to the checked address (not a new lookup of the name), or None after
         answering 502: which of refused, silent or unreachable it was stays in the log."""
         try:
-            return await asyncio.wait_for(asyncio.open_connection(str(destination.address), destination.port),
-                                          UPSTREAM_CONNECT_TIMEOUT_S)
-        except (OSError, asyncio.TimeoutError) as exc:
-            log.warning("egress to %s:%d (%s) failed: %s", destination.host, destination.port, destination.address,
-                        type(exc).__name__)
+            return await asyncio.wait_for(
+                asyncio.open_connection(str(destination.address), destination.port), UPSTREAM_CONNECT_TIMEOUT_S
+            )
+        except (TimeoutError, OSError) as exc:
+            log.warning(
+                "egress to %s:%d (%s) failed: %s",
+                destination.host,
+                destination.port,
+                destination.address,
+                type(exc).__name__,
+            )
             await self._reply(writer, 502, f"no connection to {destination.host}:{destination.port}")
             return None
 
@@ -320,8 +359,11 @@ class EgressGateway:
     @staticmethod
     async def _reply(writer, status: int, body: bytes | str, content_type: str = "text/plain; charset=utf-8") -> None:
         data = body.encode() if isinstance(body, str) else body
-        writer.write(f"HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\ncontent-length: {len(data)}\r\n"
-                     "connection: close\r\n\r\n".encode() + data)
+        writer.write(
+            f"HTTP/1.1 {status} X\r\ncontent-type: {content_type}\r\ncontent-length: {len(data)}\r\n"
+            "connection: close\r\n\r\n".encode()
+            + data
+        )
         await writer.drain()
 
 

@@ -16,11 +16,13 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 REQUIREMENTS_FILE = "requirements.txt"
-_SPECIFIER = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,\s-]+\])?\s*([<>=!~]=?[^;@\s]*(\s*,\s*[<>=!~]=?[^;@\s]*)*)?\s*(;[^@]*)?$")
+_SPECIFIER = re.compile(
+    r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,\s-]+\])?\s*([<>=!~]=?[^;@\s]*(\s*,\s*[<>=!~]=?[^;@\s]*)*)?\s*(;[^@]*)?$"
+)
 INSTALL_TIMEOUT_S = 900.0
 
 
@@ -46,8 +48,12 @@ def parse_requirements(text: str) -> list[str]:
 
 def environment_key(requirements: list[str], dspy_requirement: str) -> str:
     """Same requirements, same interpreter -> same environment."""
-    identity = {"python": sys.version.split()[0], "abi": sys.implementation.cache_tag,
-                "dspy": dspy_requirement, "requirements": sorted(requirements)}
+    identity = {
+        "python": sys.version.split()[0],
+        "abi": sys.implementation.cache_tag,
+        "dspy": dspy_requirement,
+        "requirements": sorted(requirements),
+    }
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -56,8 +62,9 @@ def requirements_of(worktree: Path) -> list[str]:
     return parse_requirements(path.read_text(errors="replace")) if path.is_file() else []
 
 
-def ensure_environment(envs_dir: Path, requirements: list[str], dspy_requirement: str,
-                       progress: Callable[[str], None] = lambda _: None) -> Path:
+def ensure_environment(
+    envs_dir: Path, requirements: list[str], dspy_requirement: str, progress: Callable[[str], None] = lambda _: None
+) -> Path:
     """The environment directory for these requirements, installed unless present. Concurrent
     callers for the same key wait for one install (a file lock); a failed install leaves nothing."""
     key = environment_key(requirements, dspy_requirement)
@@ -82,9 +89,23 @@ def ensure_environment(envs_dir: Path, requirements: list[str], dspy_requirement
         log = envs_dir / f"{key}.log"
         with open(log, "w") as output:
             process = subprocess.Popen(
-                [sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input",
-                 "--only-binary", ":all:", "--target", str(staging), dspy_requirement, *requirements],
-                stdout=output, stderr=subprocess.STDOUT,
+                [
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--quiet",
+                    "--disable-pip-version-check",
+                    "--no-input",
+                    "--only-binary",
+                    ":all:",
+                    "--target",
+                    str(staging),
+                    dspy_requirement,
+                    *requirements,
+                ],
+                stdout=output,
+                stderr=subprocess.STDOUT,
             )
             while process.poll() is None:  # a long install still shows progress (activity heartbeats)
                 if time.monotonic() - started > INSTALL_TIMEOUT_S:
@@ -93,9 +114,18 @@ def ensure_environment(envs_dir: Path, requirements: list[str], dspy_requirement
                 time.sleep(2)
         if process.returncode != 0:
             shutil.rmtree(staging, ignore_errors=True)
-            raise RequirementsRejected(f"installing the requirements failed: {log.read_text(errors='replace').strip()[-1500:]}")
-        (staging / ".complete").write_text(json.dumps({"requirements": requirements, "dspy": dspy_requirement,
-                                                       "seconds": round(time.monotonic() - started, 1)}))
+            raise RequirementsRejected(
+                f"installing the requirements failed: {log.read_text(errors='replace').strip()[-1500:]}"
+            )
+        (staging / ".complete").write_text(
+            json.dumps(
+                {
+                    "requirements": requirements,
+                    "dspy": dspy_requirement,
+                    "seconds": round(time.monotonic() - started, 1),
+                }
+            )
+        )
         shutil.rmtree(target, ignore_errors=True)
         staging.rename(target)
     return target

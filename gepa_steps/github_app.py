@@ -74,20 +74,24 @@ class GitHubApp:
     def repository(self, url: str) -> Repository:
         """The repository ``url`` names (as programs.check_repo_url returns it) when it is
         ``<gepa_github_url>/<owner>/<name>[.git]``; NotOnGitHub otherwise."""
-        refusal = NotOnGitHub(f"with installation_id, repo_url must be a repository on the GitHub App's host, "
-                              f"{self._web}/<owner>/<repository>: the installation's token goes nowhere else")
+        refusal = NotOnGitHub(
+            f"with installation_id, repo_url must be a repository on the GitHub App's host, "
+            f"{self._web}/<owner>/<repository>: the installation's token goes nowhere else"
+        )
         parts, base = urlsplit(url), urlsplit(self._web)
         try:
-            same_host = (parts.scheme == base.scheme
-                         and netpolicy.canonical_host(netpolicy.url_host_port(url)[0])
-                         == netpolicy.canonical_host(netpolicy.url_host_port(self._web)[0])
-                         and netpolicy.url_host_port(url)[1] == netpolicy.url_host_port(self._web)[1])
+            same_host = (
+                parts.scheme == base.scheme
+                and netpolicy.canonical_host(netpolicy.url_host_port(url)[0])
+                == netpolicy.canonical_host(netpolicy.url_host_port(self._web)[0])
+                and netpolicy.url_host_port(url)[1] == netpolicy.url_host_port(self._web)[1]
+            )
         except netpolicy.Refused:
             raise refusal from None
         prefix = base.path.rstrip("/") + "/"
         if not same_host or parts.query or parts.fragment or not parts.path.startswith(prefix):
             raise refusal
-        segments = parts.path[len(prefix):].split("/")
+        segments = parts.path[len(prefix) :].split("/")
         if len(segments) != 2:
             raise refusal
         owner, name = segments[0], segments[1].removesuffix(".git")
@@ -107,8 +111,13 @@ class GitHubApp:
         if not self.configured:
             raise GitHubAppError("installation_id was given but no GitHub App is configured on this server")
         try:
-            return httpx.request(method, f"{self._api}{path}", json=body, timeout=30,
-                                 headers={"Authorization": f"Bearer {self.app_jwt()}", **API_HEADERS})
+            return httpx.request(
+                method,
+                f"{self._api}{path}",
+                json=body,
+                timeout=30,
+                headers={"Authorization": f"Bearer {self.app_jwt()}", **API_HEADERS},
+            )
         except (httpx.HTTPError, OSError) as exc:
             raise GitHubAppError(f"GitHub's API could not be reached ({type(exc).__name__})") from None
 
@@ -116,13 +125,17 @@ class GitHubApp:
         """The login of the account (user or organisation) the installation belongs to."""
         response = self._call("GET", f"/app/installations/{int(installation_id)}")
         if response.status_code == 404:
-            raise InstallationNotFound(f"installation {installation_id} is not an installation of this server's GitHub App")
+            raise InstallationNotFound(
+                f"installation {installation_id} is not an installation of this server's GitHub App"
+            )
         try:
             login = response.json()["account"]["login"] if response.status_code == 200 else None
         except (ValueError, KeyError, TypeError):
             login = None
         if not isinstance(login, str):
-            raise GitHubAppError(f"GitHub did not describe installation {installation_id} (HTTP {response.status_code})")
+            raise GitHubAppError(
+                f"GitHub did not describe installation {installation_id} (HTTP {response.status_code})"
+            )
         return login
 
     def repository_token(self, installation_id: int, repository: Repository) -> str:
@@ -131,20 +144,26 @@ class GitHubApp:
         if self.installation_account(installation_id).lower() != repository.owner.lower():  # logins ignore case
             raise RepositoryNotInInstallation(
                 f"repository {repository} is not in installation {installation_id}: "
-                f"its owner is not the account the installation belongs to")
-        response = self._call("POST", f"/app/installations/{int(installation_id)}/access_tokens",
-                              {"repositories": [repository.name], "permissions": {"contents": "read"}})
+                f"its owner is not the account the installation belongs to"
+            )
+        response = self._call(
+            "POST",
+            f"/app/installations/{int(installation_id)}/access_tokens",
+            {"repositories": [repository.name], "permissions": {"contents": "read"}},
+        )
         if response.status_code in (404, 422):
             raise RepositoryNotInInstallation(
                 f"installation {installation_id} cannot read repository {repository} (the account has not "
-                f"granted the App this repository, or the App may not read repository contents)")
+                f"granted the App this repository, or the App may not read repository contents)"
+            )
         try:
             token = response.json()["token"] if response.status_code == 201 else None
         except (ValueError, KeyError, TypeError):
             token = None
         if not isinstance(token, str) or not token:
-            raise GitHubAppError(f"GitHub refused an installation token for installation {installation_id} "
-                                 f"(HTTP {response.status_code})")
+            raise GitHubAppError(
+                f"GitHub refused an installation token for installation {installation_id} (HTTP {response.status_code})"
+            )
         return token
 
     @staticmethod

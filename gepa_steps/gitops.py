@@ -16,14 +16,20 @@ from urllib.parse import urlsplit
 
 GIT_TIMEOUT_S = 120.0
 # Commits of GEPA steps are made by Genesis, not by whoever runs the worker.
-AUTHOR = {"GIT_AUTHOR_NAME": "Genesis GEPA", "GIT_AUTHOR_EMAIL": "gepa@genesis.invalid",
-          "GIT_COMMITTER_NAME": "Genesis GEPA", "GIT_COMMITTER_EMAIL": "gepa@genesis.invalid"}
+AUTHOR = {
+    "GIT_AUTHOR_NAME": "Genesis GEPA",
+    "GIT_AUTHOR_EMAIL": "gepa@genesis.invalid",
+    "GIT_COMMITTER_NAME": "Genesis GEPA",
+    "GIT_COMMITTER_EMAIL": "gepa@genesis.invalid",
+}
 
 
 # Environment variables that would send git's HTTP through a proxy, which resolves the host again.
 PROXY_VARIABLES = {"http_proxy", "https_proxy", "all_proxy", "no_proxy"}
-CLONE_FAILED = ("the repository could not be cloned (it does not exist, needs credentials, is not a git "
-                "server, or did not answer in time)")
+CLONE_FAILED = (
+    "the repository could not be cloned (it does not exist, needs credentials, is not a git "
+    "server, or did not answer in time)"
+)
 
 
 class GitError(RuntimeError):
@@ -52,23 +58,34 @@ LOW_SPEED_BYTES = 1000
 
 
 def _env(network: bool = False) -> dict[str, str]:
-    env = {key: value for key, value in os.environ.items()
-           if not key.startswith("GIT_") and not (network and key.lower() in PROXY_VARIABLES)}
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if not key.startswith("GIT_") and not (network and key.lower() in PROXY_VARIABLES)
+    }
     if network:
         env["GIT_ALLOW_PROTOCOL"] = "http:https"  # no transport a server's answer could switch to
     env.update(AUTHOR)
-    env.update({
-        "GIT_TERMINAL_PROMPT": "0",  # fail instead of waiting for a password
-        "GIT_CONFIG_NOSYSTEM": "1",
-        "GIT_CONFIG_GLOBAL": os.devnull,
-        "GIT_ASKPASS": "true",
-    })
+    env.update(
+        {
+            "GIT_TERMINAL_PROMPT": "0",  # fail instead of waiting for a password
+            "GIT_CONFIG_NOSYSTEM": "1",
+            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_ASKPASS": "true",
+        }
+    )
     return env
 
 
-def git(*args: str, cwd: Path | None = None, config: dict[str, str] | None = None,
-        input: bytes | None = None, timeout: float = GIT_TIMEOUT_S, redact: str | None = None,
-        network: bool = False) -> str:
+def git(
+    *args: str,
+    cwd: Path | None = None,
+    config: dict[str, str] | None = None,
+    input: bytes | None = None,
+    timeout: float = GIT_TIMEOUT_S,
+    redact: str | None = None,
+    network: bool = False,
+) -> str:
     """Run ``git args`` and return stdout. ``config`` entries travel in the environment
     (GIT_CONFIG_COUNT/KEY/VALUE: a credential header must land neither in .git/config nor on a
     command line other users can see); ``redact`` is removed from error messages. ``network``:
@@ -81,8 +98,15 @@ def git(*args: str, cwd: Path | None = None, config: dict[str, str] | None = Non
         env["GIT_CONFIG_COUNT"] = str(len(config))
     # Its own process group: on a timeout, git's helpers (git-remote-https holds the connection)
     # go with it instead of lingering on a host that never answers.
-    with subprocess.Popen(argv, cwd=cwd, env=env, stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True) as process:
+    with subprocess.Popen(
+        argv,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL if input is None else subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    ) as process:
         try:
             stdout, stderr = process.communicate(input, timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -98,8 +122,14 @@ def git(*args: str, cwd: Path | None = None, config: dict[str, str] | None = Non
     return stdout.decode(errors="replace")
 
 
-def clone(url: str, dest: Path, config: dict[str, str] | None = None, redact: str | None = None,
-          pin: str | None = None, limits: CloneLimits = CloneLimits()) -> None:
+def clone(
+    url: str,
+    dest: Path,
+    config: dict[str, str] | None = None,
+    redact: str | None = None,
+    pin: str | None = None,
+    limits: CloneLimits = CloneLimits(),
+) -> None:
     """Clone ``url`` into ``dest``; raise CloneFailed. An http(s) URL's host is looked up only in
     ``pin`` (a libcurl resolve entry ``host:port:address``, made from the addresses the caller
     checked), redirects are not followed, and the clone starts only once the repository has
@@ -109,16 +139,39 @@ def clone(url: str, dest: Path, config: dict[str, str] | None = None, redact: st
     network = urlsplit(url).scheme in ("http", "https")
     config = dict(config or {})
     if network:
-        config.update({"http.followRedirects": "false", "http.lowSpeedLimit": str(LOW_SPEED_BYTES),
-                       "http.lowSpeedTime": str(limits.stall_s)})
+        config.update(
+            {
+                "http.followRedirects": "false",
+                "http.lowSpeedLimit": str(LOW_SPEED_BYTES),
+                "http.lowSpeedTime": str(limits.stall_s),
+            }
+        )
         if pin:
             config["http.curloptResolve"] = pin
     try:
         if network:
-            git("ls-remote", "--", url, "HEAD", config=config, redact=redact, timeout=limits.connect_timeout_s,
-                network=True)
-        git("clone", "--quiet", "--no-recurse-submodules", "--", url, str(dest), config=config, redact=redact,
-            timeout=limits.timeout_s, network=network)
+            git(
+                "ls-remote",
+                "--",
+                url,
+                "HEAD",
+                config=config,
+                redact=redact,
+                timeout=limits.connect_timeout_s,
+                network=True,
+            )
+        git(
+            "clone",
+            "--quiet",
+            "--no-recurse-submodules",
+            "--",
+            url,
+            str(dest),
+            config=config,
+            redact=redact,
+            timeout=limits.timeout_s,
+            network=network,
+        )
     except GitError as exc:
         raise CloneFailed(str(exc)) from None
 
@@ -184,6 +237,8 @@ def apply_patch(worktree: Path, patch: str) -> list[str]:
     nothing); returns the files it touches."""
     data = patch.encode()
     git("apply", "--check", "--whitespace=nowarn", "-", cwd=worktree, input=data)
-    files = [line.split("\t")[-1] for line in git("apply", "--numstat", "-", cwd=worktree, input=data).splitlines() if line]
+    files = [
+        line.split("\t")[-1] for line in git("apply", "--numstat", "-", cwd=worktree, input=data).splitlines() if line
+    ]
     git("apply", "--whitespace=nowarn", "-", cwd=worktree, input=data)
     return files

@@ -13,11 +13,11 @@ import logging
 import secrets
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
-from concurrent.futures import TimeoutError as FutureTimeout
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import docker
 from docker.errors import APIError, NotFound
@@ -49,8 +49,16 @@ class HostLimits:
 
 
 class ProgramHost:
-    def __init__(self, client: docker.DockerClient, client_id: str, worktrees: Path, env_dir: Path,
-                 network: str, environment: dict[str, str], limits: HostLimits):
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        client_id: str,
+        worktrees: Path,
+        env_dir: Path,
+        network: str,
+        environment: dict[str, str],
+        limits: HostLimits,
+    ):
         self.client_id = client_id
         self.env_dir = env_dir
         self.last_used = time.monotonic()
@@ -62,17 +70,22 @@ class ProgramHost:
         self._container = client.containers.create(
             program_image.ensure(client),
             name=f"genesis-gepa-{client_id}-{secrets.token_hex(3)}",
-            stdin_open=True, tty=False,
+            stdin_open=True,
+            tty=False,
             network=network,
             read_only=True,
             tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmpfs_size}"},
-            volumes={str(worktrees): {"bind": program_image.WORKTREES_IN_IMAGE, "mode": "ro"},
-                     str(env_dir): {"bind": program_image.ENV_IN_IMAGE, "mode": "ro"}},
+            volumes={
+                str(worktrees): {"bind": program_image.WORKTREES_IN_IMAGE, "mode": "ro"},
+                str(env_dir): {"bind": program_image.ENV_IN_IMAGE, "mode": "ro"},
+            },
             user="10001:10001",
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
-            mem_limit=limits.memory, memswap_limit=limits.memory,
-            pids_limit=limits.pids_limit, nano_cpus=int(limits.cpus * 1e9),
+            mem_limit=limits.memory,
+            memswap_limit=limits.memory,
+            pids_limit=limits.pids_limit,
+            nano_cpus=int(limits.cpus * 1e9),
             environment=environment,
             labels={LABEL_ROLE: ROLE, LABEL_CLIENT: client_id},
         )
@@ -97,10 +110,14 @@ class ProgramHost:
             except FutureTimeout:
                 if time.monotonic() >= deadline:
                     self.close()
-                    raise ProgramHostDied(f"the program host did not start within {timeout:.0f}s; stderr: {self.stderr_tail()}") from None
+                    raise ProgramHostDied(
+                        f"the program host did not start within {timeout:.0f}s; stderr: {self.stderr_tail()}"
+                    ) from None
                 waiting()
 
-    def run(self, request: dict[str, Any], timeout: float, waiting: Callable[[], None] = lambda: None) -> dict[str, Any]:
+    def run(
+        self, request: dict[str, Any], timeout: float, waiting: Callable[[], None] = lambda: None
+    ) -> dict[str, Any]:
         """Send one run request and wait for its reply (the host kills the step itself at
         ``request['timeout_s']``; ``timeout`` here is the last resort if the host hangs).
         ``waiting`` is called every few seconds meanwhile (activity heartbeats)."""
@@ -182,9 +199,22 @@ class ProgramHost:
 class ProgramHosts:
     """The warm hosts of this worker, keyed by (client_id, environment directory)."""
 
-    def __init__(self, client: docker.DockerClient, network: str, environment: dict[str, str],
-                 limits: HostLimits, idle_s: float = 600.0, gateway: "EgressGateway | None" = None):
-        self._client, self._network, self._environment, self._limits, self._idle_s = client, network, environment, limits, idle_s
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        network: str,
+        environment: dict[str, str],
+        limits: HostLimits,
+        idle_s: float = 600.0,
+        gateway: EgressGateway | None = None,
+    ):
+        self._client, self._network, self._environment, self._limits, self._idle_s = (
+            client,
+            network,
+            environment,
+            limits,
+            idle_s,
+        )
         self._gateway = gateway  # told each host's address and its client's own allow-list
         self._hosts: dict[tuple[str, str], ProgramHost] = {}
         self._starting: dict[tuple[str, str], threading.Lock] = {}
@@ -199,8 +229,14 @@ class ProgramHosts:
             except Exception:  # noqa: BLE001 - Docker hiccups: try again next round
                 log.exception("reaping idle program hosts failed")
 
-    def host_for(self, client_id: str, worktrees: Path, env_dir: Path, waiting: Callable[[], None] = lambda: None,
-                 egress_allow: frozenset[tuple[str, int]] = frozenset()) -> ProgramHost:
+    def host_for(
+        self,
+        client_id: str,
+        worktrees: Path,
+        env_dir: Path,
+        waiting: Callable[[], None] = lambda: None,
+        egress_allow: frozenset[tuple[str, int]] = frozenset(),
+    ) -> ProgramHost:
         key = (client_id, str(env_dir))
         with self._lock:
             start_lock = self._starting.setdefault(key, threading.Lock())
@@ -215,7 +251,9 @@ class ProgramHosts:
                 return host
             if host is not None:
                 self._retire(host)
-            host = ProgramHost(self._client, client_id, worktrees, env_dir, self._network, self._environment, self._limits)
+            host = ProgramHost(
+                self._client, client_id, worktrees, env_dir, self._network, self._environment, self._limits
+            )
             try:
                 host.wait_ready(waiting=waiting)
             except ProgramHostDied:
@@ -252,9 +290,9 @@ class ProgramHosts:
             list(pool.map(self._retire, hosts))
 
 
-
 def remove_exited_hosts(client: docker.DockerClient) -> int:
     """Program hosts of a worker that died: their stdin closed with it, so they exited. Only
     exited ones, so another worker's live hosts stay."""
-    return remove_all(client.containers.list(
-        all=True, sparse=True, filters={"label": [f"{LABEL_ROLE}={ROLE}"], "status": "exited"}))
+    return remove_all(
+        client.containers.list(all=True, sparse=True, filters={"label": [f"{LABEL_ROLE}={ROLE}"], "status": "exited"})
+    )

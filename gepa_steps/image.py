@@ -34,13 +34,37 @@ AGENT_IN_IMAGE = "/opt/genesis/coding_agent.py"
 CLAUDE_AGENT_IN_IMAGE = "/opt/genesis/claude_coding_agent.py"
 ENV_IN_IMAGE = "/opt/env"  # the mounted per-requirements environment (PYTHONPATH)
 WORKTREES_IN_IMAGE = "/worktrees"  # the client's worktrees, mounted read-only
-STDLIB_EXCLUDES = {"test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "site-packages",
-                   "dist-packages", "pydoc_data"}
+STDLIB_EXCLUDES = {
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "site-packages",
+    "dist-packages",
+    "pydoc_data",
+}
 # The system libraries manylinux wheels may link (tokenizers, tiktoken, pydantic-core, ...) besides
 # what the interpreter's own extension modules need, and the CA bundle for HTTPS to allow-listed hosts.
-MANYLINUX_LIBRARIES = ("libgcc_s.so.1", "libstdc++.so.6", "libm.so.6", "libdl.so.2", "librt.so.1", "libc.so.6",
-                       "libnsl.so.1", "libutil.so.1", "libpthread.so.0", "libresolv.so.2", "libz.so.1", "libexpat.so.1")
-EXTRA_FILES = (*(f"/usr/lib/x86_64-linux-gnu/{name}" for name in MANYLINUX_LIBRARIES), "/etc/ssl/certs/ca-certificates.crt")
+MANYLINUX_LIBRARIES = (
+    "libgcc_s.so.1",
+    "libstdc++.so.6",
+    "libm.so.6",
+    "libdl.so.2",
+    "librt.so.1",
+    "libc.so.6",
+    "libnsl.so.1",
+    "libutil.so.1",
+    "libpthread.so.0",
+    "libresolv.so.2",
+    "libz.so.1",
+    "libexpat.so.1",
+)
+EXTRA_FILES = (
+    *(f"/usr/lib/x86_64-linux-gnu/{name}" for name in MANYLINUX_LIBRARIES),
+    "/etc/ssl/certs/ca-certificates.crt",
+)
 COMMAND = [PYTHON_IN_IMAGE, "-s", "-B", HOST_IN_IMAGE]
 
 
@@ -94,7 +118,7 @@ def _rootfs_tar() -> bytes:
         tar.add(str(CLAUDE_AGENT), arcname=CLAUDE_AGENT_IN_IMAGE.lstrip("/"), filter=root_owned)
 
         def skip_unneeded(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-            relative = info.name[len(stdlib.as_posix().lstrip("/")) + 1:]
+            relative = info.name[len(stdlib.as_posix().lstrip("/")) + 1 :]
             if relative.split("/", 1)[0] in STDLIB_EXCLUDES or "/test/" in f"/{relative}/" or "__pycache__" in relative:
                 return None
             return root_owned(info)
@@ -115,9 +139,16 @@ def build(client: docker.DockerClient | None = None) -> str:
     started = time.monotonic()
     data = _rootfs_tar()
     client.api.import_image_from_data(
-        data, repository=repository, tag=version,
-        changes=[f"USER {trait_image.SANDBOX_UID}:{trait_image.SANDBOX_UID}", "WORKDIR /tmp",
-                 f"ENV PYTHONPATH={ENV_IN_IMAGE}", "ENV HOME=/tmp", f"CMD {COMMAND!r}".replace("'", '"')],
+        data,
+        repository=repository,
+        tag=version,
+        changes=[
+            f"USER {trait_image.SANDBOX_UID}:{trait_image.SANDBOX_UID}",
+            "WORKDIR /tmp",
+            f"ENV PYTHONPATH={ENV_IN_IMAGE}",
+            "ENV HOME=/tmp",
+            f"CMD {COMMAND!r}".replace("'", '"'),
+        ],
     )
     client.images.get(tag)
     print(f"built {tag} ({len(data) / 1e6:.0f} MB rootfs, {time.monotonic() - started:.1f}s)", file=sys.stderr)

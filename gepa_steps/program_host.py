@@ -36,9 +36,15 @@ def _configure_dspy():
     dspy.configure_cache(enable_disk_cache=False, enable_memory_cache=False)
     model = os.environ.get("GENESIS_LM_MODEL")
     if model:
-        dspy.configure(lm=dspy.LM(model, api_base=os.environ["GENESIS_LM_BASE_URL"],
-                                  api_key=os.environ.get("GENESIS_LM_API_KEY", "sandbox"),
-                                  cache=False, num_retries=0))
+        dspy.configure(
+            lm=dspy.LM(
+                model,
+                api_base=os.environ["GENESIS_LM_BASE_URL"],
+                api_key=os.environ.get("GENESIS_LM_API_KEY", "sandbox"),
+                cache=False,
+                num_retries=0,
+            )
+        )
     return dspy
 
 
@@ -117,14 +123,26 @@ def run(request) -> dict:
             entry.update(output=None, error=_error_text(exc))
         outputs.append(entry)
         if traces is not None:
-            traces.append({"example_id": index, "steps": [
-                {"predictor": names.get(id(predictor), type(predictor).__name__),
-                 "inputs": _plain(inputs), "outputs": _plain(prediction)}
-                for predictor, inputs, prediction in trace
-            ]})
+            traces.append(
+                {
+                    "example_id": index,
+                    "steps": [
+                        {
+                            "predictor": names.get(id(predictor), type(predictor).__name__),
+                            "inputs": _plain(inputs),
+                            "outputs": _plain(prediction),
+                        }
+                        for predictor, inputs, prediction in trace
+                    ],
+                }
+            )
     if outputs and errors == len(outputs):
-        return {"ok": False, "error": f"the program raised on every example; first: {outputs[0]['error']}",
-                "pipeline_outputs": outputs, "traces": traces}
+        return {
+            "ok": False,
+            "error": f"the program raised on every example; first: {outputs[0]['error']}",
+            "pipeline_outputs": outputs,
+            "traces": traces,
+        }
     return {"ok": True, "pipeline_outputs": outputs, "traces": traces}
 
 
@@ -135,11 +153,16 @@ def _child(request, write_fd: int) -> None:
         reply = {"ok": False, "error": str(exc) if isinstance(exc, RuntimeError) else _error_text(exc)}
     data = json.dumps(reply, default=str).encode()
     if len(data) > MAX_REPLY_BYTES:
-        data = json.dumps({"ok": False, "error": f"the outputs and traces are {len(data):,} bytes of JSON; the limit "
-                                                 f"is {MAX_REPLY_BYTES:,} (send fewer examples per step)"}).encode()
+        data = json.dumps(
+            {
+                "ok": False,
+                "error": f"the outputs and traces are {len(data):,} bytes of JSON; the limit "
+                f"is {MAX_REPLY_BYTES:,} (send fewer examples per step)",
+            }
+        ).encode()
     view = memoryview(data)
     while view:
-        view = view[os.write(write_fd, view):]
+        view = view[os.write(write_fd, view) :]
     os.close(write_fd)
 
 
@@ -162,7 +185,13 @@ def serve() -> None:
                 os.waitpid(child["pid"], 0)
                 os.close(fd)
                 del children[fd]
-                _send({"id": child["id"], "ok": False, "error": f"the program did not finish within {child['timeout']:g}s and was killed"})
+                _send(
+                    {
+                        "id": child["id"],
+                        "ok": False,
+                        "error": f"the program did not finish within {child['timeout']:g}s and was killed",
+                    }
+                )
         timeout = max(min((c["deadline"] for c in children.values()), default=now + 1) - now, 0.01)
         readable, _, _ = select.select([stdin_fd, *children], [], [], timeout)
         for source in readable:
@@ -207,8 +236,13 @@ def _start(request: dict, children: dict) -> None:
             os._exit(0)
     os.close(write_fd)
     timeout = float(request.get("timeout_s", 120))
-    children[read_fd] = {"id": request.get("id"), "pid": pid, "deadline": time.monotonic() + timeout,
-                         "timeout": timeout, "chunks": []}
+    children[read_fd] = {
+        "id": request.get("id"),
+        "pid": pid,
+        "deadline": time.monotonic() + timeout,
+        "timeout": timeout,
+        "chunks": [],
+    }
 
 
 if __name__ == "__main__":

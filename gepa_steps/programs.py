@@ -40,7 +40,9 @@ def check_client_id(client_id: str) -> str:
 
 def check_program_id(program_id: str) -> str:
     if not isinstance(program_id, str) or not _PROGRAM_ID.match(program_id):
-        raise InvalidId(f"program_id {program_id!r} must be 1-64 letters, digits, '_' or '-' (not starting with '_' or '-')")
+        raise InvalidId(
+            f"program_id {program_id!r} must be 1-64 letters, digits, '_' or '-' (not starting with '_' or '-')"
+        )
     return program_id
 
 
@@ -115,8 +117,10 @@ def check_repo_url(url: str, local_roots: str, allow_http: bool = False) -> str:
     parts = urlsplit(url)
     if parts.scheme == "https" or (allow_http and parts.scheme == "http"):
         if not parts.hostname or parts.username or parts.password or parts.query or parts.fragment:
-            raise InvalidId("repo_url must be https://host/owner/repo without credentials, query or fragment "
-                            "(private repositories: pass installation_id)")
+            raise InvalidId(
+                "repo_url must be https://host/owner/repo without credentials, query or fragment "
+                "(private repositories: pass installation_id)"
+            )
         try:
             host, port = netpolicy.canonical_host(parts.hostname), parts.port
         except (netpolicy.Refused, ValueError) as exc:
@@ -128,12 +132,16 @@ def check_repo_url(url: str, local_roots: str, allow_http: bool = False) -> str:
         path = Path(unquote(parts.path) if parts.scheme == "file" else url).resolve()
         roots = [Path(root.strip()).resolve() for root in local_roots.split(",") if root.strip()]
         if not any(path == root or root in path.parents for root in roots):
-            raise InvalidId(f"local repository {str(path)!r} is not under an allowed directory "
-                            "(GENESIS_GEPA_LOCAL_REPO_ROOTS)" if roots else
-                            "local repositories are not enabled on this server (GENESIS_GEPA_LOCAL_REPO_ROOTS is empty)")
+            raise InvalidId(
+                f"local repository {str(path)!r} is not under an allowed directory (GENESIS_GEPA_LOCAL_REPO_ROOTS)"
+                if roots
+                else "local repositories are not enabled on this server (GENESIS_GEPA_LOCAL_REPO_ROOTS is empty)"
+            )
         return str(path)
-    raise InvalidId(f"repo_url scheme {parts.scheme or url.split(':', 1)[0]!r} is not supported: use https:// "
-                    "(or a local path / file:// URL where the server allows it)")
+    raise InvalidId(
+        f"repo_url scheme {parts.scheme or url.split(':', 1)[0]!r} is not supported: use https:// "
+        "(or a local path / file:// URL where the server allows it)"
+    )
 
 
 MAX_EGRESS_ENTRIES = 32
@@ -150,7 +158,9 @@ def check_egress_allow(entries: list[str]) -> list[str]:
         try:
             host, port = netpolicy.split_host_port(str(entry))
         except ValueError as exc:
-            raise InvalidId(f"egress_allow entry {entry!r} must be host:port (a DNS name, an IPv4 address or "
-                            f"[IPv6 address], and a port 1-65535): {exc}") from None
+            raise InvalidId(
+                f"egress_allow entry {entry!r} must be host:port (a DNS name, an IPv4 address or "
+                f"[IPv6 address], and a port 1-65535): {exc}"
+            ) from None
         checked.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
     return sorted(set(checked))

@@ -29,14 +29,23 @@ def storable(value: Any, field: str) -> Any:
 class ConnectGitRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    repo_url: str = Field(description="https://host/owner/repo, or a local path / file:// URL under GENESIS_GEPA_LOCAL_REPO_ROOTS")
-    installation_id: int | None = Field(default=None, ge=1, le=2**63 - 1,
-                                        description="GitHub App installation id (a private repository on the App's "
-                                                    "host, of the installation's account; the operator grants "
-                                                    "installations to agents)")
-    egress_allow: list[str] = Field(default_factory=list, max_length=programs.MAX_EGRESS_ENTRIES,
-                                    description="host:port this client's programs may reach through the egress proxy "
-                                                "(besides the LM and the server's GENESIS_GEPA_EGRESS_ALLOW)")
+    repo_url: str = Field(
+        description="https://host/owner/repo, or a local path / file:// URL under GENESIS_GEPA_LOCAL_REPO_ROOTS"
+    )
+    installation_id: int | None = Field(
+        default=None,
+        ge=1,
+        le=2**63 - 1,
+        description="GitHub App installation id (a private repository on the App's "
+        "host, of the installation's account; the operator grants "
+        "installations to agents)",
+    )
+    egress_allow: list[str] = Field(
+        default_factory=list,
+        max_length=programs.MAX_EGRESS_ENTRIES,
+        description="host:port this client's programs may reach through the egress proxy "
+        "(besides the LM and the server's GENESIS_GEPA_EGRESS_ALLOW)",
+    )
 
     @field_validator("egress_allow")
     @classmethod
@@ -56,13 +65,19 @@ class ExecuteStepRequest(BaseModel):
 
     client_id: str = Field(max_length=40)
     program_id: str = Field(max_length=64, description="the new program version's id (letters, digits, _ and -)")
-    parent_program_id: str | None = Field(default=None, max_length=64,
-                                          description="a completed program of this client; absent: the repository's default branch")
+    parent_program_id: str | None = Field(
+        default=None,
+        max_length=64,
+        description="a completed program of this client; absent: the repository's default branch",
+    )
     mutation_type: Literal["prompt", "code"]
     program_json_path: str = Field(max_length=512)
-    entry_point: str = Field(max_length=256, pattern=programs.ENTRY_POINT_PATTERN, description="module.ClassName of the DSPy module")
-    candidate: dict[str, str] = Field(default_factory=dict, max_length=256,
-                                      description="prompt mutations: component name -> new instruction text")
+    entry_point: str = Field(
+        max_length=256, pattern=programs.ENTRY_POINT_PATTERN, description="module.ClassName of the DSPy module"
+    )
+    candidate: dict[str, str] = Field(
+        default_factory=dict, max_length=256, description="prompt mutations: component name -> new instruction text"
+    )
     change_request: str | None = Field(default=None, max_length=20_000, description="code mutations: what to change")
     change_location: str | None = Field(default=None, max_length=512)
     test_examples: list[dict[str, Any]] = Field(default_factory=list)

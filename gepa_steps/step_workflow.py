@@ -19,15 +19,28 @@ from temporalio.exceptions import ActivityError, ApplicationError
 with workflow.unsafe.imports_passed_through():
     from activities import names
     from gepa_steps.dto import (
-        GEPA_STEP_PROGRESS_QUERY, GEPA_STEP_WORKFLOW, MutationOutcome, ProgramRun, ProgramStatus, ProgramStatusUpdate,
-        StepRequest, StepResult,
+        GEPA_STEP_PROGRESS_QUERY,
+        GEPA_STEP_WORKFLOW,
+        MutationOutcome,
+        ProgramRun,
+        ProgramStatus,
+        ProgramStatusUpdate,
+        StepRequest,
+        StepResult,
     )
 
-INFRA_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=5),
-                          maximum_attempts=3, non_retryable_error_types=["GEPA_STEP_FAILED"])
+INFRA_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    maximum_interval=timedelta(seconds=5),
+    maximum_attempts=3,
+    non_retryable_error_types=["GEPA_STEP_FAILED"],
+)
 RUN_HEARTBEAT = timedelta(seconds=10)
-DB_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10),
-                       non_retryable_error_types=["GEPA_STEP_FAILED"])
+DB_RETRY = RetryPolicy(
+    initial_interval=timedelta(milliseconds=200),
+    maximum_interval=timedelta(seconds=10),
+    non_retryable_error_types=["GEPA_STEP_FAILED"],
+)
 
 
 def innermost_failure(error: BaseException) -> BaseException:
@@ -58,33 +71,49 @@ class GepaStepWorkflow:
         try:
             self._stage = "starting"
             start = await workflow.execute_local_activity(
-                names.GEPA_START_PROGRAM, request, result_type=str,
-                start_to_close_timeout=timedelta(seconds=30), retry_policy=DB_RETRY,
+                names.GEPA_START_PROGRAM,
+                request,
+                result_type=str,
+                start_to_close_timeout=timedelta(seconds=30),
+                retry_policy=DB_RETRY,
                 schedule_to_close_timeout=timedelta(minutes=10),
             )
             self._stage = f"{request.mutation_type} mutation"
             mutation = await workflow.execute_activity(
-                names.GEPA_MUTATE, args=[request, start], result_type=MutationOutcome,
-                start_to_close_timeout=timedelta(minutes=15), heartbeat_timeout=timedelta(minutes=11),
+                names.GEPA_MUTATE,
+                args=[request, start],
+                result_type=MutationOutcome,
+                start_to_close_timeout=timedelta(minutes=15),
+                heartbeat_timeout=timedelta(minutes=11),
                 retry_policy=INFRA_RETRY,
             )
             self._stage = "running the program"
             run = await workflow.execute_activity(
-                names.GEPA_RUN_PROGRAM, request, result_type=ProgramRun,
+                names.GEPA_RUN_PROGRAM,
+                request,
+                result_type=ProgramRun,
                 # It heartbeats every few seconds (also while an environment installs), so a run
                 # whose worker died is retried on another within RUN_HEARTBEAT.
-                start_to_close_timeout=timedelta(minutes=30), heartbeat_timeout=RUN_HEARTBEAT,
+                start_to_close_timeout=timedelta(minutes=30),
+                heartbeat_timeout=RUN_HEARTBEAT,
                 retry_policy=INFRA_RETRY,
             )
             result = StepResult(
-                program_id=request.program_id, status="success", pipeline_outputs=run.pipeline_outputs,
-                traces=run.traces if request.capture_traces else None, branch_name=mutation.branch_name,
-                program_json=mutation.program_json, commit=mutation.commit,
+                program_id=request.program_id,
+                status="success",
+                pipeline_outputs=run.pipeline_outputs,
+                traces=run.traces if request.capture_traces else None,
+                branch_name=mutation.branch_name,
+                program_json=mutation.program_json,
+                commit=mutation.commit,
             )
         except (ActivityError, ApplicationError) as error:
             result = StepResult(
-                program_id=request.program_id, status="failed", error=failure_message(error),
-                branch_name=None, program_json=mutation.program_json if mutation else None,
+                program_id=request.program_id,
+                status="failed",
+                error=failure_message(error),
+                branch_name=None,
+                program_json=mutation.program_json if mutation else None,
             )
         self._stage = "recording"
         await workflow.execute_local_activity(
@@ -92,9 +121,12 @@ class GepaStepWorkflow:
             ProgramStatusUpdate(
                 program_id=request.program_id,
                 status=ProgramStatus.completed if result.status == "success" else ProgramStatus.failed,
-                branch_name=result.branch_name, program_json=result.program_json, result=result,
+                branch_name=result.branch_name,
+                program_json=result.program_json,
+                result=result,
             ),
-            start_to_close_timeout=timedelta(seconds=60), retry_policy=DB_RETRY,
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=DB_RETRY,
             schedule_to_close_timeout=timedelta(hours=1),
         )
         self._stage = result.status

@@ -8,14 +8,14 @@ Postgres: there is no endpoint that makes one), shown once and stored like agent
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
-from pipeline import apikeys
 from genesis.db.models import OperatorKey
+from pipeline import apikeys
 
 MAX_NAME = 64
 
@@ -49,8 +49,13 @@ async def create_key(sessions: async_sessionmaker, pepper: bytes, name: str) -> 
     name = check_name(name)
     for _ in range(3):  # a clash of random prefixes is rare; draw again
         issued = apikeys.issue(pepper, apikeys.OPERATOR_KEY_HEAD)
-        row = OperatorKey(key_prefix=issued.prefix, name=name, key_hash=issued.digest, key_scheme=apikeys.KEY_SCHEME,
-                          created_at=datetime.now(timezone.utc))
+        row = OperatorKey(
+            key_prefix=issued.prefix,
+            name=name,
+            key_hash=issued.digest,
+            key_scheme=apikeys.KEY_SCHEME,
+            created_at=datetime.now(UTC),
+        )
         async with sessions() as session:
             session.add(row)
             try:
@@ -71,10 +76,13 @@ async def revoke_key(sessions: async_sessionmaker, key_prefix: str) -> OperatorK
     async with sessions() as session:
         row = await session.scalar(select(OperatorKey).where(OperatorKey.key_prefix == key_prefix))
         if row is None:
-            raise OperatorKeyError(f"no operator key with prefix {key_prefix!r} (genesis operator list-keys shows them)")
+            raise OperatorKeyError(
+                f"no operator key with prefix {key_prefix!r} (genesis operator list-keys shows them)"
+            )
         if row.revoked_at is None:
-            await session.execute(update(OperatorKey).where(OperatorKey.key_prefix == key_prefix)
-                                  .values(revoked_at=datetime.now(timezone.utc)))
+            await session.execute(
+                update(OperatorKey).where(OperatorKey.key_prefix == key_prefix).values(revoked_at=datetime.now(UTC))
+            )
             await session.commit()
             await session.refresh(row)
         return row

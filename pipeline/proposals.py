@@ -13,14 +13,19 @@ def mutation_input(record: Mutation, settings: Settings) -> MutationInput:
     carries the version it replaces; a new trait under GENESIS_TRAIT_EXISTS_POLICY=reject must
     still be new at activation (api/routes_traits.py checked both at propose time); and who, if
     anyone, allowed it to replace another agent's version (activation checks the owner again)."""
-    replaces = (TraitRef(trait_name=record.replaces_trait, version=record.replaces_version)
-                if record.replaces_trait else None)
+    replaces = (
+        TraitRef(trait_name=record.replaces_trait, version=record.replaces_version) if record.replaces_trait else None
+    )
     return MutationInput(
         replaces=replaces,
         require_new=replaces is None and settings.trait.exists_policy == "reject",
         replacement_approved_by=record.replacement_approved_by,
-        mutation_id=record.mutation_id, agent_id=record.agent_id, trait_name=record.trait_name,
-        code=record.code, goal=record.goal, task_id=record.task_id,
+        mutation_id=record.mutation_id,
+        agent_id=record.agent_id,
+        trait_name=record.trait_name,
+        code=record.code,
+        goal=record.goal,
+        task_id=record.task_id,
         activate=settings.activate_mutations,
         observation_window_ticks=settings.observation.window_ticks,
         observation_timeout_s=settings.observation.timeout_s,

@@ -127,8 +127,16 @@ async def acquire(redis: aioredis.Redis, limits: Limits, agent_id: str, ip: str,
     """Check every limit and, when all allow it, count the proposal and give it an active slot."""
     result = await _script(redis, _ACQUIRE)(
         keys=_keys(agent_id, ip),
-        args=[mutation_id, limits.active_per_agent, limits.active_slot_ttl_s, limits.per_ip_minute,
-              limits.per_agent_hour, limits.active_retry_after_s, IP_WINDOW_S, AGENT_WINDOW_S],
+        args=[
+            mutation_id,
+            limits.active_per_agent,
+            limits.active_slot_ttl_s,
+            limits.per_ip_minute,
+            limits.per_agent_hour,
+            limits.active_retry_after_s,
+            IP_WINDOW_S,
+            AGENT_WINDOW_S,
+        ],
     )
     code = int(result[0])
     if code == 0:
@@ -137,7 +145,9 @@ async def acquire(redis: aioredis.Redis, limits: Limits, agent_id: str, ip: str,
         return Decision(allowed=True, already_held=True)
     name = result[1].decode() if isinstance(result[1], bytes) else str(result[1])
     return Decision(
-        allowed=False, limit=name, limit_value=int(result[3]),
+        allowed=False,
+        limit=name,
+        limit_value=int(result[3]),
         retry_after_sec=max(1, math.ceil(int(result[2]) / 1000)),
     )
 

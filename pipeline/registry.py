@@ -14,8 +14,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from genesis.db.models import Mutation, TraitVersion
-from pipeline.quarantines import quarantined
 from genesis.redis_keys import REGISTRY_TRAITS, REGISTRY_VERSION
+from pipeline.quarantines import quarantined
 
 
 class RegistryEntry(BaseModel):
@@ -31,8 +31,13 @@ class RegistryEntry(BaseModel):
 
 def entry_from_row(row: TraitVersion, agent_id: str) -> RegistryEntry:
     return RegistryEntry(
-        trait_name=row.trait_name, version=row.version, mutation_id=row.mutation_id,
-        class_name=row.class_name, code=row.code, code_hash=row.code_hash, agent_id=agent_id,
+        trait_name=row.trait_name,
+        version=row.version,
+        mutation_id=row.mutation_id,
+        class_name=row.class_name,
+        code=row.code,
+        code_hash=row.code_hash,
+        agent_id=agent_id,
     )
 
 
@@ -86,11 +91,13 @@ async def rebuild_from_postgres(sessions: async_sessionmaker, redis: aioredis.Re
     """Self-heal after an engine or Redis restart: the registry becomes the active versions, but
     none the engine quarantined (its rollback may not have happened yet)."""
     async with sessions() as session:
-        rows = (await session.execute(
-            select(TraitVersion, Mutation.agent_id)
-            .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
-            .where(TraitVersion.status == "active", ~quarantined(TraitVersion.mutation_id))
-        )).all()
+        rows = (
+            await session.execute(
+                select(TraitVersion, Mutation.agent_id)
+                .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
+                .where(TraitVersion.status == "active", ~quarantined(TraitVersion.mutation_id))
+            )
+        ).all()
     return await replace_all(redis, [entry_from_row(row, agent_id or "") for row, agent_id in rows])
 
 

@@ -38,11 +38,18 @@ async def request_rollback(client: Client, settings: Settings, record: Mutation,
     if record.status == MutationStatus.kept.value:
         await client.start_workflow(
             ROLLBACK_WORKFLOW,
-            args=[RollbackRequest(mutation_id=record.mutation_id, trait_name=record.trait_name, reason=reason,
-                                  agent_id=record.agent_id, notify_url=record.notify_url,
-                                  webhook_retry_window_s=settings.webhook.retry_window_s,
-                                  webhook_max_retry_interval_s=settings.webhook.max_retry_interval_s),
-                  record.validation_log or []],
+            args=[
+                RollbackRequest(
+                    mutation_id=record.mutation_id,
+                    trait_name=record.trait_name,
+                    reason=reason,
+                    agent_id=record.agent_id,
+                    notify_url=record.notify_url,
+                    webhook_retry_window_s=settings.webhook.retry_window_s,
+                    webhook_max_retry_interval_s=settings.webhook.max_retry_interval_s,
+                ),
+                record.validation_log or [],
+            ],
             id=rollback_workflow_id(record.mutation_id),
             task_queue=settings.task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

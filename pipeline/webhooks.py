@@ -80,7 +80,8 @@ async def receiver(url: str, policy: netpolicy.NetPolicy) -> netpolicy.Destinati
     except netpolicy.NotGlobal as exc:
         raise netpolicy.Refused(
             f"notify_url host {exc.reason}; webhooks go only to global addresses unless the operator allows "
-            f"the host ({netpolicy.SETTING}) or every receiver (GENESIS_WEBHOOK_ALLOW_PRIVATE=true)") from None
+            f"the host ({netpolicy.SETTING}) or every receiver (GENESIS_WEBHOOK_ALLOW_PRIVATE=true)"
+        ) from None
     except netpolicy.Unresolvable:
         raise
     except netpolicy.Refused as exc:

@@ -69,12 +69,12 @@ class IsolationLimits:
     tmpfs_size: str = "8m"
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> "IsolationLimits":
+    def from_settings(cls, settings: Settings) -> IsolationLimits:
         """A sandbox test's host: one trait, one worker."""
         return cls(settings.sandbox.memory, settings.sandbox.pids_limit, settings.sandbox.cpus)
 
     @classmethod
-    def for_engine(cls, settings: Settings) -> "IsolationLimits":
+    def for_engine(cls, settings: Settings) -> IsolationLimits:
         """The live world's host: a worker process per agent with live traits."""
         return cls(settings.engine.trait_host_memory, settings.engine.trait_host_pids, settings.engine.trait_host_cpus)
 
@@ -148,8 +148,15 @@ def hello_message(settings: Settings, tick_deadline_s: float) -> dict[str, Any]:
 class TraitHostContainer:
     """One trait-host process in one container, answering requests in order."""
 
-    def __init__(self, client: docker.DockerClient, image: str, limits: IsolationLimits, owner: str,
-                 *, private_socket: bool = False):
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        image: str,
+        limits: IsolationLimits,
+        owner: str,
+        *,
+        private_socket: bool = False,
+    ):
         """``private_socket``: talk over a Unix socket in a private directory instead of docker
         attach (falls back to attach, with a warning, when this process may not chown the
         directory)."""
@@ -167,8 +174,9 @@ class TraitHostContainer:
             except PermissionError as exc:  # not root: cannot hand the directory to the sandbox uid
                 log.warning("no private socket for the trait host (%s); using docker attach", exc)
             else:
-                mounts.append(Mount(target=SOCKET_DIR_IN_CONTAINER, source=self._socket_dir, type="bind",
-                                    read_only=True))
+                mounts.append(
+                    Mount(target=SOCKET_DIR_IN_CONTAINER, source=self._socket_dir, type="bind", read_only=True)
+                )
                 environment[SOCKET_ENV] = f"{SOCKET_DIR_IN_CONTAINER}/{SOCKET_NAME}"
                 labels[LABEL_SOCKET_DIR] = self._socket_dir
         self.framed = self._listener is None  # docker attach: stdout/stderr frames
@@ -179,9 +187,7 @@ class TraitHostContainer:
             raise
         self._sock: socket.socket | None = None
         if self.framed:
-            self._socket_io = self._container.attach_socket(
-                params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
-            )
+            self._socket_io = self._container.attach_socket(params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1})
             self._sock = self._socket_io._sock
         try:
             self._container.start()
@@ -190,8 +196,15 @@ class TraitHostContainer:
             raise
 
     @staticmethod
-    def _create(client: docker.DockerClient, image: str, limits: IsolationLimits,
-                owner: str, environment: dict[str, str], labels: dict[str, str], mounts: list[Mount]) -> Any:
+    def _create(
+        client: docker.DockerClient,
+        image: str,
+        limits: IsolationLimits,
+        owner: str,
+        environment: dict[str, str],
+        labels: dict[str, str],
+        mounts: list[Mount],
+    ) -> Any:
         return client.containers.create(
             image,
             name=container_name(owner),
@@ -227,8 +240,9 @@ class TraitHostContainer:
         """A pooled container now serves ``owner``: rename it so leftovers can be found by owner."""
         self._container.rename(container_name(owner))
 
-    def request(self, message: dict[str, Any], deadline_s: float,
-                while_waiting: Callable[[], None] | None = None) -> dict[str, Any]:
+    def request(
+        self, message: dict[str, Any], deadline_s: float, while_waiting: Callable[[], None] | None = None
+    ) -> dict[str, Any]:
         """Send one request and wait for its reply, killing the container past the deadline.
 
         Bytes values in the request travel as its attachment (see :func:`encode_message`); a
@@ -257,7 +271,7 @@ class TraitHostContainer:
                     raise HostCrashed(f"trait host announced an attachment of {size!r} bytes")
                 reply["attachment"] = self._read_exactly(size, deadline)
             return reply
-        except (socket.timeout, TimeoutError) as exc:
+        except TimeoutError as exc:
             self.kill()
             raise HostDeadlineExceeded(f"trait host gave no answer within {deadline_s:.2f}s") from exc
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
@@ -285,7 +299,7 @@ class TraitHostContainer:
         while (end := buf.find(b"\n", searched)) < 0:
             searched = len(buf)
             buf += self._read_chunk(deadline)
-        self._pending = bytes(buf[end + 1:])
+        self._pending = bytes(buf[end + 1 :])
         return bytes(buf[:end])
 
     def _read_exactly(self, size: int, deadline: float) -> bytes:
@@ -354,7 +368,7 @@ class TraitHostContainer:
         self.disconnect()
         self.remove()
 
-    def __enter__(self) -> "TraitHostContainer":
+    def __enter__(self) -> TraitHostContainer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -390,7 +404,7 @@ def _time_left(sock: socket.socket, deadline: float) -> None:
     """Let ``sock``'s next call block only until the monotonic ``deadline`` (timeout once past it)."""
     remaining = deadline - time.monotonic()
     if remaining <= 0:
-        raise socket.timeout()
+        raise TimeoutError()
     sock.settimeout(remaining)
 
 

@@ -45,10 +45,33 @@ INTERPRETER_FLAGS = ["-I", "-S", "-B"]
 
 # Parts of the standard library a trait host never needs (tests, GUIs, packaging, docs).
 STDLIB_EXCLUDES = {
-    "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3", "pydoc_data",
-    "site-packages", "dist-packages", "venv", "distutils", "unittest", "sqlite3", "curses",
-    "dbm", "xmlrpc", "wsgiref", "http", "urllib", "email", "xml", "asyncio", "multiprocessing",
-    "concurrent", "html", "json/tests", "ctypes/test",
+    "test",
+    "idlelib",
+    "tkinter",
+    "turtledemo",
+    "ensurepip",
+    "lib2to3",
+    "pydoc_data",
+    "site-packages",
+    "dist-packages",
+    "venv",
+    "distutils",
+    "unittest",
+    "sqlite3",
+    "curses",
+    "dbm",
+    "xmlrpc",
+    "wsgiref",
+    "http",
+    "urllib",
+    "email",
+    "xml",
+    "asyncio",
+    "multiprocessing",
+    "concurrent",
+    "html",
+    "json/tests",
+    "ctypes/test",
 }
 
 
@@ -64,8 +87,14 @@ COMMAND = [PYTHON_IN_IMAGE, *INTERPRETER_FLAGS, HOST_PATH_IN_IMAGE]
 @functools.cache  # the binary does not change while a process runs
 def python_binary() -> Path:
     """This machine's python3.11, checked to implement the language the gatekeeper validates."""
-    binary = next((Path(os.path.realpath(found)) for candidate in ("/usr/bin/python3.11", "/usr/local/bin/python3.11", sys.executable)
-                   if (found := shutil.which(candidate) if "/" not in candidate else candidate) and Path(found).exists()), None)
+    binary = next(
+        (
+            Path(os.path.realpath(found))
+            for candidate in ("/usr/bin/python3.11", "/usr/local/bin/python3.11", sys.executable)
+            if (found := shutil.which(candidate) if "/" not in candidate else candidate) and Path(found).exists()
+        ),
+        None,
+    )
     if binary is None:
         raise RuntimeMissing("no python3.11 binary found to build the trait-host image from")
     language = _language_of(binary)
@@ -138,7 +167,10 @@ def _rootfs_tar() -> bytes:
 
         for name in ("etc", "tmp", "opt", "opt/genesis", "usr", "usr/bin", "usr/local", "usr/local/bin"):
             add_dir(name, 0o1777 if name == "tmp" else 0o755)
-        add_bytes("etc/passwd", f"root:x:0:0::/root:/bin/false\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/false\n".encode())
+        add_bytes(
+            "etc/passwd",
+            f"root:x:0:0::/root:/bin/false\nsandbox:x:{SANDBOX_UID}:{SANDBOX_UID}::/tmp:/bin/false\n".encode(),
+        )
         add_bytes("etc/group", f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\n".encode())
         tar.add(str(python), arcname=PYTHON_IN_IMAGE.lstrip("/"), filter=root_owned)
         tar.add(str(TRAIT_HOST), arcname=HOST_PATH_IN_IMAGE.lstrip("/"), filter=root_owned)
@@ -173,7 +205,9 @@ def build(client: docker.DockerClient | None = None) -> str:
         changes=[f"USER {SANDBOX_UID}:{SANDBOX_UID}", "WORKDIR /tmp", f"CMD {COMMAND!r}".replace("'", '"')],
     )
     client.images.get(tag)  # raises if the import did not produce it
-    log.info("built %s from %s (%.0f MB rootfs, %.1fs)", tag, python_binary(), len(data) / 1e6, time.monotonic() - started)
+    log.info(
+        "built %s from %s (%.0f MB rootfs, %.1fs)", tag, python_binary(), len(data) / 1e6, time.monotonic() - started
+    )
     return tag
 
 

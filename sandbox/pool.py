@@ -37,8 +37,15 @@ MAX_DEFERRED_REMOVALS = 16  # finished (exited) containers left for a quiet mome
 
 
 class WarmPool:
-    def __init__(self, client: docker.DockerClient, image: str, limits: IsolationLimits, size: int,
-                 hello: dict[str, Any], private_socket: bool = False):
+    def __init__(
+        self,
+        client: docker.DockerClient,
+        image: str,
+        limits: IsolationLimits,
+        size: int,
+        hello: dict[str, Any],
+        private_socket: bool = False,
+    ):
         self._client, self._image, self._limits = client, image, limits
         self._private_socket = private_socket  # hosts talk over a private Unix socket, not docker attach
         self._size, self._hello = size, hello  # the hello_message every host is given
@@ -56,7 +63,7 @@ class WarmPool:
         # Renaming a taken container after its owner is a Docker API call (~15 ms): off the test's path.
         self._renamer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-rename")
 
-    def start(self) -> "WarmPool":
+    def start(self) -> WarmPool:
         remove_abandoned_trait_hosts(self._client)
         self._refiller.start()
         self._reaper.start()

@@ -46,9 +46,10 @@ this program connects to (the live engine's private channel, see sandbox/contain
           "error_count": k, "timeouts": [ids], "blocks": b}}}
       One group of intent columns (see ``IntentColumns``) per trait that ran, entities ascending
       within each: the groups of each worker in the order of its first trait in ``run``, each
-      worker's in ``run`` order. An entity's intents are its groups' in that order. A trait's result may also say "killed": why (its worker was killed
-      while it ran; "confirmed": true when it ran alone) or "lost": why (its worker was killed
-      for another trait's fault or the machine was too busy: nobody's fault, no intents).
+      worker's in ``run`` order. An entity's intents are its groups' in that order. A trait's
+      result may also say "killed": why (its worker was killed while it ran; "confirmed": true
+      when it ran alone) or "lost": why (its worker was killed for another trait's fault or the
+      machine was too busy: nobody's fault, no intents).
 Attachments: a line with "attachment": N is followed by N raw bytes, which columns name by
 [offset, length]. A ``views`` request with an attachment is answered in kind.
 The host exits when stdin (or the socket) closes.
@@ -143,14 +144,14 @@ class Inbox:
             msg = json.loads(bytes(self.buf[:end]))
             if type(msg) is not dict:
                 raise ValueError("a reply must be a JSON object")
-            del self.buf[:end + 1]
+            del self.buf[: end + 1]
             size = msg.pop("attachment", 0)
             if type(size) is not int or not 0 <= size <= MAX_ATTACHMENT:
                 raise ValueError("bad attachment size")
             self.msg, self.need = msg, size
         if len(self.buf) < self.need:
             return None
-        attachment = bytes(self.buf[:self.need])
+        attachment = bytes(self.buf[: self.need])
         msg = self.msg
         self.buf, self.msg, self.need = bytearray(), None, None
         return msg, attachment
@@ -265,8 +266,7 @@ class Supervisor:
             return {"ok": False, "op": "hello", "error": "host lacks entity methods: %s" % missing}
         if self.zygote is None:
             self.zygote = start_zygote(self.config)
-        return {"ok": True, "op": "hello", "python": sys.version.split()[0],
-                "implementation": sys.implementation.name}
+        return {"ok": True, "op": "hello", "python": sys.version.split()[0], "implementation": sys.implementation.name}
 
     def load(self, msg, _attachment):
         name, source, class_name = msg["trait"], msg["source"], msg["class_name"]
@@ -314,9 +314,16 @@ class Supervisor:
         workers = []
         for handle in self.handles.values():
             if handle.alive:
-                workers.append({"agent": handle.agent, "traits": list(handle.traits), "solo": handle.solo,
-                                "pid": handle.pid, "rss_kb": rss_kb(handle.pid),
-                                "cpu_ms": round(cpu_ns(handle.pid) / 1e6, 1)})
+                workers.append(
+                    {
+                        "agent": handle.agent,
+                        "traits": list(handle.traits),
+                        "solo": handle.solo,
+                        "pid": handle.pid,
+                        "rss_kb": rss_kb(handle.pid),
+                        "cpu_ms": round(cpu_ns(handle.pid) / 1e6, 1),
+                    }
+                )
         return {"ok": True, "op": "stats", "supervisor_rss_kb": rss_kb(os.getpid()), "workers": workers}
 
     def views(self, msg, attachment):
@@ -354,8 +361,11 @@ class Supervisor:
                 continue
             reply, reply_attachment = got
             worker_groups = reply.get("intent_groups")
-            worker_groups = ([checked_group(g, len(blob), len(reply_attachment)) for g in worker_groups]
-                             if type(worker_groups) is list and len(worker_groups) <= len(names) else [None])
+            worker_groups = (
+                [checked_group(g, len(blob), len(reply_attachment)) for g in worker_groups]
+                if type(worker_groups) is list and len(worker_groups) <= len(names)
+                else [None]
+            )
             worker_results = reply.get("results")
             if not reply.get("ok") or None in worker_groups or type(worker_results) is not dict:
                 why = "its process sent an unusable reply: %s" % str(reply.get("error", "malformed"))[:200]
@@ -366,8 +376,13 @@ class Supervisor:
                 results[name] = checked_result(worker_results.get(name))
             blob += reply_attachment
             groups.extend(worker_groups)
-        out = {"ok": True, "op": "views", "tick": msg.get("tick") if type(msg.get("tick")) is int else None,
-               "results": results, "intent_groups": groups}
+        out = {
+            "ok": True,
+            "op": "views",
+            "tick": msg.get("tick") if type(msg.get("tick")) is int else None,
+            "results": results,
+            "intent_groups": groups,
+        }
         return (out, bytes(blob)) if attachment is not None else out
 
     # -- workers ---------------------------------------------------------------------------
@@ -548,13 +563,18 @@ class Supervisor:
 
 
 def failed_result(why):
-    return {"calls": 0, "total_us": 0.0, "max_us": 0.0, "error_count": 1,
-            "errors": [{"entity_id": None, "error": why}], "timeouts": []}
+    return {
+        "calls": 0,
+        "total_us": 0.0,
+        "max_us": 0.0,
+        "error_count": 1,
+        "errors": [{"entity_id": None, "error": why}],
+        "timeouts": [],
+    }
 
 
 def lost_result(why):
-    return {"calls": 0, "total_us": 0.0, "max_us": 0.0, "error_count": 0, "errors": [], "timeouts": [],
-            "lost": why}
+    return {"calls": 0, "total_us": 0.0, "max_us": 0.0, "error_count": 0, "errors": [], "timeouts": [], "lost": why}
 
 
 def checked_result(result):
@@ -571,13 +591,23 @@ def checked_result(result):
     for error in result.get("errors", [])[:MAX_REPORTED_ERRORS] if type(result.get("errors")) is list else ():
         if type(error) is dict:
             entity_id = error.get("entity_id")
-            errors.append({"entity_id": entity_id if type(entity_id) is int and abs(entity_id) < MAX_INT else None,
-                           "error": str(error.get("error"))[:500]})
+            errors.append(
+                {
+                    "entity_id": entity_id if type(entity_id) is int and abs(entity_id) < MAX_INT else None,
+                    "error": str(error.get("error"))[:500],
+                }
+            )
     timeouts = result.get("timeouts")
     timeouts = [t for t in timeouts[:10000] if type(t) is int and abs(t) < MAX_INT] if type(timeouts) is list else []
-    return {"calls": number("calls", int), "total_us": number("total_us", float), "max_us": number("max_us", float),
-            "error_count": max(number("error_count", int), len(errors)), "errors": errors, "timeouts": timeouts,
-            "blocks": number("blocks", int)}
+    return {
+        "calls": number("calls", int),
+        "total_us": number("total_us", float),
+        "max_us": number("max_us", float),
+        "error_count": max(number("error_count", int), len(errors)),
+        "errors": errors,
+        "timeouts": timeouts,
+        "blocks": number("blocks", int),
+    }
 
 
 def checked_group(columns, base, size):
@@ -591,7 +621,7 @@ def checked_group(columns, base, size):
         col = columns.get(key)
         if type(col) is not dict or len(col) != 1:
             return None
-        (kind, span), = col.items()
+        ((kind, span),) = col.items()
         if type(span) is list:
             if len(span) != 2 or any(type(v) is not int for v in span) or not 0 <= span[0] <= span[0] + span[1] <= size:
                 return None
@@ -669,6 +699,7 @@ def worker_main(sock, status_fd, config):
     keep_only_fds([sock.fileno(), status_fd, 2])
     try:
         import resource
+
         resource.setrlimit(resource.RLIMIT_AS, (config.worker_memory, config.worker_memory))
     except (ImportError, ValueError, OSError):
         pass
@@ -748,9 +779,7 @@ class Worker:
         index = msg["index"]
         self.status[1] = index
         try:
-            self.with_cpu_alarm(
-                lambda: exec(compile(source, TRAIT_FILE_PREFIX + name + ">", "exec"), namespace)
-            )
+            self.with_cpu_alarm(lambda: exec(compile(source, TRAIT_FILE_PREFIX + name + ">", "exec"), namespace))
             cls = namespace[class_name]
             self.with_cpu_alarm(cls)  # the trait must be constructible without arguments
         except TraitTimeout:
@@ -774,8 +803,9 @@ class Worker:
         key = (tuple(fields), tuple(sorted(world.items())))
         made = self.row_proxies.get(key)
         if made is None:
-            made = self.row_proxies[key] = make_column_proxy_class(self.config.readable, self.config.writable,
-                                                                   tuple(fields), world)
+            made = self.row_proxies[key] = make_column_proxy_class(
+                self.config.readable, self.config.writable, tuple(fields), world
+            )
         proxy_class, bind = made
         bind(columns, sets)
         intents, results = {}, {}
@@ -784,8 +814,15 @@ class Worker:
         gc_was_on = gc.isenabled()
         gc.disable()
         try:
-            self.run_views(msg["run"], sets, columns[fields.index("traits")], columns[fields.index("id")],
-                           proxy_class, intents, results)
+            self.run_views(
+                msg["run"],
+                sets,
+                columns[fields.index("traits")],
+                columns[fields.index("id")],
+                proxy_class,
+                intents,
+                results,
+            )
         finally:
             if gc_was_on:
                 gc.enable()
@@ -869,8 +906,14 @@ class Worker:
             watchdog.disarm()
         total_us = (last - started) * 1e6
         self.instances[name] = kept  # entities that died or lost the trait are forgotten
-        return {"calls": len(ids), "total_us": round(total_us, 1), "max_us": round(max_s * 1e6, 1), "errors": errors,
-                "error_count": error_count, "timeouts": timeouts}
+        return {
+            "calls": len(ids),
+            "total_us": round(total_us, 1),
+            "max_us": round(max_s * 1e6, 1),
+            "errors": errors,
+            "error_count": error_count,
+            "timeouts": timeouts,
+        }
 
     def with_cpu_alarm(self, fn):
         """Run trait code outside a batch (module body, constructor) under the watchdog."""
@@ -893,8 +936,22 @@ def safe_builtins(allowed):
         return __import__(name, globals, locals, fromlist, level)
 
     names = dict(vars(builtins))
-    for banned in ("open", "exec", "eval", "compile", "input", "breakpoint", "globals",
-                   "locals", "vars", "help", "exit", "quit", "print", "memoryview"):
+    for banned in (
+        "open",
+        "exec",
+        "eval",
+        "compile",
+        "input",
+        "breakpoint",
+        "globals",
+        "locals",
+        "vars",
+        "help",
+        "exit",
+        "quit",
+        "print",
+        "memoryview",
+    ):
         names.pop(banned, None)
     names["__import__"] = guarded_import
     return names
@@ -985,9 +1042,16 @@ class IntentColumns:
 
     def encode(self, blob=None):
         """The columns on the wire: arrays packed (raw bytes appended to ``blob``, or base64)."""
-        return {"count": len(self.kinds), "entity": pack_ints(self.entity, blob), "kind": "".join(self.kinds),
-                "attr": pack_ints(self.attr, blob), "names": list(self.names), "a": pack("d", self.a, blob),
-                "b": pack("d", self.b, blob), "other": self.other}
+        return {
+            "count": len(self.kinds),
+            "entity": pack_ints(self.entity, blob),
+            "kind": "".join(self.kinds),
+            "attr": pack_ints(self.attr, blob),
+            "names": list(self.names),
+            "a": pack("d", self.a, blob),
+            "b": pack("d", self.b, blob),
+            "other": self.other,
+        }
 
 
 ARRAY_CODES = {"f8": "d", "i8": "q", "i4": "i"}
@@ -1008,7 +1072,7 @@ def decode_columns(columns, count=None, attachment=None):
             text = bytes(attached(attachment, col["text"])).decode("utf-8")
             col = text.split("\x1f") if count else []
         elif type(col) is dict:
-            (key, data), = col.items()
+            ((key, data),) = col.items()
             arr = array.array(ARRAY_CODES[key])
             if arr.itemsize != int(key[1]):
                 raise ValueError("no %s array type on this platform" % key)
@@ -1032,7 +1096,7 @@ def attached(attachment, span):
     start, size = span
     if attachment is None or not 0 <= start <= start + size <= len(attachment):
         raise ValueError("a column outside the attachment")
-    return memoryview(attachment)[start:start + size]
+    return memoryview(attachment)[start : start + size]
 
 
 def make_column_proxy_class(readable, writable, fields, world):
@@ -1073,6 +1137,7 @@ def make_column_proxy_class(readable, writable, fields, world):
             writes[name] = value  # later reads in the same call see the write
 
         if "nearest_dx" in index:
+
             def nearest_resource(self, _at=(index["nearest_dx"], index.get("nearest_dy"), index.get("nearest_dist"))):
                 i = self._row
                 dx = cols[_at[0]][i]
@@ -1080,6 +1145,7 @@ def make_column_proxy_class(readable, writable, fields, world):
                     return None
                 return (dx, cols[_at[1]][i], cols[_at[2]][i])
         else:
+
             def nearest_resource(self, _at=index.get("nearest_resource")):
                 found = None if _at is None else cols[_at][self._row]
                 return tuple(found) if found else None
@@ -1089,15 +1155,18 @@ def make_column_proxy_class(readable, writable, fields, world):
     def reader(name):
         at = index.get(name)
         if name == "traits" and at is not None:
+
             def get(self):
                 return list(trait_sets[0][cols[at][self._row]])
         elif at is not None and name in writable:
+
             def get(self):
                 writes = self._writes
                 if writes is not None and name in writes:
                     return writes[name]
                 return cols[at][self._row]
         elif at is not None:
+
             def get(self):
                 value = cols[at][self._row]
                 return list(value) if type(value) is list else value
@@ -1109,6 +1178,7 @@ def make_column_proxy_class(readable, writable, fields, world):
                 if writes is not None and name in writes:
                     return writes[name]
                 return list(constant) if type(constant) is list else constant
+
         return property(get)
 
     for name in readable:
@@ -1154,7 +1224,7 @@ def pack(code, values, blob=None):
 
 def pack_ints(values, blob=None):
     """:func:`pack` of ints: as "i4" when every value fits in 32 bits (half the bytes), else "i8"."""
-    if not values or (min(values) >= -2**31 and max(values) < 2**31):
+    if not values or (min(values) >= -(2**31) and max(values) < 2**31):
         return pack("i", values, blob)
     return pack("q", values, blob)
 
@@ -1209,15 +1279,48 @@ def answer(handler, msg, attachment):
 # System calls a worker never needs and another agent's process must be safe from: signalling,
 # tracing or reading another process, starting processes or programs. Per architecture.
 FORBIDDEN_SYSCALLS = {
-    "x86_64": (0xC000003E, {"kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129,
-                            "rt_tgsigqueueinfo": 297, "ptrace": 101, "process_vm_readv": 310,
-                            "process_vm_writev": 311, "pidfd_send_signal": 424, "pidfd_open": 434,
-                            "pidfd_getfd": 438, "clone": 56, "fork": 57, "vfork": 58, "clone3": 435,
-                            "execve": 59, "execveat": 322}),
-    "aarch64": (0xC00000B7, {"kill": 129, "tkill": 130, "tgkill": 131, "rt_sigqueueinfo": 138,
-                             "rt_tgsigqueueinfo": 240, "ptrace": 117, "process_vm_readv": 270,
-                             "process_vm_writev": 271, "pidfd_send_signal": 424, "pidfd_open": 434,
-                             "pidfd_getfd": 438, "clone": 220, "clone3": 435, "execve": 221, "execveat": 281}),
+    "x86_64": (
+        0xC000003E,
+        {
+            "kill": 62,
+            "tkill": 200,
+            "tgkill": 234,
+            "rt_sigqueueinfo": 129,
+            "rt_tgsigqueueinfo": 297,
+            "ptrace": 101,
+            "process_vm_readv": 310,
+            "process_vm_writev": 311,
+            "pidfd_send_signal": 424,
+            "pidfd_open": 434,
+            "pidfd_getfd": 438,
+            "clone": 56,
+            "fork": 57,
+            "vfork": 58,
+            "clone3": 435,
+            "execve": 59,
+            "execveat": 322,
+        },
+    ),
+    "aarch64": (
+        0xC00000B7,
+        {
+            "kill": 129,
+            "tkill": 130,
+            "tgkill": 131,
+            "rt_sigqueueinfo": 138,
+            "rt_tgsigqueueinfo": 240,
+            "ptrace": 117,
+            "process_vm_readv": 270,
+            "process_vm_writev": 271,
+            "pidfd_send_signal": 424,
+            "pidfd_open": 434,
+            "pidfd_getfd": 438,
+            "clone": 220,
+            "clone3": 435,
+            "execve": 221,
+            "execveat": 281,
+        },
+    ),
 }
 
 
@@ -1240,6 +1343,7 @@ def forbid_syscalls():
     program.append((RET, 0, 0, ALLOW))
     try:
         import ctypes
+
         filters = b"".join(struct.pack("=HBBI", *instruction) for instruction in program)
         buffer = ctypes.create_string_buffer(filters)
 
@@ -1261,6 +1365,7 @@ def non_dumpable():
     another process of the same user (a worker by another agent's worker)."""
     try:
         import ctypes
+
         libc = ctypes.CDLL(None, use_errno=True)
         PR_SET_DUMPABLE = 4
         return libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) == 0
@@ -1287,8 +1392,13 @@ def main():
     if not protected:
         sys.stderr.write("trait host: could not make its processes non-dumpable\n")
     supervisor = Supervisor()
-    handlers = {"hello": supervisor.hello, "load": supervisor.load, "unload": supervisor.unload,
-                "views": supervisor.views, "stats": supervisor.stats}
+    handlers = {
+        "hello": supervisor.hello,
+        "load": supervisor.load,
+        "unload": supervisor.unload,
+        "views": supervisor.views,
+        "stats": supervisor.stats,
+    }
     while True:
         try:
             msg, attachment = read_message(requests)

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 import httpx
 
-from pipeline import operators
 from genesis.config import Settings
 from genesis.db.session import get_sessionmaker
+from pipeline import operators
 
 DEFAULT_AGENT = "genesis-tests"
-_registered: dict[tuple[str, str], "TestAgent"] = {}
+_registered: dict[tuple[str, str], TestAgent] = {}
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ async def headers(http: httpx.AsyncClient, name: str = DEFAULT_AGENT) -> dict[st
 
 
 DEFAULT_OPERATOR = "genesis-tests-operator"
-_operator_keys: dict[tuple[str, str], "TestOperator"] = {}
+_operator_keys: dict[tuple[str, str], TestOperator] = {}
 
 
 @dataclass(frozen=True)

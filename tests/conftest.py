@@ -14,17 +14,17 @@ import sys
 import time
 
 import httpx
-import redis.asyncio as aioredis
 import pytest
+import redis.asyncio as aioredis
 from pydantic import SecretStr
 from sqlalchemy import text
 from temporalio.testing import WorkflowEnvironment
 
-from genesis.config import Settings
 from genesis.cli.processes import TEMPORAL_CLI, api_process, engine_process, free_port, wait_for_api, worker_process
-from genesis.redis_keys import ENGINE_STATUS
+from genesis.config import Settings
 from genesis.db.migrate import upgrade_to_head
 from genesis.db.session import get_engine
+from genesis.redis_keys import ENGINE_STATUS
 from genesis.temporal import connect
 from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME
 from tests import agents
@@ -40,8 +40,18 @@ TEST_REDIS_URL = os.environ.get("GENESIS_TEST_REDIS_URL", "redis://127.0.0.1:637
 _exit_status = 0
 
 # Fixtures that start or reach a service: a unit test may use none of them.
-SERVICE_FIXTURES = {"temporal_env", "settings", "worker", "api_url", "start_api", "redis_client", "http",
-                    "operator_http", "temporal_client", "engine_proc"}
+SERVICE_FIXTURES = {
+    "temporal_env",
+    "settings",
+    "worker",
+    "api_url",
+    "start_api",
+    "redis_client",
+    "http",
+    "operator_http",
+    "temporal_client",
+    "engine_proc",
+}
 
 
 def pytest_collection_modifyitems(config, items):
@@ -52,7 +62,9 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(layer)
         services = SERVICE_FIXTURES.intersection(item.fixturenames)
         if layer == "unit" and services:
-            raise pytest.UsageError(f"{item.nodeid} is a unit test but uses {sorted(services)}: move it to tests/stack/")
+            raise pytest.UsageError(
+                f"{item.nodeid} is a unit test but uses {sorted(services)}: move it to tests/stack/"
+            )
 
 
 def pytest_sessionfinish(session, exitstatus):

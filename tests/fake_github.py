@@ -34,8 +34,9 @@ class FakeGitHub:
     def __init__(self, repos_root: Path, installation_id: int, account: str = "acme"):
         self.repos_root, self.installation_id, self.account = repos_root, installation_id, account
         key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        self.private_key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                                 serialization.NoEncryption())
+        self.private_key_pem = key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
         self._public_key = key.public_key()
         self.tokens: list[str] = []
         self.token_scopes: dict[str, set[str] | None] = {}  # token -> repository names (None: all)
@@ -89,11 +90,18 @@ class FakeGitHub:
 
     def installation(self, handler) -> None:
         if self._app_installation(handler) is not None:
-            self._reply(handler, 200, {
-                "id": self.installation_id, "app_id": int(APP_ID), "target_type": "Organization",
-                "account": {"login": self.account, "id": 9001, "type": "Organization"},
-                "repository_selection": "selected", "permissions": {"contents": "read", "metadata": "read"},
-            })
+            self._reply(
+                handler,
+                200,
+                {
+                    "id": self.installation_id,
+                    "app_id": int(APP_ID),
+                    "target_type": "Organization",
+                    "account": {"login": self.account, "id": 9001, "type": "Organization"},
+                    "repository_selection": "selected",
+                    "permissions": {"contents": "read", "metadata": "read"},
+                },
+            )
 
     def access_token(self, handler) -> None:
         body = json.loads(handler.rfile.read(int(handler.headers.get("content-length") or 0)) or b"{}")
@@ -107,9 +115,16 @@ class FakeGitHub:
         token = f"ghs_{secrets.token_hex(16)}"
         self.tokens.append(token)
         self.token_scopes[token] = None if names is None else set(names)
-        self._reply(handler, 201, {"token": token, "expires_at": "2099-01-01T00:00:00Z",
-                                   "permissions": body.get("permissions") or {"contents": "read", "metadata": "read"},
-                                   "repository_selection": "selected"})
+        self._reply(
+            handler,
+            201,
+            {
+                "token": token,
+                "expires_at": "2099-01-01T00:00:00Z",
+                "permissions": body.get("permissions") or {"contents": "read", "metadata": "read"},
+                "repository_selection": "selected",
+            },
+        )
 
     def _authorised(self, auth: str, path: str) -> bool:
         """The Basic credentials carry a token whose scope covers the repository ``path`` names."""
@@ -138,10 +153,16 @@ class FakeGitHub:
             handler.end_headers()
             return
         body = handler.rfile.read(int(handler.headers.get("content-length") or 0))
-        env = {"GIT_PROJECT_ROOT": str(self.repos_root), "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": parts.path,
-               "QUERY_STRING": parts.query, "REQUEST_METHOD": handler.command,
-               "CONTENT_TYPE": handler.headers.get("content-type", ""), "CONTENT_LENGTH": str(len(body)),
-               "PATH": "/usr/bin:/bin"}
+        env = {
+            "GIT_PROJECT_ROOT": str(self.repos_root),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "PATH_INFO": parts.path,
+            "QUERY_STRING": parts.query,
+            "REQUEST_METHOD": handler.command,
+            "CONTENT_TYPE": handler.headers.get("content-type", ""),
+            "CONTENT_LENGTH": str(len(body)),
+            "PATH": "/usr/bin:/bin",
+        }
         out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, check=True).stdout
         head, _, payload = out.partition(b"\r\n\r\n")
         status = 200

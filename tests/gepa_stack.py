@@ -13,19 +13,17 @@ from pathlib import Path
 import httpx
 import pytest
 from pydantic import SecretStr
-
 from sqlalchemy import text
 
-from gepa_steps import envs as gepa_envs
-from genesis.db.session import get_engine
-from genesis.config import Settings
+from doubles.gepa_repo import make_repo
+from doubles.scripted_lm import ScriptedLM
 from genesis.cli.processes import ManagedProcess, api_process, free_port, wait_for_api, worker_process
+from genesis.config import Settings
+from genesis.db.session import get_engine
+from gepa_steps import envs as gepa_envs
 from tests import agents
 from tests.agents import TestAgent
 from tests.fake_github import APP_ID, FakeGitHub, RecordingHost
-from doubles.gepa_repo import make_repo
-from doubles.scripted_lm import ScriptedLM
-
 
 GITHUB_INSTALLATION_ID = 7001
 GITHUB_UNKNOWN_INSTALLATION_ID = 7002  # granted by the operator, but no installation on GitHub
@@ -72,13 +70,39 @@ async def gepa_stack(settings, tmp_path_factory):
     silent_port = free_port()
     # Everything the tests serve on loopback is private: the operator's allow-list names each
     # such host:port (the checks themselves stay as strict as in production).
-    private_allow = ",".join(f"127.0.0.1:{port}" for port in (
-        github.server.server_address[1], allowed.port, forbidden.port, silent_port, elsewhere.port))
-    stack_settings = settings.override(task_queue=f"genesis-test-gepa-{free_port()}", api_port=free_port(), gepa_workspace_dir=root / "workspace", gepa_local_repo_roots=str(root / "sources"), gepa_lm_model="openai/scripted", gepa_lm_base_url=lm.base_url, gepa_lm_api_key=SecretStr("sk-test-lm-key"), gepa_coder_base_url=lm.base_url, gepa_coder_model="scripted-coder", gepa_coder_api_key=SecretStr("sk-test-coder-key"), gepa_gateway_port=free_port(), gepa_egress_allow=f"127.0.0.1:{allowed.port}", gepa_github_app_id=APP_ID, gepa_github_private_key_path=root / "github-app.pem", gepa_github_api_url=github.url, gepa_github_url=github.url, gepa_allow_http_repos=True, outbound_private_allow=private_allow, gepa_clone_connect_timeout_s=4.0, gepa_clone_stall_s=3, gepa_run_timeout_s=60.0, gepa_step_timeout_s=240.0)
+    private_allow = ",".join(
+        f"127.0.0.1:{port}"
+        for port in (github.server.server_address[1], allowed.port, forbidden.port, silent_port, elsewhere.port)
+    )
+    stack_settings = settings.override(
+        task_queue=f"genesis-test-gepa-{free_port()}",
+        api_port=free_port(),
+        gepa_workspace_dir=root / "workspace",
+        gepa_local_repo_roots=str(root / "sources"),
+        gepa_lm_model="openai/scripted",
+        gepa_lm_base_url=lm.base_url,
+        gepa_lm_api_key=SecretStr("sk-test-lm-key"),
+        gepa_coder_base_url=lm.base_url,
+        gepa_coder_model="scripted-coder",
+        gepa_coder_api_key=SecretStr("sk-test-coder-key"),
+        gepa_gateway_port=free_port(),
+        gepa_egress_allow=f"127.0.0.1:{allowed.port}",
+        gepa_github_app_id=APP_ID,
+        gepa_github_private_key_path=root / "github-app.pem",
+        gepa_github_api_url=github.url,
+        gepa_github_url=github.url,
+        gepa_allow_http_repos=True,
+        outbound_private_allow=private_allow,
+        gepa_clone_connect_timeout_s=4.0,
+        gepa_clone_stall_s=3,
+        gepa_run_timeout_s=60.0,
+        gepa_step_timeout_s=240.0,
+    )
     # The program environment (DSPy) is installed once per requirements hash and kept in
     # .state/gepa-envs across runs; the first run on a machine pays for it here, not in a test.
-    await asyncio.to_thread(gepa_envs.ensure_environment, Path(stack_settings.gepa.envs_dir), [],
-                            stack_settings.gepa.dspy_requirement)
+    await asyncio.to_thread(
+        gepa_envs.ensure_environment, Path(stack_settings.gepa.envs_dir), [], stack_settings.gepa.dspy_requirement
+    )
     worker = worker_process(stack_settings, "worker-gepa")
     worker.start()
     api = api_process(stack_settings, "api-gepa")
@@ -90,14 +114,28 @@ async def gepa_stack(settings, tmp_path_factory):
         # The operator grants the GitHub App installation to the tests' agent alone (agents made
         # later are outsiders to it): the API starts again with that grant.
         api.stop()
-        stack_settings = stack_settings.override(gepa_github_installations=",".join(
-                f"{installation}={agent.agent_id}" for installation in (GITHUB_INSTALLATION_ID, GITHUB_UNKNOWN_INSTALLATION_ID)))
+        stack_settings = stack_settings.override(
+            gepa_github_installations=",".join(
+                f"{installation}={agent.agent_id}"
+                for installation in (GITHUB_INSTALLATION_ID, GITHUB_UNKNOWN_INSTALLATION_ID)
+            )
+        )
         api = api_process(stack_settings, "api-gepa")
         api.start()
         url = await asyncio.to_thread(wait_for_api, api)
-        yield GepaStack(agent=agent, worker=worker, url=url, settings=stack_settings, lm=lm, repo=repo,
-                        allowed=("127.0.0.1", allowed.port), forbidden=("0.0.0.0", forbidden.port), github=github,
-                        elsewhere=elsewhere, silent_port=silent_port)
+        yield GepaStack(
+            agent=agent,
+            worker=worker,
+            url=url,
+            settings=stack_settings,
+            lm=lm,
+            repo=repo,
+            allowed=("127.0.0.1", allowed.port),
+            forbidden=("0.0.0.0", forbidden.port),
+            github=github,
+            elsewhere=elsewhere,
+            silent_port=silent_port,
+        )
     finally:
         api.stop()
         worker.stop()

@@ -48,7 +48,7 @@ class ScriptedLLM:
                 out.append(" ".join(m["content"] for m in body.get("messages", []) if m["role"] == "user"))
         return out
 
-    def start(self) -> "ScriptedLLM":
+    def start(self) -> ScriptedLLM:
         llm = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -64,18 +64,50 @@ class ScriptedLLM:
                 if answer.status != 200:
                     self._send(answer.status, {"error": answer.text})
                 elif self.path == "/api/generate":
-                    self._send(200, {"model": body.get("model"), "response": answer.text, "done": True,
-                                     "prompt_eval_count": answer.tokens_in, "eval_count": answer.tokens_out})
+                    self._send(
+                        200,
+                        {
+                            "model": body.get("model"),
+                            "response": answer.text,
+                            "done": True,
+                            "prompt_eval_count": answer.tokens_in,
+                            "eval_count": answer.tokens_out,
+                        },
+                    )
                 elif self.path == "/v1/chat/completions":
-                    self._send(200, {"id": "chatcmpl-test", "object": "chat.completion", "model": body.get("model"),
-                                     "choices": [{"index": 0, "finish_reason": "stop",
-                                                  "message": {"role": "assistant", "content": answer.text}}],
-                                     "usage": {"prompt_tokens": answer.tokens_in, "completion_tokens": answer.tokens_out,
-                                               "total_tokens": answer.tokens_in + answer.tokens_out}})
+                    self._send(
+                        200,
+                        {
+                            "id": "chatcmpl-test",
+                            "object": "chat.completion",
+                            "model": body.get("model"),
+                            "choices": [
+                                {
+                                    "index": 0,
+                                    "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": answer.text},
+                                }
+                            ],
+                            "usage": {
+                                "prompt_tokens": answer.tokens_in,
+                                "completion_tokens": answer.tokens_out,
+                                "total_tokens": answer.tokens_in + answer.tokens_out,
+                            },
+                        },
+                    )
                 elif self.path == "/v1/messages":
-                    self._send(200, {"id": "msg_test", "type": "message", "role": "assistant", "model": body.get("model"),
-                                     "content": [{"type": "text", "text": answer.text}], "stop_reason": "end_turn",
-                                     "usage": {"input_tokens": answer.tokens_in, "output_tokens": answer.tokens_out}})
+                    self._send(
+                        200,
+                        {
+                            "id": "msg_test",
+                            "type": "message",
+                            "role": "assistant",
+                            "model": body.get("model"),
+                            "content": [{"type": "text", "text": answer.text}],
+                            "stop_reason": "end_turn",
+                            "usage": {"input_tokens": answer.tokens_in, "output_tokens": answer.tokens_out},
+                        },
+                    )
                 else:
                     self._send(404, {"error": f"unknown path {self.path}"})
 

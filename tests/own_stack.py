@@ -15,9 +15,9 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import redis.asyncio as aioredis
 
+from genesis.cli.processes import free_port
 from genesis.config import Settings
 from genesis.db.migrate import upgrade_to_head
-from genesis.cli.processes import free_port
 from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
 
 
@@ -51,4 +51,10 @@ async def own_settings(settings: Settings, name: str, **changes) -> Settings:
     redis = aioredis.from_url(redis_url)
     await redis.flushdb()
     await redis.aclose()
-    return settings.override(database_url=database_url, redis_url=redis_url, task_queue=f"genesis-test-{name}", api_port=free_port(), **changes)
+    return settings.override(
+        database_url=database_url,
+        redis_url=redis_url,
+        task_queue=f"genesis-test-{name}",
+        api_port=free_port(),
+        **changes,
+    )

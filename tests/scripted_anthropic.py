@@ -34,17 +34,30 @@ class ScriptedAnthropic:
                 raw = self.rfile.read(int(self.headers.get("content-length") or 0))
                 body = json.loads(raw or b"{}")
                 with api.lock:
-                    api.calls.append({"path": self.path, "x-api-key": self.headers.get("x-api-key"),
-                                      "authorization": self.headers.get("authorization"), "body": body})
+                    api.calls.append(
+                        {
+                            "path": self.path,
+                            "x-api-key": self.headers.get("x-api-key"),
+                            "authorization": self.headers.get("authorization"),
+                            "body": body,
+                        }
+                    )
                 path = self.path.split("?")[0]
                 if path.endswith("/messages/count_tokens"):
                     return self._json({"input_tokens": 100})
                 if not path.endswith("/v1/messages"):
                     return self._json({"type": "error", "error": {"type": "not_found_error", "message": path}}, 404)
                 blocks, stop = api.answer(body)
-                message = {"id": f"msg_{len(api.calls)}", "type": "message", "role": "assistant",
-                           "model": body.get("model", "scripted"), "content": blocks, "stop_reason": stop,
-                           "stop_sequence": None, "usage": {"input_tokens": 100, "output_tokens": 20}}
+                message = {
+                    "id": f"msg_{len(api.calls)}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body.get("model", "scripted"),
+                    "content": blocks,
+                    "stop_reason": stop,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 100, "output_tokens": 20},
+                }
                 if body.get("stream"):
                     return self._stream(message)
                 return self._json(message)
@@ -60,26 +73,75 @@ class ScriptedAnthropic:
                 self.wfile.write(data)
 
             def _stream(self, message: dict) -> None:
-                events = [("message_start", {"type": "message_start", "message": {
-                    **message, "content": [], "stop_reason": None, "usage": {"input_tokens": 100, "output_tokens": 1}}})]
+                events = [
+                    (
+                        "message_start",
+                        {
+                            "type": "message_start",
+                            "message": {
+                                **message,
+                                "content": [],
+                                "stop_reason": None,
+                                "usage": {"input_tokens": 100, "output_tokens": 1},
+                            },
+                        },
+                    )
+                ]
                 for index, block in enumerate(message["content"]):
                     if block["type"] == "text":
-                        events += [("content_block_start", {"type": "content_block_start", "index": index,
-                                                            "content_block": {"type": "text", "text": ""}}),
-                                   ("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                            "delta": {"type": "text_delta", "text": block["text"]}})]
+                        events += [
+                            (
+                                "content_block_start",
+                                {
+                                    "type": "content_block_start",
+                                    "index": index,
+                                    "content_block": {"type": "text", "text": ""},
+                                },
+                            ),
+                            (
+                                "content_block_delta",
+                                {
+                                    "type": "content_block_delta",
+                                    "index": index,
+                                    "delta": {"type": "text_delta", "text": block["text"]},
+                                },
+                            ),
+                        ]
                     else:
-                        events += [("content_block_start", {"type": "content_block_start", "index": index,
-                                                            "content_block": {**block, "input": {}}}),
-                                   ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": {
-                                       "type": "input_json_delta", "partial_json": json.dumps(block["input"])}})]
+                        events += [
+                            (
+                                "content_block_start",
+                                {
+                                    "type": "content_block_start",
+                                    "index": index,
+                                    "content_block": {**block, "input": {}},
+                                },
+                            ),
+                            (
+                                "content_block_delta",
+                                {
+                                    "type": "content_block_delta",
+                                    "index": index,
+                                    "delta": {"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
+                                },
+                            ),
+                        ]
                     events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
-                events += [("message_delta", {"type": "message_delta", "delta": {"stop_reason": message["stop_reason"],
-                                                                                  "stop_sequence": None},
-                                              "usage": {"output_tokens": 20}}),
-                           ("message_stop", {"type": "message_stop"})]
-                self._send("".join(f"event: {name}\ndata: {json.dumps(payload)}\n\n" for name, payload in events).encode(),
-                           "text/event-stream")
+                events += [
+                    (
+                        "message_delta",
+                        {
+                            "type": "message_delta",
+                            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+                            "usage": {"output_tokens": 20},
+                        },
+                    ),
+                    ("message_stop", {"type": "message_stop"}),
+                ]
+                self._send(
+                    "".join(f"event: {name}\ndata: {json.dumps(payload)}\n\n" for name, payload in events).encode(),
+                    "text/event-stream",
+                )
 
         self.server = ThreadingHTTPServer((host, port), Handler)
         self.server.daemon_threads = True
@@ -91,8 +153,13 @@ class ScriptedAnthropic:
         tools = {tool.get("name") for tool in body.get("tools") or []}
         if "Edit" not in tools:  # a side request (title, quota, summary): a short text
             return [{"type": "text", "text": "Scripted edit"}], "end_turn"
-        results = sum(1 for message in body.get("messages") or [] if isinstance(message.get("content"), list)
-                      for block in message["content"] if block.get("type") == "tool_result")
+        results = sum(
+            1
+            for message in body.get("messages") or []
+            if isinstance(message.get("content"), list)
+            for block in message["content"]
+            if block.get("type") == "tool_result"
+        )
         if results < len(self.script):
             name, tool_input = self.script[results]
             return [{"type": "tool_use", "id": f"toolu_{results:04d}", "name": name, "input": tool_input}], "tool_use"

@@ -10,9 +10,9 @@ import docker
 
 from engine.world import World, WorldParams
 from genesis.config import Settings
+from genesis.trait_wire import decode_intent_groups
 from sandbox import image
 from sandbox.container import IsolationLimits, TraitHostContainer, hello_message
-from genesis.trait_wire import decode_intent_groups
 
 LIMITS = IsolationLimits("256m", 64, 1.0)
 
@@ -21,8 +21,13 @@ def hello(settings: Settings | None = None, tick_deadline_s: float = 5.0) -> dic
     return hello_message(settings or Settings().override(sandbox_call_timeout_ms=50), tick_deadline_s)
 
 
-def start(client: docker.DockerClient, owner: str, limits: IsolationLimits = LIMITS,
-          settings: Settings | None = None, private_socket: bool = False) -> TraitHostContainer:
+def start(
+    client: docker.DockerClient,
+    owner: str,
+    limits: IsolationLimits = LIMITS,
+    settings: Settings | None = None,
+    private_socket: bool = False,
+) -> TraitHostContainer:
     host = TraitHostContainer(client, image.ensure(client), limits, owner, private_socket=private_socket)
     try:
         host.say_hello(hello(settings), 20)
@@ -39,8 +44,12 @@ def load(host: TraitHostContainer, trait: str, source: str, agent: str = "", cla
 
 def trait_class(source: str) -> str:
     """The class of ``source`` that defines ``async def execute``."""
-    return next(node.name for node in ast.parse(source).body if isinstance(node, ast.ClassDef)
-                and any(isinstance(f, ast.AsyncFunctionDef) and f.name == "execute" for f in node.body))
+    return next(
+        node.name
+        for node in ast.parse(source).body
+        if isinstance(node, ast.ClassDef)
+        and any(isinstance(f, ast.AsyncFunctionDef) and f.name == "execute" for f in node.body)
+    )
 
 
 def world(traits: list[str], population: int = 12, seed: int = 3) -> World:

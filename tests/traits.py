@@ -15,25 +15,25 @@ class EnergyHoarderTrait(BaseTrait):
             entity.energy_consumption_rate *= 0.7
 '''
 
-RAISES = '''class BaseTrait:
+RAISES = """class BaseTrait:
     pass
 
 class ExplodingTrait(BaseTrait):
     async def execute(self, entity) -> None:
         if entity.energy > -1:
             raise ValueError("boom")
-'''
+"""
 
-INFINITE_LOOP = '''class BaseTrait:
+INFINITE_LOOP = """class BaseTrait:
     pass
 
 class SpinnerTrait(BaseTrait):
     async def execute(self, entity) -> None:
         while True:
             pass
-'''
+"""
 
-FORBIDDEN_IMPORT = '''import os
+FORBIDDEN_IMPORT = """import os
 
 class BaseTrait:
     pass
@@ -41,12 +41,12 @@ class BaseTrait:
 class SneakyTrait(BaseTrait):
     async def execute(self, entity) -> None:
         entity.state = "hi"
-'''
+"""
 
 
 def seeker(variant: int) -> str:
     """A valid, distinct trait per variant (distinct code hashes)."""
-    return f'''import math
+    return f"""import math
 
 class BaseTrait:
     pass
@@ -58,4 +58,4 @@ class SeekerTrait(BaseTrait):
             entity.move(found[0], found[1])
         else:
             entity.direction = entity.direction + {variant % 7} * 0.01
-'''
+"""

@@ -104,7 +104,8 @@ class MutationWorkflow:
         validation = ValidationRequest(mutation=mutation, accepted=update, next_line=sandbox_line)
         try:
             outcome: ValidationOutcome = await _local_activity(
-                names.VALIDATE_AND_RECORD_MUTATION, validation, result_type=ValidationOutcome)
+                names.VALIDATE_AND_RECORD_MUTATION, validation, result_type=ValidationOutcome
+            )
         except (ActivityError, ApplicationError) as err:
             rejection = _verdict_of(err)
             if rejection is None:  # validation could not run at all (e.g. Postgres down past retries)
@@ -147,20 +148,43 @@ class MutationWorkflow:
         log = [*log[:-1], f"Sandbox: FAILED — {report.verdict}: {report.summary}"]
         return await self._finish(MutationStatus.rejected, report.verdict, log, sandbox_report)
 
-    async def _transition(self, status: MutationStatus, *, log: list[str], failure_code: str | None = None,
-                          class_name: str | None = None, code_hash: str | None = None,
-                          sandbox_report: dict | None = None, **later: Any) -> None:
+    async def _transition(
+        self,
+        status: MutationStatus,
+        *,
+        log: list[str],
+        failure_code: str | None = None,
+        class_name: str | None = None,
+        code_hash: str | None = None,
+        sandbox_report: dict | None = None,
+        **later: Any,
+    ) -> None:
         """Persist one status change (``later``: trait_version, effects, fitness_verdict, rollback_reason).
         The workflow is the only writer of its mutation's status: every change goes through here
         (or, in its first task, through the validation activity it hands the record to)."""
-        update = self._follow(status, log=log, failure_code=failure_code, class_name=class_name,
-                              code_hash=code_hash, sandbox_report=sandbox_report, **later)
+        update = self._follow(
+            status,
+            log=log,
+            failure_code=failure_code,
+            class_name=class_name,
+            code_hash=code_hash,
+            sandbox_report=sandbox_report,
+            **later,
+        )
         await _local_activity(names.RECORD_MUTATION_STATUS, update)
         self._notify(status, log, failure_code, later)
 
-    def _follow(self, status: MutationStatus, *, log: list[str], failure_code: str | None = None,
-                class_name: str | None = None, code_hash: str | None = None,
-                sandbox_report: dict | None = None, **later: Any) -> StatusUpdate:
+    def _follow(
+        self,
+        status: MutationStatus,
+        *,
+        log: list[str],
+        failure_code: str | None = None,
+        class_name: str | None = None,
+        code_hash: str | None = None,
+        sandbox_report: dict | None = None,
+        **later: Any,
+    ) -> StatusUpdate:
         """A status change in the workflow's own state (the status query, search attributes);
         returns the record of it, for an activity to persist."""
         assert self._result is not None
@@ -211,15 +235,24 @@ class MutationWorkflow:
             "message": log[-1] if log else None,
             "occurred_at": round(now, 3),
             "status_url": f"/api/mutations/{mutation.mutation_id}/status",
-            **{k: later[k] for k in ("trait_version", "fitness_verdict", "rollback_reason") if later.get(k) is not None},
+            **{
+                k: later[k] for k in ("trait_version", "fitness_verdict", "rollback_reason") if later.get(k) is not None
+            },
         }
-        self._webhooks.append(WebhookDelivery(
-            delivery_id=(f"{mutation.mutation_id}.{workflow.info().run_id[:8]}.{sequence}" if mutation.retried
-                         else f"{mutation.mutation_id}.{sequence}"),
-            mutation_id=mutation.mutation_id,
-            agent_id=mutation.agent_id, notify_url=mutation.notify_url, event=event,
-            deadline=now + mutation.webhook_retry_window_s,
-        ))
+        self._webhooks.append(
+            WebhookDelivery(
+                delivery_id=(
+                    f"{mutation.mutation_id}.{workflow.info().run_id[:8]}.{sequence}"
+                    if mutation.retried
+                    else f"{mutation.mutation_id}.{sequence}"
+                ),
+                mutation_id=mutation.mutation_id,
+                agent_id=mutation.agent_id,
+                notify_url=mutation.notify_url,
+                event=event,
+                deadline=now + mutation.webhook_retry_window_s,
+            )
+        )
         if self._webhook_sender is None or self._webhook_sender.done():
             self._webhook_sender = asyncio.create_task(self._send_webhooks(mutation))
 
@@ -227,7 +260,8 @@ class MutationWorkflow:
         """One at a time, in order; each retried until its deadline. A receiver that is down
         delays only its own notifications, never the mutation (its status is already recorded)."""
         retry = RetryPolicy(
-            initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+            initial_interval=timedelta(seconds=1),
+            backoff_coefficient=2.0,
             maximum_interval=timedelta(seconds=mutation.webhook_max_retry_interval_s),
             non_retryable_error_types=["WEBHOOK_URL_FORBIDDEN", "WEBHOOK_REFUSED"],
         )
@@ -239,7 +273,8 @@ class MutationWorkflow:
                 continue
             try:
                 await workflow.execute_activity(
-                    names.DELIVER_WEBHOOK, delivery,
+                    names.DELIVER_WEBHOOK,
+                    delivery,
                     start_to_close_timeout=timedelta(seconds=30),
                     schedule_to_close_timeout=timedelta(seconds=remaining),
                     retry_policy=retry,
@@ -247,23 +282,35 @@ class MutationWorkflow:
             except ActivityError as err:
                 workflow.logger.warning("webhook %s not delivered: %s", delivery.delivery_id, _root_message(err))
 
-    async def _finish(self, status: MutationStatus, failure_code: str | None, log: list[str],
-                      sandbox_report: dict | None = None, **later: Any) -> MutationResult:
-        await self._transition(status, log=log, failure_code=failure_code, sandbox_report=sandbox_report,
-                               final=True, **later)
+    async def _finish(
+        self,
+        status: MutationStatus,
+        failure_code: str | None,
+        log: list[str],
+        sandbox_report: dict | None = None,
+        **later: Any,
+    ) -> MutationResult:
+        await self._transition(
+            status, log=log, failure_code=failure_code, sandbox_report=sandbox_report, final=True, **later
+        )
         assert self._result is not None
         return self._result
 
-    async def _live(self, mutation: MutationInput, outcome: ValidationOutcome, log: list[str],
-                    sandbox_report: dict) -> MutationResult:
+    async def _live(
+        self, mutation: MutationInput, outcome: ValidationOutcome, log: list[str], sandbox_report: dict
+    ) -> MutationResult:
         """activate → observe the world for the window → keep, or roll back."""
         if self._rollback_reason is not None:  # withdrawn before it went live
             log.append(f"Rollback: requested before activation ({self._rollback_reason}); never activated")
             return await self._finish(MutationStatus.rolled_back, None, log, rollback_reason=self._rollback_reason)
         request = ActivationRequest(
-            mutation_id=mutation.mutation_id, trait_name=mutation.trait_name,
-            class_name=outcome.class_name or "", code=mutation.code, code_hash=outcome.code_hash or "",
-            proposer_agent_id=mutation.agent_id, replacement_approved_by=mutation.replacement_approved_by,
+            mutation_id=mutation.mutation_id,
+            trait_name=mutation.trait_name,
+            class_name=outcome.class_name or "",
+            code=mutation.code,
+            code_hash=outcome.code_hash or "",
+            proposer_agent_id=mutation.agent_id,
+            replacement_approved_by=mutation.replacement_approved_by,
         )
         expects = _expected_live_version(mutation)
         if expects is not None:
@@ -296,7 +343,7 @@ class MutationWorkflow:
                 timeout=timedelta(seconds=mutation.observation_timeout_s),
             )
             observed = True
-        except asyncio.TimeoutError:
+        except TimeoutError:
             observed = False
         effects = None
         if self._rollback_reason is None and observed:
@@ -309,11 +356,13 @@ class MutationWorkflow:
                 f"fitness {effects.fitness_delta:+.3f} → {fitness}"
             )
             if fitness != "negative":
-                return await self._finish(MutationStatus.kept, None, log, effects=effects.model_dump(),
-                                          fitness_verdict=fitness)
+                return await self._finish(
+                    MutationStatus.kept, None, log, effects=effects.model_dump(), fitness_verdict=fitness
+                )
             self._rollback_reason = "population_decline" if effects.entity_count_delta < 0 else "negative_fitness"
-            await self._transition(MutationStatus.activated, log=log, effects=effects.model_dump(),
-                                   fitness_verdict=fitness)
+            await self._transition(
+                MutationStatus.activated, log=log, effects=effects.model_dump(), fitness_verdict=fitness
+            )
         elif self._rollback_reason is None:
             log[-1] = (
                 f"Observation: the engine reported no complete {window}-tick window within "
@@ -324,7 +373,9 @@ class MutationWorkflow:
         rollback: RollbackResult = await workflow.execute_activity(
             names.ROLLBACK_TRAIT,
             RollbackRequest(
-                mutation_id=mutation.mutation_id, trait_name=mutation.trait_name, reason=self._rollback_reason,
+                mutation_id=mutation.mutation_id,
+                trait_name=mutation.trait_name,
+                reason=self._rollback_reason,
                 fitness_delta=effects.fitness_delta if effects else None,
             ),
             result_type=RollbackResult,
@@ -353,8 +404,9 @@ class MutationWorkflow:
 
 def _local_activity(name: str, arg: Any, result_type: type | None = None) -> Any:
     """A short database write or the gatekeeper, as a local activity retried on infrastructure errors."""
-    return workflow.execute_local_activity(name, arg, result_type=result_type,
-                                           start_to_close_timeout=timedelta(seconds=30), retry_policy=LOCAL_RETRY)
+    return workflow.execute_local_activity(
+        name, arg, result_type=result_type, start_to_close_timeout=timedelta(seconds=30), retry_policy=LOCAL_RETRY
+    )
 
 
 def _expected_live_version(mutation: MutationInput) -> tuple[int | None] | None:

@@ -3,9 +3,9 @@ history must replay on (genesis/cli/replay.py)."""
 
 from __future__ import annotations
 
-from workflows.evolution import EvolutionCycleWorkflow
 from gepa_steps.connect_workflow import GepaConnectWorkflow
 from gepa_steps.step_workflow import GepaStepWorkflow
+from workflows.evolution import EvolutionCycleWorkflow
 from workflows.mutation import MutationWorkflow
 from workflows.rollback import RollbackWorkflow
 from workflows.task import TaskWorkflow

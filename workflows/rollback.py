@@ -48,24 +48,35 @@ class RollbackWorkflow:
         """The kept → rolled_back change, to the proposal's notify_url (as MutationWorkflow does)."""
         now = workflow.now().timestamp()
         delivery = WebhookDelivery(
-            delivery_id=f"{request.mutation_id}.{ROLLBACK_SEQUENCE}", mutation_id=request.mutation_id,
-            agent_id=request.agent_id or "", notify_url=request.notify_url or "",
+            delivery_id=f"{request.mutation_id}.{ROLLBACK_SEQUENCE}",
+            mutation_id=request.mutation_id,
+            agent_id=request.agent_id or "",
+            notify_url=request.notify_url or "",
             deadline=now + request.webhook_retry_window_s,
             event={
-                "event": "MutationStatusChanged", "sequence": ROLLBACK_SEQUENCE, "mutation_id": request.mutation_id,
-                "agent_id": request.agent_id, "trait_name": request.trait_name,
-                "status": MutationStatus.rolled_back.value, "previous_status": MutationStatus.kept.value,
-                "failure_reason_code": None, "message": f"Rollback: {request.reason}", "occurred_at": round(now, 3),
-                "status_url": f"/api/mutations/{request.mutation_id}/status", "rollback_reason": request.reason,
+                "event": "MutationStatusChanged",
+                "sequence": ROLLBACK_SEQUENCE,
+                "mutation_id": request.mutation_id,
+                "agent_id": request.agent_id,
+                "trait_name": request.trait_name,
+                "status": MutationStatus.rolled_back.value,
+                "previous_status": MutationStatus.kept.value,
+                "failure_reason_code": None,
+                "message": f"Rollback: {request.reason}",
+                "occurred_at": round(now, 3),
+                "status_url": f"/api/mutations/{request.mutation_id}/status",
+                "rollback_reason": request.reason,
             },
         )
         try:
             await workflow.execute_activity(
-                names.DELIVER_WEBHOOK, delivery,
+                names.DELIVER_WEBHOOK,
+                delivery,
                 start_to_close_timeout=timedelta(seconds=30),
                 schedule_to_close_timeout=timedelta(seconds=request.webhook_retry_window_s),
                 retry_policy=RetryPolicy(
-                    initial_interval=timedelta(seconds=1), backoff_coefficient=2.0,
+                    initial_interval=timedelta(seconds=1),
+                    backoff_coefficient=2.0,
                     maximum_interval=timedelta(seconds=request.webhook_max_retry_interval_s),
                     non_retryable_error_types=["WEBHOOK_URL_FORBIDDEN", "WEBHOOK_REFUSED"],
                 ),

@@ -9,7 +9,6 @@ to the task's ``expires_at`` (an input), so replays and retries keep the same de
 
 from __future__ import annotations
 
-import asyncio
 from datetime import timedelta
 
 from temporalio import workflow
@@ -69,12 +68,16 @@ class TaskWorkflow:
         remaining = self._remaining_s(task)
         if self._end_reason is None and remaining > 0:
             try:
-                await workflow.wait_condition(lambda: self._end_reason is not None, timeout=timedelta(seconds=remaining))
-            except asyncio.TimeoutError:
+                await workflow.wait_condition(
+                    lambda: self._end_reason is not None, timeout=timedelta(seconds=remaining)
+                )
+            except TimeoutError:
                 pass
         close = TaskClose(
-            task_id=task.task_id, reason=self._end_reason or TaskEndReason.expired,
-            mutation_id=self._mutation_id, detail=self._detail,
+            task_id=task.task_id,
+            reason=self._end_reason or TaskEndReason.expired,
+            mutation_id=self._mutation_id,
+            detail=self._detail,
         )
         await workflow.execute_local_activity(
             names.CLOSE_TASK,
@@ -84,8 +87,13 @@ class TaskWorkflow:
             schedule_to_close_timeout=CLOSE_SCHEDULE_TO_CLOSE,
             retry_policy=REDIS_RETRY,
         )
-        return TaskResult(task_id=task.task_id, reason=close.reason, published=published,
-                          mutation_id=close.mutation_id, detail=close.detail)
+        return TaskResult(
+            task_id=task.task_id,
+            reason=close.reason,
+            published=published,
+            mutation_id=close.mutation_id,
+            detail=close.detail,
+        )
 
     @staticmethod
     def _remaining_s(task: AgentTask) -> float:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -25,18 +25,25 @@ app = typer.Typer(
 def main(
     ctx: typer.Context,
     api: Annotated[str, typer.Option("--api", envvar="GENESIS_API_URL", help="the Genesis API")] = DEFAULT_API,
-    api_key: Annotated[Optional[str], typer.Option("--api-key", envvar="GENESIS_API_KEY",
-                                                   help="an agent's X-API-Key (write commands)")] = None,
-    operator_key: Annotated[Optional[str], typer.Option(
-        "--operator-key", envvar="GENESIS_OPERATOR_KEY",
-        help="an operator key (X-Operator-Key) for operator commands (schedules, rollback of any mutation)")] = None,
+    api_key: Annotated[
+        str | None, typer.Option("--api-key", envvar="GENESIS_API_KEY", help="an agent's X-API-Key (write commands)")
+    ] = None,
+    operator_key: Annotated[
+        str | None,
+        typer.Option(
+            "--operator-key",
+            envvar="GENESIS_OPERATOR_KEY",
+            help="an operator key (X-Operator-Key) for operator commands (schedules, rollback of any mutation)",
+        ),
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON for scripts (every command)")] = False,
     timeout: Annotated[float, typer.Option("--http-timeout", min=0.1, help="seconds per HTTP request")] = 30.0,
 ) -> None:
     if not api.startswith(("http://", "https://")):
         raise typer.BadParameter(f"{api!r} is not an http(s) URL", param_hint="--api")
-    ctx.obj = Cli(api_url=api, api_key=api_key or None, json=json_out, timeout=timeout,
-                  operator_key=operator_key or None)
+    ctx.obj = Cli(
+        api_url=api, api_key=api_key or None, json=json_out, timeout=timeout, operator_key=operator_key or None
+    )
 
 
 mutations.register(app)

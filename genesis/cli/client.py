@@ -20,8 +20,15 @@ EXIT_NONDETERMINISM = 7  # a replayed history does not match the current workflo
 
 
 class CliError(Exception):
-    def __init__(self, message: str, *, code: int = EXIT_ERROR, status_code: int | None = None,
-                 error: str | None = None, body: Any = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: int = EXIT_ERROR,
+        status_code: int | None = None,
+        error: str | None = None,
+        body: Any = None,
+    ):
         super().__init__(message)
         self.message, self.code, self.status_code, self.error, self.body = message, code, status_code, error, body
 
@@ -30,8 +37,9 @@ class CliError(Exception):
 
 
 class ApiClient:
-    def __init__(self, base_url: str, api_key: str | None = None, timeout: float = 30.0,
-                 operator_key: str | None = None):
+    def __init__(
+        self, base_url: str, api_key: str | None = None, timeout: float = 30.0, operator_key: str | None = None
+    ):
         self.base_url = base_url.rstrip("/")
         headers = {"X-API-Key": api_key} if api_key else {}
         if operator_key:
@@ -46,10 +54,14 @@ class ApiClient:
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.ConnectError as exc:
-            raise CliError(f"cannot reach the Genesis API at {self.base_url} ({exc}); is it running? "
-                           "Start it with `genesis up`, or point --api / GENESIS_API_URL at it") from exc
+            raise CliError(
+                f"cannot reach the Genesis API at {self.base_url} ({exc}); is it running? "
+                "Start it with `genesis up`, or point --api / GENESIS_API_URL at it"
+            ) from exc
         except httpx.TimeoutException as exc:
-            raise CliError(f"the Genesis API at {self.base_url} did not answer {method} {path} in time ({exc!r})") from exc
+            raise CliError(
+                f"the Genesis API at {self.base_url} did not answer {method} {path} in time ({exc!r})"
+            ) from exc
         except httpx.HTTPError as exc:
             raise CliError(f"{method} {path} failed: {exc}") from exc
         try:
@@ -66,14 +78,23 @@ class ApiClient:
         error = body.get("error") if isinstance(body, dict) else None
         detail = body.get("detail") if isinstance(body, dict) else None
         if status == 404 and error == "NOT_FOUND":  # the route itself does not exist on this API
-            message = (f"{method} {path}: the API at {self.base_url} has no such endpoint (404); "
-                       "it is probably an older Genesis version than this CLI")
+            message = (
+                f"{method} {path}: the API at {self.base_url} has no such endpoint (404); "
+                "it is probably an older Genesis version than this CLI"
+            )
         elif error in ("OPERATOR_KEY_REQUIRED", "INVALID_OPERATOR_KEY"):
-            hint = "" if self.has_operator_key else (" (pass --operator-key or set GENESIS_OPERATOR_KEY; "
-                                                     "`genesis operator create-key` makes one)")
+            hint = (
+                ""
+                if self.has_operator_key
+                else (" (pass --operator-key or set GENESIS_OPERATOR_KEY; `genesis operator create-key` makes one)")
+            )
             message = f"{error}: {detail}{hint}"
         elif status == 401:
-            hint = "" if self.has_key else " (no key was sent: pass --api-key or set GENESIS_API_KEY; `genesis agents register` makes one)"
+            hint = (
+                ""
+                if self.has_key
+                else " (no key was sent: pass --api-key or set GENESIS_API_KEY; `genesis agents register` makes one)"
+            )
             message = f"{error or 'UNAUTHORIZED'}: {detail or 'an API key is required'}{hint}"
         else:
             message = f"{error or f'HTTP {status}'}: {detail if detail is not None else body}"

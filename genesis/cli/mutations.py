@@ -7,7 +7,7 @@ import sys
 import time
 from contextlib import nullcontext
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich.markup import escape
@@ -50,8 +50,10 @@ def parse_replaces(value: str | None, trait_name: str) -> dict | None:
     if not name and not re.fullmatch(r"v?\d+", version):  # 'live' or a bare name
         name, version = ("" if version == "live" else version), ""
     if name and name != trait_name:
-        raise typer.BadParameter(f"--replaces names trait {name!r} but --name is {trait_name!r}: "
-                                 "a modification is a new version of the same trait")
+        raise typer.BadParameter(
+            f"--replaces names trait {name!r} but --name is {trait_name!r}: "
+            "a modification is a new version of the same trait"
+        )
     if version and not re.fullmatch(r"v?\d+", version):
         raise typer.BadParameter(f"--replaces version {version!r} is not a number (e.g. 3 or {trait_name}@3)")
     ref: dict[str, Any] = {"trait_name": trait_name}
@@ -60,8 +62,9 @@ def parse_replaces(value: str | None, trait_name: str) -> dict | None:
     return ref
 
 
-def follow(cli: Cli, mutation_id: str, *, timeout_s: float, until: str = "verdict",
-           started: float | None = None) -> tuple[dict, list[dict], int]:
+def follow(
+    cli: Cli, mutation_id: str, *, timeout_s: float, until: str = "verdict", started: float | None = None
+) -> tuple[dict, list[dict], int]:
     """Poll the mutation's status until a verdict (or ``until``), printing each stage as it is
     reached with its time since ``started``; stages passed between two polls are shown as such.
     Returns (final status, stages, exit code)."""
@@ -87,7 +90,7 @@ def follow(cli: Cli, mutation_id: str, *, timeout_s: float, until: str = "verdic
             implied = _implied_stage(status)  # the last pipeline stage this status must have passed
             if implied is not None:  # fill in the stages passed since the last poll
                 last = PIPELINE.index(stages[-1]["status"]) if stages and stages[-1]["status"] in PIPELINE else -1
-                for skipped in PIPELINE[last + 1:PIPELINE.index(implied) + 1]:
+                for skipped in PIPELINE[last + 1 : PIPELINE.index(implied) + 1]:
                     if skipped != current:
                         reach(skipped, observed=False)
             reach(current, observed=True)
@@ -99,8 +102,11 @@ def follow(cli: Cli, mutation_id: str, *, timeout_s: float, until: str = "verdic
             if current in VERDICT_EXIT or current in stop_at:
                 break
             if time.monotonic() > deadline:
-                raise CliError(f"{mutation_id} is still {current} after {timeout_s:.0f}s; follow it with "
-                               f"`genesis status {mutation_id} --follow`", code=EXIT_TIMEOUT)
+                raise CliError(
+                    f"{mutation_id} is still {current} after {timeout_s:.0f}s; follow it with "
+                    f"`genesis status {mutation_id} --follow`",
+                    code=EXIT_TIMEOUT,
+                )
             if spinner is not None:
                 spinner.update(f"{current} — {time.monotonic() - started:.1f}s")
             time.sleep(POLL_S)
@@ -141,22 +147,29 @@ def render_verdict(cli: Cli, status: dict, stages: list[dict]) -> None:
         for line in failed or (status.get("validation_log") or [])[-1:]:
             cli.console.print(f"  [red]{escape(line)}[/]")
     elif final == "failed":
-        cli.console.print(f"[bold magenta]Failed (infrastructure, not a verdict on the code):[/] "
-                          f"retry it with `genesis mutations retry {status['mutation_id']}`")
+        cli.console.print(
+            f"[bold magenta]Failed (infrastructure, not a verdict on the code):[/] "
+            f"retry it with `genesis mutations retry {status['mutation_id']}`"
+        )
     elif final == "rolled_back":
-        cli.console.print(f"[yellow]Rolled back:[/] {escape(status.get('rollback_reason') or '')} "
-                          f"(fitness {status.get('fitness_verdict') or 'n/a'})")
+        cli.console.print(
+            f"[yellow]Rolled back:[/] {escape(status.get('rollback_reason') or '')} "
+            f"(fitness {status.get('fitness_verdict') or 'n/a'})"
+        )
     else:
         version = f" v{status['trait_version']}" if status.get("trait_version") else ""
         verdict = f", fitness {status['fitness_verdict']}" if status.get("fitness_verdict") else ""
         cli.console.print(f"[bold green]{final}:[/] {status['trait_name']}{version}{verdict}")
 
 
-def _follow_and_report(cli: Cli, mutation_id: str, timeout: float, until: str, started: float,
-                       extra: dict | None = None) -> None:
+def _follow_and_report(
+    cli: Cli, mutation_id: str, timeout: float, until: str, started: float, extra: dict | None = None
+) -> None:
     status, stages, code = follow(cli, mutation_id, timeout_s=timeout, until=until, started=started)
-    cli.emit({**(extra or {}), **status, "stages": stages, "elapsed_s": round(time.monotonic() - started, 3)},
-             lambda: render_verdict(cli, status, stages))
+    cli.emit(
+        {**(extra or {}), **status, "stages": stages, "elapsed_s": round(time.monotonic() - started, 3)},
+        lambda: render_verdict(cli, status, stages),
+    )
     raise typer.Exit(code)
 
 
@@ -170,16 +183,24 @@ def register(app: typer.Typer) -> None:
         file: Annotated[Path, typer.Argument(help="the trait's Python source ('-' reads stdin)", allow_dash=True)],
         name: Annotated[str, typer.Option("--name", "-n", help="trait_name (snake_case)")],
         goal: Annotated[str, typer.Option(help="what the trait is for")] = "",
-        replaces: Annotated[Optional[str], typer.Option(
-            help="modify a live trait: 'live' (whatever version is live) or a version: 3, or NAME@3")] = None,
-        task: Annotated[Optional[str], typer.Option("--task", help="the task_id this answers")] = None,
-        agent_id: Annotated[Optional[str], typer.Option(envvar="GENESIS_AGENT_ID",
-                                                        help="only without a key (GENESIS_AUTH=open)")] = None,
-        notify_url: Annotated[Optional[str], typer.Option(help="webhook for every status change")] = None,
-        idempotency_key: Annotated[Optional[str], typer.Option(help="same key, same mutation (safe to retry)")] = None,
+        replaces: Annotated[
+            str | None,
+            typer.Option(help="modify a live trait: 'live' (whatever version is live) or a version: 3, or NAME@3"),
+        ] = None,
+        task: Annotated[str | None, typer.Option("--task", help="the task_id this answers")] = None,
+        agent_id: Annotated[
+            str | None, typer.Option(envvar="GENESIS_AGENT_ID", help="only without a key (GENESIS_AUTH=open)")
+        ] = None,
+        notify_url: Annotated[str | None, typer.Option(help="webhook for every status change")] = None,
+        idempotency_key: Annotated[str | None, typer.Option(help="same key, same mutation (safe to retry)")] = None,
         no_follow: Annotated[bool, typer.Option("--no-follow", help="print the mutation id and return")] = False,
-        until: Annotated[str, typer.Option(help="follow until: verdict (kept/rolled_back), activated, or sandbox_ok "
-                                                "(use it when the API runs with GENESIS_ACTIVATE_MUTATIONS=false)")] = "verdict",
+        until: Annotated[
+            str,
+            typer.Option(
+                help="follow until: verdict (kept/rolled_back), activated, or sandbox_ok "
+                "(use it when the API runs with GENESIS_ACTIVATE_MUTATIONS=false)"
+            ),
+        ] = "verdict",
         timeout: TimeoutOpt = 900.0,
         json_out: JsonOpt = False,
     ) -> None:
@@ -204,8 +225,12 @@ def register(app: typer.Typer) -> None:
         accepted = cli.api.post("/api/mutations/propose", json=body, headers=headers)
         mutation_id = accepted["mutation_id"]
         if no_follow:
-            cli.emit(accepted, lambda: cli.console.print(f"{mutation_id} {styled(accepted['status'])} "
-                                                         f"(follow: genesis status {mutation_id} --follow)"))
+            cli.emit(
+                accepted,
+                lambda: cli.console.print(
+                    f"{mutation_id} {styled(accepted['status'])} (follow: genesis status {mutation_id} --follow)"
+                ),
+            )
             return
         cli.say(f"Proposed [bold]{name}[/] as [bold]{mutation_id}[/] (workflow {accepted['workflow_id']})")
         _follow_and_report(cli, mutation_id, timeout, until, started, {"workflow_id": accepted["workflow_id"]})
@@ -227,14 +252,23 @@ def register(app: typer.Typer) -> None:
 
         def render() -> None:
             quarantine = record.get("quarantine") or {}
-            rows = [["status", shown_status(record)], ["trait", record["trait_name"]],
-                    ["agent", record["agent_id"]], ["failure code", record.get("failure_reason_code")],
-                    ["version", record.get("trait_version")], ["fitness", record.get("fitness_verdict")],
-                    # a quarantine's reason may quote the trait's own exception text: never markup
-                    ["rollback reason", escape(record["rollback_reason"]) if record.get("rollback_reason") else None],
-                    ["quarantined", f"{when(quarantine['quarantined_at'])}: {escape(quarantine['reason'])}" if quarantine else None],
-                    ["workflow", record.get("workflow_id")],
-                    ["created", when(record.get("created_at"))], ["updated", when(record.get("updated_at"))]]
+            rows = [
+                ["status", shown_status(record)],
+                ["trait", record["trait_name"]],
+                ["agent", record["agent_id"]],
+                ["failure code", record.get("failure_reason_code")],
+                ["version", record.get("trait_version")],
+                ["fitness", record.get("fitness_verdict")],
+                # a quarantine's reason may quote the trait's own exception text: never markup
+                ["rollback reason", escape(record["rollback_reason"]) if record.get("rollback_reason") else None],
+                [
+                    "quarantined",
+                    f"{when(quarantine['quarantined_at'])}: {escape(quarantine['reason'])}" if quarantine else None,
+                ],
+                ["workflow", record.get("workflow_id")],
+                ["created", when(record.get("created_at"))],
+                ["updated", when(record.get("updated_at"))],
+            ]
             cli.console.print(table(mutation_id, ["field", "value"], [r for r in rows if r[1] is not None]))
             for line in record.get("validation_log") or []:
                 cli.console.print(f"  [dim]{escape(line)}[/]")
@@ -253,15 +287,17 @@ def register(app: typer.Typer) -> None:
         """Take a live trait out of the world (the previous version comes back). Needs the proposer's key."""
         cli = cli_of(ctx, json_out)
         answer = cli.api.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": reason})
-        cli.emit(answer, lambda: cli.console.print(f"{mutation_id}: {answer['message']} (was {styled(answer['status'])})"))
+        cli.emit(
+            answer, lambda: cli.console.print(f"{mutation_id}: {answer['message']} (was {styled(answer['status'])})")
+        )
 
     @mutations.command("list")
     @handled
     def list_(
         ctx: typer.Context,
-        status_: Annotated[Optional[str], typer.Option("--status", help="only this status")] = None,
-        agent: Annotated[Optional[str], typer.Option("--agent", help="only this agent_id")] = None,
-        trait: Annotated[Optional[str], typer.Option("--trait", help="only this trait_name")] = None,
+        status_: Annotated[str | None, typer.Option("--status", help="only this status")] = None,
+        agent: Annotated[str | None, typer.Option("--agent", help="only this agent_id")] = None,
+        trait: Annotated[str | None, typer.Option("--trait", help="only this trait_name")] = None,
         limit: Annotated[int, typer.Option(min=1, max=200, help="at most this many, newest first")] = 20,
         json_out: JsonOpt = False,
     ) -> None:
@@ -269,10 +305,28 @@ def register(app: typer.Typer) -> None:
         cli = cli_of(ctx, json_out)
         params = {k: v for k, v in (("status", status_), ("agent_id", agent), ("trait_name", trait)) if v}
         answer = cli.api.get("/api/mutations", params={**params, "limit": limit})
-        rows = [[m["mutation_id"], m["trait_name"], shown_status(m), m["failure_reason_code"],
-                 m["trait_version"], m["agent_id"], when(m["created_at"])] for m in answer["mutations"]]
-        cli.emit(answer, lambda: cli.console.print(
-            table(f"{len(rows)} mutation(s)", ["id", "trait", "status", "failure", "version", "agent", "created"], rows)))
+        rows = [
+            [
+                m["mutation_id"],
+                m["trait_name"],
+                shown_status(m),
+                m["failure_reason_code"],
+                m["trait_version"],
+                m["agent_id"],
+                when(m["created_at"]),
+            ]
+            for m in answer["mutations"]
+        ]
+        cli.emit(
+            answer,
+            lambda: cli.console.print(
+                table(
+                    f"{len(rows)} mutation(s)",
+                    ["id", "trait", "status", "failure", "version", "agent", "created"],
+                    rows,
+                )
+            ),
+        )
 
     @mutations.command()
     @handled

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 import time
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.markup import escape
@@ -28,14 +28,17 @@ def feed_line(cli: Cli, message: dict) -> None:
     ts = message.get("timestamp")
     clock = time.strftime("%H:%M:%S", time.localtime(ts)) if isinstance(ts, (int, float)) else "--:--:--"
     refs = " ".join(f"{k}={message[k]}" for k in ("mutation_id", "trigger_id", "workflow_id") if message.get(k))
-    cli.console.print(f"[dim]{clock}[/] [bold]{message.get('agent', '?'):>9}[/] [cyan]{message.get('action', '?')}[/] "
-                      f"{escape(str(message.get('message', '')))} [dim]{refs}[/]", soft_wrap=True)
+    cli.console.print(
+        f"[dim]{clock}[/] [bold]{message.get('agent', '?'):>9}[/] [cyan]{message.get('action', '?')}[/] "
+        f"{escape(str(message.get('message', '')))} [dim]{refs}[/]",
+        soft_wrap=True,
+    )
 
 
 def ws_url(api_url: str, path: str) -> str:
     base = api_url.rstrip("/")
     if base.startswith("https://"):
-        return "wss://" + base[len("https://"):] + path
+        return "wss://" + base[len("https://") :] + path
     return "ws://" + base.removeprefix("http://") + path
 
 
@@ -59,12 +62,15 @@ def register(app: typer.Typer) -> None:
             return
         if services:
             if not (PROJECT_ROOT / "scripts" / "services.sh").exists():
-                raise CliError(f"{PROJECT_ROOT / 'scripts' / 'services.sh'} not found: run `genesis up` from a "
-                               "Genesis checkout (pip install -e .)")
+                raise CliError(
+                    f"{PROJECT_ROOT / 'scripts' / 'services.sh'} not found: run `genesis up` from a "
+                    "Genesis checkout (pip install -e .)"
+                )
             done = subprocess.run(steps[0], cwd=PROJECT_ROOT)
             if done.returncode != 0:
-                raise CliError(f"the services bootstrap failed (exit {done.returncode}); see .state/logs/",
-                               code=done.returncode)
+                raise CliError(
+                    f"the services bootstrap failed (exit {done.returncode}); see .state/logs/", code=done.returncode
+                )
         os.chdir(PROJECT_ROOT)
         os.execv(sys.executable, steps[-1])  # genesis.cli.run supervises the processes and handles Ctrl-C
 
@@ -74,7 +80,7 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         backlog: Annotated[int, typer.Option(min=0, max=500, help="show this many recent messages first")] = 20,
         once: Annotated[bool, typer.Option("--once", help="print the recent messages and exit")] = False,
-        after: Annotated[Optional[str], typer.Option(help="start after this stream id")] = None,
+        after: Annotated[str | None, typer.Option(help="start after this stream id")] = None,
         json_out: Annotated[bool, typer.Option("--json", help="one JSON message per line")] = False,
     ) -> None:
         """The live Evolution Feed: what the Watcher, the agents and the workflows do, as it happens."""
@@ -107,17 +113,31 @@ def register(app: typer.Typer) -> None:
         """Register an agent; its API key is shown once (export it as GENESIS_API_KEY)."""
         cli = cli_of(ctx, json_out)
         answer = cli.api.post("/v1/agents/register", json={"name": name, "description": description})
-        cli.emit(answer, lambda: cli.console.print(
-            f"agent [bold]{answer['agent_id']}[/] registered\n"
-            f"API key (shown only this once): [bold]{answer['api_key']}[/]\n"
-            f"  export GENESIS_API_KEY={answer['api_key']}"))
+        cli.emit(
+            answer,
+            lambda: cli.console.print(
+                f"agent [bold]{answer['agent_id']}[/] registered\n"
+                f"API key (shown only this once): [bold]{answer['api_key']}[/]\n"
+                f"  export GENESIS_API_KEY={answer['api_key']}"
+            ),
+        )
 
     schedule = group(app, "schedule", "Periodic improvement cycles (Temporal Schedules)")
 
     def show_schedules(cli: Cli, items: list[dict]) -> None:
-        rows = [[s.get("schedule_id"), s.get("interval_s"), "paused" if s.get("paused") else "active",
-                 ", ".join(when(t) if isinstance(t, (int, float)) else str(t) for t in (s.get("next_run_times") or [])[:2]),
-                 len(s.get("recent_runs") or []), s.get("note")] for s in items]
+        rows = [
+            [
+                s.get("schedule_id"),
+                s.get("interval_s"),
+                "paused" if s.get("paused") else "active",
+                ", ".join(
+                    when(t) if isinstance(t, (int, float)) else str(t) for t in (s.get("next_run_times") or [])[:2]
+                ),
+                len(s.get("recent_runs") or []),
+                s.get("note"),
+            ]
+            for s in items
+        ]
         cli.console.print(table(None, ["id", "interval s", "state", "next runs", "recent runs", "note"], rows))
 
     @schedule.command("create")
@@ -125,9 +145,11 @@ def register(app: typer.Typer) -> None:
     def schedule_create(
         ctx: typer.Context,
         interval: Annotated[float, typer.Option("--interval", min=1, help="seconds between cycles")],
-        schedule_id: Annotated[Optional[str], typer.Option("--id", help="schedule id (default: chosen by the API)")] = None,
+        schedule_id: Annotated[
+            str | None, typer.Option("--id", help="schedule id (default: chosen by the API)")
+        ] = None,
         paused: Annotated[bool, typer.Option("--paused", help="create it paused")] = False,
-        note: Annotated[Optional[str], typer.Option(help="free text")] = None,
+        note: Annotated[str | None, typer.Option(help="free text")] = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Create a schedule of improvement cycles every --interval seconds."""
@@ -153,8 +175,10 @@ def register(app: typer.Typer) -> None:
         def command(ctx: typer.Context, schedule_id: ScheduleId, json_out: JsonOpt = False) -> None:
             cli = cli_of(ctx, json_out)
             answer = cli.api.request(method, f"/api/schedules/{schedule_id}{suffix}", ok=(200, 202, 204))
-            cli.emit(answer if answer is not None else {"schedule_id": schedule_id, done: True},
-                     lambda: cli.console.print(f"schedule {schedule_id} {done}"))
+            cli.emit(
+                answer if answer is not None else {"schedule_id": schedule_id, done: True},
+                lambda: cli.console.print(f"schedule {schedule_id} {done}"),
+            )
 
         command.__doc__ = doc
         schedule.command(verb)(command)
@@ -171,8 +195,9 @@ def register(app: typer.Typer) -> None:
         """Tick rate, population, energy, active traits, applied mutations."""
         cli = cli_of(ctx, json_out)
         answer = cli.api.get("/api/stats")
-        cli.emit(answer, lambda: cli.console.print(
-            table("world", ["metric", "value"], [[k, v] for k, v in answer.items()])))
+        cli.emit(
+            answer, lambda: cli.console.print(table("world", ["metric", "value"], [[k, v] for k, v in answer.items()]))
+        )
 
 
 class _NoSocket(Exception):

@@ -6,26 +6,30 @@ with another pepper opens nothing."""
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated, Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any
 
 import typer
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from pipeline import apikeys
-from pipeline import operators
 from genesis.cli.client import CliError
 from genesis.cli.output import cli_of, group, handled, table, when
 from genesis.config import get_settings
 from genesis.db.models import OperatorKey
 from genesis.db.session import get_engine, get_sessionmaker
+from pipeline import apikeys, operators
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
 
 
 def _described(row: OperatorKey) -> dict[str, Any]:
-    return {"key_prefix": row.key_prefix, "name": row.name, "created_at": row.created_at.timestamp(),
-            "revoked_at": row.revoked_at.timestamp() if row.revoked_at else None}
+    return {
+        "key_prefix": row.key_prefix,
+        "name": row.name,
+        "created_at": row.created_at.timestamp(),
+        "revoked_at": row.revoked_at.timestamp() if row.revoked_at else None,
+    }
 
 
 def _run(action: Callable[[Any, bytes], Awaitable[Any]]) -> Any:
@@ -45,8 +49,10 @@ def _run(action: Callable[[Any, bytes], Awaitable[Any]]) -> Any:
     except operators.OperatorKeyError as exc:
         raise CliError(str(exc)) from exc
     except (SQLAlchemyError, OSError) as exc:
-        raise CliError(f"cannot use the database at {where} ({type(exc).__name__}): run this on the API's host, "
-                       "or set GENESIS_DATABASE_URL (and GENESIS_API_KEY_PEPPER) to the API's") from exc
+        raise CliError(
+            f"cannot use the database at {where} ({type(exc).__name__}): run this on the API's host, "
+            "or set GENESIS_DATABASE_URL (and GENESIS_API_KEY_PEPPER) to the API's"
+        ) from exc
 
 
 def register(app: typer.Typer) -> None:
@@ -62,12 +68,19 @@ def register(app: typer.Typer) -> None:
         """Create an operator key; it is shown once (export it as GENESIS_OPERATOR_KEY)."""
         cli = cli_of(ctx, json_out)
         issued, row = _run(lambda sessions, pepper: operators.create_key(sessions, pepper, name))
-        answer = {**_described(row), "operator_key": issued.key,
-                  "message": "Store the operator_key now: it is shown only once. Send it as the X-Operator-Key header."}
-        cli.emit(answer, lambda: cli.console.print(
-            f"operator key [bold]{row.key_prefix}[/] ({row.name}) created\n"
-            f"key (shown only this once): [bold]{issued.key}[/]\n"
-            f"  export GENESIS_OPERATOR_KEY={issued.key}"))
+        answer = {
+            **_described(row),
+            "operator_key": issued.key,
+            "message": "Store the operator_key now: it is shown only once. Send it as the X-Operator-Key header.",
+        }
+        cli.emit(
+            answer,
+            lambda: cli.console.print(
+                f"operator key [bold]{row.key_prefix}[/] ({row.name}) created\n"
+                f"key (shown only this once): [bold]{issued.key}[/]\n"
+                f"  export GENESIS_OPERATOR_KEY={issued.key}"
+            ),
+        )
 
     @operator.command("list-keys")
     @handled
@@ -75,9 +88,16 @@ def register(app: typer.Typer) -> None:
         """Every operator key (prefix, name, created, revoked); never the keys themselves."""
         cli = cli_of(ctx, json_out)
         rows = [_described(row) for row in _run(lambda sessions, _pepper: operators.list_keys(sessions))]
-        cli.emit({"keys": rows}, lambda: cli.console.print(table(
-            None, ["prefix", "name", "created", "revoked"],
-            [[r["key_prefix"], r["name"], when(r["created_at"]), when(r["revoked_at"])] for r in rows])))
+        cli.emit(
+            {"keys": rows},
+            lambda: cli.console.print(
+                table(
+                    None,
+                    ["prefix", "name", "created", "revoked"],
+                    [[r["key_prefix"], r["name"], when(r["created_at"]), when(r["revoked_at"])] for r in rows],
+                )
+            ),
+        )
 
     @operator.command("revoke-key")
     @handled

@@ -6,9 +6,10 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable
+from typing import Any
 
 import typer
 from rich.console import Console
@@ -17,8 +18,14 @@ from rich.table import Table
 from genesis.cli.client import ApiClient, CliError
 
 STATUS_STYLE = {
-    "queued": "dim", "validating": "cyan", "sandbox_ok": "blue", "activated": "bold green", "kept": "bold green",
-    "rolled_back": "yellow", "rejected": "bold red", "failed": "bold magenta",
+    "queued": "dim",
+    "validating": "cyan",
+    "sandbox_ok": "blue",
+    "activated": "bold green",
+    "kept": "bold green",
+    "rolled_back": "yellow",
+    "rejected": "bold red",
+    "failed": "bold magenta",
 }
 
 
@@ -80,8 +87,9 @@ def handled(command: Callable) -> Callable:
             if cli is not None and (cli.json or kwargs.get("json_out")):
                 print(json.dumps(err.to_json()), flush=True)
             else:
-                Console(stderr=True, highlight=False).print(f"[bold red]Error:[/] {err.message}", markup=True,
-                                                            soft_wrap=True)
+                Console(stderr=True, highlight=False).print(
+                    f"[bold red]Error:[/] {err.message}", markup=True, soft_wrap=True
+                )
             raise typer.Exit(err.code) from None
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)

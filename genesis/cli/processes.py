@@ -12,9 +12,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import AsyncIterator
 
 import httpx
 
@@ -45,7 +45,9 @@ class ManagedProcess:
 
     def start(self) -> None:
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.argv, cwd=PROJECT_ROOT, env=env_for(self.settings), stdout=log, stderr=log)
+            self.proc = subprocess.Popen(
+                self.argv, cwd=PROJECT_ROOT, env=env_for(self.settings), stdout=log, stderr=log
+            )
 
     def kill(self) -> None:
         """SIGKILL: no graceful shutdown, like a crashed host."""

@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import AsyncIterator, Iterable, Sequence
+from datetime import UTC, datetime, timedelta
 
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import Client, WorkflowHistory
@@ -79,8 +79,11 @@ class CommandEvent:
     seq: int | None = None  # the command's sequence number within its kind, when known
 
     def describe(self) -> str:
-        return f"event {self.event_id} {self.event_type} ({self.kind} {self.name!r})" if self.name else \
-            f"event {self.event_id} {self.event_type} ({self.kind})"
+        return (
+            f"event {self.event_id} {self.event_type} ({self.kind} {self.name!r})"
+            if self.name
+            else f"event {self.event_id} {self.event_type} ({self.kind})"
+        )
 
 
 @dataclass
@@ -100,9 +103,15 @@ class ReplayReport:
 
     def to_json(self) -> dict:
         return {
-            "workflow_id": self.workflow_id, "run_id": self.run_id, "workflow_type": self.workflow_type,
-            "ok": self.ok, "error_kind": self.error_kind, "message": self.message, "issued": self.issued,
-            "event": self.event.__dict__ if self.event else None, "candidates": self.candidates or None,
+            "workflow_id": self.workflow_id,
+            "run_id": self.run_id,
+            "workflow_type": self.workflow_type,
+            "ok": self.ok,
+            "error_kind": self.error_kind,
+            "message": self.message,
+            "issued": self.issued,
+            "event": self.event.__dict__ if self.event else None,
+            "candidates": self.candidates or None,
             "recorded_commands": [c.__dict__ for c in self.commands] if not self.ok else None,
         }
 
@@ -130,7 +139,11 @@ def command_events(history: WorkflowHistory) -> list[CommandEvent]:
         et = event.event_type
         if et == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED:
             activity_seq += 1
-            kind, name, seq = "activity", event.activity_task_scheduled_event_attributes.activity_type.name, activity_seq
+            kind, name, seq = (
+                "activity",
+                event.activity_task_scheduled_event_attributes.activity_type.name,
+                activity_seq,
+            )
         elif et == EventType.EVENT_TYPE_MARKER_RECORDED:
             attrs = event.marker_recorded_event_attributes
             kind, name, seq = _marker(attrs)
@@ -138,7 +151,10 @@ def command_events(history: WorkflowHistory) -> list[CommandEvent]:
             timer_id = event.timer_started_event_attributes.timer_id
             kind, name, seq = "timer", timer_id, int(timer_id) if timer_id.isdigit() else None
         elif et == EventType.EVENT_TYPE_START_CHILD_WORKFLOW_EXECUTION_INITIATED:
-            kind, name = "child workflow", event.start_child_workflow_execution_initiated_event_attributes.workflow_type.name
+            kind, name = (
+                "child workflow",
+                event.start_child_workflow_execution_initiated_event_attributes.workflow_type.name,
+            )
         elif et == EventType.EVENT_TYPE_SIGNAL_EXTERNAL_WORKFLOW_EXECUTION_INITIATED:
             kind, name = "signal", event.signal_external_workflow_execution_initiated_event_attributes.signal_name
         elif et == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES:
@@ -193,12 +209,16 @@ async def _iterate(histories: Iterable[WorkflowHistory]) -> AsyncIterator[Workfl
         yield history
 
 
-async def replay(histories: Sequence[WorkflowHistory], workflows: Sequence[type] | None = None,
-                 on_result=None) -> list[ReplayReport]:
+async def replay(
+    histories: Sequence[WorkflowHistory], workflows: Sequence[type] | None = None, on_result=None
+) -> list[ReplayReport]:
     """Replay each history against ``workflows`` (default: the worker's); one report per history.
     ``on_result(report)`` is called as each one finishes (progress)."""
-    replayer = Replayer(workflows=list(workflows or default_workflows()), data_converter=pydantic_data_converter,
-                        runtime=_quiet_runtime())
+    replayer = Replayer(
+        workflows=list(workflows or default_workflows()),
+        data_converter=pydantic_data_converter,
+        runtime=_quiet_runtime(),
+    )
     reports: list[ReplayReport] = []
     async with replayer.workflow_replay_iterator(_iterate(histories)) as results:
         async for result in results:
@@ -217,10 +237,14 @@ def _quiet_runtime() -> Runtime:
     clean stdout)."""
     global _runtime
     if _runtime is None:
-        _runtime = Runtime(telemetry=TelemetryConfig(logging=LoggingConfig(
-            filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"),
-            forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")),
-        )))
+        _runtime = Runtime(
+            telemetry=TelemetryConfig(
+                logging=LoggingConfig(
+                    filter=TelemetryFilter(core_level="ERROR", other_level="ERROR"),
+                    forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")),
+                )
+            )
+        )
     return _runtime
 
 
@@ -258,7 +282,7 @@ def parse_since(text: str) -> timedelta:
 
 def failed_query(since: timedelta, now: datetime | None = None) -> str:
     """The visibility query of the workflow runs that failed within ``since``."""
-    cutoff = (now or datetime.now(timezone.utc)) - since
+    cutoff = (now or datetime.now(UTC)) - since
     return f'ExecutionStatus = "Failed" AND CloseTime > "{cutoff.strftime("%Y-%m-%dT%H:%M:%SZ")}"'
 
 

@@ -37,9 +37,7 @@ def main() -> int:
         "worker": start([sys.executable, str(PROJECT_ROOT / "worker.py")]),
         "engine": start([sys.executable, "-m", "engine"]),
         "watcher": start([sys.executable, "-m", "evolution"]),
-        "api": start(
-            [sys.executable, "-m", "api", "--log-level", "info"]
-        ),
+        "api": start([sys.executable, "-m", "api", "--log-level", "info"]),
     }
     base = f"http://{settings.api.host}:{settings.api.port}"
     print(

@@ -7,7 +7,7 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.progress import Progress
@@ -47,17 +47,26 @@ def register(app: typer.Typer) -> None:
     @handled
     def replay(
         ctx: typer.Context,
-        workflow_id: Annotated[Optional[str], typer.Argument(help="replay this workflow's history")] = None,
-        run_id: Annotated[Optional[str], typer.Option(help="a run of WORKFLOW_ID (default: the latest)")] = None,
-        failed: Annotated[bool, typer.Option("--failed", help="replay every workflow run that failed within --since")] = False,
+        workflow_id: Annotated[str | None, typer.Argument(help="replay this workflow's history")] = None,
+        run_id: Annotated[str | None, typer.Option(help="a run of WORKFLOW_ID (default: the latest)")] = None,
+        failed: Annotated[
+            bool, typer.Option("--failed", help="replay every workflow run that failed within --since")
+        ] = False,
         since: Annotated[str, typer.Option(help="with --failed: how far back (30m, 6h, 1d, 2w)")] = "1d",
         limit: Annotated[int, typer.Option(min=1, max=10_000, help="with --failed: at most this many runs")] = 200,
-        files: Annotated[Optional[list[Path]], typer.Option(
-            "--file", help="replay a history JSON file (Temporal's format; repeatable)", exists=True, dir_okay=False)] = None,
-        temporal: Annotated[Optional[str], typer.Option(envvar="GENESIS_TEMPORAL_ADDRESS",
-                                                        help="Temporal frontend (default 127.0.0.1:7233)")] = None,
-        namespace: Annotated[Optional[str], typer.Option(envvar="GENESIS_TEMPORAL_NAMESPACE",
-                                                         help="Temporal namespace (default: default)")] = None,
+        files: Annotated[
+            list[Path] | None,
+            typer.Option(
+                "--file", help="replay a history JSON file (Temporal's format; repeatable)", exists=True, dir_okay=False
+            ),
+        ] = None,
+        temporal: Annotated[
+            str | None,
+            typer.Option(envvar="GENESIS_TEMPORAL_ADDRESS", help="Temporal frontend (default 127.0.0.1:7233)"),
+        ] = None,
+        namespace: Annotated[
+            str | None, typer.Option(envvar="GENESIS_TEMPORAL_NAMESPACE", help="Temporal namespace (default: default)")
+        ] = None,
         json_out: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
     ) -> None:
         """Fetch histories from Temporal (or files) and replay them with the worker's workflows; a
@@ -75,7 +84,9 @@ def register(app: typer.Typer) -> None:
                 raise typer.BadParameter(str(exc), param_hint="--since") from exc
         histories = [_read_file(path) for path in files or []]
         if workflow_id or failed:
-            histories += asyncio.run(_fetch(temporal, namespace, workflow_id, run_id, window if failed else None, limit))
+            histories += asyncio.run(
+                _fetch(temporal, namespace, workflow_id, run_id, window if failed else None, limit)
+            )
         if failed and not histories:
             cli.say(f"no workflow failed in the last {since} ({replaying.failed_query(window)})")
         reports = _replay_with_progress(cli, histories)
@@ -122,8 +133,9 @@ async def _fetch(address, namespace, workflow_id, run_id, window, limit):
     try:
         client = await asyncio.wait_for(connect(settings), timeout=10)
     except Exception as exc:
-        raise CliError(f"cannot reach Temporal at {settings.temporal.address}: {exc} "
-                       "(set --temporal or GENESIS_TEMPORAL_ADDRESS)") from exc
+        raise CliError(
+            f"cannot reach Temporal at {settings.temporal.address}: {exc} (set --temporal or GENESIS_TEMPORAL_ADDRESS)"
+        ) from exc
     try:
         targets = [(workflow_id, run_id)] if workflow_id else []
         if window is not None:

@@ -23,8 +23,9 @@ WAIT_S = 5.0
 
 @lru_cache
 def get_engine(database_url: str) -> AsyncEngine:
-    engine = create_async_engine(database_url, pool_size=10, max_overflow=20, pool_timeout=WAIT_S,
-                                 connect_args={"timeout": WAIT_S})
+    engine = create_async_engine(
+        database_url, pool_size=10, max_overflow=20, pool_timeout=WAIT_S, connect_args={"timeout": WAIT_S}
+    )
     event.listen(engine.sync_engine, "checkout", _replace_if_closed)
     return engine
 

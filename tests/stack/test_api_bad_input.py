@@ -8,8 +8,8 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from genesis.db.models import Mutation
 from genesis.cli.processes import api_process, free_port, wait_for_api
+from genesis.db.models import Mutation
 from genesis.db.session import get_sessionmaker
 from tests import traits
 
@@ -26,7 +26,12 @@ async def mutation_count(settings) -> int:
     [
         (b'{"agent_id": "a", "trait_name": ', 400, "INVALID_JSON", "not valid JSON"),
         (b"[1, 2, 3]", 422, "INVALID_BODY", "JSON object"),
-        ('{"agent_id": "a", "trait_name": "t", "code": "caf\xe9"}'.encode("latin-1"), 400, "INVALID_JSON", "not valid JSON"),
+        (
+            '{"agent_id": "a", "trait_name": "t", "code": "caf\xe9"}'.encode("latin-1"),
+            400,
+            "INVALID_JSON",
+            "not valid JSON",
+        ),
     ],
     ids=["malformed-json", "not-an-object", "non-utf8"],
 )
@@ -55,8 +60,20 @@ async def test_unparseable_bodies(http, settings, body, status, error, needle):
         ({"task_id": "bad id!"}, "task_id", "task_id must be"),
         ({"surprise": 1}, "surprise", "unknown field"),
     ],
-    ids=["code-null", "name-null", "agent-int", "code-empty", "code-blank", "code-too-large",
-         "name-camel", "name-dash", "name-digit", "agent-empty", "task-bad", "extra-field"],
+    ids=[
+        "code-null",
+        "name-null",
+        "agent-int",
+        "code-empty",
+        "code-blank",
+        "code-too-large",
+        "name-camel",
+        "name-dash",
+        "name-digit",
+        "agent-empty",
+        "task-bad",
+        "extra-field",
+    ],
 )
 async def test_invalid_fields_are_named(http, settings, change, field, needle):
     before = await mutation_count(settings)
@@ -98,8 +115,9 @@ async def test_unknown_mutation_is_404(http, mutation_id):
 async def test_malformed_mutation_id_is_422(http, mutation_id):
     response = await http.get(f"/api/mutations/{mutation_id}/status")
     assert response.status_code == 422, response.text
-    assert response.json()["errors"] == [{"field": "path.mutation_id",
-                                          "message": "mutation_id must be 'mut_' followed by 6-32 hex digits"}]
+    assert response.json()["errors"] == [
+        {"field": "path.mutation_id", "message": "mutation_id must be 'mut_' followed by 6-32 hex digits"}
+    ]
 
 
 async def test_sandbox_api_document(http):
@@ -126,7 +144,12 @@ async def test_health_names_a_down_dependency_without_its_message(settings, work
     addresses) are in the API's log."""
     secret_db = "genesis_health_secret_db"
     closed = free_port()
-    broken = settings.override(api_port=free_port(), database_url=settings.database_url.rsplit("/", 1)[0] + f"/{secret_db}", redis_url=f"redis://127.0.0.1:{closed}/0", temporal_address=f"127.0.0.1:{closed}")
+    broken = settings.override(
+        api_port=free_port(),
+        database_url=settings.database_url.rsplit("/", 1)[0] + f"/{secret_db}",
+        redis_url=f"redis://127.0.0.1:{closed}/0",
+        temporal_address=f"127.0.0.1:{closed}",
+    )
     process = api_process(broken, "api-health-down")
     process.start()
     try:
@@ -150,11 +173,27 @@ async def test_health_names_a_down_dependency_without_its_message(settings, work
     assert secret_db in logged and "health: postgres is down" in logged, "the log keeps what the answer leaves out"
 
 
-@pytest.mark.parametrize("after", [
-    "yesterday", "<script>alert(1)</script>", "1-2-3", "-1-0", "1-", "0x10-0", " 1-0", "1-0 ",
-    "99999999999999999999-0", "18446744073709551616-0", "0-18446744073709551616",
-    "18446744073709551615-18446744073709551615", "\u0661-\u0661", "\uff11-0", "1" * 5000 + "-0", "'\"%00",
-])
+@pytest.mark.parametrize(
+    "after",
+    [
+        "yesterday",
+        "<script>alert(1)</script>",
+        "1-2-3",
+        "-1-0",
+        "1-",
+        "0x10-0",
+        " 1-0",
+        "1-0 ",
+        "99999999999999999999-0",
+        "18446744073709551616-0",
+        "0-18446744073709551616",
+        "18446744073709551615-18446744073709551615",
+        "\u0661-\u0661",
+        "\uff11-0",
+        "1" * 5000 + "-0",
+        "'\"%00",
+    ],
+)
 async def test_feed_after_is_checked_without_echoing_it(http, after):
     response = await http.get("/api/feed", params={"after": after})
     assert response.status_code == 422, (after[:40], response.text[:300])
@@ -165,7 +204,12 @@ async def test_feed_after_is_checked_without_echoing_it(http, after):
 
 
 async def test_feed_after_takes_the_largest_ids(http):
-    for after in ("0-0", "18446744073709551615-0", "0-18446744073709551615", "18446744073709551615-18446744073709551614"):
+    for after in (
+        "0-0",
+        "18446744073709551615-0",
+        "0-18446744073709551615",
+        "18446744073709551615-18446744073709551614",
+    ):
         response = await http.get("/api/feed", params={"after": after})
         assert response.status_code == 200, (after, response.text)
         assert response.json()["last_id"] == after or response.json()["messages"], response.text

@@ -12,17 +12,16 @@ import re
 import sys
 import time
 import uuid
+from datetime import UTC
 from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHistory
 from temporalio.service import RPCError
-
-from api.workflow_starter import mutation_input
 from typer.testing import CliRunner
 
-from genesis.cli import app
-from genesis.cli import replay as replaying
+from api.workflow_starter import mutation_input
+from genesis.cli import app, replay as replaying
 from genesis.config import PROJECT_ROOT
 from genesis.db.models import Mutation
 from genesis.workflow_api import MUTATION_WORKFLOW, rollback_workflow_id
@@ -34,18 +33,25 @@ from tests.stack.test_mutation_pipeline import HISTORIES, wait_for_verdict
 STAGE_LINE = re.compile(r"●\s+(\w+)\s+≤?\+(\d+\.\d+)s")
 
 
-async def run_cli(api_url: str, *args: str, key: str | None = None, settings=None, timeout: float = 120) -> tuple[int, str, str]:
+async def run_cli(
+    api_url: str, *args: str, key: str | None = None, settings=None, timeout: float = 120
+) -> tuple[int, str, str]:
     process = await start_cli(api_url, *args, key=key, settings=settings)
     out, err = await asyncio.wait_for(process.communicate(), timeout)
     return process.returncode, out.decode(), err.decode()
 
 
-async def invoke(api_url: str, *args: str, key: str | None = None,
-                 operator_key: str | None = None) -> tuple[int, str, str]:
+async def invoke(
+    api_url: str, *args: str, key: str | None = None, operator_key: str | None = None
+) -> tuple[int, str, str]:
     """The CLI in this process with typer's CliRunner (quicker than a subprocess), against the
     same real API process. Commands that follow a mutation or replay run as subprocesses."""
-    env = {"GENESIS_API_URL": api_url, "GENESIS_API_KEY": key or "", "GENESIS_OPERATOR_KEY": operator_key or "",
-           "COLUMNS": "200"}
+    env = {
+        "GENESIS_API_URL": api_url,
+        "GENESIS_API_KEY": key or "",
+        "GENESIS_OPERATOR_KEY": operator_key or "",
+        "COLUMNS": "200",
+    }
     result = await asyncio.to_thread(CliRunner().invoke, app, list(args), env=env)
     return result.exit_code, result.stdout, result.stderr
 
@@ -58,8 +64,14 @@ async def start_cli(api_url: str, *args: str, key: str | None = None, settings=N
     if settings is not None:
         env["GENESIS_TEMPORAL_ADDRESS"] = settings.temporal.address
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "genesis.cli", *args, cwd=PROJECT_ROOT, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "genesis.cli",
+        *args,
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
 
 
@@ -97,8 +109,9 @@ async def test_register_propose_and_follow_a_good_trait_to_kept(api_url, http, t
     trait = tmp_path / "keeper.py"
     trait.write_text(traits.seeker(7001))
 
-    process = await start_cli(api_url, "propose", str(trait), "--name", "cli_keeper", "--goal", "find food",
-                              key=agent["api_key"])
+    process = await start_cli(
+        api_url, "propose", str(trait), "--name", "cli_keeper", "--goal", "find food", key=agent["api_key"]
+    )
     first = (await asyncio.wait_for(process.stdout.readline(), 30)).decode()
     mutation_id = new_mutation_id(first)
     await signal_when_activated(http, temporal_client, mutation_id)
@@ -124,7 +137,9 @@ async def test_replay_of_a_live_workflow_and_rollback_over_the_cli(api_url, http
     await signal_when_activated(http, temporal_client, mutation_id)
     await wait_for_status(http, mutation_id, {"kept"})
 
-    code, out, err = await run_cli(api_url, "workflows", "replay", f"mutation-{mutation_id}", "--json", settings=settings)
+    code, out, err = await run_cli(
+        api_url, "workflows", "replay", f"mutation-{mutation_id}", "--json", settings=settings
+    )
     assert code == 0, out + err
     report = json.loads(out)
     assert report["replayed"] == 1 and report["failed"] == 0
@@ -154,7 +169,9 @@ async def test_rejected_trait_shows_its_failure_code_and_exits_nonzero(api_url, 
     await record_history(temporal_client, f"mutation-{new_mutation_id(out)}", "mutation_rejected_ast")
 
     raising = tmp_path / "raises.py"
-    raising.write_text(traits.RAISES.replace("boom", "cli boom") if "boom" in traits.RAISES else traits.RAISES + "\n# cli\n")
+    raising.write_text(
+        traits.RAISES.replace("boom", "cli boom") if "boom" in traits.RAISES else traits.RAISES + "\n# cli\n"
+    )
     code, out, err = await run_cli(api_url, "--json", "propose", str(raising), "--name", "cli_raises", key=key)
     assert code == 3, out + err
     result = json.loads(out)  # stdout is one JSON document; progress went to stderr
@@ -203,7 +220,11 @@ async def test_list_and_json_outputs(api_url, http):
     code, out, err = await invoke(api_url, "status", "mut_00000000dead")
     assert code == 1 and "MUTATION_NOT_FOUND" in err
     code, out, err = await invoke(api_url, "--json", "status", "mut_00000000dead")
-    assert code == 1 and json.loads(out) == {"error": "MUTATION_NOT_FOUND", "detail": json.loads(out)["detail"], "status_code": 404}
+    assert code == 1 and json.loads(out) == {
+        "error": "MUTATION_NOT_FOUND",
+        "detail": json.loads(out)["detail"],
+        "status_code": 404,
+    }
     code, out, err = await invoke(api_url, "status", "not-an-id")
     assert code == 2 and "not a mutation id" in err
     code, out, err = await invoke("http://127.0.0.1:9", "status", "mut_00000000dead")
@@ -288,7 +309,9 @@ async def test_retry_while_the_workflow_runs_is_refused(start_api, temporal_clie
     async with httpx.AsyncClient(base_url=url, timeout=30) as client:
         proposer = await agents.register(client, "cli-idle")
         body = {"trait_name": "cli_idle", "code": traits.seeker(7041)}
-        mutation_id = (await client.post("/api/mutations/propose", json=body, headers=proposer.headers)).json()["mutation_id"]
+        mutation_id = (await client.post("/api/mutations/propose", json=body, headers=proposer.headers)).json()[
+            "mutation_id"
+        ]
         handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
         deadline = time.monotonic() + 10
         while True:
@@ -303,7 +326,9 @@ async def test_retry_while_the_workflow_runs_is_refused(start_api, temporal_clie
         await handle.terminate("test")
         retried = await client.post(f"/api/mutations/{mutation_id}/retry", headers=proposer.headers)
         assert retried.status_code == 202, retried.text
-        assert retried.json()["previous_workflow_status"] == "TERMINATED" and retried.json()["previous_status"] == "queued"
+        assert (
+            retried.json()["previous_workflow_status"] == "TERMINATED" and retried.json()["previous_status"] == "queued"
+        )
         # The new run stays running on the idle queue: the record is never swept onto the suite's worker.
         assert (await handle.describe()).status == WorkflowExecutionStatus.RUNNING
 
@@ -315,8 +340,13 @@ def test_recorded_histories_replay_through_the_cli():
 
     files = sorted(Path(HISTORIES).glob("*.json")) + sorted(Path(HISTORIES, "gepa").glob("*.json"))
     args = [a for f in files for a in ("--file", str(f))]
-    done = subprocess.run([sys.executable, "-m", "genesis.cli", "--json", "workflows", "replay", *args],
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "genesis.cli", "--json", "workflows", "replay", *args],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     report = json.loads(done.stdout)
     assert report["replayed"] == len(files) and report["failed"] == 0
@@ -334,8 +364,14 @@ def test_a_changed_activity_is_reported_at_its_event(tmp_path):
     scheduled["activityTaskScheduledEventAttributes"]["activityType"]["name"] = "run_sandbox_test_v0"
     changed = tmp_path / "renamed.json"
     changed.write_text(json.dumps(source))
-    done = subprocess.run([sys.executable, "-m", "genesis.cli", "workflows", "replay", "--file", str(changed)],
-                          cwd=PROJECT_ROOT, capture_output=True, text=True, timeout=120, env={**os.environ, "COLUMNS": "250"})
+    done = subprocess.run(
+        [sys.executable, "-m", "genesis.cli", "workflows", "replay", "--file", str(changed)],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "250"},
+    )
     assert done.returncode == 7, done.stdout + done.stderr
     out = done.stdout
     assert "nondeterminism" in out
@@ -361,26 +397,41 @@ async def test_replay_of_failed_workflows_by_visibility_query(settings, temporal
     """A MutationWorkflow started for a mutation with no record fails at its first status write;
     `replay --failed --since 1h` finds it through the visibility query and replays it."""
     mutation_id = f"mut_{uuid.uuid4().hex[:12]}"
-    record = Mutation(mutation_id=mutation_id, agent_id="cli-orphan", trait_name="orphan", code="x = 1",
-                      goal="", task_id=None, notify_url=None, replaces_trait=None, replaces_version=None)
+    record = Mutation(
+        mutation_id=mutation_id,
+        agent_id="cli-orphan",
+        trait_name="orphan",
+        code="x = 1",
+        goal="",
+        task_id=None,
+        notify_url=None,
+        replaces_trait=None,
+        replaces_version=None,
+    )
     handle = await temporal_client.start_workflow(
-        MUTATION_WORKFLOW, mutation_input(record, settings), id=f"mutation-{mutation_id}", task_queue=settings.task_queue)
+        MUTATION_WORKFLOW,
+        mutation_input(record, settings),
+        id=f"mutation-{mutation_id}",
+        task_queue=settings.task_queue,
+    )
     with pytest.raises(WorkflowFailureError):
         await asyncio.wait_for(handle.result(), 30)
     assert (await handle.describe()).status == WorkflowExecutionStatus.FAILED
     await record_history(temporal_client, handle.id, "mutation_failed_no_record")
     deadline = time.monotonic() + 15
     while True:  # visibility is eventually consistent
-        code, out, err = await run_cli("http://127.0.0.1:9", "workflows", "replay", "--failed", "--since", "1h",
-                                       "--json", settings=settings)
+        code, out, err = await run_cli(
+            "http://127.0.0.1:9", "workflows", "replay", "--failed", "--since", "1h", "--json", settings=settings
+        )
         report = json.loads(out)
         if any(r["workflow_id"] == handle.id for r in report["reports"]) or time.monotonic() > deadline:
             break
         await asyncio.sleep(0.5)
     assert code == 0, out + err
     assert any(r["workflow_id"] == handle.id and r["ok"] for r in report["reports"]), report
-    code, out, err = await run_cli("http://127.0.0.1:9", "workflows", "replay", "--failed", "--since", "yesterday",
-                                   settings=settings)
+    code, out, err = await run_cli(
+        "http://127.0.0.1:9", "workflows", "replay", "--failed", "--since", "yesterday", settings=settings
+    )
     assert code == 2 and "not a duration" in err
 
 
@@ -404,8 +455,18 @@ async def test_feed_and_schedule_commands(api_url, http, settings):
     code, out, err = await invoke(api_url, "schedule", "create", "--interval", "3600", "--id", schedule_id)
     assert code == 1 and "OPERATOR_KEY_REQUIRED" in err and "GENESIS_OPERATOR_KEY" in err, err
     operator_key = (await agents.operator(settings)).key
-    code, out, err = await invoke(api_url, "schedule", "create", "--interval", "3600", "--id", schedule_id,
-                                   "--paused", "--json", operator_key=operator_key)
+    code, out, err = await invoke(
+        api_url,
+        "schedule",
+        "create",
+        "--interval",
+        "3600",
+        "--id",
+        schedule_id,
+        "--paused",
+        "--json",
+        operator_key=operator_key,
+    )
     assert code == 0, err
     assert json.loads(out)["schedule_id"] == schedule_id and json.loads(out)["paused"] is True
     for verb in ("resume", "pause", "delete"):
@@ -417,10 +478,18 @@ def test_up_dry_run_and_console_script():
     import subprocess
     import tomllib
 
-    done = subprocess.run([sys.executable, "-m", "genesis.cli", "up", "--dry-run"], cwd=PROJECT_ROOT,
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "genesis.cli", "up", "--dry-run"],
+        cwd=PROJECT_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0
-    assert done.stdout.splitlines() == [f"bash {PROJECT_ROOT / 'scripts' / 'services.sh'}", f"{sys.executable} -m genesis.cli.run"]
+    assert done.stdout.splitlines() == [
+        f"bash {PROJECT_ROOT / 'scripts' / 'services.sh'}",
+        f"{sys.executable} -m genesis.cli.run",
+    ]
     scripts = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts == {"genesis": "genesis.cli:app"}
 
@@ -441,7 +510,10 @@ def test_argument_parsing():
     for bad in ("0h", "1y", "", "yesterday"):
         with pytest.raises(ValueError, match="not a duration"):
             replaying.parse_since(bad)
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
-    now = datetime(2026, 11, 26, 3, 0, tzinfo=timezone.utc)
-    assert replaying.failed_query(timedelta(days=1), now) == 'ExecutionStatus = "Failed" AND CloseTime > "2026-11-25T03:00:00Z"'
+    now = datetime(2026, 11, 26, 3, 0, tzinfo=UTC)
+    assert (
+        replaying.failed_query(timedelta(days=1), now)
+        == 'ExecutionStatus = "Failed" AND CloseTime > "2026-11-25T03:00:00Z"'
+    )

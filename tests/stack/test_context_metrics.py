@@ -9,19 +9,42 @@ import time
 
 import pytest
 
-from genesis import redis_keys as keys
 from evolution import world_metrics
 from evolution.world_metrics import detect_anomalies, metrics_document, parse_snapshot
+from genesis import redis_keys as keys
 
-SEED_METRICS_FIELDS = {"tick", "entity_count", "avg_energy", "resource_count", "death_stats", "trait_usage", "anomalies"}
+SEED_METRICS_FIELDS = {
+    "tick",
+    "entity_count",
+    "avg_energy",
+    "resource_count",
+    "death_stats",
+    "trait_usage",
+    "anomalies",
+}
 
 
-def snap(n: int, energy: float = 50.0, *, births: int = 0, starvation: int = 0, collision: int = 0, age: int = 0,
-         diversity: int = 5, density: float = 0.5) -> dict:
+def snap(
+    n: int,
+    energy: float = 50.0,
+    *,
+    births: int = 0,
+    starvation: int = 0,
+    collision: int = 0,
+    age: int = 0,
+    diversity: int = 5,
+    density: float = 0.5,
+) -> dict:
     return {
-        "entity_count": n, "avg_energy": energy, "births_last_period": births,
-        "deaths_last_period": starvation + collision + age, "death_starvation": starvation,
-        "death_collision": collision, "death_age": age, "trait_diversity": diversity, "resource_density": density,
+        "entity_count": n,
+        "avg_energy": energy,
+        "births_last_period": births,
+        "deaths_last_period": starvation + collision + age,
+        "death_starvation": starvation,
+        "death_collision": collision,
+        "death_age": age,
+        "trait_diversity": diversity,
+        "resource_density": density,
     }
 
 
@@ -62,15 +85,28 @@ def test_stagnation_needs_five_flat_snapshots_and_no_recent_mutation():
 
 
 def test_metrics_document_is_the_seed_shape_most_severe_anomaly_first():
-    latest = parse_snapshot({
-        b"tick": b"45200", b"entity_count": b"134", b"avg_energy": b"42.7", b"resource_count": b"89",
-        b"death_starvation": b"12", b"death_collision": b"3", b"death_age": b"0",
-        b"trait_usage": b'{"heat_shield":45,"resource_seeker":78}', b"dominant_trait": b"",
-    })
-    anomalies = [world_metrics.Anomaly("low_diversity", "medium", "traits"),
-                 world_metrics.Anomaly("starvation", "critical", "traits")]
+    latest = parse_snapshot(
+        {
+            b"tick": b"45200",
+            b"entity_count": b"134",
+            b"avg_energy": b"42.7",
+            b"resource_count": b"89",
+            b"death_starvation": b"12",
+            b"death_collision": b"3",
+            b"death_age": b"0",
+            b"trait_usage": b'{"heat_shield":45,"resource_seeker":78}',
+            b"dominant_trait": b"",
+        }
+    )
+    anomalies = [
+        world_metrics.Anomaly("low_diversity", "medium", "traits"),
+        world_metrics.Anomaly("starvation", "critical", "traits"),
+    ]
     assert metrics_document(latest, anomalies) == {
-        "tick": 45200, "entity_count": 134, "avg_energy": 42.7, "resource_count": 89,
+        "tick": 45200,
+        "entity_count": 134,
+        "avg_energy": 42.7,
+        "resource_count": 89,
         "death_stats": {"starvation": 12, "collision": 3, "age": 0},
         "trait_usage": {"heat_shield": 45, "resource_seeker": 78},
         "anomalies": ["starvation", "low_diversity"],
@@ -90,8 +126,16 @@ async def wait_for_snapshots(redis_client, settings, count: int, timeout_s: floa
 async def test_metrics_from_the_latest_real_snapshot(http, settings, engine_proc, redis_client):
     # A leftover of an older run with a higher tick must not pass for the latest snapshot.
     stale_key = keys.world_snapshot(9_999_990)
-    await redis_client.hset(stale_key, mapping={"tick": "9999990", "timestamp": "1000.0", "run_id": "old-run",
-                                                "entity_count": "1", "avg_energy": "1.0"})
+    await redis_client.hset(
+        stale_key,
+        mapping={
+            "tick": "9999990",
+            "timestamp": "1000.0",
+            "run_id": "old-run",
+            "entity_count": "1",
+            "avg_energy": "1.0",
+        },
+    )
     await redis_client.expire(stale_key, 60)
     try:
         await wait_for_snapshots(redis_client, settings, 2)
@@ -108,11 +152,22 @@ async def test_metrics_from_the_latest_real_snapshot(http, settings, engine_proc
     assert metrics["entity_count"] == snapshot["entity_count"] > 0
     assert metrics["avg_energy"] == pytest.approx(snapshot["avg_energy"])
     assert metrics["resource_count"] == snapshot["resource_count"]
-    assert metrics["death_stats"] == {"starvation": snapshot["death_starvation"],
-                                      "collision": snapshot["death_collision"], "age": snapshot["death_age"]}
+    assert metrics["death_stats"] == {
+        "starvation": snapshot["death_starvation"],
+        "collision": snapshot["death_collision"],
+        "age": snapshot["death_age"],
+    }
     assert metrics["trait_usage"] == snapshot["trait_usage"]
     assert all(isinstance(v, int) for v in metrics["trait_usage"].values())
-    known = {"starvation", "overcrowding", "environmental", "overpopulation", "energy_crisis", "low_diversity", "stagnation"}
+    known = {
+        "starvation",
+        "overcrowding",
+        "environmental",
+        "overpopulation",
+        "energy_crisis",
+        "low_diversity",
+        "stagnation",
+    }
     assert set(metrics["anomalies"]) <= known
     history = await world_metrics.recent_snapshots(redis_client, settings.engine.snapshot_interval)
     if history[0]["trait_diversity"] < 3 and history[0]["entity_count"] > 50 and metrics["tick"] == history[0]["tick"]:

@@ -20,9 +20,9 @@ from engine.loop import Engine
 from engine.telemetry import SEED_FIELDS, SNAPSHOT_FIELDS, build_frame
 from engine.world import World, WorldParams
 from genesis import redis_keys as keys
+from genesis.cli.processes import free_port
 from genesis.db.models import WorldSnapshot
 from genesis.db.session import get_engine
-from genesis.cli.processes import free_port
 from genesis.redis_keys import Channels
 
 # Flushed by these tests: must differ from GENESIS_TEST_REDIS_URL (and from other runs' on one machine).
@@ -333,7 +333,13 @@ async def test_loop_paces_counts_overruns_and_catches_up_by_not_sleeping(engine_
 
 async def test_loop_survives_redis_and_postgres_being_unreachable(engine_settings):
     closed = free_port()
-    s = engine_settings.override(redis_url=f"redis://127.0.0.1:{closed}/0", database_url=f"postgresql+asyncpg://genesis:genesis@127.0.0.1:{closed}/nope", engine_tick_rate=5000.0, engine_snapshot_interval=10, engine_postgres_every=1)
+    s = engine_settings.override(
+        redis_url=f"redis://127.0.0.1:{closed}/0",
+        database_url=f"postgresql+asyncpg://genesis:genesis@127.0.0.1:{closed}/nope",
+        engine_tick_rate=5000.0,
+        engine_snapshot_interval=10,
+        engine_postgres_every=1,
+    )
     engine = Engine(s)
     try:
         await engine.run(max_ticks=300)
@@ -366,7 +372,9 @@ async def test_telemetry_resumes_after_redis_comes_back(engine_settings, tmp_pat
         await probe.aclose()
         return proc
 
-    s = engine_settings.override(redis_url=f"redis://127.0.0.1:{port}/0", engine_tick_rate=2000.0, engine_snapshot_interval=10)
+    s = engine_settings.override(
+        redis_url=f"redis://127.0.0.1:{port}/0", engine_tick_rate=2000.0, engine_snapshot_interval=10
+    )
     server = await start_redis()
     engine = Engine(s)
     try:
@@ -397,7 +405,9 @@ async def test_telemetry_resumes_after_redis_comes_back(engine_settings, tmp_pat
 
 
 async def test_print_tick_and_snapshot_cost(engine_settings):
-    s = engine_settings.override(engine_initial_population=200, engine_min_population=200, engine_snapshot_interval=10_000_000)
+    s = engine_settings.override(
+        engine_initial_population=200, engine_min_population=200, engine_snapshot_interval=10_000_000
+    )
     engine = Engine(s)
     try:
         await engine.run_ticks(50)  # warm-up
@@ -452,8 +462,15 @@ async def test_world_endpoints_over_http(http, engine_proc):
         assert r.json()["error"] == "VALIDATION_ERROR" and "limit" in r.json()["detail"]
 
     stats = (await http.get("/api/stats")).json()
-    assert set(stats) >= {"tick", "ticks_per_second", "population", "avg_energy", "active_traits",
-                          "mutations_applied", "tick_overruns"}
+    assert set(stats) >= {
+        "tick",
+        "ticks_per_second",
+        "population",
+        "avg_energy",
+        "active_traits",
+        "mutations_applied",
+        "tick_overruns",
+    }
     assert isinstance(stats["mutations_applied"], int) and isinstance(stats["active_traits"], list)
 
 

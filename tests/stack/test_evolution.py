@@ -19,17 +19,14 @@ from temporalio.worker import Replayer
 from engine.telemetry import to_redis_hash
 from engine.world import World as WorldCore, WorldParams
 from engine.world_overrides import ParamsFollower
-from genesis import world_params
-from evolution import cycles
-from evolution import prompts
-from evolution import llm
-from genesis import redis_keys as keys
+from evolution import cycles, llm, prompts
+from evolution.watcher import GO, Watcher
+from genesis import redis_keys as keys, world_params
+from genesis.cli.processes import free_port, worker_process
 from genesis.config import Settings
 from genesis.dto import CycleContext, CycleKind
 from genesis.effects import WorldSample
-from genesis.cli.processes import free_port, worker_process
 from genesis.redis_keys import Channels
-from evolution.watcher import GO, Watcher
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, evolution_workflow_id, task_workflow_id
 from tests.llm_server import Answer, ScriptedLLM
 from tests.stack.test_lifecycle import wait_for_status
@@ -38,29 +35,47 @@ from workflows.evolution import EvolutionCycleWorkflow
 
 QUEUE = "genesis-evolution-test"
 BASE = {
-    "entity_count": 200, "avg_energy": 60.0, "births_last_period": 10, "deaths_last_period": 10,
-    "death_starvation": 5, "death_age": 5, "death_collision": 0, "resource_density": 0.5,
-    "trait_diversity": 5, "dominant_trait": "", "temperature": 20.0, "state_hash": "x",
-    "resource_count": 100, "trait_usage": {}, "trait_stats": {}, "tick_overruns": 0, "ticks_per_second": 30.0,
+    "entity_count": 200,
+    "avg_energy": 60.0,
+    "births_last_period": 10,
+    "deaths_last_period": 10,
+    "death_starvation": 5,
+    "death_age": 5,
+    "death_collision": 0,
+    "resource_density": 0.5,
+    "trait_diversity": 5,
+    "dominant_trait": "",
+    "temperature": 20.0,
+    "state_hash": "x",
+    "resource_count": 100,
+    "trait_usage": {},
+    "trait_stats": {},
+    "tick_overruns": 0,
+    "ticks_per_second": 30.0,
 }
 STARVATION = {"entity_count": 90, "deaths_last_period": 80, "death_starvation": 80, "death_age": 0}
 
 
 def forager(variant: int, name: str = "Forager") -> str:
     """A valid trait whose code differs per variant (dedupe is per code)."""
-    return f'''class BaseTrait:
+    return f"""class BaseTrait:
     pass
 
 class {name}Trait(BaseTrait):
     async def execute(self, entity) -> None:
         if entity.energy < {20 + variant % 60}:
             entity.energy_consumption_rate *= 0.9
-'''
+"""
 
 
 def plan_answer(name: str, action: str = "new_trait", **extra) -> str:
-    plan = {"action_type": action, "trait_name": name, "description": f"{name} saves energy when starving",
-            "target_behavior": "burn less energy when energy is low", **extra}
+    plan = {
+        "action_type": action,
+        "trait_name": name,
+        "description": f"{name} saves energy when starving",
+        "target_behavior": "burn less energy when energy is low",
+        **extra,
+    }
     return f"Here is my plan:\n```json\n{json.dumps(plan)}\n```\nIt should help."
 
 
@@ -77,7 +92,19 @@ async def llm_server():
 
 @pytest.fixture(scope="module")
 async def evo_settings(settings, llm_server) -> Settings:
-    return settings.override(task_queue=QUEUE, llm_provider="ollama", llm_url=llm_server.url, llm_model="scripted", llm_attempts=2, llm_timeout_s=10.0, sandbox_pool_size=0, llm_cost_in_per_mtok=1.0, llm_cost_out_per_mtok=2.0, schedule_min_interval_s=1.0, worker_metrics_port=free_port())
+    return settings.override(
+        task_queue=QUEUE,
+        llm_provider="ollama",
+        llm_url=llm_server.url,
+        llm_model="scripted",
+        llm_attempts=2,
+        llm_timeout_s=10.0,
+        sandbox_pool_size=0,
+        llm_cost_in_per_mtok=1.0,
+        llm_cost_out_per_mtok=2.0,
+        schedule_min_interval_s=1.0,
+        worker_metrics_port=free_port(),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -138,12 +165,20 @@ def sample(tick: int, count: int, energy: float, starvation: int, run_id: str = 
 
 # -- providers and reading answers (real HTTP, no Temporal) ---------------------------------------
 
+
 async def test_providers_speak_their_protocols_and_report_usage(script, settings):
     for provider in ("ollama", "openai", "anthropic"):
         script.script(Answer(f"hello from {provider}", tokens_in=7, tokens_out=3))
-        s = settings.override(llm_provider=provider, llm_url=script.url, llm_model="m1", llm_api_key=SecretStr("sk-test"))
+        s = settings.override(
+            llm_provider=provider, llm_url=script.url, llm_model="m1", llm_api_key=SecretStr("sk-test")
+        )
         reply = await llm.complete(s, "be brief", f"ask {provider}")
-        assert (reply.text, reply.tokens_in, reply.tokens_out, reply.provider) == (f"hello from {provider}", 7, 3, provider)
+        assert (reply.text, reply.tokens_in, reply.tokens_out, reply.provider) == (
+            f"hello from {provider}",
+            7,
+            3,
+            provider,
+        )
     ollama, openai, anthropic = script.requests
     assert ollama["_path"] == "/api/generate" and ollama["prompt"] == "ask ollama" and ollama["system"] == "be brief"
     assert ollama["stream"] is False
@@ -169,18 +204,32 @@ async def test_providers_speak_their_protocols_and_report_usage(script, settings
 
 
 def test_plans_and_code_are_read_tolerantly():
-    context = CycleContext(trigger_id="t", workflow_id="w", kind=CycleKind.anomaly, problem_type="starvation",
-                           severity="high", active_traits=["hoarder"], world_params={"resource_energy": 25.0})
-    plan = prompts.parse_plan('Sure. {"action_type": "new_trait", "trait_name": "hoarder", "description": "d"} ok', context)
+    context = CycleContext(
+        trigger_id="t",
+        workflow_id="w",
+        kind=CycleKind.anomaly,
+        problem_type="starvation",
+        severity="high",
+        active_traits=["hoarder"],
+        world_params={"resource_energy": 25.0},
+    )
+    plan = prompts.parse_plan(
+        'Sure. {"action_type": "new_trait", "trait_name": "hoarder", "description": "d"} ok', context
+    )
     assert plan.action_type == "modify_trait" and plan.trait_name == "hoarder"  # a live name is a modification
-    params = prompts.parse_plan(json.dumps({"action_type": "adjust_params", "description": "more food",
-                                              "params": {"resource_energy": 30}}), context)
+    params = prompts.parse_plan(
+        json.dumps({"action_type": "adjust_params", "description": "more food", "params": {"resource_energy": 30}}),
+        context,
+    )
     assert params.params == {"resource_energy": 30.0}
-    for bad, why in (("no json here", "no JSON object"), ('{"action_type": "dance", "description": "d"}', "not one of"),
-                     ('{"action_type": "new_trait", "trait_name": "Bad Name", "description": "d"}', "snake_case"),
-                     ('{"action_type": "modify_trait", "trait_name": "ghost", "description": "d"}', "not a live trait"),
-                     ('{"action_type": "adjust_params", "description": "d", "params": {"width": 5}}', "not adjustable"),
-                     ('{"action_type": "adjust_params", "description": "d", "params": {"resource_energy": 59}}', "more than 50%")):
+    for bad, why in (
+        ("no json here", "no JSON object"),
+        ('{"action_type": "dance", "description": "d"}', "not one of"),
+        ('{"action_type": "new_trait", "trait_name": "Bad Name", "description": "d"}', "snake_case"),
+        ('{"action_type": "modify_trait", "trait_name": "ghost", "description": "d"}', "not a live trait"),
+        ('{"action_type": "adjust_params", "description": "d", "params": {"width": 5}}', "not adjustable"),
+        ('{"action_type": "adjust_params", "description": "d", "params": {"resource_energy": 59}}', "more than 50%"),
+    ):
         with pytest.raises(prompts.PlanError, match=why):
             prompts.parse_plan(bad, context)
     assert prompts.extract_code("text\n```python\nx = 1\n```\nmore") == "x = 1\n"
@@ -218,8 +267,10 @@ async def write_snapshots(redis_client, interval: int, *changes: dict) -> None:
 
 # -- whole cycles ----------------------------------------------------------------------------------
 
+
 async def test_starvation_anomaly_runs_a_full_cycle_to_a_live_trait(
-        evo_settings, evo_worker, script, http, redis_client, temporal_client):
+    evo_settings, evo_worker, script, http, redis_client, temporal_client
+):
     script.script(plan_answer("starvation_saver"), code_answer(forager(1, "StarvationSaver")))
     await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER)
     await write_snapshots(redis_client, evo_settings.engine.snapshot_interval, {}, STARVATION)  # 200, then 90
@@ -261,7 +312,13 @@ async def test_starvation_anomaly_runs_a_full_cycle_to_a_live_trait(
         cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
         assert (cycle["stage"], cycle["status"], cycle["mutation_status"]) == ("completed", "succeeded", "kept")
         actions = [m["action"] for m in await feed_of(http, trigger_id)]
-        assert actions == ["anomaly_detected", "plan_created", "code_generated", "mutation_applied", "cycle_completed"], actions
+        assert actions == [
+            "anomaly_detected",
+            "plan_created",
+            "code_generated",
+            "mutation_applied",
+            "cycle_completed",
+        ], actions
         async with httpx.AsyncClient(timeout=10) as client:  # the worker's Prometheus metrics
             metrics = (await client.get(f"http://127.0.0.1:{evo_settings.worker.metrics_port}/metrics")).text
         assert 'genesis_llm_tokens_total{direction="in",provider="ollama"}' in metrics
@@ -272,7 +329,9 @@ async def test_starvation_anomaly_runs_a_full_cycle_to_a_live_trait(
         await record_history(temporal_client, evolution_workflow_id(trigger_id), "evolution_cycle_kept")
     finally:
         try:  # normally closed already by the mutation's activation
-            await temporal_client.get_workflow_handle(task_workflow_id(outcome.task_id)).signal(TASK_SIGNAL_RESOLVE, "test over")
+            await temporal_client.get_workflow_handle(task_workflow_id(outcome.task_id)).signal(
+                TASK_SIGNAL_RESOLVE, "test over"
+            )
         except Exception:
             pass
 
@@ -299,10 +358,17 @@ async def test_rejected_code_is_retried_once_with_the_validators_feedback(evo_wo
 
 
 async def test_code_rejected_twice_ends_the_cycle_as_failed(evo_worker, script, http, temporal_client):
-    script.script(plan_answer("twice_bad"), code_answer("import os\n" + forager(4)), code_answer("eval('1')\n" + forager(5)))
+    script.script(
+        plan_answer("twice_bad"), code_answer("import os\n" + forager(4)), code_answer("eval('1')\n" + forager(5))
+    )
     trigger_id = await start(temporal_client)
     cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
-    assert (cycle["stage"], cycle["status"], cycle["attempts"], cycle["mutation_id"]) == ("validation_failed", "failed", 2, None)
+    assert (cycle["stage"], cycle["status"], cycle["attempts"], cycle["mutation_id"]) == (
+        "validation_failed",
+        "failed",
+        2,
+        None,
+    )
     assert cycle["error"].startswith("code rejected twice: AST_")
     failed = [m for m in await feed_of(http, trigger_id) if m["action"] == "validation_failed"]
     assert len(failed) == 2 and "Giving up" in failed[1]["message"]
@@ -310,7 +376,9 @@ async def test_code_rejected_twice_ends_the_cycle_as_failed(evo_worker, script, 
 
 
 async def test_llm_down_or_unparseable_ends_the_cycle_with_an_llm_error(evo_worker, script, http, temporal_client):
-    script.script(Answer("busy", status=503), Answer("still busy", status=503))  # every attempt (GENESIS_LLM_ATTEMPTS=2)
+    script.script(
+        Answer("busy", status=503), Answer("still busy", status=503)
+    )  # every attempt (GENESIS_LLM_ATTEMPTS=2)
     trigger_id = await start(temporal_client)
     cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
     assert (cycle["stage"], cycle["status"]) == ("llm_error", "failed") and cycle["error"].startswith("LLM_UNAVAILABLE")
@@ -329,13 +397,17 @@ async def test_llm_down_or_unparseable_ends_the_cycle_with_an_llm_error(evo_work
     assert cycle["tokens_in"] == 100, "the tokens of an unusable answer were still spent"
 
 
-async def test_default_provider_without_a_local_llm_ends_cycles_cleanly(settings, worker, http, redis_client, operator_http):
+async def test_default_provider_without_a_local_llm_ends_cycles_cleanly(
+    settings, worker, http, redis_client, operator_http
+):
     """The suite's API and worker run with the defaults of `make run` (Ollama on 127.0.0.1:11434,
     which nothing serves here): an operator's trigger starts a cycle that ends with llm_error."""
     assert settings.llm.provider == "ollama" and not settings.llm.url
     await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER, keys.WATCHER_FORCED_COUNTER)
     await write_snapshots(redis_client, settings.engine.snapshot_interval, {}, {})
-    response = await operator_http.post("/api/evolution/trigger", json={"anomaly_type": "stagnation", "severity": "critical"})
+    response = await operator_http.post(
+        "/api/evolution/trigger", json={"anomaly_type": "stagnation", "severity": "critical"}
+    )
     assert response.status_code == 202, response.text
     body = response.json()
     trigger_id = body["trigger_id"]
@@ -352,14 +424,25 @@ async def test_default_provider_without_a_local_llm_ends_cycles_cleanly(settings
         await operator_http.post(f"/api/agents/tasks/{body['task_id']}/resolve", json={"reason": "test over"})
 
 
-async def test_adjust_params_is_applied_observed_and_rolled_back(evo_worker, script, http, redis_client, temporal_client):
+async def test_adjust_params_is_applied_observed_and_rolled_back(
+    evo_worker, script, http, redis_client, temporal_client
+):
     await redis_client.delete(keys.WORLD_PARAMS_OVERRIDES, keys.ENGINE_PARAMS)
-    script.script(json.dumps({"action_type": "adjust_params", "description": "more food per resource",
-                              "params": {"resource_energy": 30.0}}))
+    script.script(
+        json.dumps(
+            {
+                "action_type": "adjust_params",
+                "description": "more food per resource",
+                "params": {"resource_energy": 30.0},
+            }
+        )
+    )
     trigger_id = await start(temporal_client)
     cycle = await wait_cycle(http, trigger_id, lambda c: c["stage"] == "observing")
     record = world_params.read_record(await redis_client.get(keys.WORLD_PARAMS_OVERRIDES))
-    assert record["overrides"] == {"resource_energy": 30.0} and record["workflow_id"] == evolution_workflow_id(trigger_id)
+    assert record["overrides"] == {"resource_energy": 30.0} and record["workflow_id"] == evolution_workflow_id(
+        trigger_id
+    )
     assert cycle["params_change"]["before"] == {"resource_energy": 25.0}
     handle = temporal_client.get_workflow_handle(evolution_workflow_id(trigger_id))
     await handle.signal("world_snapshot", sample(300, 100, 50.0, 5))
@@ -375,12 +458,15 @@ async def test_adjust_params_is_applied_observed_and_rolled_back(evo_worker, scr
 
 # -- schedules and the feed --------------------------------------------------------------------------
 
+
 async def test_schedule_starts_periodic_cycles(evo_settings, evo_worker, script, http, operator_http, start_api):
     url = await start_api("api-evolution", task_queue=QUEUE, schedule_min_interval_s=1.0)
     script.script(*["no plan"] * 5)
     schedule_id = f"test-{uuid.uuid4().hex[:8]}"
     async with httpx.AsyncClient(base_url=url, timeout=30, headers=operator_http.headers) as api:
-        too_short = await operator_http.post("/api/schedules", json={"interval_s": 30})  # the suite's API: 60 s at least
+        too_short = await operator_http.post(
+            "/api/schedules", json={"interval_s": 30}
+        )  # the suite's API: 60 s at least
         assert too_short.status_code == 422 and "between 60 and" in too_short.json()["detail"]
         bad_id = await api.post("/api/schedules", json={"interval_s": 2, "schedule_id": "no spaces"})
         assert bad_id.status_code == 422 and "schedule_id" in bad_id.text
@@ -440,8 +526,15 @@ async def test_feed_pages_and_websocket(http, api_url, redis_client):
     async with ws_connect(ws_url) as socket:
         pubsub = redis_client.pubsub()
         await pubsub.subscribe(Channels.FEED)
-        second = await feed.publish(redis_client, "tester", "plan_created", f"second {marker}", trigger_id=marker,
-                                    mutation_id="mut_abcdef", workflow_id="evolution-x")
+        second = await feed.publish(
+            redis_client,
+            "tester",
+            "plan_created",
+            f"second {marker}",
+            trigger_id=marker,
+            mutation_id="mut_abcdef",
+            workflow_id="evolution-x",
+        )
         pushed = json.loads(await asyncio.wait_for(socket.recv(), 10))
         live = None
         while live is None:
@@ -451,23 +544,38 @@ async def test_feed_pages_and_websocket(http, api_url, redis_client):
         await pubsub.aclose()
     page = (await http.get("/api/feed", params={"after": first})).json()
     assert page["messages"] == [pushed] and page["last_id"] == second
-    assert pushed == {"id": second, "agent": "tester", "action": "plan_created", "message": f"second {marker}",
-                      "trigger_id": marker, "mutation_id": "mut_abcdef", "workflow_id": "evolution-x",
-                      "timestamp": pushed["timestamp"]}
+    assert pushed == {
+        "id": second,
+        "agent": "tester",
+        "action": "plan_created",
+        "message": f"second {marker}",
+        "trigger_id": marker,
+        "mutation_id": "mut_abcdef",
+        "workflow_id": "evolution-x",
+        "timestamp": pushed["timestamp"],
+    }
     assert live == {k: v for k, v in pushed.items() if k != "id"}  # the same JSON on ch:feed
     assert await redis_client.xlen(keys.FEED_STREAM) <= keys.FEED_STREAM_MAXLEN + 100
 
 
 async def test_a_live_engine_applies_and_reports_a_parameter_change(
-        evo_worker, script, http, redis_client, temporal_client, engine_proc):
+    evo_worker, script, http, redis_client, temporal_client, engine_proc
+):
     """The whole adjust_params loop with a real `python -m engine`: it picks the override up from
     Redis (GET /api/world/state shows it), reports its snapshots to the cycle, which judges them."""
     await redis_client.delete(keys.WORLD_PARAMS_OVERRIDES)
     state = (await http.get("/api/world/state")).json()
     before = state["params"]["resource_spawn_chance"]
     wanted = round(before * 0.9, 3)
-    script.script(json.dumps({"action_type": "adjust_params", "description": "a little less food",
-                              "params": {"resource_spawn_chance": wanted}}))
+    script.script(
+        json.dumps(
+            {
+                "action_type": "adjust_params",
+                "description": "a little less food",
+                "params": {"resource_spawn_chance": wanted},
+            }
+        )
+    )
     trigger_id = await start(temporal_client)
     try:
         deadline = time.monotonic() + 30
@@ -476,8 +584,14 @@ async def test_a_live_engine_applies_and_reports_a_parameter_change(
             await asyncio.sleep(0.3)
         cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running", timeout_s=60)
         change = cycle["params_change"]
-        assert change["before"] == {"resource_spawn_chance": before} and change["after"] == {"resource_spawn_chance": wanted}
-        assert change["effects"]["window_ticks"] >= 60 and change["fitness_verdict"] in ("positive", "neutral", "negative")
+        assert change["before"] == {"resource_spawn_chance": before} and change["after"] == {
+            "resource_spawn_chance": wanted
+        }
+        assert change["effects"]["window_ticks"] >= 60 and change["fitness_verdict"] in (
+            "positive",
+            "neutral",
+            "negative",
+        )
         expected = {"negative": ("rolled_back", before)}.get(change["fitness_verdict"], ("completed", wanted))
         assert cycle["stage"] == expected[0]
         deadline = time.monotonic() + 30  # a rollback restores the configured value in the engine too

@@ -27,8 +27,9 @@ def metric(example: dict, output: dict | None) -> float:
 async def test_gepa_optimize_improves_the_toy_metric_over_http(gepa_stack, gepa_http, gepa_client_id):
     client_id = gepa_client_id
     examples = [{"question": q, "answer": f"ANSWER: {q.upper()}"} for q in QUESTIONS]
-    adapter = CodeEvolverAdapter(gepa_stack.url, client_id, "program.json", "qa.QA", metric, max_workers=4,
-                                 api_key=gepa_stack.agent.api_key)
+    adapter = CodeEvolverAdapter(
+        gepa_stack.url, client_id, "program.json", "qa.QA", metric, max_workers=4, api_key=gepa_stack.agent.api_key
+    )
     reflections: list[str] = []
 
     def reflection_lm(prompt: str) -> str:
@@ -37,9 +38,17 @@ async def test_gepa_optimize_improves_the_toy_metric_over_http(gepa_stack, gepa_
 
     seed = {"answer": "Answer the question."}
     result = await asyncio.to_thread(
-        gepa.optimize, seed_candidate=seed, trainset=examples[:2], valset=examples[2:], adapter=adapter,
-        reflection_lm=reflection_lm, max_metric_calls=24, reflection_minibatch_size=2,
-        skip_perfect_score=False, seed=0, display_progress_bar=False,
+        gepa.optimize,
+        seed_candidate=seed,
+        trainset=examples[:2],
+        valset=examples[2:],
+        adapter=adapter,
+        reflection_lm=reflection_lm,
+        max_metric_calls=24,
+        reflection_minibatch_size=2,
+        skip_perfect_score=False,
+        seed=0,
+        display_progress_bar=False,
     )
     assert len(reflections) >= 3, f"only {len(reflections)} GEPA iterations ran"
     assert result.val_aggregate_scores[0] == 0.0
@@ -52,15 +61,21 @@ async def test_gepa_optimize_improves_the_toy_metric_over_http(gepa_stack, gepa_
     assert program["status"] == "completed"
     assert program["program_json"]["answer"]["signature"]["instructions"] == best["answer"]
     clone = gepa_stack.clone_of(client_id)
-    assert subprocess.run(["git", "rev-parse", "--verify", f"program_{program_id}"], cwd=clone, capture_output=True).returncode == 0
+    assert (
+        subprocess.run(
+            ["git", "rev-parse", "--verify", f"program_{program_id}"], cwd=clone, capture_output=True
+        ).returncode
+        == 0
+    )
     assert adapter.steps >= 6
     adapter.close()
 
 
 async def test_a_failed_step_scores_zero_with_the_error_as_feedback(gepa_stack, gepa_http, gepa_client_id):
     client_id = gepa_client_id
-    adapter = CodeEvolverAdapter(gepa_stack.url, client_id, "program.json", "broken.Broken", metric,
-                                 api_key=gepa_stack.agent.api_key)
+    adapter = CodeEvolverAdapter(
+        gepa_stack.url, client_id, "program.json", "broken.Broken", metric, api_key=gepa_stack.agent.api_key
+    )
     batch = [{"question": "x", "answer": "X"}]
     evaluation = await asyncio.to_thread(adapter.evaluate, batch, {"answer": "anything"}, True)
     assert evaluation.scores == [0.0]
@@ -76,12 +91,32 @@ async def test_the_example_script_runs_against_genesis(gepa_stack, gepa_http, ge
     data.write_text("".join(json.dumps({"question": q, "answer": q}) + "\n" for q in QUESTIONS))
     done = await asyncio.to_thread(
         subprocess.run,
-        [sys.executable, str(PROJECT_ROOT / "examples" / "gepa_optimize.py"), "--api", gepa_stack.url, "--client-id", client_id,
-         "--entry-point", "qa.QA", "--data", str(data), "--reflection-base-url", gepa_stack.lm.base_url,
-         "--reflection-model", "scripted", "--max-metric-calls", "8", "--workers", "2"],
-        capture_output=True, text=True, timeout=240, env={**os.environ, "GENESIS_API_KEY": gepa_stack.agent.api_key},
+        [
+            sys.executable,
+            str(PROJECT_ROOT / "examples" / "gepa_optimize.py"),
+            "--api",
+            gepa_stack.url,
+            "--client-id",
+            client_id,
+            "--entry-point",
+            "qa.QA",
+            "--data",
+            str(data),
+            "--reflection-base-url",
+            gepa_stack.lm.base_url,
+            "--reflection-model",
+            "scripted",
+            "--max-metric-calls",
+            "8",
+            "--workers",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "GENESIS_API_KEY": gepa_stack.agent.api_key},
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    summary = json.loads(done.stdout[done.stdout.index("{"):])
+    summary = json.loads(done.stdout[done.stdout.index("{") :])
     assert summary["best_score"] == 1.0 and summary["branch"] == f"program_{summary['program_id']}"
     assert (await gepa_http.get(f"/program/{summary['program_id']}")).json()["status"] == "completed"

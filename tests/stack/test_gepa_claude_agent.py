@@ -16,29 +16,43 @@ import pytest
 from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
-from gepa_steps.coder import CodingAgent
-from gepa_steps import envs as gepa_envs
-from gepa_steps.dto import StepRequest
-from genesis.cli.processes import api_process, free_port, wait_for_api, worker_process
-from gepa_steps.claude_coding_agent import WORKING_COPY, git_diff
 from doubles.gepa_repo import QA_SOURCE
+from genesis.cli.processes import api_process, free_port, wait_for_api, worker_process
+from gepa_steps import envs as gepa_envs
+from gepa_steps.claude_coding_agent import WORKING_COPY, git_diff
+from gepa_steps.coder import CodingAgent
+from gepa_steps.dto import StepRequest
 from tests.scripted_anthropic import FINAL_TEXT, ScriptedAnthropic
 from tests.stack.test_gepa_steps import assert_every_answer_exclaims, exclaiming_code_step, git_show, step
 
 ANTHROPIC_KEY = "sk-ant-test-key"
 FORWARD = "        return self.answer(question=question)\n"
-EXCLAIMING = "        prediction = self.answer(question=question)\n        return dspy.Prediction(answer=prediction.answer + \"!\")\n"
+EXCLAIMING = (
+    "        prediction = self.answer(question=question)\n"
+    '        return dspy.Prediction(answer=prediction.answer + "!")\n'
+)
 
 
 @pytest.fixture(scope="module")
 async def claude_stack(gepa_stack):
     """A worker and API of their own whose coding agent is the Claude Agent SDK backend."""
     anthropic = ScriptedAnthropic()
-    settings = gepa_stack.settings.override(task_queue=f"genesis-test-gepa-claude-{free_port()}", api_port=free_port(), gepa_gateway_port=free_port(), gepa_coder_backend="claude_agent_sdk", gepa_anthropic_base_url=anthropic.base_url, gepa_anthropic_api_key=SecretStr(ANTHROPIC_KEY), gepa_claude_model="claude-scripted", gepa_claude_max_turns=8, gepa_claude_timeout_s=120.0)
+    settings = gepa_stack.settings.override(
+        task_queue=f"genesis-test-gepa-claude-{free_port()}",
+        api_port=free_port(),
+        gepa_gateway_port=free_port(),
+        gepa_coder_backend="claude_agent_sdk",
+        gepa_anthropic_base_url=anthropic.base_url,
+        gepa_anthropic_api_key=SecretStr(ANTHROPIC_KEY),
+        gepa_claude_model="claude-scripted",
+        gepa_claude_max_turns=8,
+        gepa_claude_timeout_s=120.0,
+    )
     # The coder environment (the SDK wheel bundles the Claude Code binary, ~400 MB installed) is
     # installed once per machine into gepa_envs_dir, like the program environments.
-    await asyncio.to_thread(gepa_envs.ensure_environment, Path(settings.gepa.envs_dir), [],
-                            settings.gepa.claude_sdk_requirement)
+    await asyncio.to_thread(
+        gepa_envs.ensure_environment, Path(settings.gepa.envs_dir), [], settings.gepa.claude_sdk_requirement
+    )
     worker, api = worker_process(settings, "worker-gepa-claude"), api_process(settings, "api-gepa-claude")
     worker.start()
     api.start()
@@ -73,9 +87,16 @@ async def test_a_claude_agent_code_mutation_commits_its_edit_and_changes_the_out
     assert len(turns) == len(anthropic.script) + 1
     assert {c["x-api-key"] for c in anthropic.calls} == {ANTHROPIC_KEY}
     offered = {tool["name"] for tool in turns[0]["body"]["tools"]}
-    assert {"Read", "Edit", "Write", "Glob", "Grep"} <= offered and not offered & {"Bash", "WebFetch", "WebSearch", "Task"}
+    assert {"Read", "Edit", "Write", "Glob", "Grep"} <= offered and not offered & {
+        "Bash",
+        "WebFetch",
+        "WebSearch",
+        "Task",
+    }
     assert turns[0]["body"]["model"] == "claude-scripted" and turns[0]["body"]["stream"] is True
-    assert "exclamation mark" in str(turns[0]["body"]["messages"]) and "Where: qa.QA.forward" in str(turns[0]["body"]["messages"])
+    assert "exclamation mark" in str(turns[0]["body"]["messages"]) and "Where: qa.QA.forward" in str(
+        turns[0]["body"]["messages"]
+    )
     edit_result = turns[3]["body"]["messages"][-1]["content"][0]
     assert edit_result["type"] == "tool_result" and "updated successfully" in str(edit_result["content"])
     assert FINAL_TEXT not in show  # the agent's last words are not part of the patch
@@ -90,8 +111,15 @@ def readable_worktree(root: Path) -> Path:
 
 
 def code_request() -> StepRequest:
-    return StepRequest(**step("client_00000000000000aa", "claude9", mutation_type="code", candidate={},
-                              change_request="Make every answer end with an exclamation mark"))
+    return StepRequest(
+        **step(
+            "client_00000000000000aa",
+            "claude9",
+            mutation_type="code",
+            candidate={},
+            change_request="Make every answer end with an exclamation mark",
+        )
+    )
 
 
 async def test_the_claude_backend_without_a_key_or_without_the_sdk_fails_with_a_clear_error(gepa_stack, tmp_path):
@@ -102,7 +130,9 @@ async def test_the_claude_backend_without_a_key_or_without_the_sdk_fails_with_a_
     with pytest.raises(ApplicationError, match="needs GENESIS_GEPA_ANTHROPIC_API_KEY"):
         await asyncio.to_thread(no_key.propose_patch, code_request(), worktree)
     # A coder environment without the SDK (another, small package): the container says so.
-    without_sdk = settings.override(gepa_anthropic_api_key=SecretStr(ANTHROPIC_KEY), gepa_claude_sdk_requirement="sniffio==1.3.1")
+    without_sdk = settings.override(
+        gepa_anthropic_api_key=SecretStr(ANTHROPIC_KEY), gepa_claude_sdk_requirement="sniffio==1.3.1"
+    )
     agent = CodingAgent(client, without_sdk, "http://unused", {}, claude_url="http://unused")
     with pytest.raises(ApplicationError, match="the Claude Agent SDK is not installed in the coder environment"):
         await asyncio.to_thread(agent.propose_patch, code_request(), worktree)

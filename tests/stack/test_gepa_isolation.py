@@ -11,10 +11,9 @@ import subprocess
 import docker
 import pytest
 
-from gepa_steps import envs as gepa_envs
-from genesis.cli.processes import free_port
-from gepa_steps import egress
 from doubles.gepa_repo import make_repo
+from genesis.cli.processes import free_port
+from gepa_steps import egress, envs as gepa_envs
 from tests.stack.test_gepa_steps import step
 
 
@@ -44,10 +43,17 @@ async def test_a_program_reaches_only_the_gateway_and_sees_only_its_own_worktree
             "not_allowed": f"http://127.0.0.1:{forbidden_port}/",
             "coder_route_guess": f"http://{gateway}:{gateway_port}/coder/chat/completions",
         },
-        "paths": [str(gepa_stack.clone_of(other_client)), str(gepa_stack.settings.gepa.workspace_dir), "/work", "/var/run/docker.sock"],
+        "paths": [
+            str(gepa_stack.clone_of(other_client)),
+            str(gepa_stack.settings.gepa.workspace_dir),
+            "/work",
+            "/var/run/docker.sock",
+        ],
     }
-    response = await gepa_http.post("/execute_step", json=step(
-        client_id, "probe1", entry_point="probe.Probe", test_examples=[{"question": json.dumps(targets)}]))
+    response = await gepa_http.post(
+        "/execute_step",
+        json=step(client_id, "probe1", entry_point="probe.Probe", test_examples=[{"question": json.dumps(targets)}]),
+    )
     result = response.json()
     assert result["status"] == "success", result
     seen = json.loads(result["pipeline_outputs"][0]["output"]["answer"])
@@ -72,13 +78,23 @@ async def test_requirements_other_than_plain_specifiers_fail_the_step(gepa_stack
     client_id = await gepa_stack.connect(gepa_http, repo)
     result = (await gepa_http.post("/execute_step", json=step(client_id, "reqs1"))).json()
     assert result["status"] == "failed"
-    assert "requirements.txt line 2 ('-e git+https://example.com/evil.git#egg=evil') is not a plain requirement specifier" in result["error"]
+    assert (
+        "requirements.txt line 2 ('-e git+https://example.com/evil.git#egg=evil') is not a plain requirement specifier"
+        in result["error"]
+    )
 
 
 def test_environment_keys_follow_the_requirements():
-    assert gepa_envs.parse_requirements("# c\nnumpy>=1.26,<3  # why\nrequests[socks]==2.32.3; python_version>='3.8'\n\n") == [
-        "numpy>=1.26,<3", "requests[socks]==2.32.3; python_version>='3.8'"]
-    for bad in ("--index-url https://evil/simple", "pkg @ https://evil/pkg.whl", "./local-dir", "https://evil/x.tar.gz", "-r other.txt"):
+    assert gepa_envs.parse_requirements(
+        "# c\nnumpy>=1.26,<3  # why\nrequests[socks]==2.32.3; python_version>='3.8'\n\n"
+    ) == ["numpy>=1.26,<3", "requests[socks]==2.32.3; python_version>='3.8'"]
+    for bad in (
+        "--index-url https://evil/simple",
+        "pkg @ https://evil/pkg.whl",
+        "./local-dir",
+        "https://evil/x.tar.gz",
+        "-r other.txt",
+    ):
         with pytest.raises(gepa_envs.RequirementsRejected):
             gepa_envs.parse_requirements(bad)
     base = gepa_envs.environment_key([], "dspy==3.4.1")
@@ -90,19 +106,29 @@ def test_environment_keys_follow_the_requirements():
 async def test_a_clients_own_allow_list_opens_only_its_own_programs_egress(gepa_stack, gepa_http):
     forbidden_port = gepa_stack.forbidden[1]
     target = f"127.0.0.1:{forbidden_port}"
-    response = await gepa_http.post("/connect-git", json={"repo_url": str(gepa_stack.repo), "egress_allow": [target, target]})
+    response = await gepa_http.post(
+        "/connect-git", json={"repo_url": str(gepa_stack.repo), "egress_allow": [target, target]}
+    )
     assert response.status_code == 201, response.text
     assert response.json()["egress_allow"] == [target]
     opened, closed = response.json()["client_id"], await gepa_stack.connect(gepa_http)
     targets = {"direct": {}, "proxied": {"page": f"http://{target}/"}, "paths": []}
     seen = {}
     for client_id, program_id in ((opened, "egress-own"), (closed, "egress-other")):
-        result = (await gepa_http.post("/execute_step", json=step(
-            client_id, program_id, entry_point="probe.Probe", test_examples=[{"question": json.dumps(targets)}]))).json()
+        result = (
+            await gepa_http.post(
+                "/execute_step",
+                json=step(
+                    client_id, program_id, entry_point="probe.Probe", test_examples=[{"question": json.dumps(targets)}]
+                ),
+            )
+        ).json()
         assert result["status"] == "success", result
         seen[client_id] = json.loads(result["pipeline_outputs"][0]["output"]["answer"])["page"]
     assert seen == {opened: f"reached {forbidden_port}", closed: "HTTP 403"}
-    bad = await gepa_http.post("/connect-git", json={"repo_url": str(gepa_stack.repo), "egress_allow": ["evil.example.com"]})
+    bad = await gepa_http.post(
+        "/connect-git", json={"repo_url": str(gepa_stack.repo), "egress_allow": ["evil.example.com"]}
+    )
     assert bad.status_code == 422 and "must be host:port" in bad.json()["detail"]
 
 

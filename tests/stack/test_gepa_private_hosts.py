@@ -13,9 +13,9 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from gepa_steps import gitops
 from genesis.db.models import GepaClient
 from genesis.db.session import get_engine
+from gepa_steps import gitops
 from tests.unit.test_netpolicy import Silent
 
 REFUSED_HOSTS = {
@@ -64,16 +64,18 @@ async def test_a_name_that_resolves_to_a_private_address_is_refused(gepa_stack, 
         pytest.skip(f"this machine's name {hostname!r} does not resolve here")
     response = await gepa_http.post("/connect-git", json={"repo_url": f"https://{hostname}/acme/qa.git"})
     assert response.status_code == 422 and f"{hostname} (" in response.json()["detail"], response.text
-    entry = await gepa_http.post("/connect-git", json={"repo_url": str(gepa_stack.repo),
-                                                       "egress_allow": [f"{hostname}:6379"]})
+    entry = await gepa_http.post(
+        "/connect-git", json={"repo_url": str(gepa_stack.repo), "egress_allow": [f"{hostname}:6379"]}
+    )
     assert entry.status_code == 422 and f"{hostname} (" in entry.json()["detail"], entry.text
 
 
 async def test_egress_allow_entries_that_are_private_are_refused(gepa_stack, gepa_http):
     for host, why in {**REFUSED_HOSTS, "100.64.0.1": "shared (carrier-grade NAT)"}.items():
         for port in (6379, 5432, 7233):  # Redis, Postgres, Temporal
-            response = await gepa_http.post("/connect-git", json={"repo_url": str(gepa_stack.repo),
-                                                                  "egress_allow": [f"{host}:{port}"]})
+            response = await gepa_http.post(
+                "/connect-git", json={"repo_url": str(gepa_stack.repo), "egress_allow": [f"{host}:{port}"]}
+            )
             assert response.status_code == 422, (host, response.text)
             body = response.json()
             assert body["errors"][0]["field"] == "egress_allow" and why in body["detail"], (host, body["detail"])

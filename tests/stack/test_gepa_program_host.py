@@ -11,13 +11,12 @@ from pathlib import Path
 import docker
 import pytest
 
-from gepa_steps import envs as gepa_envs
-from genesis.config import Settings
-from gepa_steps import egress
-from gepa_steps.hosts import HostLimits, ProgramHosts
 from doubles.gepa_repo import make_repo
+from genesis.config import Settings
+from gepa_steps import egress, envs as gepa_envs
+from gepa_steps.hosts import HostLimits, ProgramHosts
 
-TROUBLE_SOURCE = '''import os
+TROUBLE_SOURCE = """import os
 import signal
 import time
 
@@ -53,7 +52,7 @@ class Regicide(dspy.Module):
         os.kill(os.getppid(), signal.SIGKILL)  # the host is PID 1 of its container
         os.kill(1, signal.SIGKILL)
         return dspy.Prediction(answer="still " + question)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +62,9 @@ async def host(tmp_path_factory):
     worktrees.chmod(0o755)  # pytest makes it 0700; the container's user (uid 10001) must read it
     repo = make_repo(worktrees / "p1")
     (repo / "trouble.py").write_text(TROUBLE_SOURCE)
-    env_dir = await asyncio.to_thread(gepa_envs.ensure_environment, Path(settings.gepa.envs_dir), [],
-                                      settings.gepa.dspy_requirement)
+    env_dir = await asyncio.to_thread(
+        gepa_envs.ensure_environment, Path(settings.gepa.envs_dir), [], settings.gepa.dspy_requirement
+    )
     client = docker.from_env()
     network = await asyncio.to_thread(egress.ensure_network, client, settings.gepa.network)
     assert network
@@ -75,8 +75,17 @@ async def host(tmp_path_factory):
 
 
 def run(host, entry_point: str, timeout_s: float = 30) -> dict:
-    return host.run({"op": "run", "worktree": "/worktrees/p1", "program_json_path": "program.json",
-                     "entry_point": entry_point, "examples": [{"question": "q"}], "timeout_s": timeout_s}, timeout=60)
+    return host.run(
+        {
+            "op": "run",
+            "worktree": "/worktrees/p1",
+            "program_json_path": "program.json",
+            "entry_point": entry_point,
+            "examples": [{"question": "q"}],
+            "timeout_s": timeout_s,
+        },
+        timeout=60,
+    )
 
 
 async def test_a_step_past_its_deadline_is_killed_and_the_host_serves_on(host):
@@ -91,5 +100,8 @@ async def test_a_step_past_its_deadline_is_killed_and_the_host_serves_on(host):
 
 async def test_a_program_cannot_kill_its_host(host):
     reply = await asyncio.to_thread(run, host, "trouble.Regicide")
-    assert reply["ok"] is True and json.dumps(reply["pipeline_outputs"]) == '[{"example_id": 0, "output": {"answer": "still q"}}]'
+    assert (
+        reply["ok"] is True
+        and json.dumps(reply["pipeline_outputs"]) == '[{"example_id": 0, "output": {"answer": "still q"}}]'
+    )
     assert host.alive

@@ -16,21 +16,27 @@ from temporalio.client import WorkflowHistory
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
-from tests import agents
-from tests.gepa_stack import wait_for_program
 from doubles.scripted_lm import transform
 from gepa_steps.connect_workflow import GepaConnectWorkflow
 from gepa_steps.step_workflow import GepaStepWorkflow
+from tests import agents
+from tests.gepa_stack import wait_for_program
 
 QUESTION = "hello world"
 
 
 def step(client_id: str, program_id: str, **changes) -> dict:
     body = {
-        "client_id": client_id, "program_id": program_id, "mutation_type": "prompt",
-        "program_json_path": "program.json", "entry_point": "qa.QA",
+        "client_id": client_id,
+        "program_id": program_id,
+        "mutation_type": "prompt",
+        "program_json_path": "program.json",
+        "entry_point": "qa.QA",
         "candidate": {"answer": "Answer the question."},
-        "test_examples": [{"question": QUESTION, "answer": QUESTION.upper()}, {"question": "second", "answer": "SECOND"}],
+        "test_examples": [
+            {"question": QUESTION, "answer": QUESTION.upper()},
+            {"question": "second", "answer": "SECOND"},
+        ],
     }
     body.update(changes)
     return body
@@ -38,8 +44,14 @@ def step(client_id: str, program_id: str, **changes) -> dict:
 
 def exclaiming_code_step(client_id: str, program_id: str) -> dict:
     """A code mutation asking that every answer end with "!" (the code-mutation tests' request)."""
-    return step(client_id, program_id, mutation_type="code", candidate={},
-                change_request="Make every answer end with an exclamation mark", change_location="qa.QA.forward")
+    return step(
+        client_id,
+        program_id,
+        mutation_type="code",
+        candidate={},
+        change_request="Make every answer end with an exclamation mark",
+        change_location="qa.QA.forward",
+    )
 
 
 def assert_every_answer_exclaims(result: dict) -> None:
@@ -52,18 +64,26 @@ def git_show(repo, ref: str) -> str:
 
 
 def branches(repo) -> list[str]:
-    out = subprocess.run(["git", "branch", "--format=%(refname:short)"], cwd=repo, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        ["git", "branch", "--format=%(refname:short)"], cwd=repo, capture_output=True, text=True, check=True
+    )
     return out.stdout.split()
 
 
 async def test_twenty_concurrent_prompt_steps_each_on_its_own_branch(gepa_stack, gepa_http, gepa_client_id):
     client_id = gepa_client_id
     ids = [f"concurrent{i}" for i in range(20)]
-    candidates = {pid: f"Answer the question. PREFIX=tag{i}" + (" UPPERCASE" if i % 2 else "") for i, pid in enumerate(ids)}
-    responses = await asyncio.gather(*(
-        gepa_http.post("/execute_step", json=step(client_id, pid, candidate={"answer": candidates[pid]}, capture_traces=True))
-        for pid in ids
-    ))
+    candidates = {
+        pid: f"Answer the question. PREFIX=tag{i}" + (" UPPERCASE" if i % 2 else "") for i, pid in enumerate(ids)
+    }
+    responses = await asyncio.gather(
+        *(
+            gepa_http.post(
+                "/execute_step", json=step(client_id, pid, candidate={"answer": candidates[pid]}, capture_traces=True)
+            )
+            for pid in ids
+        )
+    )
     clone = gepa_stack.clone_of(client_id)
     for pid, response in zip(ids, responses):
         assert response.status_code == 200, response.text
@@ -72,7 +92,9 @@ async def test_twenty_concurrent_prompt_steps_each_on_its_own_branch(gepa_stack,
         assert result["branch_name"] == f"program_{pid}"
         # The output depends on the candidate: the scripted LM follows the instructions it was given.
         assert [o["output"]["answer"] for o in result["pipeline_outputs"]] == [
-            transform(QUESTION, candidates[pid]), transform("second", candidates[pid])]
+            transform(QUESTION, candidates[pid]),
+            transform("second", candidates[pid]),
+        ]
         assert result["program_json"]["answer"]["signature"]["instructions"] == candidates[pid]
         assert result["traces"][0]["steps"][0]["predictor"] == "answer"
         assert result["traces"][0]["steps"][0]["inputs"] == {"question": QUESTION}
@@ -86,21 +108,29 @@ async def test_twenty_concurrent_prompt_steps_each_on_its_own_branch(gepa_stack,
     assert not any((clone.parent / "worktrees").iterdir())
     assert set(f"program_{pid}" for pid in ids) <= set(branches(clone))
     # The LM key was added by the egress gateway, outside the container.
-    assert {call["authorization"] for call in gepa_stack.lm.calls if call["path"].endswith("/chat/completions")} >= {"Bearer sk-test-lm-key"}
+    assert {call["authorization"] for call in gepa_stack.lm.calls if call["path"].endswith("/chat/completions")} >= {
+        "Bearer sk-test-lm-key"
+    }
 
 
 async def test_a_child_starts_from_its_parents_branch_and_repeats_are_idempotent(gepa_stack, gepa_http, gepa_client_id):
     client_id = gepa_client_id
-    parent = await gepa_http.post("/execute_step", json=step(client_id, "parent1", candidate={"answer": "UPPERCASE please"}))
+    parent = await gepa_http.post(
+        "/execute_step", json=step(client_id, "parent1", candidate={"answer": "UPPERCASE please"})
+    )
     assert parent.json()["status"] == "success"
-    child = await gepa_http.post("/execute_step", json=step(client_id, "child1", parent_program_id="parent1", candidate={}))
+    child = await gepa_http.post(
+        "/execute_step", json=step(client_id, "child1", parent_program_id="parent1", candidate={})
+    )
     result = child.json()
     assert result["status"] == "success", result
     # No candidate: the child runs its parent's instructions, inherited through git.
     assert result["program_json"]["answer"]["signature"]["instructions"] == "UPPERCASE please"
     assert result["pipeline_outputs"][0]["output"]["answer"] == QUESTION.upper()
     assert "(parent parent1)" in git_show(gepa_stack.clone_of(client_id), "program_child1")
-    again = await gepa_http.post("/execute_step", json=step(client_id, "child1", parent_program_id="parent1", candidate={}))
+    again = await gepa_http.post(
+        "/execute_step", json=step(client_id, "child1", parent_program_id="parent1", candidate={})
+    )
     assert again.json() == result
     program = (await gepa_http.get("/program/child1")).json()
     assert program["parent_program_id"] == "parent1" and program["branch_name"] == "program_child1"
@@ -108,7 +138,9 @@ async def test_a_child_starts_from_its_parents_branch_and_repeats_are_idempotent
 
 async def test_async_step_answers_202_and_the_program_endpoint_follows_it(gepa_stack, gepa_http, gepa_client_id):
     client_id = gepa_client_id
-    response = await gepa_http.post("/execute_step?async=true", json=step(client_id, "async1", candidate={"answer": "REVERSED"}))
+    response = await gepa_http.post(
+        "/execute_step?async=true", json=step(client_id, "async1", candidate={"answer": "REVERSED"})
+    )
     assert response.status_code == 202, response.text
     accepted = response.json()
     assert accepted["status_url"] == "/program/async1" and accepted["workflow_id"] == "gepa-async1"
@@ -127,7 +159,10 @@ async def test_bad_inputs_fail_clearly_and_leave_nothing_locked(gepa_stack, gepa
     assert "unknown client_id 'client_00000000deadbeef'" in unknown.json()["detail"]
 
     cases = {
-        "bad1": (step(client_id, "bad1", program_json_path="missing/program.json"), "missing/program.json does not exist"),
+        "bad1": (
+            step(client_id, "bad1", program_json_path="missing/program.json"),
+            "missing/program.json does not exist",
+        ),
         "bad2": (step(client_id, "bad2", candidate={"nope": "x"}), "unknown component(s) ['nope']"),
         "bad3": (step(client_id, "bad3", entry_point="broken.Broken"), "ValueError: this program always fails"),
         "bad4": (step(client_id, "bad4", parent_program_id="never-ran"), "unknown parent_program_id 'never-ran'"),
@@ -197,8 +232,16 @@ async def test_a_client_is_used_only_by_the_agent_that_connected_it(gepa_stack, 
 
 
 async def test_a_step_survives_its_worker_being_killed_mid_run(gepa_stack, gepa_http, gepa_client_id):
-    response = await gepa_http.post("/execute_step?async=true", json=step(
-        gepa_client_id, "survivor1", entry_point="slow.Slow", candidate={"answer": "UPPERCASE"}, test_examples=[{"question": "still here"}]))
+    response = await gepa_http.post(
+        "/execute_step?async=true",
+        json=step(
+            gepa_client_id,
+            "survivor1",
+            entry_point="slow.Slow",
+            candidate={"answer": "UPPERCASE"},
+            test_examples=[{"question": "still here"}],
+        ),
+    )
     assert response.status_code == 202
     deadline = asyncio.get_running_loop().time() + 60
     while (await gepa_http.get("/program/survivor1")).json().get("progress") != "running the program":

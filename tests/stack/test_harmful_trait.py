@@ -20,7 +20,7 @@ from tests.stack.test_living_world import wait_until
 from tests.stack.test_mutation_pipeline import propose
 
 # Burns energy at the highest rate and speed allowed, and runs away from food.
-BURNER = '''
+BURNER = """
 class BaseTrait:
     pass
 
@@ -31,15 +31,22 @@ class EnergyBurnerTrait(BaseTrait):
         found = entity.nearest_resource()
         if found is not None:
             entity.move(-found[0], -found[1])
-'''
+"""
 
 
 @pytest.fixture(scope="module")
 async def own_stack(settings):
     """A stack of its own (tests/own_stack.py) with a 300-tick window and a -0.05 rollback
     threshold, a worker and an API."""
-    own = await own_settings(settings, "world", observation_window_ticks=300, rollback_threshold=-0.05,
-                             engine_initial_population=0, engine_min_population=200, engine_trait_gain_chance=1.0)
+    own = await own_settings(
+        settings,
+        "world",
+        observation_window_ticks=300,
+        rollback_threshold=-0.05,
+        engine_initial_population=0,
+        engine_min_population=200,
+        engine_trait_gain_chance=1.0,
+    )
     async with worker_and_api(own, "harm") as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
         await wait_until(lambda: _healthy(http), timeout_s=90, what="the stack's worker to poll")
         yield own, http

@@ -22,18 +22,40 @@ from tests.stack.test_evolution import BASE, write_snapshots
 
 # Each as it goes into the URL: quoted here, except the ones that are already escapes on purpose.
 HOSTILE = [
-    quote("\x00", safe=""), "%00", "a%00b", quote("x" * 5000, safe=""), quote("ünï€ødé😀\u202e", safe=""),
-    "..%2F..%2Fetc%2Fpasswd", quote("../", safe=""), "-1", "0", "99999999999999999999999999", "1e309", "NaN",
-    quote("' OR 1=1 --", safe=""), "%ff%fe", quote("\r\nX-Injected: 1", safe=""), quote("<script>", safe=""),
-    "%25", "%", quote(" ", safe=""),
+    quote("\x00", safe=""),
+    "%00",
+    "a%00b",
+    quote("x" * 5000, safe=""),
+    quote("ünï€ødé😀\u202e", safe=""),
+    "..%2F..%2Fetc%2Fpasswd",
+    quote("../", safe=""),
+    "-1",
+    "0",
+    "99999999999999999999999999",
+    "1e309",
+    "NaN",
+    quote("' OR 1=1 --", safe=""),
+    "%ff%fe",
+    quote("\r\nX-Injected: 1", safe=""),
+    quote("<script>", safe=""),
+    "%25",
+    "%",
+    quote(" ", safe=""),
 ]
 INTERNALS = re.compile(
     r"SELECT |INSERT |UPDATE |Traceback|sqlalchemy|asyncpg|psycopg|File \"|site-packages|\.py\b|"
-    + re.escape(str(PROJECT_ROOT)) + r"|/usr/lib/|redis\.exceptions|temporalio\.",
+    + re.escape(str(PROJECT_ROOT))
+    + r"|/usr/lib/|redis\.exceptions|temporalio\.",
     re.IGNORECASE,
 )
-BENIGN_PATH = {"mutation_id": "mut_0123456789ab", "task_id": "task_hostile", "trigger_id": "trg_0123456789ab",
-               "schedule_id": "hostile-probe", "trait_name": "hostile_probe", "program_id": "p001"}
+BENIGN_PATH = {
+    "mutation_id": "mut_0123456789ab",
+    "task_id": "task_hostile",
+    "trigger_id": "trg_0123456789ab",
+    "schedule_id": "hostile-probe",
+    "trait_name": "hostile_probe",
+    "program_id": "p001",
+}
 # Routes whose answer is not about the request (streams of the world's state): a hostile unknown
 # query parameter still goes to them, like to every route.
 SKIP = set()
@@ -101,8 +123,13 @@ async def test_hostile_paths_and_queries_get_no_5xx_and_no_internals(api_url, ht
 
 
 async def test_invalid_path_parameters_are_422(http):
-    for url in ("/api/evolution/cycles/%00", "/api/mutations/not-an-id/status", "/api/mutations/%00/effects",
-                "/api/agents/context/tasks?limit=%00", f"/api/traits/{'x' * 5000}"):
+    for url in (
+        "/api/evolution/cycles/%00",
+        "/api/mutations/not-an-id/status",
+        "/api/mutations/%00/effects",
+        "/api/agents/context/tasks?limit=%00",
+        f"/api/traits/{'x' * 5000}",
+    ):
         response = await http.get(url)
         assert response.status_code == 422, (url, response.text)
         body = response.json()
@@ -114,10 +141,14 @@ async def test_invalid_path_parameters_are_422(http):
 
 @pytest.mark.parametrize("path", ["/api/mutations/propose", "/v1/agents/register"])
 async def test_a_huge_integer_in_a_body_is_a_precise_422(http, path):
-    body = '{"trait_name": "big_int", "code": "x", "name": "n", "replaces": {"trait_name": "big_int", "version": ' \
-           + "9" * 5000 + "}}"
-    response = await http.post(path, content=body, headers={"Content-Type": "application/json",
-                                                             **await agents.headers(http)})
+    body = (
+        '{"trait_name": "big_int", "code": "x", "name": "n", "replaces": {"trait_name": "big_int", "version": '
+        + "9" * 5000
+        + "}}"
+    )
+    response = await http.post(
+        path, content=body, headers={"Content-Type": "application/json", **await agents.headers(http)}
+    )
     assert response.status_code == 422, response.text
     payload = response.json()
     assert payload["error"] == "INVALID_JSON_NUMBER", payload
@@ -128,15 +159,17 @@ async def test_a_huge_integer_in_a_body_is_a_precise_422(http, path):
 @pytest.mark.parametrize("path", ["/api/mutations/propose", "/v1/agents/register"])
 async def test_duplicate_keys_in_a_body_are_a_precise_422(http, path):
     body = '{"name": "first", "name": "second", "trait_name": "t", "code": "x"}'
-    response = await http.post(path, content=body, headers={"Content-Type": "application/json",
-                                                             **await agents.headers(http)})
+    response = await http.post(
+        path, content=body, headers={"Content-Type": "application/json", **await agents.headers(http)}
+    )
     assert response.status_code == 422, response.text
     payload = response.json()
     assert payload["error"] == "DUPLICATE_JSON_KEY", payload
     assert "'name'" in payload["detail"] and "more than once" in payload["detail"], payload
     nested = '{"trait_name": "t", "code": "x", "replaces": {"trait_name": "t", "trait_name": "u"}}'
-    response = await http.post(path, content=nested, headers={"Content-Type": "application/json",
-                                                               **await agents.headers(http)})
+    response = await http.post(
+        path, content=nested, headers={"Content-Type": "application/json", **await agents.headers(http)}
+    )
     assert response.status_code == 422 and response.json()["error"] == "DUPLICATE_JSON_KEY", response.text
     assert "replaces.trait_name" in response.json()["detail"]
     # Equal keys after JSON unescaping are the same key.
@@ -146,11 +179,20 @@ async def test_duplicate_keys_in_a_body_are_a_precise_422(http, path):
     assert json.loads('{"a": 1}') == {"a": 1}
 
 
-@pytest.mark.parametrize("body", [b"[" * 40_000 + b"]" * 40_000, b'{"a":' * 5_000 + b"1" + b"}" * 5_000,
-                                  b'{"a":' * 5_000 + b'{"k": 1, "k": 2}' + b"}" * 5_000],
-                         ids=["arrays", "objects", "duplicate-inside"])
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[" * 40_000 + b"]" * 40_000,
+        b'{"a":' * 5_000 + b"1" + b"}" * 5_000,
+        b'{"a":' * 5_000 + b'{"k": 1, "k": 2}' + b"}" * 5_000,
+    ],
+    ids=["arrays", "objects", "duplicate-inside"],
+)
 async def test_too_deep_a_body_is_a_precise_422(http, body):
-    response = await http.post("/api/mutations/propose", content=body,
-                               headers={"Content-Type": "application/json", **await agents.headers(http)})
+    response = await http.post(
+        "/api/mutations/propose",
+        content=body,
+        headers={"Content-Type": "application/json", **await agents.headers(http)},
+    )
     assert response.status_code == 422, response.text
     assert response.json()["error"] == "JSON_TOO_DEEP" and "nested too deeply" in response.json()["detail"]

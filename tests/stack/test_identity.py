@@ -12,9 +12,9 @@ import httpx
 import pytest
 from sqlalchemy import text
 
-from pipeline import apikeys
 from genesis.db.models import Agent
 from genesis.db.session import get_sessionmaker
+from pipeline import apikeys
 from tests import agents, traits
 from tests.stack.test_lifecycle import sample, signal_window, wait_for_status
 from tests.stack.test_mutation_pipeline import wait_for_verdict
@@ -43,8 +43,9 @@ async def test_register_returns_an_id_and_a_key_stored_only_as_a_hash(http, sett
     assert "shown only once" in body["message"]
     async with get_sessionmaker(settings.database_url)() as session:
         row = await session.get(Agent, body["agent_id"])
-        dumped = (await session.execute(text("SELECT agents::text FROM agents WHERE agent_id = :a"),
-                                        {"a": body["agent_id"]})).scalar_one()
+        dumped = (
+            await session.execute(text("SELECT agents::text FROM agents WHERE agent_id = :a"), {"a": body["agent_id"]})
+        ).scalar_one()
     assert key not in dumped and key.split("_", 2)[2] not in dumped, "the key itself is never stored"
     pepper = settings.api.key_pepper.get_secret_value().encode()
     assert row.key_scheme == "hmac-sha256"
@@ -55,11 +56,18 @@ async def test_register_returns_an_id_and_a_key_stored_only_as_a_hash(http, sett
     assert other["agent_id"] != body["agent_id"] and other["api_key"] != key, "names need not be unique"
 
 
-@pytest.mark.parametrize("payload, field", [
-    ({}, "name"), ({"name": ""}, "name"), ({"name": "   "}, "name"), ({"name": "x" * 65}, "name"),
-    ({"name": "ok", "member_id": 3}, "member_id"), ({"name": "ok", "description": "a\u0000b"}, "description"),
-    ({"name": "tab\tname"}, "name"),
-])
+@pytest.mark.parametrize(
+    "payload, field",
+    [
+        ({}, "name"),
+        ({"name": ""}, "name"),
+        ({"name": "   "}, "name"),
+        ({"name": "x" * 65}, "name"),
+        ({"name": "ok", "member_id": 3}, "member_id"),
+        ({"name": "ok", "description": "a\u0000b"}, "description"),
+        ({"name": "tab\tname"}, "name"),
+    ],
+)
 async def test_register_validates_its_fields(http, payload, field):
     response = await http.post("/v1/agents/register", json=payload)
     assert response.status_code == 422, response.text
@@ -74,8 +82,15 @@ async def test_register_me_propose_and_reputation(http, temporal_client):
     body = profile.json()
     assert body["agent_id"] == me.agent_id and body["name"] == "reputation-bot"
     assert body["description"] == "counts its mutations" and body["registered_at"].endswith("Z")
-    assert body["reputation"] == {"proposed": 0, "active": 0, "activated": 0, "kept": 0, "rolled_back": 0,
-                                  "rejected": 0, "failed": 0}
+    assert body["reputation"] == {
+        "proposed": 0,
+        "active": 0,
+        "activated": 0,
+        "kept": 0,
+        "rolled_back": 0,
+        "rejected": 0,
+        "failed": 0,
+    }
 
     # The key alone names the agent: no agent_id in the body.
     rejected = await post_proposal(http, forbidden("rep"), "rep_rejected", key=me.api_key)
@@ -99,8 +114,15 @@ async def test_register_me_propose_and_reputation(http, temporal_client):
     await wait_for_status(http, withdrawn_id, {"rolled_back"})
 
     final = (await http.get("/v1/agents/me", headers=me.headers)).json()
-    assert final["reputation"] == {"proposed": 3, "active": 0, "activated": 2, "kept": 1, "rolled_back": 1,
-                                   "rejected": 1, "failed": 0}
+    assert final["reputation"] == {
+        "proposed": 3,
+        "active": 0,
+        "activated": 2,
+        "kept": 1,
+        "rolled_back": 1,
+        "rejected": 1,
+        "failed": 0,
+    }
     # Terminal states gave the active slots back; the hourly counter remembers all three.
     assert final["rate_limits"]["active_mutations"] == 0
     assert final["rate_limits"]["proposals_this_hour"] == 3
@@ -112,8 +134,13 @@ async def test_missing_and_invalid_keys_are_401(http):
     prefix = apikeys.prefix_of(me.api_key)
     wrong_secret = f"gen_{prefix}_{'A' * 43}"
     unknown = f"gen_{'0' * 8}_{'B' * 43}"
-    for key, error in [(None, "API_KEY_REQUIRED"), ("not-a-key", "INVALID_API_KEY"), (unknown, "INVALID_API_KEY"),
-                       (wrong_secret, "INVALID_API_KEY"), (me.api_key + "x", "INVALID_API_KEY")]:
+    for key, error in [
+        (None, "API_KEY_REQUIRED"),
+        ("not-a-key", "INVALID_API_KEY"),
+        (unknown, "INVALID_API_KEY"),
+        (wrong_secret, "INVALID_API_KEY"),
+        (me.api_key + "x", "INVALID_API_KEY"),
+    ]:
         response = await post_proposal(http, forbidden("nokey"), "no_key", key=key, agent_id=me.agent_id)
         assert response.status_code == 401, (key, response.text)
         assert response.json()["error"] == error

@@ -14,12 +14,12 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
 from activities.lifecycle import LifecycleActivities
-from pipeline import registry
 from genesis.db.models import Mutation, TraitVersion
 from genesis.db.session import get_sessionmaker
 from genesis.dto import ActivationRequest, RollbackRequest
 from genesis.effects import WorldSample, compute_effects, verdict
 from genesis.redis_keys import Channels
+from pipeline import registry
 from tests import agents, traits
 from tests.stack.test_mutation_pipeline import HISTORIES, propose, wait_for_verdict
 from workflows.mutation import MutationWorkflow
@@ -36,8 +36,17 @@ def lifecycle(settings, redis_client):
 
 async def insert_mutation(settings, mutation_id: str, trait_name: str, code: str) -> None:
     async with get_sessionmaker(settings.database_url)() as session:
-        session.add(Mutation(mutation_id=mutation_id, agent_id="lifecycle-test", trait_name=trait_name, code=code,
-                             status="sandbox_ok", validation_log=[], workflow_id=f"mutation-{mutation_id}"))
+        session.add(
+            Mutation(
+                mutation_id=mutation_id,
+                agent_id="lifecycle-test",
+                trait_name=trait_name,
+                code=code,
+                status="sandbox_ok",
+                validation_log=[],
+                workflow_id=f"mutation-{mutation_id}",
+            )
+        )
         await session.commit()
 
 
@@ -45,8 +54,13 @@ async def activation(settings, trait_name: str, variant: int) -> ActivationReque
     mutation_id = new_mutation_id()
     code = traits.seeker(variant)
     await insert_mutation(settings, mutation_id, trait_name, code)
-    return ActivationRequest(mutation_id=mutation_id, trait_name=trait_name, class_name="SeekerTrait",
-                             code=code, code_hash=uuid.uuid4().hex * 2)
+    return ActivationRequest(
+        mutation_id=mutation_id,
+        trait_name=trait_name,
+        class_name="SeekerTrait",
+        code=code,
+        code_hash=uuid.uuid4().hex * 2,
+    )
 
 
 async def next_message(pubsub, timeout: float = 5.0) -> dict:
@@ -91,20 +105,30 @@ async def test_rollback_restores_the_previous_version(settings, lifecycle, redis
     pubsub = redis_client.pubsub()
     await pubsub.subscribe(Channels.MUTATION_ROLLBACK)
     result = await lifecycle.rollback_trait(
-        RollbackRequest(mutation_id=v2.mutation_id, trait_name="forager_two", reason="population_decline", fitness_delta=-0.31)
+        RollbackRequest(
+            mutation_id=v2.mutation_id, trait_name="forager_two", reason="population_decline", fitness_delta=-0.31
+        )
     )
     assert result.rolled_back and result.restored_version == 1
     assert (await registry.read_entries(redis_client))["forager_two"].mutation_id == v1.mutation_id
     event = await next_message(pubsub)
-    assert event == {"event": "MutationRolledBack", "mutation_id": v2.mutation_id, "trait_name": "forager_two",
-                     "reason": "population_decline", "fitness_delta": -0.31, "restored_version": 1}
+    assert event == {
+        "event": "MutationRolledBack",
+        "mutation_id": v2.mutation_id,
+        "trait_name": "forager_two",
+        "reason": "population_decline",
+        "fitness_delta": -0.31,
+        "restored_version": 1,
+    }
     again = await lifecycle.rollback_trait(
         RollbackRequest(mutation_id=v2.mutation_id, trait_name="forager_two", reason="again")
     )
     assert not again.rolled_back, "rollback is idempotent"
     await pubsub.aclose()
 
-    only = await lifecycle.rollback_trait(RollbackRequest(mutation_id=v1.mutation_id, trait_name="forager_two", reason="x"))
+    only = await lifecycle.rollback_trait(
+        RollbackRequest(mutation_id=v1.mutation_id, trait_name="forager_two", reason="x")
+    )
     assert only.restored_version is None
     assert "forager_two" not in await registry.read_entries(redis_client)
 
@@ -118,8 +142,13 @@ async def test_registry_is_rebuilt_from_postgres(settings, lifecycle, redis_clie
 
 
 def sample(tick: int, count: int, energy: float, starvation: int, carriers: int = 0) -> WorldSample:
-    return WorldSample(tick=tick, entity_count=count, avg_energy=energy, period_starvation=starvation,
-                       trait_stats={"t": {"carriers": carriers, "avg_energy": energy + 5, "births": 0, "deaths": {}}})
+    return WorldSample(
+        tick=tick,
+        entity_count=count,
+        avg_energy=energy,
+        period_starvation=starvation,
+        trait_stats={"t": {"carriers": carriers, "avg_energy": energy + 5, "births": 0, "deaths": {}}},
+    )
 
 
 def test_effects_and_verdicts():
@@ -183,8 +212,11 @@ async def test_kept_mutation_can_be_rolled_back_over_the_api(http, temporal_clie
     kept = await wait_for_status(http, mutation_id, {"kept"})
     assert kept["fitness_verdict"] == "positive"
     await replay_and_maybe_record(temporal_client, mutation_id, "mutation_kept")
-    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "operator said so"},
-                                 headers=await agents.headers(http))
+    response = await http.post(
+        f"/api/mutations/{mutation_id}/rollback",
+        json={"reason": "operator said so"},
+        headers=await agents.headers(http),
+    )
     assert response.status_code == 202, response.text
     rolled = await wait_for_status(http, mutation_id, {"rolled_back"})
     assert rolled["rollback_reason"] == "operator said so"
@@ -195,8 +227,9 @@ async def test_kept_mutation_can_be_rolled_back_over_the_api(http, temporal_clie
 async def test_rollback_during_observation(http):
     mutation_id = await propose(http, traits.seeker(503), trait_name="withdrawn")
     await wait_for_status(http, mutation_id, {"activated"})
-    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "changed my mind"},
-                                 headers=await agents.headers(http))
+    response = await http.post(
+        f"/api/mutations/{mutation_id}/rollback", json={"reason": "changed my mind"}, headers=await agents.headers(http)
+    )
     assert response.status_code == 202
     status = await wait_for_status(http, mutation_id, {"rolled_back"})
     assert status["rollback_reason"] == "changed my mind"

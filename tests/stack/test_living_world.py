@@ -14,12 +14,12 @@ import docker
 import redis.asyncio as aioredis
 from sqlalchemy import select
 
-from pipeline import registry
+from engine.live_traits import host_owner
 from genesis.db.models import TraitQuarantine, TraitVersion
 from genesis.db.session import get_sessionmaker
-from pipeline.quarantines import quarantined
 from genesis.redis_keys import Channels
-from engine.live_traits import host_owner
+from pipeline import registry
+from pipeline.quarantines import quarantined
 from sandbox import image
 from sandbox.container import containers_of
 from tests import agents, traits
@@ -40,11 +40,11 @@ class Rogue:
         entity.state = "rogue"
 '''
 
-RAISER = '''
+RAISER = """
 class Raiser:
     async def execute(self, entity) -> None:
         raise RuntimeError("always broken")
-'''
+"""
 
 
 async def active_traits(http) -> list[str]:
@@ -87,32 +87,48 @@ async def _has(http, trait: str) -> bool:
 async def test_trait_code_never_runs_in_the_engine_process(http, settings, engine_proc):
     redis = aioredis.from_url(settings.redis_url)
     try:
-        await registry.put_entry(redis, registry.RegistryEntry(
-            trait_name="rogue", version=1, mutation_id="mut_r0c0e0000001", class_name="Rogue",
-            code=ROGUE, code_hash="0" * 64,
-        ))
+        await registry.put_entry(
+            redis,
+            registry.RegistryEntry(
+                trait_name="rogue",
+                version=1,
+                mutation_id="mut_r0c0e0000001",
+                class_name="Rogue",
+                code=ROGUE,
+                code_hash="0" * 64,
+            ),
+        )
         await wait_until(lambda: _has(http, "rogue"), what="the engine to load the rogue trait")
     finally:
         await redis.aclose()
     # The constructor ran (the trait is live) — inside the trait-host container, not here.
     assert not os.path.exists(MARKER), "trait code ran on the host"
-    check = engine_host(engine_proc.proc.pid).exec_run([image.PYTHON_IN_IMAGE, "-I", "-S", "-c",
-                                    f"import os; print(os.path.exists({MARKER!r}))"])
+    check = engine_host(engine_proc.proc.pid).exec_run(
+        [image.PYTHON_IN_IMAGE, "-I", "-S", "-c", f"import os; print(os.path.exists({MARKER!r}))"]
+    )
     assert check.output.decode().strip() == "True", check.output
 
 
-async def register_directly_and_await_quarantine(settings, name: str, mutation_id: str, class_name: str,
-                                                 code: str) -> dict:
+async def register_directly_and_await_quarantine(
+    settings, name: str, mutation_id: str, class_name: str, code: str
+) -> dict:
     """Put a trait straight into the live registry (as if it had passed its sandbox test) and
     return the engine's quarantine message for it from ch:feed."""
     redis = aioredis.from_url(settings.redis_url)
     pubsub = redis.pubsub()
     await pubsub.subscribe(Channels.FEED)
     try:
-        await registry.put_entry(redis, registry.RegistryEntry(
-            trait_name=name, version=1, mutation_id=mutation_id, class_name=class_name, code=code,
-            code_hash=uuid.uuid4().hex * 2,
-        ))
+        await registry.put_entry(
+            redis,
+            registry.RegistryEntry(
+                trait_name=name,
+                version=1,
+                mutation_id=mutation_id,
+                class_name=class_name,
+                code=code,
+                code_hash=uuid.uuid4().hex * 2,
+            ),
+        )
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             raw = await pubsub.get_message(ignore_subscribe_messages=True, timeout=1.0)
@@ -134,8 +150,11 @@ async def test_a_trait_that_keeps_raising_is_quarantined(http, settings, engine_
     await wait_until(dropped, timeout_s=10, what="the quarantined trait to leave the active set")
     assert (await http.get("/api/world/state")).status_code == 200, "the world keeps ticking"
     # Recorded for good (it has no mutation record, so there is no workflow to tell).
-    await wait_until(lambda: _quarantine_recorded(settings, "mut_4a15e4000001"), timeout_s=10,
-                     what="the quarantine to be recorded in Postgres")
+    await wait_until(
+        lambda: _quarantine_recorded(settings, "mut_4a15e4000001"),
+        timeout_s=10,
+        what="the quarantine to be recorded in Postgres",
+    )
 
 
 async def _quarantine_recorded(settings, mutation_id: str) -> bool:
@@ -145,20 +164,21 @@ async def _quarantine_recorded(settings, mutation_id: str) -> bool:
 
 # Slipped past the gatekeeper (registered directly): reaches the host program's classes through a
 # subclass walk and makes its own process answer every tick with garbage instead of intents.
-CORRUPTER = '''
+CORRUPTER = """
 class Corrupter:
     async def execute(self, entity) -> None:
         for cls in ().__class__.__base__.__subclasses__():
             if cls.__name__ == "IntentColumns":
                 cls.encode = lambda self, blob=None: {"count": "garbage"}
         entity.direction = 1.0
-'''
+"""
 
 
 async def test_a_trait_that_corrupts_its_host_gets_the_host_replaced_and_is_quarantined(http, settings, engine_proc):
     tick_before = (await engine_status(http))["tick"]
-    message = await register_directly_and_await_quarantine(settings, "corrupter", "mut_c0bb1e000001", "Corrupter",
-                                                           CORRUPTER)
+    message = await register_directly_and_await_quarantine(
+        settings, "corrupter", "mut_c0bb1e000001", "Corrupter", CORRUPTER
+    )
     assert message["action"] == "trait_quarantined" and "unusable reply" in message["message"], message
 
     async def ticking() -> bool:
@@ -179,8 +199,15 @@ async def test_engine_restart_rebuilds_the_registry_from_postgres(http, settings
     status = await wait_for_status(http, mutation_id, {"kept", "rolled_back"}, timeout_s=120)
     assert status["status"] == "kept", status
     async with get_sessionmaker(settings.database_url)() as session:
-        expected = set((await session.scalars(select(TraitVersion.trait_name).where(
-            TraitVersion.status == "active", ~quarantined(TraitVersion.mutation_id)))).all())
+        expected = set(
+            (
+                await session.scalars(
+                    select(TraitVersion.trait_name).where(
+                        TraitVersion.status == "active", ~quarantined(TraitVersion.mutation_id)
+                    )
+                )
+            ).all()
+        )
     assert "restart_seeker" in expected
     engine_proc.stop()
     redis = aioredis.from_url(settings.redis_url)
@@ -200,12 +227,12 @@ async def _covers(http, names: set[str]) -> bool:
     return names <= set(await active_traits(http))
 
 
-BUSY_LOOP = '''
+BUSY_LOOP = """
 class Spinner:
     async def execute(self, entity) -> None:
         while True:
             pass
-'''
+"""
 
 
 async def engine_status(http) -> dict:
@@ -214,7 +241,9 @@ async def engine_status(http) -> dict:
 
 async def test_a_trait_that_busy_loops_is_quarantined_and_the_tick_rate_recovers(http, settings, engine_proc):
     """It passed its 50-tick sandbox test (say) and then spins forever in the live world."""
-    message = await register_directly_and_await_quarantine(settings, "spinner", "mut_5b1a00000001", "Spinner", BUSY_LOOP)
+    message = await register_directly_and_await_quarantine(
+        settings, "spinner", "mut_5b1a00000001", "Spinner", BUSY_LOOP
+    )
     assert message["action"] == "trait_quarantined"
     await asyncio.sleep(2.5)  # a full status window (published every second) after the quarantine
     stats = await engine_status(http)
@@ -258,11 +287,15 @@ async def carriers_of(http, trait: str) -> list[dict]:
 async def test_trait_spreads_to_newborns_and_rollback_removes_it_from_its_carriers(http, engine_proc):
     mutation_id = await propose(http, traits.seeker(801), trait_name="spreading_seeker", agent_id="living-world")
     await wait_for_status(http, mutation_id, {"activated", "kept"})
-    carriers = await wait_until(lambda: carriers_of(http, "spreading_seeker"), timeout_s=90,
-                                what="newborns carrying the trait")
+    carriers = await wait_until(
+        lambda: carriers_of(http, "spreading_seeker"), timeout_s=90, what="newborns carrying the trait"
+    )
     assert all(e["age"] < 10_000 for e in carriers)
-    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "test rollback"},
-                                 headers=await agents.headers(http, "living-world"))
+    response = await http.post(
+        f"/api/mutations/{mutation_id}/rollback",
+        json={"reason": "test rollback"},
+        headers=await agents.headers(http, "living-world"),
+    )
     assert response.status_code == 202, response.text
     await wait_for_status(http, mutation_id, {"rolled_back"})
 

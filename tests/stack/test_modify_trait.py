@@ -16,13 +16,12 @@ import time
 import pytest
 from sqlalchemy import func, select
 
-from pipeline import registry
 from genesis.db.models import Mutation, TraitVersion
 from genesis.db.session import get_sessionmaker
 from genesis.redis_keys import Channels
+from pipeline import registry
 from tests import agents, traits
 from tests.stack.test_lifecycle import next_message, replay_and_maybe_record, wait_for_status
-from tests.stack.test_mutation_pipeline import wait_for_verdict
 
 UNPOLLED = "genesis-test-modify-unpolled"
 _variants = itertools.count(random.randrange(10_000_000, 90_000_000, 1000))
@@ -101,8 +100,10 @@ async def test_modify_flow_end_to_end(client, settings, redis_client, engine_pro
     v2 = await go_live(http, me, name, source_v2, replaces={"trait_name": name, "version": 1})
     assert v2["trait_version"] == 2 and v2["replaced_version"] == 1
     assert v2["replaces"] == {"trait_name": name, "version": 1}
-    assert any(line.startswith(f"Activation: trait_{name}_v2.py is live") and "replacing v1" in line
-               for line in v2["validation_log"])
+    assert any(
+        line.startswith(f"Activation: trait_{name}_v2.py is live") and "replacing v1" in line
+        for line in v2["validation_log"]
+    )
     entry = (await registry.read_entries(redis_client))[name]
     assert (entry.version, entry.mutation_id, entry.code) == (2, v2["mutation_id"], source_v2)
     await wait_for_log_line(engine_proc.log_path, log_offset, f"loaded trait {name} v2 ({v2['mutation_id']})")
@@ -121,8 +122,9 @@ async def test_modify_flow_end_to_end(client, settings, redis_client, engine_pro
     pubsub = redis_client.pubsub()
     await pubsub.subscribe(Channels.MUTATION_ROLLBACK)
     log_offset = engine_proc.log_path.stat().st_size
-    response = await http.post(f"/api/mutations/{v2['mutation_id']}/rollback", json={"reason": "v2 is worse"},
-                               headers=me.headers)
+    response = await http.post(
+        f"/api/mutations/{v2['mutation_id']}/rollback", json={"reason": "v2 is worse"}, headers=me.headers
+    )
     assert response.status_code == 202, response.text
     rolled = await wait_for_status(http, v2["mutation_id"], {"rolled_back"})
     assert rolled["restored_version"] == 1 and rolled["validation_log"][-1] == "Rollback: v2 is worse; v1 restored"
@@ -186,13 +188,19 @@ async def test_propose_time_checks(client, settings):
     assert await count_mutations(settings, me.agent_id) == before, "refused proposals record nothing"
 
     # Batch items are checked one by one, exactly like single proposals.
-    batch = await http.post("/api/mutations/propose/batch", headers=me.headers, json={"proposals": [
-        {"trait_name": name, "code": code(), "replaces": {"trait_name": name, "version": 3}},
-        {"trait_name": name, "code": code()},
-        {"trait_name": ghost, "code": code(), "replaces": {"trait_name": ghost, "version": 1}},
-        {"trait_name": name, "code": code(), "replaces": {"trait_name": "x_y"}},
-        {"trait_name": name, "code": code(), "replaces": {"trait_name": name, "version": 1}},
-    ]})
+    batch = await http.post(
+        "/api/mutations/propose/batch",
+        headers=me.headers,
+        json={
+            "proposals": [
+                {"trait_name": name, "code": code(), "replaces": {"trait_name": name, "version": 3}},
+                {"trait_name": name, "code": code()},
+                {"trait_name": ghost, "code": code(), "replaces": {"trait_name": ghost, "version": 1}},
+                {"trait_name": name, "code": code(), "replaces": {"trait_name": "x_y"}},
+                {"trait_name": name, "code": code(), "replaces": {"trait_name": name, "version": 1}},
+            ]
+        },
+    )
     assert batch.status_code == 207, batch.text
     results = batch.json()["results"]
     assert [r["status_code"] for r in results] == [409, 409, 409, 422, 202]
@@ -212,11 +220,15 @@ async def test_propose_time_checks(client, settings):
     assert again["trait_version"] == 3 and again["replaced_version"] is None
     detail = (await http.get(f"/api/traits/{name}")).json()
     assert [(v["version"], v["status"]) for v in detail["versions"]] == [
-        (3, "active"), (2, "rolled_back"), (1, "rolled_back")]
+        (3, "active"),
+        (2, "rolled_back"),
+        (1, "rolled_back"),
+    ]
 
 
-async def test_replacement_that_lost_the_race_is_rejected_at_activation(client, settings, redis_client,
-                                                                         temporal_client):
+async def test_replacement_that_lost_the_race_is_rejected_at_activation(
+    client, settings, redis_client, temporal_client
+):
     """Two replacements of v1 pass the propose-time check together; whichever is activated first
     becomes v2, and the other — still in its sandbox test then — finds v2 live where it expected
     v1: it ends rejected with VERSION_CONFLICT and the registry keeps v2."""
@@ -224,8 +236,9 @@ async def test_replacement_that_lost_the_race_is_rejected_at_activation(client, 
     me = await agents.register(http, "racer")
     name = fresh_name("raced")
     v1 = await go_live(http, me, name)
-    responses = await asyncio.gather(*(
-        propose(http, me, name, code(), replaces={"trait_name": name, "version": 1}) for _ in range(2)))
+    responses = await asyncio.gather(
+        *(propose(http, me, name, code(), replaces={"trait_name": name, "version": 1}) for _ in range(2))
+    )
     assert [r.status_code for r in responses] == [202, 202], [r.text for r in responses]
     ids = [r.json()["mutation_id"] for r in responses]
     finals = [await wait_for_status(http, i, {"activated", "rejected", "failed"}, 120) for i in ids]
@@ -241,11 +254,16 @@ async def test_replacement_that_lost_the_race_is_rejected_at_activation(client, 
     entry = (await registry.read_entries(redis_client))[name]
     assert entry.mutation_id == winner["mutation_id"] and entry.version == 2
     async with get_sessionmaker(settings.database_url)() as session:
-        rows = (await session.scalars(select(TraitVersion).where(TraitVersion.trait_name == name)
-                                      .order_by(TraitVersion.version))).all()
+        rows = (
+            await session.scalars(
+                select(TraitVersion).where(TraitVersion.trait_name == name).order_by(TraitVersion.version)
+            )
+        ).all()
         record = await session.get(Mutation, loser["mutation_id"])
     assert [(r.version, r.status, r.mutation_id) for r in rows] == [
-        (1, "superseded", v1["mutation_id"]), (2, "active", winner["mutation_id"])]
+        (1, "superseded", v1["mutation_id"]),
+        (2, "active", winner["mutation_id"]),
+    ]
     assert not record.holds_code_hash, "its code may be proposed again"
     assert not list(settings.mutations_dir.glob(f"trait_{name}_v3.py")), "no audit file for the loser"
     await replay_and_maybe_record(temporal_client, loser["mutation_id"], "mutation_version_conflict")
@@ -260,8 +278,10 @@ async def test_two_new_traits_of_one_name_only_one_goes_live(client):
     name = fresh_name("twin")
     responses = await asyncio.gather(*(propose(http, me, name, code()) for _ in range(2)))
     assert [r.status_code for r in responses] == [202, 202], [r.text for r in responses]
-    finals = [await wait_for_status(http, r.json()["mutation_id"], {"activated", "rejected", "failed"}, 120)
-              for r in responses]
+    finals = [
+        await wait_for_status(http, r.json()["mutation_id"], {"activated", "rejected", "failed"}, 120)
+        for r in responses
+    ]
     assert sorted(s["status"] for s in finals) == ["activated", "rejected"], finals
     loser = next(s for s in finals if s["status"] == "rejected")
     assert loser["failure_reason_code"] == "VERSION_CONFLICT"
@@ -270,8 +290,7 @@ async def test_two_new_traits_of_one_name_only_one_goes_live(client):
 
 
 async def test_replace_policy_keeps_the_old_implicit_behaviour(start_api, settings):
-    url = await start_api("api-implicit-replace", trait_exists_policy="replace",
-                          observation_window_ticks=1_000_000_000)
+    url = await start_api("api-implicit-replace", trait_exists_policy="replace", observation_window_ticks=1_000_000_000)
     import httpx
 
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
@@ -297,8 +316,16 @@ async def test_traits_endpoints(client, start_api):
     assert listing.status_code == 200
     ours = [t for t in listing.json()["traits"] if t["trait_name"] == name]
     assert len(ours) == 1
-    assert set(ours[0]) == {"trait_name", "version", "mutation_id", "agent_id", "class_name", "code_hash",
-                            "activated_at", "carriers"}
+    assert set(ours[0]) == {
+        "trait_name",
+        "version",
+        "mutation_id",
+        "agent_id",
+        "class_name",
+        "code_hash",
+        "activated_at",
+        "carriers",
+    }
     assert ours[0]["version"] == 1 and ours[0]["mutation_id"] == v1["mutation_id"]
     assert ours[0]["agent_id"] == me.agent_id and ours[0]["class_name"] == "SeekerTrait"
     assert ours[0]["code_hash"] == v1["code_hash"] and ours[0]["activated_at"] <= time.time()

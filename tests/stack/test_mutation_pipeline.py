@@ -105,8 +105,12 @@ async def test_workflow_is_searchable_by_custom_attributes(http, temporal_client
     assert status["status"] in PASSED
     described = await temporal_client.get_workflow_handle(f"mutation-{mutation_id}").describe()
     assert described.typed_search_attributes.get(SA_STATUS) in PASSED
-    rejected = await wait_for_verdict(http, await propose(http, traits.INFINITE_LOOP.replace("Spinner", "Spin2"),
-                                                          trait_name="searchable_spinner", agent_id=name))
+    rejected = await wait_for_verdict(
+        http,
+        await propose(
+            http, traits.INFINITE_LOOP.replace("Spinner", "Spin2"), trait_name="searchable_spinner", agent_id=name
+        ),
+    )
     assert rejected["failure_reason_code"] == "SANDBOX_TIMEOUT"
     query = f'GenesisAgentId = "{agent}" AND GenesisFailureCode = "SANDBOX_TIMEOUT" AND GenesisStatus = "rejected"'
     deadline = time.monotonic() + 10
@@ -148,7 +152,9 @@ async def test_same_code_twice_is_a_duplicate(http):
     code = traits.seeker(202)
     first = await wait_for_verdict(http, await propose(http, code, trait_name="seeker_a"))
     assert first["status"] in PASSED
-    second = await wait_for_verdict(http, await propose(http, code + "\n# same logic, new comment\n", trait_name="seeker_b"))
+    second = await wait_for_verdict(
+        http, await propose(http, code + "\n# same logic, new comment\n", trait_name="seeker_b")
+    )
     assert second["status"] == "rejected"
     assert second["failure_reason_code"] == "DUPLICATE_CODE"
     assert first["mutation_id"] in second["validation_log"][-1]
@@ -182,10 +188,13 @@ async def test_worker_killed_mid_sandbox_still_ends_with_one_verdict(http, worke
     history = await temporal_client.get_workflow_handle(f"mutation-{mutation_id}").fetch_history()
     scheduled = {
         e.event_id: e.activity_task_scheduled_event_attributes.activity_type.name
-        for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
     }
     sandbox_completions = [
-        e for e in history.events if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
+        e
+        for e in history.events
+        if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
         and scheduled[e.activity_task_completed_event_attributes.scheduled_event_id] == "run_sandbox_test"
     ]
     # The first sandbox attempt died with the worker; exactly one attempt delivered the verdict.
@@ -194,7 +203,9 @@ async def test_worker_killed_mid_sandbox_still_ends_with_one_verdict(http, worke
     assert len(verdicts) == 1
 
 
-@pytest.mark.parametrize("path", sorted(p for p in os.listdir(HISTORIES) if p.endswith(".json")) if os.path.isdir(HISTORIES) else [])
+@pytest.mark.parametrize(
+    "path", sorted(p for p in os.listdir(HISTORIES) if p.endswith(".json")) if os.path.isdir(HISTORIES) else []
+)
 async def test_recorded_histories_replay(path):
     from temporalio.client import WorkflowHistory
 

@@ -54,6 +54,7 @@ async def scrape_when_up(url: str, timeout_s: float = 60) -> dict:
 
 # -- API ---------------------------------------------------------------------------------------
 
+
 async def test_api_metrics_count_requests_by_route_template_and_status(http):
     before = samples((await http.get("/metrics")).text)
     for _ in range(3):
@@ -66,14 +67,26 @@ async def test_api_metrics_count_requests_by_route_template_and_status(http):
     after = samples((await http.get("/metrics")).text)
 
     status_route = dict(method="GET", route="/api/mutations/{mutation_id}/status", status="404")
-    assert value(after, "genesis_api_requests_total", **status_route) - value(before, "genesis_api_requests_total", **status_route) == 3
-    assert (value(after, "genesis_api_request_duration_seconds_count", **status_route)
-            - value(before, "genesis_api_request_duration_seconds_count", **status_route)) == 3
+    assert (
+        value(after, "genesis_api_requests_total", **status_route)
+        - value(before, "genesis_api_requests_total", **status_route)
+        == 3
+    )
+    assert (
+        value(after, "genesis_api_request_duration_seconds_count", **status_route)
+        - value(before, "genesis_api_request_duration_seconds_count", **status_route)
+    ) == 3
     assert value(after, "genesis_api_request_duration_seconds_sum", **status_route) > 0
     rules = dict(method="GET", route="/api/agents/context/sandbox-api", status="200")
-    assert value(after, "genesis_api_requests_total", **rules) - value(before, "genesis_api_requests_total", **rules) == 1
+    assert (
+        value(after, "genesis_api_requests_total", **rules) - value(before, "genesis_api_requests_total", **rules) == 1
+    )
     unmatched = dict(method="GET", route="unmatched", status="404")
-    assert value(after, "genesis_api_requests_total", **unmatched) - value(before, "genesis_api_requests_total", **unmatched) == 1
+    assert (
+        value(after, "genesis_api_requests_total", **unmatched)
+        - value(before, "genesis_api_requests_total", **unmatched)
+        == 1
+    )
     # No label per concrete id: the template is the label
     assert not any("mut_00000000" in dict(labels).get("route", "") for _, labels in after)
 
@@ -96,11 +109,15 @@ async def test_api_metrics_count_proposals_by_outcome(http):
 
 # -- engine ------------------------------------------------------------------------------------
 
+
 async def test_engine_metrics_report_ticks_entities_and_traits(settings):
     port = free_port()
     # Its own Redis db, and no snapshot within the test: it must not report observation windows
     # to the workflows of traits other test modules left live (they drive those windows).
-    process = engine_process(settings.override(redis_url=ENGINE_REDIS_URL, engine_metrics_port=port, engine_snapshot_interval=10**6), "engine-metrics")
+    process = engine_process(
+        settings.override(redis_url=ENGINE_REDIS_URL, engine_metrics_port=port, engine_snapshot_interval=10**6),
+        "engine-metrics",
+    )
     process.start()
     try:
         url = f"http://127.0.0.1:{port}/metrics"
@@ -115,10 +132,13 @@ async def test_engine_metrics_report_ticks_entities_and_traits(settings):
         process.stop()
     assert value(second, "genesis_engine_tick") > value(first, "genesis_engine_tick") > 0
     assert value(second, "genesis_engine_ticks_total") - value(first, "genesis_engine_ticks_total") >= 30
-    assert (value(second, "genesis_engine_tick_duration_seconds_count")
-            - value(first, "genesis_engine_tick_duration_seconds_count")) >= 30
+    assert (
+        value(second, "genesis_engine_tick_duration_seconds_count")
+        - value(first, "genesis_engine_tick_duration_seconds_count")
+    ) >= 30
     assert value(second, "genesis_engine_tick_duration_seconds_bucket", le="+Inf") == value(
-        second, "genesis_engine_tick_duration_seconds_count")
+        second, "genesis_engine_tick_duration_seconds_count"
+    )
     assert value(second, "genesis_engine_ticks_per_second") > 10
     assert value(second, "genesis_engine_entities") >= settings.engine.min_population
     assert ("genesis_engine_tick_overruns_total", frozenset()) in second
@@ -129,6 +149,7 @@ async def test_engine_metrics_report_ticks_entities_and_traits(settings):
 
 # -- worker: verdicts, stage durations, JSON logs of one mutation ----------------------------------
 
+
 async def test_worker_metrics_and_json_logs_of_a_mutation(settings, start_api):
     """A worker and an API on a task queue of their own, the worker logging JSON: a good proposal
     and a raising one move the sandbox verdict counter; the mutation's log lines carry its ids."""
@@ -136,7 +157,16 @@ async def test_worker_metrics_and_json_logs_of_a_mutation(settings, start_api):
     port, sdk_port = free_port(), free_port()
     log_name = "worker-observability"
     (LOG_DIR / f"{log_name}.log").unlink(missing_ok=True)
-    worker = worker_process(settings.override(task_queue=queue, log_format="json", worker_metrics_port=port, activate_mutations=False, worker_sdk_metrics_port=sdk_port), log_name)
+    worker = worker_process(
+        settings.override(
+            task_queue=queue,
+            log_format="json",
+            worker_metrics_port=port,
+            activate_mutations=False,
+            worker_sdk_metrics_port=sdk_port,
+        ),
+        log_name,
+    )
     worker.start()
     try:
         url = await start_api("api-observability", task_queue=queue, activate_mutations=False)
@@ -145,10 +175,17 @@ async def test_worker_metrics_and_json_logs_of_a_mutation(settings, start_api):
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:
             headers = await agents.headers(http, "observability")
             good, bad = [
-                (await http.post("/api/mutations/propose", headers=headers, json={
-                    "trait_name": name, "goal": "metrics", "code": code})).json()["mutation_id"]
-                for name, code in (("metrics_seeker", traits.seeker(random.randrange(10**6, 10**7))),
-                                   ("metrics_raiser", traits.RAISES))
+                (
+                    await http.post(
+                        "/api/mutations/propose",
+                        headers=headers,
+                        json={"trait_name": name, "goal": "metrics", "code": code},
+                    )
+                ).json()["mutation_id"]
+                for name, code in (
+                    ("metrics_seeker", traits.seeker(random.randrange(10**6, 10**7))),
+                    ("metrics_raiser", traits.RAISES),
+                )
             ]
             assert (await wait_for_verdict(http, good, timeout_s=120))["status"] == "sandbox_ok"
             rejected = await wait_for_verdict(http, bad, timeout_s=120)
@@ -173,8 +210,13 @@ async def test_worker_metrics_and_json_logs_of_a_mutation(settings, start_api):
     assert delta("genesis_mutation_status_transitions_total", status="sandbox_ok") == 1
     assert delta("genesis_mutation_status_transitions_total", status="rejected") == 1
     assert value(api_metrics, "genesis_api_mutation_proposals_total", source="single", outcome="accepted") == 2
-    sandbox_runs = [v for (name, labels), v in sdk.items() if name == "temporal_activity_execution_latency_count"
-                    and dict(labels).get("activity_type") == "run_sandbox_test" and dict(labels).get("task_queue") == queue]
+    sandbox_runs = [
+        v
+        for (name, labels), v in sdk.items()
+        if name == "temporal_activity_execution_latency_count"
+        and dict(labels).get("activity_type") == "run_sandbox_test"
+        and dict(labels).get("task_queue") == queue
+    ]
     assert sum(sandbox_runs) == 2, sorted(name for name, _ in sdk)[:40]
 
     lines = [line for line in (LOG_DIR / f"{log_name}.log").read_text().splitlines() if line.strip()]
@@ -217,8 +259,11 @@ def test_workflow_ids_name_their_mutation_or_task():
 
 # -- Temporal search attributes for a cluster (compose's migrate one-shot) --------------------
 
+
 async def test_search_attributes_are_registered_once_on_a_fresh_server():
-    env = await WorkflowEnvironment.start_local(dev_server_existing_path=str(TEMPORAL_CLI), dev_server_log_level="error")
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=str(TEMPORAL_CLI), dev_server_log_level="error"
+    )
     try:
         assert await ensure_search_attributes(env.client, "default") == sorted(SEARCH_ATTRIBUTES)
         assert await ensure_search_attributes(env.client, "default") == []

@@ -4,8 +4,8 @@ response matches the schema the API publishes for it.
 The API is the session's real process (tests/conftest.py) with its worker, Temporal, Postgres and
 Redis, and a real engine, so the world and metrics endpoints answer instead of saying 503 "not
 running yet". Requests carry the X-API-Key of an agent registered here and an operator key, so the
-authenticated operations and the operator endpoints get past 401 into their own validation. Generation is seeded and derandomized: the
-same code sends the same requests on every run."""
+authenticated operations and the operator endpoints get past 401 into their own validation.
+Generation is seeded and derandomized: the same code sends the same requests on every run."""
 
 from __future__ import annotations
 
@@ -73,8 +73,17 @@ async def test_non_finite_engine_numbers_are_null_not_a_500(http, settings):
     saved = await redis.hgetall(ENGINE_STATUS)
     try:
         await redis.delete(ENGINE_STATUS)
-        await redis.hset(ENGINE_STATUS, mapping={"tick": "10", "population": "5", "updated_at": str(time.time()),
-                                                 "ticks_per_second": "nan", "avg_energy": "inf", "mean_tick_ms": "-inf"})
+        await redis.hset(
+            ENGINE_STATUS,
+            mapping={
+                "tick": "10",
+                "population": "5",
+                "updated_at": str(time.time()),
+                "ticks_per_second": "nan",
+                "avg_energy": "inf",
+                "mean_tick_ms": "-inf",
+            },
+        )
         state = await http.get("/api/world/state")
         assert state.status_code == 200 and state.json()["ticks_per_second"] is None, state.text
         stats = await http.get("/api/stats")
@@ -104,12 +113,14 @@ async def fuzz_operator(settings) -> agents.TestOperator:
 
 @pytest.fixture(scope="module")
 def api_schema(api_url, fuzz_agent, fuzz_operator, engine_proc):
-    config = schemathesis.Config.from_dict({
-        "seed": SEED,
-        "headers": {"X-API-Key": fuzz_agent.api_key, **fuzz_operator.headers},
-        "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True, "database": "none"},
-        "phases": {"stateful": {"enabled": False}},
-    })
+    config = schemathesis.Config.from_dict(
+        {
+            "seed": SEED,
+            "headers": {"X-API-Key": fuzz_agent.api_key, **fuzz_operator.headers},
+            "generation": {"max-examples": MAX_EXAMPLES, "deterministic": True, "database": "none"},
+            "phases": {"stateful": {"enabled": False}},
+        }
+    )
     yield schemathesis.openapi.from_url(f"{api_url}/openapi.json", config=config)
     # End the tasks the fuzz published, so other modules' task lists are not crowded for 5-15 min.
     with httpx.Client(base_url=api_url, timeout=30, headers=fuzz_operator.headers) as client:
@@ -145,6 +156,11 @@ def test_the_fuzz_reached_past_validation_and_auth():
     assert len(answers) >= 19, sorted(answers)
     for label, codes in answers.items():
         assert not any(code >= 500 for code in codes if not label.endswith("/api/health")), (label, codes)
-    for label in ("GET /v1/agents/me", "GET /v1/agents/me/webhook-secret", "POST /api/mutations/propose",
-                  "POST /api/mutations/propose/batch", "POST /api/agents/tasks/{task_id}/claim"):
+    for label in (
+        "GET /v1/agents/me",
+        "GET /v1/agents/me/webhook-secret",
+        "POST /api/mutations/propose",
+        "POST /api/mutations/propose/batch",
+        "POST /api/agents/tasks/{task_id}/claim",
+    ):
         assert set(answers[label]) - {401, 422}, (label, answers[label])

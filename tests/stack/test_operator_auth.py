@@ -25,10 +25,10 @@ from temporalio.client import (
 
 from api.app import create_app
 from api.auth import require_operator
-from genesis import redis_keys as keys
-from genesis.config import PROJECT_ROOT
-from genesis.cli.processes import LOG_DIR
 from evolution.watcher import cooldown_key
+from genesis import redis_keys as keys
+from genesis.cli.processes import LOG_DIR
+from genesis.config import PROJECT_ROOT
 from tests import agents
 from tests.api_routes import http_routes
 from tests.stack.test_evolution import BASE, write_snapshots
@@ -52,8 +52,11 @@ SAMPLE = {
 
 def operator_routes(settings) -> set[tuple[str, str]]:
     """The routes of the app that depend on require_operator."""
-    return {(method, path) for method, path, route in http_routes(create_app(settings))
-            if any(d.call is require_operator for d in route.dependant.dependencies)}
+    return {
+        (method, path)
+        for method, path, route in http_routes(create_app(settings))
+        if any(d.call is require_operator for d in route.dependant.dependencies)
+    }
 
 
 def concrete(path: str) -> str:
@@ -111,10 +114,23 @@ async def test_an_operator_key_opens_them(http, operator_http, redis_client):
 async def _cli(*args: str, settings) -> tuple[int, str, str]:
     """`python -m genesis.cli ...` against the test database and pepper."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_")}
-    env.update({"GENESIS_DATABASE_URL": settings.database_url, "COLUMNS": "200",
-                "GENESIS_API_KEY_PEPPER": settings.api.key_pepper.get_secret_value()})
-    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "genesis.cli", *args, cwd=PROJECT_ROOT, env=env,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    env.update(
+        {
+            "GENESIS_DATABASE_URL": settings.database_url,
+            "COLUMNS": "200",
+            "GENESIS_API_KEY_PEPPER": settings.api.key_pepper.get_secret_value(),
+        }
+    )
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "genesis.cli",
+        *args,
+        cwd=PROJECT_ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     return proc.returncode, out.decode(), err.decode()
 
@@ -136,33 +152,44 @@ async def test_operator_key_commands(http, settings):
 
     code, out, err = await _cli("operator", "revoke-key", prefix, settings=settings)
     assert code == 0 and f"operator key {prefix} (night shift) revoked" in out, err
-    refused = await http.post(f"/api/agents/tasks/{published.json()['task_id']}/resolve",
-                              headers={"X-Operator-Key": key})
+    refused = await http.post(
+        f"/api/agents/tasks/{published.json()['task_id']}/resolve", headers={"X-Operator-Key": key}
+    )
     assert refused.status_code == 401 and refused.json()["error"] == "INVALID_OPERATOR_KEY"
-    await http.post(f"/api/agents/tasks/{published.json()['task_id']}/resolve", headers=await agents.operator_headers(settings))
+    await http.post(
+        f"/api/agents/tasks/{published.json()['task_id']}/resolve", headers=await agents.operator_headers(settings)
+    )
 
     code, out, err = await _cli("operator", "revoke-key", "ffffffff", settings=settings)
     assert code == 1 and "no operator key with prefix 'ffffffff'" in err
     code, out, err = await _cli("operator", "create-key", "--name", "  ", settings=settings)
     assert code == 1 and "1-64 printable characters" in err
-    code, out, err = await _cli("operator", "list-keys", settings=settings.model_copy(
-        update={"database_url": "postgresql+asyncpg://genesis:secret@127.0.0.1:1/none"}))
+    code, out, err = await _cli(
+        "operator",
+        "list-keys",
+        settings=settings.model_copy(update={"database_url": "postgresql+asyncpg://genesis:secret@127.0.0.1:1/none"}),
+    )
     assert code == 1 and "cannot use the database" in err and "secret" not in err, err
 
 
 async def test_foreign_schedules_are_not_genesis_business(operator_http, temporal_client, settings):
     """A schedule another program keeps in the namespace: not listed, not shown, not paused or deleted."""
     foreign_id = f"billing-{uuid.uuid4().hex[:8]}"
-    await temporal_client.create_schedule(foreign_id, Schedule(
-        action=ScheduleActionStartWorkflow("InvoiceRun", id="invoice-run", task_queue="billing"),
-        spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=1))]),
-        state=ScheduleState(paused=False, note="not Genesis'"),
-    ))
+    await temporal_client.create_schedule(
+        foreign_id,
+        Schedule(
+            action=ScheduleActionStartWorkflow("InvoiceRun", id="invoice-run", task_queue="billing"),
+            spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(hours=1))]),
+            state=ScheduleState(paused=False, note="not Genesis'"),
+        ),
+    )
     # Genesis' own kind of action, but on another task queue: another Genesis' schedule.
     other_queue_id = f"other-{uuid.uuid4().hex[:8]}"
     from evolution import schedules
-    await schedules.create(temporal_client, "someone-elses-queue", interval_s=3600, schedule_id=other_queue_id,
-                           paused=False)
+
+    await schedules.create(
+        temporal_client, "someone-elses-queue", interval_s=3600, schedule_id=other_queue_id, paused=False
+    )
     try:
         for schedule_id in (foreign_id, other_queue_id):
             for method, suffix in (("GET", ""), ("POST", "/pause"), ("POST", "/resume"), ("DELETE", "")):
@@ -181,8 +208,9 @@ async def test_foreign_schedules_are_not_genesis_business(operator_http, tempora
 async def test_forced_triggers_have_their_own_limit(start_api, redis_client, settings):
     """Two forced triggers per window here: the third is 429 with Retry-After. The Watcher's circuit
     breaker, open during the test, stops none of them, and they add nothing to its counter."""
-    url = await start_api("api-forced", forced_trigger_limit=2, forced_trigger_window_s=60,
-                          evolution_cycles_enabled=False)
+    url = await start_api(
+        "api-forced", forced_trigger_limit=2, forced_trigger_window_s=60, evolution_cycles_enabled=False
+    )
     await redis_client.delete(keys.WATCHER_FORCED_COUNTER, cooldown_key("stagnation"))
     await redis_client.set(keys.WATCHER_CIRCUIT_BREAKER, "1", ex=120)
     await redis_client.set(keys.WATCHER_TRIGGER_COUNTER, "3", ex=120)
@@ -192,20 +220,30 @@ async def test_forced_triggers_have_their_own_limit(start_api, redis_client, set
     try:
         async with httpx.AsyncClient(base_url=url, timeout=30, headers=headers) as api:
             for _ in range(2):
-                response = await api.post("/api/evolution/trigger", json={"anomaly_type": "stagnation", "severity": "critical"})
+                response = await api.post(
+                    "/api/evolution/trigger", json={"anomaly_type": "stagnation", "severity": "critical"}
+                )
                 assert response.status_code == 202, response.text
                 task_ids.append(response.json()["task_id"])
-            refused = await api.post("/api/evolution/trigger", json={"anomaly_type": "stagnation", "severity": "critical"})
+            refused = await api.post(
+                "/api/evolution/trigger", json={"anomaly_type": "stagnation", "severity": "critical"}
+            )
             assert refused.status_code == 429, refused.text
             body = refused.json()
             assert body["error"] == "FORCED_TRIGGER_LIMIT" and "at most 2 forced triggers per 60 s" in body["detail"]
             assert 1 <= body["retry_after_sec"] <= 60 and refused.headers["Retry-After"] == str(body["retry_after_sec"])
-        assert await redis_client.get(keys.WATCHER_TRIGGER_COUNTER) == b"3", "forced triggers counted against the Watcher"
+        assert await redis_client.get(keys.WATCHER_TRIGGER_COUNTER) == b"3", (
+            "forced triggers counted against the Watcher"
+        )
         assert await redis_client.get(keys.WATCHER_CIRCUIT_BREAKER) == b"1"
         assert 100 < await redis_client.ttl(keys.WATCHER_CIRCUIT_BREAKER) <= 120, "the breaker was reset or extended"
     finally:
-        await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER,
-                                  keys.WATCHER_FORCED_COUNTER, cooldown_key("stagnation"))
+        await redis_client.delete(
+            keys.WATCHER_CIRCUIT_BREAKER,
+            keys.WATCHER_TRIGGER_COUNTER,
+            keys.WATCHER_FORCED_COUNTER,
+            cooldown_key("stagnation"),
+        )
         async with httpx.AsyncClient(base_url=url, timeout=30, headers=headers) as api:
             for task_id in task_ids:
                 await api.post(f"/api/agents/tasks/{task_id}/resolve", json={"reason": "test over"})
@@ -216,7 +254,9 @@ async def test_open_mode_is_keyless_and_says_so_at_start(start_api):
     offset = log_path.stat().st_size if log_path.exists() else 0
     url = await start_api("api-open-operators", auth="open")
     deadline = time.monotonic() + 10
-    while "GENESIS_AUTH=open: THIS API CHECKS NO KEYS" not in (text := log_path.read_bytes()[offset:].decode(errors="replace")):
+    while "GENESIS_AUTH=open: THIS API CHECKS NO KEYS" not in (
+        text := log_path.read_bytes()[offset:].decode(errors="replace")
+    ):
         assert time.monotonic() < deadline, text
         await asyncio.sleep(0.1)
     assert "warning" in text.lower() and "genesis operator create-key" in text
@@ -227,6 +267,9 @@ async def test_open_mode_is_keyless_and_says_so_at_start(start_api):
         resolved = await api.post(f"/api/agents/tasks/{published.json()['task_id']}/resolve")
         assert resolved.status_code == 202, resolved.text
         # A key that is sent is still checked.
-        bad = await api.post("/api/agents/tasks", json=SAMPLE["/api/agents/tasks"],
-                             headers={"X-Operator-Key": "genop_0123abcd_" + "A" * 43})
+        bad = await api.post(
+            "/api/agents/tasks",
+            json=SAMPLE["/api/agents/tasks"],
+            headers={"X-Operator-Key": "genop_0123abcd_" + "A" * 43},
+        )
         assert bad.status_code == 401 and bad.json()["error"] == "INVALID_OPERATOR_KEY"

@@ -21,7 +21,8 @@ from tests import traits
 ADMISSION_CONNECTIONS = """
     SELECT pid FROM pg_stat_activity
     WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'idle'
-      AND (query LIKE 'INSERT INTO mutations %' OR query LIKE 'SELECT trait_versions.version, trait_versions.mutation_id%'
+      AND (query LIKE 'INSERT INTO mutations %'
+           OR query LIKE 'SELECT trait_versions.version, trait_versions.mutation_id%'
            OR query LIKE 'SELECT mutations.mutation_id, mutations.status%')
 """
 
@@ -43,8 +44,9 @@ async def test_propose_without_postgres_is_503_and_takes_no_quota(start_api, red
 
 async def test_connections_the_server_closed_are_replaced_without_a_failed_proposal(start_api, settings):
     # A task queue no worker polls: the accepted proposals' workflows wait there, costing nothing.
-    url = await start_api("api-postgres-closed", auth="open", workflow_start_sweep_s=3600,
-                          task_queue=f"idle-{uuid.uuid4().hex[:8]}")
+    url = await start_api(
+        "api-postgres-closed", auth="open", workflow_start_sweep_s=3600, task_queue=f"idle-{uuid.uuid4().hex[:8]}"
+    )
     agent_id = f"pg-closed-{uuid.uuid4().hex[:8]}"
 
     async def propose(variant: int) -> httpx.Response:
@@ -58,11 +60,13 @@ async def test_connections_the_server_closed_are_replaced_without_a_failed_propo
         await conn.execution_options(isolation_level="AUTOCOMMIT")  # pg_stat_activity is fresh per statement
         pids = list(await conn.scalars(text(ADMISSION_CONNECTIONS)))
         assert pids, "the admission left no pooled connection"
-        await conn.execute(text("SELECT pg_terminate_backend(pid) FROM unnest(CAST(:pids AS int[])) AS pid"),
-                           {"pids": pids})
+        await conn.execute(
+            text("SELECT pg_terminate_backend(pid) FROM unnest(CAST(:pids AS int[])) AS pid"), {"pids": pids}
+        )
         deadline = time.monotonic() + 10
-        while await conn.scalar(text("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(CAST(:pids AS int[]))"),
-                                {"pids": pids}):
+        while await conn.scalar(
+            text("SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(CAST(:pids AS int[]))"), {"pids": pids}
+        ):
             assert time.monotonic() < deadline, "the terminated backends did not exit"
             await asyncio.sleep(0.05)
     for variant in range(7_100_002, 7_100_003 + len(pids)):  # more proposals than closed connections

@@ -20,10 +20,10 @@ import redis.asyncio as aioredis
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 
-from pipeline import registry
 from genesis.cli.processes import ManagedProcess, api_process, engine_process, wait_for_api, worker_process
 from genesis.redis_keys import ENGINE_STATUS
 from genesis.workflow_api import rollback_workflow_id
+from pipeline import registry
 from tests.own_stack import own_settings
 from tests.stack.test_cli import invoke
 from tests.stack.test_lifecycle import wait_for_status
@@ -60,8 +60,7 @@ class Stack:
         redis = aioredis.from_url(self.settings.redis_url)
         try:
             await redis.delete(ENGINE_STATUS)
-            self.engine = engine_process(self.settings.override(engine_world_width=width),
-                                         "engine-quarantine")
+            self.engine = engine_process(self.settings.override(engine_world_width=width), "engine-quarantine")
             self.engine.start()
             await wait_until(lambda: redis.exists(ENGINE_STATUS), timeout_s=60, what="the engine to start")
         finally:
@@ -88,8 +87,14 @@ class Stack:
 async def stack(settings):
     """A stack of its own whose worker the tests stop and start; a rollback threshold no window
     reaches, so a harmless trait is kept; every entity the engine spawns carries the live traits."""
-    own = await own_settings(settings, "quarantine", rollback_threshold=-1000.0, engine_initial_population=0,
-                             engine_min_population=200, engine_trait_gain_chance=1.0)
+    own = await own_settings(
+        settings,
+        "quarantine",
+        rollback_threshold=-1000.0,
+        engine_initial_population=0,
+        engine_min_population=200,
+        engine_trait_gain_chance=1.0,
+    )
     worker, api = worker_process(own, "quarantine-worker"), api_process(own, "quarantine-api")
     api.start()
     url = await asyncio.to_thread(wait_for_api, api)
@@ -111,9 +116,11 @@ async def _quarantined(http, mutation_id: str) -> dict | None:
 
 async def _rollback_signalled(temporal_client, workflow_id: str) -> bool:
     history = await temporal_client.get_workflow_handle(workflow_id).fetch_history()
-    return any(event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
-               and event.workflow_execution_signaled_event_attributes.signal_name == "rollback"
-               for event in history.events)
+    return any(
+        event.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
+        and event.workflow_execution_signaled_event_attributes.signal_name == "rollback"
+        for event in history.events
+    )
 
 
 async def _live_trait_names(http) -> set[str]:
@@ -121,7 +128,8 @@ async def _live_trait_names(http) -> set[str]:
 
 
 async def test_a_trait_quarantined_live_is_recorded_never_reloaded_and_rolled_back_by_its_workflow(
-        stack, temporal_client, browser):
+    stack, temporal_client, browser
+):
     http = stack.http
     mutation_id = await propose(http, wide_world_raiser("wide_raiser"), trait_name="wide_raiser")
     await wait_for_status(http, mutation_id, {"activated"})
@@ -171,8 +179,11 @@ async def _quarantined_while_the_worker_is_down(stack: Stack, temporal_client, m
     assert detail["live"] is None and detail["live_version"] is None, detail
     [version] = detail["versions"]
     assert version["status"] == "quarantined" and version["quarantine"]["reason"] == why, version
-    await wait_until(lambda: _rollback_signalled(temporal_client, status["workflow_id"]), timeout_s=30,
-                     what="the rollback signal to reach the mutation's workflow")
+    await wait_until(
+        lambda: _rollback_signalled(temporal_client, status["workflow_id"]),
+        timeout_s=30,
+        what="the rollback signal to reach the mutation's workflow",
+    )
     [announced] = await stack.quarantine_messages(mutation_id)
     assert announced["agent"] == "engine" and announced["message"] == f"Trait 'wide_raiser' v1 quarantined: {why}"
     code, out, _ = await invoke(str(http.base_url), "status", mutation_id)

@@ -15,24 +15,29 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from pipeline import ratelimit
 from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.db.session import get_sessionmaker
 from genesis.redis_keys import ratelimit_active, ratelimit_agent_hour, ratelimit_ip_minute
+from pipeline import ratelimit
 from tests import agents, traits
 from tests.stack.test_identity import forbidden
 from tests.stack.test_lifecycle import wait_for_status
 from tests.stack.test_mutation_pipeline import wait_for_verdict
 
 UNPOLLED = "genesis-test-unpolled"
-SEED = {f"ratelimit_{name}": getattr(Settings(_env_file=None).ratelimit, name) for name in (
-    "active_per_agent", "proposals_per_ip_minute", "proposals_per_agent_hour")}
+SEED = {
+    f"ratelimit_{name}": getattr(Settings(_env_file=None).ratelimit, name)
+    for name in ("active_per_agent", "proposals_per_ip_minute", "proposals_per_agent_hour")
+}
 
 
 def test_the_defaults_are_the_seeds():
-    assert SEED == {"ratelimit_active_per_agent": 5, "ratelimit_proposals_per_ip_minute": 10,
-                    "ratelimit_proposals_per_agent_hour": 30}
+    assert SEED == {
+        "ratelimit_active_per_agent": 5,
+        "ratelimit_proposals_per_ip_minute": 10,
+        "ratelimit_proposals_per_agent_hour": 30,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +91,9 @@ async def test_fifty_parallel_proposals_from_one_agent(seed_limits_url, settings
 async def test_proposals_per_ip_per_minute(seed_limits_url, settings, redis_client):
     async with client_from(seed_limits_url, "127.0.0.31") as http:
         crowd = [await agents.register(http, f"crowd-{i}") for i in range(3)]
-        responses = await asyncio.gather(*(
-            propose(http, agent, traits.seeker(1100 + 10 * n + i)) for n, agent in enumerate(crowd) for i in range(6)
-        ))
+        responses = await asyncio.gather(
+            *(propose(http, agent, traits.seeker(1100 + 10 * n + i)) for n, agent in enumerate(crowd) for i in range(6))
+        )
         assert sum(r.status_code == 202 for r in responses) == 10, [r.status_code for r in responses]
         assert all(r.status_code in (202, 429) for r in responses)
         assert all(r.json()["retry_after_sec"] >= 1 for r in responses if r.status_code == 429)
@@ -96,8 +101,12 @@ async def test_proposals_per_ip_per_minute(seed_limits_url, settings, redis_clie
             assert await agent_mutations(settings, agent.agent_id) <= 5
         # The bucket is full: any agent from this IP is refused until the minute is over.
         late = await agents.register(http, "late")
-        assert_429(await propose(http, late, traits.seeker(1190)),
-                   "Too many proposals from IP 127.0.0.31 this minute (limit: 10 per minute)", 1, 60)
+        assert_429(
+            await propose(http, late, traits.seeker(1190)),
+            "Too many proposals from IP 127.0.0.31 this minute (limit: 10 per minute)",
+            1,
+            60,
+        )
         assert int(await redis_client.get(ratelimit_ip_minute("127.0.0.31"))) == 10
     async with client_from(seed_limits_url, "127.0.0.32") as http:
         assert (await propose(http, late, traits.seeker(1191))).status_code == 202, "another IP has its own bucket"
@@ -116,9 +125,15 @@ async def test_forged_forwarded_for_does_not_pick_the_rate_limit_key(seed_limits
     await redis_client.delete(ratelimit_ip_minute(ip))  # the rest of the suite proposes from here too
     async with client_from(seed_limits_url, ip) as http:
         crowd = [await agents.register(http, f"forger-{i}") for i in range(3)]
-        responses = [await propose(http, crowd[n % 3], traits.seeker(1300 + n),
-                                   **{"X-Forwarded-For": f"203.0.113.{n}", "X-Forwarded-Proto": "https"})
-                     for n in range(11)]
+        responses = [
+            await propose(
+                http,
+                crowd[n % 3],
+                traits.seeker(1300 + n),
+                **{"X-Forwarded-For": f"203.0.113.{n}", "X-Forwarded-Proto": "https"},
+            )
+            for n in range(11)
+        ]
     assert [r.status_code for r in responses] == [202] * 10 + [429], [r.text for r in responses]
     assert_429(responses[-1], f"Too many proposals from IP {ip} this minute (limit: 10 per minute)", 1, 60)
     assert int(await redis_client.get(ratelimit_ip_minute(ip))) == 10
@@ -138,15 +153,21 @@ async def test_forwarded_for_is_believed_from_a_configured_proxy(start_api, sett
 
 
 async def test_proposals_per_agent_per_hour(start_api, settings):
-    url = await start_api("api-hourly", task_queue=UNPOLLED, ratelimit_active_per_agent=1000,
-                          ratelimit_proposals_per_ip_minute=1000, ratelimit_proposals_per_agent_hour=30)
+    url = await start_api(
+        "api-hourly",
+        task_queue=UNPOLLED,
+        ratelimit_active_per_agent=1000,
+        ratelimit_proposals_per_ip_minute=1000,
+        ratelimit_proposals_per_agent_hour=30,
+    )
     async with client_from(url, "127.0.0.41") as http:
         me = await agents.register(http, "hourly-agent")
         responses = await asyncio.gather(*(propose(http, me, traits.seeker(1200 + i)) for i in range(50)))
     assert sum(r.status_code == 202 for r in responses) == 30
     for response in (r for r in responses if r.status_code != 202):
-        assert_429(response, f"Too many proposals from agent_id '{me.agent_id}' this hour (limit: 30 per hour)",
-                   3500, 3600)
+        assert_429(
+            response, f"Too many proposals from agent_id '{me.agent_id}' this hour (limit: 30 per hour)", 3500, 3600
+        )
     assert await agent_mutations(settings, me.agent_id) == 30
 
 
@@ -165,16 +186,24 @@ async def test_retried_idempotent_proposal_is_not_counted_twice(seed_limits_url,
 async def test_terminal_states_release_the_active_slot(start_api, redis_client):
     """Through the real worker: a live mutation holds the agent's only slot until it is rolled
     back; a rejected one gives it back as soon as it is rejected."""
-    url = await start_api("api-one-active", ratelimit_active_per_agent=1, ratelimit_proposals_per_ip_minute=1000,
-                          ratelimit_proposals_per_agent_hour=1000)
+    url = await start_api(
+        "api-one-active",
+        ratelimit_active_per_agent=1,
+        ratelimit_proposals_per_ip_minute=1000,
+        ratelimit_proposals_per_agent_hour=1000,
+    )
     async with client_from(url, "127.0.0.51") as http:
         me = await agents.register(http, "one-at-a-time")
         live = await propose(http, me, traits.seeker(1400), "one_slot")
         assert live.status_code == 202, live.text
         live_id = live.json()["mutation_id"]
         await wait_for_status(http, live_id, {"activated"})
-        assert_429(await propose(http, me, forbidden("wait")),
-                   f"Too many active mutations for agent_id '{me.agent_id}' (limit: 1)", 30, 30)
+        assert_429(
+            await propose(http, me, forbidden("wait")),
+            f"Too many active mutations for agent_id '{me.agent_id}' (limit: 1)",
+            30,
+            30,
+        )
         assert (await http.post(f"/api/mutations/{live_id}/rollback", headers=me.headers)).status_code == 202
         await wait_for_status(http, live_id, {"rolled_back"})
         assert await redis_client.zcard(ratelimit_active(me.agent_id)) == 0
@@ -204,14 +233,16 @@ async def test_code_size_limit_is_32_kb(http, redis_client):
 
 async def test_the_script_is_atomic_idempotent_and_refundable(redis_client):
     agent_id, ip = f"script-{uuid.uuid4().hex[:6]}", f"10.9.{uuid.uuid4().int % 250}.1"
-    limits = ratelimit.Limits(active_per_agent=2, per_ip_minute=100, per_agent_hour=100, active_slot_ttl_s=1,
-                              active_retry_after_s=7)
+    limits = ratelimit.Limits(
+        active_per_agent=2, per_ip_minute=100, per_agent_hour=100, active_slot_ttl_s=1, active_retry_after_s=7
+    )
     first = await ratelimit.acquire(redis_client, limits, agent_id, ip, "mut_a")
     again = await ratelimit.acquire(redis_client, limits, agent_id, ip, "mut_a")
     assert first.allowed and not first.already_held and again.allowed and again.already_held
     assert int(await redis_client.get(ratelimit_agent_hour(agent_id))) == 1
-    decisions = await asyncio.gather(*(ratelimit.acquire(redis_client, limits, agent_id, ip, f"mut_{i}")
-                                       for i in range(20)))
+    decisions = await asyncio.gather(
+        *(ratelimit.acquire(redis_client, limits, agent_id, ip, f"mut_{i}") for i in range(20))
+    )
     assert sum(d.allowed for d in decisions) == 1
     refused = next(d for d in decisions if not d.allowed)
     assert refused.limit == "active" and refused.retry_after_sec == 7 and refused.limit_value == 2

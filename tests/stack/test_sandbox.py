@@ -22,7 +22,7 @@ from tests.isolation import assert_isolated
 
 # Reaches `os` through the classic subclass walk (which the gatekeeper rejects) and reports what
 # it could do through the one channel it has: the entity's `state` intent.
-ESCAPE_ATTEMPT = '''
+ESCAPE_ATTEMPT = """
 class Escape:
     async def execute(self, entity) -> None:
         os_globals = None
@@ -49,7 +49,7 @@ class Escape:
             except OSError as exc:
                 report.append("%s=%s" % (name, exc.strerror))
         entity.state = ";".join(report)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -88,8 +88,12 @@ def test_code_past_the_gatekeeper_is_still_contained(client):
 def test_trial_reports_fps_drop_when_the_trait_costs_too_much(client):
     # A minimum fps no trait can meet exercises the verdict without a timing-sensitive trait.
     settings = Settings().override(sandbox_min_fps=1e9, sandbox_ticks=5)
-    request = SandboxRequest(mutation_id="mut_fpsdrop0001", trait_name="energy_hoarder",
-                             class_name="EnergyHoarderTrait", code=traits.SEED_EXAMPLE)
+    request = SandboxRequest(
+        mutation_id="mut_fpsdrop0001",
+        trait_name="energy_hoarder",
+        class_name="EnergyHoarderTrait",
+        code=traits.SEED_EXAMPLE,
+    )
     report = run_trial(request, settings, client)
     assert report.verdict == "SANDBOX_FPS_DROP"
     assert report.ticks_run == 5 and report.calls > 0
@@ -97,8 +101,9 @@ def test_trial_reports_fps_drop_when_the_trait_costs_too_much(client):
 
 
 def test_trial_of_a_good_trait_applies_its_intents(client):
-    request = SandboxRequest(mutation_id="mut_goodtrait0001", trait_name="seeker", class_name="SeekerTrait",
-                             code=traits.seeker(1))
+    request = SandboxRequest(
+        mutation_id="mut_goodtrait0001", trait_name="seeker", class_name="SeekerTrait", code=traits.seeker(1)
+    )
     report = run_trial(request, Settings().override(sandbox_ticks=20), client)
     assert report.verdict == "ok", report.summary
     assert report.intents_applied > 0
@@ -108,19 +113,20 @@ def test_trial_of_a_good_trait_applies_its_intents(client):
 
 
 # Remembers everything it ever saw: its memory grows every call, without bound.
-MEMORY_GROWER = '''
+MEMORY_GROWER = """
 class MemoryGrower:
     def __init__(self):
         self.seen = []
 
     async def execute(self, entity) -> None:
         self.seen.append([entity.x, entity.y, entity.energy, entity.age])
-'''
+"""
 
 
 def test_trial_fails_a_trait_whose_memory_grows_without_bound(client):
-    request = SandboxRequest(mutation_id="mut_memgrow0001", trait_name="memory_grower", class_name="MemoryGrower",
-                             code=MEMORY_GROWER)
+    request = SandboxRequest(
+        mutation_id="mut_memgrow0001", trait_name="memory_grower", class_name="MemoryGrower", code=MEMORY_GROWER
+    )
     report = run_trial(request, Settings().override(sandbox_ticks=40), client)
     assert report.verdict == "SANDBOX_MEMORY", report.summary
     assert report.memory_blocks_per_tick > 10
@@ -135,11 +141,11 @@ def test_the_host_runs_the_python_the_gatekeeper_validates(client):
     assert tuple(int(part) for part in reply["python"].split(".")[:2]) == rules.TRAIT_LANGUAGE == rules.trait_language()
 
 
-HOARDER = '''
+HOARDER = """
 class Hoarder:
     async def execute(self, entity) -> None:
         entity.state = "got %d" % len([0] * 100_000_000)
-'''
+"""
 
 
 def test_a_trait_that_hoards_memory_meets_a_memory_error_and_the_host_lives_on(client):
@@ -153,8 +159,10 @@ def test_a_trait_that_hoards_memory_meets_a_memory_error_and_the_host_lives_on(c
         assert host.request(trait_hosts.hello(), 10)["ok"], "the host still answers"
 
 
-@pytest.mark.parametrize("limit, expected", [("64m", 64 * 2**20), ("1g", 2**30), ("512k", 512 * 2**10),
-                                             ("1048576", 2**20), ("256MB", 256 * 2**20)])
+@pytest.mark.parametrize(
+    "limit, expected",
+    [("64m", 64 * 2**20), ("1g", 2**30), ("512k", 512 * 2**10), ("1048576", 2**20), ("256MB", 256 * 2**20)],
+)
 def test_memory_limits_in_docker_notation(limit, expected):
     assert memory_bytes(limit) == expected
 
@@ -164,7 +172,11 @@ def test_the_image_runs_the_host_as_its_command(client):
     assert tag.split(":")[1].startswith("cpython-")
     out = subprocess.run(
         ["docker", "run", "-i", "--rm", "--network", "none", "--read-only", tag, *image.COMMAND],
-        input=json.dumps(trait_hosts.hello()) + "\n", capture_output=True, text=True, timeout=60, check=True,
+        input=json.dumps(trait_hosts.hello()) + "\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     ).stdout
     reply = json.loads(out.splitlines()[0])
     assert reply["ok"] and reply["implementation"] == "cpython"

@@ -16,8 +16,8 @@ import pytest
 from genesis.config import Settings
 from sandbox import image
 from sandbox.container import IsolationLimits, containers_of
-from tests import trait_hosts
 from sandbox.pool import WarmPool
+from tests import trait_hosts
 
 SIZE = 2
 
@@ -32,8 +32,14 @@ def client():
 @pytest.fixture
 def pool(client):
     # As the worker runs it: hosts on a private Unix socket (GENESIS_SANDBOX_HOST_SOCKET, default on)
-    pool = WarmPool(client, image.image_tag(), IsolationLimits("256m", 32, 1.0), SIZE, trait_hosts.hello(),
-                    private_socket=Settings().sandbox.host_socket).start()
+    pool = WarmPool(
+        client,
+        image.image_tag(),
+        IsolationLimits("256m", 32, 1.0),
+        SIZE,
+        trait_hosts.hello(),
+        private_socket=Settings().sandbox.host_socket,
+    ).start()
     yield pool
     pool.close()
 
@@ -59,8 +65,11 @@ def test_a_test_gets_a_warm_greeted_container_that_serves_only_its_mutation(clie
     assert not host.framed, "the test talks to its host over the private socket, not docker attach"
     socket_dir = host._socket_dir
     # renamed for the mutation it serves (in the background: the test does not wait for Docker)
-    wait_for(lambda: [c.id for c in containers_of(client, owner)] == [host.id], 10,
-             "the container to be named after its mutation")
+    wait_for(
+        lambda: [c.id for c in containers_of(client, owner)] == [host.id],
+        10,
+        "the container to be named after its mutation",
+    )
     pool.retire(host)
     wait_for(lambda: not containers_of(client, owner), 30, "the used container to be destroyed")
     wait_for(lambda: not os.path.exists(socket_dir), 10, "its private socket directory to go with it")
@@ -83,6 +92,7 @@ def test_under_load_the_pool_never_exceeds_its_size_and_refills(client, pool):
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
+
         def one_test(owner: str) -> str:
             host = pool.new_host(owner)
             try:

@@ -48,9 +48,19 @@ async def no_activation_api(start_api) -> str:
 async def mutation_row(sessions, code: str) -> str:
     mutation_id = new_mutation_id()
     async with sessions() as session:
-        session.add(Mutation(mutation_id=mutation_id, agent_id="verdict-test", trait_name="verdict_trait", code=code,
-                             status="validating", validation_log=LOG_BEFORE, holds_code_hash=True,
-                             code_hash=mutation_id.ljust(64, "0"), workflow_id=f"mutation-{mutation_id}"))
+        session.add(
+            Mutation(
+                mutation_id=mutation_id,
+                agent_id="verdict-test",
+                trait_name="verdict_trait",
+                code=code,
+                status="validating",
+                validation_log=LOG_BEFORE,
+                holds_code_hash=True,
+                code_hash=mutation_id.ljust(64, "0"),
+                workflow_id=f"mutation-{mutation_id}",
+            )
+        )
         await session.commit()
     return mutation_id
 
@@ -60,11 +70,16 @@ async def row(sessions, mutation_id: str) -> Mutation:
         return await session.scalar(select(Mutation).where(Mutation.mutation_id == mutation_id))
 
 
-@pytest.mark.parametrize("code, class_name, verdict", [
-    (traits.SEED_EXAMPLE, "EnergyHoarderTrait", "ok"),
-    (traits.RAISES, "ExplodingTrait", "SANDBOX_EXCEPTION"),
-])
-async def test_the_sandbox_activity_returns_its_verdict_and_writes_nothing(settings, sandbox, code, class_name, verdict):
+@pytest.mark.parametrize(
+    "code, class_name, verdict",
+    [
+        (traits.SEED_EXAMPLE, "EnergyHoarderTrait", "ok"),
+        (traits.RAISES, "ExplodingTrait", "SANDBOX_EXCEPTION"),
+    ],
+)
+async def test_the_sandbox_activity_returns_its_verdict_and_writes_nothing(
+    settings, sandbox, code, class_name, verdict
+):
     sessions = get_sessionmaker(settings.database_url)
     mutation_id = await mutation_row(sessions, code)
     before = await row(sessions, mutation_id)
@@ -73,34 +88,47 @@ async def test_the_sandbox_activity_returns_its_verdict_and_writes_nothing(setti
     report = await asyncio.to_thread(ActivityEnvironment().run, sandbox.run_sandbox_test, request)
     assert report.verdict == verdict and report.summary
     after = await row(sessions, mutation_id)
-    assert (after.status, after.validation_log, after.sandbox_report, after.failure_reason_code, after.updated_at) == \
-        ("validating", LOG_BEFORE, None, None, before.updated_at)
+    assert (after.status, after.validation_log, after.sandbox_report, after.failure_reason_code, after.updated_at) == (
+        "validating",
+        LOG_BEFORE,
+        None,
+        None,
+        before.updated_at,
+    )
 
 
 @pytest.mark.parametrize("status", ["rejected", "sandbox_ok"])
 async def test_the_workflow_records_the_verdict_the_activity_returned(no_activation_api, temporal_client, status):
     # Code no other test proposes (else DUPLICATE_CODE): a message of its own, a seeker of its own.
-    code = (traits.RAISES.replace('"boom"', f'"boom {uuid.uuid4().hex}"') if status == "rejected"
-            else traits.seeker(random.randrange(10**8, 10**9)))
+    code = (
+        traits.RAISES.replace('"boom"', f'"boom {uuid.uuid4().hex}"')
+        if status == "rejected"
+        else traits.seeker(random.randrange(10**8, 10**9))
+    )
     async with httpx.AsyncClient(base_url=no_activation_api, timeout=30) as http:
         mutation_id = await propose(http, code, trait_name=f"verdict_{status}")
         record = await wait_for_verdict(http, mutation_id)
     assert record["status"] == status, record
     history = await temporal_client.get_workflow_handle(record["workflow_id"]).fetch_history()
     completed = next(
-        e.activity_task_completed_event_attributes for e in history.events
+        e.activity_task_completed_event_attributes
+        for e in history.events
         if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_COMPLETED
     )
     [returned] = pydantic_data_converter.payload_converter.from_payloads(completed.result.payloads, [SandboxReport])
     assert record["sandbox_report"] == returned.model_dump()
     log = record["validation_log"]
-    assert log[-1] == (f"Sandbox: OK — {returned.summary}" if status == "sandbox_ok"
-                       else f"Sandbox: FAILED — SANDBOX_EXCEPTION: {returned.summary}")
+    assert log[-1] == (
+        f"Sandbox: OK — {returned.summary}"
+        if status == "sandbox_ok"
+        else f"Sandbox: FAILED — SANDBOX_EXCEPTION: {returned.summary}"
+    )
     assert not any(line.startswith("Sandbox: running") for line in log)  # the verdict's line replaced it
     # The verdict was written by the workflow's own status activity, after the sandbox test.
     commands = command_events(history)
     sandbox_at = next(c.event_id for c in commands if c.name == names.RUN_SANDBOX_TEST)
-    assert [c.name for c in commands if c.event_id > sandbox_at and c.kind == "local activity"] == \
-        [names.RECORD_MUTATION_STATUS]
+    assert [c.name for c in commands if c.event_id > sandbox_at and c.kind == "local activity"] == [
+        names.RECORD_MUTATION_STATUS
+    ]
     if status == "sandbox_ok":
         await replay_and_maybe_record(temporal_client, mutation_id, "mutation_sandbox_ok")

@@ -40,21 +40,48 @@ PROPOSE_BODY = {  # the seed's request; agent_id is the key's agent (may be left
 SEED_STATUSES = ["queued", "validating", "sandbox_ok", "activated"]  # the seed's happy path, in order
 
 # The seed's examples, key by key (Genesis adds fields; it never drops or renames one).
-SEED_TASK_KEYS = {"task_id", "expires_at", "ttl_remaining_sec", "source", "problem_type", "severity",
-                  "description", "suggested_area", "world_context", "constraints"}
+SEED_TASK_KEYS = {
+    "task_id",
+    "expires_at",
+    "ttl_remaining_sec",
+    "source",
+    "problem_type",
+    "severity",
+    "description",
+    "suggested_area",
+    "world_context",
+    "constraints",
+}
 SEED_SANDBOX_API = {
     "api_version": "1",
     "trait_pattern": "define class BaseTrait stub inline, then inherit from it",
     "required_method": "async execute(self, entity) -> None",
-    "allowed_imports": ["__future__", "math", "random", "dataclasses", "typing", "enum", "collections",
-                        "functools", "itertools"],
+    "allowed_imports": [
+        "__future__",
+        "math",
+        "random",
+        "dataclasses",
+        "typing",
+        "enum",
+        "collections",
+        "functools",
+        "itertools",
+    ],
     "timeout_ms": 5,
     "max_loop_iterations": 100,
     "no_module_level_code": True,
 }
 SEED_PROPOSE_KEYS = {"mutation_id", "status", "message"}
-SEED_STATUS_KEYS = {"mutation_id", "trait_name", "agent_id", "status", "failure_reason_code", "created_at",
-                    "updated_at", "validation_log"}
+SEED_STATUS_KEYS = {
+    "mutation_id",
+    "trait_name",
+    "agent_id",
+    "status",
+    "failure_reason_code",
+    "created_at",
+    "updated_at",
+    "validation_log",
+}
 SEED_EFFECTS_KEYS = {"mutation_id", "trait_name", "status", "observation_window_ticks", "observed", "effects"}
 SEED_EFFECT_DELTAS = {"entity_count_delta": int, "avg_energy_delta": (int, float), "death_starvation_delta": int}
 
@@ -92,8 +119,10 @@ async def start_from_a_world_without_the_seed_example(http, settings, start_api)
     if live is not None:
         operator = await start_api("walkthrough-operator", auth="open")
         async with httpx.AsyncClient(base_url=operator, timeout=30) as client:
-            rollback = await client.post(f"/api/mutations/{live['mutation_id']}/rollback",
-                                         json={"reason": "the seed walkthrough starts without it"})
+            rollback = await client.post(
+                f"/api/mutations/{live['mutation_id']}/rollback",
+                json={"reason": "the seed walkthrough starts without it"},
+            )
             assert rollback.status_code in (200, 202), rollback.text
 
         async def retired():
@@ -104,7 +133,9 @@ async def start_from_a_world_without_the_seed_example(http, settings, start_api)
     code_hash = gatekeeper.validate("energy_hoarder", traits.SEED_EXAMPLE).code_hash
     async with get_sessionmaker(settings.database_url)() as session:
         await session.execute(
-            update(Mutation).where(Mutation.code_hash == code_hash, Mutation.holds_code_hash).values(holds_code_hash=False)
+            update(Mutation)
+            .where(Mutation.code_hash == code_hash, Mutation.holds_code_hash)
+            .values(holds_code_hash=False)
         )
         await session.commit()
 
@@ -128,8 +159,9 @@ async def test_seed_walkthrough_over_http(http, settings, engine_proc, start_api
     assert isinstance(task["world_context"], dict)
     assert set(task["world_context"]) <= {"entity_count", "avg_energy"}  # of the latest snapshot, if any
     assert task["constraints"] and all(isinstance(c, str) and c for c in task["constraints"])
-    assert any("math, random, dataclasses, typing, enum, collections, functools, itertools" in c
-               for c in task["constraints"])
+    assert any(
+        "math, random, dataclasses, typing, enum, collections, functools, itertools" in c for c in task["constraints"]
+    )
     assert task["claimed_by"] is None and task["claim_lease_remaining_sec"] is None
 
     # 2. GET /api/agents/context/sandbox-api: the rules, seed shape.
@@ -198,8 +230,12 @@ async def test_seed_walkthrough_over_http(http, settings, engine_proc, start_api
     # 5. GET /api/mutations/{id}/effects: before the observation window is over (seed, first example)...
     before = (await http.get(f"/api/mutations/{mutation_id}/effects")).json()
     assert {key: before[key] for key in SEED_EFFECTS_KEYS | {"fitness_verdict"}} == {
-        "mutation_id": mutation_id, "trait_name": "energy_hoarder", "status": "activated",
-        "observation_window_ticks": settings.observation.window_ticks, "observed": False, "effects": None,
+        "mutation_id": mutation_id,
+        "trait_name": "energy_hoarder",
+        "status": "activated",
+        "observation_window_ticks": settings.observation.window_ticks,
+        "observed": False,
+        "effects": None,
         "fitness_verdict": None,
     }
     assert before["trait_version"] == status["trait_version"] and before["replaces"] is None  # a new trait
@@ -237,8 +273,10 @@ def _documented_walkthrough() -> str:
 def test_documented_walkthrough_sends_these_requests():
     """The curl commands of docs/api.md are this test's requests: same paths, same bodies."""
     script = _documented_walkthrough()
-    bodies = [json.loads(raw.replace("'\"$TASK\"'", TASK_PLACEHOLDER))
-              for raw in re.findall(r"-d '(.*?)'(?=\s*(?:\||\\?\n|$))", script, flags=re.S)]
+    bodies = [
+        json.loads(raw.replace("'\"$TASK\"'", TASK_PLACEHOLDER))
+        for raw in re.findall(r"-d '(.*?)'(?=\s*(?:\||\\?\n|$))", script, flags=re.S)
+    ]
     assert bodies == [TASK_BODY, REGISTER_BODY, PROPOSE_BODY]
     requests = re.findall(r"curl -s (?:-X (\w+) )?localhost:8000(\S+)", script)
     assert [(method or "GET", path) for method, path in requests] == [
@@ -252,4 +290,4 @@ def test_documented_walkthrough_sends_these_requests():
         ("GET", "/api/mutations/$MUT/effects"),
         ("GET", "/v1/agents/me"),
     ]
-    assert 'X-API-Key: $KEY' in script.split("/claim", 1)[1].split("\n", 1)[0]
+    assert "X-API-Key: $KEY" in script.split("/claim", 1)[1].split("\n", 1)[0]

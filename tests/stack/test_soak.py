@@ -9,8 +9,15 @@ from tests.own_stack import redis_db_below
 
 
 async def test_a_minute_of_thirty_traits_keeps_the_host_up_and_its_memory_flat(settings):
-    result = await run_soak(60.0, traits=30, agents=10, redis_url=redis_db_below(5), warmup_s=15.0, sample_s=2.0,
-                            settings=settings.override(engine_snapshot_interval=300, engine_trait_gain_chance=0.25))
+    result = await run_soak(
+        60.0,
+        traits=30,
+        agents=10,
+        redis_url=redis_db_below(5),
+        warmup_s=15.0,
+        sample_s=2.0,
+        settings=settings.override(engine_snapshot_interval=300, engine_trait_gain_chance=0.25),
+    )
     assert result["host_restarts"] == 0, result
     assert result["skipped_ticks"] == 0, result
     assert result["quarantined"] == [], result

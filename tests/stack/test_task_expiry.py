@@ -22,9 +22,9 @@ from temporalio.worker import Replayer, Worker
 
 from activities.tasks import TaskActivities
 from genesis import redis_keys as keys
+from genesis.cli.processes import TEMPORAL_CLI
 from genesis.config import Settings
 from genesis.dto import AgentTask, TaskEndReason, TaskResult, TaskSeverity
-from genesis.cli.processes import TEMPORAL_CLI
 from genesis.redis_keys import Channels
 from genesis.workflow_api import TASK_WORKFLOW, task_workflow_id
 from tests.conftest import TEST_REDIS_URL
@@ -71,9 +71,14 @@ async def collect_events(pubsub, task_id: str, until: str, timeout_s: float = 30
 def new_task(severity: TaskSeverity) -> AgentTask:
     ttl = Settings().task.ttl_s(severity.value)
     return AgentTask(
-        task_id=f"task_{uuid.uuid4().hex[:12]}", expires_at=round(time.time() + ttl, 3), source="watcher",
-        problem_type="starvation", severity=severity, description="Average energy fell to 20%.",
-        world_context={"entity_count": 134, "avg_energy": 20.1}, constraints=["only math and random"],
+        task_id=f"task_{uuid.uuid4().hex[:12]}",
+        expires_at=round(time.time() + ttl, 3),
+        source="watcher",
+        problem_type="starvation",
+        severity=severity,
+        description="Average energy fell to 20%.",
+        world_context={"entity_count": 134, "avg_energy": 20.1},
+        constraints=["only math and random"],
     )
 
 
@@ -84,10 +89,15 @@ async def test_task_expires_on_its_durable_timer(skipping_env, redis_client, sev
     pubsub = redis_client.pubsub()
     await pubsub.subscribe(Channels.AGENT_TASKS)
     started = time.monotonic()
-    async with Worker(skipping_env.client, task_queue=QUEUE, workflows=[TaskWorkflow],
-                      activities=[*_activities(redis_client)]):
+    async with Worker(
+        skipping_env.client, task_queue=QUEUE, workflows=[TaskWorkflow], activities=[*_activities(redis_client)]
+    ):
         handle = await skipping_env.client.start_workflow(
-            TASK_WORKFLOW, task, id=task_workflow_id(task.task_id), task_queue=QUEUE, result_type=TaskResult,
+            TASK_WORKFLOW,
+            task,
+            id=task_workflow_id(task.task_id),
+            task_queue=QUEUE,
+            result_type=TaskResult,
         )
         result: TaskResult = await asyncio.wait_for(handle.result(), 60)
         virtual_end = await skipping_env.get_current_time(handle)
@@ -96,7 +106,12 @@ async def test_task_expires_on_its_durable_timer(skipping_env, redis_client, sev
     events = await collect_events(pubsub, task.task_id, "TaskExpired")
     await pubsub.aclose()
     assert events == [
-        {"event": "TaskPublished", "task_id": task.task_id, "problem_type": "starvation", "expires_at": task.expires_at},
+        {
+            "event": "TaskPublished",
+            "task_id": task.task_id,
+            "problem_type": "starvation",
+            "expires_at": task.expires_at,
+        },
         {"event": "TaskExpired", "task_id": task.task_id},
     ]
     # Removed from Redis: no body, not queued, no claim.
@@ -116,10 +131,15 @@ async def test_task_expires_on_its_durable_timer(skipping_env, redis_client, sev
 
 async def test_a_task_past_its_expiry_is_never_published(skipping_env, redis_client):
     task = new_task(TaskSeverity.high).model_copy(update={"expires_at": time.time() - 1})
-    async with Worker(skipping_env.client, task_queue=QUEUE, workflows=[TaskWorkflow],
-                      activities=[*_activities(redis_client)]):
+    async with Worker(
+        skipping_env.client, task_queue=QUEUE, workflows=[TaskWorkflow], activities=[*_activities(redis_client)]
+    ):
         result: TaskResult = await skipping_env.client.execute_workflow(
-            TASK_WORKFLOW, task, id=task_workflow_id(task.task_id), task_queue=QUEUE, result_type=TaskResult,
+            TASK_WORKFLOW,
+            task,
+            id=task_workflow_id(task.task_id),
+            task_queue=QUEUE,
+            result_type=TaskResult,
         )
     assert result.reason == TaskEndReason.expired and not result.published
     assert await redis_client.get(keys.agent_task(task.task_id)) is None

@@ -20,8 +20,8 @@ import uuid
 import httpx
 import pytest
 import redis.asyncio as aioredis
-from websockets.asyncio.client import connect
 from redis.exceptions import RedisError
+from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from genesis.cli.processes import free_port
@@ -72,17 +72,22 @@ async def test_task_events_are_forwarded_and_filtered(api_url, redis_client):
     await wait_subscribed(api_url)
     task_id = f"task_{uuid.uuid4().hex[:8]}"
     mine = lambda e: e.get("task_id") == task_id  # noqa: E731
-    async with connect(ws_url(api_url)) as everything, \
-            connect(ws_url(api_url, "events=TaskExpired")) as expired_only:
+    async with connect(ws_url(api_url)) as everything, connect(ws_url(api_url, "events=TaskExpired")) as expired_only:
         await redis_client.publish(Channels.AGENT_TASKS, "not json")  # ignored, never forwarded
         await redis_client.publish(Channels.AGENT_TASKS, json.dumps({"event": "MutationActivated"}))  # wrong channel
-        await redis_client.publish(Channels.AGENT_TASKS, task_event(
-            "TaskPublished", task_id, problem_type="overpopulation", expires_at=1708124500.0))
+        await redis_client.publish(
+            Channels.AGENT_TASKS,
+            task_event("TaskPublished", task_id, problem_type="overpopulation", expires_at=1708124500.0),
+        )
         await redis_client.publish(Channels.AGENT_TASKS, task_event("TaskExpired", task_id))
 
         published = await next_event(everything, mine)
-        assert published == {"event": "TaskPublished", "task_id": task_id, "problem_type": "overpopulation",
-                              "expires_at": 1708124500.0}
+        assert published == {
+            "event": "TaskPublished",
+            "task_id": task_id,
+            "problem_type": "overpopulation",
+            "expires_at": 1708124500.0,
+        }
         assert await next_event(everything, mine) == {"event": "TaskExpired", "task_id": task_id}
         # The filtered socket never sees TaskPublished: its first event of this task is the expiry.
         assert await next_event(expired_only, mine) == {"event": "TaskExpired", "task_id": task_id}
@@ -94,25 +99,32 @@ async def test_tasks_published_and_closed_through_their_workflow(api_url, http, 
     """The real path: an operator task's TaskWorkflow publishes TaskPublished, and resolving it
     announces TaskClosed."""
     async with connect(ws_url(api_url, "events=TaskPublished,TaskClosed")) as ws:
-        response = await operator_http.post("/api/agents/tasks", json={
-            "problem_type": "overpopulation", "severity": "low", "description": "telemetry stream test"})
+        response = await operator_http.post(
+            "/api/agents/tasks",
+            json={"problem_type": "overpopulation", "severity": "low", "description": "telemetry stream test"},
+        )
         assert response.status_code == 201, response.text
         task = response.json()
         mine = lambda e: e.get("task_id") == task["task_id"]  # noqa: E731
         published = await next_event(ws, mine)
         assert published["event"] == "TaskPublished" and published["problem_type"] == "overpopulation"
         assert published["expires_at"] == pytest.approx(task["expires_at"])
-        response = await operator_http.post(f"/api/agents/tasks/{task['task_id']}/resolve", json={"reason": "stream test"})
+        response = await operator_http.post(
+            f"/api/agents/tasks/{task['task_id']}/resolve", json={"reason": "stream test"}
+        )
         assert response.status_code == 202, response.text
         closed = await next_event(ws, mine)
         assert closed["event"] == "TaskClosed"
 
 
-@pytest.mark.parametrize("query, problem", [
-    ("events=Bogus", "unknown event type(s) 'Bogus'"),
-    ("events=TaskPublished,Nope", "unknown event type(s) 'Nope'"),
-    ("events=", "events is empty"),
-])
+@pytest.mark.parametrize(
+    "query, problem",
+    [
+        ("events=Bogus", "unknown event type(s) 'Bogus'"),
+        ("events=TaskPublished,Nope", "unknown event type(s) 'Nope'"),
+        ("events=", "events is empty"),
+    ],
+)
 async def test_an_invalid_filter_is_refused_with_a_clear_error(api_url, query, problem):
     async with connect(ws_url(api_url, query)) as ws:
         error = json.loads(await asyncio.wait_for(ws.recv(), 10))
@@ -133,8 +145,9 @@ async def test_stream_survives_its_redis_connection_being_killed(api_url, redis_
         status = await wait_subscribed(api_url, min_connects=before["connects"] + 1)
         assert status["connection_errors"] > before["connection_errors"]
         task_id = f"task_{uuid.uuid4().hex[:8]}"
-        await redis_client.publish(Channels.AGENT_TASKS, task_event("TaskPublished", task_id, problem_type="x",
-                                                                    expires_at=1.0))
+        await redis_client.publish(
+            Channels.AGENT_TASKS, task_event("TaskPublished", task_id, problem_type="x", expires_at=1.0)
+        )
         event = await next_event(ws, lambda e: e.get("task_id") == task_id)  # the same socket, still open
         assert event["event"] == "TaskPublished"
 
@@ -145,8 +158,19 @@ async def test_stream_survives_a_redis_restart(start_api, tmp_path):
     redis_server = shutil.which("redis-server")
     assert redis_server, "redis-server is not installed"
     port = free_port()
-    argv = [redis_server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--dir", str(tmp_path)]
+    argv = [
+        redis_server,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(tmp_path),
+    ]
 
     def start_redis() -> subprocess.Popen:
         return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -157,18 +181,20 @@ async def test_stream_survives_a_redis_restart(start_api, tmp_path):
             deadline = time.monotonic() + 30
             while True:  # the hub may not be subscribed yet: publish until it hears one
                 try:
-                    await client.publish(Channels.AGENT_TASKS, task_event("TaskPublished", task_id,
-                                                                          problem_type="x", expires_at=1.0))
+                    await client.publish(
+                        Channels.AGENT_TASKS, task_event("TaskPublished", task_id, problem_type="x", expires_at=1.0)
+                    )
                     return await next_event(ws, lambda e: e.get("task_id") == task_id, timeout_s=0.5)
-                except (AssertionError, asyncio.TimeoutError, OSError, RedisError):
+                except (TimeoutError, AssertionError, OSError, RedisError):
                     assert time.monotonic() < deadline, "no event after the Redis restart"
         finally:
             await client.aclose()
 
     server = start_redis()
     try:
-        api_url = await start_api("api-own-redis", redis_url=f"redis://127.0.0.1:{port}/0",
-                                  telemetry_reconnect_max_s=0.5)
+        api_url = await start_api(
+            "api-own-redis", redis_url=f"redis://127.0.0.1:{port}/0", telemetry_reconnect_max_s=0.5
+        )
         await wait_subscribed(api_url)
         async with connect(ws_url(api_url)) as ws:
             assert (await publish_until_received(ws, "task_before"))["task_id"] == "task_before"
@@ -202,8 +228,10 @@ async def test_a_slow_client_is_closed_and_does_not_hold_up_the_others(start_api
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
     sock.connect((host, int(port)))
     sock.setblocking(False)
-    async with connect(ws_url(api_url, "events=TaskExpired"), sock=sock, max_queue=1) as slow, \
-            connect(ws_url(api_url, "events=TaskExpired"), max_size=None) as fast:
+    async with (
+        connect(ws_url(api_url, "events=TaskExpired"), sock=sock, max_queue=1) as slow,
+        connect(ws_url(api_url, "events=TaskExpired"), max_size=None) as fast,
+    ):
 
         async def slow_client_is_told() -> ConnectionClosed:
             """Once the API has given up on the slow client, read what was in flight, then the close."""
@@ -222,8 +250,10 @@ async def test_a_slow_client_is_closed_and_does_not_hold_up_the_others(start_api
             # Publish in small bursts and let the fast client keep up (it reads everything).
             async with redis_client.pipeline(transaction=False) as pipe:
                 for _ in range(16):
-                    pipe.publish(Channels.AGENT_TASKS, task_event("TaskExpired", f"task_{run}_{sent}",
-                                                                  pad=secrets.token_hex(2048)))
+                    pipe.publish(
+                        Channels.AGENT_TASKS,
+                        task_event("TaskExpired", f"task_{run}_{sent}", pad=secrets.token_hex(2048)),
+                    )
                     sent += 1
                 await pipe.execute()
             while received < sent - (16 if sent < total else 0):
@@ -246,24 +276,39 @@ async def test_world_snapshots_from_the_engine(api_url, redis_client, engine_pro
     assert event["entity_count"] == int(stored[b"entity_count"])
     assert event["avg_energy"] == float(stored[b"avg_energy"])
     assert event["run_id"] == stored[b"run_id"].decode()
-    for field in ("timestamp", "births_last_period", "deaths_last_period", "death_starvation", "death_age",
-                  "death_collision", "resource_density", "trait_diversity", "dominant_trait", "temperature",
-                  "trait_usage"):
+    for field in (
+        "timestamp",
+        "births_last_period",
+        "deaths_last_period",
+        "death_starvation",
+        "death_age",
+        "death_collision",
+        "resource_density",
+        "trait_diversity",
+        "dominant_trait",
+        "temperature",
+        "trait_usage",
+    ):
         assert field in event, field
 
 
 async def test_activation_and_rollback_through_the_pipeline(api_url, http, engine_proc):
     agent = await agents.agent(http, "telemetry-watcher")
     async with connect(ws_url(api_url, "events=MutationActivated,MutationRolledBack")) as ws:
-        mutation_id = await propose(http, traits.seeker(9100 + uuid.uuid4().int % 800), trait_name="telemetry_seeker",
-                                    agent_id="telemetry-watcher")
+        mutation_id = await propose(
+            http,
+            traits.seeker(9100 + uuid.uuid4().int % 800),
+            trait_name="telemetry_seeker",
+            agent_id="telemetry-watcher",
+        )
         mine = lambda e: e.get("mutation_id") == mutation_id  # noqa: E731
         activated = await next_event(ws, mine, timeout_s=120)
         assert activated["event"] == "MutationActivated" and activated["trait_name"] == "telemetry_seeker"
         assert activated["version"] >= 1
         await wait_for_status(http, mutation_id, {"activated", "kept", "rolled_back"})
-        response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "stream test"},
-                                   headers=agent.headers)
+        response = await http.post(
+            f"/api/mutations/{mutation_id}/rollback", json={"reason": "stream test"}, headers=agent.headers
+        )
         assert response.status_code in (200, 202), response.text
         rolled_back = await next_event(ws, mine, timeout_s=120)
     assert rolled_back["event"] == "MutationRolledBack" and rolled_back["trait_name"] == "telemetry_seeker"

@@ -10,10 +10,8 @@ import tempfile
 import docker
 import pytest
 
-from sandbox import image
 from genesis.trait_wire import decode_intent_groups
-from tests import trait_hosts
-from tests.isolation import assert_isolated
+from sandbox import image
 from sandbox.container import (
     LABEL_OWNER,
     LABEL_ROLE,
@@ -27,17 +25,19 @@ from sandbox.container import (
     TraitHostContainer,
     remove_abandoned_trait_hosts,
 )
+from tests import trait_hosts
+from tests.isolation import assert_isolated
 
-BUSY = '''class Busy:
+BUSY = """class Busy:
     async def execute(self, entity) -> None:
         while True:
             pass
-'''
+"""
 
-STATE_WRITER = '''class Writer:
+STATE_WRITER = """class Writer:
     async def execute(self, entity) -> None:
         entity.state = "seen %d" % entity.id
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -54,8 +54,11 @@ def start(client: docker.DockerClient, owner: str) -> TraitHostContainer:
 def writer_tick(host: TraitHostContainer, deadline_s: float = 10.0, while_waiting=None) -> dict:
     """One tick of a one-entity world carrying the writer: its intents by entity id."""
     world = trait_hosts.world(["writer"], population=1)
-    reply = host.request({"op": "views", "tick": 0, **world.trait_views(["writer"], raw=True), "run": ["writer"]},
-                         deadline_s, while_waiting)
+    reply = host.request(
+        {"op": "views", "tick": 0, **world.trait_views(["writer"], raw=True), "run": ["writer"]},
+        deadline_s,
+        while_waiting,
+    )
     assert reply["ok"], reply
     [entity_id] = world.entities
     intents = dict(decode_intent_groups(reply["intent_groups"], reply.get("attachment")))
@@ -145,8 +148,7 @@ def test_a_host_created_but_never_started_is_removed_once_it_is_older_than_the_g
     """A worker killed while its pool was refilling leaves a container in "created" behind."""
     socket_dir = tempfile.mkdtemp(prefix=SOCKET_DIR_PREFIX)
     labels = {LABEL_ROLE: ROLE_TRAIT_HOST, LABEL_OWNER: "test-never-started", LABEL_SOCKET_DIR: socket_dir}
-    container = client.containers.create(image.ensure(client), labels=labels,
-                                         network_mode="none")
+    container = client.containers.create(image.ensure(client), labels=labels, network_mode="none")
     try:
         remove_abandoned_trait_hosts(client)  # young: may be between another process's create and start
         assert client.containers.get(container.id).status == "created" and os.path.isdir(socket_dir)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+
 import docker
 import pytest
 import redis.asyncio as aioredis
@@ -21,7 +22,7 @@ from tests import trait_hosts
 from tests.own_stack import redis_db_below
 
 # Reports what it sees of its entity, and what two shared modules compute, in its state.
-OBSERVER = '''import math
+OBSERVER = """import math
 import random
 
 class Observer:
@@ -30,10 +31,10 @@ class Observer:
         entity.state = "%d|%d|%d|%d|%.6f|%s" % (
             math.floor(entity.energy), math.floor(entity.x), entity.age, len(entity.traits),
             rng.random(), ",".join(entity.traits))[:32]
-'''
+"""
 
 # Everything a trait could try (without the gatekeeper) to change what the traits after it see.
-FORGER = '''import math
+FORGER = """import math
 import random
 
 class Forger:
@@ -53,24 +54,24 @@ class Forger:
         random.Random.random = lambda self: 0.5
         random.seed(0)
         entity.state = "forged"
-'''
+"""
 
 # Only patches a shared module (the rest of the forger would break its agent's other traits).
-PATCHER = '''import math
+PATCHER = """import math
 
 class Patcher:
     async def execute(self, entity) -> None:
         math.floor = lambda value: 424242
-'''
+"""
 
 # A C-level call no in-process alarm can interrupt.
-C_BUSY = '''class CBusy:
+C_BUSY = """class CBusy:
     async def execute(self, entity) -> None:
         entity.state = "n%d" % sum(range(10 ** 12))
-'''
+"""
 
 # Hangs from its very first call, and swallows the in-process alarm.
-HANG = '''class Hang:
+HANG = """class Hang:
     async def execute(self, entity) -> None:
         while True:
             try:
@@ -78,25 +79,25 @@ HANG = '''class Hang:
                     pass
             except BaseException:
                 pass
-'''
+"""
 
 # Hands back ints no encoder should have to render, and raises one.
-HUGE = '''class Huge:
+HUGE = """class Huge:
     async def execute(self, entity) -> None:
         entity.move(10 ** 5000, 1.0)
         entity.state = 10 ** 5000
         if entity.id % 2:
             raise ValueError(10 ** 5000)
-'''
+"""
 
-BENIGN = '''class Benign:
+BENIGN = """class Benign:
     def __init__(self):
         self.calls = 0
 
     async def execute(self, entity) -> None:
         self.calls = self.calls + 1
         entity.direction = 0.1 * (self.calls % 10)
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +112,10 @@ def named(source: str, name: str) -> str:
 
 def observed(reply: dict) -> dict[int, str]:
     """Each entity's state as the last trait in ``run`` set it."""
-    return {entity_id: [i[2] for i in intents if i[:2] == ["set", "state"]][-1]
-            for entity_id, intents in reply["intents"].items()}
+    return {
+        entity_id: [i[2] for i in intents if i[:2] == ["set", "state"]][-1]
+        for entity_id, intents in reply["intents"].items()
+    }
 
 
 def test_forging_and_monkeypatching_never_reach_another_agents_trait(client):
@@ -188,7 +191,10 @@ def test_huge_ints_are_contained_in_the_trait_that_made_them(client):
 
 
 def test_a_trait_may_not_flood_the_engine_with_intents(client):
-    flood = "class Flood:\n    async def execute(self, entity) -> None:\n        for _ in range(1000):\n            entity.eat()\n"
+    flood = (
+        "class Flood:\n    async def execute(self, entity) -> None:\n"
+        "        for _ in range(1000):\n            entity.eat()\n"
+    )
     with trait_hosts.start(client, "test-iso-flood") as host:
         assert trait_hosts.load(host, "flood", flood)["ok"]
         w = trait_hosts.world(["flood"], population=2)
@@ -200,6 +206,7 @@ def test_a_trait_may_not_flood_the_engine_with_intents(client):
 
 # -- the live engine --------------------------------------------------------------------------
 
+
 async def test_hostile_traits_are_quarantined_alone_within_seconds_and_the_world_keeps_its_pace(settings):
     """Three attackers of three agents (a C-level busy call, a hang from the first tick, huge
     ints raised every call) beside benign traits, some of the attackers' own agents: only the
@@ -209,12 +216,24 @@ async def test_hostile_traits_are_quarantined_alone_within_seconds_and_the_world
     redis = aioredis.from_url(own.redis_url)
     await redis.flushdb()
     hostile = {"a_cbusy": (C_BUSY, "mallory"), "a_hang": (HANG, "trudy"), "a_huge": (HUGE, "eve")}
-    benign = {"b_mallorys_own": (named(BENIGN, "MallorysOwn"), "mallory"), "c_alice": (BENIGN, "alice"),
-              "d_bob": (named(BENIGN, "Bob"), "bob")}
+    benign = {
+        "b_mallorys_own": (named(BENIGN, "MallorysOwn"), "mallory"),
+        "c_alice": (BENIGN, "alice"),
+        "d_bob": (named(BENIGN, "Bob"), "bob"),
+    }
     for i, (name, (source, agent)) in enumerate({**hostile, **benign}.items()):
-        await registry.put_entry(redis, registry.RegistryEntry(
-            trait_name=name, version=1, mutation_id=f"mut_15a{i:09d}", class_name=trait_hosts.trait_class(source),
-            code=source, code_hash=f"{i:064d}", agent_id=agent))
+        await registry.put_entry(
+            redis,
+            registry.RegistryEntry(
+                trait_name=name,
+                version=1,
+                mutation_id=f"mut_15a{i:09d}",
+                class_name=trait_hosts.trait_class(source),
+                code=source,
+                code_hash=f"{i:064d}",
+                agent_id=agent,
+            ),
+        )
     world = World(WorldParams(initial_population=300, min_population=300, max_population=300), seed=5)
     names = sorted({**hostile, **benign})
     world.set_available_traits(names)
@@ -257,10 +276,22 @@ async def test_a_trait_that_fails_to_load_live_is_quarantined_not_forgotten(sett
     own = settings.model_copy(update={"redis_url": redis_db_below(4)})
     redis = aioredis.from_url(own.redis_url)
     await redis.flushdb()
-    broken = "class Broken:\n    def __init__(self):\n        raise RuntimeError('not today')\n\n    async def execute(self, entity) -> None:\n        pass\n"
-    await registry.put_entry(redis, registry.RegistryEntry(
-        trait_name="broken", version=1, mutation_id="mut_10ad00000001", class_name="Broken", code=broken,
-        code_hash="1" * 64, agent_id="mallory"))
+    broken = (
+        "class Broken:\n    def __init__(self):\n        raise RuntimeError('not today')\n\n"
+        "    async def execute(self, entity) -> None:\n        pass\n"
+    )
+    await registry.put_entry(
+        redis,
+        registry.RegistryEntry(
+            trait_name="broken",
+            version=1,
+            mutation_id="mut_10ad00000001",
+            class_name="Broken",
+            code=broken,
+            code_hash="1" * 64,
+            agent_id="mallory",
+        ),
+    )
     runner = HostTraitRunner(own, redis)
     try:
         await runner.refresh()

@@ -14,7 +14,6 @@ from tests import agents
 from tests.stack.test_lifecycle import replay_and_maybe_record, wait_for_status
 from tests.stack.test_modify_trait import code, fresh_name, go_live, propose
 
-
 # Proposals made through an API on this queue wait until a test starts a worker that polls it.
 HELD = "genesis-test-ownership-held"
 
@@ -48,8 +47,11 @@ async def test_a_non_owner_cannot_replace_a_live_trait(client, start_api):
         assert body["error"] == "NOT_TRAIT_OWNER" and body["owner_agent_id"] == alice.agent_id
         assert body["live_version"] == 1 and v1["mutation_id"] in body["detail"]
         assert "only the agent that made the live version, or an operator (X-Operator-Key)" in body["detail"]
-    batch = await http.post("/api/mutations/propose/batch", headers=bob.headers, json={"proposals": [
-        {"trait_name": name, "goal": "g", "code": code(), "replaces": {"trait_name": name}}]})
+    batch = await http.post(
+        "/api/mutations/propose/batch",
+        headers=bob.headers,
+        json={"proposals": [{"trait_name": name, "goal": "g", "code": code(), "replaces": {"trait_name": name}}]},
+    )
     [item] = batch.json()["results"]
     assert (item["status_code"], item["error"]) == (403, "NOT_TRAIT_OWNER"), batch.text
     # Without replaces it is still 409 TRAIT_EXISTS (the default policy) ...
@@ -77,9 +79,16 @@ async def test_the_replaced_owner_rolls_back_an_operators_replacement(client, se
     operator = await agents.operator(settings)
     name = fresh_name("handed")
     v1 = await go_live(http, alice, name)
-    response = await http.post("/api/mutations/propose", headers={**bob.headers, **operator.headers}, json={
-        "trait_name": name, "goal": "operator-approved takeover", "code": code(),
-        "replaces": {"trait_name": name, "version": 1}})
+    response = await http.post(
+        "/api/mutations/propose",
+        headers={**bob.headers, **operator.headers},
+        json={
+            "trait_name": name,
+            "goal": "operator-approved takeover",
+            "code": code(),
+            "replaces": {"trait_name": name, "version": 1},
+        },
+    )
     assert response.status_code == 202, response.text
     v2 = await wait_for_status(http, response.json()["mutation_id"], {"activated", "rejected", "failed"}, 90)
     assert v2["status"] == "activated" and v2["agent_id"] == bob.agent_id and v2["replaced_version"] == 1
@@ -88,8 +97,9 @@ async def test_the_replaced_owner_rolls_back_an_operators_replacement(client, se
     assert refused.status_code == 403 and refused.json()["error"] == "NOT_YOUR_MUTATION", refused.text
     assert "or the agent whose version it replaced" in refused.json()["detail"]
 
-    rolled = await http.post(f"/api/mutations/{v2['mutation_id']}/rollback", json={"reason": "not yours"},
-                             headers=alice.headers)
+    rolled = await http.post(
+        f"/api/mutations/{v2['mutation_id']}/rollback", json={"reason": "not yours"}, headers=alice.headers
+    )
     assert rolled.status_code == 202, rolled.text
     done = await wait_for_status(http, v2["mutation_id"], {"rolled_back"}, 60)
     assert done["restored_version"] == 1
@@ -136,15 +146,29 @@ async def test_ownership_is_checked_again_at_activation(client, start_api, setti
     v1 = await go_live(http, alice, name)
 
     held = await start_api("api-ownership-held", task_queue=HELD, observation_window_ticks=1_000_000_000)
-    held_permissive = await start_api("api-ownership-held-replace", task_queue=HELD, trait_exists_policy="replace",
-                                      observation_window_ticks=1_000_000_000)
-    async with httpx.AsyncClient(base_url=held, timeout=30) as queued, \
-            httpx.AsyncClient(base_url=held_permissive, timeout=30) as queued_permissive:
+    held_permissive = await start_api(
+        "api-ownership-held-replace",
+        task_queue=HELD,
+        trait_exists_policy="replace",
+        observation_window_ticks=1_000_000_000,
+    )
+    async with (
+        httpx.AsyncClient(base_url=held, timeout=30) as queued,
+        httpx.AsyncClient(base_url=held_permissive, timeout=30) as queued_permissive,
+    ):
         responses = [
             await propose(queued, alice, name, code(), {"trait_name": name}),
             await propose(queued_permissive, alice, name, code()),
-            await queued.post("/api/mutations/propose", headers={**carol.headers, **operator.headers}, json={
-                "trait_name": name, "goal": "approved takeover", "code": code(), "replaces": {"trait_name": name}}),
+            await queued.post(
+                "/api/mutations/propose",
+                headers={**carol.headers, **operator.headers},
+                json={
+                    "trait_name": name,
+                    "goal": "approved takeover",
+                    "code": code(),
+                    "replaces": {"trait_name": name},
+                },
+            ),
         ]
     assert [r.status_code for r in responses] == [202, 202, 202], [r.text for r in responses]
     with_replaces, implicit, approved = [r.json()["mutation_id"] for r in responses]
@@ -162,8 +186,10 @@ async def test_ownership_is_checked_again_at_activation(client, start_api, setti
     worker = worker_process(settings.model_copy(update={"task_queue": HELD}), "worker-ownership-held")
     worker.start()
     try:
-        finals = {i: await wait_for_status(http, i, {"activated", "rejected", "failed"}, 180)
-                  for i in (with_replaces, implicit, approved)}
+        finals = {
+            i: await wait_for_status(http, i, {"activated", "rejected", "failed"}, 180)
+            for i in (with_replaces, implicit, approved)
+        }
         taken = finals[approved]
         assert taken["status"] == "activated", taken
         assert taken["trait_version"] == 3 and taken["replaced_version"] == 2
@@ -184,7 +210,10 @@ async def test_ownership_is_checked_again_at_activation(client, start_api, setti
         detail = (await http.get(f"/api/traits/{name}")).json()
         assert detail["live_version"] == 3 and detail["live"]["agent_id"] == carol.agent_id
         assert [(v["version"], v["status"], v["agent_id"]) for v in detail["versions"]] == [
-            (3, "active", carol.agent_id), (2, "superseded", bob.agent_id), (1, "rolled_back", alice.agent_id)]
+            (3, "active", carol.agent_id),
+            (2, "superseded", bob.agent_id),
+            (1, "rolled_back", alice.agent_id),
+        ]
         await replay_and_maybe_record(temporal_client, with_replaces, "mutation_not_trait_owner")
         await http.post(f"/api/mutations/{approved}/rollback", headers=operator.headers)
         assert (await wait_for_status(http, approved, {"rolled_back"}, 60))["restored_version"] == 2

@@ -10,13 +10,13 @@ import pytest
 
 from engine.world import VIEW_FIELDS, World, decode_views
 from genesis import entity_api
+from genesis.trait_wire import MalformedIntents, decode_intent_groups, decode_intents
 from sandbox import trait_host
 from sandbox.container import IsolationLimits, TraitHostContainer
-from genesis.trait_wire import MalformedIntents, decode_intent_groups, decode_intents
 from tests import trait_hosts
 
 # Writes then reads back (the write is visible within the call), reads every kind of attribute.
-STEERER = '''import math
+STEERER = """import math
 
 class BaseTrait:
     pass
@@ -30,10 +30,10 @@ class SteererTrait(BaseTrait):
         entity.state = "s%d:%d:%s" % (entity.age % 10, len(entity.traits), entity.direction > 0)
         if entity.world_width < entity.x:
             entity.eat()
-'''
+"""
 
 # Sees the entity's own values, not the steerer's writes (each trait call has its own proxy).
-COUNTER = '''class BaseTrait:
+COUNTER = """class BaseTrait:
     pass
 
 class CounterTrait(BaseTrait):
@@ -46,7 +46,7 @@ class CounterTrait(BaseTrait):
         entity.state = "c%d" % self.calls
         if entity.id % 7 == 0:
             entity.energy = 100.0
-'''
+"""
 
 
 def make_world() -> World:
@@ -164,8 +164,11 @@ def test_raw_views_and_the_binary_reply_mean_the_same_as_base64(host, other_host
         raw = host.request({"op": "views", "tick": 0, **worlds["raw"].trait_views(run, raw=True), "run": run}, 10)
         assert isinstance(raw["attachment"], bytes) and "attachment" not in b64
         assert len(raw["intent_groups"]) == len(run)  # a group per trait
-        assert all(isinstance(group[k], dict) and isinstance(next(iter(group[k].values())), list)
-                   for group in raw["intent_groups"] for k in ("entity", "attr", "a", "b"))
+        assert all(
+            isinstance(group[k], dict) and isinstance(next(iter(group[k].values())), list)
+            for group in raw["intent_groups"]
+            for k in ("entity", "attr", "a", "b")
+        )
         expected = decode_intent_groups(b64["intent_groups"])
         assert expected and decode_intent_groups(raw["intent_groups"], raw["attachment"]) == expected
         assert decode_views(worlds["raw"].trait_views(run, raw=True)) == decode_views(worlds["base64"].trait_views(run))
@@ -203,17 +206,20 @@ def test_intent_columns_round_trip_every_value_kind():
     assert "i8" in wide["entity"] and decode_intents(wide) == big
 
 
-@pytest.mark.parametrize("corrupt, why", [
-    (lambda c: c.update(count=-1), "count"),
-    (lambda c: c.update(kind=c["kind"][:-1]), "kind"),
-    (lambda c: c.update(kind="x" + c["kind"][1:]), "unknown intent kind"),
-    (lambda c: c.update(entity={"i8": "AAAA"}), "column"),
-    (lambda c: c.update(a={"f8": "not base64!"}), "bad f8"),
-    (lambda c: c.update(attr={"i8": trait_host.pack("q", [5, -1, -1])["i8"]}), "set intent"),
-    (lambda c: c.update(other=[[99, 0, 1.0]]), "other entries"),
-    (lambda c: c.update(names="direction"), "names"),
-    (lambda c: c.update(a=trait_host.pack("d", [float("nan")] * 3)), "set intent"),
-])
+@pytest.mark.parametrize(
+    "corrupt, why",
+    [
+        (lambda c: c.update(count=-1), "count"),
+        (lambda c: c.update(kind=c["kind"][:-1]), "kind"),
+        (lambda c: c.update(kind="x" + c["kind"][1:]), "unknown intent kind"),
+        (lambda c: c.update(entity={"i8": "AAAA"}), "column"),
+        (lambda c: c.update(a={"f8": "not base64!"}), "bad f8"),
+        (lambda c: c.update(attr={"i8": trait_host.pack("q", [5, -1, -1])["i8"]}), "set intent"),
+        (lambda c: c.update(other=[[99, 0, 1.0]]), "other entries"),
+        (lambda c: c.update(names="direction"), "names"),
+        (lambda c: c.update(a=trait_host.pack("d", [float("nan")] * 3)), "set intent"),
+    ],
+)
 def test_malformed_intent_columns_are_refused(corrupt, why):
     columns = trait_host.encode_intents({4: [["set", "direction", 1.0], ["move", 1.0, 2.0], ["eat"]]})
     corrupt(columns)
@@ -254,18 +260,25 @@ def test_prepare_step_while_the_host_computes_changes_nothing():
     # (speed, direction and rate set in bulk and one by one, rejections, dead and unknown ids),
     # births, deaths and collisions, every tick's state must equal that of a plain step.
     import random
-
     from dataclasses import replace
-    params = replace(World().params, initial_population=120, min_population=60, initial_energy=8.0,
-                     collision_radius=6.0, resource_spawn_chance=1.0)
+
+    params = replace(
+        World().params,
+        initial_population=120,
+        min_population=60,
+        initial_energy=8.0,
+        collision_radius=6.0,
+        resource_spawn_chance=1.0,
+    )
     # plain, plain prepared, columns, columns prepared; then as the engine steps (columns, the
     # write-back left to prepare_step), and lazily written back without prepare_step
     worlds = [World(params, seed=9) for _ in range(6)]
     rnd = random.Random(9)
     dead: list[int] = []
     for tick in range(40):
-        encoded = json.loads(json.dumps(trait_host.encode_intents(_hostile_intents(rnd, worlds[0], dead)),
-                                        allow_nan=False))
+        encoded = json.loads(
+            json.dumps(trait_host.encode_intents(_hostile_intents(rnd, worlds[0], dead)), allow_nan=False)
+        )
         columns = decode_intents(encoded)
         reports = []
         views = []
@@ -303,16 +316,23 @@ def test_columnar_intents_step_the_world_exactly_as_the_plain_form():
     # World.step applies decoded intent columns in bulk; the plain dict of the same intents
     # must give the same state, rejections (same order) and counts, tick after tick.
     import random
-
     from dataclasses import replace
-    params = replace(World().params, initial_population=120, min_population=60, initial_energy=8.0,
-                     collision_radius=6.0, resource_spawn_chance=1.0)
+
+    params = replace(
+        World().params,
+        initial_population=120,
+        min_population=60,
+        initial_energy=8.0,
+        collision_radius=6.0,
+        resource_spawn_chance=1.0,
+    )
     plain_world, columns_world = World(params, seed=5), World(params, seed=5)
     rnd = random.Random(5)
     rejected, dead = 0, []
     for _ in range(40):
-        encoded = json.loads(json.dumps(trait_host.encode_intents(_hostile_intents(rnd, plain_world, dead)),
-                                        allow_nan=False))
+        encoded = json.loads(
+            json.dumps(trait_host.encode_intents(_hostile_intents(rnd, plain_world, dead)), allow_nan=False)
+        )
         columns = decode_intents(encoded)
         a = plain_world.step(dict(columns.items()))
         b = columns_world.step(columns)
@@ -322,8 +342,15 @@ def test_columnar_intents_step_the_world_exactly_as_the_plain_form():
         dead += [eid for eid, _ in a.deaths]
     assert plain_world.stats() == columns_world.stats()
     assert rejected > 100 and set(plain_world.stats()["rejected_intents"]) >= {
-        "bad_type", "not_finite", "bad_state", "read_only_attr", "unknown_attr", "too_many_intents",
-        "unknown_entity", "dead_entity"}
+        "bad_type",
+        "not_finite",
+        "bad_state",
+        "read_only_attr",
+        "unknown_attr",
+        "too_many_intents",
+        "unknown_entity",
+        "dead_entity",
+    }
 
 
 async def test_a_trait_gives_the_same_intents_in_its_sandbox_test_and_in_the_engine(settings):
@@ -345,9 +372,18 @@ async def test_a_trait_gives_the_same_intents_in_its_sandbox_test_and_in_the_eng
     counter = COUNTER.replace("        if entity.id % 7 == 0:\n            entity.energy = 100.0\n", "")
     assert counter != COUNTER
     for i, (name, source) in enumerate((("counter", counter), ("steerer", STEERER))):
-        await registry.put_entry(redis, registry.RegistryEntry(
-            trait_name=name, version=1, mutation_id=f"mut_0ne9{i:08d}", class_name=trait_hosts.trait_class(source),
-            code=source, code_hash=f"{i:064d}", agent_id=f"agent-{i}"))
+        await registry.put_entry(
+            redis,
+            registry.RegistryEntry(
+                trait_name=name,
+                version=1,
+                mutation_id=f"mut_0ne9{i:08d}",
+                class_name=trait_hosts.trait_class(source),
+                code=source,
+                code_hash=f"{i:064d}",
+                agent_id=f"agent-{i}",
+            ),
+        )
     runner = HostTraitRunner(own, redis)
     sandbox_host = ColdHosts(docker.from_env(), own).new_host("test-one-protocol")
     try:
@@ -358,7 +394,9 @@ async def test_a_trait_gives_the_same_intents_in_its_sandbox_test_and_in_the_eng
         worlds = {"sandbox": make_world(), "engine": make_world()}
         for _ in range(5):
             in_sandbox = trait_hosts.tick(sandbox_host, worlds["sandbox"], run)["intents"]
-            in_engine = dict(await runner.run_tick_views(worlds["engine"].tick, worlds["engine"].trait_views(run, raw=True)))
+            in_engine = dict(
+                await runner.run_tick_views(worlds["engine"].tick, worlds["engine"].trait_views(run, raw=True))
+            )
             assert in_sandbox and in_engine == in_sandbox
             for w in worlds.values():
                 w.step(in_sandbox)

@@ -105,7 +105,8 @@ async def test_world_canvas_and_chart_follow_the_engine(page, engine_proc, http)
     await wait_js(page, "document.getElementById('stats').textContent.includes('ticks/s')")
     config = (await http.get("/api/viewer/config")).json()
     assert await page.locator("#temporal-ui").get_attribute("href") == (
-        f"{config['temporal_ui_url']}/namespaces/{config['temporal_namespace']}/workflows")
+        f"{config['temporal_ui_url']}/namespaces/{config['temporal_namespace']}/workflows"
+    )
     assert page.errors == []
 
 
@@ -120,8 +121,11 @@ async def test_a_proposal_made_in_the_form_is_listed_with_its_workflow(page, htt
     assert me["name"] == name and me["agent_id"] in await page.locator("#agent-state").text_content()
 
     trait_name = f"viewer_saver_{uuid.uuid4().hex[:6]}"
-    code = ("class BaseTrait:\n    pass\n\nclass ViewerSaver(BaseTrait):\n    async def execute(self, entity) -> None:\n"
-            f"        if entity.energy < {uuid.uuid4().int % 10**6 / 10**4:.4f}:\n            entity.energy_consumption_rate *= 0.9\n")
+    code = (
+        "class BaseTrait:\n    pass\n\nclass ViewerSaver(BaseTrait):\n    async def execute(self, entity) -> None:\n"
+        f"        if entity.energy < {uuid.uuid4().int % 10**6 / 10**4:.4f}:\n"
+        "            entity.energy_consumption_rate *= 0.9\n"
+    )
     await page.fill("#trait-name", trait_name)
     await page.fill("#goal", "proposed in the world viewer")
     await page.fill("#code", code)
@@ -134,27 +138,42 @@ async def test_a_proposal_made_in_the_form_is_listed_with_its_workflow(page, htt
     assert status["agent_id"] == me["agent_id"] and status["trait_name"] == trait_name
     link = row.locator("a.workflow")
     assert await link.get_attribute("href") == (
-        f"{settings.temporal.ui_url}/namespaces/{settings.temporal.namespace}/workflows/mutation-{mutation_id}")
+        f"{settings.temporal.ui_url}/namespaces/{settings.temporal.namespace}/workflows/mutation-{mutation_id}"
+    )
 
     # The form follows the proposal past validation and the sandbox test; so does the list.
     await wait_for_status(http, mutation_id, {"sandbox_ok", "activated", "kept", "rolled_back"})
     result = page.locator("#propose-result")
-    await wait_js(page, "/: (sandbox_ok|activated|kept|rolled_back)/.test(document.getElementById('propose-result').textContent)")
+    await wait_js(
+        page, "/: (sandbox_ok|activated|kept|rolled_back)/.test(document.getElementById('propose-result').textContent)"
+    )
     assert "Sandbox: OK" in await result.text_content()
-    await wait_js(page, f"""/^(sandbox_ok|activated|kept|rolled_back)$/.test(
-        document.querySelector('#mutations li[data-mutation-id="{mutation_id}"] .status')?.textContent)""")
+    await wait_js(
+        page,
+        f"""/^(sandbox_ok|activated|kept|rolled_back)$/.test(
+        document.querySelector('#mutations li[data-mutation-id="{mutation_id}"] .status')?.textContent)""",
+    )
     # Unfolding the row shows the validation log.
     await page.locator("#mutations li", has_text=trait_name).locator(".head").click()
-    await page.locator("#mutations li", has_text=trait_name).locator(".log li", has_text="AST parse: OK").wait_for(timeout=5_000)
+    await (
+        page.locator("#mutations li", has_text=trait_name)
+        .locator(".log li", has_text="AST parse: OK")
+        .wait_for(timeout=5_000)
+    )
 
     # "only mine" lists this agent's mutations only.
     await page.check("#mine-filter")
-    await wait_js(page, f"""[...document.querySelectorAll('#mutations li[data-mutation-id]')].length > 0 &&
-        [...document.querySelectorAll('#mutations .head .note')].every(n => n.textContent.startsWith('{me["agent_id"]} '))""")
+    await wait_js(
+        page,
+        f"""[...document.querySelectorAll('#mutations li[data-mutation-id]')].length > 0 &&
+        [...document.querySelectorAll('#mutations .head .note')]
+          .every(n => n.textContent.startsWith('{me["agent_id"]} '))""",
+    )
     assert page.errors == []
     # Leave the world as it was for the rest of the suite.
-    rollback = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "viewer test done"},
-                               headers={"X-API-Key": key})
+    rollback = await http.post(
+        f"/api/mutations/{mutation_id}/rollback", json={"reason": "viewer test done"}, headers={"X-API-Key": key}
+    )
     assert rollback.status_code in (200, 202), rollback.text
 
 
@@ -175,7 +194,9 @@ async def test_the_form_shows_api_errors_readably(page, http):
 
     # A rejection by the pipeline: the failure code and the validation log line that failed.
     await page.fill("#trait-name", f"viewer_bad_{uuid.uuid4().hex[:6]}")
-    await page.fill("#code", "import os\n\nclass Bad:\n    async def execute(self, entity) -> None:\n        os.getcwd()\n")
+    await page.fill(
+        "#code", "import os\n\nclass Bad:\n    async def execute(self, entity) -> None:\n        os.getcwd()\n"
+    )
     await page.click("#propose-form button[type=submit]")
     await wait_js(page, "document.getElementById('propose-result').textContent.includes('AST_IMPORT_FORBIDDEN')")
     failed = result.locator("li.failed")
@@ -206,7 +227,9 @@ async def test_open_mode_proposes_without_a_key(browser, start_api, http):
         await wait_js(page, "document.getElementById('agent-state').textContent.includes('GENESIS_AUTH=open')")
         trait_name = f"viewer_open_{uuid.uuid4().hex[:6]}"
         await page.fill("#trait-name", trait_name)
-        await page.fill("#code", "import socket\n\nclass Open:\n    async def execute(self, entity) -> None:\n        pass\n")
+        await page.fill(
+            "#code", "import socket\n\nclass Open:\n    async def execute(self, entity) -> None:\n        pass\n"
+        )
         await page.click("#propose-form button[type=submit]")
         await wait_js(page, "document.getElementById('propose-result').textContent.includes('AST_IMPORT_FORBIDDEN')")
         row = page.locator("#mutations li", has_text=trait_name)
@@ -220,8 +243,11 @@ async def test_mutation_list_endpoint(http):
     lister = await agents.register(http, "viewer-lister")
     ids = []
     for i in range(3):
-        body = {"trait_name": f"viewer_list_{uuid.uuid4().hex[:6]}", "goal": "list",
-                "code": f"import os\nclass L{i}:\n    async def execute(self, entity) -> None:\n        pass\n"}
+        body = {
+            "trait_name": f"viewer_list_{uuid.uuid4().hex[:6]}",
+            "goal": "list",
+            "code": f"import os\nclass L{i}:\n    async def execute(self, entity) -> None:\n        pass\n",
+        }
         response = await http.post("/api/mutations/propose", json=body, headers=lister.headers)
         assert response.status_code == 202, response.text
         ids.append(response.json()["mutation_id"])
@@ -246,8 +272,12 @@ async def test_mutation_list_endpoint(http):
     created = [m["created_at"] for m in everyone]
     assert created == sorted(created, reverse=True)
 
-    for params, field in (({"status": "bogus"}, "status"), ({"limit": 0}, "limit"), ({"limit": 201}, "limit"),
-                          ({"agent_id": "bad id!"}, "agent_id")):
+    for params, field in (
+        ({"status": "bogus"}, "status"),
+        ({"limit": 0}, "limit"),
+        ({"limit": 201}, "limit"),
+        ({"agent_id": "bad id!"}, "agent_id"),
+    ):
         response = await http.get("/api/mutations", params=params)
         assert response.status_code == 422, (params, response.text)
         body = response.json()

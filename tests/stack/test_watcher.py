@@ -14,17 +14,30 @@ import pytest
 import redis.asyncio as aioredis
 
 from engine.telemetry import to_redis_hash
+from evolution.watcher import COOLDOWN, GO, NO_ANOMALY, PAUSED, TRIPPED, UNCHANGED, Watcher, cooldown_key
 from genesis import redis_keys as keys
 from genesis.dto import AgentTask
 from genesis.redis_keys import Channels
-from evolution.watcher import COOLDOWN, GO, NO_ANOMALY, PAUSED, TRIPPED, UNCHANGED, Watcher, cooldown_key
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, task_workflow_id
 
 BASE = {
-    "entity_count": 200, "avg_energy": 60.0, "births_last_period": 10, "deaths_last_period": 10,
-    "death_starvation": 5, "death_age": 5, "death_collision": 0, "resource_density": 0.5,
-    "trait_diversity": 5, "dominant_trait": "", "temperature": 20.0, "state_hash": "x",
-    "resource_count": 100, "trait_usage": {}, "trait_stats": {}, "tick_overruns": 0, "ticks_per_second": 30.0,
+    "entity_count": 200,
+    "avg_energy": 60.0,
+    "births_last_period": 10,
+    "deaths_last_period": 10,
+    "death_starvation": 5,
+    "death_age": 5,
+    "death_collision": 0,
+    "resource_density": 0.5,
+    "trait_diversity": 5,
+    "dominant_trait": "",
+    "temperature": 20.0,
+    "state_hash": "x",
+    "resource_count": 100,
+    "trait_usage": {},
+    "trait_stats": {},
+    "tick_overruns": 0,
+    "ticks_per_second": 30.0,
 }
 ENERGY_CRISIS = {"avg_energy": 12.0}  # from 60: trend -48 -> energy_crisis (high)
 EXTINCTION = {"entity_count": 90, "deaths_last_period": 80, "death_starvation": 80, "death_age": 0}  # critical
@@ -75,7 +88,9 @@ async def make_watcher(settings, redis_client, worker, temporal_client):
         for outcome in watcher.outcomes:
             if outcome.task_id:
                 try:
-                    await temporal_client.get_workflow_handle(task_workflow_id(outcome.task_id)).signal(TASK_SIGNAL_RESOLVE, "test over")
+                    await temporal_client.get_workflow_handle(task_workflow_id(outcome.task_id)).signal(
+                        TASK_SIGNAL_RESOLVE, "test over"
+                    )
                 except Exception:
                     pass
 
@@ -222,8 +237,11 @@ async def test_trigger_storm_opens_the_circuit_breaker(settings, redis_client, f
 async def test_operator_forces_a_trigger(settings, redis_client, feed, http, make_watcher, operator_http):
     await redis_client.delete(keys.WATCHER_FORCED_COUNTER)  # forced triggers of earlier modules (the fuzz)
     assert (await operator_http.post("/api/evolution/trigger", json={})).json()["error"] == "NO_SNAPSHOT"
-    for bad, field in (({"anomaly_type": "boredom"}, "anomaly_type"), ({"severity": "urgent"}, "severity"),
-                       ({"ttl": 5}, "ttl")):
+    for bad, field in (
+        ({"anomaly_type": "boredom"}, "anomaly_type"),
+        ({"severity": "urgent"}, "severity"),
+        ({"ttl": 5}, "ttl"),
+    ):
         response = await operator_http.post("/api/evolution/trigger", json=bad)
         assert response.status_code == 422, response.text
         assert field in response.text

@@ -12,7 +12,6 @@ import contextlib
 import hashlib
 import hmac
 import json
-import os
 import random
 import socket
 import threading
@@ -26,8 +25,8 @@ from standardwebhooks import Webhook, WebhookVerificationError
 from temporalio.client import WorkflowExecutionStatus
 
 from genesis import netpolicy
-from pipeline import webhooks
 from genesis.cli.processes import free_port
+from pipeline import webhooks
 from tests import agents, traits
 from tests.stack.test_lifecycle import replay_and_maybe_record, sample, signal_window, wait_for_status
 from tests.stack.test_mutation_pipeline import wait_for_verdict
@@ -35,7 +34,10 @@ from tests.stack.test_mutation_pipeline import wait_for_verdict
 
 def forbidden(variant: str) -> str:
     """Rejected by the gatekeeper at once (no sandbox): cheap proposals for limits and batches."""
-    return f"import os\n\nclass BaseTrait:\n    pass\n\nclass T{variant}(BaseTrait):\n    async def execute(self, entity) -> None:\n        pass\n"
+    return (
+        f"import os\n\nclass BaseTrait:\n    pass\n\nclass T{variant}(BaseTrait):\n"
+        "    async def execute(self, entity) -> None:\n        pass\n"
+    )
 
 
 class Receiver:
@@ -106,8 +108,11 @@ async def webhook_secret(http, agent) -> str:
 
 
 async def propose_as(http, agent, code: str, trait_name: str, **extra) -> str:
-    response = await http.post("/api/mutations/propose", headers=agent.headers,
-                               json={"trait_name": trait_name, "goal": "webhook test", "code": code, **extra})
+    response = await http.post(
+        "/api/mutations/propose",
+        headers=agent.headers,
+        json={"trait_name": trait_name, "goal": "webhook test", "code": code, **extra},
+    )
     assert response.status_code == 202, response.text
     return response.json()["mutation_id"]
 
@@ -115,14 +120,16 @@ async def propose_as(http, agent, code: str, trait_name: str, **extra) -> str:
 async def test_signed_callback_on_each_status_change(http, receiver, temporal_client):
     agent = await agents.register(http, "webhook-receiver-agent")
     secret = await webhook_secret(http, agent)
-    mutation_id = await propose_as(http, agent, traits.seeker(7300 + random.randrange(500)), "webhook_seeker",
-                                   notify_url=receiver.url)
+    mutation_id = await propose_as(
+        http, agent, traits.seeker(7300 + random.randrange(500)), "webhook_seeker", notify_url=receiver.url
+    )
     status = (await http.get(f"/api/mutations/{mutation_id}/status")).json()
     assert status["notify_url"] == receiver.url
     await wait_for_status(http, mutation_id, {"activated"}, timeout_s=120)
     await receiver.wait_for(mutation_id, "activated")
-    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "webhook test"},
-                               headers=agent.headers)
+    response = await http.post(
+        f"/api/mutations/{mutation_id}/rollback", json={"reason": "webhook test"}, headers=agent.headers
+    )
     assert response.status_code == 202, response.text
     events = await receiver.wait_for(mutation_id, "rolled_back")
     await temporal_client.get_workflow_handle(f"mutation-{mutation_id}").result()
@@ -130,9 +137,13 @@ async def test_signed_callback_on_each_status_change(http, receiver, temporal_cl
     assert [e["status"] for e in events] == ["validating", "sandbox_ok", "activated", "rolled_back"]
     assert [e["previous_status"] for e in events] == ["queued", "validating", "sandbox_ok", "activated"]
     assert [e["sequence"] for e in events] == [1, 2, 3, 4]
-    assert all(e["event"] == "MutationStatusChanged" and e["agent_id"] == agent.agent_id
-               and e["trait_name"] == "webhook_seeker" and e["status_url"] == f"/api/mutations/{mutation_id}/status"
-               for e in events)
+    assert all(
+        e["event"] == "MutationStatusChanged"
+        and e["agent_id"] == agent.agent_id
+        and e["trait_name"] == "webhook_seeker"
+        and e["status_url"] == f"/api/mutations/{mutation_id}/status"
+        for e in events
+    )
     assert events[2]["trait_version"] >= 1 and events[3]["rollback_reason"] == "webhook test"
     calls = [(h, b) for h, b in receiver.calls if json.loads(b)["mutation_id"] == mutation_id]
     assert len({h["webhook-id"] for h, _ in calls}) == 4
@@ -151,13 +162,15 @@ async def test_kept_then_rolled_back_over_the_api_notifies_too(http, receiver, t
     """kept → rolled_back happens in a RollbackWorkflow (the mutation's workflow has ended)."""
     agent = await agents.register(http, "webhook-keeper-agent")
     secret = await webhook_secret(http, agent)
-    mutation_id = await propose_as(http, agent, traits.seeker(7900 + random.randrange(300)), "webhook_keeper",
-                                   notify_url=receiver.url)
+    mutation_id = await propose_as(
+        http, agent, traits.seeker(7900 + random.randrange(300)), "webhook_keeper", notify_url=receiver.url
+    )
     await wait_for_status(http, mutation_id, {"activated"}, timeout_s=120)
     await signal_window(temporal_client, mutation_id, sample(300, 100, 50.0, 5), sample(600, 110, 55.0, 2))
     await receiver.wait_for(mutation_id, "kept")
-    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "after kept"},
-                               headers=agent.headers)
+    response = await http.post(
+        f"/api/mutations/{mutation_id}/rollback", json={"reason": "after kept"}, headers=agent.headers
+    )
     assert response.status_code == 202, response.text
     events = await receiver.wait_for(mutation_id, "rolled_back")
     assert [e["status"] for e in events] == ["validating", "sandbox_ok", "activated", "kept", "rolled_back"]
@@ -172,8 +185,9 @@ async def test_receiver_down_the_mutation_completes_and_retries_reach_it_later(h
     agent = await agents.register(http, "webhook-down-agent")
     secret = await webhook_secret(http, agent)
     port = free_port()  # nothing listens here yet: connection refused
-    mutation_id = await propose_as(http, agent, forbidden(uuid.uuid4().hex[:6]), "webhook_down",
-                                   notify_url=f"http://127.0.0.1:{port}/hook")
+    mutation_id = await propose_as(
+        http, agent, forbidden(uuid.uuid4().hex[:6]), "webhook_down", notify_url=f"http://127.0.0.1:{port}/hook"
+    )
     status = await wait_for_verdict(http, mutation_id, timeout_s=60)
     assert status["status"] == "rejected" and status["failure_reason_code"] == "AST_IMPORT_FORBIDDEN"
 
@@ -205,17 +219,23 @@ async def test_receiver_down_the_mutation_completes_and_retries_reach_it_later(h
         server.close()
 
 
-@pytest.mark.parametrize("url, problem", [
-    ("ftp://127.0.0.1/x", "http:// or https://"),
-    ("http:///nohost", "no host"),
-    ("http://user:pw@127.0.0.1/", "credentials"),
-    ("http://127.0.0.1:99999/", "not a valid URL"),
-    ("http://127.0.0.1/" + "a" * 2048, "at most 2048"),
-])
+@pytest.mark.parametrize(
+    "url, problem",
+    [
+        ("ftp://127.0.0.1/x", "http:// or https://"),
+        ("http:///nohost", "no host"),
+        ("http://user:pw@127.0.0.1/", "credentials"),
+        ("http://127.0.0.1:99999/", "not a valid URL"),
+        ("http://127.0.0.1/" + "a" * 2048, "at most 2048"),
+    ],
+)
 async def test_notify_url_must_be_a_plain_http_url(http, url, problem):
     agent = await agents.agent(http)
-    response = await http.post("/api/mutations/propose", headers=agent.headers,
-                               json={"trait_name": "bad_hook", "code": forbidden("x"), "notify_url": url})
+    response = await http.post(
+        "/api/mutations/propose",
+        headers=agent.headers,
+        json={"trait_name": "bad_hook", "code": forbidden("x"), "notify_url": url},
+    )
     assert response.status_code == 422, response.text
     body = response.json()
     assert body["error"] == "VALIDATION_ERROR" and body["errors"][0]["field"] == "notify_url"
@@ -225,8 +245,7 @@ async def test_notify_url_must_be_a_plain_http_url(http, url, problem):
 async def test_private_receivers_are_refused_by_default(start_api):
     """Every spelling of a private receiver is refused at propose time, with the address it
     stands for and why; the operator's allow-list opens one host:port and nothing else."""
-    api = await start_api("api-webhook-policy", webhook_allow_private=False,
-                          outbound_private_allow="127.0.0.1:8099")
+    api = await start_api("api-webhook-policy", webhook_allow_private=False, outbound_private_allow="127.0.0.1:8099")
     refused = {
         "http://127.0.0.1:8080/hook": "127.0.0.1 is a loopback address",
         "http://2130706433:8080/hook": "127.0.0.1 is a loopback address",
@@ -249,16 +268,23 @@ async def test_private_receivers_are_refused_by_default(start_api):
     async with httpx.AsyncClient(base_url=api, timeout=30) as client:
         agent = await agents.register(client, "webhook-policy-agent")
         for url, why in refused.items():
-            response = await client.post("/api/mutations/propose", headers=agent.headers,
-                                         json={"trait_name": "private_hook", "code": forbidden("p"), "notify_url": url})
+            response = await client.post(
+                "/api/mutations/propose",
+                headers=agent.headers,
+                json={"trait_name": "private_hook", "code": forbidden("p"), "notify_url": url},
+            )
             assert response.status_code == 422, (url, response.text)
             body = response.json()
             assert body["errors"][0]["field"] == "notify_url", url
             assert why in body["detail"], (url, body["detail"])
-            assert "GENESIS_WEBHOOK_ALLOW_PRIVATE" in body["detail"] and "GENESIS_OUTBOUND_PRIVATE_ALLOW" in body["detail"]
-        allowed = await client.post("/api/mutations/propose", headers=agent.headers,
-                                    json={"trait_name": "private_hook", "code": forbidden("p"),
-                                          "notify_url": "http://127.0.0.1:8099/hook"})
+            assert (
+                "GENESIS_WEBHOOK_ALLOW_PRIVATE" in body["detail"] and "GENESIS_OUTBOUND_PRIVATE_ALLOW" in body["detail"]
+            )
+        allowed = await client.post(
+            "/api/mutations/propose",
+            headers=agent.headers,
+            json={"trait_name": "private_hook", "code": forbidden("p"), "notify_url": "http://127.0.0.1:8099/hook"},
+        )
         assert allowed.status_code == 202, allowed.text
 
 
@@ -297,7 +323,10 @@ async def test_a_delivery_connects_to_the_address_that_was_checked():
         assert server.calls[0][0]["host"] == f"{name}:{server.port}"
         secure = f"https://{name}/x"
         assert webhooks.pinned_request(secure, await webhooks.receiver(secure, policy)) == (
-            "https://127.0.0.1/x", {"Host": name}, {"sni_hostname": name})
+            "https://127.0.0.1/x",
+            {"Host": name},
+            {"sni_hostname": name},
+        )
     finally:
         server.close()
 
@@ -362,8 +391,9 @@ async def test_batch_items_are_rate_limited_as_if_proposed_alone(start_api, sett
     async with httpx.AsyncClient(base_url=api, timeout=30, transport=transport) as client:
         agent = await agents.register(client, "batch-limited")
         proposals = [{"trait_name": f"limited_{i}", "code": forbidden(f"{uuid.uuid4().hex[:6]}")} for i in range(4)]
-        response = await client.post("/api/mutations/propose/batch", headers=agent.headers,
-                                     json={"proposals": proposals})
+        response = await client.post(
+            "/api/mutations/propose/batch", headers=agent.headers, json={"proposals": proposals}
+        )
         assert response.status_code == 207, response.text
         results = response.json()["results"]
         assert [r["status_code"] for r in results] == [202, 202, 429, 429]

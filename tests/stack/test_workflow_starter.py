@@ -20,8 +20,9 @@ def unique_variant() -> int:
 
 async def test_a_proposal_made_while_temporal_is_down_is_kept_and_started_when_it_is_back(start_api, http):
     # An API process whose Temporal is unreachable (and which never sweeps itself).
-    down_url = await start_api("api-temporal-down", temporal_address=f"127.0.0.1:{free_port()}",
-                               workflow_start_sweep_s=3600)
+    down_url = await start_api(
+        "api-temporal-down", temporal_address=f"127.0.0.1:{free_port()}", workflow_start_sweep_s=3600
+    )
     proposer = await agents.agent(http, "outbox-agent")
     body = {"trait_name": "outbox_seeker", "goal": "survive an outage", "code": traits.seeker(unique_variant())}
     async with httpx.AsyncClient(base_url=down_url, timeout=30) as down:
@@ -44,5 +45,7 @@ async def test_propose_answers_before_the_workflow_starts_and_it_still_runs(http
     body = {"trait_name": "prompt_seeker", "goal": "the normal path", "code": traits.seeker(unique_variant())}
     response = await http.post("/api/mutations/propose", json=body, headers=proposer.headers)
     assert response.status_code == 202 and response.json()["status"] == "queued"
-    status = await wait_for_status(http, response.json()["mutation_id"], {"sandbox_ok", "activated", "kept"}, timeout_s=60)
+    status = await wait_for_status(
+        http, response.json()["mutation_id"], {"sandbox_ok", "activated", "kept"}, timeout_s=60
+    )
     assert status["workflow_id"] == f"mutation-{status['mutation_id']}"

@@ -31,8 +31,11 @@ def test_the_gatekeeper_imports_only_the_kernel_and_the_standard_library():
         for module in graph.find_children("gatekeeper") | {"gatekeeper"}
         for imported in graph.find_modules_directly_imported_by(module)
     }
-    foreign = sorted((module, top) for module, top in imported
-                     if top not in ("gatekeeper", "genesis") and top not in sys.stdlib_module_names)
+    foreign = sorted(
+        (module, top)
+        for module, top in imported
+        if top not in ("gatekeeper", "genesis") and top not in sys.stdlib_module_names
+    )
     assert not foreign, f"the gatekeeper imports third-party packages: {foreign}"
     assert ("gatekeeper.steps", "ast") in imported  # the graph holds the standard library
 
@@ -40,6 +43,7 @@ def test_the_gatekeeper_imports_only_the_kernel_and_the_standard_library():
 def test_the_route_independence_contract_names_every_route_module():
     """A route module added later is covered by the independence contract only if it is listed."""
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    [routes] = [c for c in contracts
-                if c["type"] == "independence" and any(m.startswith("api.routes_") for m in c["modules"])]
+    [routes] = [
+        c for c in contracts if c["type"] == "independence" and any(m.startswith("api.routes_") for m in c["modules"])
+    ]
     assert sorted(routes["modules"]) == sorted(f"api.{path.stem}" for path in (ROOT / "api").glob("routes_*.py"))

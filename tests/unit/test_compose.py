@@ -29,8 +29,13 @@ def run_compose(*args: str, env_extra: dict[str, str] | None = None) -> subproce
     # Only what compose interpolates: no GENESIS_* of the caller leaks into the check.
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_")}
     env.update(env_extra or {})
-    return subprocess.run([str(COMPOSE), "-f", str(COMPOSE_FILE), "--project-directory", str(PROJECT_ROOT), *args],
-                          capture_output=True, text=True, env=env, timeout=60)
+    return subprocess.run(
+        [str(COMPOSE), "-f", str(COMPOSE_FILE), "--project-directory", str(PROJECT_ROOT), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -46,9 +51,10 @@ def config() -> dict:
 
 def test_compose_config_validates_with_every_service(config):
     services = config["services"]
-    assert REQUIRED <= set(services)
-    depends = {name: {dep: spec["condition"] for dep, spec in s.get("depends_on", {}).items()}
-               for name, s in services.items()}
+    assert set(services) >= REQUIRED
+    depends = {
+        name: {dep: spec["condition"] for dep, spec in s.get("depends_on", {}).items()} for name, s in services.items()
+    }
     assert depends["temporal"] == {"postgres": "service_healthy"}
     assert depends["migrate"] == {"postgres": "service_healthy", "temporal": "service_healthy"}
     for name in GENESIS_SERVICES:
@@ -65,8 +71,10 @@ def test_compose_config_validates_with_every_service(config):
     assert "genesis.db.migrate" in migrate and "genesis.temporal_setup" in migrate
     # The sandbox and the live trait host run on the host's Docker engine
     for name in ("worker", "engine"):
-        assert any(v["source"] == "/var/run/docker.sock" and v["target"] == "/var/run/docker.sock"
-                   for v in services[name]["volumes"]), name
+        assert any(
+            v["source"] == "/var/run/docker.sock" and v["target"] == "/var/run/docker.sock"
+            for v in services[name]["volumes"]
+        ), name
     for name in ("api", "migrate", "watcher"):
         assert not any("docker.sock" in v.get("source", "") for v in services[name].get("volumes", [])), name
     # Workers scale out: no fixed host port
@@ -118,8 +126,11 @@ def test_build_contexts_and_dockerfiles_are_right(config):
         dockerfile = context / build.get("dockerfile", "Dockerfile")
         assert context.is_dir() and dockerfile.is_file(), f"{name}: {dockerfile}"
         ignore_file = context / ".dockerignore"
-        ignored = [line.strip() for line in ignore_file.read_text().splitlines()
-                   if line.strip() and not line.startswith("#")] if ignore_file.exists() else []
+        ignored = (
+            [line.strip() for line in ignore_file.read_text().splitlines() if line.strip() and not line.startswith("#")]
+            if ignore_file.exists()
+            else []
+        )
         for line in dockerfile.read_text().splitlines():
             if line.split()[:1] not in (["COPY"], ["ADD"]):
                 continue

@@ -20,7 +20,9 @@ def documented_variables(model: type[BaseModel]) -> list[str]:
 def test_configuration_page_is_up_to_date():
     current = config_docs.DOC_PATH.read_text(encoding="utf-8")
     for variable in documented_variables(Settings):
-        assert f"`{variable}`" in current, f"{variable} is missing from docs/configuration.md: run python -m genesis.config_docs"
+        assert f"`{variable}`" in current, (
+            f"{variable} is missing from docs/configuration.md: run python -m genesis.config_docs"
+        )
     assert current == config_docs.render(), "docs/configuration.md is out of date: run python -m genesis.config_docs"
 
 

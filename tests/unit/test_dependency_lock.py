@@ -19,8 +19,10 @@ LOCK_ENTRY = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)((?:\s*\\\n\s+--ha
 
 
 def locked() -> dict[str, tuple[str, int]]:
-    return {canonicalize_name(name): (version, hashes.count("--hash="))
-            for name, version, hashes in LOCK_ENTRY.findall(LOCK_TEXT)}
+    return {
+        canonicalize_name(name): (version, hashes.count("--hash="))
+        for name, version, hashes in LOCK_ENTRY.findall(LOCK_TEXT)
+    }
 
 
 def declared() -> list[tuple[str, Requirement]]:

@@ -286,7 +286,7 @@ def test_valid_code_is_accepted(name: str) -> None:
 
 
 def test_helper_class_enum_and_typing_protocol_base_pass() -> None:
-    code = '''
+    code = """
 import enum
 import typing
 
@@ -309,7 +309,7 @@ class ModalTrait(BaseTrait):
         mode = Mode.SEEK if entity.energy < 20 else Mode.IDLE
         entity.state = mode.name.lower()
         entity.speed = Helper(0.5).apply(entity.speed)
-'''
+"""
     assert_accepted(validate("modal", code), "ModalTrait")
 
 
@@ -402,8 +402,14 @@ def test_banned_attr() -> None:
         (STUB + "class T:\n    async def execute(self, entity):\n        pass\n", "No trait class found"),
         (STUB + "class T(BaseTrait):\n    def execute(self, entity):\n        pass\n", "execute must be 'async def'"),
         (STUB + "class T(BaseTrait):\n    async def execute(self):\n        pass\n", "exactly (self, entity)"),
-        (STUB + "class T(BaseTrait):\n    async def execute(self, entity, extra):\n        pass\n", "exactly (self, entity)"),
-        (STUB + "class T(BaseTrait):\n    async def execute(self, entity, *, k):\n        pass\n", "exactly (self, entity)"),
+        (
+            STUB + "class T(BaseTrait):\n    async def execute(self, entity, extra):\n        pass\n",
+            "exactly (self, entity)",
+        ),
+        (
+            STUB + "class T(BaseTrait):\n    async def execute(self, entity, *, k):\n        pass\n",
+            "exactly (self, entity)",
+        ),
         (STUB + "class T(BaseTrait):\n    async def run(self, entity):\n        pass\n", "has no 'async def execute"),
     ],
 )
@@ -418,8 +424,14 @@ def test_no_trait_class(code: str, fragment: str) -> None:
     [
         ("entity.state = str(entity.health)", ("entity.health is not part of the entity API (line 7)",)),
         ("entity.state = str(entity.enrgy)", ("did you mean entity.energy?",)),
-        ("entity.energy += 5", ("entity.energy cannot be assigned (line 7)", "gained only by eating",
-                                "writable attributes: direction, energy_consumption_rate, speed, state")),
+        (
+            "entity.energy += 5",
+            (
+                "entity.energy cannot be assigned (line 7)",
+                "gained only by eating",
+                "writable attributes: direction, energy_consumption_rate, speed, state",
+            ),
+        ),
         ("entity.x = 3.0", ("entity.x cannot be assigned", "read-only")),
         ("entity.eat = None", ("entity.eat cannot be assigned", "is a method")),
         ("entity.teleport = True", ("entity.teleport cannot be assigned", "not part of the entity API")),
@@ -441,19 +453,28 @@ def test_entity_attr_checked_in_helper_methods_with_same_param_name() -> None:
 
 def test_entity_param_may_have_any_name() -> None:
     code = STUB + "class T(BaseTrait):\n    async def execute(self, creature) -> None:\n        creature.energy = 1\n"
-    assert_rejected(validate("probe", code), "AST_ENTITY_ATTR_FORBIDDEN", "Entity attribute whitelist",
-                    "creature.energy cannot be assigned")
+    assert_rejected(
+        validate("probe", code),
+        "AST_ENTITY_ATTR_FORBIDDEN",
+        "Entity attribute whitelist",
+        "creature.energy cannot be assigned",
+    )
 
 
 @pytest.mark.parametrize(
     ("code", "fragment"),
     [
-        (make_trait("pass", members="def __init__(self, threshold):\n    self.threshold = threshold"),
-         "requires 'threshold'"),
+        (
+            make_trait("pass", members="def __init__(self, threshold):\n    self.threshold = threshold"),
+            "requires 'threshold'",
+        ),
         (make_trait("pass", members="def __init__(self, *, k):\n    self.k = k"), "requires 'k'"),
         (make_trait("pass", members="def __init__(self, a=1, /, b=2, *, c):\n    pass"), "requires 'c'"),
-        ("class BaseTrait:\n    def __init__(self, world):\n        self.world = world\n\n"
-         "class T(BaseTrait):\n    async def execute(self, entity):\n        pass\n", "BaseTrait.__init__"),
+        (
+            "class BaseTrait:\n    def __init__(self, world):\n        self.world = world\n\n"
+            "class T(BaseTrait):\n    async def execute(self, entity):\n        pass\n",
+            "BaseTrait.__init__",
+        ),
     ],
 )
 def test_init_required_args(code: str, fragment: str) -> None:
@@ -464,12 +485,17 @@ def test_init_required_args(code: str, fragment: str) -> None:
 @pytest.mark.parametrize(
     ("body", "fragment"),
     [
-        ("if entity.energy > 5:\n    step = 1\nentity.speed = step", "'step' may be used before it is assigned (line 11"),
+        (
+            "if entity.energy > 5:\n    step = 1\nentity.speed = step",
+            "'step' may be used before it is assigned (line 11",
+        ),
         ("if entity.energy > 5:\n    step = 1\nelif entity.energy > 2:\n    step = 2\nentity.speed = step", "'step'"),
         ("for i in range(3):\n    pass\nentity.state = str(i)", "'i' may be used before it is assigned"),
         ("while entity.energy > 100:\n    level = 1\n    break\nentity.state = str(level)", "'level'"),
-        ("try:\n    ratio = entity.energy / 2\nexcept ZeroDivisionError:\n    entity.state = str(ratio)",
-         "'ratio' may be used before"),
+        (
+            "try:\n    ratio = entity.energy / 2\nexcept ZeroDivisionError:\n    entity.state = str(ratio)",
+            "'ratio' may be used before",
+        ),
         ("try:\n    pass\nexcept ValueError as error:\n    pass\nentity.state = str(error)", "'error'"),
         ("total = total + 1", "'total' may be used before it is assigned"),
         ("value = 1\ndel value\nentity.speed = value", "'value' may be used before"),
@@ -487,8 +513,12 @@ def test_unbound_variable(body: str, fragment: str) -> None:
 
 def test_unbound_module_level_base_used_before_definition() -> None:
     code = "class T(BaseTrait):\n    async def execute(self, entity):\n        pass\n\n" + STUB
-    assert_rejected(validate("probe", code), "AST_UNBOUND_VARIABLE", "Unbound variables",
-                    "'BaseTrait' is used in the base of class T before it is defined")
+    assert_rejected(
+        validate("probe", code),
+        "AST_UNBOUND_VARIABLE",
+        "Unbound variables",
+        "'BaseTrait' is used in the base of class T before it is defined",
+    )
 
 
 def test_unbound_in_annotation_without_future_import() -> None:
@@ -522,10 +552,13 @@ def test_steps_run_in_order_and_stop_at_first_failure() -> None:
     # Has an import problem (step 4) and a banned call (step 5): only step 4 is reported.
     code = make_trait("eval('1')", prelude="import os")
     result = validate("probe", code)
-    assert result.validation_log == ["Schema: OK", "AST parse: OK",
-                                     "Import whitelist: FAILED — Forbidden import: os (line 1); allowed modules: "
-                                     "__future__, collections, dataclasses, enum, functools, itertools, math, "
-                                     "random, typing"]
+    assert result.validation_log == [
+        "Schema: OK",
+        "AST parse: OK",
+        "Import whitelist: FAILED — Forbidden import: os (line 1); allowed modules: "
+        "__future__, collections, dataclasses, enum, functools, itertools, math, "
+        "random, typing",
+    ]
     assert result.code_hash is not None
 
 
@@ -544,50 +577,137 @@ def line_of(code: str, text: str) -> int:
 
 # name -> (execute body, extra members, postlude, the line the finding is on, message fragments)
 ENTITY_ALIASES: dict[str, tuple[str, str, str, str, tuple[str, ...]]] = {
-    "plain alias write": ("e = entity\ne.energy = 1e9", "", "", "e.energy = 1e9",
-                          ("e.energy cannot be assigned (e holds the entity)", "read-only")),
-    "plain alias read": ("e = entity\nentity.state = str(e.secret)", "", "", "e.secret",
-                         ("e.secret is not part of the entity API (e holds the entity)",)),
-    "alias of alias": ("e = entity\nf = e\nf.teleport = True", "", "", "f.teleport",
-                       ("f.teleport cannot be assigned (f holds the entity)",)),
+    "plain alias write": (
+        "e = entity\ne.energy = 1e9",
+        "",
+        "",
+        "e.energy = 1e9",
+        ("e.energy cannot be assigned (e holds the entity)", "read-only"),
+    ),
+    "plain alias read": (
+        "e = entity\nentity.state = str(e.secret)",
+        "",
+        "",
+        "e.secret",
+        ("e.secret is not part of the entity API (e holds the entity)",),
+    ),
+    "alias of alias": (
+        "e = entity\nf = e\nf.teleport = True",
+        "",
+        "",
+        "f.teleport",
+        ("f.teleport cannot be assigned (f holds the entity)",),
+    ),
     "tuple unpacking": ("a, (b, c) = 1, (entity, 2)\nb.x = 3.0", "", "", "b.x = 3.0", ("b.x cannot be assigned",)),
     "walrus": ("if (e := entity) is not None:\n    e.age = 0", "", "", "e.age = 0", ("e.age cannot be assigned",)),
-    "conditional": ("e = entity if entity.energy > 0 else None\ne.energy = 1", "", "", "e.energy = 1",
-                    ("e.energy cannot be assigned",)),
-    "closure": ("e = entity\ndef boost():\n    e.energy = 1e9\nboost()", "", "", "e.energy = 1e9",
-                ("e.energy cannot be assigned",)),
-    "lambda parameter": ("peek = lambda e: e.secret\nentity.state = str(peek(entity))", "", "", "peek = lambda",
-                         ("e.secret is not part of the entity API",)),
-    "lambda returning it": ("grab = lambda: entity\ngrab()", "", "", "grab = lambda",
-                            ("The entity is returned",)),
-    "comprehension": ("values = [e.secret for e in (entity,)]", "", "", "values =",
-                      ("e.secret is not part of the entity API",)),
-    "for over a tuple": ("for e in (entity,):\n    e.energy = 3", "", "", "e.energy = 3",
-                         ("e.energy cannot be assigned",)),
-    "container": ("entity.state = str([entity][0].secret)", "", "", "[entity][0]",
-                  ("The entity is put into a list",)),
+    "conditional": (
+        "e = entity if entity.energy > 0 else None\ne.energy = 1",
+        "",
+        "",
+        "e.energy = 1",
+        ("e.energy cannot be assigned",),
+    ),
+    "closure": (
+        "e = entity\ndef boost():\n    e.energy = 1e9\nboost()",
+        "",
+        "",
+        "e.energy = 1e9",
+        ("e.energy cannot be assigned",),
+    ),
+    "lambda parameter": (
+        "peek = lambda e: e.secret\nentity.state = str(peek(entity))",
+        "",
+        "",
+        "peek = lambda",
+        ("e.secret is not part of the entity API",),
+    ),
+    "lambda returning it": ("grab = lambda: entity\ngrab()", "", "", "grab = lambda", ("The entity is returned",)),
+    "comprehension": (
+        "values = [e.secret for e in (entity,)]",
+        "",
+        "",
+        "values =",
+        ("e.secret is not part of the entity API",),
+    ),
+    "for over a tuple": (
+        "for e in (entity,):\n    e.energy = 3",
+        "",
+        "",
+        "e.energy = 3",
+        ("e.energy cannot be assigned",),
+    ),
+    "container": ("entity.state = str([entity][0].secret)", "", "", "[entity][0]", ("The entity is put into a list",)),
     "dict value": ("self.memory = {'me': entity}", "", "", "self.memory =", ("The entity is put into a dict",)),
-    "attribute of self": ("self.held = entity\nself.held.energy = 1", "", "", "self.held.energy",
-                          ("self.held.energy cannot be assigned (self.held holds the entity)",)),
-    "attribute of self in another method": ("self.held = entity", "def later(self):\n    self.held.max_age = 10**9",
-                                            "", "self.held.max_age", ("self.held.max_age cannot be assigned",)),
-    "method parameter": ("self.helper(entity)", "def helper(self, e):\n    e.energy = 1", "", "e.energy = 1",
-                         ("e.energy cannot be assigned (e holds the entity)",)),
-    "keyword argument": ("self.helper(target=entity)", "def helper(self, target=None):\n    target.energy = 1", "",
-                         "target.energy", ("target.energy cannot be assigned",)),
-    "module function": ("nudge(entity)", "", "def nudge(e):\n    e.energy = 1", "e.energy = 1",
-                        ("e.energy cannot be assigned",)),
-    "constructor": ("Holder(entity)", "", "class Holder:\n    def __init__(self, e=None):\n        e.energy = 1",
-                    "e.energy = 1", ("e.energy cannot be assigned",)),
-    "object keeping it": ("holder = Holder(entity)\nentity.state = str(holder.e.secret)", "",
-                          "class Holder:\n    def __init__(self, e=None):\n        self.e = e", "holder.e",
-                          ("holder.e may hold the entity", "self.e is assigned the entity (line")),
-    "returned by a method": ("pass", "def helper(self, entity):\n    return entity", "", "return entity",
-                             ("The entity is returned",)),
-    "passed to an unknown function": ("entity.state = str(entity)", "", "", "str(entity)",
-                                      ("The entity is passed to str(), which the gatekeeper cannot follow",)),
-    "into *args": ("self.helper(entity)", "def helper(self, *rest):\n    pass", "", "self.helper(entity)",
-                   ("The entity is passed to self.helper() where no named parameter receives it",)),
+    "attribute of self": (
+        "self.held = entity\nself.held.energy = 1",
+        "",
+        "",
+        "self.held.energy",
+        ("self.held.energy cannot be assigned (self.held holds the entity)",),
+    ),
+    "attribute of self in another method": (
+        "self.held = entity",
+        "def later(self):\n    self.held.max_age = 10**9",
+        "",
+        "self.held.max_age",
+        ("self.held.max_age cannot be assigned",),
+    ),
+    "method parameter": (
+        "self.helper(entity)",
+        "def helper(self, e):\n    e.energy = 1",
+        "",
+        "e.energy = 1",
+        ("e.energy cannot be assigned (e holds the entity)",),
+    ),
+    "keyword argument": (
+        "self.helper(target=entity)",
+        "def helper(self, target=None):\n    target.energy = 1",
+        "",
+        "target.energy",
+        ("target.energy cannot be assigned",),
+    ),
+    "module function": (
+        "nudge(entity)",
+        "",
+        "def nudge(e):\n    e.energy = 1",
+        "e.energy = 1",
+        ("e.energy cannot be assigned",),
+    ),
+    "constructor": (
+        "Holder(entity)",
+        "",
+        "class Holder:\n    def __init__(self, e=None):\n        e.energy = 1",
+        "e.energy = 1",
+        ("e.energy cannot be assigned",),
+    ),
+    "object keeping it": (
+        "holder = Holder(entity)\nentity.state = str(holder.e.secret)",
+        "",
+        "class Holder:\n    def __init__(self, e=None):\n        self.e = e",
+        "holder.e",
+        ("holder.e may hold the entity", "self.e is assigned the entity (line"),
+    ),
+    "returned by a method": (
+        "pass",
+        "def helper(self, entity):\n    return entity",
+        "",
+        "return entity",
+        ("The entity is returned",),
+    ),
+    "passed to an unknown function": (
+        "entity.state = str(entity)",
+        "",
+        "",
+        "str(entity)",
+        ("The entity is passed to str(), which the gatekeeper cannot follow",),
+    ),
+    "into *args": (
+        "self.helper(entity)",
+        "def helper(self, *rest):\n    pass",
+        "",
+        "self.helper(entity)",
+        ("The entity is passed to self.helper() where no named parameter receives it",),
+    ),
     "called": ("entity()", "", "", "entity()", ("The entity is called",)),
     "iterated": ("for part in entity:\n    pass", "", "", "for part", ("The entity is iterated over",)),
 }
@@ -609,44 +729,130 @@ def test_a_default_argument_cannot_capture_the_entity() -> None:
 # name -> (execute body, extra members, postlude, the line of the finding, message fragments)
 STORES: dict[str, tuple[str, str, str, str, tuple[str, ...]]] = {
     "class of a module through a local name": (
-        "r = random.Random\nr.some_method = len", "", "", "r.some_method",
+        "r = random.Random\nr.some_method = len",
+        "",
+        "",
+        "r.some_method",
         ("Cannot assign the attribute some_method of r", "only attributes of self"),
     ),
-    "augmented": ("r = random.Random\nr.VERSION += 1", "", "", "r.VERSION", ("Cannot assign the attribute VERSION of r",)),
-    "deleted": ("r = random.Random\ndel r.random", "", "", "del r.random", ("Cannot delete the attribute random of r",)),
-    "module itself": ("random.random = len", "", "", "random.random =", ("Cannot assign or delete .random on 'random'",)),
-    "another object": ("helper = Helper()\nhelper.count = 1", "", "class Helper:\n    pass", "helper.count",
-                       ("Cannot assign the attribute count of helper",)),
-    "a function's attribute": ("def inner():\n    pass\ninner.flag = 1", "", "", "inner.flag",
-                               ("Cannot assign the attribute flag of inner",)),
-    "nested object of self": ("self.helper = Helper()\nself.helper.count = 1", "", "class Helper:\n    pass",
-                              "self.helper.count", ("Cannot assign the attribute count of self.helper",)),
-    "entity attribute's attribute": ("entity.traits.extra = 1", "", "", "entity.traits.extra",
-                                     ("Cannot assign the attribute extra of entity.traits",)),
-    "parameter of a module function": ("pass", "", "def bump(obj):\n    obj.count = 1", "obj.count",
-                                       ("Cannot assign the attribute count of obj",)),
-    "parameter named self outside a class": ("pass", "", "def bump(self):\n    self.count = 1", "self.count",
-                                             ("Cannot assign the attribute count of self",)),
-    "nested function's own self": ("def inner(self):\n    self.seed = len\ninner(random.Random)", "", "",
-                                   "self.seed", ("Cannot assign the attribute seed of self",)),
-    "self rebound": ("self = random.Random\nself.seed = len", "", "", "self = random.Random",
-                     ("The instance parameter 'self' cannot be rebound",)),
-    "self rebound by a loop": ("for self in [random.Random]:\n    self.seed = len", "", "", "for self in",
-                               ("The instance parameter 'self' cannot be rebound",)),
-    "method read through the class": (
-        "ProbeTrait.helper(random.Random, len)", "def helper(self, f=None):\n    self.seed = f", "",
-        "ProbeTrait.helper(", ("Access to ProbeTrait.helper is not allowed", "call it on an instance"),
+    "augmented": (
+        "r = random.Random\nr.VERSION += 1",
+        "",
+        "",
+        "r.VERSION",
+        ("Cannot assign the attribute VERSION of r",),
     ),
-    "class aliased": ("k = ProbeTrait\nk.helper(random.Random, len)", "def helper(self, f=None):\n    self.seed = f",
-                      "", "k = ProbeTrait", ("Class ProbeTrait is assigned to k",)),
-    "class passed to own function": ("call_it(ProbeTrait)", "def helper(self, f=None):\n    self.seed = f",
-                                     "def call_it(k):\n    k.helper(random.Random)", "call_it(ProbeTrait)",
-                                     ("Class ProbeTrait is passed to call_it()",)),
-    "class returned": ("pass", "def kind(self):\n    return ProbeTrait", "", "return ProbeTrait",
-                       ("Class ProbeTrait is returned",)),
+    "deleted": (
+        "r = random.Random\ndel r.random",
+        "",
+        "",
+        "del r.random",
+        ("Cannot delete the attribute random of r",),
+    ),
+    "module itself": (
+        "random.random = len",
+        "",
+        "",
+        "random.random =",
+        ("Cannot assign or delete .random on 'random'",),
+    ),
+    "another object": (
+        "helper = Helper()\nhelper.count = 1",
+        "",
+        "class Helper:\n    pass",
+        "helper.count",
+        ("Cannot assign the attribute count of helper",),
+    ),
+    "a function's attribute": (
+        "def inner():\n    pass\ninner.flag = 1",
+        "",
+        "",
+        "inner.flag",
+        ("Cannot assign the attribute flag of inner",),
+    ),
+    "nested object of self": (
+        "self.helper = Helper()\nself.helper.count = 1",
+        "",
+        "class Helper:\n    pass",
+        "self.helper.count",
+        ("Cannot assign the attribute count of self.helper",),
+    ),
+    "entity attribute's attribute": (
+        "entity.traits.extra = 1",
+        "",
+        "",
+        "entity.traits.extra",
+        ("Cannot assign the attribute extra of entity.traits",),
+    ),
+    "parameter of a module function": (
+        "pass",
+        "",
+        "def bump(obj):\n    obj.count = 1",
+        "obj.count",
+        ("Cannot assign the attribute count of obj",),
+    ),
+    "parameter named self outside a class": (
+        "pass",
+        "",
+        "def bump(self):\n    self.count = 1",
+        "self.count",
+        ("Cannot assign the attribute count of self",),
+    ),
+    "nested function's own self": (
+        "def inner(self):\n    self.seed = len\ninner(random.Random)",
+        "",
+        "",
+        "self.seed",
+        ("Cannot assign the attribute seed of self",),
+    ),
+    "self rebound": (
+        "self = random.Random\nself.seed = len",
+        "",
+        "",
+        "self = random.Random",
+        ("The instance parameter 'self' cannot be rebound",),
+    ),
+    "self rebound by a loop": (
+        "for self in [random.Random]:\n    self.seed = len",
+        "",
+        "",
+        "for self in",
+        ("The instance parameter 'self' cannot be rebound",),
+    ),
+    "method read through the class": (
+        "ProbeTrait.helper(random.Random, len)",
+        "def helper(self, f=None):\n    self.seed = f",
+        "",
+        "ProbeTrait.helper(",
+        ("Access to ProbeTrait.helper is not allowed", "call it on an instance"),
+    ),
+    "class aliased": (
+        "k = ProbeTrait\nk.helper(random.Random, len)",
+        "def helper(self, f=None):\n    self.seed = f",
+        "",
+        "k = ProbeTrait",
+        ("Class ProbeTrait is assigned to k",),
+    ),
+    "class passed to own function": (
+        "call_it(ProbeTrait)",
+        "def helper(self, f=None):\n    self.seed = f",
+        "def call_it(k):\n    k.helper(random.Random)",
+        "call_it(ProbeTrait)",
+        ("Class ProbeTrait is passed to call_it()",),
+    ),
+    "class returned": (
+        "pass",
+        "def kind(self):\n    return ProbeTrait",
+        "",
+        "return ProbeTrait",
+        ("Class ProbeTrait is returned",),
+    ),
     "class defined in a function": (
-        "class Local:\n    def m(self):\n        self.seed = len\nLocal.m(random.Random)", "", "",
-        "Local.m(", ("Access to Local.m is not allowed",),
+        "class Local:\n    def m(self):\n        self.seed = len\nLocal.m(random.Random)",
+        "",
+        "",
+        "Local.m(",
+        ("Access to Local.m is not allowed",),
     ),
 }
 
@@ -662,9 +868,15 @@ def test_stores_outside_self_are_refused(name: str) -> None:
 @pytest.mark.parametrize(
     ("module", "name"),
     [
-        ("dataclasses", "dataclass"), ("functools", "total_ordering"), ("typing", "final"),
-        ("typing", "no_type_check"), ("typing", "runtime_checkable"), ("typing", "overload"),
-        ("typing", "clear_overloads"), ("typing", "reveal_type"), ("random", "setstate"),
+        ("dataclasses", "dataclass"),
+        ("functools", "total_ordering"),
+        ("typing", "final"),
+        ("typing", "no_type_check"),
+        ("typing", "runtime_checkable"),
+        ("typing", "overload"),
+        ("typing", "clear_overloads"),
+        ("typing", "reveal_type"),
+        ("random", "setstate"),
     ],
 )
 def test_module_functions_that_change_shared_state_are_refused(module: str, name: str) -> None:
@@ -685,7 +897,10 @@ class Steering:
 """
 LEGAL_ALIASES: dict[str, tuple[str, str, str]] = {
     "alias writes writable attributes": (
-        "e = entity\ne.speed = 2.0\ne.state = 'x'\nentity.direction = e.direction", "", ""),
+        "e = entity\ne.speed = 2.0\ne.state = 'x'\nentity.direction = e.direction",
+        "",
+        "",
+    ),
     "unpacked alias": ("e, n = entity, 3\ne.speed = float(n)", "", ""),
     "walrus alias": ("if (e := entity) is not None and e.energy < 5:\n    e.eat()", "", ""),
     "alias in a loop over a tuple": ("for e in (entity,):\n    e.move(1.0, 0.0)", "", ""),
@@ -695,25 +910,39 @@ LEGAL_ALIASES: dict[str, tuple[str, str, str]] = {
     "comparisons and tests": ("if entity is not None and not (entity == self):\n    entity.speed = 1.0", "", ""),
     "attribute of self holding it": (
         "self.current = entity\nself.current.speed = 1.0\nself.steer()",
-        "def steer(self):\n    self.current.direction = 0.5", ""),
+        "def steer(self):\n    self.current.direction = 0.5",
+        "",
+    ),
     "method with another parameter name": (
-        "self.slow_down(entity, 0.5)", "def slow_down(self, target, factor):\n    target.speed = target.speed * factor", ""),
+        "self.slow_down(entity, 0.5)",
+        "def slow_down(self, target, factor):\n    target.speed = target.speed * factor",
+        "",
+    ),
     "module helper": ("entity.direction = turn(entity, 0.1)", "", "def turn(e, by):\n    return e.direction + by"),
     "helper object": ("Steering(entity).apply()", "", STEERING),
     "state on self": (
         "self.counter += 1\nself.memory = {}\nself.memory['k'] = entity.energy\ndel self.memory['k']\ndel self.counter",
-        "", ""),
+        "",
+        "",
+    ),
     "class constants and enum members": (
         "mode = Mode.SEEK if entity.energy < Mode.SEEK.value else Mode.IDLE\n"
         "entity.state = str(len(list(Mode))) + str(isinstance(mode, Mode))\n"
         "for member in Mode:\n    entity.state = member.name\nentity.speed = Limits.TOP + self.TOP",
-        "TOP = 1.0", "class Mode(enum.Enum):\n    IDLE = 1\n    SEEK = 2\n\n\nclass Limits:\n    TOP = 3.0"),
+        "TOP = 1.0",
+        "class Mode(enum.Enum):\n    IDLE = 1\n    SEEK = 2\n\n\nclass Limits:\n    TOP = 3.0",
+    ),
     "own instances": (
-        "helper = Helper(2.0)\nentity.speed = helper.scaled(entity.speed)", "",
+        "helper = Helper(2.0)\nentity.speed = helper.scaled(entity.speed)",
+        "",
         "class Helper:\n    def __init__(self, factor=1.0):\n        self.factor = factor\n\n"
-        "    def scaled(self, value):\n        self.last = value\n        return value * self.factor"),
-    "random instance": ("generator = random.Random(entity.id)\ngenerator.seed(3)\nentity.direction = generator.random()",
-                        "", ""),
+        "    def scaled(self, value):\n        self.last = value\n        return value * self.factor",
+    ),
+    "random instance": (
+        "generator = random.Random(entity.id)\ngenerator.seed(3)\nentity.direction = generator.random()",
+        "",
+        "",
+    ),
 }
 
 
@@ -772,7 +1001,11 @@ BYPASSES: dict[str, tuple[str, str, str]] = {
     "format traversal": ("", "entity.state = '{0.__class__}'.format(entity)", ATTR),
     "format_map": ("", "entity.state = '{x}'.format_map({'x': 1})", ATTR),
     "f-string dunder": ("", "entity.state = f'{entity.__class__}'", ATTR),
-    "AttributeError.obj": ("", "try:\n    entity.nope2 = 1\nexcept AttributeError as error:\n    leaked = error.obj", ATTR),
+    "AttributeError.obj": (
+        "",
+        "try:\n    entity.nope2 = 1\nexcept AttributeError as error:\n    leaked = error.obj",
+        ATTR,
+    ),
     "mro": ("", "classes = int.mro()", ATTR),
     # family: allowed modules re-exporting dangerous ones
     "typing.sys": ("import typing", "entity.state = str(typing.sys.modules)", ATTR),
@@ -799,8 +1032,11 @@ BYPASSES: dict[str, tuple[str, str, str]] = {
     "module class patched": ("import random", "random.Random.random = abs", ATTR),
     "imported object patched": ("from random import Random", "Random.random = abs", ATTR),
     # family: match class patterns (below Python 3.10, the trait runtime's language, not even syntax)
-    "match": ("", "match entity:\n    case object(state=s):\n        pass",
-              "SYNTAX_ERROR" if rules.trait_language() < (3, 10) else CALL),
+    "match": (
+        "",
+        "match entity:\n    case object(state=s):\n        pass",
+        "SYNTAX_ERROR" if rules.trait_language() < (3, 10) else CALL,
+    ),
     # family: global / nonlocal / yield
     "global": ("", "global counter\ncounter = 1", CALL),
     "nonlocal": ("", "value = 1\ndef inner():\n    nonlocal value\n    value = 2", CALL),
@@ -836,7 +1072,10 @@ MEMBER_BYPASSES: dict[str, tuple[str, str]] = {
     "class-level loop": ("for i in range(3):\n    pass", "Class-level code is not allowed"),
     "nested class": ("class Inner:\n    pass", "Class-level code is not allowed"),
     "annotation with call": ("def helper(self, x: print('hi')) -> None:\n    pass", "Annotations may only name types"),
-    "annotation computing": ("def helper(self, x: math.floor(1)) -> None:\n    pass", "Annotations may only name types"),
+    "annotation computing": (
+        "def helper(self, x: math.floor(1)) -> None:\n    pass",
+        "Annotations may only name types",
+    ),
     "string annotation code": ("def helper(self, x: \"__import__('os')\") -> None:\n    pass", "__import__"),
     "string annotation call": ("def helper(self) -> 'math.floor(1)':\n    pass", "not a type expression"),
 }
@@ -904,7 +1143,9 @@ def test_nfkc_import_spelling_is_checked() -> None:
 
 def test_nfkc_entity_attribute_is_checked() -> None:
     result = validate("probe", make_trait("entity.ｅｎｅｒｇｙ += 1"))
-    assert_rejected(result, "AST_ENTITY_ATTR_FORBIDDEN", "Entity attribute whitelist", "entity.energy cannot be assigned")
+    assert_rejected(
+        result, "AST_ENTITY_ATTR_FORBIDDEN", "Entity attribute whitelist", "entity.energy cannot be assigned"
+    )
 
 
 def test_format_hint_and_first_finding_reported() -> None:
@@ -981,8 +1222,10 @@ def test_hash_set_when_parse_ok_even_if_rejected_and_absent_when_not() -> None:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["EnergyHoarder", "energy-hoarder", "1abc", "", "a" * 65, "_energy", "energy hoarder",
-                                  "énergie", "energy\n"])
+@pytest.mark.parametrize(
+    "name",
+    ["EnergyHoarder", "energy-hoarder", "1abc", "", "a" * 65, "_energy", "energy hoarder", "énergie", "energy\n"],
+)
 def test_schema_rejects_bad_trait_names(name: str) -> None:
     problems = schema_problems(name, SEED_EXAMPLE)
     assert problems == [
@@ -1019,8 +1262,10 @@ def test_schema_size_message_counts_utf8_bytes() -> None:
 
 
 def test_schema_reports_every_problem_and_non_string_name() -> None:
-    assert schema_problems(42, "") == ["trait_name must be a string, got int", "code is empty; submit the Python "
-                                       "source of a trait class"]
+    assert schema_problems(42, "") == [
+        "trait_name must be a string, got int",
+        "code is empty; submit the Python source of a trait class",
+    ]
 
 
 def test_validate_rejects_schema_problems_before_parsing() -> None:
@@ -1033,21 +1278,39 @@ def test_validate_rejects_schema_problems_before_parsing() -> None:
 # --------------------------------------------------------------------------------------------
 
 SEED_KEYS = {
-    "api_version", "sandbox_rules_version", "trait_pattern", "required_method", "allowed_imports",
-    "forbidden_imports", "forbidden_calls", "forbidden_attrs", "entity_allowed_attrs", "timeout_ms",
-    "max_loop_iterations", "no_module_level_code", "example",
+    "api_version",
+    "sandbox_rules_version",
+    "trait_pattern",
+    "required_method",
+    "allowed_imports",
+    "forbidden_imports",
+    "forbidden_calls",
+    "forbidden_attrs",
+    "entity_allowed_attrs",
+    "timeout_ms",
+    "max_loop_iterations",
+    "no_module_level_code",
+    "example",
 }
 
 
 def test_sandbox_api_document_matches_seed() -> None:
     document = rules.sandbox_api_document()
-    assert SEED_KEYS <= set(document)
+    assert set(document) >= SEED_KEYS
     assert document["api_version"] == "1"
     assert document["sandbox_rules_version"] == "5" == rules.SANDBOX_RULES_VERSION
     assert document["trait_pattern"] == "define class BaseTrait stub inline, then inherit from it"
     assert document["required_method"] == "async execute(self, entity) -> None"
     assert document["allowed_imports"] == [
-        "__future__", "math", "random", "dataclasses", "typing", "enum", "collections", "functools", "itertools",
+        "__future__",
+        "math",
+        "random",
+        "dataclasses",
+        "typing",
+        "enum",
+        "collections",
+        "functools",
+        "itertools",
     ]
     assert document["forbidden_imports"] == ["os", "sys", "subprocess", "socket", "shutil", "backend"]
     assert {"eval", "exec", "compile", "open", "__import__", "print", "globals"} <= set(document["forbidden_calls"])
@@ -1077,7 +1340,7 @@ def test_rules_constants() -> None:
 
 
 def test_traits_are_parsed_at_the_trait_runtimes_language_level(monkeypatch) -> None:
-    match_trait = textwrap.dedent('''\
+    match_trait = textwrap.dedent("""\
         class BaseTrait:
             pass
 
@@ -1086,7 +1349,7 @@ def test_traits_are_parsed_at_the_trait_runtimes_language_level(monkeypatch) -> 
                 match entity.state:
                     case "saving":
                         entity.direction = 0.0
-        ''')
+        """)
     monkeypatch.setattr(rules, "trait_language", lambda: (3, 9))  # as if traits ran on an older Python
     result = validate("matcher", match_trait)
     assert not result.ok and result.failure_code == "SYNTAX_ERROR"

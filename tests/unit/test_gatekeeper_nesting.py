@@ -38,13 +38,14 @@ DEEP = {
     "negation_chain": in_execute("x = " + "-" * 5_000 + "a"),
     "nested_default": STUB.replace(
         "execute(self, entity)", "execute(self, entity, *, d=" + "(" * 250 + "1," + ")" * 250 + ")"
-    ) + "        pass\n",
+    )
+    + "        pass\n",
     "nested_lists": in_execute("x = " + "[" * 250 + "]" * 250),
     "nested_calls": in_execute("x = " + "f(" * 250 + ")" * 250),
     "nested_ifs": STUB + "".join("    " * (depth + 2) + "if a:\n" for depth in range(98)) + "    " * 100 + "pass\n",
-    "annotation_string": "from __future__ import annotations\n\n" + STUB.replace(
-        "-> None", "-> '" + "|".join(["int"] * 2_000) + "'"
-    ) + "        pass\n",
+    "annotation_string": "from __future__ import annotations\n\n"
+    + STUB.replace("-> None", "-> '" + "|".join(["int"] * 2_000) + "'")
+    + "        pass\n",
 }
 # Just within the limit: accepted by the scan, so the flow check also walks them at full depth.
 NEAR_LIMIT = {
@@ -94,7 +95,11 @@ def test_deep_nesting_never_crashes_a_thread(stack_kib: int) -> None:
     """In a child process (a crash would be its exit status, not this test run's), in a thread
     with a smaller stack than the worker's threads get."""
     done = subprocess.run(
-        [sys.executable, "-c", CRASH_PROBE, str(stack_kib)], cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [sys.executable, "-c", CRASH_PROBE, str(stack_kib)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, f"exit status {done.returncode}: {done.stderr[-2000:]}"
     outcomes = json.loads(done.stdout.splitlines()[-1])

@@ -6,41 +6,47 @@ from __future__ import annotations
 import pytest
 
 from genesis.config import Settings
-from gepa_steps.github_app import GitHubApp, NotOnGitHub, Repository
 from genesis.github_grants import InstallationGrants
+from gepa_steps.github_app import GitHubApp, NotOnGitHub, Repository
 
 
 def app(url: str = "https://github.com") -> GitHubApp:
     return GitHubApp(Settings().override(gepa_github_url=url))
 
 
-@pytest.mark.parametrize("url, repository", [
-    ("https://github.com/acme/qa.git", Repository("acme", "qa")),
-    ("https://github.com/acme/qa", Repository("acme", "qa")),
-    ("https://github.com:443/Acme-Labs/q.a_b-c.git", Repository("Acme-Labs", "q.a_b-c")),
-])
+@pytest.mark.parametrize(
+    "url, repository",
+    [
+        ("https://github.com/acme/qa.git", Repository("acme", "qa")),
+        ("https://github.com/acme/qa", Repository("acme", "qa")),
+        ("https://github.com:443/Acme-Labs/q.a_b-c.git", Repository("Acme-Labs", "q.a_b-c")),
+    ],
+)
 def test_repositories_on_the_github_host(url, repository):
     assert app().repository(url) == repository
 
 
-@pytest.mark.parametrize("url", [
-    "https://evil.example/acme/qa.git",  # another host
-    "https://github.com.evil.example/acme/qa.git",
-    "https://api.github.com/acme/qa.git",
-    "http://github.com/acme/qa.git",  # another scheme
-    "https://github.com:8443/acme/qa.git",  # another port
-    "https://github.com/acme/qa.git/info",  # not <owner>/<repository>
-    "https://github.com/acme",
-    "https://github.com/acme/",
-    "https://github.com//qa.git",
-    "https://github.com/acme/..",
-    "https://github.com/acme/.git",
-    "https://github.com/-acme/qa",
-    "https://github.com/ac--me/qa",
-    "https://github.com/acme/q%2fa",
-    "https://github.com/acme/qa?x=1",
-    "/srv/repos/acme/qa",
-])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://evil.example/acme/qa.git",  # another host
+        "https://github.com.evil.example/acme/qa.git",
+        "https://api.github.com/acme/qa.git",
+        "http://github.com/acme/qa.git",  # another scheme
+        "https://github.com:8443/acme/qa.git",  # another port
+        "https://github.com/acme/qa.git/info",  # not <owner>/<repository>
+        "https://github.com/acme",
+        "https://github.com/acme/",
+        "https://github.com//qa.git",
+        "https://github.com/acme/..",
+        "https://github.com/acme/.git",
+        "https://github.com/-acme/qa",
+        "https://github.com/ac--me/qa",
+        "https://github.com/acme/q%2fa",
+        "https://github.com/acme/qa?x=1",
+        "/srv/repos/acme/qa",
+    ],
+)
 def test_anything_else_is_refused(url):
     with pytest.raises(NotOnGitHub, match=r"must be a repository on the GitHub App's host, https://github\.com/"):
         app().repository(url)

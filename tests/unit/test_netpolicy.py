@@ -17,42 +17,49 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from genesis import netpolicy
-from gepa_steps import gitops
-from gepa_steps import programs
-from gepa_steps import egress
 from doubles.gepa_repo import make_repo
+from genesis import netpolicy
+from gepa_steps import egress, gitops, programs
 
 STRICT = netpolicy.NetPolicy()
 
 
-@pytest.mark.parametrize("spelling, address", [
-    ("127.0.0.1", "127.0.0.1"),
-    ("2130706433", "127.0.0.1"),
-    ("127.1", "127.0.0.1"),
-    ("127.0.1", "127.0.0.1"),
-    ("0x7f.1", "127.0.0.1"),
-    ("0X7F.0.0.1", "127.0.0.1"),
-    ("0x7f000001", "127.0.0.1"),
-    ("0177.0.0.1", "127.0.0.1"),
-    ("017700000001", "127.0.0.1"),
-    ("127.0.0.1.", "127.0.0.1"),
-    ("0", "0.0.0.0"),
-    ("10.0x1.0377", "10.1.0.255"),
-    ("[::1]", "::1"),
-    ("0:0:0:0:0:0:0:1", "::1"),
-    ("::ffff:127.0.0.1", "::ffff:7f00:1"),
-    ("[fe80::1%25eth0]", "fe80::1"),
-    ("\uff11\uff12\uff17\uff0e\uff10\uff0e\uff10\uff0e\uff11", "127.0.0.1"),  # full-width digits and dots
-])
+@pytest.mark.parametrize(
+    "spelling, address",
+    [
+        ("127.0.0.1", "127.0.0.1"),
+        ("2130706433", "127.0.0.1"),
+        ("127.1", "127.0.0.1"),
+        ("127.0.1", "127.0.0.1"),
+        ("0x7f.1", "127.0.0.1"),
+        ("0X7F.0.0.1", "127.0.0.1"),
+        ("0x7f000001", "127.0.0.1"),
+        ("0177.0.0.1", "127.0.0.1"),
+        ("017700000001", "127.0.0.1"),
+        ("127.0.0.1.", "127.0.0.1"),
+        ("0", "0.0.0.0"),
+        ("10.0x1.0377", "10.1.0.255"),
+        ("[::1]", "::1"),
+        ("0:0:0:0:0:0:0:1", "::1"),
+        ("::ffff:127.0.0.1", "::ffff:7f00:1"),
+        ("[fe80::1%25eth0]", "fe80::1"),
+        ("\uff11\uff12\uff17\uff0e\uff10\uff0e\uff10\uff0e\uff11", "127.0.0.1"),  # full-width digits and dots
+    ],
+)
 def test_every_spelling_of_an_address_has_one_canonical_form(spelling, address):
     assert netpolicy.canonical_host(spelling) == address
 
 
-@pytest.mark.parametrize("name, canonical", [
-    ("Example.COM.", "example.com"), ("b\u00fccher.example", "xn--bcher-kva.example"), ("09.1.1.1", "09.1.1.1"),
-    ("256.1.1.1", "256.1.1.1"), ("1.2.3.4.5", "1.2.3.4.5"),  # not addresses to the C resolver either: names
-])
+@pytest.mark.parametrize(
+    "name, canonical",
+    [
+        ("Example.COM.", "example.com"),
+        ("b\u00fccher.example", "xn--bcher-kva.example"),
+        ("09.1.1.1", "09.1.1.1"),
+        ("256.1.1.1", "256.1.1.1"),
+        ("1.2.3.4.5", "1.2.3.4.5"),  # not addresses to the C resolver either: names
+    ],
+)
 def test_names_are_lower_case_ascii_without_a_trailing_dot(name, canonical):
     assert netpolicy.canonical_host(name) == canonical
 
@@ -63,35 +70,38 @@ def test_what_is_neither_a_name_nor_an_address_is_refused(bad):
         netpolicy.canonical_host(bad)
 
 
-@pytest.mark.parametrize("host, why", [
-    ("127.0.0.1", "a loopback address"),
-    ("0x7f.1", "a loopback address"),
-    ("::1", "a loopback address"),
-    ("0.0.0.0", "the unspecified address"),
-    ("::", "the unspecified address"),
-    ("10.1.2.3", "a private address"),
-    ("172.16.0.1", "a private address"),
-    ("172.31.255.254", "a private address"),
-    ("192.168.1.1", "a private address"),
-    ("169.254.169.254", "a cloud metadata address"),
-    ("169.254.10.1", "a link-local address"),
-    ("fd00:ec2::254", "a cloud metadata address"),
-    ("100.100.100.200", "a cloud metadata address"),
-    ("fe80::1", "a link-local address"),
-    ("fd12:3456::1", "a unique-local address"),
-    ("fec0::1", "a site-local address"),
-    ("100.64.0.1", "a shared (carrier-grade NAT) address"),
-    ("224.0.0.1", "a multicast address"),
-    ("ff02::1", "a multicast address"),
-    ("240.0.0.1", "a private address"),
-    ("255.255.255.255", "a private address"),
-    ("192.0.2.1", "a private address"),  # documentation
-    ("2001:db8::1", "a private address"),  # documentation
-    ("::ffff:10.0.0.1", "a private address (it stands for 10.0.0.1)"),
-    ("64:ff9b::a9fe:a9fe", "a cloud metadata address (it stands for 169.254.169.254)"),
-    ("2002:7f00:1::", "a loopback address (it stands for 127.0.0.1)"),
-    ("::127.0.0.1", "a loopback address (it stands for 127.0.0.1)"),
-])
+@pytest.mark.parametrize(
+    "host, why",
+    [
+        ("127.0.0.1", "a loopback address"),
+        ("0x7f.1", "a loopback address"),
+        ("::1", "a loopback address"),
+        ("0.0.0.0", "the unspecified address"),
+        ("::", "the unspecified address"),
+        ("10.1.2.3", "a private address"),
+        ("172.16.0.1", "a private address"),
+        ("172.31.255.254", "a private address"),
+        ("192.168.1.1", "a private address"),
+        ("169.254.169.254", "a cloud metadata address"),
+        ("169.254.10.1", "a link-local address"),
+        ("fd00:ec2::254", "a cloud metadata address"),
+        ("100.100.100.200", "a cloud metadata address"),
+        ("fe80::1", "a link-local address"),
+        ("fd12:3456::1", "a unique-local address"),
+        ("fec0::1", "a site-local address"),
+        ("100.64.0.1", "a shared (carrier-grade NAT) address"),
+        ("224.0.0.1", "a multicast address"),
+        ("ff02::1", "a multicast address"),
+        ("240.0.0.1", "a private address"),
+        ("255.255.255.255", "a private address"),
+        ("192.0.2.1", "a private address"),  # documentation
+        ("2001:db8::1", "a private address"),  # documentation
+        ("::ffff:10.0.0.1", "a private address (it stands for 10.0.0.1)"),
+        ("64:ff9b::a9fe:a9fe", "a cloud metadata address (it stands for 169.254.169.254)"),
+        ("2002:7f00:1::", "a loopback address (it stands for 127.0.0.1)"),
+        ("::127.0.0.1", "a loopback address (it stands for 127.0.0.1)"),
+    ],
+)
 def test_non_global_addresses_are_refused_with_the_reason(host, why):
     with pytest.raises(netpolicy.NotGlobal) as refused:
         netpolicy.check(host, 443, STRICT)
@@ -119,7 +129,8 @@ def test_this_machines_own_networks_are_refused():
     own = (*networks, ipaddress.ip_network("198.51.99.0/24"))
     assert netpolicy.address_problem(public, own) == "on a network of this machine (198.51.99.0/24)"
     assert netpolicy.address_problem(ipaddress.ip_address("::ffff:198.51.99.7"), own) == (
-        "on a network of this machine (198.51.99.0/24) (it stands for 198.51.99.7)")
+        "on a network of this machine (198.51.99.0/24) (it stands for 198.51.99.7)"
+    )
 
 
 def test_names_are_judged_by_every_address_they_resolve_to():
@@ -172,12 +183,18 @@ def test_the_allow_list_opens_exactly_what_it_names():
 
 def test_egress_allow_entries_are_canonical():
     assert programs.check_egress_allow(["0x7f.1:6379", "2130706433:6379", "[0::1]:80", "Api.Example.com.:443"]) == [
-        "127.0.0.1:6379", "[::1]:80", "api.example.com:443"]
+        "127.0.0.1:6379",
+        "[::1]:80",
+        "api.example.com:443",
+    ]
     for bad, why in (("evil.example.com", "no port"), ("::1:80", "brackets"), ("a b:1", "not a host name")):
         with pytest.raises(programs.InvalidId, match=why):
             programs.check_egress_allow([bad])
     assert egress.parse_allow_list("0x7f.1:80, api.example.com, [::1]") == {
-        ("127.0.0.1", 80), ("api.example.com", 443), ("::1", 443)}
+        ("127.0.0.1", 80),
+        ("api.example.com", 443),
+        ("::1", 443),
+    }
 
 
 def test_repository_urls_are_handed_to_git_with_the_canonical_host():
@@ -187,6 +204,7 @@ def test_repository_urls_are_handed_to_git_with_the_canonical_host():
 
 
 # --- git: pinned, bounded, one message ------------------------------------------------------
+
 
 class Silent:
     """A TCP server that accepts connections and never says a word."""
@@ -296,6 +314,7 @@ def test_clone_failures_say_the_same_whatever_answered(tmp_path):
 
 # --- the egress gateway checks every connection again ---------------------------------------
 
+
 async def _ask(gateway: egress.EgressGateway, request: bytes) -> bytes:
     reader, writer = await asyncio.open_connection(gateway.host, gateway.port)
     writer.write(request)
@@ -312,14 +331,18 @@ async def test_the_gateway_refuses_a_private_target_even_when_listed():
     operator_allows = netpolicy.NetPolicy(netpolicy.AllowList.parse(f"127.0.0.1:{target.port}"))
     allowed = egress.EgressGateway("127.0.0.1", 0, allow=listed, policy=operator_allows).start()
     try:
-        for request in (f"CONNECT 127.0.0.1:{target.port} HTTP/1.1\r\n\r\n",
-                        f"CONNECT 2130706433:{target.port} HTTP/1.1\r\n\r\n",
-                        f"GET http://0x7f.1:{target.port}/ HTTP/1.1\r\nhost: x\r\n\r\n"):
+        for request in (
+            f"CONNECT 127.0.0.1:{target.port} HTTP/1.1\r\n\r\n",
+            f"CONNECT 2130706433:{target.port} HTTP/1.1\r\n\r\n",
+            f"GET http://0x7f.1:{target.port}/ HTTP/1.1\r\nhost: x\r\n\r\n",
+        ):
             answer = await _ask(strict, request.encode())
             assert answer.startswith(b"HTTP/1.1 403"), answer
             assert b"127.0.0.1 is a loopback address" in answer
         strict.allow_peer("127.0.0.1", listed)  # on a client's own list too: still refused
-        assert (await _ask(strict, f"CONNECT 127.0.0.1:{target.port} HTTP/1.1\r\n\r\n".encode())).startswith(b"HTTP/1.1 403")
+        assert (await _ask(strict, f"CONNECT 127.0.0.1:{target.port} HTTP/1.1\r\n\r\n".encode())).startswith(
+            b"HTTP/1.1 403"
+        )
         unlisted = await _ask(strict, b"CONNECT 8.8.8.8:443 HTTP/1.1\r\n\r\n")
         assert unlisted.startswith(b"HTTP/1.1 403") and b"not in the allow-list" in unlisted
         tunnel = await _ask(allowed, f"CONNECT 0x7f.1:{target.port} HTTP/1.1\r\n\r\n".encode())
@@ -329,4 +352,3 @@ async def test_the_gateway_refuses_a_private_target_even_when_listed():
         strict.close()
         allowed.close()
         target.close()
-

@@ -77,10 +77,22 @@ def assert_same(got, expected) -> None:
     assert np.array_equal(bits(got), bits(expected))
 
 
-CASES = [pytest.param(seed, n, radius, sorted_ids, id=f"{n}pts-r{radius}-{'sorted' if sorted_ids else 'shuffled'}")
-         for seed, (n, radius, sorted_ids) in enumerate([
-             (0, 80.0, True), (1, 80.0, True), (2, 6.0, False), (60, 37.5, True),
-             (600, 80.0, True), (600, 80.0, False), (2500, 20.0, False), (2500, 2.0, True), (1500, 150.0, False)])]
+CASES = [
+    pytest.param(seed, n, radius, sorted_ids, id=f"{n}pts-r{radius}-{'sorted' if sorted_ids else 'shuffled'}")
+    for seed, (n, radius, sorted_ids) in enumerate(
+        [
+            (0, 80.0, True),
+            (1, 80.0, True),
+            (2, 6.0, False),
+            (60, 37.5, True),
+            (600, 80.0, True),
+            (600, 80.0, False),
+            (2500, 20.0, False),
+            (2500, 2.0, True),
+            (1500, 150.0, False),
+        ]
+    )
+]
 
 
 @pytest.mark.parametrize("seed, n, radius, sorted_ids", CASES)

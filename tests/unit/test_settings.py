@@ -27,8 +27,9 @@ def test_a_bad_value_names_its_variable(monkeypatch):
 
 
 def test_the_environment_gives_back_the_same_settings(monkeypatch):
-    changed = Settings(_env_file=None).override(sandbox_memory="256m", webhook_secret=SecretStr("s3cret"),
-                                                auth="open", gepa_keep_worktrees=True)
+    changed = Settings(_env_file=None).override(
+        sandbox_memory="256m", webhook_secret=SecretStr("s3cret"), auth="open", gepa_keep_worktrees=True
+    )
     env = changed.environment()
     assert env["GENESIS_SANDBOX_MEMORY"] == "256m" and env["GENESIS_WEBHOOK_SECRET"] == "s3cret"
     assert "GENESIS_GEPA_GITHUB_PRIVATE_KEY_PATH" not in env  # unset optional path: no variable

@@ -151,18 +151,20 @@ def test_out_of_bounds_writes_are_clamped():
     w = World(QUIET)
     a = w.add_entity(100, 100)
     b = w.add_entity(200, 200)
-    report = w.step({
-        a.id: [
-            ["set", "speed", 100.0],
-            ["set", "energy_consumption_rate", 99],
-            ["set", "direction", 10.0],
-        ],
-        b.id: [
-            ["set", "speed", -3],
-            ["set", "energy_consumption_rate", -1e300],
-            ["set", "direction", -7.5],
-        ],
-    })
+    report = w.step(
+        {
+            a.id: [
+                ["set", "speed", 100.0],
+                ["set", "energy_consumption_rate", 99],
+                ["set", "direction", 10.0],
+            ],
+            b.id: [
+                ["set", "speed", -3],
+                ["set", "energy_consumption_rate", -1e300],
+                ["set", "direction", -7.5],
+            ],
+        }
+    )
     assert report.rejected_intents == []
     assert a.speed == entity_api.MAX_SPEED
     assert a.energy_consumption_rate == entity_api.MAX_CONSUMPTION_RATE
@@ -211,15 +213,17 @@ def test_wrong_number_types_are_rejected(value, reason):
     w = World(QUIET)
     e = w.add_entity(100, 100, speed=1.5)
     before = (e.speed, e.direction, e.energy_consumption_rate, e.x, e.y)
-    report = w.step({
-        e.id: [
-            ["set", "speed", value],
-            ["set", "direction", value],
-            ["set", "energy_consumption_rate", value],
-            ["move", value, 1.0],
-            ["move_towards", 1.0, value],
-        ]
-    })
+    report = w.step(
+        {
+            e.id: [
+                ["set", "speed", value],
+                ["set", "direction", value],
+                ["set", "energy_consumption_rate", value],
+                ["move", value, 1.0],
+                ["move_towards", 1.0, value],
+            ]
+        }
+    )
     assert reasons(report) == [reason] * 5
     # nothing was applied: the entity wandered by instinct with its old speed
     assert e.speed == before[0]
@@ -234,16 +238,18 @@ def test_state_checks():
     max_len = entity_api.MAX_STATE_LENGTH
     report = w.step({e.id: [["set", "state", "x" * max_len]]})
     assert report.rejected_intents == [] and e.state == "x" * max_len
-    report = w.step({
-        e.id: [
-            ["set", "state", "x" * (max_len + 1)],
-            ["set", "state", "line\nbreak"],
-            ["set", "state", "nul\x00"],
-            ["set", "state", 5],
-            ["set", "state", None],
-            ["set", "state", ["a"]],
-        ]
-    })
+    report = w.step(
+        {
+            e.id: [
+                ["set", "state", "x" * (max_len + 1)],
+                ["set", "state", "line\nbreak"],
+                ["set", "state", "nul\x00"],
+                ["set", "state", 5],
+                ["set", "state", None],
+                ["set", "state", ["a"]],
+            ]
+        }
+    )
     assert reasons(report) == ["bad_state"] * 3 + ["bad_type"] * 3
     assert e.state == "x" * max_len
     w.step({e.id: [["set", "state", "hunting"], ["set", "state", ""]]})
@@ -253,26 +259,28 @@ def test_state_checks():
 def test_malformed_intents_are_rejected_and_counted():
     w = World(QUIET)
     e = w.add_entity(100, 100)
-    report = w.step({
-        e.id: [
-            "eat",
-            [],
-            [5, 1, 2],
-            ["fly", 1, 2],
-            ["eat", 1],
-            ["move", 1],
-            ["move_towards", 1, 2, 3],
-            ["set", "speed"],
-            ["set", 3, 1.0],
-            ["set", "x", 10.0],
-            ["set", "age", 0],
-            ["set", "id", 99],
-            ["set", "traits", []],
-            ["set", "__class__", 1],
-            None,
-            {"kind": "eat"},
-        ]
-    })
+    report = w.step(
+        {
+            e.id: [
+                "eat",
+                [],
+                [5, 1, 2],
+                ["fly", 1, 2],
+                ["eat", 1],
+                ["move", 1],
+                ["move_towards", 1, 2, 3],
+                ["set", "speed"],
+                ["set", 3, 1.0],
+                ["set", "x", 10.0],
+                ["set", "age", 0],
+                ["set", "id", 99],
+                ["set", "traits", []],
+                ["set", "__class__", 1],
+                None,
+                {"kind": "eat"},
+            ]
+        }
+    )
     assert reasons(report) == [
         "malformed_intent",
         "malformed_intent",
@@ -325,15 +333,17 @@ def test_intents_for_unknown_and_dead_entities_are_rejected():
     alive = w.add_entity(300, 300)
     report = w.step()
     assert report.deaths == [(short.id, "age")]
-    report = w.step({
-        short.id: [["set", "speed", 1.0]],
-        10**9: [["eat"]],
-        -1: [["eat"]],
-        "2": [["eat"]],
-        2.5: [["eat"]],
-        None: [["eat"]],
-        alive.id: [["set", "state", "fine"]],
-    })
+    report = w.step(
+        {
+            short.id: [["set", "speed", 1.0]],
+            10**9: [["eat"]],
+            -1: [["eat"]],
+            "2": [["eat"]],
+            2.5: [["eat"]],
+            None: [["eat"]],
+            alive.id: [["set", "state", "fine"]],
+        }
+    )
     assert report.rejected_intents == [
         (short.id, "dead_entity"),
         (10**9, "unknown_entity"),
@@ -353,8 +363,27 @@ def test_garbage_intents_never_raise():
     w = World(seed=4)
     rng = random.Random(1)
     junk = [
-        None, True, 1, -1.5, float("nan"), float("inf"), 10**400, "", "x" * 1000, "set", "move",
-        "eat", "speed", "direction", "state", "energy", [], {}, [1, 2], ("a",), object(),
+        None,
+        True,
+        1,
+        -1.5,
+        float("nan"),
+        float("inf"),
+        10**400,
+        "",
+        "x" * 1000,
+        "set",
+        "move",
+        "eat",
+        "speed",
+        "direction",
+        "state",
+        "energy",
+        [],
+        {},
+        [1, 2],
+        ("a",),
+        object(),
     ]
     for _ in range(100):
         intents = {}
@@ -507,7 +536,11 @@ def test_eating_across_grid_cell_borders():
 
 def test_starvation_deaths_without_food():
     params = replace(
-        WorldParams(), initial_resources=0, max_resources=0, initial_energy=5.0, base_metabolism=0.5,
+        WorldParams(),
+        initial_resources=0,
+        max_resources=0,
+        initial_energy=5.0,
+        base_metabolism=0.5,
         collision_damage=0.0,
     )
     w = World(params, seed=1)
@@ -546,9 +579,17 @@ def test_max_age_jitter_spreads_lifetimes():
 
 def test_collision_deaths_in_a_crowded_tiny_world():
     params = replace(
-        WorldParams(), width=6.0, height=6.0, sense_radius=3.0, initial_population=30,
-        initial_resources=0, max_resources=0, collision_radius=2.0, collision_damage=10.0,
-        base_metabolism=0.0, move_cost=0.0,
+        WorldParams(),
+        width=6.0,
+        height=6.0,
+        sense_radius=3.0,
+        initial_population=30,
+        initial_resources=0,
+        max_resources=0,
+        collision_radius=2.0,
+        collision_damage=10.0,
+        base_metabolism=0.0,
+        move_cost=0.0,
     )
     w = World(params, seed=3)
     deaths = []
@@ -586,7 +627,10 @@ def test_starved_entity_in_collision_is_a_starvation_death():
 
 def test_births_inherit_traits():
     params = replace(
-        QUIET, maturity_age=2, reproduction_threshold=80.0, reproduction_cost=40.0,
+        QUIET,
+        maturity_age=2,
+        reproduction_threshold=80.0,
+        reproduction_cost=40.0,
         birth_energy_fraction=0.75,
     )
     w = World(params, seed=1)
@@ -721,9 +765,7 @@ def test_views_neighbors_and_nearest_resource_match_brute_force():
     assert len(views) == len(w.entities)
     for v in views:
         x, y = v["x"], v["y"]
-        n = sum(
-            1 for o in w.entities.values() if o.id != v["id"] and math.hypot(o.x - x, o.y - y) <= r
-        )
+        n = sum(1 for o in w.entities.values() if o.id != v["id"] and math.hypot(o.x - x, o.y - y) <= r)
         assert v["neighbors"] == n
         best = min(
             ((math.hypot(res.x - x, res.y - y), res.id, res) for res in w.resources.values()),
@@ -760,8 +802,14 @@ def scalar_sense(w, e):
 @pytest.mark.parametrize("seed, population", [(3, 40), (4, 400), (5, 1200)])
 def test_vectorised_sensing_is_bit_identical_to_the_scalar_rule(seed, population):
     scale = math.sqrt(population / 200)
-    params = replace(WorldParams(), width=800 * scale, height=600 * scale, initial_population=population,
-                     initial_resources=population, max_resources=population)
+    params = replace(
+        WorldParams(),
+        width=800 * scale,
+        height=600 * scale,
+        initial_population=population,
+        initial_resources=population,
+        max_resources=population,
+    )
     w = World(params, seed=seed)
     for tick in range(30):
         w.step()
@@ -860,7 +908,10 @@ def test_spatial_grid_edges():
 from engine.world import DNA_GENES, trait_gene  # noqa: E402
 
 BREEDER = replace(
-    QUIET, maturity_age=0, reproduction_threshold=80.0, reproduction_cost=40.0,
+    QUIET,
+    maturity_age=0,
+    reproduction_threshold=80.0,
+    reproduction_cost=40.0,
     trait_gain_chance=1.0,
 )
 

@@ -4,6 +4,7 @@ Revision ID: 0001
 Revises:
 Create Date: 2026-11-25
 """
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
@@ -39,7 +40,10 @@ def upgrade() -> None:
     op.create_index("ix_mutations_trait_name", "mutations", ["trait_name"])
     op.create_index("ix_mutations_status", "mutations", ["status"])
     op.create_index(
-        "uq_mutations_live_code_hash", "mutations", ["code_hash"], unique=True,
+        "uq_mutations_live_code_hash",
+        "mutations",
+        ["code_hash"],
+        unique=True,
         postgresql_where=sa.text("holds_code_hash"),
     )
 

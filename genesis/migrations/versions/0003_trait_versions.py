@@ -4,6 +4,7 @@ Revision ID: 0003
 Revises: 0002
 Create Date: 2026-11-25
 """
+
 import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
@@ -38,7 +39,10 @@ def upgrade() -> None:
     op.create_index("ix_trait_versions_status", "trait_versions", ["status"])
     op.create_index("uq_trait_versions_name_version", "trait_versions", ["trait_name", "version"], unique=True)
     op.create_index(
-        "uq_trait_versions_one_active", "trait_versions", ["trait_name"], unique=True,
+        "uq_trait_versions_one_active",
+        "trait_versions",
+        ["trait_name"],
+        unique=True,
         postgresql_where=sa.text("status = 'active'"),
     )
 

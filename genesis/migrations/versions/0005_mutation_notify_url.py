@@ -4,6 +4,7 @@ Revision ID: 0005
 Revises: 0004
 Create Date: 2026-11-28
 """
+
 import sqlalchemy as sa
 from alembic import op
 

@@ -6,6 +6,7 @@ Revision ID: 0006
 Revises: 0005
 Create Date: 2026-11-29
 """
+
 import sqlalchemy as sa
 from alembic import op
 

@@ -5,6 +5,7 @@ Revision ID: 0009
 Revises: 0008
 Create Date: 2026-11-27
 """
+
 import sqlalchemy as sa
 from alembic import op
 
