@@ -10,7 +10,8 @@
   Anthropic API of the Claude Agent SDK backend (each container is told only its own route),
   adding their API keys on the way (the keys never enter a container), and acts as an HTTP proxy
   (CONNECT or absolute URLs) for the ``host:port`` pairs of ``GENESIS_GEPA_EGRESS_ALLOW`` (and of
-  a client's own ``egress_allow``, for that client's containers). Each proxied connection is checked again (genesis/netpolicy.py):
+  a client's own ``egress_allow``, for that client's containers). Each proxied connection is
+  checked again (genesis/netpolicy.py):
   a listed host that is or resolves to a private address is refused unless the operator's
   ``GENESIS_OUTBOUND_PRIVATE_ALLOW`` covers it, and the connection goes to the checked address.
   Everything else gets a 403 and a log line.
