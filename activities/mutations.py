@@ -60,6 +60,8 @@ class MutationRecordActivities:
             code_hash=result.code_hash,
         )
         if result.ok:
+            code_hash = result.code_hash
+            assert code_hash is not None, "a passing validation always hashes the tree"
             passed = [*outcome.validation_log, DEDUPLICATION_OK]
             recorded = _record_values(
                 StatusUpdate(
@@ -69,7 +71,7 @@ class MutationRecordActivities:
                     class_name=result.class_name,
                 )
             )
-            holder = await self._claim_code_hash(mutation.mutation_id, result.code_hash, recorded)
+            holder = await self._claim_code_hash(mutation.mutation_id, code_hash, recorded)
             if holder is None:
                 outcome.validation_log = passed
                 STATUS_TRANSITIONS.labels(MutationStatus.validating.value).inc()
@@ -77,7 +79,7 @@ class MutationRecordActivities:
                 outcome.ok = False
                 outcome.failure_code = FailureCode.DUPLICATE_CODE.value
                 outcome.validation_log.append(
-                    f"Deduplication: FAILED — identical code (SHA-256 {result.code_hash[:12]}…) "
+                    f"Deduplication: FAILED — identical code (SHA-256 {code_hash[:12]}…) "
                     f"already belongs to mutation {holder.mutation_id} ({holder.status}); change the logic"
                 )
         if not outcome.ok:

@@ -9,18 +9,18 @@ from fastapi import Request
 from sqlalchemy import select
 
 from api.auth import acting_agent, operator_of
-from api.errors import ApiError
+from api.errors import ApiError, Responses
 from api.schemas import ErrorResponse, MutationStatusResponse, QuarantineInfo, TraitVersionRef
 from genesis.db.models import Mutation, TraitQuarantine, TraitVersion
 
-MUTATION_ERRORS = {
+MUTATION_ERRORS: Responses = {
     400: {"model": ErrorResponse, "description": "Malformed JSON"},
     404: {"model": ErrorResponse, "description": "Unknown mutation"},
     413: {"model": ErrorResponse, "description": "Body too large"},
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
     503: {"model": ErrorResponse, "description": "A dependency is unavailable; nothing was recorded"},
 }
-MUTATION_WRITE_ERRORS = {
+MUTATION_WRITE_ERRORS: Responses = {
     **MUTATION_ERRORS,
     401: {
         "model": ErrorResponse,

@@ -11,7 +11,7 @@ from redis.exceptions import RedisError
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
-from api.errors import ApiError, unavailable
+from api.errors import ApiError, Responses, unavailable
 from api.mutation_records import quarantine_info, replaces_ref
 from api.schemas import (
     ErrorResponse,
@@ -31,7 +31,7 @@ from pipeline.quarantines import quarantined, quarantines_of
 log = logging.getLogger("genesis.api")
 router = APIRouter(prefix="/api/traits", tags=["traits"])
 
-ERRORS = {
+ERRORS: Responses = {
     404: {"model": ErrorResponse, "description": "No version of this trait was ever activated"},
     422: {"model": ErrorResponse, "description": "trait_name is not snake_case"},
     503: {"model": ErrorResponse, "description": "Postgres is unavailable"},

@@ -75,8 +75,8 @@ class Grid:
         outside the grid: the empty sentinel cell ``cols * rows``."""
         cached = _BLOCKS.get((self, forward))
         if cached is None:
-            cx, cy = np.meshgrid(np.arange(self.cols), np.arange(self.rows))
-            cx, cy = cx.ravel(), cy.ravel()
+            grid_x, grid_y = np.meshgrid(np.arange(self.cols), np.arange(self.rows))
+            cx, cy = grid_x.ravel(), grid_y.ravel()
             out = []
             for ox, oy in _FORWARD if forward else _OFFSETS:
                 nx, ny = cx + ox, cy + oy
