@@ -34,7 +34,7 @@ def find_trait(tree: ast.Module) -> tuple[Trait | None, str]:
             continue
         execute = None
         for member in statement.body:
-            if type(member) in FUNCTION_TYPES and member.name == "execute":
+            if isinstance(member, FUNCTION_TYPES) and member.name == "execute":
                 execute = member  # the last definition wins, as at runtime
         if execute is None:
             reasons.append(f"{_class_where(statement)} has no 'async def execute(self, entity) -> None'")
@@ -68,7 +68,7 @@ def init_problem(tree: ast.Module, trait: ast.ClassDef) -> str | None:
         seen.add(cls.name)
         init = None
         for member in cls.body:
-            if type(member) in FUNCTION_TYPES and member.name == "__init__":
+            if isinstance(member, FUNCTION_TYPES) and member.name == "__init__":
                 init = member
         if init is None:
             pending.extend(classes[b.id] for b in cls.bases if type(b) is Name and b.id in classes)

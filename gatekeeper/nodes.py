@@ -20,6 +20,7 @@ from ast import (
     Expr,
     FunctionDef,
     GeneratorExp,
+    Lambda,
     List,
     ListComp,
     Name,
@@ -31,6 +32,7 @@ from ast import (
     UnaryOp,
     USub,
 )
+from typing import TypeGuard
 
 from gatekeeper.tables import MAX_NESTING, STATEMENT_NAMES
 
@@ -38,14 +40,20 @@ NUMBER_TYPES = (int, float, complex)
 FUNCTION_TYPES = (FunctionDef, AsyncFunctionDef)
 COMPREHENSIONS = (ListComp, SetComp, GeneratorExp, DictComp)
 
+# Nodes as the checks take them: a function definition; anything with a function scope of its own
+# (a unit of the escape analysis); a comprehension.
+Definition = FunctionDef | AsyncFunctionDef
+FunctionNode = FunctionDef | AsyncFunctionDef | Lambda
+Comprehension = ListComp | SetComp | GeneratorExp | DictComp
+
 
 class TooDeep(Exception):
     """The tree nests deeper than MAX_NESTING."""
 
 
-def ast_classes() -> list[type]:
+def ast_classes() -> list[type[ast.AST]]:
     """Every node class the parser can produce (all subclasses of ast.AST)."""
-    found: list[type] = []
+    found: list[type[ast.AST]] = []
     pending = [ast.AST]
     while pending:
         for sub in pending.pop().__subclasses__():
@@ -55,7 +63,7 @@ def ast_classes() -> list[type]:
     return found
 
 
-def field_table(skipped: frozenset[str]) -> dict[type, tuple[str, ...]]:
+def field_table(skipped: frozenset[str]) -> dict[type[ast.AST], tuple[str, ...]]:
     """Node class -> the names of its fields not in ``skipped``, in field order."""
     return {cls: tuple(f for f in cls._fields if f not in skipped) for cls in ast_classes()}
 
@@ -72,46 +80,44 @@ def shown(node: ast.AST) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
-def is_constant(node: ast.AST, depth: int = 0) -> bool:
+def is_constant(node: ast.expr, depth: int = 0) -> bool:
     """A literal, a tuple/list/set/dict of literals, or a signed number."""
-    cls = type(node)
-    if cls is Constant:
+    if isinstance(node, Constant):
         return True
     if depth > MAX_NESTING:
         raise TooDeep
     depth += 1
-    if cls is Tuple or cls is List or cls is Set:
+    if isinstance(node, (Tuple, List, Set)):
         return all(is_constant(element, depth) for element in node.elts)
-    if cls is Dict:
+    if isinstance(node, Dict):
         return all(key is not None and is_constant(key, depth) for key in node.keys) and all(
             is_constant(value, depth) for value in node.values
         )
-    if cls is UnaryOp and type(node.op) in (USub, UAdd):
+    if isinstance(node, UnaryOp) and type(node.op) in (USub, UAdd):
         operand = node.operand
         return type(operand) is Constant and isinstance(operand.value, NUMBER_TYPES)
     return False
 
 
-def is_type_expression(node: ast.AST, strings: list[str], depth: int = 0) -> bool:
+def is_type_expression(node: ast.expr, strings: list[str], depth: int = 0) -> bool:
     """Names, dotted names, subscripts, tuples/lists, constants and ``|`` only; string
     constants are collected for a separate check."""
-    cls = type(node)
-    if cls is Name:
+    if isinstance(node, Name):
         return True
-    if cls is Constant:
+    if isinstance(node, Constant):
         if isinstance(node.value, str):
             strings.append(node.value)
         return True
     if depth > MAX_NESTING:
         raise TooDeep
     depth += 1
-    if cls is Attribute:
+    if isinstance(node, Attribute):
         return is_type_expression(node.value, strings, depth)
-    if cls is Subscript:
+    if isinstance(node, Subscript):
         return is_type_expression(node.value, strings, depth) and is_type_expression(node.slice, strings, depth)
-    if cls is Tuple or cls is List:
+    if isinstance(node, (Tuple, List)):
         return all(is_type_expression(element, strings, depth) for element in node.elts)
-    if cls is BinOp:
+    if isinstance(node, BinOp):
         return (
             type(node.op) is BitOr
             and is_type_expression(node.left, strings, depth)
@@ -122,30 +128,35 @@ def is_type_expression(node: ast.AST, strings: list[str], depth: int = 0) -> boo
 
 def describe_statement(node: ast.stmt) -> str:
     """A statement refused at module or class level, as its message names it."""
-    cls = type(node)
-    if cls is Expr and type(node.value) is Call:
+    if isinstance(node, Expr) and isinstance(node.value, Call):
         func = node.value.func
         name = func.id if type(func) is Name else getattr(func, "attr", "...")
         return f"a call to {name}()"
-    if cls in (Assign, AnnAssign, AugAssign):
-        targets = node.targets if cls is Assign else [node.target]
+    if isinstance(node, (Assign, AnnAssign, AugAssign)):
+        targets = node.targets if isinstance(node, Assign) else [node.target]
         odd = [target for target in targets if type(target) is not Name]
-        if odd or cls is AugAssign:
-            target = ast.unparse(odd[0] if odd else node.target)
-            return f"an assignment to {target} (only plain names may be assigned here)"
-        return f"an assignment of a computed value to {targets[0].id} (only literals may be assigned here)"
+        first = targets[0]
+        if not odd and not isinstance(node, AugAssign) and isinstance(first, Name):
+            return f"an assignment of a computed value to {first.id} (only literals may be assigned here)"
+        target = ast.unparse(odd[0] if odd else first)
+        return f"an assignment to {target} (only plain names may be assigned here)"
+    cls = type(node)
     return STATEMENT_NAMES.get(cls, f"a {cls.__name__} statement")
 
 
-def root_name(node: ast.AST) -> ast.Name | None:
+def plain_names(targets: list[ast.expr]) -> TypeGuard[list[ast.Name]]:
+    """Whether every assignment target is a plain name."""
+    return all(type(target) is Name for target in targets)
+
+
+def root_name(node: ast.expr) -> ast.Name | None:
     """The Name at the root of ``a.b[c](d).e``, if any."""
     while True:
-        cls = type(node)
-        if cls is Name:
+        if isinstance(node, Name):
             return node
-        if cls is Attribute or cls is Subscript:
+        if isinstance(node, (Attribute, Subscript)):
             node = node.value
-        elif cls is Call:
+        elif isinstance(node, Call):
             node = node.func
         else:
             return None
@@ -177,7 +188,7 @@ def instance_parameter(args: ast.arguments, enclosing: str | None, is_method: bo
 
 def class_methods(node: ast.ClassDef, known: dict[str, frozenset[str]]) -> frozenset[str]:
     """The methods defined in a class and in its bases defined earlier in the file."""
-    names = {member.name for member in node.body if type(member) in FUNCTION_TYPES}
+    names = {member.name for member in node.body if isinstance(member, FUNCTION_TYPES)}
     for base in node.bases:
         if type(base) is Name and base.id in known:
             names |= known[base.id]
