@@ -7,9 +7,10 @@ which is the boundary. Its checks reject the published families of AST-filter by
 
 Where things are: steps.py runs the steps in order; scan.py is the one pass over the tree, whose
 checks live by family in imports.py, names.py, attributes.py, definitions.py, statements.py and
-entity.py; escapes.py (with units.py, the file's functions) follows the entity and the file's
-classes where the scan cannot; flow.py is the unbound-variable pass; contract.py finds the trait
-class; nodes.py answers small questions about the tree; tables.py holds the rules as data.
+entity.py, on the state they share (state.py); escapes.py (with units.py, the file's functions)
+follows the entity and the file's classes where the scan cannot; flow.py is the unbound-variable
+pass; contract.py finds the trait class; nodes.py answers small questions about the tree;
+tables.py holds the rules as data.
 """
 
 from gatekeeper.schema import schema_problems

@@ -14,6 +14,7 @@ from ast import Load, Name
 
 from gatekeeper.imports import module_name_problem
 from gatekeeper.nodes import root_name
+from gatekeeper.state import ScanState
 from gatekeeper.tables import (
     AST_BANNED_ATTR,
     ATTR_HINTS,
@@ -34,7 +35,7 @@ def class_method_read(class_name: str, attr: str) -> tuple[str, str]:
     )
 
 
-class AttributeChecks:
+class AttributeChecks(ScanState):
     """The scanner's handlers for attributes and string constants (part of scan.Scanner)."""
 
     def _attribute(self, node: ast.Attribute) -> None:
@@ -70,7 +71,7 @@ class AttributeChecks:
                 if problem is not None:
                     self.found(STEP_BANNED, node, AST_BANNED_ATTR, f"Access to {base}.{attr} is not allowed", problem)
             elif base == self.entity and self.in_trait:
-                self._entity_attribute(node, attr, ctx)
+                self._entity_attribute(node, base, attr, ctx)
                 is_self = True  # the entity by its own name: checked just above
             elif base == self.self_name:
                 is_self = True
@@ -104,12 +105,12 @@ class AttributeChecks:
         constant = node.value
         self.tokens.append(repr(constant))
         if type(constant) is str and constant[:2] == "__":
-            self._dunder_string(node)
+            self._dunder_string(node, constant)
 
-    def _dunder_string(self, node: ast.Constant) -> None:
+    def _dunder_string(self, node: ast.Constant, text: str) -> None:
         # Dictionaries handed to enum.Enum(), dataclass/class factories or update_wrapper
         # define or reach special methods by name, without a 'def' or an attribute access.
-        if DUNDER.fullmatch(node.value):
+        if DUNDER.fullmatch(text):
             self.found(
                 STEP_BANNED,
                 node,

@@ -28,6 +28,7 @@ from collections.abc import Iterable
 
 from gatekeeper.names import name_problem
 from gatekeeper.nodes import (
+    FunctionNode,
     all_params,
     class_methods,
     describe_statement,
@@ -36,6 +37,7 @@ from gatekeeper.nodes import (
     is_type_expression,
     line_of,
 )
+from gatekeeper.state import ScanState
 from gatekeeper.tables import (
     AST_BANNED_ATTR,
     AST_BANNED_CALL,
@@ -50,13 +52,12 @@ from gatekeeper.tables import (
 
 def constant_statement_ok(node: ast.stmt) -> bool:
     """A docstring, or a constant assigned to plain names."""
-    cls = type(node)
-    if cls is Expr:
+    if isinstance(node, Expr):
         value = node.value
         return type(value) is Constant and isinstance(value.value, str)
-    if cls is Assign:
+    if isinstance(node, Assign):
         return all(type(t) is Name for t in node.targets) and is_constant(node.value)
-    if cls is AnnAssign:
+    if isinstance(node, AnnAssign):
         return type(node.target) is Name and (node.value is None or is_constant(node.value))
     return False
 
@@ -73,7 +74,7 @@ def class_statement_ok(node: ast.stmt) -> bool:
     return constant_statement_ok(node)
 
 
-class DefinitionChecks:
+class DefinitionChecks(ScanState):
     """The scanner's handlers for the module, classes, functions and annotations (part of
     scan.Scanner); functions and classes also open the scopes that step 9 reads."""
 
@@ -81,9 +82,12 @@ class DefinitionChecks:
         body = node.body
         future_allowed = True
         for index, statement in enumerate(body):
-            cls = type(statement)
-            is_docstring = cls is Expr and type(statement.value) is Constant and isinstance(statement.value.value, str)
-            if cls is ImportFrom and statement.module == "__future__" and statement.level == 0:
+            is_docstring = (
+                isinstance(statement, Expr)
+                and type(statement.value) is Constant
+                and isinstance(statement.value.value, str)
+            )
+            if isinstance(statement, ImportFrom) and statement.module == "__future__" and statement.level == 0:
                 if not future_allowed:
                     self.found(
                         STEP_PARSE,
@@ -151,7 +155,7 @@ class DefinitionChecks:
             self.needs_escape_analysis = True  # returns a class of the file
         self._enter_function(node, False, (node.args, node.body))
 
-    def _enter_function(self, node: ast.AST, is_async: bool, fields: Iterable[object]) -> None:
+    def _enter_function(self, node: FunctionNode, is_async: bool, fields: Iterable[object]) -> None:
         saved = (
             self.scope,
             self.function_scope,
@@ -227,9 +231,9 @@ class DefinitionChecks:
                 "they run code at definition time",
             )
         for base in node.bases:
-            cls = type(base)
             if not (
-                cls is Name or (cls is Attribute and type(base.value) is Name and base.value.id in self.module_aliases)
+                isinstance(base, Name)
+                or (isinstance(base, Attribute) and type(base.value) is Name and base.value.id in self.module_aliases)
             ):
                 self.found(
                     STEP_BANNED,
@@ -287,11 +291,10 @@ class DefinitionChecks:
         self._check_annotation(node.annotation)
         self.generic(node)
 
-    def _check_annotation(self, annotation: ast.AST) -> None:
+    def _check_annotation(self, annotation: ast.expr) -> None:
         """Annotations may only name types: without 'from __future__ import annotations' they
         are evaluated at definition time, and strings in them can be evaluated later."""
-        cls = type(annotation)
-        if cls is Name or (cls is Constant and annotation.value is None):
+        if isinstance(annotation, Name) or (isinstance(annotation, Constant) and annotation.value is None):
             return
         strings: list[str] = []
         if not is_type_expression(annotation, strings):
@@ -321,12 +324,11 @@ class DefinitionChecks:
             )
             return
         for node in ast.walk(parsed):
-            cls = type(node)
-            if cls is Name:
+            if isinstance(node, Name):
                 problem = name_problem(node.id)
                 if problem is not None:
                     self.found(STEP_BANNED, line, *problem)
-            elif cls is Attribute and (node.attr.startswith("_") or node.attr in BANNED_ATTRS):
+            elif isinstance(node, Attribute) and (node.attr.startswith("_") or node.attr in BANNED_ATTRS):
                 self.found(
                     STEP_BANNED,
                     line,

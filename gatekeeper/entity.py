@@ -13,6 +13,7 @@ import difflib
 from ast import Call, Del, Load, Store
 
 from gatekeeper.nodes import root_name
+from gatekeeper.state import ScanState
 from gatekeeper.tables import (
     AST_AWAIT_ON_SYNC,
     AST_ENTITY_ATTR_FORBIDDEN,
@@ -27,7 +28,9 @@ from gatekeeper.tables import (
 from genesis import entity_api
 
 
-def entity_attribute_problem(shown: str, attr: str, ctx: type, entity: str | None) -> tuple[str, str] | None:
+def entity_attribute_problem(
+    shown: str, attr: str, ctx: type[ast.expr_context], entity: str | None
+) -> tuple[str, str] | None:
     """(problem, hint) when ``<shown>.<attr>`` in context ``ctx`` is outside the entity API, or None.
     ``entity``: the entity parameter's name when ``shown`` is another expression holding the entity."""
     alias = f" ({shown} holds the {entity})" if entity is not None else ""
@@ -55,11 +58,11 @@ def entity_attribute_problem(shown: str, attr: str, ctx: type, entity: str | Non
     return f"{shown}.{attr} cannot be {verb}{alias}", f"{why}; writable attributes: {WRITABLE_TEXT}"
 
 
-class EntityChecks:
+class EntityChecks(ScanState):
     """The scanner's checks of the entity by its own name (part of scan.Scanner)."""
 
-    def _entity_attribute(self, node: ast.Attribute, attr: str, ctx: type) -> None:
-        problem = entity_attribute_problem(self.entity, attr, ctx, None)
+    def _entity_attribute(self, node: ast.Attribute, entity: str, attr: str, ctx: type[ast.expr_context]) -> None:
+        problem = entity_attribute_problem(entity, attr, ctx, None)
         if problem is not None:
             self.found(STEP_ENTITY, node, AST_ENTITY_ATTR_FORBIDDEN, *problem)
 

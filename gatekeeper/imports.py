@@ -14,6 +14,7 @@ from ast import Import
 from functools import cache
 
 from gatekeeper.names import name_problem
+from gatekeeper.state import ScanState
 from gatekeeper.tables import (
     ALLOWED_MODULES,
     ALLOWED_MODULES_TEXT,
@@ -72,7 +73,7 @@ def module_aliases(tree: ast.Module) -> dict[str, str]:
     return aliases
 
 
-class ImportChecks:
+class ImportChecks(ScanState):
     """The scanner's handlers for ``import`` and ``from ... import`` (part of scan.Scanner)."""
 
     def _import(self, node: ast.Import) -> None:

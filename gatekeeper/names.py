@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from ast import Call, Del, Load, Name
 
+from gatekeeper.state import ScanState
 from gatekeeper.tables import (
     AST_BANNED_ATTR,
     AST_BANNED_CALL,
@@ -41,7 +42,7 @@ def name_problem(name: str) -> tuple[str, str, str] | None:
     return None
 
 
-class NameChecks:
+class NameChecks(ScanState):
     """The scanner's handlers for names and calls by name (part of scan.Scanner)."""
 
     def _name(self, node: ast.Name) -> None:

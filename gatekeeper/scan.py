@@ -2,8 +2,8 @@
 it covers (3, 4, 5, 7 and 10), the names every function binds (for step 9), where the entity and
 the file's classes go (for the escape analysis), and the normalised code hash.
 
-The walk and the state live here; the checks are the handlers of each family, in their own
-modules (imports, names, attributes, definitions, statements, entity), composed into
+The walk lives here, the state in state.py; the checks are the handlers of each family, in their
+own modules (imports, names, attributes, definitions, statements, entity), composed into
 :class:`Scanner`. A handler is picked by node class from one table; node classes without one
 get the generic walk, which also handles names and constants inline (about half of all nodes).
 
@@ -53,78 +53,30 @@ from ast import (
     YieldFrom,
 )
 from collections.abc import Callable
+from typing import Any, TypeVar
 
 from gatekeeper.attributes import AttributeChecks
-from gatekeeper.contract import Trait
 from gatekeeper.definitions import DefinitionChecks
 from gatekeeper.entity import EntityChecks
 from gatekeeper.imports import ImportChecks
 from gatekeeper.names import NameChecks, name_problem
-from gatekeeper.nodes import TooDeep, ast_classes, field_table, line_of
+from gatekeeper.nodes import TooDeep, ast_classes, field_table
 from gatekeeper.statements import StatementChecks
 from gatekeeper.tables import AST_BANNED_ATTR, MAX_NESTING, STEP_BANNED, SUSPECT_NAMES
 
 # The scanned (hashed) fields of every node class.
 FIELDS = field_table(frozenset({"ctx", "type_comment", "kind"}))
 # The token of every node class (a dict lookup is cheaper than reading a type's __name__).
-NODE_NAMES: dict[type, str] = {cls: cls.__name__ for cls in ast_classes()}
+NODE_NAMES: dict[type[AST], str] = {cls: cls.__name__ for cls in ast_classes()}
 # Operator nodes have no fields: emitted by name without a visit.
-OPERATOR_NAMES: dict[type, str] = {
+OPERATOR_NAMES: dict[type[AST], str] = {
     cls: cls.__name__ for base in (ast.operator, ast.boolop, ast.unaryop, ast.cmpop) for cls in base.__subclasses__()
 }
 
-Finding = tuple[int, str, str]  # (line, failure code, message)
-
 
 class Scanner(ImportChecks, NameChecks, AttributeChecks, DefinitionChecks, StatementChecks, EntityChecks):
-    """One pass: ``visit(tree)``, then ``findings`` (step -> its earliest finding) and ``digest()``."""
-
-    def __init__(
-        self, trait: Trait | None, module_aliases: dict[str, str], class_methods: dict[str, frozenset[str]]
-    ) -> None:
-        self.tokens: list[str] = []
-        self.findings: dict[str, Finding] = {}
-        self.trait_node = trait.node if trait else None
-        self.entity = trait.entity_param if trait else None
-        self.in_trait = False
-        self.module_aliases = module_aliases  # bound name -> allowed module
-        # Names whose every appearance takes the slow path (_watched_name): banned names, modules,
-        # the entity parameter and the classes defined in the file.
-        self.watched: set[str] = set(SUSPECT_NAMES) | set(module_aliases) | set(class_methods)
-        if self.entity is not None:
-            self.watched.add(self.entity)
-        # Where the entity and the file's classes go (the escape analysis runs when they go further
-        # than entity.<name>, ClassName(...) and ClassName.CONSTANT).
-        self.class_methods = class_methods  # class defined in the file -> its methods, with in-file bases'
-        self.entity_uses: list[tuple[ast.Name, ast.AST | None, str | None, str | None]] = []
-        self.needs_escape_analysis = False
-        # Stores into attributes of something other than self or the entity by its own name:
-        # refused after the escape analysis unless their object is an alias of the entity.
-        self.pending_stores: list[ast.Attribute] = []
-        self.self_stored_attrs: set[str] = set()  # attributes assigned on self anywhere
-        self.self_name: str | None = None  # the instance parameter of the method being scanned
-        self.method_context = False  # the next function definition is a method (in a class body)
-        self.imported_names: set[str] = set()  # objects bound by 'from module import name'
-        self.module_base: ast.Name | None = None  # the Name being used as 'module.<attr>'
-        # Scopes for step 9: the names each function binds (Python scoping).
-        self.module_scope: set[str] = set()
-        self.scope: set[str] = self.module_scope
-        self.function_scope: set[str] = self.module_scope  # nearest non-comprehension scope
-        self.function_node: ast.AST | None = None
-        self.function_locals: dict[ast.AST, set[str]] = {}
-        self.functions_with_del: set[ast.AST] = set()
-        # Context for compile-time errors that ast.parse does not report.
-        self.in_function = False
-        self.async_ok = False
-        self.loop_depth = 0
-        self.depth = 0  # nesting of the node being visited (MAX_NESTING)
-
-    def found(self, step: str, node: ast.AST | int, code: str, problem: str, hint: str = "") -> None:
-        """Record a finding as 'problem (line N); hint', keeping the earliest per step."""
-        line = node if isinstance(node, int) else line_of(node)
-        current = self.findings.get(step)
-        if current is None or line < current[0]:
-            self.findings[step] = (line, code, f"{problem} (line {line})" + (f"; {hint}" if hint else ""))
+    """One pass: ``visit(tree)``, then ``findings`` (step -> its earliest finding) and ``digest()``.
+    Its state, and the arguments it is created with, are state.ScanState's."""
 
     def digest(self) -> str:
         return hashlib.sha256("\0".join(self.tokens).encode("utf-8", "surrogatepass")).hexdigest()
@@ -176,7 +128,7 @@ class Scanner(ImportChecks, NameChecks, AttributeChecks, DefinitionChecks, State
                         constant = item.value
                         tokens.append("Constant\0" + repr(constant))
                         if type(constant) is str and constant[:2] == "__":
-                            self._dunder_string(item)
+                            self._dunder_string(item, constant)
                     elif item_cls in OPERATOR_NAMES:
                         tokens.append(OPERATOR_NAMES[item_cls])
                     elif item is None:
@@ -204,7 +156,7 @@ class Scanner(ImportChecks, NameChecks, AttributeChecks, DefinitionChecks, State
                 constant = value.value
                 tokens.append("Constant\0" + repr(constant))
                 if type(constant) is str and constant[:2] == "__":
-                    self._dunder_string(value)
+                    self._dunder_string(value, constant)
             elif value is None:
                 tokens.append("~")
             elif value_cls is str:
@@ -269,39 +221,48 @@ class Scanner(ImportChecks, NameChecks, AttributeChecks, DefinitionChecks, State
 # Node class -> handler (an unbound method: bound methods kept on the instance would form a
 # reference cycle that keeps every tree alive until the cyclic GC runs). Every node class is a
 # key, those without a handler of their own map to the generic walk.
-HANDLERS: dict[type, Callable[[Scanner, ast.AST], None]] = {
-    Module: Scanner._module,
-    Import: Scanner._import,
-    ImportFrom: Scanner._import_from,
-    Name: Scanner._name,
-    Attribute: Scanner._attribute,
-    Call: Scanner._call,
-    Constant: Scanner._constant,
-    FunctionDef: Scanner._function,
-    AsyncFunctionDef: Scanner._function,
-    Lambda: Scanner._lambda,
-    ClassDef: Scanner._class,
-    ast.arg: Scanner._arg,
-    For: Scanner._loop,
-    AsyncFor: Scanner._loop,
-    While: Scanner._loop,
-    Break: Scanner._break_continue,
-    Continue: Scanner._break_continue,
-    Return: Scanner._return,
-    Await: Scanner._await,
-    ExceptHandler: Scanner._except_handler,
-    NamedExpr: Scanner._named_expr,
-    ListComp: Scanner._comprehension,
-    SetComp: Scanner._comprehension,
-    GeneratorExp: Scanner._comprehension,
-    DictComp: Scanner._comprehension,
-    AnnAssign: Scanner._ann_assign,
-    Global: Scanner._refused,
-    Nonlocal: Scanner._refused,
-    Match: Scanner._refused,
-    Yield: Scanner._refused,
-    YieldFrom: Scanner._refused,
-}
-DISPATCH: dict[type, Callable[[Scanner, ast.AST], None]] = {
-    cls: HANDLERS.get(cls, Scanner.generic) for cls in ast_classes()
-}
+Handler = Callable[[Scanner, Any], None]  # Any: the node's class is the handler's key
+NodeT = TypeVar("NodeT", bound=AST)
+
+
+def handles(node_class: type[NodeT], handler: Callable[[Scanner, NodeT], None]) -> tuple[type[AST], Handler]:
+    """A table entry; the type checker checks that ``handler`` takes nodes of ``node_class``."""
+    return node_class, handler
+
+
+HANDLERS: dict[type[AST], Handler] = dict(
+    [
+        handles(Module, Scanner._module),
+        handles(Import, Scanner._import),
+        handles(ImportFrom, Scanner._import_from),
+        handles(Name, Scanner._name),
+        handles(Attribute, Scanner._attribute),
+        handles(Call, Scanner._call),
+        handles(Constant, Scanner._constant),
+        handles(FunctionDef, Scanner._function),
+        handles(AsyncFunctionDef, Scanner._function),
+        handles(Lambda, Scanner._lambda),
+        handles(ClassDef, Scanner._class),
+        handles(ast.arg, Scanner._arg),
+        handles(For, Scanner._loop),
+        handles(AsyncFor, Scanner._loop),
+        handles(While, Scanner._loop),
+        handles(Break, Scanner._break_continue),
+        handles(Continue, Scanner._break_continue),
+        handles(Return, Scanner._return),
+        handles(Await, Scanner._await),
+        handles(ExceptHandler, Scanner._except_handler),
+        handles(NamedExpr, Scanner._named_expr),
+        handles(ListComp, Scanner._comprehension),
+        handles(SetComp, Scanner._comprehension),
+        handles(GeneratorExp, Scanner._comprehension),
+        handles(DictComp, Scanner._comprehension),
+        handles(AnnAssign, Scanner._ann_assign),
+        handles(Global, Scanner._refused),
+        handles(Nonlocal, Scanner._refused),
+        handles(Match, Scanner._refused),
+        handles(Yield, Scanner._refused),
+        handles(YieldFrom, Scanner._refused),
+    ]
+)
+DISPATCH: dict[type[AST], Handler] = {cls: HANDLERS.get(cls, Scanner.generic) for cls in ast_classes()}

@@ -9,6 +9,8 @@ from __future__ import annotations
 import ast
 from ast import Break, Name, Tuple, While
 
+from gatekeeper.nodes import Comprehension
+from gatekeeper.state import ScanState
 from gatekeeper.tables import (
     AST_BANNED_CALL,
     BANNED_EXCEPTIONS,
@@ -20,7 +22,7 @@ from gatekeeper.tables import (
 )
 
 
-class StatementChecks:
+class StatementChecks(ScanState):
     """The scanner's handlers for control flow and scoping statements (part of scan.Scanner)."""
 
     def _refused(self, node: ast.Global | ast.Nonlocal | ast.Match | ast.Yield | ast.YieldFrom) -> None:
@@ -40,7 +42,7 @@ class StatementChecks:
         self.generic(node)
 
     def _loop(self, node: ast.For | ast.AsyncFor | ast.While) -> None:
-        if type(node) is While:
+        if isinstance(node, While):
             self.field(node.test)
         else:
             self.field(node.target)
@@ -60,7 +62,7 @@ class StatementChecks:
             self.found(STEP_PARSE, node, SYNTAX_ERROR, "'return' outside function")
         self.generic(node)
 
-    def _comprehension(self, node: ast.AST) -> None:
+    def _comprehension(self, node: Comprehension) -> None:
         saved = self.scope
         self.scope = set()  # comprehension variables do not leak into the function
         self.generic(node)
