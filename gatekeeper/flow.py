@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 from ast import (
-    AST,
     AnnAssign,
     Assert,
     Assign,
@@ -52,8 +51,17 @@ from ast import (
     With,
 )
 from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
-from gatekeeper.nodes import COMPREHENSIONS, FUNCTION_TYPES, all_params, field_table
+from gatekeeper.nodes import (
+    COMPREHENSIONS,
+    FUNCTION_TYPES,
+    Comprehension,
+    Definition,
+    FunctionNode,
+    all_params,
+    field_table,
+)
 from gatekeeper.scan import Scanner
 from gatekeeper.tables import BUILTINS
 
@@ -98,8 +106,21 @@ def deleted_names(statements: list[ast.stmt]) -> set[str]:
 
 
 EXPR_SKIPPED_FIELDS = frozenset({"ctx", "op", "ops", "kind", "conversion", "is_async"})
-# The fields FlowChecker._expr walks generically.
+# The fields FlowChecker._expr walks generically, and the classes it walks so: all but those it
+# checks by hand (keep in step with its branches). Most expressions are walked, so the class picks
+# this branch before any isinstance() test.
 EXPR_FIELDS = field_table(EXPR_SKIPPED_FIELDS)
+EXPR_BY_FIELDS = frozenset(EXPR_FIELDS) - {
+    Name,
+    Attribute,
+    Constant,
+    Call,
+    BoolOp,
+    IfExp,
+    NamedExpr,
+    Lambda,
+    *COMPREHENSIONS,
+}
 
 
 class FlowChecker:
@@ -123,40 +144,39 @@ class FlowChecker:
     def check_module(self, tree: ast.Module) -> None:
         defined: set[str] = set()
         for statement in tree.body:
-            cls = type(statement)
-            if cls is ClassDef:
+            if isinstance(statement, ClassDef):
                 for base in statement.bases:
                     if type(base) is Name and (base.id in defined or base.id in BUILTINS):
                         continue  # the common case, decided without building the message
                     self._module_level_names(base, defined, f"base of class {statement.name}")
                 class_defined = set(defined)
                 for member in statement.body:
-                    if type(member) in FUNCTION_TYPES:
+                    if isinstance(member, FUNCTION_TYPES):
                         self._definition_time_annotations(member, class_defined)
                         self.check_function(member, ())
                         class_defined.add(member.name)
                     elif type(member) is AnnAssign and not self.future_annotations:
                         self._module_level_names(member.annotation, class_defined, "annotation")
-                    if type(member) in (Assign, AnnAssign):
-                        targets = member.targets if type(member) is Assign else [member.target]
+                    if isinstance(member, (Assign, AnnAssign)):
+                        targets = member.targets if isinstance(member, Assign) else [member.target]
                         class_defined.update(t.id for t in targets if type(t) is Name)
                 defined.add(statement.name)
-            elif cls in FUNCTION_TYPES:
+            elif isinstance(statement, FUNCTION_TYPES):
                 self._definition_time_annotations(statement, defined)
                 self.check_function(statement, ())
                 defined.add(statement.name)
-            elif cls is Import or cls is ImportFrom:
+            elif isinstance(statement, (Import, ImportFrom)):
                 for alias in statement.names:
                     defined.add((alias.asname or alias.name).partition(".")[0])
-            elif cls is Assign:
+            elif isinstance(statement, Assign):
                 defined.update(t.id for t in statement.targets if type(t) is Name)
-            elif cls is AnnAssign:
+            elif isinstance(statement, AnnAssign):
                 if not self.future_annotations:
                     self._module_level_names(statement.annotation, defined, "annotation")
                 if statement.value is not None and type(statement.target) is Name:
                     defined.add(statement.target.id)
 
-    def _definition_time_annotations(self, function: ast.AST, defined: set[str]) -> None:
+    def _definition_time_annotations(self, function: Definition, defined: set[str]) -> None:
         if self.future_annotations:
             return
         args = function.args
@@ -166,10 +186,10 @@ class FlowChecker:
         if function.returns is not None:
             self._module_level_names(function.returns, defined, "annotation")
 
-    def _module_level_names(self, node: ast.AST, defined: set[str], where: str) -> None:
+    def _module_level_names(self, node: ast.expr, defined: set[str], where: str) -> None:
         """Names evaluated while the module loads must already be defined."""
         for child in ast.walk(node):
-            if type(child) is Name and child.id not in defined and child.id not in BUILTINS:
+            if isinstance(child, Name) and child.id not in defined and child.id not in BUILTINS:
                 if child.id in self.module_names:
                     raise Unbound(
                         f"'{child.id}' is used in the {where} before it is defined "
@@ -179,7 +199,7 @@ class FlowChecker:
 
     # -- functions ------------------------------------------------------------------------
 
-    def check_function(self, node: ast.AST, enclosing: tuple[set[str], ...]) -> None:
+    def check_function(self, node: FunctionNode, enclosing: tuple[set[str], ...]) -> None:
         saved = (self.locals, self.enclosing, self.function_name, self.has_del, self.loops)
         self.locals = self.function_locals.get(node, set())
         self.enclosing = enclosing
@@ -187,13 +207,13 @@ class FlowChecker:
         self.has_del = node in self.functions_with_del
         self.loops = []
         state = {param.arg for param in all_params(node.args)}
-        if type(node) is Lambda:
+        if isinstance(node, Lambda):
             self._expr(node.body, state)
         else:
             self._block(node.body, state)
         self.locals, self.enclosing, self.function_name, self.has_del, self.loops = saved
 
-    def _nested(self, node: ast.AST) -> None:
+    def _nested(self, node: FunctionNode) -> None:
         self.check_function(node, (self.locals,) + self.enclosing)
 
     def _missing(self, node: ast.Name) -> None:
@@ -220,9 +240,10 @@ class FlowChecker:
     def _block(self, statements: list[ast.stmt], state: State) -> State | None:
         for statement in statements:
             # Statements without a handler (global, match, ...) were rejected in step 5.
-            state = FLOW_HANDLERS.get(type(statement), FlowChecker._pass)(self, statement, state)
-            if state is None:
+            after = FLOW_HANDLERS.get(type(statement), FlowChecker._pass)(self, statement, state)
+            if after is None:
                 return None  # the rest is unreachable
+            state = after
         return state
 
     def _expr_statement(self, node: ast.Expr, state: State) -> State:
@@ -280,13 +301,13 @@ class FlowChecker:
                 if target.id not in state:
                     self._missing(target)
                 state.discard(target.id)
-            elif type(target) in (Tuple, List):
+            elif isinstance(target, (Tuple, List)):
                 self._delete(Delete(targets=target.elts), state)
             else:
                 self._bind(target, state)
         return state
 
-    def _pass(self, node: ast.Pass, state: State) -> State:
+    def _pass(self, node: ast.stmt, state: State) -> State:
         return state
 
     def _break(self, node: ast.Break, state: State) -> None:
@@ -336,7 +357,7 @@ class FlowChecker:
         after_else = self._block(node.orelse, set(head)) if node.orelse else head
         return meet([after_else, *breaks])
 
-    def _try(self, node: ast.Try, state: State) -> State | None:
+    def _try(self, node: ast.Try | ast.TryStar, state: State) -> State | None:
         floor = state
         if self.has_del:
             floor = (
@@ -376,7 +397,7 @@ class FlowChecker:
                 self._bind(item.optional_vars, state)
         return self._block(node.body, state)
 
-    def _def(self, node: ast.FunctionDef | ast.AsyncFunctionDef, state: State) -> State:
+    def _def(self, node: Definition, state: State) -> State:
         if not self.future_annotations:
             for param in all_params(node.args):
                 if param.annotation is not None:
@@ -392,7 +413,7 @@ class FlowChecker:
             self._expr(base, state)
         state.add(node.name)
         for member in node.body:
-            if type(member) in FUNCTION_TYPES:
+            if isinstance(member, FUNCTION_TYPES):
                 self._nested(member)
         return state
 
@@ -403,29 +424,42 @@ class FlowChecker:
 
     # -- expressions ----------------------------------------------------------------------
 
-    def _bind(self, target: ast.AST, state: State) -> None:
-        cls = type(target)
-        if cls is Name:
+    def _bind(self, target: ast.expr, state: State) -> None:
+        if isinstance(target, Name):
             state.add(target.id)
-        elif cls is Tuple or cls is List:
+        elif isinstance(target, Attribute):
+            self._expr(target.value, state)
+        elif isinstance(target, (Tuple, List)):
             for element in target.elts:
                 self._bind(element, state)
-        elif cls is Starred:
-            self._bind(target.value, state)
-        elif cls is Attribute:
-            self._expr(target.value, state)
-        elif cls is Subscript:
+        elif isinstance(target, Subscript):
             self._expr(target.value, state)
             self._expr(target.slice, state)
+        elif isinstance(target, Starred):
+            self._bind(target.value, state)
 
-    def _expr(self, node: ast.AST, state: State) -> None:
+    def _expr(self, node: ast.expr, state: State) -> None:
         """Check the reads in an expression, in field order; names and constants among the
         children are handled inline rather than by a recursive call."""
         cls = type(node)
-        if cls is Name:
-            if node.id not in state:
-                self._missing(node)
-        elif cls is Attribute:
+        if cls in EXPR_BY_FIELDS:
+            for field_name in EXPR_FIELDS[cls]:
+                child = getattr(node, field_name)
+                child_cls = type(child)
+                if child_cls is list:
+                    for item in child:
+                        item_cls = type(item)
+                        if item_cls is Name:
+                            if item.id not in state:
+                                self._missing(item)
+                        elif item_cls is not Constant and item is not None:  # dict unpacking: None key
+                            self._expr(item, state)
+                elif child_cls is Name:
+                    if child.id not in state:
+                        self._missing(child)
+                elif child_cls is not Constant and child is not None and isinstance(child, ast.expr):
+                    self._expr(child, state)
+        elif isinstance(node, Attribute):
             value = node.value
             while type(value) is Attribute:
                 value = value.value
@@ -434,9 +468,10 @@ class FlowChecker:
                     self._missing(value)
             elif type(value) is not Constant:
                 self._expr(value, state)
-        elif cls is Constant:
-            pass
-        elif cls is Call:
+        elif isinstance(node, Name):
+            if node.id not in state:
+                self._missing(node)
+        elif isinstance(node, Call):
             func = node.func
             if type(func) is Name:
                 if func.id not in state:
@@ -444,56 +479,39 @@ class FlowChecker:
             else:
                 self._expr(func, state)
             for argument in node.args:
-                argument_cls = type(argument)
-                if argument_cls is Name:
+                if isinstance(argument, Name):
                     if argument.id not in state:
                         self._missing(argument)
-                elif argument_cls is not Constant:
+                elif type(argument) is not Constant:
                     self._expr(argument, state)
             for keyword in node.keywords:
                 value = keyword.value
-                value_cls = type(value)
-                if value_cls is Name:
+                if isinstance(value, Name):
                     if value.id not in state:
                         self._missing(value)
-                elif value_cls is not Constant:
+                elif type(value) is not Constant:
                     self._expr(value, state)
-        elif cls is BoolOp:
+        elif isinstance(node, Constant):
+            pass
+        elif isinstance(node, BoolOp):
             values = node.values
             self._expr(values[0], state)
             maybe = set(state)  # later operands may not run: their ':=' are not certain
             for value in values[1:]:
                 self._expr(value, maybe)
-        elif cls is IfExp:
+        elif isinstance(node, IfExp):
             self._expr(node.test, state)
             self._expr(node.body, set(state))
             self._expr(node.orelse, set(state))
-        elif cls is NamedExpr:
+        elif isinstance(node, NamedExpr):
             self._expr(node.value, state)
             state.add(node.target.id)
-        elif cls in COMPREHENSIONS:
-            self._comprehension(node, state)
-        elif cls is Lambda:
+        elif isinstance(node, Lambda):
             self._nested(node)
-        else:
-            for field_name in EXPR_FIELDS[cls]:
-                value = getattr(node, field_name)
-                value_cls = type(value)
-                if value_cls is list:
-                    for item in value:
-                        item_cls = type(item)
-                        if item_cls is Name:
-                            if item.id not in state:
-                                self._missing(item)
-                        elif item_cls is not Constant and item is not None:  # dict unpacking: None key
-                            self._expr(item, state)
-                elif value_cls is Name:
-                    if value.id not in state:
-                        self._missing(value)
-                elif value_cls is not Constant and value is not None and isinstance(value, AST):
-                    self._expr(value, state)
+        elif isinstance(node, COMPREHENSIONS):
+            self._comprehension(node, state)
 
-    def _comprehension(self, node: ast.AST, state: State) -> None:
+    def _comprehension(self, node: Comprehension, state: State) -> None:
         generators = node.generators
         self._expr(generators[0].iter, state)  # evaluated in the enclosing scope
         inner = set(state)  # comprehension variables and conditional ':=' stay inside
@@ -503,37 +521,50 @@ class FlowChecker:
             self._bind(generator.target, inner)
             for condition in generator.ifs:
                 self._expr(condition, inner)
-        if type(node) is DictComp:
+        if isinstance(node, DictComp):
             self._expr(node.key, inner)
             self._expr(node.value, inner)
         else:
             self._expr(node.elt, inner)
 
 
-# Statement class -> handler (unbound, as the scanner's).
-FLOW_HANDLERS: dict[type, Callable[[FlowChecker, ast.AST, State], State | None]] = {
-    Expr: FlowChecker._expr_statement,
-    Assign: FlowChecker._assign,
-    AugAssign: FlowChecker._aug_assign,
-    AnnAssign: FlowChecker._ann_assign,
-    Return: FlowChecker._return,
-    If: FlowChecker._if,
-    For: FlowChecker._for,
-    AsyncFor: FlowChecker._for,
-    While: FlowChecker._while,
-    Try: FlowChecker._try,
-    TryStar: FlowChecker._try,
-    With: FlowChecker._with,
-    AsyncWith: FlowChecker._with,
-    Raise: FlowChecker._raise,
-    Assert: FlowChecker._assert,
-    Delete: FlowChecker._delete,
-    Pass: FlowChecker._pass,
-    Break: FlowChecker._break,
-    Continue: FlowChecker._continue,
-    FunctionDef: FlowChecker._def,
-    AsyncFunctionDef: FlowChecker._def,
-    ClassDef: FlowChecker._class,
-    Import: FlowChecker._import,
-    ImportFrom: FlowChecker._import,
-}
+# Statement class -> handler (unbound, as the scanner's; Any: the statement's class is the key).
+FlowHandler = Callable[[FlowChecker, Any, State], State | None]
+StatementT = TypeVar("StatementT", bound=ast.stmt)
+
+
+def handles(
+    statement_class: type[StatementT], handler: Callable[[FlowChecker, StatementT, State], State | None]
+) -> tuple[type[ast.stmt], FlowHandler]:
+    """A table entry; the type checker checks that ``handler`` takes statements of ``statement_class``."""
+    return statement_class, handler
+
+
+FLOW_HANDLERS: dict[type[ast.stmt], FlowHandler] = dict(
+    [
+        handles(Expr, FlowChecker._expr_statement),
+        handles(Assign, FlowChecker._assign),
+        handles(AugAssign, FlowChecker._aug_assign),
+        handles(AnnAssign, FlowChecker._ann_assign),
+        handles(Return, FlowChecker._return),
+        handles(If, FlowChecker._if),
+        handles(For, FlowChecker._for),
+        handles(AsyncFor, FlowChecker._for),
+        handles(While, FlowChecker._while),
+        handles(Try, FlowChecker._try),
+        handles(TryStar, FlowChecker._try),
+        handles(With, FlowChecker._with),
+        handles(AsyncWith, FlowChecker._with),
+        handles(Raise, FlowChecker._raise),
+        handles(Assert, FlowChecker._assert),
+        handles(Delete, FlowChecker._delete),
+        handles(Pass, FlowChecker._pass),
+        handles(Break, FlowChecker._break),
+        handles(Continue, FlowChecker._continue),
+        handles(FunctionDef, FlowChecker._def),
+        handles(AsyncFunctionDef, FlowChecker._def),
+        handles(ClassDef, FlowChecker._class),
+        handles(Import, FlowChecker._import),
+        handles(ImportFrom, FlowChecker._import),
+    ]
+)
