@@ -53,7 +53,15 @@ from ast import (
 from gatekeeper.attributes import class_method_read
 from gatekeeper.contract import Trait
 from gatekeeper.entity import entity_attribute_problem
-from gatekeeper.nodes import COMPREHENSIONS, FUNCTION_TYPES, line_of, positional_params, shown
+from gatekeeper.nodes import (
+    COMPREHENSIONS,
+    FUNCTION_TYPES,
+    Definition,
+    FunctionNode,
+    line_of,
+    positional_params,
+    shown,
+)
 from gatekeeper.scan import Scanner
 from gatekeeper.tables import (
     AST_BANNED_ATTR,
@@ -73,9 +81,9 @@ def entity_uses_are_direct(scanner: Scanner, trait: Trait) -> bool:
     """True when every bare use of the entity is ``self.<method>(..., entity, ...)`` into a method
     defined in the trait class whose parameter has the entity's name: there the scan's check of
     ``entity.<name>`` already applies, and nothing needs following."""
-    methods: dict[str, ast.AST] = {}
+    methods: dict[str, Definition] = {}
     for member in trait.node.body:
-        if type(member) in FUNCTION_TYPES:
+        if isinstance(member, FUNCTION_TYPES):
             methods[member.name] = member  # the last definition wins, as at runtime
     for name_node, parent, field_name, self_name in scanner.entity_uses:
         if type(parent) is not Call or field_name != "args" or self_name is None:
@@ -114,6 +122,11 @@ def parameter_for(args: ast.arguments, index: int | None, offset: int, keyword: 
     return None
 
 
+# The expressions whose value may be the entity: a name, self.<attr>, and those choosing between
+# values (Escapes._is_entity; keep in step with its branches).
+MAY_BE_ENTITY = frozenset({Name, Attribute, NamedExpr, IfExp, BoolOp})
+
+
 class Escapes:
     """Follows the entity and the file's classes through the whole module.
 
@@ -135,17 +148,17 @@ class Escapes:
         self.module_aliases = scanner.module_aliases
         self.file = FileUnits(tree, trait.node if trait else None)
         # unit -> the names that hold the entity in it from the start (parameters and aliases found)
-        self.taint: dict[ast.AST, set[str]] = {
+        self.taint: dict[FunctionNode, set[str]] = {
             unit: {self.entity} if unit in self.file.trait_units and self.entity else set()
             for unit, _, _ in self.file.units
         }
-        self.envs: dict[ast.AST, set[str]] = {}  # unit -> every name that held the entity on its last walk
+        self.envs: dict[FunctionNode, set[str]] = {}  # unit -> every name that held the entity on its last walk
         self.self_attrs: dict[str, int] = {}  # attribute of self assigned the entity -> line
         self.entity_bases: set[int] = set()  # id() of attributes whose object may be the entity
-        self.queue: list[ast.AST] = []
-        self.queued: set[ast.AST] = set()
+        self.queue: list[FunctionNode] = []
+        self.queued: set[FunctionNode] = set()
         # The unit being walked.
-        self.unit: ast.AST | None = None
+        self.unit: FunctionNode | None = None
         self.env: set[str] = set()
         self.self_name: str | None = None
 
@@ -170,12 +183,12 @@ class Escapes:
             self.queued.discard(unit)
             self._walk(unit)
 
-    def _enqueue(self, unit: ast.AST) -> None:
+    def _enqueue(self, unit: FunctionNode) -> None:
         if unit not in self.queued:
             self.queued.add(unit)
             self.queue.append(unit)
 
-    def _walk(self, unit: ast.AST) -> None:
+    def _walk(self, unit: FunctionNode) -> None:
         enclosing, self_name = self.file.unit_self[unit]
         env = set(self.taint[unit])
         if enclosing is not None:
@@ -184,7 +197,7 @@ class Escapes:
         self.envs[unit] = env
         self.unit, self.env, self.self_name = unit, env, self_name
         attrs = len(self.self_attrs)
-        if type(unit) is Lambda:
+        if isinstance(unit, Lambda):
             self._value(unit.body, "returned")
         else:
             self._block(unit.body)
@@ -196,15 +209,17 @@ class Escapes:
                 self._enqueue(child)
 
     def _add_name(self, name: str) -> None:
+        unit = self.unit
+        assert unit is not None, "names are added while a unit is walked"
         self.env.add(name)
-        taint = self.taint[self.unit]
+        taint = self.taint[unit]
         if name not in taint:
             taint.add(name)
-            self._enqueue(self.unit)  # earlier statements (loops) and nested units see it next time
+            self._enqueue(unit)  # earlier statements (loops) and nested units see it next time
 
     # -- findings ---------------------------------------------------------------------------
 
-    def _entity_escape(self, node: ast.AST, context: str) -> None:
+    def _entity_escape(self, node: ast.expr, context: str) -> None:
         text = shown(node)
         holder = "" if text == self.entity else f" ({text})"
         self.scanner.found(
@@ -216,36 +231,36 @@ class Escapes:
 
     # -- what may hold the entity -----------------------------------------------------------
 
-    def _is_entity(self, node: ast.AST) -> bool:
-        cls = type(node)
-        if cls is Name:
+    def _is_entity(self, node: ast.expr) -> bool:
+        if type(node) not in MAY_BE_ENTITY:
+            return False
+        if isinstance(node, Name):
             return node.id in self.env
-        if cls is Attribute:
+        if isinstance(node, Attribute):
             value = node.value
             return node.attr in self.self_attrs and type(value) is Name and value.id == self.self_name
-        if cls is NamedExpr:
+        if isinstance(node, NamedExpr):
             return self._is_entity(node.value)
-        if cls is IfExp:
+        if isinstance(node, IfExp):
             return self._is_entity(node.body) or self._is_entity(node.orelse)
-        if cls is BoolOp:
+        if isinstance(node, BoolOp):
             return any(self._is_entity(value) for value in node.values)
         return False
 
-    def _inner(self, node: ast.AST) -> None:
+    def _inner(self, node: ast.expr) -> None:
         """The parts of an expression that may be the entity, used where the entity may go."""
-        cls = type(node)
-        if cls is NamedExpr:
+        if isinstance(node, NamedExpr):
             self._add_name(node.target.id)
             self._inner(node.value)
-        elif cls is IfExp:
+        elif isinstance(node, IfExp):
             self._allowed(node.test)
             self._allowed(node.body)
             self._allowed(node.orelse)
-        elif cls is BoolOp:
+        elif isinstance(node, BoolOp):
             for value in node.values:
                 self._allowed(value)
 
-    def _allowed(self, node: ast.AST) -> None:
+    def _allowed(self, node: ast.expr) -> None:
         """An expression where the entity and the file's classes may appear (a test, a comparison)."""
         cls = type(node)
         if cls is Name or cls is Constant:
@@ -255,7 +270,7 @@ class Escapes:
         else:
             self._value(node, "used in an expression")
 
-    def _object(self, node: ast.AST, context: str) -> None:
+    def _object(self, node: ast.expr, context: str) -> None:
         """An expression used as an object (indexed, iterated): a class of the file may be."""
         if type(node) is Name and not self._is_entity(node):
             return
@@ -268,16 +283,28 @@ class Escapes:
             self._statement(statement)
 
     def _statement(self, node: ast.stmt) -> None:
-        cls = type(node)
-        if cls is Assign:
+        if isinstance(node, Expr):
+            self._allowed(node.value)
+        elif isinstance(node, Assign):
             for target in node.targets:
                 self._assign(target, node.value)
-        elif cls is AnnAssign:
+        elif isinstance(node, Return):
+            if node.value is not None:
+                self._value(node.value, "returned")
+        elif isinstance(node, (If, While)):
+            self._allowed(node.test)
+            self._block(node.body)
+            self._block(node.orelse)
+        elif isinstance(node, (For, AsyncFor)):
+            self._iteration(node.target, node.iter)
+            self._block(node.body)
+            self._block(node.orelse)
+        elif isinstance(node, AnnAssign):
             if node.value is not None:
                 self._assign(node.target, node.value)
             else:
                 self._target(node.target)
-        elif cls is AugAssign:
+        elif isinstance(node, AugAssign):
             target = node.target
             if type(target) is Name:
                 if self._is_entity(target):
@@ -285,26 +312,13 @@ class Escapes:
             else:
                 self._target(target)
             self._value(node.value, "combined with an operator")
-        elif cls is For or cls is AsyncFor:
-            self._iteration(node.target, node.iter)
-            self._block(node.body)
-            self._block(node.orelse)
-        elif cls is If or cls is While:
-            self._allowed(node.test)
-            self._block(node.body)
-            self._block(node.orelse)
-        elif cls is Return:
-            if node.value is not None:
-                self._value(node.value, "returned")
-        elif cls is Expr:
-            self._allowed(node.value)
-        elif cls is With or cls is AsyncWith:
+        elif isinstance(node, (With, AsyncWith)):
             for item in node.items:
                 self._value(item.context_expr, "used as a context manager")
                 if item.optional_vars is not None:
                     self._target(item.optional_vars)
             self._block(node.body)
-        elif cls is Try or cls is TryStar:
+        elif isinstance(node, (Try, TryStar)):
             self._block(node.body)
             for handler in node.handlers:
                 if handler.type is not None:
@@ -312,27 +326,26 @@ class Escapes:
                 self._block(handler.body)
             self._block(node.orelse)
             self._block(node.finalbody)
-        elif cls is Raise:
+        elif isinstance(node, Raise):
             for part in (node.exc, node.cause):
                 if part is not None:
                     self._value(part, "raised")
-        elif cls is Assert:
+        elif isinstance(node, Assert):
             self._allowed(node.test)
             if node.msg is not None:
                 self._value(node.msg, "used as an assertion message")
-        elif cls is Delete:
+        elif isinstance(node, Delete):
             for target in node.targets:
                 self._target(target)
         # Definitions are units of their own (their bases are plain names, their defaults
         # constants); imports, pass, break, continue move nothing; global, nonlocal and match
         # were refused at step 5.
 
-    def _assign(self, target: ast.AST, value: ast.AST) -> None:
+    def _assign(self, target: ast.expr, value: ast.expr) -> None:
         if self._is_entity(value):
-            target_cls = type(target)
-            if target_cls is Name:
+            if isinstance(target, Name):
                 self._add_name(target.id)
-            elif target_cls is Attribute and type(target.value) is Name and target.value.id == self.self_name:
+            elif isinstance(target, Attribute) and type(target.value) is Name and target.value.id == self.self_name:
                 if target.attr not in self.self_attrs:
                     self.self_attrs[target.attr] = line_of(target)
             else:
@@ -340,10 +353,9 @@ class Escapes:
                 self._target(target)
             self._inner(value)
             return
-        target_cls, value_cls = type(target), type(value)
         if (
-            (target_cls is Tuple or target_cls is List)
-            and (value_cls is Tuple or value_cls is List)
+            isinstance(target, (Tuple, List))
+            and isinstance(value, (Tuple, List))
             and len(target.elts) == len(value.elts)
             and not any(type(node) is Starred for node in target.elts + value.elts)
         ):
@@ -353,25 +365,23 @@ class Escapes:
         self._value(value, f"assigned to {shown(target)}")
         self._target(target)
 
-    def _target(self, node: ast.AST) -> None:
-        cls = type(node)
-        if cls is Attribute:
+    def _target(self, node: ast.expr) -> None:
+        if isinstance(node, Attribute):
             self._attribute(node)
-        elif cls is Subscript:
+        elif isinstance(node, Subscript):
             self._object(node.value, "indexed")
             self._value(node.slice, "used as an index")
-        elif cls is Tuple or cls is List:
+        elif isinstance(node, (Tuple, List)):
             for element in node.elts:
                 self._target(element)
-        elif cls is Starred:
+        elif isinstance(node, Starred):
             self._target(node.value)
 
-    def _iteration(self, target: ast.AST, iterable: ast.AST) -> None:
-        cls = type(iterable)
-        if (cls is Tuple or cls is List or cls is Set) and any(self._is_entity(e) for e in iterable.elts):
+    def _iteration(self, target: ast.expr, iterable: ast.expr) -> None:
+        if isinstance(iterable, (Tuple, List, Set)) and any(self._is_entity(e) for e in iterable.elts):
             for element in iterable.elts:
                 if self._is_entity(element):
-                    if type(target) is Name:
+                    if isinstance(target, Name):
                         self._add_name(target.id)
                     else:
                         self._entity_escape(element, "unpacked by a loop")
@@ -384,72 +394,73 @@ class Escapes:
 
     # -- expressions ------------------------------------------------------------------------
 
-    def _value(self, node: ast.AST, context: str) -> None:
+    def _value(self, node: ast.expr, context: str) -> None:
         """An expression whose value goes where neither the entity nor a class of the file may."""
         if self._is_entity(node):
             self._entity_escape(node, context)
             self._inner(node)
             return
-        cls = type(node)
-        if cls is Name:
+        if isinstance(node, Call):
+            self._call(node)
+        elif isinstance(node, (Constant, Lambda)):
+            pass  # a lambda is a unit of its own
+        elif isinstance(node, Attribute):
+            self._attribute(node)
+        elif isinstance(node, Name):
             if node.id in self.class_methods and type(node.ctx) is Load:
                 self._class_escape(node, context)
-        elif cls is Constant or cls is Lambda:
-            pass  # a lambda is a unit of its own
-        elif cls is Attribute:
-            self._attribute(node)
-        elif cls is Call:
-            self._call(node)
-        elif cls is Compare:
+        elif isinstance(node, BinOp):
+            self._value(node.left, "used in arithmetic")
+            self._value(node.right, "used in arithmetic")
+        elif isinstance(node, Compare):
             self._allowed(node.left)
             for comparator in node.comparators:
                 self._allowed(comparator)
-        elif cls is UnaryOp:
+        elif isinstance(node, UnaryOp):
             if type(node.op) is ast.Not:
                 self._allowed(node.operand)
             else:
                 self._value(node.operand, "used in arithmetic")
-        elif cls is BoolOp:
+        elif isinstance(node, BoolOp):
             for value in node.values:
                 self._value(value, context)
-        elif cls is IfExp:
+        elif isinstance(node, IfExp):
             self._allowed(node.test)
             self._value(node.body, context)
             self._value(node.orelse, context)
-        elif cls is NamedExpr:
+        elif isinstance(node, NamedExpr):
             self._value(node.value, f"assigned to {node.target.id}")
-        elif cls in COMPREHENSIONS:
+        elif isinstance(node, COMPREHENSIONS):
             for generator in node.generators:
                 self._iteration(generator.target, generator.iter)
                 for condition in generator.ifs:
                     self._allowed(condition)
-            for part in (node.key, node.value) if cls is DictComp else (node.elt,):
+            for part in (node.key, node.value) if isinstance(node, DictComp) else (node.elt,):
                 self._value(part, "collected by a comprehension")
-        elif cls is List or cls is Tuple or cls is Set:
-            kind = "a list" if cls is List else "a tuple" if cls is Tuple else "a set"
+        elif isinstance(node, (List, Tuple, Set)):
+            kind = "a list" if isinstance(node, List) else "a tuple" if isinstance(node, Tuple) else "a set"
             for element in node.elts:
                 self._value(element, f"put into {kind}")
-        elif cls is Dict:
+        elif isinstance(node, Dict):
             for key, value in zip(node.keys, node.values):
                 if key is None:
                     self._value(value, "unpacked with **")
                 else:
                     self._value(key, "put into a dict")
                     self._value(value, "put into a dict")
-        elif cls is Starred:
+        elif isinstance(node, Starred):
             self._value(node.value, "unpacked with *")
-        elif cls is Await:
+        elif isinstance(node, Await):
             self._value(node.value, "awaited")
-        elif cls is Subscript:
+        elif isinstance(node, Subscript):
             self._object(node.value, "indexed")
             self._value(node.slice, "used as an index")
-        elif cls is BinOp:
-            self._value(node.left, "used in arithmetic")
-            self._value(node.right, "used in arithmetic")
         else:  # f-strings, slices, ...
             for child in ast.iter_child_nodes(node):
                 if isinstance(child, ast.expr):
-                    self._value(child, "formatted into a string" if cls is ast.JoinedStr else "used in an expression")
+                    self._value(
+                        child, "formatted into a string" if type(node) is ast.JoinedStr else "used in an expression"
+                    )
 
     def _attribute(self, node: ast.Attribute) -> None:
         value, attr = node.value, node.attr
@@ -478,19 +489,18 @@ class Escapes:
 
     def _call(self, node: ast.Call) -> None:
         func = node.func
-        func_cls = type(func)
         callee = f"{shown(func)}()"
         if self._is_entity(func):
             self._entity_escape(func, "called")
             self._inner(func)
-        elif func_cls is Attribute:
+        elif isinstance(func, Attribute):
             self._attribute(func)
-        elif func_cls is not Name and func_cls is not Lambda:
+        elif not isinstance(func, (Name, Lambda)):
             self._value(func, "called")
         # Builtins and module functions may receive a class (list(Mode), isinstance(x, Helper)):
         # they cannot reach its methods by name.
-        trusted = (func_cls is Name and func.id in BUILTINS and func.id not in self.file.shadowed) or (
-            func_cls is Attribute and type(func.value) is Name and func.value.id in self.module_aliases
+        trusted = (isinstance(func, Name) and func.id in BUILTINS and func.id not in self.file.shadowed) or (
+            isinstance(func, Attribute) and type(func.value) is Name and func.value.id in self.module_aliases
         )
         index: int | None = 0
         for argument in node.args:
@@ -508,7 +518,7 @@ class Escapes:
                 self._argument(node, keyword.value, None, keyword.arg, callee, trusted)
 
     def _argument(
-        self, call: ast.Call, argument: ast.AST, index: int | None, keyword: str | None, callee: str, trusted: bool
+        self, call: ast.Call, argument: ast.expr, index: int | None, keyword: str | None, callee: str, trusted: bool
     ) -> None:
         if self._is_entity(argument):
             func = call.func
@@ -524,7 +534,7 @@ class Escapes:
                     self.taint[function].add(param)
                     self._enqueue(function)
             self._inner(argument)
-        elif type(argument) is Name:
+        elif isinstance(argument, Name):
             if argument.id in self.class_methods and not trusted:
                 self._class_escape(argument, f"passed to {callee}")
         else:

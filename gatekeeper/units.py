@@ -18,7 +18,13 @@ from ast import (
     Name,
 )
 
-from gatekeeper.nodes import FUNCTION_TYPES, all_params, instance_parameter
+from gatekeeper.nodes import FUNCTION_TYPES, Definition, FunctionNode, all_params, instance_parameter, plain_names
+
+# The nodes FileUnits._collect looks at: units, classes, and what binds a name (keep in step with
+# its branches; every other node is only walked through).
+COLLECTED = frozenset(
+    {FunctionDef, AsyncFunctionDef, Lambda, ClassDef, Assign, Name, ExceptHandler, Import, ImportFrom}
+)
 
 
 class FileUnits:
@@ -29,18 +35,20 @@ class FileUnits:
 
     def __init__(self, tree: ast.Module, trait_node: ast.ClassDef | None) -> None:
         self.trait_node = trait_node
-        self.units: list[tuple[ast.AST, ast.AST | None, str | None]] = []
-        self.children: dict[ast.AST | None, list[ast.AST]] = {}  # unit -> the units defined in it
-        self.unit_self: dict[ast.AST, tuple[ast.AST | None, str | None]] = {}  # unit -> (enclosing, self name)
-        self.trait_units: set[ast.AST] = set()
-        self.functions: dict[str, list[ast.AST]] = {}  # name -> the defs and lambdas bound to it
-        self.methods: dict[str, list[ast.AST]] = {}  # method name -> its definitions in any class
+        self.units: list[tuple[FunctionNode, FunctionNode | None, str | None]] = []
+        # unit -> the units defined in it (None: the module)
+        self.children: dict[FunctionNode | None, list[FunctionNode]] = {}
+        # unit -> (enclosing, self name)
+        self.unit_self: dict[FunctionNode, tuple[FunctionNode | None, str | None]] = {}
+        self.trait_units: set[FunctionNode] = set()
+        self.functions: dict[str, list[FunctionNode]] = {}  # name -> the defs and lambdas bound to it
+        self.methods: dict[str, list[Definition]] = {}  # method name -> its definitions in any class
         self.classes: dict[str, list[ast.ClassDef]] = {}
         self.other_bindings: set[str] = set()  # names also bound to something else than a def
         self._collect(tree, None, None, False, False)
         self.shadowed = self.other_bindings | set(self.functions) | set(self.classes)
 
-    def _add(self, unit: ast.AST, enclosing: ast.AST | None, self_name: str | None, in_trait: bool) -> None:
+    def _add(self, unit: FunctionNode, enclosing: FunctionNode | None, self_name: str | None, in_trait: bool) -> None:
         self.units.append((unit, enclosing, self_name))
         self.children.setdefault(enclosing, []).append(unit)
         self.unit_self[unit] = (enclosing, self_name)
@@ -49,42 +57,46 @@ class FileUnits:
         self.other_bindings.update(param.arg for param in all_params(unit.args))
 
     def _collect(
-        self, node: ast.AST, unit: ast.AST | None, self_name: str | None, in_class: bool, in_trait: bool
+        self, node: ast.AST, unit: FunctionNode | None, self_name: str | None, in_class: bool, in_trait: bool
     ) -> None:
         for child in ast.iter_child_nodes(node):
-            cls = type(child)
-            if cls is FunctionDef or cls is AsyncFunctionDef or cls is Lambda:
-                child_self = instance_parameter(child.args, self_name, in_class and cls is not Lambda)
+            if type(child) not in COLLECTED:
+                self._collect(child, unit, self_name, False, in_trait)  # defines and binds nothing itself
+            elif isinstance(child, Name):
+                if type(child.ctx) is not Load:
+                    self.other_bindings.add(child.id)
+                self._collect(child, unit, self_name, False, in_trait)
+            elif isinstance(child, (FunctionDef, AsyncFunctionDef, Lambda)):
+                child_self = instance_parameter(child.args, self_name, in_class and not isinstance(child, Lambda))
                 self._add(child, unit, child_self, in_trait)
-                if cls is not Lambda:
+                if not isinstance(child, Lambda):
                     (self.methods if in_class else self.functions).setdefault(child.name, []).append(child)
                 self._collect(child, child, child_self, False, in_trait)
-            elif cls is ClassDef:
+            elif isinstance(child, ClassDef):
                 self.classes.setdefault(child.name, []).append(child)
                 self._collect(child, unit, None, True, in_trait or child is self.trait_node)
             else:
-                if cls is Assign and type(child.value) is Lambda and all(type(t) is Name for t in child.targets):
+                if isinstance(child, Assign) and isinstance(child.value, Lambda) and plain_names(child.targets):
+                    function = child.value
                     for target in child.targets:
-                        self.functions.setdefault(target.id, []).append(child.value)
-                    self._collect(child.value, unit, self_name, False, in_trait)
-                    self._add(child.value, unit, instance_parameter(child.value.args, self_name, False), in_trait)
+                        self.functions.setdefault(target.id, []).append(function)
+                    self._collect(function, unit, self_name, False, in_trait)
+                    self._add(function, unit, instance_parameter(function.args, self_name, False), in_trait)
                     continue
-                if cls is Name and type(child.ctx) is not Load:
-                    self.other_bindings.add(child.id)
-                elif cls is ExceptHandler and child.name:
+                if isinstance(child, ExceptHandler) and child.name:
                     self.other_bindings.add(child.name)
-                elif cls is Import or cls is ImportFrom:
+                elif isinstance(child, (Import, ImportFrom)):
                     self.other_bindings.update((a.asname or a.name).partition(".")[0] for a in child.names)
                 self._collect(child, unit, self_name, False, in_trait)
 
-    def inits(self, class_name: str, seen: set[str]) -> list[ast.AST] | None:
+    def inits(self, class_name: str, seen: set[str]) -> list[Definition] | None:
         """The __init__ methods that ``class_name(...)`` may run, or None if one is not the file's."""
         if class_name in seen:
             return []
         seen.add(class_name)
-        found: list[ast.AST] = []
+        found: list[Definition] = []
         for node in self.classes.get(class_name, ()):
-            inits = [m for m in node.body if type(m) in FUNCTION_TYPES and m.name == "__init__"]
+            inits = [m for m in node.body if isinstance(m, FUNCTION_TYPES) and m.name == "__init__"]
             if inits:
                 found += inits
                 continue
@@ -100,16 +112,15 @@ class FileUnits:
         return found
 
     def callees(
-        self, func: ast.AST, self_name: str | None, self_stored_attrs: set[str]
-    ) -> list[tuple[ast.AST, int]] | None:
+        self, func: ast.expr, self_name: str | None, self_stored_attrs: set[str]
+    ) -> list[tuple[FunctionNode, int]] | None:
         """The functions of the file a call of ``func`` may run, each with how many leading
         parameters are bound already (self), or None when the call may run something else.
         ``self_name``: the instance in the calling unit; ``self_stored_attrs``: attributes
         assigned on self anywhere (a method of that name may have been replaced)."""
-        cls = type(func)
-        if cls is Lambda:
+        if isinstance(func, Lambda):
             return [(func, 0)]
-        if cls is Name:
+        if isinstance(func, Name):
             name = func.id
             if name in self.other_bindings:
                 return None
@@ -119,7 +130,7 @@ class FileUnits:
                 inits = self.inits(name, set())
                 return [(init, 1) for init in inits] if inits else None
             return None
-        if cls is Attribute and type(func.value) is Name and func.value.id == self_name is not None:
+        if isinstance(func, Attribute) and type(func.value) is Name and func.value.id == self_name is not None:
             if func.attr in self_stored_attrs or func.attr not in self.methods:
                 return None
             return [(method, 1) for method in self.methods[func.attr]]
