@@ -1,0 +1,190 @@
+"""The built-in evolution operator: new trait source without a language model.
+
+Genetic-programming-style variation on source the gatekeeper already understands. Each variant
+starts from a parent — a live trait's source, or a seed trait for the anomaly at hand — and
+applies a few operators to the syntax tree of its ``execute`` body:
+
+- ``perturb``: scale numeric constants (thresholds, rates, turns) by a factor in 0.6..1.4;
+- ``insert``: add one guarded Entity API statement from a small library;
+- ``recombine``: append the ``execute`` body of a second parent.
+
+The result is rendered with ``ast.unparse`` under the new trait's class name, with the
+``BaseTrait`` stub every trait defines. A variant is a pure function of its inputs and its seed
+(``random.Random(seed)``), so a recorded seed gives the same code again; it carries its lineage:
+the parents' names and the operators applied, in order.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+from dataclasses import dataclass, field
+
+# Seed traits by anomaly type (evolution/world_metrics.py names them). Plain, stateless bodies
+# that use only the Entity API, so any two of them recombine.
+SEEDS: dict[str, str] = {
+    "starvation": """
+if entity.energy < 55.0:
+    food = entity.nearest_resource()
+    if food is not None:
+        entity.move(food[0], food[1])
+        entity.eat()
+""",
+    "energy_crisis": """
+if entity.energy < 40.0:
+    entity.energy_consumption_rate = 0.7
+    entity.speed = min(entity.speed, 1.5)
+else:
+    entity.energy_consumption_rate = 1.0
+""",
+    "overcrowding": """
+if entity.neighbors > 4:
+    entity.direction = entity.direction + 0.6
+    entity.speed = min(entity.speed + 0.5, 3.0)
+""",
+    "overpopulation": """
+if entity.neighbors > 6 and entity.energy > 70.0:
+    entity.energy_consumption_rate = 1.2
+""",
+    "environmental": """
+if entity.age > entity.max_age * 0.7:
+    entity.energy_consumption_rate = 0.6
+    entity.speed = min(entity.speed, 1.0)
+""",
+    "low_diversity": """
+if entity.age % 40 == 0:
+    entity.direction = entity.direction + 1.2
+    entity.state = "roaming"
+""",
+    "stagnation": """
+if entity.age % 25 == 0:
+    entity.direction = entity.direction - 0.8
+entity.speed = min(entity.speed + 0.2, 2.5)
+""",
+}
+DEFAULT_SEED = "starvation"
+
+# Statements ``insert`` may add, each guarded so that it acts only in some situations.
+INSERTIONS: tuple[str, ...] = (
+    "if entity.energy < 30.0:\n    entity.energy_consumption_rate = 0.6",
+    "if entity.energy > 80.0:\n    entity.speed = min(entity.speed + 0.3, 3.0)",
+    "if entity.neighbors > 5:\n    entity.direction = entity.direction + 0.4",
+    "if entity.energy < 50.0:\n    entity.eat()",
+    "if entity.age % 30 == 0:\n    entity.direction = entity.direction - 0.5",
+)
+
+PERTURB_RANGE = (0.6, 1.4)
+OPERATORS = ("perturb", "insert", "recombine")
+
+
+class NotATrait(ValueError):
+    """A parent whose source has no class with an ``async def execute(self, entity)``."""
+
+
+@dataclass(frozen=True)
+class Variant:
+    trait_name: str
+    class_name: str
+    code: str
+    parents: list[str] = field(default_factory=list)
+    operators: list[str] = field(default_factory=list)
+    seed: int = 0
+
+
+def class_name_for(trait_name: str) -> str:
+    """``food_seeker`` -> ``FoodSeekerTrait`` (``calm_trait`` -> ``CalmTrait``)."""
+    name = "".join(part.capitalize() for part in trait_name.split("_") if part)
+    return name if name.endswith("Trait") else name + "Trait"
+
+
+def execute_body(source: str) -> list[ast.stmt]:
+    """The statements of the first ``async def execute`` of a class in ``source``."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.AsyncFunctionDef) and item.name == "execute":
+                    return list(item.body)
+    raise NotATrait("no class with an `async def execute(self, entity)`")
+
+
+def _statements(text: str) -> list[ast.stmt]:
+    return ast.parse(text.strip("\n")).body
+
+
+def _self_free(body: list[ast.stmt]) -> bool:
+    """Whether a body stands alone: it reads nothing of its class's instance."""
+    return not any(isinstance(node, ast.Name) and node.id == "self" for stmt in body for node in ast.walk(stmt))
+
+
+def _perturb(body: list[ast.stmt], rng: random.Random) -> int:
+    """Scale numeric constants in place; returns how many changed. Comparisons with 0 and
+    modulo divisors keep their meaning: 0 stays 0, an integer stays an integer of at least 2."""
+    changed = 0
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if not isinstance(node, ast.Constant) or isinstance(node.value, bool):
+                continue
+            if not isinstance(node.value, int | float) or node.value == 0:
+                continue
+            factor = rng.uniform(*PERTURB_RANGE)
+            if isinstance(node.value, int):
+                node.value = max(2, round(node.value * factor))
+            else:
+                node.value = round(node.value * factor, 3)
+            changed += 1
+    return changed
+
+
+def _trait_source(class_name: str, body: list[ast.stmt]) -> str:
+    module = ast.parse(
+        "class BaseTrait:\n    pass\n\n\n"
+        f"class {class_name}(BaseTrait):\n    async def execute(self, entity) -> None:\n        pass\n"
+    )
+    trait = module.body[1]
+    assert isinstance(trait, ast.ClassDef)
+    execute = trait.body[0]
+    assert isinstance(execute, ast.AsyncFunctionDef)
+    execute.body = body or [ast.Pass()]
+    return ast.unparse(ast.fix_missing_locations(module)) + "\n"
+
+
+def vary(
+    trait_name: str,
+    seed: int,
+    *,
+    anomaly: str | None = None,
+    parents: dict[str, str] | None = None,
+    operators: int = 2,
+) -> Variant:
+    """A new trait named ``trait_name``: ``operators`` variations (at least one) of a parent
+    picked from ``parents`` (name -> source of live traits with good fitness), or of the seed
+    trait for ``anomaly`` when there are none. The same arguments give the same variant."""
+    rng = random.Random(seed)
+    usable = {name: body for name, src in sorted((parents or {}).items()) if _self_free(body := execute_body(src))}
+    if usable:
+        first = rng.choice(sorted(usable))
+        body, lineage = [*usable[first]], [first]
+    else:
+        kind = anomaly if anomaly in SEEDS else DEFAULT_SEED
+        body, lineage = _statements(SEEDS[kind]), [f"seed:{kind}"]
+    applied: list[str] = []
+    for _ in range(max(1, operators)):
+        choice = rng.choice(OPERATORS)
+        if choice == "recombine":
+            others = sorted(set(usable) - set(lineage))
+            if not others:
+                choice = "insert"
+            else:
+                other = rng.choice(others)
+                body += usable[other]
+                lineage.append(other)
+                applied.append(f"recombine:{other}")
+                continue
+        if choice == "insert":
+            snippet = rng.randrange(len(INSERTIONS))
+            body.insert(rng.randint(0, len(body)), _statements(INSERTIONS[snippet])[0])
+            applied.append(f"insert:{snippet}")
+            continue
+        applied.append(f"perturb:{_perturb(body, rng)}")
+    class_name = class_name_for(trait_name)
+    return Variant(trait_name, class_name, _trait_source(class_name, body), lineage, applied, seed)

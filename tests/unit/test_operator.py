@@ -1,0 +1,65 @@
+"""The built-in evolution operator: variants pass the gatekeeper at a measured rate, a seed gives
+the same variant again, and every variant says where it came from."""
+
+from __future__ import annotations
+
+import pytest
+
+from evolution import operator
+from gatekeeper import validate
+from tests import traits
+
+
+def live_parents() -> dict[str, str]:
+    """Two live traits with good fitness: a seed trait grown once, and the seed example."""
+    grown = operator.vary("grown_seed", 11, anomaly="energy_crisis")
+    return {"grown_seed": grown.code, "energy_hoarder": traits.SEED_EXAMPLE}
+
+
+@pytest.mark.parametrize("anomaly", sorted(operator.SEEDS))
+def test_every_seed_trait_passes_the_gatekeeper(anomaly):
+    variant = operator.vary(f"seed_{anomaly}", 0, anomaly=anomaly, operators=1)
+    result = validate(variant.trait_name, variant.code)
+    assert result.ok, (anomaly, result.failure_code, result.validation_log[-1], variant.code)
+    assert result.class_name == variant.class_name
+
+
+def test_at_least_eighty_percent_of_variants_pass_the_gatekeeper():
+    anomalies = sorted(operator.SEEDS)
+    variants = [
+        operator.vary(
+            f"variant_{seed}",
+            seed,
+            anomaly=anomalies[seed % len(anomalies)],
+            parents=live_parents() if seed % 2 else None,
+            operators=1 + seed % 3,
+        )
+        for seed in range(300)
+    ]
+    passed = sum(validate(v.trait_name, v.code).ok for v in variants)
+    assert passed / len(variants) >= 0.8, f"{passed} of {len(variants)} passed"
+    assert len({v.code for v in variants}) > 250  # variation, not copies
+
+
+def test_a_seed_gives_the_same_variant_again():
+    parents = live_parents()
+    first = operator.vary("again", 1234, anomaly="starvation", parents=parents, operators=3)
+    second = operator.vary("again", 1234, anomaly="starvation", parents=parents, operators=3)
+    assert first == second
+    assert operator.vary("again", 1235, anomaly="starvation", parents=parents, operators=3) != first
+
+
+def test_a_variant_carries_its_lineage():
+    seeded = operator.vary("from_seed", 5, anomaly="overcrowding", operators=2)
+    assert seeded.parents == ["seed:overcrowding"] and len(seeded.operators) == 2 and seeded.seed == 5
+    recombined = [operator.vary(f"mix_{s}", s, parents=live_parents(), operators=3) for s in range(40)]
+    mixed = [v for v in recombined if any(op.startswith("recombine:") for op in v.operators)]
+    assert mixed, "no recombination in 40 seeds"
+    for variant in mixed:
+        assert set(variant.parents) == {"grown_seed", "energy_hoarder"}
+        assert validate(variant.trait_name, variant.code).ok
+
+
+def test_a_parent_without_an_execute_method_is_refused():
+    with pytest.raises(operator.NotATrait):
+        operator.vary("orphan", 1, parents={"broken": "class Broken:\n    pass\n"})
