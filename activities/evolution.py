@@ -25,7 +25,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 import gatekeeper
 from activities import names
 from engine.loop import world_params as configured_world_params
-from evolution import feed, llm, prompts, world_metrics
+from evolution import feed, llm, operator, prompts, world_metrics
 from evolution.watcher import deltas as telemetry_deltas
 from genesis import redis_keys as keys, world_params
 from genesis.config import Settings
@@ -185,9 +185,46 @@ class EvolutionActivities:
         activity.logger.info("%s of %s: %d tokens in, %d out", step, trigger_id, reply.tokens_in, reply.tokens_out)
         return reply.text
 
+    # -- the built-in operator (GENESIS_LLM_PROVIDER=builtin) ---------------------------------------
+
+    def _builtin(self) -> bool:
+        return self._settings.llm.provider == operator.PROVIDER
+
+    async def _fit_parents(self) -> dict[str, str]:
+        """Sources of the live traits whose last verdict was not negative: the operator's parents."""
+        async with self._sessions() as session:
+            rows = await session.execute(
+                select(TraitVersion.trait_name, TraitVersion.code)
+                .join(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
+                .where(TraitVersion.status == "active")
+                .where(Mutation.fitness_verdict.in_(operator.FIT_VERDICTS))
+            )
+            return {name: code for name, code in rows.all()}
+
+    async def _builtin_code(self, request: CoderRequest) -> str:
+        plan = request.plan
+        parents = {name: code for name, code in (await self._fit_parents()).items() if name != plan.trait_name}
+        seed = operator.seed_of(request.trigger_id, request.attempt)
+        try:
+            variant = operator.vary(plan.trait_name or "", seed, anomaly=plan.target_behavior, parents=parents)
+        except operator.NotATrait as exc:  # a live parent the operator cannot read: start from a seed
+            activity.logger.info("operator of %s: %s; starting from a seed trait", request.trigger_id, exc)
+            variant = operator.vary(plan.trait_name or "", seed, anomaly=plan.target_behavior)
+        activity.logger.info(
+            "operator of %s: %s from %s (%s), seed %d",
+            request.trigger_id,
+            variant.trait_name,
+            ", ".join(variant.parents),
+            ", ".join(variant.operators),
+            seed,
+        )
+        return variant.code
+
     @activity.defn(name=names.ARCHITECT_PLAN)
     async def architect_plan(self, context: CycleContext) -> EvolutionPlan:
         """Steps B-D: the Architect's plan, read tolerantly and checked."""
+        if self._builtin():
+            return operator.plan(context)
         text = await self._ask(
             context.trigger_id, "Architect", prompts.ARCHITECT_SYSTEM, prompts.architect_prompt(context)
         )
@@ -211,12 +248,16 @@ class EvolutionActivities:
                 )
             if live is not None:
                 current, live_version = live.code, live.version
-        if request.rejected_code is not None and request.feedback:
-            prompt = prompts.retry_prompt(plan, current, request.rejected_code, request.feedback)
+        if self._builtin():
+            code = await self._builtin_code(request)
         else:
-            prompt = prompts.coder_prompt(plan, current)
-        text = await self._ask(request.trigger_id, f"Coder (attempt {request.attempt})", prompts.CODER_SYSTEM, prompt)
-        code = prompts.extract_code(text)
+            if request.rejected_code is not None and request.feedback:
+                prompt = prompts.retry_prompt(plan, current, request.rejected_code, request.feedback)
+            else:
+                prompt = prompts.coder_prompt(plan, current)
+            step = f"Coder (attempt {request.attempt})"
+            text = await self._ask(request.trigger_id, step, prompts.CODER_SYSTEM, prompt)
+            code = prompts.extract_code(text)
         if not code.strip():
             raise _expected("Coder: the answer holds no code", UNPARSEABLE)
         result = await asyncio.to_thread(gatekeeper.validate, plan.trait_name or "", code)  # CPU work: off the loop

@@ -17,8 +17,16 @@ the parents' names and the operators applied, in order.
 from __future__ import annotations
 
 import ast
+import hashlib
 import random
+import re
 from dataclasses import dataclass, field
+
+from genesis.dto import CycleContext, EvolutionPlan
+
+PROVIDER = "builtin"  # GENESIS_LLM_PROVIDER value that selects this operator
+# Live traits whose last verdict was one of these may be parents.
+FIT_VERDICTS = ("positive", "neutral")
 
 # Seed traits by anomaly type (evolution/world_metrics.py names them). Plain, stateless bodies
 # that use only the Entity API, so any two of them recombine.
@@ -188,3 +196,24 @@ def vary(
         applied.append(f"perturb:{_perturb(body, rng)}")
     class_name = class_name_for(trait_name)
     return Variant(trait_name, class_name, _trait_source(class_name, body), lineage, applied, seed)
+
+
+def seed_of(trigger_id: str, attempt: int) -> int:
+    """The variant's seed: fixed by the cycle and the attempt, so a replayed step is the same."""
+    return int.from_bytes(hashlib.sha256(f"{trigger_id}/{attempt}".encode()).digest()[:8], "big")
+
+
+def plan(context: CycleContext) -> EvolutionPlan:
+    """The Architect's step without a model: a new trait for the anomaly, named after it and the
+    cycle (the anomaly type goes to the Coder's step as ``target_behavior``)."""
+    kind = re.sub(r"[^a-z0-9_]", "_", context.problem_type.lower()).strip("_") or DEFAULT_SEED
+    name = f"{kind[:40]}_{context.trigger_id.removeprefix('trg_')[:12]}"
+    if not name[0].isalpha():
+        name = f"t_{name}"
+    parents = "a live trait that did well" if context.active_traits else f"the seed trait for {kind}"
+    return EvolutionPlan(
+        action_type="new_trait",
+        trait_name=name,
+        description=f"Built-in operator: a variation of {parents}, for {context.problem_type}",
+        target_behavior=kind,
+    )

@@ -277,10 +277,11 @@ class WatcherSettings(BaseModel):
 class LlmSettings(BaseModel):
     """The LLM provider of evolution cycles (Architect and Coder)."""
 
-    provider: Literal["ollama", "openai", "anthropic", "off"] = Field(
+    provider: Literal["ollama", "openai", "anthropic", "builtin", "off"] = Field(
         default="ollama",
         description="LLM of the evolution cycles: `ollama` (/api/generate), `openai` (any OpenAI-compatible "
-        "/v1/chat/completions), `anthropic` (/v1/messages) or `off` (cycles end at once).",
+        "/v1/chat/completions), `anthropic` (/v1/messages), `builtin` (no model: the built-in operator varies "
+        "live traits and seed traits, evolution/operator.py) or `off` (cycles end at once).",
     )
     url: str = Field(default="", description="LLM server; empty: the provider's default.")
     model: str = Field(default="", description="LLM model; empty: the provider's default.")

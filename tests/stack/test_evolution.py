@@ -600,3 +600,61 @@ async def test_a_live_engine_applies_and_reports_a_parameter_change(
             await asyncio.sleep(0.3)
     finally:
         await redis_client.delete(keys.WORLD_PARAMS_OVERRIDES)
+
+
+@pytest.fixture(scope="module")
+async def builtin_settings(evo_settings) -> Settings:
+    return evo_settings.override(
+        task_queue=f"{QUEUE}-builtin", llm_provider="builtin", llm_url="", worker_metrics_port=free_port()
+    )
+
+
+@pytest.fixture(scope="module")
+async def builtin_worker(builtin_settings, api_url):
+    process = worker_process(builtin_settings, "worker-evolution-builtin")
+    process.start()
+    await asyncio.sleep(3)  # the worker builds/finds its sandbox image before polling
+    yield process
+    process.stop()
+
+
+async def test_the_builtin_operator_runs_a_whole_cycle_without_a_model(
+    builtin_settings, builtin_worker, script, http, redis_client, temporal_client
+):
+    """GENESIS_LLM_PROVIDER=builtin: the Architect's and the Coder's steps come from the built-in
+    operator (no LLM is asked), its trait passes the gatekeeper and the sandbox, goes live and is
+    kept when its observation window closes well."""
+    await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER)
+    await write_snapshots(redis_client, builtin_settings.engine.snapshot_interval, {}, STARVATION)
+
+    async def temporal():
+        return temporal_client
+
+    watcher = Watcher(builtin_settings.override(watcher_cooldown_s=0.0), redis_client, temporal)
+    outcome = await watcher.analyze()
+    await watcher.drain()
+    assert outcome.status == GO and outcome.anomaly.type == "starvation"
+    trigger_id = outcome.trigger_id
+    try:
+        cycle = await wait_cycle(http, trigger_id, lambda c: c["mutation_id"] and c["stage"] == "mutation_running")
+        mutation_id = cycle["mutation_id"]
+        name = f"starvation_{trigger_id.removeprefix('trg_')}"
+        assert cycle["action_type"] == "new_trait" and cycle["plan"]["trait_name"] == name
+        assert cycle["plan"]["description"].startswith("Built-in operator: a variation of")
+        assert cycle["llm_calls"] == 0 and script.requests == []  # no model was asked
+        status = await wait_for_status(http, mutation_id, {"activated", "rejected", "failed"}, timeout_s=120)
+        assert status["status"] == "activated", status
+        assert status["agent_id"] == "genesis-coder" and status["trait_name"] == name
+
+        handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
+        await handle.signal("world_snapshot", sample(300, 100, 50.0, 5))
+        await handle.signal("world_snapshot", sample(600, 110, 55.0, 2))
+        cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
+        assert (cycle["stage"], cycle["status"], cycle["mutation_status"]) == ("completed", "succeeded", "kept")
+    finally:
+        try:
+            await temporal_client.get_workflow_handle(task_workflow_id(outcome.task_id)).signal(
+                TASK_SIGNAL_RESOLVE, "test over"
+            )
+        except Exception:
+            pass
