@@ -115,6 +115,11 @@ def execute_body(source: str) -> list[ast.stmt]:
     raise NotATrait("no class with an `async def execute(self, entity)`")
 
 
+def module_imports(source: str) -> list[ast.stmt]:
+    """The module-level imports of ``source``: a body taken from it needs them."""
+    return [node for node in ast.parse(source).body if isinstance(node, ast.Import | ast.ImportFrom)]
+
+
 def _statements(text: str) -> list[ast.stmt]:
     return ast.parse(text.strip("\n")).body
 
@@ -143,7 +148,7 @@ def _perturb(body: list[ast.stmt], rng: random.Random) -> int:
     return changed
 
 
-def _trait_source(class_name: str, body: list[ast.stmt]) -> str:
+def _trait_source(class_name: str, body: list[ast.stmt], imports: list[ast.stmt]) -> str:
     module = ast.parse(
         "class BaseTrait:\n    pass\n\n\n"
         f"class {class_name}(BaseTrait):\n    async def execute(self, entity) -> None:\n        pass\n"
@@ -153,6 +158,10 @@ def _trait_source(class_name: str, body: list[ast.stmt]) -> str:
     execute = trait.body[0]
     assert isinstance(execute, ast.AsyncFunctionDef)
     execute.body = body or [ast.Pass()]
+    unique = list({ast.unparse(node): node for node in imports}.values())  # each import once
+    # ``from __future__`` must come first; the parents' other imports follow it.
+    unique.sort(key=lambda node: not (isinstance(node, ast.ImportFrom) and node.module == "__future__"))
+    module.body[:0] = unique
     return ast.unparse(ast.fix_missing_locations(module)) + "\n"
 
 
@@ -168,7 +177,8 @@ def vary(
     picked from ``parents`` (name -> source of live traits with good fitness), or of the seed
     trait for ``anomaly`` when there are none. The same arguments give the same variant."""
     rng = random.Random(seed)
-    usable = {name: body for name, src in sorted((parents or {}).items()) if _self_free(body := execute_body(src))}
+    sources = dict(sorted((parents or {}).items()))
+    usable = {name: body for name, src in sources.items() if _self_free(body := execute_body(src))}
     if usable:
         first = rng.choice(sorted(usable))
         body, lineage = [*usable[first]], [first]
@@ -195,7 +205,8 @@ def vary(
             continue
         applied.append(f"perturb:{_perturb(body, rng)}")
     class_name = class_name_for(trait_name)
-    return Variant(trait_name, class_name, _trait_source(class_name, body), lineage, applied, seed)
+    imports = [node for name in lineage if name in sources for node in module_imports(sources[name])]
+    return Variant(trait_name, class_name, _trait_source(class_name, body, imports), lineage, applied, seed)
 
 
 def seed_of(trigger_id: str, attempt: int) -> int:

@@ -63,3 +63,19 @@ def test_a_variant_carries_its_lineage():
 def test_a_parent_without_an_execute_method_is_refused():
     with pytest.raises(operator.NotATrait):
         operator.vary("orphan", 1, parents={"broken": "class Broken:\n    pass\n"})
+
+
+def test_a_parent_s_imports_come_with_its_body():
+    wanderer = (
+        "import random\n\nclass BaseTrait:\n    pass\n\nclass WandererTrait(BaseTrait):\n"
+        "    async def execute(self, entity) -> None:\n"
+        "        entity.direction = entity.direction + random.random() - 0.5\n"
+    )
+    parents = {"wanderer": wanderer, "energy_hoarder": traits.SEED_EXAMPLE}
+    variants = [operator.vary(f"heir_{s}", s, parents=parents, operators=2) for s in range(30)]
+    with_wanderer = [v for v in variants if "wanderer" in v.parents]
+    assert with_wanderer
+    for variant in with_wanderer:
+        assert "import random" in variant.code
+        result = validate(variant.trait_name, variant.code)
+        assert result.ok, (result.failure_code, result.validation_log[-1], variant.code)
