@@ -105,9 +105,9 @@ def class_name_for(trait_name: str) -> str:
     return name if name.endswith("Trait") else name + "Trait"
 
 
-def execute_body(source: str) -> list[ast.stmt]:
-    """The statements of the first ``async def execute`` of a class in ``source``."""
-    for node in ast.walk(ast.parse(source)):
+def execute_body(tree: ast.Module) -> list[ast.stmt]:
+    """The statements of the first ``async def execute`` of a class in ``tree``."""
+    for node in ast.walk(tree):
         if isinstance(node, ast.ClassDef):
             for item in node.body:
                 if isinstance(item, ast.AsyncFunctionDef) and item.name == "execute":
@@ -115,9 +115,9 @@ def execute_body(source: str) -> list[ast.stmt]:
     raise NotATrait("no class with an `async def execute(self, entity)`")
 
 
-def module_imports(source: str) -> list[ast.stmt]:
-    """The module-level imports of ``source``: a body taken from it needs them."""
-    return [node for node in ast.parse(source).body if isinstance(node, ast.Import | ast.ImportFrom)]
+def module_imports(tree: ast.Module) -> list[ast.stmt]:
+    """The module-level imports of ``tree``: a body taken from it needs them."""
+    return [node for node in tree.body if isinstance(node, ast.Import | ast.ImportFrom)]
 
 
 def _statements(text: str) -> list[ast.stmt]:
@@ -177,8 +177,8 @@ def vary(
     picked from ``parents`` (name -> source of live traits with good fitness), or of the seed
     trait for ``anomaly`` when there are none. The same arguments give the same variant."""
     rng = random.Random(seed)
-    sources = dict(sorted((parents or {}).items()))
-    usable = {name: body for name, src in sources.items() if _self_free(body := execute_body(src))}
+    trees = {name: ast.parse(source) for name, source in sorted((parents or {}).items())}
+    usable = {name: body for name, tree in trees.items() if _self_free(body := execute_body(tree))}
     if usable:
         first = rng.choice(sorted(usable))
         body, lineage = [*usable[first]], [first]
@@ -205,7 +205,7 @@ def vary(
             continue
         applied.append(f"perturb:{_perturb(body, rng)}")
     class_name = class_name_for(trait_name)
-    imports = [node for name in lineage if name in sources for node in module_imports(sources[name])]
+    imports = [node for name in lineage if name in trees for node in module_imports(trees[name])]
     return Variant(trait_name, class_name, _trait_source(class_name, body, imports), lineage, applied, seed)
 
 
