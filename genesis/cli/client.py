@@ -5,6 +5,7 @@ went wrong and what to do."""
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -36,6 +37,20 @@ class CliError(Exception):
         return {"error": self.error or "CLI_ERROR", "detail": self.message, "status_code": self.status_code}
 
 
+def segment(value: str, what: str) -> str:
+    """``value`` as one URL path segment: refused when empty (``/api/mutations//status`` would
+    ask another endpoint, or none), percent-encoded otherwise (a ``/`` cannot reach another path)."""
+    if not value or not value.strip():
+        raise CliError(f"the {what} is empty: give one (the command's --help shows examples)", code=EXIT_USAGE)
+    return quote(value, safe="")
+
+
+def shown(body: Any, limit: int = 200) -> str:
+    """An answer's body, shortened for a one-line message."""
+    text = repr(body) if not isinstance(body, str) else body
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 class ApiClient:
     def __init__(
         self, base_url: str, api_key: str | None = None, timeout: float = 30.0, operator_key: str | None = None
@@ -50,7 +65,17 @@ class ApiClient:
     def close(self) -> None:
         self._http.close()
 
-    def request(self, method: str, path: str, *, ok: tuple[int, ...] = (200, 201, 202), **kwargs) -> Any:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        ok: tuple[int, ...] = (200, 201, 202),
+        expect: tuple[str, ...] = (),
+        **kwargs,
+    ) -> Any:
+        """The JSON answer of a request the API accepted (a status in ``ok``) that is an object
+        with every key of ``expect`` set; anything else is a CliError that says what came back."""
         try:
             response = self._http.request(method, path, **kwargs)
         except httpx.ConnectError as exc:
@@ -62,17 +87,32 @@ class ApiClient:
             raise CliError(
                 f"the Genesis API at {self.base_url} did not answer {method} {path} in time ({exc!r})"
             ) from exc
-        except httpx.HTTPError as exc:
-            raise CliError(f"{method} {path} failed: {exc}") from exc
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            raise CliError(f"{method} {self.base_url}{path} failed: {exc}") from exc
         try:
             body = response.json() if response.content else None
         except ValueError:
             body = None
+            if response.status_code not in ok:  # a proxy's or another server's page: say what it was
+                body = shown(" ".join(response.text.split()) or f"({len(response.content)} bytes)")
         if response.status_code in ok:
             if body is None and response.content:
                 raise CliError(f"{method} {path} answered {response.status_code} with a body that is not JSON")
+            if expect:
+                self._check_shape(method, path, response.status_code, body, expect)
             return body
         raise self._refusal(method, path, response.status_code, body)
+
+    def _check_shape(self, method: str, path: str, status: int, body: Any, expect: tuple[str, ...]) -> None:
+        missing = list(expect) if not isinstance(body, dict) else [k for k in expect if body.get(k) in (None, "")]
+        if missing:
+            raise CliError(
+                f"{method} {path} answered {status} without {', '.join(missing)} ({shown(body)}); "
+                f"is {self.base_url} a Genesis API of this CLI's version?",
+                status_code=status,
+                error="UNEXPECTED_ANSWER",
+                body=body,
+            )
 
     def _refusal(self, method: str, path: str, status: int, body: Any) -> CliError:
         error = body.get("error") if isinstance(body, dict) else None
@@ -97,7 +137,7 @@ class ApiClient:
             )
             message = f"{error or 'UNAUTHORIZED'}: {detail or 'an API key is required'}{hint}"
         else:
-            message = f"{error or f'HTTP {status}'}: {detail if detail is not None else body}"
+            message = f"{error or f'HTTP {status}'}: {detail if detail is not None else shown(body)}"
         if isinstance(body, dict) and body.get("retry_after_sec") is not None:
             message += f" (retry after {body['retry_after_sec']} s)"
         return CliError(message, status_code=status, error=error or f"HTTP_{status}", body=body)

@@ -12,8 +12,12 @@ from datetime import datetime
 from typing import Any
 
 import typer
-from rich.console import Console
+from rich import box
+from rich.console import Console, ConsoleOptions, Group, RenderResult
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
+from typer.exceptions import TyperException
 
 from genesis.cli.client import ApiClient, CliError
 
@@ -38,6 +42,7 @@ class Cli:
     json: bool = False
     timeout: float = 30.0
     operator_key: str | None = None
+    debug: bool = False
     console: Console = field(default_factory=lambda: Console(highlight=False))
     err_console: Console = field(default_factory=lambda: Console(stderr=True, highlight=False))
     _client: ApiClient | None = None
@@ -60,9 +65,14 @@ class Cli:
         (self.err_console if self.json else self.console).print(*args, **kwargs)
 
 
-def group(app: typer.Typer, name: str, help: str) -> typer.Typer:
+def examples(*lines: str) -> str:
+    """The ``Examples:`` epilog of a command's --help: one command line each, shown as written."""
+    return "Examples:\n\n" + "\n".join(escape(line) for line in lines)
+
+
+def group(app: typer.Typer, name: str, help: str, *example_lines: str) -> typer.Typer:
     """A command group (``genesis NAME ...``) added to ``app``."""
-    sub = typer.Typer(help=help, no_args_is_help=True)
+    sub = typer.Typer(help=help, no_args_is_help=True, epilog=examples(*example_lines) if example_lines else None)
     app.add_typer(sub, name=name)
     return sub
 
@@ -94,6 +104,20 @@ def handled(command: Callable) -> Callable:
         except KeyboardInterrupt:
             print("interrupted", file=sys.stderr)
             raise typer.Exit(130) from None
+        except (typer.Exit, typer.Abort, TyperException):
+            raise  # exit codes and usage errors: typer reports them itself
+        except Exception as exc:  # a bug of the CLI must still end in one line, not a traceback
+            cli = ctx.obj if ctx is not None and isinstance(ctx.obj, Cli) else None
+            if cli is not None and cli.debug:
+                raise
+            where = f" in {ctx.command_path}" if ctx is not None else ""
+            Console(stderr=True, highlight=False).print(
+                f"[bold red]Error:[/] unexpected {type(exc).__name__}{where}: {escape(str(exc))} "
+                "(a bug in the genesis command line; `genesis --debug ...` shows the traceback)",
+                markup=True,
+                soft_wrap=True,
+            )
+            raise typer.Exit(1) from None
 
     return wrapper
 
@@ -109,10 +133,74 @@ def when(ts: float | None) -> str:
     return datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M:%S") if ts else "-"
 
 
-def table(title: str | None, columns: list[str], rows: list[list[Any]]) -> Table:
-    result = Table(title=title, title_justify="left", header_style="bold")
-    for column in columns:
-        result.add_column(column)
-    for row in rows:
-        result.add_row(*("-" if v is None else str(v) for v in row))
-    return result
+def when_short(ts: float | None) -> str:
+    """For a column of a list: the time if it was today, else the month and day."""
+    if not isinstance(ts, (int, float)):
+        return "-"
+    moment = datetime.fromtimestamp(ts)
+    return moment.strftime("%H:%M" if moment.date() == datetime.now().date() else "%m-%d")
+
+
+def versioned(name: Any, version: Any) -> str:
+    """``slow_burner v2`` (the name alone before a version exists)."""
+    return f"{name} v{version}" if version is not None else str(name)
+
+
+def table(title: str | None, columns: list[str], rows: list[list[Any]], whole: tuple[str, ...] = ()) -> Records:
+    """Rows for people: a table whose ``whole`` columns (ids to copy, codes) are never wrapped or
+    cut (a cell may hold several lines), or, in a terminal too narrow for them and the rest, one
+    block of ``column value`` lines per row."""
+    return Records(title, columns, [["-" if v is None else str(v) for v in row] for row in rows], whole)
+
+
+@dataclass
+class Records:
+    """What ``table()`` returns: rich renders it as a table or as blocks, whichever fits the width
+    it is given. Cells are rich markup (escape text that comes from elsewhere)."""
+
+    title: str | None
+    columns: list[str]
+    cells: list[list[str]]
+    whole: tuple[str, ...]
+
+    # Room a wrapping column needs to stay readable, and the table's space between columns.
+    MIN_COLUMN = 8
+    GAP = 2
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        kept = [len(c) for c in self.columns]
+        for row in self.cells:
+            kept = [max(k, *map(len, Text.from_markup(v).plain.split("\n"))) for k, v in zip(kept, row, strict=True)]
+        needed = sum(
+            kept[i] if c in self.whole else min(kept[i], self.MIN_COLUMN) for i, c in enumerate(self.columns)
+        ) + self.GAP * (len(self.columns) - 1)
+        yield self._table(kept) if needed <= options.max_width else self._blocks()
+
+    def _table(self, kept: list[int]) -> Table:
+        result = Table(
+            title=self.title,
+            title_justify="left",
+            header_style="bold",
+            box=box.SIMPLE_HEAD,
+            show_edge=False,
+            pad_edge=False,
+            collapse_padding=True,
+        )
+        for i, column in enumerate(self.columns):
+            if column in self.whole:
+                result.add_column(column, no_wrap=True, min_width=kept[i])
+            else:
+                result.add_column(column, overflow="fold")
+        for row in self.cells:
+            result.add_row(*row)
+        return result
+
+    def _blocks(self) -> Group:
+        label = max(len(c) for c in self.columns[1:]) if len(self.columns) > 1 else 0
+        lines: list[Text] = [Text(self.title, style="bold")] if self.title else []
+        for row in self.cells:
+            lines.append(Text.from_markup(row[0], style="bold", overflow="fold"))
+            for column, value in zip(self.columns[1:], row[1:], strict=True):
+                line = Text(f"  {column:<{label}}  ", overflow="fold")
+                lines.append(line.append_text(Text.from_markup(value.replace("\n", " "))))
+        return Group(*lines)
