@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from genesis.cli import mutations, operate, operator_keys, workflows
-from genesis.cli.output import Cli
+from genesis.cli import agents, mutations, operate, operator_keys, workflows, world
+from genesis.cli.output import Cli, examples
 
 DEFAULT_API = "http://127.0.0.1:8000"
 
@@ -18,6 +18,13 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode="rich",
     pretty_exceptions_enable=False,
+    epilog=examples(
+        "genesis agents register --name my-agent",
+        'genesis propose trait.py --name energy_hoarder --goal "Hoard energy when it runs low"',
+        "genesis status",
+        "genesis traits",
+        "genesis --api http://genesis.example:8000 --json world stats",
+    ),
 )
 
 
@@ -38,15 +45,25 @@ def main(
     ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="print JSON for scripts (every command)")] = False,
     timeout: Annotated[float, typer.Option("--http-timeout", min=0.1, help="seconds per HTTP request")] = 30.0,
+    debug: Annotated[
+        bool, typer.Option("--debug", help="show the Python traceback of an unexpected error (a bug)")
+    ] = False,
 ) -> None:
     if not api.startswith(("http://", "https://")):
         raise typer.BadParameter(f"{api!r} is not an http(s) URL", param_hint="--api")
     ctx.obj = Cli(
-        api_url=api, api_key=api_key or None, json=json_out, timeout=timeout, operator_key=operator_key or None
+        api_url=api,
+        api_key=api_key or None,
+        json=json_out,
+        timeout=timeout,
+        operator_key=operator_key or None,
+        debug=debug,
     )
 
 
 mutations.register(app)
+world.register(app)
+agents.register(app)
 operate.register(app)
 operator_keys.register(app)
 workflows.register(app)

@@ -12,15 +12,18 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from genesis.cli.agents import me
 from genesis.cli.client import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_REJECTED,
     EXIT_ROLLED_BACK,
     EXIT_TIMEOUT,
+    EXIT_USAGE,
     CliError,
+    segment,
 )
-from genesis.cli.output import Cli, cli_of, group, handled, styled, table, when
+from genesis.cli.output import Cli, cli_of, examples, group, handled, styled, table, versioned, when, when_short
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (for scripts)")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=0.1, help="Give up following after this many seconds")]
@@ -33,13 +36,54 @@ POLL_S = 0.1
 _MUTATION_ID = re.compile(r"^mut_[0-9a-f]{6,32}$")
 
 
-def check_mutation_id(value: str) -> str:
-    if not _MUTATION_ID.match(value):
+def check_mutation_id(value: str | None) -> str | None:
+    if value is not None and not _MUTATION_ID.match(value):
         raise typer.BadParameter(f"{value!r} is not a mutation id: ids look like 'mut_' followed by hex digits")
     return value
 
 
 MutationId = Annotated[str, typer.Argument(help="mutation id (mut_…)", callback=check_mutation_id)]
+LatestOrMutationId = Annotated[
+    str | None,
+    typer.Argument(
+        help="mutation id (mut_…); left out: the latest mutation of your agent (the key's)",
+        callback=check_mutation_id,
+        show_default=False,
+    ),
+]
+
+
+def answered_mutation_id(value: Any, where: str) -> str:
+    """A mutation id taken from an answer of the API, before a URL is built from it."""
+    if not isinstance(value, str) or not _MUTATION_ID.match(value):
+        raise CliError(f"{where} answered {value!r} as a mutation_id, which is not one (mut_ and hex digits)")
+    return value
+
+
+def status_path(mutation_id: str) -> str:
+    return f"/api/mutations/{segment(mutation_id, 'mutation id')}/status"
+
+
+def latest_of_mine(cli: Cli) -> str:
+    """The id of the newest mutation of the configured key's agent (``genesis status`` without an id)."""
+    if not cli.api_key:
+        raise CliError(
+            "give a MUTATION_ID (`genesis mutations list` shows them), or configure your agent's key "
+            "(--api-key or GENESIS_API_KEY) to see its latest mutation",
+            code=EXIT_USAGE,
+        )
+    agent_id = me(cli)["agent_id"]
+    newest = cli.api.get("/api/mutations", params={"agent_id": agent_id, "limit": 1}, expect=("mutations",))
+    if not newest["mutations"]:
+        raise CliError(
+            f"your agent {agent_id} has proposed no mutation yet: propose one with `genesis propose FILE --name NAME`"
+        )
+    latest = newest["mutations"][0]
+    mutation_id = answered_mutation_id(
+        latest.get("mutation_id") if isinstance(latest, dict) else None, "GET /api/mutations"
+    )
+    cli.say(f"[dim]the latest mutation of your agent {agent_id}:[/] {mutation_id}")
+    return mutation_id
 
 
 def parse_replaces(value: str | None, trait_name: str) -> dict | None:
@@ -85,7 +129,7 @@ def follow(
 
     with cli.err_console.status("following…", spinner="dots") if not cli.json else nullcontext() as spinner:
         while True:
-            status = cli.api.get(f"/api/mutations/{mutation_id}/status")
+            status = cli.api.get(status_path(mutation_id), expect=("status",))
             current = status["status"]
             implied = _implied_stage(status)  # the last pipeline stage this status must have passed
             if implied is not None:  # fill in the stages passed since the last poll
@@ -132,7 +176,7 @@ def _implied_stage(status: dict) -> str | None:
 def shown_status(record: dict) -> str:
     """The status, styled, marked when the engine quarantined the trait (if it is not rolled_back
     yet, its rollback follows within seconds)."""
-    return styled(record["status"]) + (" [bold red](quarantined)[/]" if record.get("quarantine") else "")
+    return styled(record.get("status")) + (" [bold red](quarantined)[/]" if record.get("quarantine") else "")
 
 
 def render_verdict(cli: Cli, status: dict, stages: list[dict]) -> None:
@@ -149,7 +193,7 @@ def render_verdict(cli: Cli, status: dict, stages: list[dict]) -> None:
     elif final == "failed":
         cli.console.print(
             f"[bold magenta]Failed (infrastructure, not a verdict on the code):[/] "
-            f"retry it with `genesis mutations retry {status['mutation_id']}`"
+            f"retry it with `genesis mutations retry {status.get('mutation_id')}`"
         )
     elif final == "rolled_back":
         cli.console.print(
@@ -159,7 +203,7 @@ def render_verdict(cli: Cli, status: dict, stages: list[dict]) -> None:
     else:
         version = f" v{status['trait_version']}" if status.get("trait_version") else ""
         verdict = f", fitness {status['fitness_verdict']}" if status.get("fitness_verdict") else ""
-        cli.console.print(f"[bold green]{final}:[/] {status['trait_name']}{version}{verdict}")
+        cli.console.print(f"[bold green]{final}:[/] {status.get('trait_name')}{version}{verdict}")
 
 
 def _follow_and_report(
@@ -174,9 +218,23 @@ def _follow_and_report(
 
 
 def register(app: typer.Typer) -> None:
-    mutations = group(app, "mutations", "List, retry and inspect mutations")
+    mutations = group(
+        app,
+        "mutations",
+        "List, retry and inspect mutations",
+        "genesis mutations list",
+        "genesis mutations list --status rejected --trait energy_hoarder",
+        "genesis mutations retry mut_3f9c2a1b7d40",
+    )
 
-    @app.command()
+    @app.command(
+        epilog=examples(
+            'genesis propose trait.py --name energy_hoarder --goal "Hoard energy when it runs low"',
+            "genesis propose v2.py --name energy_hoarder --replaces energy_hoarder@1",
+            "genesis propose trait.py --name energy_hoarder --until activated",
+            "cat trait.py | genesis propose - --name energy_hoarder --task task_5d0c2e9a41f3 --no-follow --json",
+        )
+    )
     @handled
     def propose(
         ctx: typer.Context,
@@ -204,9 +262,11 @@ def register(app: typer.Typer) -> None:
         timeout: TimeoutOpt = 900.0,
         json_out: JsonOpt = False,
     ) -> None:
-        """Propose a trait and follow it live: queued → validating → sandbox_ok → activated → kept/rolled_back,
-        or rejected with its failure code and validation log. Exit code 0 kept/live, 3 rejected,
-        4 rolled back, 5 failed, 6 timeout."""
+        """Propose a trait and follow it live to its verdict.
+
+        queued → validating → sandbox_ok → activated → kept/rolled_back, or rejected with its
+        failure code and validation log. Exit code 0 kept/live, 3 rejected, 4 rolled back,
+        5 failed, 6 timeout."""
         cli = cli_of(ctx, json_out)
         if until not in UNTIL:
             raise typer.BadParameter(f"--until must be one of {', '.join(UNTIL)}")
@@ -222,8 +282,19 @@ def register(app: typer.Typer) -> None:
                 body[key] = value
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else {}
         started = time.monotonic()
-        accepted = cli.api.post("/api/mutations/propose", json=body, headers=headers)
-        mutation_id = accepted["mutation_id"]
+        try:
+            accepted = cli.api.post(
+                "/api/mutations/propose", json=body, headers=headers, expect=("mutation_id", "status", "workflow_id")
+            )
+        except CliError as err:
+            if err.error == "TRAIT_EXISTS":  # the API's detail names the JSON field; say it as this command's option
+                live = (err.body or {}).get("live_version") if isinstance(err.body, dict) else None
+                err.message += (
+                    f" — with this command: add --replaces {name}@{live if live is not None else 'VERSION'} "
+                    "to modify it, or choose another --name"
+                )
+            raise
+        mutation_id = answered_mutation_id(accepted["mutation_id"], "POST /api/mutations/propose")
         if no_follow:
             cli.emit(
                 accepted,
@@ -235,27 +306,39 @@ def register(app: typer.Typer) -> None:
         cli.say(f"Proposed [bold]{name}[/] as [bold]{mutation_id}[/] (workflow {accepted['workflow_id']})")
         _follow_and_report(cli, mutation_id, timeout, until, started, {"workflow_id": accepted["workflow_id"]})
 
-    @app.command()
+    @app.command(
+        epilog=examples(
+            "genesis status",
+            "genesis status mut_3f9c2a1b7d40",
+            "genesis status mut_3f9c2a1b7d40 --follow",
+            "genesis status mut_3f9c2a1b7d40 --json",
+        )
+    )
     @handled
     def status(
         ctx: typer.Context,
-        mutation_id: MutationId,
+        mutation_id: LatestOrMutationId = None,
         follow_it: Annotated[bool, typer.Option("--follow", "-f", help="follow it live until its verdict")] = False,
         timeout: TimeoutOpt = 900.0,
         json_out: JsonOpt = False,
     ) -> None:
-        """A mutation's status, failure code and validation log (--follow: until its verdict)."""
+        """A mutation's status and validation log (default: your latest mutation).
+
+        Without an id: the latest mutation of your agent (the one your key belongs to).
+        --follow follows it live until its verdict."""
         cli = cli_of(ctx, json_out)
+        if mutation_id is None:
+            mutation_id = latest_of_mine(cli)
         if follow_it:
             _follow_and_report(cli, mutation_id, timeout, "verdict", time.monotonic())
-        record = cli.api.get(f"/api/mutations/{mutation_id}/status")
+        record = cli.api.get(status_path(mutation_id), expect=("status",))
 
         def render() -> None:
             quarantine = record.get("quarantine") or {}
             rows = [
                 ["status", shown_status(record)],
-                ["trait", record["trait_name"]],
-                ["agent", record["agent_id"]],
+                ["trait", record.get("trait_name")],
+                ["agent", record.get("agent_id")],
                 ["failure code", record.get("failure_reason_code")],
                 ["version", record.get("trait_version")],
                 ["fitness", record.get("fitness_verdict")],
@@ -276,7 +359,13 @@ def register(app: typer.Typer) -> None:
         cli.emit(record, render)
         raise typer.Exit(VERDICT_EXIT.get(record["status"], EXIT_OK))  # scripts: 3 rejected, 4 rolled back, 5 failed
 
-    @app.command()
+    @app.command(
+        epilog=examples(
+            "genesis rollback mut_3f9c2a1b7d40",
+            'genesis rollback mut_3f9c2a1b7d40 --reason "starves the newborns"',
+            'genesis --operator-key genop_… rollback mut_3f9c2a1b7d40 --reason "operator said so"',
+        )
+    )
     @handled
     def rollback(
         ctx: typer.Context,
@@ -286,12 +375,26 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Take a live trait out of the world (the previous version comes back). Needs the proposer's key."""
         cli = cli_of(ctx, json_out)
-        answer = cli.api.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": reason})
+        answer = cli.api.post(
+            f"/api/mutations/{segment(mutation_id, 'mutation id')}/rollback",
+            json={"reason": reason},
+            expect=("message", "status"),
+        )
         cli.emit(
-            answer, lambda: cli.console.print(f"{mutation_id}: {answer['message']} (was {styled(answer['status'])})")
+            answer,
+            lambda: cli.console.print(
+                f"{mutation_id}: {escape(str(answer['message']))} (was {styled(answer['status'])})", soft_wrap=True
+            ),
         )
 
-    @mutations.command("list")
+    @mutations.command(
+        "list",
+        epilog=examples(
+            "genesis mutations list",
+            "genesis mutations list --status rejected --limit 50",
+            "genesis mutations list --agent agt_5c0e9a41d2b7 --trait energy_hoarder --json",
+        ),
+    )
     @handled
     def list_(
         ctx: typer.Context,
@@ -301,19 +404,17 @@ def register(app: typer.Typer) -> None:
         limit: Annotated[int, typer.Option(min=1, max=200, help="at most this many, newest first")] = 20,
         json_out: JsonOpt = False,
     ) -> None:
-        """Recorded mutations, newest first."""
+        """Recorded mutations, newest first, with their full ids (to copy into `genesis status ID`)."""
         cli = cli_of(ctx, json_out)
         params = {k: v for k, v in (("status", status_), ("agent_id", agent), ("trait_name", trait)) if v}
-        answer = cli.api.get("/api/mutations", params={**params, "limit": limit})
+        answer = cli.api.get("/api/mutations", params={**params, "limit": limit}, expect=("mutations",))
         rows = [
             [
-                m["mutation_id"],
-                m["trait_name"],
-                shown_status(m),
-                m["failure_reason_code"],
-                m["trait_version"],
-                m["agent_id"],
-                when(m["created_at"]),
+                m.get("mutation_id"),
+                versioned(m.get("trait_name"), m.get("trait_version")),
+                shown_status(m) + (f"\n{m['failure_reason_code']}" if m.get("failure_reason_code") else ""),
+                m.get("agent_id"),
+                when_short(m.get("created_at")),
             ]
             for m in answer["mutations"]
         ]
@@ -322,13 +423,19 @@ def register(app: typer.Typer) -> None:
             lambda: cli.console.print(
                 table(
                     f"{len(rows)} mutation(s)",
-                    ["id", "trait", "status", "failure", "version", "agent", "created"],
+                    ["id", "trait", "status", "agent", "created"],
                     rows,
+                    whole=("id", "status", "agent"),
                 )
             ),
         )
 
-    @mutations.command()
+    @mutations.command(
+        epilog=examples(
+            "genesis mutations retry mut_3f9c2a1b7d40",
+            "genesis mutations retry mut_3f9c2a1b7d40 --no-follow --json",
+        )
+    )
     @handled
     def retry(
         ctx: typer.Context,
@@ -337,19 +444,23 @@ def register(app: typer.Typer) -> None:
         timeout: TimeoutOpt = 900.0,
         json_out: JsonOpt = False,
     ) -> None:
-        """Re-run a mutation whose workflow failed for an infrastructure reason (Failed, TimedOut,
-        Terminated, or stuck with no running workflow); never one with a verdict (409)."""
+        """Re-run a mutation that failed for an infrastructure reason.
+
+        Its workflow Failed, TimedOut, was Terminated, or is stuck with no running workflow;
+        never one with a verdict (409)."""
         cli = cli_of(ctx, json_out)
         started = time.monotonic()
-        answer = cli.api.post(f"/api/mutations/{mutation_id}/retry")
+        answer = cli.api.post(f"/api/mutations/{segment(mutation_id, 'mutation id')}/retry", expect=("message",))
         if no_follow:
             cli.emit(answer, lambda: cli.console.print(f"{mutation_id}: {answer['message']}"))
             return
         cli.say(f"{mutation_id}: {answer['message']}")
         _follow_and_report(cli, mutation_id, timeout, "verdict", started, {"retry": answer})
 
-    @mutations.command("status")
+    @mutations.command(
+        "status", epilog=examples("genesis mutations status", "genesis mutations status mut_3f9c2a1b7d40 --json")
+    )
     @handled
-    def status_alias(ctx: typer.Context, mutation_id: MutationId, json_out: JsonOpt = False) -> None:
-        """Same as `genesis status ID`."""
+    def status_alias(ctx: typer.Context, mutation_id: LatestOrMutationId = None, json_out: JsonOpt = False) -> None:
+        """Same as `genesis status [ID]`."""
         ctx.invoke(status, ctx=ctx, mutation_id=mutation_id, json_out=json_out)

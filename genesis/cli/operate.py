@@ -1,4 +1,4 @@
-"""Running and watching Genesis: up, watch (the Evolution Feed), agents, schedules, world stats."""
+"""Running and watching Genesis: up, watch (the Evolution Feed), schedules."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from genesis.cli.client import CliError
-from genesis.cli.output import Cli, cli_of, group, handled, table, when
+from genesis.cli.client import CliError, segment
+from genesis.cli.output import Cli, cli_of, examples, group, handled, table, when
 from genesis.config import PROJECT_ROOT
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
@@ -43,15 +43,17 @@ def ws_url(api_url: str, path: str) -> str:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command()
+    @app.command(epilog=examples("genesis up", "genesis up --no-services", "genesis up --dry-run"))
     @handled
     def up(
         ctx: typer.Context,
         services: Annotated[bool, typer.Option(help="bootstrap the services first (scripts/services.sh)")] = True,
         dry_run: Annotated[bool, typer.Option("--dry-run", help="print the steps without running them")] = False,
     ) -> None:
-        """What `make run` does: install/start Postgres, Redis, Docker and Temporal (scripts/services.sh),
-        then run the worker, the engine, the Watcher and the API in the foreground (Ctrl-C stops them)."""
+        """What `make run` does: the services, then every Genesis process.
+
+        Install/start Postgres, Redis, Docker and Temporal (scripts/services.sh), then run the
+        worker, the engine, the Watcher and the API in the foreground (Ctrl-C stops them)."""
         steps = []
         if services:
             steps.append(["bash", str(PROJECT_ROOT / "scripts" / "services.sh")])
@@ -74,7 +76,9 @@ def register(app: typer.Typer) -> None:
         os.chdir(PROJECT_ROOT)
         os.execv(sys.executable, steps[-1])  # genesis.cli.run supervises the processes and handles Ctrl-C
 
-    @app.command()
+    @app.command(
+        epilog=examples("genesis watch", "genesis watch --backlog 100", "genesis watch --once --backlog 100 --json")
+    )
     @handled
     def watch(
         ctx: typer.Context,
@@ -100,29 +104,14 @@ def register(app: typer.Typer) -> None:
             cli.err_console.print(f"[dim]{exc}; polling GET /api/feed[/]")
             _poll(cli, position["last_id"])
 
-    agents = group(app, "agents", "Agents and their API keys")
-
-    @agents.command("register")
-    @handled
-    def agents_register(
-        ctx: typer.Context,
-        name: Annotated[str, typer.Option("--name", "-n", help="1-64 characters")],
-        description: Annotated[str, typer.Option(help="what the agent is")] = "",
-        json_out: JsonOpt = False,
-    ) -> None:
-        """Register an agent; its API key is shown once (export it as GENESIS_API_KEY)."""
-        cli = cli_of(ctx, json_out)
-        answer = cli.api.post("/v1/agents/register", json={"name": name, "description": description})
-        cli.emit(
-            answer,
-            lambda: cli.console.print(
-                f"agent [bold]{answer['agent_id']}[/] registered\n"
-                f"API key (shown only this once): [bold]{answer['api_key']}[/]\n"
-                f"  export GENESIS_API_KEY={answer['api_key']}"
-            ),
-        )
-
-    schedule = group(app, "schedule", "Periodic improvement cycles (Temporal Schedules)")
+    schedule = group(
+        app,
+        "schedule",
+        "Periodic improvement cycles (Temporal Schedules)",
+        'genesis schedule create --interval 3600 --note "hourly improvement cycle"',
+        "genesis schedule list",
+        "genesis schedule pause hourly",
+    )
 
     def show_schedules(cli: Cli, items: list[dict]) -> None:
         rows = [
@@ -134,13 +123,20 @@ def register(app: typer.Typer) -> None:
                     when(t) if isinstance(t, (int, float)) else str(t) for t in (s.get("next_run_times") or [])[:2]
                 ),
                 len(s.get("recent_runs") or []),
-                s.get("note"),
+                escape(s["note"]) if s.get("note") else None,
             ]
             for s in items
         ]
-        cli.console.print(table(None, ["id", "interval s", "state", "next runs", "recent runs", "note"], rows))
+        columns = ["id", "interval s", "state", "next runs", "recent runs", "note"]
+        cli.console.print(table(None, columns, rows, whole=("id",)))
 
-    @schedule.command("create")
+    @schedule.command(
+        "create",
+        epilog=examples(
+            'genesis schedule create --interval 3600 --note "hourly improvement cycle"',
+            "genesis schedule create --interval 600 --id ten-minutes --paused",
+        ),
+    )
     @handled
     def schedule_create(
         ctx: typer.Context,
@@ -162,7 +158,7 @@ def register(app: typer.Typer) -> None:
         answer = cli.api.post("/api/schedules", json=body)
         cli.emit(answer, lambda: show_schedules(cli, [answer]))
 
-    @schedule.command("list")
+    @schedule.command("list", epilog=examples("genesis schedule list", "genesis schedule list --json"))
     @handled
     def schedule_list(ctx: typer.Context, json_out: JsonOpt = False) -> None:
         """Every schedule with its next run times and recent runs."""
@@ -174,30 +170,19 @@ def register(app: typer.Typer) -> None:
         @handled
         def command(ctx: typer.Context, schedule_id: ScheduleId, json_out: JsonOpt = False) -> None:
             cli = cli_of(ctx, json_out)
-            answer = cli.api.request(method, f"/api/schedules/{schedule_id}{suffix}", ok=(200, 202, 204))
+            path = f"/api/schedules/{segment(schedule_id, 'schedule id')}{suffix}"
+            answer = cli.api.request(method, path, ok=(200, 202, 204))
             cli.emit(
                 answer if answer is not None else {"schedule_id": schedule_id, done: True},
                 lambda: cli.console.print(f"schedule {schedule_id} {done}"),
             )
 
         command.__doc__ = doc
-        schedule.command(verb)(command)
+        schedule.command(verb, epilog=examples(f"genesis schedule {verb} hourly"))(command)
 
     schedule_action("pause", "paused", "POST", "/pause", "Pause a schedule (no cycles until resumed).")
     schedule_action("resume", "resumed", "POST", "/resume", "Resume a paused schedule.")
     schedule_action("delete", "deleted", "DELETE", "", "Delete a schedule.")
-
-    world = group(app, "world", "The running world")
-
-    @world.command("stats")
-    @handled
-    def world_stats(ctx: typer.Context, json_out: JsonOpt = False) -> None:
-        """Tick rate, population, energy, active traits, applied mutations."""
-        cli = cli_of(ctx, json_out)
-        answer = cli.api.get("/api/stats")
-        cli.emit(
-            answer, lambda: cli.console.print(table("world", ["metric", "value"], [[k, v] for k, v in answer.items()]))
-        )
 
 
 class _NoSocket(Exception):

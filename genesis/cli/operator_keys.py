@@ -10,11 +10,12 @@ from collections.abc import Awaitable, Callable
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from genesis.cli.client import CliError
-from genesis.cli.output import cli_of, group, handled, table, when
+from genesis.cli.output import Cli, cli_of, examples, group, handled, table, when
 from genesis.config import get_settings
 from genesis.db.models import OperatorKey
 from genesis.db.session import get_engine, get_sessionmaker
@@ -30,6 +31,13 @@ def _described(row: OperatorKey) -> dict[str, Any]:
         "created_at": row.created_at.timestamp(),
         "revoked_at": row.revoked_at.timestamp() if row.revoked_at else None,
     }
+
+
+def show_created_key(cli: Cli, row: OperatorKey, key: str) -> None:
+    # soft_wrap: the key and the export line stay whole at any width (a wrapped line pastes as two)
+    cli.console.print(f"operator key [bold]{row.key_prefix}[/] ({escape(row.name)}) created", soft_wrap=True)
+    cli.console.print(f"key (shown only this once): [bold]{key}[/]", soft_wrap=True)
+    cli.console.print(f"export GENESIS_OPERATOR_KEY={key}", soft_wrap=True, markup=False)
 
 
 def _run(action: Callable[[Any, bytes], Awaitable[Any]]) -> Any:
@@ -56,9 +64,19 @@ def _run(action: Callable[[Any, bytes], Awaitable[Any]]) -> Any:
 
 
 def register(app: typer.Typer) -> None:
-    operator = group(app, "operator", "Operator keys (written to the database directly; run on the API's host)")
+    operator = group(
+        app,
+        "operator",
+        "Operator keys (written to the database directly; run on the API's host)",
+        "genesis operator create-key --name me",
+        "genesis operator list-keys",
+        "genesis operator revoke-key 3f9c2a1b",
+    )
 
-    @operator.command("create-key")
+    @operator.command(
+        "create-key",
+        epilog=examples("genesis operator create-key --name me", "genesis operator create-key -n ci --json"),
+    )
     @handled
     def create_key(
         ctx: typer.Context,
@@ -75,14 +93,10 @@ def register(app: typer.Typer) -> None:
         }
         cli.emit(
             answer,
-            lambda: cli.console.print(
-                f"operator key [bold]{row.key_prefix}[/] ({row.name}) created\n"
-                f"key (shown only this once): [bold]{issued.key}[/]\n"
-                f"  export GENESIS_OPERATOR_KEY={issued.key}"
-            ),
+            lambda: show_created_key(cli, row, issued.key),
         )
 
-    @operator.command("list-keys")
+    @operator.command("list-keys", epilog=examples("genesis operator list-keys", "genesis operator list-keys --json"))
     @handled
     def list_keys(ctx: typer.Context, json_out: JsonOpt = False) -> None:
         """Every operator key (prefix, name, created, revoked); never the keys themselves."""
@@ -94,12 +108,13 @@ def register(app: typer.Typer) -> None:
                 table(
                     None,
                     ["prefix", "name", "created", "revoked"],
-                    [[r["key_prefix"], r["name"], when(r["created_at"]), when(r["revoked_at"])] for r in rows],
+                    [[r["key_prefix"], escape(r["name"]), when(r["created_at"]), when(r["revoked_at"])] for r in rows],
+                    whole=("prefix",),
                 )
             ),
         )
 
-    @operator.command("revoke-key")
+    @operator.command("revoke-key", epilog=examples("genesis operator revoke-key 3f9c2a1b"))
     @handled
     def revoke_key(
         ctx: typer.Context,

@@ -13,7 +13,7 @@ import typer
 from rich.progress import Progress
 
 from genesis.cli.client import EXIT_NONDETERMINISM, CliError
-from genesis.cli.output import Cli, cli_of, group, handled
+from genesis.cli.output import Cli, cli_of, examples, group, handled
 
 
 def render_report(cli: Cli, report) -> None:
@@ -41,9 +41,23 @@ def render_report(cli: Cli, report) -> None:
 
 
 def register(app: typer.Typer) -> None:
-    workflows = group(app, "workflows", "Temporal workflows: replay histories against the current code")
+    workflows = group(
+        app,
+        "workflows",
+        "Temporal workflows: replay histories against the current code",
+        "genesis workflows replay mutation-mut_3f9c2a1b7d40",
+        "genesis workflows replay --failed --since 1d",
+    )
 
-    @workflows.command()
+    @workflows.command(
+        epilog=examples(
+            "genesis workflows replay mutation-mut_3f9c2a1b7d40",
+            "genesis workflows replay mutation-mut_3f9c2a1b7d40 --run-id 8d1c0f0e-5b1e-4d55-9a56-1c2b3d4e5f60",
+            "genesis workflows replay --failed --since 6h --json",
+            "genesis workflows replay --file tests/histories/mutation_kept.json",
+            "genesis workflows replay --file tests/histories/task_expired.json --json",
+        )
+    )
     @handled
     def replay(
         ctx: typer.Context,
@@ -69,9 +83,10 @@ def register(app: typer.Typer) -> None:
         ] = None,
         json_out: Annotated[bool, typer.Option("--json", help="print one JSON document")] = False,
     ) -> None:
-        """Fetch histories from Temporal (or files) and replay them with the worker's workflows; a
-        nondeterminism error names the workflow, the recorded event and what the code issued instead.
-        Exit code 7 if any history does not replay."""
+        """Replay histories from Temporal (or files) with the worker's workflows.
+
+        A nondeterminism error names the workflow, the recorded event and what the code issued
+        instead. Exit code 7 if any history does not replay."""
         from genesis.cli import replay as replaying  # temporalio: imported only by this command
 
         cli = cli_of(ctx, json_out)

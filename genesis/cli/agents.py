@@ -1,0 +1,99 @@
+"""Agent commands: ``genesis agents register`` (an agent and its key) and ``genesis whoami``
+(the agent the configured key belongs to)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from genesis.cli.output import Cli, cli_of, examples, group, handled
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
+
+
+def me(cli: Cli) -> dict:
+    """``GET /v1/agents/me``: the agent of the configured key (401 with a hint without one)."""
+    return cli.api.get("/v1/agents/me", expect=("agent_id",))
+
+
+def render_agent(cli: Cli, agent: dict) -> None:
+    reputation = agent.get("reputation") or {}
+    limits = agent.get("rate_limits") or {}
+    counts = ", ".join(
+        f"{reputation.get(key, 0)} {label}"
+        for key, label in (
+            ("proposed", "proposed"),
+            ("active", "in flight"),
+            ("activated", "went live"),
+            ("kept", "kept"),
+            ("rolled_back", "rolled back"),
+            ("rejected", "rejected"),
+            ("failed", "failed"),
+        )
+    )
+    lines = [
+        f"[bold]{agent['agent_id']}[/] {escape(str(agent.get('name', '')))}"
+        + (f" — {escape(agent['description'])}" if agent.get("description") else ""),
+        f"  key        gen_{agent.get('key_prefix', '?')}_… (registered {agent.get('registered_at', '?')})",
+        f"  mutations  {counts}",
+    ]
+    if limits:
+        lines.append(
+            f"  limits     {limits.get('active_mutations')}/{limits.get('active_limit')} in flight, "
+            f"{limits.get('proposals_this_hour')}/{limits.get('hourly_limit')} proposals this hour "
+            f"(resets in {limits.get('hour_resets_in_sec')} s)"
+        )
+    for line in lines:
+        cli.console.print(line, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    agents = group(
+        app,
+        "agents",
+        "Agents and their API keys (`genesis whoami` shows the agent of your key)",
+        "genesis agents register --name my-agent",
+        "genesis agents register --name ci-bot --json",
+    )
+
+    @agents.command(
+        "register",
+        epilog=examples(
+            "genesis agents register --name my-agent",
+            'genesis agents register --name ci-bot --description "proposes from CI" --json',
+        ),
+    )
+    @handled
+    def agents_register(
+        ctx: typer.Context,
+        name: Annotated[str, typer.Option("--name", "-n", help="1-64 characters")],
+        description: Annotated[str, typer.Option(help="what the agent is")] = "",
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Register an agent; its API key is shown once (export it as GENESIS_API_KEY)."""
+        cli = cli_of(ctx, json_out)
+        answer = cli.api.post(
+            "/v1/agents/register", json={"name": name, "description": description}, expect=("agent_id", "api_key")
+        )
+
+        def render() -> None:
+            # soft_wrap: the key and the export line stay one line each at any terminal width, so
+            # a copied line is exactly what was printed (a wrapped one pastes as two commands)
+            cli.console.print(f"agent [bold]{answer['agent_id']}[/] registered", soft_wrap=True)
+            cli.console.print(f"API key (shown only this once): [bold]{answer['api_key']}[/]", soft_wrap=True)
+            cli.console.print(f"export GENESIS_API_KEY={answer['api_key']}", soft_wrap=True, markup=False)
+
+        cli.emit(answer, render)
+
+    @app.command(epilog=examples("genesis whoami", "genesis --api-key gen_… whoami --json"))
+    @handled
+    def whoami(ctx: typer.Context, json_out: JsonOpt = False) -> None:
+        """The agent your key belongs to.
+
+        The agent of --api-key or GENESIS_API_KEY: its id and name, its mutations so far, and
+        where it stands against the proposal rate limits."""
+        cli = cli_of(ctx, json_out)
+        agent = me(cli)
+        cli.emit(agent, lambda: render_agent(cli, agent))
