@@ -34,9 +34,9 @@ STAGE_LINE = re.compile(r"●\s+(\w+)\s+≤?\+(\d+\.\d+)s")
 
 
 async def run_cli(
-    api_url: str, *args: str, key: str | None = None, settings=None, timeout: float = 120
+    api_url: str, *args: str, key: str | None = None, settings=None, timeout: float = 120, columns: int = 200
 ) -> tuple[int, str, str]:
-    process = await start_cli(api_url, *args, key=key, settings=settings)
+    process = await start_cli(api_url, *args, key=key, settings=settings, columns=columns)
     out, err = await asyncio.wait_for(process.communicate(), timeout)
     return process.returncode, out.decode(), err.decode()
 
@@ -56,9 +56,10 @@ async def invoke(
     return result.exit_code, result.stdout, result.stderr
 
 
-async def start_cli(api_url: str, *args: str, key: str | None = None, settings=None):
+async def start_cli(api_url: str, *args: str, key: str | None = None, settings=None, columns: int = 200):
+    """The CLI as a subprocess whose stdout is not a terminal: ``columns`` is the width it is told."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_")}
-    env.update({"GENESIS_API_URL": api_url, "COLUMNS": "200", "PYTHONUNBUFFERED": "1"})
+    env.update({"GENESIS_API_URL": api_url, "COLUMNS": str(columns), "PYTHONUNBUFFERED": "1"})
     if key:
         env["GENESIS_API_KEY"] = key
     if settings is not None:

@@ -12,6 +12,8 @@ world viewer (headless Chromium) read the same API."""
 from __future__ import annotations
 
 import asyncio
+import json
+import re
 import time
 
 import httpx
@@ -188,6 +190,13 @@ async def _quarantined_while_the_worker_is_down(stack: Stack, temporal_client, m
     assert announced["agent"] == "engine" and announced["message"] == f"Trait 'wide_raiser' v1 quarantined: {why}"
     code, out, _ = await invoke(str(http.base_url), "status", mutation_id)
     assert code == 0 and "activated (quarantined)" in out, out
+    code, out, _ = await invoke(str(http.base_url), "traits", "--json")
+    [shown] = [t for t in json.loads(out)["traits"] if t["trait_name"] == "wide_raiser"]
+    assert shown["quarantined"] is True and shown["quarantine"]["reason"] == why, shown
+    assert shown["mutation_id"] == mutation_id and shown["version"] == 1 and shown["mutation_status"] == "activated"
+    code, out, _ = await invoke(str(http.base_url), "traits")
+    assert code == 0 and re.search(rf"^wide_raiser v1\s+{mutation_id}\s.*\squarantined\s*$", out, re.M), out
+    assert f"wide_raiser is quarantined: {why} (it no longer runs; its rollback follows)" in out
 
     # A restarted engine (its rollback still pending) does not load the quarantined version.
     await stack.start_engine(WIDE)
