@@ -278,10 +278,18 @@ class LlmSettings(BaseModel):
     """The LLM provider of evolution cycles (Architect and Coder)."""
 
     provider: Literal["ollama", "openai", "anthropic", "builtin", "off"] = Field(
-        default="ollama",
-        description="LLM of the evolution cycles: `ollama` (/api/generate), `openai` (any OpenAI-compatible "
-        "/v1/chat/completions), `anthropic` (/v1/messages), `builtin` (no model: the built-in operator varies "
-        "live traits and seed traits, evolution/operator.py) or `off` (cycles end at once).",
+        default="builtin",
+        description="Who plans and codes the evolution cycles: `builtin` (the default, no model: the built-in "
+        "operator varies live traits and seed traits, evolution/operator.py), an LLM — `ollama` (/api/generate), "
+        "`openai` (any OpenAI-compatible /v1/chat/completions), `anthropic` (/v1/messages) — or `off` (cycles "
+        "end at once).",
+    )
+    builtin_share: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="With an LLM provider: the share of cycles the built-in operator plans and codes instead "
+        "(chosen per cycle from its trigger id; 0: the LLM does all, 1: the operator does all).",
     )
     url: str = Field(default="", description="LLM server; empty: the provider's default.")
     model: str = Field(default="", description="LLM model; empty: the provider's default.")
