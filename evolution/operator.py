@@ -45,7 +45,7 @@ def fit_parent(verdict: str | None, effects: dict | None) -> bool:
 # that use only the Entity API, so any two of them recombine.
 SEEDS: dict[str, str] = {
     "starvation": """
-if entity.energy < 55.0:
+if entity.energy < 90.0:
     food = entity.nearest_resource()
     if food is not None:
         entity.move(food[0], food[1])
