@@ -108,7 +108,25 @@ class TraitSettings(BaseModel):
 class EngineSettings(BaseModel):
     """The world engine (`python -m engine`) and its live trait host."""
 
-    tick_rate: float = Field(default=60.0, gt=0, description="World ticks per second; a tick's budget is its inverse.")
+    tick_rate: float = Field(
+        default=60.0,
+        gt=0,
+        description="World ticks per second; a tick's budget is its inverse (paced runs; see `fast_forward`).",
+    )
+    fast_forward: bool = Field(
+        default=False,
+        description="Run the world as fast as the machine allows, for benchmarks and shadow runs: no sleeping "
+        "between ticks and no tick budget (no overruns); the trait host gets `fast_forward_trait_deadline_ms` per "
+        "tick and the ticks wait for it to be restarted instead of running without traits. Every tick's state hash "
+        "equals a paced run's given the same seed and the same inputs at the same ticks (docs/world.md). Viewer "
+        "frames keep the paced rate in wall time; status and registry refreshes stay about once a second.",
+    )
+    fast_forward_trait_deadline_ms: float = Field(
+        default=5000.0,
+        gt=0,
+        description="In fast-forward, the wall clock the live trait host has for one tick before it is replaced: "
+        "generous, so a busy machine never costs a tick its intents (the traits' CPU limits still apply).",
+    )
     seed: int = Field(default=42, description="Seed of the live world.")
     snapshot_interval: int = Field(default=300, ge=1, description="Ticks between two WorldSnapshots.")
     postgres_every: int = Field(
