@@ -131,9 +131,13 @@ def arm_settings(base: Settings, arm: str, seed: int, args: argparse.Namespace, 
     )
 
 
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
 async def engine_status(redis: aioredis.Redis) -> dict[str, str]:
     raw = await redis.hgetall(keys.ENGINE_STATUS)
-    return {k.decode(): v.decode() for k, v in raw.items()}
+    return {_text(k): _text(v) for k, v in raw.items()}
 
 
 async def check_setting(redis: aioredis.Redis, seed: int, arm: str) -> bool:
@@ -306,7 +310,7 @@ def overall(pairs: list[dict[str, Any]], args: argparse.Namespace, wall_s: float
         interval = result["ci95"]
         if metric in DECIDING and interval is not None and (interval[0] > 0 if sign > 0 else interval[1] < 0):
             ahead_on.append(metric)
-    totals = Counter()
+    totals: Counter[str] = Counter()
     for pair in pairs:
         totals.update(pair["evolving"]["mutations"])
     return {
