@@ -187,19 +187,25 @@ class EvolutionActivities:
 
     # -- the built-in operator (GENESIS_LLM_PROVIDER=builtin) ---------------------------------------
 
-    def _builtin(self) -> bool:
-        return self._settings.llm.provider == operator.PROVIDER
+    def _builtin(self, trigger_id: str) -> bool:
+        """The operator plans and codes the cycle: it is the provider, or it is mixed in beside
+        an LLM and draws this cycle."""
+        llm_settings = self._settings.llm
+        if llm_settings.provider == operator.PROVIDER:
+            return True
+        return llm_settings.provider != "off" and operator.takes_cycle(trigger_id, llm_settings.builtin_share)
 
     async def _fit_parents(self) -> dict[str, str]:
-        """Sources of the live traits whose last verdict was not negative: the operator's parents."""
+        """Sources of the live traits whose carriers did well (``operator.fit_parent``): the
+        operator's parents."""
         async with self._sessions() as session:
             rows = await session.execute(
-                select(TraitVersion.trait_name, TraitVersion.code)
+                select(TraitVersion.trait_name, TraitVersion.code, Mutation.fitness_verdict, Mutation.effects)
                 .join(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
                 .where(TraitVersion.status == "active")
                 .where(Mutation.fitness_verdict.in_(operator.FIT_VERDICTS))
             )
-            return {name: code for name, code in rows.all()}
+            return {name: code for name, code, verdict, effects in rows.all() if operator.fit_parent(verdict, effects)}
 
     async def _builtin_code(self, request: CoderRequest) -> str:
         plan = request.plan
@@ -223,7 +229,14 @@ class EvolutionActivities:
     @activity.defn(name=names.ARCHITECT_PLAN)
     async def architect_plan(self, context: CycleContext) -> EvolutionPlan:
         """Steps B-D: the Architect's plan, read tolerantly and checked."""
-        if self._builtin():
+        if self._builtin(context.trigger_id):
+            async with self._sessions() as session:  # the cycle's record names who planned it
+                await session.execute(
+                    update(EvolutionCycle)
+                    .where(EvolutionCycle.trigger_id == context.trigger_id)
+                    .values(provider=operator.PROVIDER, model=None, updated_at=datetime.now(UTC))
+                )
+                await session.commit()
             return operator.plan(context)
         text = await self._ask(
             context.trigger_id, "Architect", prompts.ARCHITECT_SYSTEM, prompts.architect_prompt(context)
@@ -248,7 +261,7 @@ class EvolutionActivities:
                 )
             if live is not None:
                 current, live_version = live.code, live.version
-        if self._builtin():
+        if self._builtin(request.trigger_id):
             code = await self._builtin_code(request)
         else:
             if request.rejected_code is not None and request.feedback:

@@ -17,6 +17,7 @@ from api import (
     routes_agents,
     routes_batch,
     routes_context,
+    routes_docs,
     routes_evolution,
     routes_feed,
     routes_health,
@@ -137,6 +138,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             f"Temporal workflow (validate → sandbox → verdict). Temporal UI: {settings.temporal.ui_url}"
         ),
         lifespan=lifespan,
+        docs_url=None,  # /docs and /redoc from local assets: api/routes_docs.py
+        redoc_url=None,
     )
     install_error_handlers(app)
     document_error_responses(app)
@@ -168,6 +171,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # The mutation list and the world viewer at / (api/static/, no build step).
     app.include_router(routes_mutation_list.router)
     routes_viewer.install(app)
+    routes_docs.install(app)
     # Prometheus: GET /metrics, and every request counted/timed (outermost: sees 413s too)
     app.include_router(metrics_router)
     app.add_middleware(RequestMetrics)

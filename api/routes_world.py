@@ -71,6 +71,12 @@ def _num(status: dict[str, str], name: str, kind=float) -> Any:
     return value if math.isfinite(value) else None
 
 
+def _mode(status: dict[str, str]) -> str:
+    """``paced`` (the fixed-timestep loop) or ``fast_forward`` (as fast as the machine allows);
+    an engine that does not say ran paced."""
+    return status.get("mode", "paced")
+
+
 def _running(status: dict[str, str]) -> bool:
     updated = _num(status, "updated_at")
     return updated is not None and time.time() - updated < STALE_AFTER_S
@@ -89,6 +95,7 @@ async def world_state(request: Request) -> dict:
         "population": _num(status, "population", int),
         "resource_count": _num(status, "resource_count", int),
         "ticks_per_second": _num(status, "ticks_per_second"),
+        "mode": _mode(status),
         "running": _running(status),
         "run_id": status.get("run_id"),
         "seed": _num(status, "seed", int),
@@ -140,6 +147,7 @@ async def stats(request: Request) -> dict:
     return {
         "tick": _num(status, "tick", int),
         "ticks_per_second": _num(status, "ticks_per_second"),
+        "mode": _mode(status),
         "population": _num(status, "population", int),
         "avg_energy": _num(status, "avg_energy"),
         "active_traits": active,

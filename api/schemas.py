@@ -7,6 +7,7 @@ import re
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, ValidationInfo, field_validator
+from pydantic.config import JsonDict
 
 import gatekeeper
 from genesis import rules
@@ -34,6 +35,35 @@ def _is_unicode(text: str) -> bool:
 
 
 MAX_TRAIT_VERSION = 2**31 - 1
+
+# The traits of the request examples in /openapi.json (and so in /docs and /redoc). They pass the
+# gatekeeper: tests/unit/test_openapi_examples.py validates every example of every request body.
+EXAMPLE_TRAIT_CODE = """class BaseTrait:
+    pass
+
+
+class HungryForagerTrait(BaseTrait):
+    async def execute(self, entity) -> None:
+        food = entity.nearest_resource()
+        if food is not None and entity.energy < 0.6 * entity.max_energy:
+            entity.move(food[0], food[1])
+            entity.eat()
+"""
+EXAMPLE_PROPOSAL: JsonDict = {
+    "trait_name": "hungry_forager",
+    "goal": "Walk to the nearest food when energy runs low",
+    "code": EXAMPLE_TRAIT_CODE,
+}
+EXAMPLE_SECOND_TRAIT_CODE = """class BaseTrait:
+    pass
+
+
+class RestWhenLowTrait(BaseTrait):
+    async def execute(self, entity) -> None:
+        if entity.energy < 0.3 * entity.max_energy:
+            entity.energy_consumption_rate = 0.6
+            entity.speed = 0.5
+"""
 
 
 def trait_name_problem(value: str) -> str | None:
@@ -73,7 +103,9 @@ class ReplacesRef(BaseModel):
 
 
 class ProposeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
+    model_config = ConfigDict(
+        extra="forbid", str_strip_whitespace=False, json_schema_extra={"examples": [EXAMPLE_PROPOSAL]}
+    )
 
     agent_id: str | None = Field(
         default=None,
@@ -233,7 +265,9 @@ class EffectsResponse(BaseModel):
 
 
 class RollbackBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"reason": "more starvation deaths since it went live"}]}
+    )
 
     reason: str = Field(default="manual", min_length=1, max_length=200, description="Why (shown in the feed and log)")
 
@@ -254,7 +288,19 @@ class RollbackResponse(BaseModel):
 class TaskCreateRequest(BaseModel):
     """``POST /api/agents/tasks``: an operator publishes a task (until the Watcher does)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "problem_type": "starvation",
+                    "severity": "high",
+                    "description": "Average energy fell to 20%. A trait that gathers resources better is needed.",
+                    "world_context": {"entity_count": 412, "avg_energy": 20.4},
+                }
+            ]
+        },
+    )
 
     task_id: str | None = Field(
         default=None, description="Optional; 1-64 of letters, digits, _ and -. Default: task_ + 12 hex"
@@ -339,7 +385,8 @@ class TaskCreatedResponse(TaskResponse):
 
 
 class ClaimRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # With an X-API-Key the body may be left out, or empty: the key says who claims.
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{}, {"agent_id": "agt_3f9c0a1b2c3d"}]})
 
     agent_id: str | None = Field(
         default=None,
@@ -368,7 +415,9 @@ class ClaimResponse(BaseModel):
 
 
 class ResolveRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"reason": "average energy is back above 50%"}]}
+    )
 
     reason: str = Field(
         default="resolved", min_length=1, max_length=200, description="Why the task is no longer needed"
@@ -408,7 +457,12 @@ class RateLimitResponse(BaseModel):
 
 
 class RegisterRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"name": "my-first-agent", "description": "Proposes foraging traits from my laptop"}]
+        },
+    )
 
     name: str = Field(min_length=1, max_length=64, description="Display name of the agent")
     description: str = Field(default="", max_length=2000, description="What the agent is, who runs it")
@@ -479,7 +533,24 @@ class BatchProposeItem(ProposeRequest):
 
 
 class BatchProposeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "proposals": [
+                        {**EXAMPLE_PROPOSAL, "idempotency_key": "hungry-forager-1"},
+                        {
+                            "trait_name": "rest_when_low",
+                            "goal": "Burn less energy when running low",
+                            "code": EXAMPLE_SECOND_TRAIT_CODE,
+                            "idempotency_key": "rest-when-low-1",
+                        },
+                    ]
+                }
+            ]
+        },
+    )
 
     proposals: list[Any] = Field(
         min_length=1,
@@ -598,7 +669,10 @@ AnomalyType = Literal[
 class EvolutionTriggerRequest(BaseModel):
     """``POST /api/evolution/trigger``: an operator forces a Watcher trigger from the latest snapshot."""
 
-    model_config = ConfigDict(extra="forbid")
+    # Empty: whatever the Watcher's rules find worst in the latest snapshots.
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"examples": [{"anomaly_type": "starvation", "severity": "high"}, {}]}
+    )
 
     anomaly_type: AnomalyType | None = Field(
         default=None,

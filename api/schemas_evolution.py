@@ -43,7 +43,14 @@ class CycleListResponse(BaseModel):
 
 
 class ScheduleCreateRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"schedule_id": "hourly-improvement", "interval_s": 3600, "note": "look for a better trait every hour"}
+            ]
+        },
+    )
 
     schedule_id: str | None = Field(default=None, max_length=64, description="Default: periodic-<8 hex>")
     interval_s: float = Field(

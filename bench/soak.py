@@ -1,6 +1,7 @@
 """Soak: many live traits of many agents in the real engine loop, paced at its tick rate, for minutes.
 
     python -m bench.soak --minutes 10 --traits 60 --agents 20
+    python -m bench.soak --minutes 10 --fast-forward   # the same, unpaced (GENESIS_ENGINE_FAST_FORWARD)
 
 The traits (each passed through the gatekeeper) are of three kinds, in turn: stateless, stateful
 within bounds (a short per-entity history), and heavy but legal (a bounded loop of math per call).
@@ -204,6 +205,7 @@ async def run_soak(
         "traits": traits,
         "agents": agents,
         "tick_rate_target": own.engine.tick_rate,
+        "fast_forward": own.engine.fast_forward,
         "ticks_per_s_p50": percentile(ticks_each_second, 50),
         "ticks_per_s_p1": percentile(ticks_each_second, 1),
         "ticks_per_s_mean": round(statistics.fmean(ticks_each_second), 2) if ticks_each_second else 0.0,
@@ -249,10 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample-s", type=float, default=5.0, help="seconds between memory samples")
     ap.add_argument("--max-growth-pct", type=float, default=10.0)
     ap.add_argument("--redis-db", type=int, default=10, help="Redis database owned by the soak (flushed)")
+    ap.add_argument("--fast-forward", action="store_true", help="run the engine unpaced (docs/world.md#fast-forward)")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     url = Settings().redis_url.rsplit("/", 1)[0] + f"/{args.redis_db}"
-    result = asyncio.run(run_soak(args.minutes * 60.0, args.traits, args.agents, url, args.warmup_s, args.sample_s))
+    settings = Settings().override(engine_fast_forward=True) if args.fast_forward else None
+    result = asyncio.run(
+        run_soak(args.minutes * 60.0, args.traits, args.agents, url, args.warmup_s, args.sample_s, settings)
+    )
     print(json.dumps(result, indent=2))
     problems = health_problems(result, args.max_growth_pct)
     for problem in problems:

@@ -98,6 +98,10 @@ async def main() -> None:
     # A full collection over the start-up heap costs several ticks' budget: skip it from now on.
     log.info("start-up heap frozen: %d objects", gc_tuning.freeze_startup_heap())
     serve_metrics("engine", settings.metrics_host, settings.engine.metrics_port)
+    try:  # overrides in force apply from the first tick, not from whenever the follower first reads
+        await params.refresh()
+    except Exception as exc:
+        log.warning("could not read the world parameter overrides at start: %s", exc)
     stop = asyncio.Event()
     following = asyncio.create_task(params.follow(stop))
     loop = asyncio.get_running_loop()

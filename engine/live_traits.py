@@ -8,6 +8,12 @@ outside while it ran alone, is quarantined; what that means beyond this process 
 record, the mutation's rollback, the feed) is engine/quarantine.py's job. A host that misses its
 deadline or dies is killed and restarted with the live traits reloaded, blaming no trait, while
 the world keeps ticking.
+
+In fast-forward (``engine_fast_forward``) wall-clock limits must not decide a tick's intents, or
+a fast-forward run would differ from a paced one that never missed its deadline: the host gets
+``engine_fast_forward_trait_deadline_ms`` per tick (its workers' share of it too), and a tick
+that finds the host being restarted waits for it instead of running without traits. The traits'
+CPU limits, which do not depend on pacing, still apply.
 """
 
 from __future__ import annotations
@@ -106,7 +112,11 @@ class HostTraitRunner:
         self._background: set[asyncio.Task] = set()
         self._next_sample = 0.0
         self.stats = HostStats()
-        self.deadline_s = settings.engine.trait_deadline_ms / 1000.0
+        self.fast_forward = settings.engine.fast_forward
+        deadline_ms = (
+            settings.engine.fast_forward_trait_deadline_ms if self.fast_forward else settings.engine.trait_deadline_ms
+        )
+        self.deadline_s = deadline_ms / 1000.0
 
     # -- TraitRunner protocol ----------------------------------------------------------------
     def active_traits(self) -> list[str]:
@@ -158,8 +168,11 @@ class HostTraitRunner:
             return {}
         if self._host is None:  # (re)starting a container takes ~0.5 s: not on the tick path
             self._restart_soon()
-            self.stats.skipped_ticks += 1
-            return {}
+            if self.fast_forward and self._restart_task is not None:  # ... unless ticks cost no wall time
+                await asyncio.wait([self._restart_task])
+            if self._host is None:
+                self.stats.skipped_ticks += 1
+                return {}
         # The workers get less than the whole deadline: the host answers for them in time.
         message = {
             "op": "views",

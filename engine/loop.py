@@ -13,6 +13,13 @@ a lag over ``MAX_LAG_S`` is forgiven rather than made up for.
 About once a second, outside the budget: the status for the API (``engine:status``,
 ``engine:params``, ``engine:entities``, ``ws:tick``) and ``TraitRunner.refresh``.
 Deterministic: the world is seeded from ``engine_seed``; the wall clock never enters a tick.
+
+Fast-forward (``engine_fast_forward``): no budget and no sleeping — after each tick the loop only
+yields to the event loop, so the telemetry writer, the status and the refreshes still run. What
+follows ticks stays on ticks (snapshots and their hooks); what a viewer or an operator watches
+stays on the wall clock: viewer frames at most at the paced frame rate, the status and refreshes
+about once a second. Snapshot hooks (the observing workflows' signals) would otherwise fall
+ever further behind: the loop waits for them so that at most two snapshots' worth run at once.
 """
 
 from __future__ import annotations
@@ -39,6 +46,8 @@ log = logging.getLogger("genesis.engine")
 MAX_LAG_S = 0.25  # further behind schedule than this: reset the schedule instead of rushing
 STATUS_INTERVAL_S = 1.0
 OVERRUN_LOG_INTERVAL_S = 10.0
+HOOK_TIMEOUT_S = 60.0  # a snapshot hook still running after this is cancelled (and logged)
+HOOK_SNAPSHOTS_IN_FLIGHT = 2  # fast-forward: snapshots whose hooks may run at once
 
 
 def world_params(settings: Settings) -> WorldParams:
@@ -86,7 +95,12 @@ class Engine:
         self.snapshot_hooks: list[Callable[[dict[str, Any]], Awaitable[None]]] = []
         self._hook_tasks: set[asyncio.Task] = set()
         self.run_id = uuid.uuid4().hex[:16]
-        self.budget_s = 1.0 / settings.engine.tick_rate
+        self.fast_forward = settings.engine.fast_forward
+        # fast-forward has no budget: a tick takes what it takes, and none is an overrun
+        self.budget_s: float | None = None if self.fast_forward else 1.0 / settings.engine.tick_rate
+        # fast-forward: viewer frames at most at the rate a paced run sends them (wall clock)
+        self._frame_period_s = settings.engine.frame_interval / settings.engine.tick_rate
+        self._next_frame_at = 0.0
         self.started_at = wall()
         self.active_traits: tuple[str, ...] = ()
         # measurements
@@ -166,10 +180,21 @@ class Engine:
         # until then. run_ticks, close and a change of the live traits build them at once.
         if tick % settings.engine.snapshot_interval == 0:
             self._telemetry.append(partial(self._snapshot, tick))
-        if tick % settings.engine.frame_interval == 0 and self.sink.frame_subscribers > 0:
+        if tick % settings.engine.frame_interval == 0 and self.sink.frame_subscribers > 0 and self._frame_due():
             self._telemetry.append(self._frame)
         work = self.clock() - started
         self._account(work)
+
+    def _frame_due(self) -> bool:
+        """Paced: every frame tick. Fast-forward: the viewer's frame rate stays the paced one
+        (frames describe the world, they never change it), so Redis is not flooded."""
+        if not self.fast_forward:
+            return True
+        now = self.clock()
+        if now < self._next_frame_at:
+            return False
+        self._next_frame_at = now + self._frame_period_s
+        return True
 
     def _while_waiting(self) -> None:
         self._flush_telemetry()
@@ -196,7 +221,7 @@ class Engine:
             self.work_max_s = work
         if work > self._window_max_s:
             self._window_max_s = work
-        if work > self.budget_s:
+        if self.budget_s is not None and work > self.budget_s:
             self.tick_overruns += 1
             now = self.clock()
             if now >= self._overrun_log_at:
@@ -235,9 +260,17 @@ class Engine:
 
     async def _run_hook(self, hook: Callable[[dict[str, Any]], Awaitable[None]], snap: dict[str, Any]) -> None:
         try:
-            await hook(snap)
+            await asyncio.wait_for(hook(snap), HOOK_TIMEOUT_S)
         except Exception:
             log.exception("snapshot hook %r failed at tick %s", hook, snap.get("tick"))
+
+    async def _keep_up_with_hooks(self) -> None:
+        """Fast-forward: the world does not run ahead of the snapshot hooks (the observing
+        workflows' signals) by more than a couple of snapshots. Between ticks, room is kept for
+        one more snapshot's hooks (the next tick may start them before this runs again)."""
+        most = (HOOK_SNAPSHOTS_IN_FLIGHT - 1) * len(self.snapshot_hooks)
+        while self._hook_tasks and len(self._hook_tasks) > most:
+            await asyncio.wait(list(self._hook_tasks), return_when=asyncio.FIRST_COMPLETED)
 
     # -- status (outside the budget) ------------------------------------------------------------
 
@@ -254,6 +287,7 @@ class Engine:
             "tick": w.tick,
             "ticks_per_second": round(self.ticks_per_second, 2),
             "tick_rate": self.settings.engine.tick_rate,
+            "mode": "fast_forward" if self.fast_forward else "paced",
             "population": n,
             "avg_energy": round(avg, 4),
             "resource_count": len(w.resources),
@@ -301,21 +335,30 @@ class Engine:
         await asyncio.sleep(0)
 
     async def run(self, stop: asyncio.Event | None = None, max_ticks: int | None = None) -> None:
-        """The fixed-timestep loop, until ``stop`` is set (or ``max_ticks`` ticks ran)."""
+        """The fixed-timestep loop (or, fast-forward, the unpaced one), until ``stop`` is set (or
+        ``max_ticks`` ticks ran)."""
         await self.start()
         period = self.budget_s
         clock = self.clock
         next_due = clock()
         last_status = clock()
         ran = 0
-        log.info(
-            "engine running: %.1f ticks/s (budget %.2f ms), seed %d, %d entities, run %s",
-            self.settings.engine.tick_rate,
-            period * 1000,
-            self.world.seed,
-            self.world.population,
-            self.run_id,
-        )
+        if period is None:
+            log.info(
+                "engine running fast-forward (no pacing), seed %d, %d entities, run %s",
+                self.world.seed,
+                self.world.population,
+                self.run_id,
+            )
+        else:
+            log.info(
+                "engine running: %.1f ticks/s (budget %.2f ms), seed %d, %d entities, run %s",
+                self.settings.engine.tick_rate,
+                period * 1000,
+                self.world.seed,
+                self.world.population,
+                self.run_id,
+            )
         while not (stop is not None and stop.is_set()) and (max_ticks is None or ran < max_ticks):
             await self.tick_once()
             ran += 1
@@ -327,6 +370,10 @@ class Engine:
                 except Exception:
                     log.exception("building the engine status failed")
                 self._refresh_in_background()
+            if period is None:  # fast-forward: never sleep, only let the other tasks run
+                await self._keep_up_with_hooks()
+                await self.sleep(0)
+                continue
             next_due += period
             delay = next_due - clock()
             if delay > 0:

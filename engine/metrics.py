@@ -41,6 +41,11 @@ class EngineCollector(Collector):
             value=engine.ticks_per_second,
         )
         yield CounterMetricFamily("genesis_engine_ticks", "Ticks run by this engine process", value=engine.ticks_run)
+        yield GaugeMetricFamily(
+            "genesis_engine_fast_forward",
+            "1 while the engine runs fast-forward (unpaced), else 0",
+            value=int(engine.fast_forward),
+        )
         yield CounterMetricFamily(
             "genesis_engine_tick_overruns",
             "Ticks whose work exceeded the budget 1/tick_rate",

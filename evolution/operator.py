@@ -25,14 +25,27 @@ from dataclasses import dataclass, field
 from genesis.dto import CycleContext, EvolutionPlan
 
 PROVIDER = "builtin"  # GENESIS_LLM_PROVIDER value that selects this operator
-# Live traits whose last verdict was one of these may be parents.
+# A live trait may be a parent when its verdict was one of these and its carriers did at least
+# as well as the other Molbots, with enough of them to tell (the mutation's observed effects).
 FIT_VERDICTS = ("positive", "neutral")
+MIN_PARENT_CARRIERS = 3
+
+
+def fit_parent(verdict: str | None, effects: dict | None) -> bool:
+    """Whether a live trait with this verdict and these observed effects may be a parent."""
+    effects = effects or {}
+    carriers = effects.get("carriers_after") or 0
+    mine, others = effects.get("carrier_avg_energy"), effects.get("non_carrier_avg_energy")
+    if verdict not in FIT_VERDICTS or carriers < MIN_PARENT_CARRIERS or mine is None:
+        return False
+    return others is None or mine >= others
+
 
 # Seed traits by anomaly type (evolution/world_metrics.py names them). Plain, stateless bodies
 # that use only the Entity API, so any two of them recombine.
 SEEDS: dict[str, str] = {
     "starvation": """
-if entity.energy < 55.0:
+if entity.energy < 90.0:
     food = entity.nearest_resource()
     if food is not None:
         entity.move(food[0], food[1])
@@ -214,11 +227,25 @@ def seed_of(trigger_id: str, attempt: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{trigger_id}/{attempt}".encode()).digest()[:8], "big")
 
 
+def takes_cycle(trigger_id: str, share: float) -> bool:
+    """Whether the operator, mixed in beside an LLM at ``share``, plans and codes this cycle: a
+    fixed draw per trigger, so every step of a cycle (and its replay) agrees."""
+    return share > 0 and seed_of(trigger_id, 0) / 2**64 < share
+
+
+def trigger_tag(trigger_id: str) -> str:
+    """12 characters naming the cycle in its trait's name: a Watcher trigger's hex id, else a
+    digest (a schedule's runs share their schedule id and differ only in their time)."""
+    if re.fullmatch(r"trg_[0-9a-f]{12}", trigger_id):
+        return trigger_id.removeprefix("trg_")
+    return hashlib.sha256(trigger_id.encode()).hexdigest()[:12]
+
+
 def plan(context: CycleContext) -> EvolutionPlan:
     """The Architect's step without a model: a new trait for the anomaly, named after it and the
     cycle (the anomaly type goes to the Coder's step as ``target_behavior``)."""
     kind = re.sub(r"[^a-z0-9_]", "_", context.problem_type.lower()).strip("_") or DEFAULT_SEED
-    name = f"{kind[:40]}_{context.trigger_id.removeprefix('trg_')[:12]}"
+    name = f"{kind[:40]}_{trigger_tag(context.trigger_id)}"
     if not name[0].isalpha():
         name = f"t_{name}"
     parents = "a live trait that did well" if context.active_traits else f"the seed trait for {kind}"

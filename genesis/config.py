@@ -108,7 +108,25 @@ class TraitSettings(BaseModel):
 class EngineSettings(BaseModel):
     """The world engine (`python -m engine`) and its live trait host."""
 
-    tick_rate: float = Field(default=60.0, gt=0, description="World ticks per second; a tick's budget is its inverse.")
+    tick_rate: float = Field(
+        default=60.0,
+        gt=0,
+        description="World ticks per second; a tick's budget is its inverse (paced runs; see `fast_forward`).",
+    )
+    fast_forward: bool = Field(
+        default=False,
+        description="Run the world as fast as the machine allows, for benchmarks and shadow runs: no sleeping "
+        "between ticks and no tick budget (no overruns); the trait host gets `fast_forward_trait_deadline_ms` per "
+        "tick and the ticks wait for it to be restarted instead of running without traits. Every tick's state hash "
+        "equals a paced run's given the same seed and the same inputs at the same ticks (docs/world.md). Viewer "
+        "frames keep the paced rate in wall time; status and registry refreshes stay about once a second.",
+    )
+    fast_forward_trait_deadline_ms: float = Field(
+        default=5000.0,
+        gt=0,
+        description="In fast-forward, the wall clock the live trait host has for one tick before it is replaced: "
+        "generous, so a busy machine never costs a tick its intents (the traits' CPU limits still apply).",
+    )
     seed: int = Field(default=42, description="Seed of the live world.")
     snapshot_interval: int = Field(default=300, ge=1, description="Ticks between two WorldSnapshots.")
     postgres_every: int = Field(
@@ -278,10 +296,18 @@ class LlmSettings(BaseModel):
     """The LLM provider of evolution cycles (Architect and Coder)."""
 
     provider: Literal["ollama", "openai", "anthropic", "builtin", "off"] = Field(
-        default="ollama",
-        description="LLM of the evolution cycles: `ollama` (/api/generate), `openai` (any OpenAI-compatible "
-        "/v1/chat/completions), `anthropic` (/v1/messages), `builtin` (no model: the built-in operator varies "
-        "live traits and seed traits, evolution/operator.py) or `off` (cycles end at once).",
+        default="builtin",
+        description="Who plans and codes the evolution cycles: `builtin` (the default, no model: the built-in "
+        "operator varies live traits and seed traits, evolution/operator.py), an LLM — `ollama` (/api/generate), "
+        "`openai` (any OpenAI-compatible /v1/chat/completions), `anthropic` (/v1/messages) — or `off` (cycles "
+        "end at once).",
+    )
+    builtin_share: float = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        description="With an LLM provider: the share of cycles the built-in operator plans and codes instead "
+        "(chosen per cycle from its trigger id; 0: the LLM does all, 1: the operator does all).",
     )
     url: str = Field(default="", description="LLM server; empty: the provider's default.")
     model: str = Field(default="", description="LLM model; empty: the provider's default.")

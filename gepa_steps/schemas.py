@@ -27,7 +27,15 @@ def storable(value: Any, field: str) -> Any:
 
 
 class ConnectGitRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {"repo_url": "https://github.com/you/qa-program"},
+                {"repo_url": "https://github.com/you/web-researcher", "egress_allow": ["api.firecrawl.dev:443"]},
+            ]
+        },
+    )
 
     repo_url: str = Field(
         description="https://host/owner/repo, or a local path / file:// URL under GENESIS_GEPA_LOCAL_REPO_ROOTS"
@@ -61,7 +69,35 @@ class ConnectGitResponse(BaseModel):
 
 
 class ExecuteStepRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {  # a prompt mutation: new instructions for a predictor of the saved program
+                    "client_id": "client_3f9c0a1b2c3d4e5f",
+                    "program_id": "p001",
+                    "parent_program_id": None,
+                    "mutation_type": "prompt",
+                    "program_json_path": "program.json",
+                    "entry_point": "qa.QA",
+                    "candidate": {"answer": "Answer in one word."},
+                    "test_examples": [{"question": "capital of France?", "answer": "Paris"}],
+                    "capture_traces": True,
+                },
+                {  # a code mutation of p001's branch
+                    "client_id": "client_3f9c0a1b2c3d4e5f",
+                    "program_id": "p002",
+                    "parent_program_id": "p001",
+                    "mutation_type": "code",
+                    "program_json_path": "program.json",
+                    "entry_point": "qa.QA",
+                    "change_request": "Strip whitespace from every answer",
+                    "change_location": "qa.QA.forward",
+                    "test_examples": [{"question": "capital of France?"}],
+                },
+            ]
+        },
+    )
 
     client_id: str = Field(max_length=40)
     program_id: str = Field(max_length=64, description="the new program version's id (letters, digits, _ and -)")

@@ -128,6 +128,10 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         # machine); tests/stack/test_observability.py starts processes with ports of their own.
         engine_metrics_port=0,
         worker_metrics_port=0,
+        # The suite's worker runs no evolution of its own: a cycle started by a Watcher or
+        # operator test must not put traits into the world other tests read. The built-in
+        # operator and the LLM providers are tested on workers of their own.
+        llm_provider="off",
         # Tests with API processes on a task queue nobody polls keep rows queued on purpose; a
         # sweep of the suite's other API processes would start them on the polled queue when the
         # machine is slow. Only tests/stack/test_workflow_starter.py sweeps (with its own settings).

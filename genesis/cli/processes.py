@@ -68,7 +68,11 @@ def worker_process(settings: Settings, name: str = "worker") -> ManagedProcess:
     return ManagedProcess(name, [sys.executable, str(PROJECT_ROOT / "worker.py")], settings)
 
 
-def engine_process(settings: Settings, name: str = "engine") -> ManagedProcess:
+def engine_process(settings: Settings, name: str = "engine", *, fast_forward: bool | None = None) -> ManagedProcess:
+    """``python -m engine``; ``fast_forward`` overrides ``GENESIS_ENGINE_FAST_FORWARD`` (the world
+    unpaced, as fast as the machine allows: docs/world.md#fast-forward)."""
+    if fast_forward is not None:
+        settings = settings.override(engine_fast_forward=fast_forward)
     return ManagedProcess(name, [sys.executable, "-m", "engine"], settings)
 
 

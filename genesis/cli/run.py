@@ -50,7 +50,7 @@ def main() -> int:
         f"    Temporal UI   {settings.temporal.ui_url}/namespaces/{settings.temporal.namespace}/workflows\n"
         f"    Agents        POST {base}/v1/agents/register, then send X-API-Key (GENESIS_AUTH={settings.auth})\n"
         f"    Evolution     {base}/api/feed (live: ws://{settings.api.host}:{settings.api.port}/ws/feed), "
-        f"{base}/api/evolution/cycles   (LLM: {settings.llm.provider})\n"
+        f"{base}/api/evolution/cycles   (evolution: {settings.llm.provider})\n"
         f"    Metrics       {base}/metrics, engine {_metrics_url(settings, settings.engine.metrics_port)}, "
         f"worker {_metrics_url(settings, settings.worker.metrics_port)}\n"
         "  Ctrl-C stops the worker, the engine, the Watcher and the API (services keep running).\n",

@@ -79,3 +79,50 @@ def test_a_parent_s_imports_come_with_its_body():
         assert "import random" in variant.code
         result = validate(variant.trait_name, variant.code)
         assert result.ok, (result.failure_code, result.validation_log[-1], variant.code)
+
+
+def test_the_operator_is_the_default_when_no_model_is_configured(monkeypatch):
+    for name in ("GENESIS_LLM_PROVIDER", "GENESIS_LLM_URL", "GENESIS_LLM_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    from genesis.config import Settings
+
+    assert Settings().llm.provider == operator.PROVIDER
+
+
+def test_mixed_in_the_operator_takes_about_its_share_of_cycles_and_always_the_same_ones():
+    triggers = [f"trg_{n:012x}" for n in range(2000)]
+    taken = [t for t in triggers if operator.takes_cycle(t, 0.25)]
+    assert 0.2 < len(taken) / len(triggers) < 0.3
+    assert taken == [t for t in triggers if operator.takes_cycle(t, 0.25)]
+    assert not any(operator.takes_cycle(t, 0.0) for t in triggers)
+    assert all(operator.takes_cycle(t, 1.0) for t in triggers)
+
+
+def test_every_cycle_of_a_schedule_plans_a_trait_of_its_own():
+    from genesis.dto import CycleContext, CycleKind
+
+    def planned(trigger_id: str) -> str:
+        context = CycleContext(
+            trigger_id=trigger_id,
+            workflow_id=f"evolution-{trigger_id}",
+            kind=CycleKind.periodic_improvement,
+            problem_type="periodic_improvement",
+            severity="low",
+        )
+        name = operator.plan(context).trait_name
+        assert name is not None and validate(name, operator.vary(name, 1, anomaly="stagnation").code).ok
+        return name
+
+    runs = [f"sch_periodic_1a2b-2026-11-26T21:42:{second:02d}Z" for second in range(0, 60, 10)]
+    assert len({planned(run) for run in runs}) == len(runs)
+    assert planned("trg_0123456789ab") == "periodic_improvement_0123456789ab"
+
+
+def test_a_parent_is_a_live_trait_whose_carriers_did_well():
+    did_well = {"carriers_after": 12, "carrier_avg_energy": 70.0, "non_carrier_avg_energy": 50.0}
+    assert operator.fit_parent("positive", did_well)
+    assert operator.fit_parent("neutral", did_well)
+    assert not operator.fit_parent("negative", did_well)
+    assert not operator.fit_parent("positive", {**did_well, "carrier_avg_energy": 40.0})  # carriers did worse
+    assert not operator.fit_parent("positive", {**did_well, "carriers_after": 1})  # too few to tell
+    assert not operator.fit_parent("positive", None)

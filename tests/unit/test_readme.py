@@ -1,36 +1,47 @@
-"""The README's first-trait walkthrough stays true: its trait files pass the gatekeeper under the
-names it proposes them with, and the commands it shows exist on the command line."""
+"""The README's first-trait walkthrough stays true: the example trait files it names exist, each
+passes the gatekeeper under the name it proposes it with (or is rejected with the verdict and log
+line the README shows), and the commands it shows exist on the command line."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 from typer.testing import CliRunner
 
 from gatekeeper import validate
 from genesis.cli import app
+from tests.example_traits import ROOT, example
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+README = ROOT / "README.md"
+TEXT = README.read_text(encoding="utf-8")
+
+NAMED = re.compile(r"examples/traits/\w+\.py")
+CLI_PROPOSE = re.compile(r"genesis propose (examples/traits/\w+\.py) --name (\w+)")
+CURL_PROPOSE = re.compile(r'"trait_name": "(\w+)"[^\n]*open\("(examples/traits/\w+\.py)"\)')
+REJECTED = re.compile(r"^Rejected: ([A-Z_]+)\n  (.+)$", re.M)
 
 
-def heredocs(text: str) -> dict[str, str]:
-    """``cat > NAME.py <<'EOF' ... EOF`` blocks: file name -> content."""
-    return {name: body for name, body in re.findall(r"cat > (\w+\.py) <<'EOF'\n(.*?)\nEOF\n", text, re.S)}
+def test_the_example_traits_the_readme_names_exist():
+    named = set(NAMED.findall(TEXT))
+    assert {"examples/traits/energy_saver.py", "examples/traits/forager.py"} <= named, named
+    for path in named:
+        assert (ROOT / path).is_file(), f"README names {path}, which does not exist"
 
 
-def test_the_readme_traits_pass_the_gatekeeper():
-    files = heredocs(README.read_text(encoding="utf-8"))
-    assert set(files) == {"slow_burner.py", "food_seeker.py"}, sorted(files)
-    for file_name, code in files.items():
-        result = validate(file_name.removesuffix(".py"), code + "\n")
-        assert result.ok, (file_name, result.failure_code, result.validation_log)
+def test_the_readme_proposals_get_the_verdicts_it_shows():
+    proposals = CLI_PROPOSE.findall(TEXT) + [(path, name) for name, path in CURL_PROPOSE.findall(TEXT)]
+    assert {name for _, name in proposals} >= {"energy_saver", "forager", "snooper"}, proposals
+    shown_rejections = {code: line for code, line in REJECTED.findall(TEXT)}
+    for path, trait_name in proposals:
+        result = validate(trait_name, (ROOT / path).read_text(encoding="utf-8"))
+        assert result.failure_code == example(ROOT / path).failure_code, (path, result.validation_log)
+        if not result.ok:
+            assert shown_rejections.get(result.failure_code) == result.validation_log[-1], (path, result.validation_log)
 
 
 def test_the_readme_commands_exist():
-    text = README.read_text(encoding="utf-8")
-    assert "genesis agents register --name my-first-agent" in text
-    assert "genesis propose slow_burner.py --name slow_burner --goal" in text
+    assert "genesis agents register --name my-first-agent" in TEXT
+    assert "genesis propose examples/traits/energy_saver.py --name energy_saver --goal" in TEXT
     runner = CliRunner()
     for command in (["agents", "register", "--help"], ["propose", "--help"]):
         result = runner.invoke(app, command)

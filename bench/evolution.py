@@ -1,0 +1,408 @@
+"""Does evolution make the world better? Paired worlds from one seed, evolution on and off.
+
+    python -m bench.evolution --seeds 5 --ticks 20000 [--plot docs/img/evolution.png]
+
+For each seed, two worlds run one after the other under a hard setting (``HARD``: little energy
+per food, food that appears slowly, a harsh metabolism), each on a whole Genesis of its own — the
+engine in fast-forward with its live trait host, a worker, the Watcher — against a Temporal dev
+server the bench starts, a database of its own (``genesis_bench``, made and migrated on first use)
+and Redis db ``--redis-db``:
+
+- ``control``: evolution off (``GENESIS_EVOLUTION_CYCLES_ENABLED=false``): the Watcher watches,
+  no cycle runs, no trait is ever proposed;
+- ``evolving``: the built-in operator (``GENESIS_LLM_PROVIDER=builtin``), cycles started by the
+  Watcher and by a periodic-improvement schedule every ``--schedule-s`` seconds. Every proposal
+  goes the whole way: gatekeeper, sandbox test, activation, observation, kept or rolled back.
+
+The Watcher's cooldowns are shortened (``--cooldown-s``) because the fast-forwarded world lives
+several times faster than real time; the control's setting is otherwise the same.
+
+Each world's WorldSnapshots (every ``SNAPSHOT_INTERVAL`` ticks, all written to Postgres) give
+population, mean energy and starvation deaths over time. Per seed one JSON line; the last line is
+one JSON object: for each metric the evolving arm's lead over the control (mean over the seeds
+and a 95 % confidence interval, Student's t over the paired differences), the mutations
+proposed / kept / rolled back, the wall time, the plot, and ``evolving_arm_ahead``: true only
+when the evolving arm leads in mean population or in starvation deaths per 1,000 Molbot-ticks
+by more than that interval (the interval excludes zero in its favour).
+
+A world that was not whole fails the run (exit 1, saying why): the trait host restarted, ticks
+ran without their traits (skipped, or a deadline missed), a trait's results were lost, a process
+died, snapshots are missing, or the evolving arm proposed nothing (it did not measure evolution).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import redis.asyncio as aioredis
+from prometheus_client.parser import text_string_to_metric_families
+from scipy import stats as scipy_stats
+from temporalio.client import Client
+
+from bench.bench_pipeline import start_temporal
+from evolution import schedules
+from genesis import redis_keys as keys
+from genesis.cli.processes import ManagedProcess, engine_process, free_port, worker_process
+from genesis.config import PROJECT_ROOT, Settings
+from genesis.db.migrate import upgrade_to_head
+
+PG = "genesis:genesis@127.0.0.1:5432"
+DATABASE = "genesis_bench"
+ARMS = ("control", "evolving")
+# The hard world: every arm runs it; evolution may not change it (the built-in operator only
+# plans new traits, never parameter changes).
+# Traits reach Molbots only at birth; births are rare in a hard world, so a newborn gains a live
+# trait more often than by default (no effect on the control, which has none).
+HARD = {"max_resources": 60, "resource_energy": 20.0, "base_metabolism": 0.08, "trait_gain_chance": 0.6}
+SNAPSHOT_INTERVAL = 100
+HEALTH_COUNTERS = (
+    "genesis_engine_trait_host_restarts",
+    "genesis_engine_trait_host_skipped_ticks",
+    "genesis_engine_trait_host_deadline_misses",
+    "genesis_engine_trait_results_lost",
+)
+TABLES = "mutations, trait_versions, trait_quarantines, evolution_cycles, world_snapshots"
+
+
+class Unhealthy(RuntimeError):
+    """The world measured was not whole: its figures count for nothing."""
+
+
+def log(message: str) -> None:
+    print(f"[bench.evolution] {message}", file=sys.stderr, flush=True)
+
+
+async def prepare_database() -> str:
+    admin = await asyncpg.connect(f"postgresql://{PG}/postgres")
+    try:
+        if not await admin.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", DATABASE):
+            await admin.execute(f"CREATE DATABASE {DATABASE}")
+    finally:
+        await admin.close()
+    url = f"postgresql+asyncpg://{PG}/{DATABASE}"
+    await asyncio.to_thread(upgrade_to_head, url)
+    return url
+
+
+async def reset(database_url: str, redis: aioredis.Redis) -> None:
+    """A fresh world: no records of an earlier arm, no registry, the hard setting in force from
+    the engine's first tick (it reads the overrides before it starts)."""
+    conn = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+    try:
+        await conn.execute(f"TRUNCATE {TABLES}")
+    finally:
+        await conn.close()
+    await redis.flushdb()
+    record = {"overrides": HARD, "trigger_id": None, "workflow_id": None, "applied_at": time.time()}
+    await redis.set(keys.WORLD_PARAMS_OVERRIDES, json.dumps(record))
+
+
+def arm_settings(base: Settings, arm: str, seed: int, args: argparse.Namespace, mutations_dir: Path) -> Settings:
+    evolving = arm == "evolving"
+    return base.override(
+        task_queue=f"bench-evolution-{seed}-{arm}-{uuid.uuid4().hex[:6]}",
+        mutations_dir=mutations_dir,
+        engine_seed=seed,
+        engine_fast_forward=True,
+        engine_snapshot_interval=SNAPSHOT_INTERVAL,
+        engine_postgres_every=1,
+        engine_metrics_port=free_port(),
+        worker_metrics_port=0,
+        evolution_cycles_enabled=evolving,
+        llm_provider="builtin" if evolving else "off",
+        watcher_cooldown_s=args.cooldown_s,
+        watcher_trigger_limit=1000,
+        watcher_trigger_window_s=60,
+        ratelimit_active_per_agent=10**6,
+        schedule_min_interval_s=1.0,
+    )
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+async def engine_status(redis: aioredis.Redis) -> dict[str, str]:
+    raw = await redis.hgetall(keys.ENGINE_STATUS)
+    return {_text(k): _text(v) for k, v in raw.items()}
+
+
+async def check_setting(redis: aioredis.Redis, seed: int, arm: str) -> bool:
+    """The world runs the hard setting (a Redis db flushed by someone else would lose it)."""
+    params = json.loads(await redis.get(keys.ENGINE_PARAMS) or "{}")
+    wrong = {name: params.get(name) for name, value in HARD.items() if params.get(name) != value}
+    if wrong:
+        raise Unhealthy(f"seed {seed} {arm}: the world does not run the hard setting: {wrong}")
+    return True
+
+
+async def engine_counters(port: int) -> dict[str, float]:
+    async with httpx.AsyncClient(timeout=10) as http:
+        text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    values = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            values[sample.name.removesuffix("_total")] = sample.value
+    return values
+
+
+async def series(database_url: str, ticks: int) -> list[asyncpg.Record]:
+    conn = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+    try:
+        return await conn.fetch(
+            "SELECT DISTINCT ON (tick) tick, entity_count, avg_energy, death_starvation FROM world_snapshots "
+            "WHERE tick <= $1 ORDER BY tick",
+            ticks,
+        )
+    finally:
+        await conn.close()
+
+
+async def mutation_counts(database_url: str) -> dict[str, int]:
+    conn = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+    try:
+        rows = await conn.fetch("SELECT status, fitness_verdict FROM mutations")
+        cycles = await conn.fetch("SELECT status FROM evolution_cycles")
+    finally:
+        await conn.close()
+    by_status = Counter(row["status"] for row in rows)
+    return {
+        "proposed": len(rows),
+        "kept": by_status["kept"],
+        "rolled_back": by_status["rolled_back"],
+        "rejected": by_status["rejected"],
+        "failed": by_status["failed"],
+        "still_observing": sum(by_status[s] for s in ("activated", "observing", "sandbox_ok", "queued", "validating")),
+        "cycles": len(cycles),
+        "cycles_succeeded": sum(1 for c in cycles if c["status"] == "succeeded"),
+    }
+
+
+async def run_arm(
+    arm: str, seed: int, args: argparse.Namespace, base: Settings, database_url: str, temporal: Client
+) -> dict[str, Any]:
+    redis = aioredis.from_url(base.redis_url)
+    await reset(database_url, redis)
+    with tempfile.TemporaryDirectory(prefix="bench-evolution-") as tmp:
+        settings = arm_settings(base, arm, seed, args, Path(tmp))
+        prefix = f"bench-evolution-{seed}-{arm}"
+        processes = [
+            worker_process(settings, f"{prefix}-worker"),
+            ManagedProcess(f"{prefix}-watcher", [sys.executable, "-m", "evolution"], settings),
+            engine_process(settings, f"{prefix}-engine"),
+        ]
+        schedule_id = None
+        started = time.monotonic()
+        try:
+            for process in processes:
+                process.start()
+            if arm == "evolving":
+                schedule = await schedules.create(
+                    temporal, settings.task_queue, interval_s=args.schedule_s, min_interval_s=1.0, note="bench"
+                )
+                schedule_id = schedule["schedule_id"]
+            tick, last_log, checked = 0, 0.0, False
+            while tick < args.ticks:
+                await asyncio.sleep(0.5)
+                for process in processes:
+                    if process.proc is not None and process.proc.poll() is not None:
+                        raise Unhealthy(f"{process.name} exited with {process.proc.returncode}; see {process.log_path}")
+                tick = int((await engine_status(redis)).get("tick", 0))
+                if tick and not checked:
+                    checked = await check_setting(redis, seed, arm)
+                if time.monotonic() - last_log > 15:
+                    last_log = time.monotonic()
+                    log(f"seed {seed} {arm}: tick {tick}/{args.ticks} after {time.monotonic() - started:.0f} s")
+                if time.monotonic() - started > args.arm_timeout_s:
+                    raise Unhealthy(f"{arm} reached only tick {tick} of {args.ticks} in {args.arm_timeout_s} s")
+            wall_s = time.monotonic() - started
+            await check_setting(redis, seed, arm)
+            counters = await engine_counters(settings.engine.metrics_port)
+        finally:
+            if schedule_id is not None:
+                await schedules.delete(temporal, schedule_id, settings.task_queue)
+            for process in reversed(processes):
+                process.stop()
+            await redis.aclose()
+    rows = await series(database_url, args.ticks)
+    return summarise(arm, seed, args, rows, counters, await mutation_counts(database_url), wall_s)
+
+
+def summarise(
+    arm: str,
+    seed: int,
+    args: argparse.Namespace,
+    rows: list[asyncpg.Record],
+    counters: dict[str, float],
+    mutations: dict[str, int],
+    wall_s: float,
+) -> dict[str, Any]:
+    expected = args.ticks // SNAPSHOT_INTERVAL
+    if len(rows) < expected:
+        raise Unhealthy(f"seed {seed} {arm}: {len(rows)} snapshots up to tick {args.ticks}, expected {expected}")
+    health = {name.removeprefix("genesis_engine_"): int(counters.get(name, 0)) for name in HEALTH_COUNTERS}
+    broken = {name: value for name, value in health.items() if value}
+    if broken:
+        raise Unhealthy(f"seed {seed} {arm}: the world was not whole: {broken}")
+    if arm == "evolving" and mutations["proposed"] == 0:
+        raise Unhealthy(f"seed {seed}: the evolving arm proposed no mutation: it did not measure evolution")
+    population = [row["entity_count"] for row in rows]
+    starvation = sum(row["death_starvation"] for row in rows)
+    molbot_ticks = sum(population) * SNAPSHOT_INTERVAL
+    every = max(1, args.sample_ticks // SNAPSHOT_INTERVAL)
+    sampled = rows[every - 1 :: every]
+    return {
+        "arm": arm,
+        "seed": seed,
+        "ticks": args.ticks,
+        "wall_s": round(wall_s, 1),
+        "ticks_per_s": round(args.ticks / wall_s, 1),
+        "population_mean": round(statistics.fmean(population), 2),
+        "population_final": population[-1],
+        "avg_energy_mean": round(statistics.fmean(row["avg_energy"] for row in rows), 2),
+        "starvation_deaths": starvation,
+        "starvation_per_1k_molbot_ticks": round(1000 * starvation / max(molbot_ticks, 1), 4),
+        "mutations": mutations,
+        "traits_quarantined": int(counters.get("genesis_engine_traits_quarantined", 0)),
+        "live_traits_at_end": int(counters.get("genesis_engine_live_traits", 0)),
+        "health": health,
+        "series": {
+            "tick": [row["tick"] for row in sampled],
+            "population": [row["entity_count"] for row in sampled],
+            "avg_energy": [round(row["avg_energy"], 2) for row in sampled],
+            "starvation_deaths": [row["death_starvation"] for row in sampled],
+        },
+    }
+
+
+# (metric, +1 when more is better for the evolving arm, -1 when less is)
+METRICS = (("population_mean", 1), ("avg_energy_mean", 1), ("starvation_per_1k_molbot_ticks", -1))
+DECIDING = ("population_mean", "starvation_per_1k_molbot_ticks")
+
+
+def confidence(differences: list[float]) -> dict[str, Any]:
+    """Mean of the paired differences and its 95 % interval (Student's t, n - 1 degrees)."""
+    mean = statistics.fmean(differences)
+    if len(differences) < 2:
+        return {"mean": round(mean, 4), "ci95": None}
+    half = scipy_stats.t.ppf(0.975, len(differences) - 1) * statistics.stdev(differences) / math.sqrt(len(differences))
+    return {"mean": round(mean, 4), "ci95": [round(mean - half, 4), round(mean + half, 4)]}
+
+
+def overall(pairs: list[dict[str, Any]], args: argparse.Namespace, wall_s: float, plot: str | None) -> dict[str, Any]:
+    difference, ahead_on = {}, []
+    for metric, sign in METRICS:
+        result = confidence([p["evolving"][metric] - p["control"][metric] for p in pairs])
+        difference[metric] = result
+        interval = result["ci95"]
+        if metric in DECIDING and interval is not None and (interval[0] > 0 if sign > 0 else interval[1] < 0):
+            ahead_on.append(metric)
+    totals: Counter[str] = Counter()
+    for pair in pairs:
+        totals.update(pair["evolving"]["mutations"])
+    return {
+        "bench": "evolution",
+        "seeds": [p["seed"] for p in pairs],
+        "ticks": args.ticks,
+        "setting": HARD,
+        "control": {m: round(statistics.fmean(p["control"][m] for p in pairs), 4) for m, _ in METRICS},
+        "evolving": {m: round(statistics.fmean(p["evolving"][m] for p in pairs), 4) for m, _ in METRICS},
+        "difference": difference,
+        "mutations": dict(totals),
+        "wall_s": round(wall_s, 1),
+        "plot": plot,
+        "ahead_on": ahead_on,
+        "evolving_arm_ahead": bool(ahead_on),
+    }
+
+
+def draw(pairs: list[dict[str, Any]], path: Path) -> None:
+    """Population over time, both arms: the mean over the seeds and the range of the seeds."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 4.2), dpi=110)
+    for arm, colour in (("control", "#888888"), ("evolving", "#1f77b4")):
+        length = min(len(p[arm]["series"]["tick"]) for p in pairs)
+        ticks = pairs[0][arm]["series"]["tick"][:length]
+        runs = [p[arm]["series"]["population"][:length] for p in pairs]
+        mean = [statistics.fmean(values) for values in zip(*runs)]
+        ax.fill_between(ticks, [min(v) for v in zip(*runs)], [max(v) for v in zip(*runs)], color=colour, alpha=0.2)
+        label = "evolution on (built-in operator)" if arm == "evolving" else "evolution off"
+        ax.plot(ticks, mean, color=colour, linewidth=2, label=f"{label}: mean of {len(pairs)} seeds")
+    ax.set_xlabel("tick")
+    ax.set_ylabel("population (Molbots)")
+    ax.set_title("Population in a hard world, evolution on vs off (band: range over the seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+
+
+async def main(args: argparse.Namespace) -> int:
+    started = time.monotonic()
+    database_url = await prepare_database()
+    env = await start_temporal()
+    base = Settings().override(
+        database_url=database_url,
+        redis_url=f"redis://127.0.0.1:6379/{args.redis_db}",
+        temporal_address=env.client.service_client.config.target_host,
+    )
+    pairs: list[dict[str, Any]] = []
+    try:
+        for seed in range(args.first_seed, args.first_seed + args.seeds):
+            pair: dict[str, Any] = {"seed": seed}
+            for arm in ARMS:
+                log(f"seed {seed}: {arm} arm, {args.ticks} ticks")
+                pair[arm] = await run_arm(arm, seed, args, base, database_url, env.client)
+            for metric, _ in METRICS:
+                pair.setdefault("difference", {})[metric] = round(pair["evolving"][metric] - pair["control"][metric], 4)
+            pairs.append(pair)
+            print(json.dumps(pair), flush=True)
+    except Unhealthy as exc:
+        log(f"FAILED: {exc}")
+        return 1
+    finally:
+        await env.shutdown()
+    plot = None
+    if args.plot:
+        path = Path(args.plot)
+        draw(pairs, path if path.is_absolute() else PROJECT_ROOT / path)
+        plot = str(args.plot)
+    print(json.dumps(overall(pairs, args, time.monotonic() - started, plot)), flush=True)
+    return 0
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.evolution", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seeds", type=int, default=5, help="world pairs to run (seeds first-seed, first-seed+1, ...)")
+    parser.add_argument("--first-seed", type=int, default=1)
+    parser.add_argument("--ticks", type=int, default=20000, help="ticks each world runs")
+    parser.add_argument("--schedule-s", type=float, default=2.0, help="periodic improvement every this many seconds")
+    parser.add_argument("--cooldown-s", type=float, default=2.0, help="the Watcher's cooldown per anomaly type")
+    parser.add_argument("--sample-ticks", type=int, default=500, help="ticks between two points of a printed series")
+    parser.add_argument("--plot", default="docs/img/evolution.png", help="PNG of population over time ('' : none)")
+    parser.add_argument("--redis-db", type=int, default=14, help="flushed by the run (the benches' db)")
+    parser.add_argument("--arm-timeout-s", type=float, default=1800.0, help="an arm slower than this fails")
+    return parser.parse_args(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(parse_args())))
