@@ -157,23 +157,22 @@ async def test_world_stats_traits_and_tasks_read_clearly(api_url, http, engine_p
 
 
 def walkthrough_script() -> str:
-    """The README's walkthrough as a new user types it into a shell: the trait files of steps 1
-    and 4, `genesis agents register` (then the export line it printed, pasted), `genesis propose`,
-    and the curl commands of step 4."""
+    """The README's walkthrough as a new user types it into a shell in the checkout: step 1 (minus
+    the venv, which the test's interpreter stands for), `genesis agents register` (then the export
+    line it printed, pasted), `genesis propose`, and the curl commands of step 4."""
     readme = README.read_text(encoding="utf-8")
     blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
-    step1 = next(b for b in blocks if "cat > slow_burner.py" in b)
+    step1 = next(b for b in blocks if "examples/traits/" in b and "curl" not in b)
     step2 = next(b for b in blocks if "genesis agents register" in b)
-    step4 = next(b for b in blocks if "curl" in b and "cat > food_seeker.py" in b)
-    propose = re.search(r"^\$ (genesis propose slow_burner\.py .*)$", readme, re.M).group(1)
+    step4 = next(b for b in blocks if "curl" in b and "/api/mutations/propose" in b)
+    propose = re.search(r"^\$ (genesis propose .*--goal .*)$", readme, re.M).group(1)
     register = next(line for line in step2.splitlines() if line.startswith("genesis agents register"))
-    files = "\n".join(line for line in step1.splitlines() if not line.startswith(". .venv"))
     return "\n".join(
         [
             'genesis() { "$GENESIS_PYTHON" -m genesis.cli "$@"; }',
-            files,
-            f'{register} > register.out; echo "register exit $?"; cat register.out',
-            'eval "$(grep "^export GENESIS_API_KEY=" register.out)"',  # the line the user pastes
+            "\n".join(line for line in step1.splitlines() if not line.startswith(". .venv")),
+            f'{register} > "$WALK_DIR/register.out"; echo "register exit $?"; cat "$WALK_DIR/register.out"',
+            'eval "$(grep "^export GENESIS_API_KEY=" "$WALK_DIR/register.out")"',  # the line the user pastes
             f'{propose}; echo "propose exit $?"',
             step4.replace("localhost:8000", "$GENESIS_API_URL"),
             'echo "curl exit $?"',
@@ -181,15 +180,15 @@ def walkthrough_script() -> str:
     )
 
 
-async def run_walkthrough(api_url: str, where: Path) -> tuple[str, str]:
+async def run_walkthrough(api_url: str, scratch: Path) -> tuple[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_")}
     env.update({"GENESIS_API_URL": api_url, "GENESIS_PYTHON": sys.executable, "COLUMNS": "80"})
-    env["PYTHONPATH"] = str(PROJECT_ROOT)  # the CLI of this checkout, run from the user's directory
+    env["WALK_DIR"] = str(scratch)
     shell = await asyncio.create_subprocess_exec(
         "bash",
         "-c",
         walkthrough_script(),
-        cwd=where,
+        cwd=PROJECT_ROOT,
         env=env,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -204,27 +203,28 @@ async def test_the_readme_walkthrough_twice(start_api, engine_proc, tmp_path):
     request for an empty mutation id. An API whose rollback threshold no window reaches keeps
     every trait, so the first run's verdicts do not depend on how the world happened to go."""
     api_url = await start_api("api-walkthrough", rollback_threshold=-1000.0)
+    cli_trait = re.search(r"^\$ genesis propose \S+ --name (\w+)", README.read_text(), re.M).group(1)
     out, err = await run_walkthrough(api_url, tmp_path)
     assert "register exit 0" in out and "propose exit 0" in out and "curl exit 0" in out, out + err
-    assert "kept: slow_burner v1" in out, out
+    assert f"kept: {cli_trait} v1" in out, out
     first_key = EXPORT_LINE.search(out).group(1)
-    food_seeker = re.search(r'"mutation_id":"(mut_[0-9a-f]+)"', err).group(1)  # the answer tee'd to stderr
-    assert f'"mutation_id": "{food_seeker}"' in out  # then its status
+    curl_mutation = re.search(r'"mutation_id":"(mut_[0-9a-f]+)"', err).group(1)  # the answer tee'd to stderr
+    assert f'"mutation_id": "{curl_mutation}"' in out  # then its status
     async with httpx.AsyncClient(base_url=api_url, timeout=30) as http:
-        await wait_for_status(http, food_seeker, {"activated", "kept"})  # a user reads the docs meanwhile
+        await wait_for_status(http, curl_mutation, {"activated", "kept"})  # a user reads the docs meanwhile
 
     out, err = await run_walkthrough(api_url, tmp_path)
     assert "register exit 0" in out and "propose exit 1" in out and "curl exit 1" in out, out + err
     assert "Traceback" not in out + err and "KeyError" not in out + err
-    assert "Error: TRAIT_EXISTS: trait 'slow_burner' is live as v1" in err
-    assert "with this command: add --replaces slow_burner@1 to modify it, or choose another --name" in err
+    assert f"Error: TRAIT_EXISTS: trait '{cli_trait}' is live as v1" in err
+    assert f"with this command: add --replaces {cli_trait}@1 to modify it, or choose another --name" in err
     assert "refused: TRAIT_EXISTS" in err and "Not Found" not in out + err  # no GET /api/mutations//status
 
     async with httpx.AsyncClient(base_url=api_url, timeout=30, headers={"X-API-Key": first_key}) as http:
-        slow_burner = (await http.get("/api/traits/slow_burner")).json()["live"]["mutation_id"]
-        for mutation_id in (slow_burner, food_seeker):  # leave the session's world as it was
+        cli_mutation = (await http.get(f"/api/traits/{cli_trait}")).json()["live"]["mutation_id"]
+        for mutation_id in (cli_mutation, curl_mutation):  # leave the session's world as it was
             await wait_for_status(http, mutation_id, {"kept"}, timeout_s=90)
             response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "test over"})
             assert response.status_code == 202, response.text
-        for mutation_id in (slow_burner, food_seeker):
+        for mutation_id in (cli_mutation, curl_mutation):
             await wait_for_status(http, mutation_id, {"rolled_back"}, timeout_s=90)
