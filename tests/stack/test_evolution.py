@@ -368,11 +368,15 @@ async def test_an_llm_modification_descends_from_the_live_version(evo_worker, sc
     await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
 
 
-async def observe_well(temporal_client, mutation_id: str) -> None:
-    """Close a mutation's observation window with a world that did well (it is kept)."""
+async def observe_well(temporal_client, mutation_id: str, thriving: str | None = None) -> None:
+    """Close a mutation's observation window with a world that did well (it is kept); with
+    ``thriving``, that trait's carriers did better than the other Molbots."""
     handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
+    after = sample(600, 110, 55.0, 2)
+    if thriving:
+        after.trait_stats = {thriving: {"carriers": 10, "avg_energy": 70.0, "births": 2, "deaths": {}}}
     await handle.signal("world_snapshot", sample(300, 100, 50.0, 5))
-    await handle.signal("world_snapshot", sample(600, 110, 55.0, 2))
+    await handle.signal("world_snapshot", after)
 
 
 async def test_rejected_code_is_retried_once_with_the_validators_feedback(evo_worker, script, http, temporal_client):
@@ -684,13 +688,12 @@ async def test_the_builtin_operator_runs_a_whole_cycle_without_a_model(
         assert status["status"] == "activated", status
         assert status["agent_id"] == "genesis-coder" and status["trait_name"] == name
 
-        handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
-        await handle.signal("world_snapshot", sample(300, 100, 50.0, 5))
-        await handle.signal("world_snapshot", sample(600, 110, 55.0, 2))
+        await observe_well(temporal_client, mutation_id, thriving=name)  # its carriers did well
         cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
         assert (cycle["stage"], cycle["status"], cycle["mutation_status"]) == ("completed", "succeeded", "kept")
         status = (await http.get(f"/api/mutations/{mutation_id}/status")).json()
-        assert status["fitness_verdict"] in operator.FIT_VERDICTS
+        effects = (await http.get(f"/api/mutations/{mutation_id}/effects")).json()["effects"]
+        assert operator.fit_parent(status["fitness_verdict"], effects), (status, effects)
         await check_builtin_lineage(http, status, operator.seed_of(trigger_id, cycle["attempts"]))
 
         # A second cycle: the first one's trait is live and fit, so the operator varies live
@@ -728,7 +731,8 @@ async def test_the_builtin_operator_runs_a_whole_cycle_without_a_model(
 
 async def check_builtin_lineage(http, status: dict, seed: int) -> list[dict]:
     """The stored lineage of a built-in operator's proposal: its origin, seed and operators, and
-    parents that were live, fit versions of other traits (or a seed trait of the library).
+    parents that are versions of other traits whose carriers did well (or a seed trait of the
+    library).
     Returns the parents."""
     lineage = status["lineage"]
     assert lineage["origin"] == "builtin" and lineage["seed"] == seed, lineage
@@ -740,6 +744,6 @@ async def check_builtin_lineage(http, status: dict, seed: int) -> list[dict]:
         versions = (await http.get(f"/api/traits/{parent['trait_name']}")).json()["versions"]
         made = {v["version"]: v["mutation_id"] for v in versions}
         assert made[parent["version"]] == parent["mutation_id"], (parent, versions)
-        verdict = (await http.get(f"/api/mutations/{parent['mutation_id']}/status")).json()["fitness_verdict"]
-        assert verdict in operator.FIT_VERDICTS, (parent, verdict)
+        judged = (await http.get(f"/api/mutations/{parent['mutation_id']}/effects")).json()
+        assert operator.fit_parent(judged["fitness_verdict"], judged["effects"]), (parent, judged)
     return lineage["parents"]
