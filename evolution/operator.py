@@ -163,11 +163,13 @@ def _self_free(body: list[ast.stmt]) -> bool:
 
 def _perturb(body: list[ast.stmt], rng: random.Random) -> int:
     """Scale numeric constants in place; returns how many changed. Comparisons with 0 and
-    modulo divisors keep their meaning: 0 stays 0, an integer stays an integer of at least 2."""
+    modulo divisors keep their meaning: 0 stays 0, an integer stays an integer of at least 2.
+    Indices (``food[1]``) are positions, not quantities: they stay as they are."""
+    indices = {id(node.slice) for stmt in body for node in ast.walk(stmt) if isinstance(node, ast.Subscript)}
     changed = 0
     for stmt in body:
         for node in ast.walk(stmt):
-            if not isinstance(node, ast.Constant) or isinstance(node.value, bool):
+            if not isinstance(node, ast.Constant) or isinstance(node.value, bool) or id(node) in indices:
                 continue
             if not isinstance(node.value, int | float) or node.value == 0:
                 continue

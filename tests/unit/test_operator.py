@@ -72,6 +72,16 @@ def test_a_variant_names_its_live_parents_and_its_operators_without_details():
         assert set(variant.operator_names) <= set(operator.OPERATORS)
 
 
+def test_perturb_leaves_indices_alone():
+    """``food[1]`` is the resource's y: scaled, it would index past the pair and raise."""
+    starvation = operator.SEEDS["starvation"]
+    assert "food[1]" in starvation
+    perturbed = [operator.vary(f"forage_{s}", s, anomaly="starvation", operators=3) for s in range(60)]
+    assert any("perturb" in v.operator_names for v in perturbed)
+    for variant in perturbed:
+        assert "food[0], food[1]" in variant.code, variant.code
+
+
 def test_a_parent_without_an_execute_method_is_refused():
     with pytest.raises(operator.NotATrait):
         operator.vary("orphan", 1, parents={"broken": "class Broken:\n    pass\n"})
