@@ -39,14 +39,17 @@ from genesis.dto import (
     EvolutionCycleInput,
     EvolutionPlan,
     FeedPost,
+    Lineage,
     MutationInput,
     MutationStatus,
     ParamsApply,
     ParamsRevert,
+    ParentVersion,
     ProposalRequest,
 )
 from genesis.ids import mutation_workflow_id
 from genesis.workflow_api import evolution_workflow_id, llm_task_queue
+from pipeline import lineage
 from pipeline.proposals import mutation_input
 
 CODER_AGENT_ID = "genesis-coder"
@@ -195,21 +198,34 @@ class EvolutionActivities:
             return True
         return llm_settings.provider != "off" and operator.takes_cycle(trigger_id, llm_settings.builtin_share)
 
-    async def _fit_parents(self) -> dict[str, str]:
-        """Sources of the live traits whose carriers did well (``operator.fit_parent``): the
-        operator's parents."""
+    async def _fit_parents(self) -> dict[str, tuple[str, ParentVersion]]:
+        """The live traits whose carriers did well (``operator.fit_parent``): the operator's
+        parents, each with its source and its live version."""
         async with self._sessions() as session:
             rows = await session.execute(
-                select(TraitVersion.trait_name, TraitVersion.code, Mutation.fitness_verdict, Mutation.effects)
+                select(
+                    TraitVersion.trait_name,
+                    TraitVersion.version,
+                    TraitVersion.mutation_id,
+                    TraitVersion.code,
+                    Mutation.fitness_verdict,
+                    Mutation.effects,
+                )
                 .join(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
                 .where(TraitVersion.status == "active")
                 .where(Mutation.fitness_verdict.in_(operator.FIT_VERDICTS))
             )
-            return {name: code for name, code, verdict, effects in rows.all() if operator.fit_parent(verdict, effects)}
+            return {
+                name: (code, lineage.parent_version(name, version, mutation_id))
+                for name, version, mutation_id, code, verdict, effects in rows.all()
+                if operator.fit_parent(verdict, effects)
+            }
 
-    async def _builtin_code(self, request: CoderRequest) -> str:
+    async def _builtin_code(self, request: CoderRequest) -> tuple[str, Lineage]:
+        """The operator's variant and its lineage: the live versions of the traits it varied."""
         plan = request.plan
-        parents = {name: code for name, code in (await self._fit_parents()).items() if name != plan.trait_name}
+        fit = {name: found for name, found in (await self._fit_parents()).items() if name != plan.trait_name}
+        parents = {name: code for name, (code, _) in fit.items()}
         seed = operator.seed_of(request.trigger_id, request.attempt)
         try:
             variant = operator.vary(plan.trait_name or "", seed, anomaly=plan.target_behavior, parents=parents)
@@ -224,7 +240,13 @@ class EvolutionActivities:
             ", ".join(variant.operators),
             seed,
         )
-        return variant.code
+        return variant.code, Lineage(
+            origin=operator.PROVIDER,
+            parents=[fit[name][1] for name in variant.trait_parents],
+            operators=variant.operator_names,
+            seed=seed,
+            seed_trait=variant.seed_trait,
+        )
 
     @activity.defn(name=names.ARCHITECT_PLAN)
     async def architect_plan(self, context: CycleContext) -> EvolutionPlan:
@@ -252,6 +274,7 @@ class EvolutionActivities:
         A modification is written from the live version's source."""
         plan = request.plan
         current, live_version = None, None
+        origin = Lineage(origin=self._settings.llm.provider)
         if plan.action_type == "modify_trait":
             async with self._sessions() as session:
                 live = await session.scalar(
@@ -261,8 +284,9 @@ class EvolutionActivities:
                 )
             if live is not None:
                 current, live_version = live.code, live.version
+                origin.parents = [lineage.parent_version(live.trait_name, live.version, live.mutation_id)]
         if self._builtin(request.trigger_id):
-            code = await self._builtin_code(request)
+            code, origin = await self._builtin_code(request)
         else:
             if request.rejected_code is not None and request.feedback:
                 prompt = prompts.retry_prompt(plan, current, request.rejected_code, request.feedback)
@@ -281,6 +305,7 @@ class EvolutionActivities:
             error=None if result.ok else f"{result.failure_code}: {result.validation_log[-1]}",
             class_name=result.class_name,
             live_version=live_version,
+            lineage=origin,
         )
 
     # -- the proposal ---------------------------------------------------------------------------
@@ -305,6 +330,7 @@ class EvolutionActivities:
             replaces_trait=plan.trait_name if modifies else None,
             replaces_version=request.replaces_version if modifies else None,
             replacement_approved_by=EVOLUTION_APPROVAL,
+            lineage=request.lineage.model_dump() if request.lineage is not None else None,
         )
         async with self._sessions() as session:
             await session.execute(

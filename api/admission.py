@@ -34,9 +34,9 @@ from api.schemas import ProposeRequest, ProposeResponse
 from evolution import tasks
 from genesis import netpolicy
 from genesis.db.models import Mutation, TraitVersion
-from genesis.dto import FailureCode, MutationStatus, TraitRef
+from genesis.dto import FailureCode, MutationStatus, ParentVersion, TraitRef
 from genesis.ids import mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
-from pipeline import ratelimit, webhooks
+from pipeline import lineage, ratelimit, webhooks
 
 # Postgres unreachable or failing while admitting a proposal: 503 DATABASE_UNAVAILABLE, nothing
 # recorded. The driver's errors arrive wrapped by SQLAlchemy; a refused or timed-out connect as OSError.
@@ -185,10 +185,14 @@ class ProposalTarget:
     replaces: TraitRef | None = None
     require_new: bool = False
     approved_by: str | None = None
+    parent: ParentVersion | None = None  # the live version it replaces: its lineage's parent
 
     def record_fields(self) -> dict[str, Any]:
         """Columns of the mutation record."""
-        fields: dict[str, Any] = {"replacement_approved_by": self.approved_by}
+        fields: dict[str, Any] = {
+            "replacement_approved_by": self.approved_by,
+            "lineage": lineage.agent_lineage(self.parent),
+        }
         if self.replaces is not None:
             fields.update(replaces_trait=self.replaces.trait_name, replaces_version=self.replaces.version)
         return fields
@@ -210,8 +214,8 @@ async def _check_replacement(
     live = (await conn.execute(_LIVE_TRAIT, {"trait_name": name})).first()
     if live is not None and may_replace and approved_by is None:
         _check_owner(name, live, agent_id)
-    if body.replaces is None and not reject_existing:
-        return ProposalTarget(approved_by=approved_by)
+    if body.replaces is None and not reject_existing:  # replaces the live version, if there is one
+        return ProposalTarget(approved_by=approved_by, parent=_parent(name, live))
     if body.replaces is None:
         if live is not None:
             raise ApiError(
@@ -246,7 +250,14 @@ async def _check_replacement(
             f"v{live.version}",
             extra={"live_version": live.version},
         )
-    return ProposalTarget(replaces=TraitRef(trait_name=name, version=wanted), approved_by=approved_by)
+    return ProposalTarget(
+        replaces=TraitRef(trait_name=name, version=wanted), approved_by=approved_by, parent=_parent(name, live)
+    )
+
+
+def _parent(name: str, live: Row | None) -> ParentVersion | None:
+    """The live version ``live`` (a row of _LIVE_TRAIT) as a lineage parent."""
+    return lineage.parent_version(name, live.version, live.mutation_id) if live is not None else None
 
 
 def _check_owner(name: str, live: Row, agent_id: str) -> None:

@@ -12,6 +12,7 @@ from api.auth import acting_agent, operator_of
 from api.errors import ApiError, Responses
 from api.schemas import ErrorResponse, MutationStatusResponse, QuarantineInfo, TraitVersionRef
 from genesis.db.models import Mutation, TraitQuarantine, TraitVersion
+from pipeline.lineage import recorded_lineage
 
 MUTATION_ERRORS: Responses = {
     400: {"model": ErrorResponse, "description": "Malformed JSON"},
@@ -146,6 +147,7 @@ def status_response(record: Mutation, quarantine: TraitQuarantine | None = None)
         restored_version=record.restored_version,
         replacement_approved_by=record.replacement_approved_by,
         quarantine=quarantine_info(quarantine),
+        lineage=recorded_lineage(record),
     )
 
 

@@ -1,5 +1,6 @@
-"""Live traits and their versions: GET /api/traits, GET /api/traits/{trait_name}. (The
-propose-time check of a proposal that modifies a live trait is part of api/admission.py.)"""
+"""Live traits and their versions: GET /api/traits, GET /api/traits/{trait_name}, and the family
+tree GET /api/traits/{trait_name}/lineage. (The propose-time check of a proposal that modifies a
+live trait is part of api/admission.py.)"""
 
 from __future__ import annotations
 
@@ -15,9 +16,12 @@ from api.errors import ApiError, Responses, unavailable
 from api.mutation_records import quarantine_info, replaces_ref
 from api.schemas import (
     ErrorResponse,
+    LineageEdge,
+    LineageNode,
     LiveTraitVersion,
     PendingModification,
     TraitDetailResponse,
+    TraitLineageResponse,
     TraitsResponse,
     TraitSummary,
     TraitVersionInfo,
@@ -26,6 +30,7 @@ from api.schemas import (
 from evolution import world_metrics
 from genesis.db.models import Mutation, TraitQuarantine, TraitVersion
 from genesis.dto import MutationStatus, terminal_statuses
+from pipeline import lineage
 from pipeline.quarantines import quarantined, quarantines_of
 
 log = logging.getLogger("genesis.api")
@@ -36,6 +41,18 @@ ERRORS: Responses = {
     422: {"model": ErrorResponse, "description": "trait_name is not snake_case"},
     503: {"model": ErrorResponse, "description": "Postgres is unavailable"},
 }
+
+
+def _check_name(trait_name: str) -> None:
+    """422 for a trait name that is not snake_case."""
+    problem = trait_name_problem(trait_name)
+    if problem:
+        raise ApiError(
+            422,
+            "VALIDATION_ERROR",
+            f"trait_name: {problem}",
+            extra={"errors": [{"field": "trait_name", "message": problem}]},
+        )
 
 
 def _db_down(exc: Exception) -> ApiError:
@@ -106,14 +123,7 @@ async def trait_detail(
     """One trait: its live version with the **source code** (what a modification starts from),
     every activated version with its status (``quarantined``: the engine stopped running it), and
     the proposals of it still in flight."""
-    problem = trait_name_problem(trait_name)
-    if problem:
-        raise ApiError(
-            422,
-            "VALIDATION_ERROR",
-            f"trait_name: {problem}",
-            extra={"errors": [{"field": "trait_name", "message": problem}]},
-        )
+    _check_name(trait_name)
     services = request.app.state.services
     in_flight = {MutationStatus.queued.value, MutationStatus.validating.value, MutationStatus.sandbox_ok.value}
     in_flight -= {s.value for s in terminal_statuses(services.settings.activate_mutations)}
@@ -182,6 +192,61 @@ async def trait_detail(
         ],
         carriers=carriers.get(trait_name, 0) if carriers is not None and live is not None else None,
         snapshot_tick=tick,
+    )
+
+
+@router.get("/{trait_name}/lineage", response_model=TraitLineageResponse, responses=ERRORS)
+async def trait_lineage(
+    trait_name: str,
+    request: Request,
+    depth: int = Query(
+        default=lineage.MAX_DEPTH,
+        ge=0,
+        le=lineage.MAX_DEPTH,
+        description="Generations of ancestors to follow above the trait's versions",
+    ),
+) -> TraitLineageResponse:
+    """The family tree of a trait: its activated versions and, across traits, the versions they
+    were made from (the versions live when each was proposed), generation by generation, with
+    each version's fitness verdict and how it was made. Bounded: ``depth`` generations, at most
+    500 versions (``truncated`` says when a bound left ancestors out)."""
+    _check_name(trait_name)
+    try:
+        async with request.app.state.services.sessions() as session:
+            tree = await lineage.family_tree(session, trait_name, depth)
+    except (SQLAlchemyError, OSError) as exc:
+        raise _db_down(exc) from exc
+    if not tree.versions:
+        raise ApiError(
+            404,
+            "TRAIT_NOT_FOUND",
+            f"no version of trait '{trait_name}' was ever activated; GET /api/traits lists the live traits",
+        )
+    return TraitLineageResponse(
+        trait_name=trait_name,
+        nodes=[_lineage_node(version) for version in tree.versions],
+        edges=[LineageEdge(parent=parent, child=child) for parent, child in tree.edges],
+        depth=tree.depth,
+        truncated=tree.truncated,
+    )
+
+
+def _lineage_node(version: lineage.TreeVersion) -> LineageNode:
+    row, mutation, recorded = version.row, version.mutation, version.lineage
+    return LineageNode(
+        mutation_id=row.mutation_id,
+        trait_name=row.trait_name,
+        version=row.version,
+        generation=version.generation,
+        agent_id=mutation.agent_id if mutation else None,
+        status=version.status,
+        mutation_status=mutation.status if mutation else None,
+        fitness_verdict=mutation.fitness_verdict if mutation else None,
+        origin=recorded.origin if recorded else None,
+        operators=recorded.operators if recorded else [],
+        seed=recorded.seed if recorded else None,
+        seed_trait=recorded.seed_trait if recorded else None,
+        created_at=row.created_at.timestamp(),
     )
 
 

@@ -11,7 +11,7 @@ from pydantic.config import JsonDict
 
 import gatekeeper
 from genesis import rules
-from genesis.dto import TaskSeverity
+from genesis.dto import Lineage, TaskSeverity
 from pipeline import webhooks
 
 AGENT_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
@@ -247,6 +247,11 @@ class MutationStatusResponse(BaseModel):
         default=None,
         description="Set once the engine quarantined its trait (status becomes rolled_back, "
         "rollback_reason 'quarantined: ...', within seconds); null otherwise",
+    )
+    lineage: Lineage | None = Field(
+        default=None,
+        description="Where its code came from: the versions live when it was proposed that it was made "
+        "from, the operators applied, the seed, the origin (null: recorded before lineage existed)",
     )
 
 
@@ -664,6 +669,39 @@ AnomalyType = Literal[
     "low_diversity",
     "stagnation",
 ]
+
+
+class LineageNode(BaseModel):
+    """One trait version of a family tree."""
+
+    mutation_id: str = Field(description="The mutation that made this version (the node's id in ``edges``)")
+    trait_name: str
+    version: int
+    generation: int = Field(description="0: a version of the trait asked for; n: n generations above them")
+    agent_id: str | None = Field(description="Who proposed it (genesis-coder: an evolution cycle)")
+    status: str = Field(description="active | quarantined | superseded | rolled_back")
+    mutation_status: str | None = Field(description="The status of the mutation that made this version")
+    fitness_verdict: str | None = Field(description="positive | neutral | negative; null: not observed (yet)")
+    origin: str | None = Field(description="builtin, the LLM provider's name, or agent; null: recorded before lineage")
+    operators: list[str] = Field(description="The built-in operator's steps in order: seed, perturb, insert, recombine")
+    seed: int | None = Field(description="The built-in operator's random seed (it gives the same code again)")
+    seed_trait: str | None = Field(description="The library's seed trait it started from, if any")
+    created_at: float = Field(description="When this version went live (unix seconds)")
+
+
+class LineageEdge(BaseModel):
+    parent: str = Field(description="The parent version's mutation_id")
+    child: str = Field(description="The child version's mutation_id")
+
+
+class TraitLineageResponse(BaseModel):
+    trait_name: str
+    nodes: list[LineageNode] = Field(
+        description="The trait's versions (generation 0, newest first), then their ancestors by generation"
+    )
+    edges: list[LineageEdge] = Field(description="parent → child, between nodes of this answer")
+    depth: int = Field(description="Generations of ancestors found above the trait's versions")
+    truncated: bool = Field(description="True: the depth or the number of versions bounded the tree")
 
 
 class EvolutionTriggerRequest(BaseModel):

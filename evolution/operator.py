@@ -96,6 +96,7 @@ INSERTIONS: tuple[str, ...] = (
 
 PERTURB_RANGE = (0.6, 1.4)
 OPERATORS = ("perturb", "insert", "recombine")
+SEED_PARENT = "seed:"  # a lineage entry naming a seed trait of the library, e.g. "seed:starvation"
 
 
 class NotATrait(ValueError):
@@ -110,6 +111,24 @@ class Variant:
     parents: list[str] = field(default_factory=list)
     operators: list[str] = field(default_factory=list)
     seed: int = 0
+
+    @property
+    def trait_parents(self) -> list[str]:
+        """The names of the live traits it was made from (a seed trait of the library is none)."""
+        return [name for name in self.parents if not name.startswith(SEED_PARENT)]
+
+    @property
+    def seed_trait(self) -> str | None:
+        """The library's seed trait it started from, if it did not start from a live trait."""
+        first = self.parents[0] if self.parents else ""
+        return first.removeprefix(SEED_PARENT) if first.startswith(SEED_PARENT) else None
+
+    @property
+    def operator_names(self) -> list[str]:
+        """The operators applied, in order, without their details (``perturb:3`` -> ``perturb``);
+        ``seed`` first when it started from a seed trait."""
+        applied = [step.split(":", 1)[0] for step in self.operators]
+        return ["seed", *applied] if self.seed_trait is not None else applied
 
 
 def class_name_for(trait_name: str) -> str:
@@ -144,11 +163,13 @@ def _self_free(body: list[ast.stmt]) -> bool:
 
 def _perturb(body: list[ast.stmt], rng: random.Random) -> int:
     """Scale numeric constants in place; returns how many changed. Comparisons with 0 and
-    modulo divisors keep their meaning: 0 stays 0, an integer stays an integer of at least 2."""
+    modulo divisors keep their meaning: 0 stays 0, an integer stays an integer of at least 2.
+    Indices (``food[1]``) are positions, not quantities: they stay as they are."""
+    indices = {id(node.slice) for stmt in body for node in ast.walk(stmt) if isinstance(node, ast.Subscript)}
     changed = 0
     for stmt in body:
         for node in ast.walk(stmt):
-            if not isinstance(node, ast.Constant) or isinstance(node.value, bool):
+            if not isinstance(node, ast.Constant) or isinstance(node.value, bool) or id(node) in indices:
                 continue
             if not isinstance(node.value, int | float) or node.value == 0:
                 continue
@@ -197,7 +218,7 @@ def vary(
         body, lineage = [*usable[first]], [first]
     else:
         kind = anomaly if anomaly in SEEDS else DEFAULT_SEED
-        body, lineage = _statements(SEEDS[kind]), [f"seed:{kind}"]
+        body, lineage = _statements(SEEDS[kind]), [f"{SEED_PARENT}{kind}"]
     applied: list[str] = []
     for _ in range(max(1, operators)):
         choice = rng.choice(OPERATORS)

@@ -351,6 +351,28 @@ class CoderRequest(BaseModel):
     feedback: str | None = None
 
 
+class ParentVersion(BaseModel):
+    """A trait version a new one descends from: the version that was live when it was proposed."""
+
+    trait_name: str
+    version: int
+    mutation_id: str
+
+
+class Lineage(BaseModel):
+    """Where a proposal's code came from (``mutations.lineage``): the live versions it was made
+    from, the operators applied to them in order (the built-in operator's ``perturb``, ``insert``,
+    ``recombine``, and ``seed`` for a start from a seed trait of the library, named in
+    ``seed_trait``), the operator's random seed, and its origin: ``builtin``, the LLM provider's
+    name, or ``agent``. No parents: a new trait."""
+
+    origin: str
+    parents: list[ParentVersion] = Field(default_factory=list)
+    operators: list[str] = Field(default_factory=list)
+    seed: int | None = None
+    seed_trait: str | None = None
+
+
 class CoderResult(BaseModel):
     """The Coder's code and the gatekeeper's pre-validation of it."""
 
@@ -360,6 +382,7 @@ class CoderResult(BaseModel):
     error: str | None = None  # the validator's verdict, fed back on the retry
     class_name: str | None = None
     live_version: int | None = None  # modify_trait: the version the code was based on
+    lineage: Lineage | None = None  # None: a result recorded before lineage existed
 
 
 class ProposalRequest(BaseModel):
@@ -371,6 +394,7 @@ class ProposalRequest(BaseModel):
     code: str
     task_id: str | None = None
     replaces_version: int | None = None
+    lineage: Lineage | None = None  # recorded on the mutation (None: unknown)
 
 
 class CycleUpdate(BaseModel):

@@ -175,6 +175,7 @@ class EvolutionCycleWorkflow:
                 code=result.code,
                 task_id=context.task_id,
                 replaces_version=result.live_version,
+                lineage=result.lineage,  # computed by the Coder's activity (None in older histories)
             ),
             result_type=MutationInput,
             start_to_close_timeout=timedelta(seconds=30),

@@ -5,7 +5,9 @@ import { request } from "./api.js";
 import { Agent, ProposeForm } from "./agent.js";
 import { Chart, sampleOf } from "./chart.js";
 import { Feed } from "./feed.js";
+import { LineagePanel } from "./lineage.js";
 import { MutationList } from "./mutations.js";
+import { TraitList } from "./traits.js";
 import { WorldView } from "./world.js";
 
 const $ = (id) => document.getElementById(id);
@@ -38,19 +40,25 @@ async function main() {
     state: $("agent-state"), registerForm: $("register-form"), registerName: $("register-name"),
     keyForm: $("key-form"), keyInput: $("key-input"), forget: $("forget-key"), message: $("agent-message"),
   }, config);
+  const lineage = new LineagePanel({
+    title: $("lineage-title"), form: $("lineage-form"), input: $("lineage-name"), note: $("lineage-note"), tree: $("lineage-tree"),
+  });
+  const openLineage = (name) => lineage.open(name);
   const mutations = new MutationList({
     list: $("mutations"), note: $("mutations-note"), statusFilter: $("status-filter"), mineFilter: $("mine-filter"),
-  }, config, agent);
+  }, config, agent, openLineage);
   new ProposeForm({
     form: $("propose-form"), traitName: $("trait-name"), goal: $("goal"), replaces: $("replaces"),
     code: $("code"), result: $("propose-result"),
   }, agent, () => mutations.refresh());
   const feed = new Feed({ list: $("feed"), note: $("feed-note") }, config);
+  const traits = new TraitList({ list: $("traits"), note: $("traits-note") }, openLineage);
 
-  window.genesisViewer = { config, world, chart, agent, mutations, feed };
+  window.genesisViewer = { config, world, chart, agent, mutations, feed, traits, lineage };
   await agent.start();
   mutations.start();
   feed.start();
+  traits.start();
 }
 
 // The engine's world size (GET /api/world/state, until it answers) and headline numbers

@@ -2,6 +2,7 @@
 // links to its workflow in the Temporal UI and unfolds its validation log.
 
 import { describeError, el, request, timeOf } from "./api.js";
+import { madeBy } from "./lineage.js";
 
 const REFRESH_MS = 2000;
 
@@ -14,9 +15,18 @@ export function logList(lines) {
   return el("ol", { class: "log" }, lines.map((line) => el("li", { class: /FAILED|ERROR/.test(line) ? "failed" : null, text: line })));
 }
 
+// Where a mutation's code came from: its origin and operators, and the versions it was made from.
+function lineageLine(lineage) {
+  const from = lineage.parents.length
+    ? `from ${lineage.parents.map((p) => `${p.trait_name} v${p.version}`).join(", ")}`
+    : "no parent version";
+  return `lineage: ${madeBy(lineage)} · ${from}`;
+}
+
 export class MutationList {
-  constructor({ list, note, statusFilter, mineFilter }, config, agent) {
-    Object.assign(this, { list, note, statusFilter, mineFilter, config, agent });
+  // onLineage(traitName): open a trait's family tree.
+  constructor({ list, note, statusFilter, mineFilter }, config, agent, onLineage = () => {}) {
+    Object.assign(this, { list, note, statusFilter, mineFilter, config, agent, onLineage });
     this.expanded = new Set();
     this.timer = null;
     statusFilter.addEventListener("change", () => this.refresh());
@@ -80,6 +90,9 @@ export class MutationList {
         m.goal ? el("p", { class: "note", text: `goal: ${m.goal}` }) : null,
         m.quarantine ? el("p", { class: "note", text: `quarantined ${timeOf(m.quarantine.quarantined_at)}: ${m.quarantine.reason}` }) : null,
         m.rollback_reason ? el("p", { class: "note", text: `rolled back: ${m.rollback_reason}` }) : null,
+        m.lineage ? el("p", { class: "note lineage" }, lineageLine(m.lineage), " ",
+          m.trait_version != null ? el("button", { type: "button", class: "link", text: "family tree",
+            onclick: () => this.onLineage(m.trait_name) }) : null) : null,
         logList(m.validation_log)) : null,
     );
   }

@@ -53,6 +53,9 @@ class Mutation(Base):
     # X-Operator-Key came with the proposal, or the built-in evolution. None: only the proposer's
     # own versions may be replaced (checked at propose time and again at activation).
     replacement_approved_by: Mapped[str | None] = mapped_column(String(160))
+    # Where its code came from (migration 0012; genesis.dto.Lineage as a dict): parent versions,
+    # operators, seed, origin. None: recorded before lineage existed.
+    lineage: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
 

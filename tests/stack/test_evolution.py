@@ -19,7 +19,7 @@ from temporalio.worker import Replayer
 from engine.telemetry import to_redis_hash
 from engine.world import World as WorldCore, WorldParams
 from engine.world_overrides import ParamsFollower
-from evolution import cycles, llm, prompts
+from evolution import cycles, llm, operator, prompts
 from evolution.watcher import GO, Watcher
 from genesis import redis_keys as keys, world_params
 from genesis.cli.processes import free_port, worker_process
@@ -28,6 +28,7 @@ from genesis.dto import CycleContext, CycleKind
 from genesis.effects import WorldSample
 from genesis.redis_keys import Channels
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, evolution_workflow_id, task_workflow_id
+from tests import agents
 from tests.llm_server import Answer, ScriptedLLM
 from tests.stack.test_lifecycle import wait_for_status
 from tests.stack.test_mutation_pipeline import HISTORIES
@@ -334,6 +335,48 @@ async def test_starvation_anomaly_runs_a_full_cycle_to_a_live_trait(
             )
         except Exception:
             pass
+
+
+async def test_an_llm_modification_descends_from_the_live_version(evo_worker, script, http, temporal_client):
+    """A cycle whose Architect modifies a live trait records that version as the proposal's
+    parent, with the LLM provider as its origin."""
+    agent = await agents.register(http, "lineage-parent")
+    name = f"lineage_parent_{uuid.uuid4().hex[:8]}"
+    body = {"trait_name": name, "goal": "a parent", "code": forager(3, "LineageParent")}
+    response = await http.post("/api/mutations/propose", json=body, headers=agent.headers)
+    assert response.status_code == 202, response.text
+    parent_id = response.json()["mutation_id"]
+    assert (await wait_for_status(http, parent_id, {"activated", "rejected", "failed"}, 90))["status"] == "activated"
+    await observe_well(temporal_client, parent_id)
+    await wait_for_status(http, parent_id, {"kept"})
+
+    script.script(plan_answer(name, "modify_trait"), code_answer(forager(4, "LineageParent")))
+    trigger_id = await start(temporal_client)
+    cycle = await wait_cycle(http, trigger_id, lambda c: c["mutation_id"] and c["stage"] == "mutation_running")
+    child = (await http.get(f"/api/mutations/{cycle['mutation_id']}/status")).json()
+    assert child["lineage"] == {
+        "origin": "ollama",
+        "parents": [{"trait_name": name, "version": 1, "mutation_id": parent_id}],
+        "operators": [],
+        "seed": None,
+        "seed_trait": None,
+    }
+    assert child["replaces"] == {"trait_name": name, "version": 1}
+    status = await wait_for_status(http, child["mutation_id"], {"activated", "rejected", "failed"}, 90)
+    assert status["status"] == "activated", status
+    await observe_well(temporal_client, child["mutation_id"])
+    await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
+
+
+async def observe_well(temporal_client, mutation_id: str, thriving: str | None = None) -> None:
+    """Close a mutation's observation window with a world that did well (it is kept); with
+    ``thriving``, that trait's carriers did better than the other Molbots."""
+    handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
+    after = sample(600, 110, 55.0, 2)
+    if thriving:
+        after.trait_stats = {thriving: {"carriers": 10, "avg_energy": 70.0, "births": 2, "deaths": {}}}
+    await handle.signal("world_snapshot", sample(300, 100, 50.0, 5))
+    await handle.signal("world_snapshot", after)
 
 
 async def test_rejected_code_is_retried_once_with_the_validators_feedback(evo_worker, script, http, temporal_client):
@@ -645,11 +688,38 @@ async def test_the_builtin_operator_runs_a_whole_cycle_without_a_model(
         assert status["status"] == "activated", status
         assert status["agent_id"] == "genesis-coder" and status["trait_name"] == name
 
-        handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
-        await handle.signal("world_snapshot", sample(300, 100, 50.0, 5))
-        await handle.signal("world_snapshot", sample(600, 110, 55.0, 2))
+        await observe_well(temporal_client, mutation_id, thriving=name)  # its carriers did well
         cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
         assert (cycle["stage"], cycle["status"], cycle["mutation_status"]) == ("completed", "succeeded", "kept")
+        status = (await http.get(f"/api/mutations/{mutation_id}/status")).json()
+        effects = (await http.get(f"/api/mutations/{mutation_id}/effects")).json()["effects"]
+        assert operator.fit_parent(status["fitness_verdict"], effects), (status, effects)
+        await check_builtin_lineage(http, status, operator.seed_of(trigger_id, cycle["attempts"]))
+
+        # A second cycle: the first one's trait is live and fit, so the operator varies live
+        # traits; their live versions are the new trait's parents, one generation above it.
+        second_id = f"trg_{uuid.uuid4().hex[:12]}"
+        await cycles.start_cycle(temporal_client, builtin_settings.task_queue, second_id)
+        second = await wait_cycle(http, second_id, lambda c: c["mutation_id"] and c["stage"] == "mutation_running")
+        child = await wait_for_status(http, second["mutation_id"], {"activated", "rejected", "failed"}, timeout_s=120)
+        assert child["status"] == "activated", child
+        parents = await check_builtin_lineage(http, child, operator.seed_of(second_id, second["attempts"]))
+        assert parents and child["lineage"]["seed_trait"] is None and "seed" not in child["lineage"]["operators"]
+
+        tree = (await http.get(f"/api/traits/{child['trait_name']}/lineage")).json()
+        nodes = {n["mutation_id"]: n for n in tree["nodes"]}
+        assert nodes[child["mutation_id"]]["generation"] == 0 and nodes[child["mutation_id"]]["origin"] == "builtin"
+        assert nodes[child["mutation_id"]]["operators"] == child["lineage"]["operators"]
+        assert tree["depth"] >= 1
+        for parent in parents:
+            assert nodes[parent["mutation_id"]]["generation"] == 1
+            assert nodes[parent["mutation_id"]]["fitness_verdict"] in operator.FIT_VERDICTS
+            assert {"parent": parent["mutation_id"], "child": child["mutation_id"]} in tree["edges"]
+        shallow = (await http.get(f"/api/traits/{child['trait_name']}/lineage", params={"depth": 0})).json()
+        assert [n["mutation_id"] for n in shallow["nodes"]] == [child["mutation_id"]]
+        assert shallow["edges"] == [] and shallow["truncated"] is True and shallow["depth"] == 0
+        await observe_well(temporal_client, child["mutation_id"])
+        await wait_cycle(http, second_id, lambda c: c["status"] != "running")
     finally:
         try:
             await temporal_client.get_workflow_handle(task_workflow_id(outcome.task_id)).signal(
@@ -657,3 +727,23 @@ async def test_the_builtin_operator_runs_a_whole_cycle_without_a_model(
             )
         except Exception:
             pass
+
+
+async def check_builtin_lineage(http, status: dict, seed: int) -> list[dict]:
+    """The stored lineage of a built-in operator's proposal: its origin, seed and operators, and
+    parents that are versions of other traits whose carriers did well (or a seed trait of the
+    library).
+    Returns the parents."""
+    lineage = status["lineage"]
+    assert lineage["origin"] == "builtin" and lineage["seed"] == seed, lineage
+    assert lineage["operators"] and set(lineage["operators"]) <= {"seed", *operator.OPERATORS}, lineage
+    if not lineage["parents"]:
+        assert lineage["operators"][0] == "seed" and lineage["seed_trait"] in operator.SEEDS, lineage
+    for parent in lineage["parents"]:
+        assert parent["trait_name"] != status["trait_name"]
+        versions = (await http.get(f"/api/traits/{parent['trait_name']}")).json()["versions"]
+        made = {v["version"]: v["mutation_id"] for v in versions}
+        assert made[parent["version"]] == parent["mutation_id"], (parent, versions)
+        judged = (await http.get(f"/api/mutations/{parent['mutation_id']}/effects")).json()
+        assert operator.fit_parent(judged["fitness_verdict"], judged["effects"]), (parent, judged)
+    return lineage["parents"]

@@ -1,21 +1,25 @@
 """The world viewer at ``/`` in a real headless Chromium (Debian's ``chromium`` driven by
 Playwright, no downloaded browser) against the suite's real API, worker and a real engine process:
 the page loads, the world canvas changes with the engine's frames, the chart draws, a trait
-proposed in the form is listed with its Temporal UI link, and API errors are shown as the API gave
-them. Also ``GET /api/mutations`` (the list the page reads) over HTTP."""
+proposed in the form is listed with its Temporal UI link, API errors are shown as the API gave
+them, and a trait's family tree is drawn. Also ``GET /api/mutations`` (the list the page reads)
+over HTTP."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import random
 import shutil
 import uuid
 from contextlib import asynccontextmanager
 
+import httpx
 import pytest
 from playwright.async_api import Page, async_playwright
 
-from tests import agents
+from genesis.effects import WorldSample
+from tests import agents, traits
 from tests.stack.test_lifecycle import wait_for_status
 
 CHROMIUM = os.environ.get("GENESIS_CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
@@ -236,6 +240,89 @@ async def test_open_mode_proposes_without_a_key(browser, start_api, http):
         await row.wait_for(timeout=10_000)
         assert (await row.locator(".head .note").text_content()).startswith("world-viewer ")
         assert page.errors == []
+
+
+async def test_the_lineage_panel_shows_a_parent_above_its_child(page, http, start_api, temporal_client):
+    """The Lineage panel, opened from the trait list: v1 (kept, fitness positive) above v2, which
+    replaced it and is still observed, a line from one to the other; a mutation row opens it too.
+    The versions come from an API with an endless observation window, so only this test's own
+    reports (retried past the engine's) give v1 its verdict."""
+    endless = await start_api("viewer-lineage", observation_window_ticks=1_000_000_000)
+    agent = await agents.register(http, "viewer-lineage")
+    name = f"viewer_lineage_{uuid.uuid4().hex[:6]}"
+    async with httpx.AsyncClient(base_url=endless, timeout=30) as client:
+        parent = await go_live(client, agent, name)
+        await keep(http, temporal_client, parent)
+        child = await go_live(client, agent, name, replaces={"trait_name": name, "version": 1})
+    try:
+        row = page.locator(f'#traits li[data-trait-name="{name}"]')
+        await wait_js(  # the list refreshes every 5 s: it may show v1 first
+            page,
+            f"""document.querySelector('#traits li[data-trait-name="{name}"]')?.textContent.includes('{name} v2')""",
+        )
+        await row.locator("button.lineage-open").click()
+
+        tree = page.locator("#lineage-tree")
+        parent_card = tree.locator(f'.lineage-node[data-mutation-id="{parent}"]')
+        child_card = tree.locator(f'.lineage-node[data-mutation-id="{child}"]')
+        await parent_card.wait_for(timeout=10_000)
+        assert await page.locator("#lineage-title").text_content() == name
+        parent_text, child_text = await parent_card.text_content(), await child_card.text_content()
+        assert f"{name} v1" in parent_text and "superseded" in parent_text and "fitness positive" in parent_text
+        assert f"{name} v2" in child_text and "active" in child_text and "observing" in child_text
+        assert "agent" in child_text
+        above, below = await parent_card.bounding_box(), await child_card.bounding_box()
+        assert above["y"] + above["height"] <= below["y"], (above, below)
+        edge = tree.locator(f'path[data-parent="{parent}"][data-child="{child}"]')
+        assert await edge.count() == 1 and await tree.locator("path").count() == 1
+        assert (await edge.get_attribute("d")).startswith("M")
+
+        # The mutation row of v2 names its parent and opens the same tree.
+        await page.fill("#lineage-name", "")
+        await page.evaluate("window.genesisViewer.lineage.tree.replaceChildren()")
+        mutation_row = page.locator(f'#mutations li[data-mutation-id="{child}"]')
+        await mutation_row.locator(".head").click()
+        lineage_line = mutation_row.locator("p.lineage")
+        await lineage_line.wait_for(timeout=5_000)
+        assert f"from {name} v1" in await lineage_line.text_content()
+        await lineage_line.locator("button").click()
+        await child_card.wait_for(timeout=10_000)
+        assert page.errors == []
+    finally:  # leave no live trait behind: v2 first (v1 comes back), then v1
+        for mutation_id in (child, parent):
+            response = await http.post(
+                f"/api/mutations/{mutation_id}/rollback", json={"reason": "viewer test done"}, headers=agent.headers
+            )
+            assert response.status_code in (200, 202), response.text
+
+
+async def go_live(client, agent, name: str, replaces: dict | None = None) -> str:
+    body = {"trait_name": name, "goal": "lineage in the viewer", "code": traits.seeker(random.randrange(10**7))}
+    if replaces:
+        body["replaces"] = replaces
+    response = await client.post("/api/mutations/propose", json=body, headers=agent.headers)
+    assert response.status_code == 202, response.text
+    mutation_id = response.json()["mutation_id"]
+    status = await wait_for_status(client, mutation_id, {"activated", "rejected", "failed"}, 90)
+    assert status["status"] == "activated", status
+    return mutation_id
+
+
+async def keep(http, temporal_client, mutation_id: str) -> None:
+    """Close the observation window with a world that did well; a report of a running engine in
+    between starts the window over (another run), so the pair is sent again until it lands."""
+    handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
+    first = WorldSample(tick=0, run_id="viewer-lineage", entity_count=100, avg_energy=50.0, period_starvation=5)
+    last = first.model_copy(update={"tick": 2_000_000_000, "entity_count": 110, "avg_energy": 55.0})
+    for _ in range(20):
+        await handle.signal("world_snapshot", first)
+        await handle.signal("world_snapshot", last)
+        try:
+            await wait_for_status(http, mutation_id, {"kept"}, timeout_s=2)
+            return
+        except AssertionError:
+            continue
+    raise AssertionError(f"{mutation_id} was never kept")
 
 
 async def test_mutation_list_endpoint(http):

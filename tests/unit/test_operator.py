@@ -60,6 +60,28 @@ def test_a_variant_carries_its_lineage():
         assert validate(variant.trait_name, variant.code).ok
 
 
+def test_a_variant_names_its_live_parents_and_its_operators_without_details():
+    seeded = operator.vary("from_seed", 5, anomaly="overcrowding", operators=2)
+    assert seeded.trait_parents == [] and seeded.seed_trait == "overcrowding"
+    assert seeded.operator_names[0] == "seed" and len(seeded.operator_names) == 3
+    assert set(seeded.operator_names[1:]) <= {"perturb", "insert"}  # no second parent to recombine
+    for s in range(40):
+        variant = operator.vary(f"mix_{s}", s, parents=live_parents(), operators=3)
+        assert variant.seed_trait is None and variant.trait_parents == variant.parents
+        assert variant.operator_names == [step.split(":")[0] for step in variant.operators]
+        assert set(variant.operator_names) <= set(operator.OPERATORS)
+
+
+def test_perturb_leaves_indices_alone():
+    """``food[1]`` is the resource's y: scaled, it would index past the pair and raise."""
+    starvation = operator.SEEDS["starvation"]
+    assert "food[1]" in starvation
+    perturbed = [operator.vary(f"forage_{s}", s, anomaly="starvation", operators=3) for s in range(60)]
+    assert any("perturb" in v.operator_names for v in perturbed)
+    for variant in perturbed:
+        assert "food[0], food[1]" in variant.code, variant.code
+
+
 def test_a_parent_without_an_execute_method_is_refused():
     with pytest.raises(operator.NotATrait):
         operator.vary("orphan", 1, parents={"broken": "class Broken:\n    pass\n"})
