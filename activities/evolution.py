@@ -38,6 +38,7 @@ from genesis.dto import (
     CycleUpdate,
     EvolutionCycleInput,
     EvolutionPlan,
+    FailureCode,
     FeedPost,
     Lineage,
     MutationInput,
@@ -57,6 +58,7 @@ CODER_AGENT_ID = "genesis-coder"
 # trait, and its proposals record that approval (activation checks the live version's owner).
 EVOLUTION_APPROVAL = "the built-in evolution"
 UNPARSEABLE = "LLM_UNPARSEABLE"
+OPERATOR_DRAWS = 5  # seeds the built-in operator tries for code no mutation had yet
 
 # Prometheus (the worker's /metrics, GENESIS_WORKER_METRICS_PORT)
 LLM_CALLS = Counter("genesis_llm_calls", "LLM calls of evolution cycles: ok or the error code", ["provider", "outcome"])
@@ -221,12 +223,31 @@ class EvolutionActivities:
                 if operator.fit_parent(verdict, effects)
             }
 
+    async def _known_code(self, code_hash: str | None) -> Mutation | None:
+        """A mutation that already had this code (any status): proposing it again is a waste of
+        a cycle and of the feed (``DUPLICATE_CODE`` at best)."""
+        if code_hash is None:
+            return None
+        async with self._sessions() as session:
+            return await session.scalar(select(Mutation).where(Mutation.code_hash == code_hash).limit(1))
+
     async def _builtin_code(self, request: CoderRequest) -> tuple[str, Lineage]:
-        """The operator's variant and its lineage: the live versions of the traits it varied."""
+        """The operator's variant and its lineage, a variant whose code no mutation had yet
+        (up to ``OPERATOR_DRAWS`` seeds; the caller reports a duplicate if all were known)."""
+        for draw in range(OPERATOR_DRAWS):
+            code, origin = await self._builtin_variant(request, draw)
+            result = await asyncio.to_thread(gatekeeper.validate, request.plan.trait_name or "", code)
+            if not result.ok or await self._known_code(result.code_hash) is None:
+                break
+            activity.logger.info("operator of %s: draw %d gave known code; drawing again", request.trigger_id, draw)
+        return code, origin
+
+    async def _builtin_variant(self, request: CoderRequest, draw: int) -> tuple[str, Lineage]:
+        """One variant and its lineage: the live versions of the traits it varied."""
         plan = request.plan
         fit = {name: found for name, found in (await self._fit_parents()).items() if name != plan.trait_name}
         parents = {name: code for name, (code, _) in fit.items()}
-        seed = operator.seed_of(request.trigger_id, request.attempt)
+        seed = operator.seed_of(request.trigger_id if draw == 0 else f"{request.trigger_id}#{draw}", request.attempt)
         try:
             variant = operator.vary(plan.trait_name or "", seed, anomaly=plan.target_behavior, parents=parents)
         except operator.NotATrait as exc:  # a live parent the operator cannot read: start from a seed
@@ -298,11 +319,20 @@ class EvolutionActivities:
         if not code.strip():
             raise _expected("Coder: the answer holds no code", UNPARSEABLE)
         result = await asyncio.to_thread(gatekeeper.validate, plan.trait_name or "", code)  # CPU work: off the loop
+        ok, failure_code = result.ok, result.failure_code
+        error = None if result.ok else f"{result.failure_code}: {result.validation_log[-1]}"
+        known = await self._known_code(result.code_hash) if result.ok else None
+        if known is not None:  # never proposed again: the workflow's retry asks for other code
+            ok, failure_code = False, FailureCode.DUPLICATE_CODE.value
+            error = (
+                f"{failure_code}: identical code already belongs to mutation {known.mutation_id} "
+                f"({known.trait_name}, {known.status}); write different logic"
+            )
         return CoderResult(
             code=code,
-            ok=result.ok,
-            failure_code=result.failure_code,
-            error=None if result.ok else f"{result.failure_code}: {result.validation_log[-1]}",
+            ok=ok,
+            failure_code=failure_code,
+            error=error,
             class_name=result.class_name,
             live_version=live_version,
             lineage=origin,

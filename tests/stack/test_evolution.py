@@ -418,6 +418,34 @@ async def test_code_rejected_twice_ends_the_cycle_as_failed(evo_worker, script, 
     assert len(script.requests) == 3
 
 
+async def test_code_a_mutation_already_had_is_never_proposed_again(evo_worker, script, http, temporal_client):
+    """The Coder writes code some mutation already had: the cycle asks once more with the reason
+    and, given the same code again, ends with it; no mutation is recorded for the copy."""
+    agent = await agents.register(http, "dup-original")
+    code = forager(7, "DupOriginal")
+    body = {"trait_name": f"dup_original_{uuid.uuid4().hex[:8]}", "goal": "the original", "code": code}
+    response = await http.post("/api/mutations/propose", json=body, headers=agent.headers)
+    assert response.status_code == 202, response.text
+    original = response.json()["mutation_id"]
+    await wait_for_status(http, original, {"activated", "rejected", "failed"}, 90)  # validated: its hash is known
+
+    script.script(plan_answer("dup_copy"), code_answer(code), code_answer(code))
+    trigger_id = await start(temporal_client)
+    cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
+    assert (cycle["stage"], cycle["status"], cycle["attempts"], cycle["mutation_id"]) == (
+        "validation_failed",
+        "failed",
+        2,
+        None,
+    )
+    assert cycle["error"].startswith("code rejected twice: DUPLICATE_CODE") and original in cycle["error"]
+    retry_prompt = script.prompts()[2]
+    assert "DUPLICATE_CODE" in retry_prompt and "write different logic" in retry_prompt
+    copies = (await http.get("/api/mutations", params={"trait_name": "dup_copy"})).json()["mutations"]
+    assert copies == []
+    await temporal_client.get_workflow_handle(f"mutation-{original}").signal("rollback", "test over")
+
+
 async def test_llm_down_or_unparseable_ends_the_cycle_with_an_llm_error(evo_worker, script, http, temporal_client):
     script.script(
         Answer("busy", status=503), Answer("still busy", status=503)
