@@ -159,12 +159,13 @@ async def test_world_stats_traits_and_tasks_read_clearly(api_url, http, engine_p
 def walkthrough_script() -> str:
     """The README's walkthrough as a new user types it into a shell in the checkout: step 1 (minus
     the venv, which the test's interpreter stands for), `genesis agents register` (then the export
-    line it printed, pasted), `genesis propose`, and the curl commands of step 4."""
+    line it printed, pasted), `genesis check`, `genesis propose`, and the curl commands of step 5."""
     readme = README.read_text(encoding="utf-8")
     blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
     step1 = next(b for b in blocks if "examples/traits/" in b and "curl" not in b)
     step2 = next(b for b in blocks if "genesis agents register" in b)
     step4 = next(b for b in blocks if "curl" in b and "/api/mutations/propose" in b)
+    check = re.search(r"^\$ (genesis check .*)$", readme, re.M).group(1)
     propose = re.search(r"^\$ (genesis propose .*--goal .*)$", readme, re.M).group(1)
     register = next(line for line in step2.splitlines() if line.startswith("genesis agents register"))
     return "\n".join(
@@ -173,6 +174,7 @@ def walkthrough_script() -> str:
             "\n".join(line for line in step1.splitlines() if not line.startswith(". .venv")),
             f'{register} > "$WALK_DIR/register.out"; echo "register exit $?"; cat "$WALK_DIR/register.out"',
             'eval "$(grep "^export GENESIS_API_KEY=" "$WALK_DIR/register.out")"',  # the line the user pastes
+            f'{check}; echo "check exit $?"',
             f'{propose}; echo "propose exit $?"',
             step4.replace("localhost:8000", "$GENESIS_API_URL"),
             'echo "curl exit $?"',
@@ -206,6 +208,7 @@ async def test_the_readme_walkthrough_twice(start_api, engine_proc, tmp_path):
     cli_trait = re.search(r"^\$ genesis propose \S+ --name (\w+)", README.read_text(), re.M).group(1)
     out, err = await run_walkthrough(api_url, tmp_path)
     assert "register exit 0" in out and "propose exit 0" in out and "curl exit 0" in out, out + err
+    assert "check exit 0" in out and f"Passed: {cli_trait} would pass" in out, out + err
     assert f"kept: {cli_trait} v1" in out, out
     first_key = EXPORT_LINE.search(out).group(1)
     curl_mutation = re.search(r'"mutation_id":"(mut_[0-9a-f]+)"', err).group(1)  # the answer tee'd to stderr
@@ -215,6 +218,7 @@ async def test_the_readme_walkthrough_twice(start_api, engine_proc, tmp_path):
 
     out, err = await run_walkthrough(api_url, tmp_path)
     assert "register exit 0" in out and "propose exit 1" in out and "curl exit 1" in out, out + err
+    assert "check exit 2" in out, out + err  # the check says what the proposal is told: TRAIT_EXISTS
     assert "Traceback" not in out + err and "KeyError" not in out + err
     assert f"Error: TRAIT_EXISTS: trait '{cli_trait}' is live as v1" in err
     assert f"with this command: add --replaces {cli_trait}@1 to modify it, or choose another --name" in err
