@@ -768,3 +768,24 @@ class EvolutionTriggerResponse(BaseModel):
     report_key: str
     message: str
     cycle_workflow_id: str | None = None  # the EvolutionCycleWorkflow started for it (issue 5)
+
+
+class HistoryPoint(BaseModel):
+    """One WorldSnapshot of ``GET /api/world/history``."""
+
+    tick: int
+    timestamp: float = Field(description="The engine's wall clock at the snapshot (unix seconds)")
+    entity_count: int
+    avg_energy: float
+    trait_usage: dict[str, int] = Field(
+        description="Molbots carrying each trait (a Molbot counts for each of its traits)"
+    )
+
+
+class HistoryResponse(BaseModel):
+    run_id: str = Field(description="The engine run the points belong to (ticks start again at each run)")
+    points: list[HistoryPoint] = Field(description="Oldest first")
+    truncated: bool = Field(
+        description="More snapshots lie in the range than `limit`: the oldest were left out "
+        "(ask again with `to_tick` below the first point for them)"
+    )

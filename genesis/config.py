@@ -141,7 +141,10 @@ class EngineSettings(BaseModel):
     )
     frame_interval: int = Field(default=2, ge=1, description="Ticks between two viewer frames on `/ws/world`.")
     entities_limit: int = Field(
-        default=500, ge=1, description="Entities written to `engine:entities` (what `GET /api/world/entities` reads)."
+        default=1000,
+        ge=1,
+        description="Entities written to `engine:entities`, lowest ids first (what `GET /api/world/entities` and the "
+        "viewer's inspector read): at or above `max_population`, every Molbot can be inspected.",
     )
     world_width: float = Field(default=800.0, gt=0, description="Width of the live world.")
     world_height: float = Field(default=600.0, gt=0, description="Height of the live world.")
