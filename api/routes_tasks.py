@@ -1,6 +1,7 @@
 """Tasks for external agents (open-mutation-api.md, Block 1) and claims on them.
 
 - ``GET  /api/agents/context/tasks``          live tasks (never an expired one), soonest expiry first
+- ``GET  /api/agents/tasks``                  the same list, where the writes on tasks are
 - ``POST /api/agents/tasks``                  an operator publishes a task (the Watcher does too)
 - ``POST /api/agents/tasks/{task_id}/claim``  take a task: one winner, the others get 409
 - ``POST /api/agents/tasks/{task_id}/resolve`` an operator: the problem went away, end the task
@@ -77,6 +78,12 @@ def _not_found(task_id: str) -> ApiError:
 
 
 @router.get("/api/agents/context/tasks", response_model=TasksResponse, responses={503: ERRORS[503]})
+@router.get(
+    "/api/agents/tasks",
+    response_model=TasksResponse,
+    responses={503: ERRORS[503]},
+    summary="List Tasks (the same as GET /api/agents/context/tasks)",
+)
 async def list_tasks(request: Request, limit: int = Query(100, ge=1, le=500)) -> TasksResponse:
     """Tasks from the Watcher (or an operator) that have not expired, soonest expiry first, each
     with ``ttl_remaining_sec`` and who has claimed it."""
