@@ -45,6 +45,16 @@ def unavailable(error: str, service: str, exc: BaseException, doing: str = "") -
     )
 
 
+def invalid_field(field: str, message: str, **extra: Any) -> ApiError:
+    """422 VALIDATION_ERROR for one bad field or parameter, in the shape pydantic's errors get."""
+    return ApiError(
+        422,
+        "VALIDATION_ERROR",
+        f"{field}: {message}",
+        extra={"errors": [{"field": field, "message": message}], **extra},
+    )
+
+
 def _field_name(loc: tuple) -> str:
     parts = [str(p) for p in loc if p not in ("body",)]
     return ".".join(parts) or "body"

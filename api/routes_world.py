@@ -17,12 +17,13 @@ import math
 import time
 from typing import Any
 
-from fastapi import APIRouter, Query, Request, WebSocket
+from fastapi import APIRouter, Query, Request, Response, WebSocket
 from redis.exceptions import RedisError
 from sqlalchemy import func, select
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from api.errors import ApiError, Responses, unavailable
+from api.paging import Cursor, Keyset, paged, whole
 from api.schemas import ErrorResponse
 from genesis import redis_keys as keys
 from genesis.db.models import Mutation
@@ -34,6 +35,7 @@ log = logging.getLogger("genesis.api.world")
 STALE_AFTER_S = 5.0  # no status for this long: the engine is reported as not running
 APPLIED_STATUSES = ("activated", "kept")  # live traits: activated and not rolled back
 MAX_ENTITIES = 500
+ENTITY_PAGES = Keyset("entities", whole(2**63))  # (id,), ascending: the engine reports entities in id order
 NOT_RUNNING: Responses = {
     503: {
         "model": ErrorResponse,
@@ -105,23 +107,31 @@ async def world_state(request: Request) -> dict:
     }
 
 
-@router.get("/api/world/entities", responses=NOT_RUNNING)
+@router.get("/api/world/entities", responses=paged({**NOT_RUNNING, 422: {"model": ErrorResponse}}))
 async def world_entities(
     request: Request,
+    response: Response,
     limit: int = Query(100, ge=1, le=MAX_ENTITIES, description="how many entities (1..500), lowest ids first"),
+    cursor: Cursor = None,
 ) -> dict:
-    """Entities of the running world (refreshed about once a second)."""
+    """Entities of the running world (refreshed about once a second), lowest ids first; each
+    page is read from the engine's latest report, and a cursor goes on after the last id seen."""
+    after = ENTITY_PAGES.decode(cursor)
     status = await _engine_status(request)
     try:
         raw = await request.app.state.services.redis.get(keys.ENGINE_ENTITIES)
     except (RedisError, OSError) as exc:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     entities = json.loads(raw) if raw else []
+    if after is not None:
+        entities = [entity for entity in entities if entity["id"] > after[0]]
+    entities, next_cursor = ENTITY_PAGES.page(request, response, entities, limit, lambda entity: (entity["id"],))
     return {
         "tick": _num(status, "tick", int),
         "population": _num(status, "population", int),
-        "count": min(limit, len(entities)),
-        "entities": entities[:limit],
+        "count": len(entities),
+        "entities": entities,
+        "next_cursor": next_cursor,
     }
 
 

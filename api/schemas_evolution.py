@@ -6,6 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.paging import NextCursor
 from evolution.schedules import MAX_INTERVAL_S
 
 
@@ -40,6 +41,7 @@ class CycleResponse(BaseModel):
 
 class CycleListResponse(BaseModel):
     cycles: list[CycleResponse]
+    next_cursor: NextCursor = None
 
 
 class ScheduleCreateRequest(BaseModel):
@@ -81,6 +83,7 @@ class ScheduleResponse(BaseModel):
 
 class ScheduleListResponse(BaseModel):
     schedules: list[ScheduleResponse]
+    next_cursor: NextCursor = None
 
 
 class FeedMessage(BaseModel):
@@ -99,3 +102,4 @@ class FeedMessage(BaseModel):
 class FeedResponse(BaseModel):
     messages: list[FeedMessage]
     last_id: str | None = Field(description="The id of the last message, else the `after` given")
+    next_cursor: NextCursor = None

@@ -167,19 +167,28 @@ async def describe(client: Client, schedule_id: str, task_queue: str) -> dict[st
     return describe_dict(schedule_id, description)
 
 
-async def list_all(client: Client, task_queue: str) -> list[dict[str, Any]]:
-    """Every schedule of Genesis on this task queue, sorted by id (the list comes from Temporal's
-    visibility store, which may take a moment to show a new schedule)."""
-    out = []
+async def list_all(
+    client: Client, task_queue: str, after: str | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """Genesis' schedules on this task queue, sorted by id: at most ``limit`` of them, those whose
+    id comes after ``after`` if given (the list comes from Temporal's visibility store, which may
+    take a moment to show a new schedule). Only the schedules listed are described."""
+    ids = []
     async for entry in await client.list_schedules():
         action = entry.schedule.action if entry.schedule is not None else None
         if action is not None and getattr(action, "workflow", None) != EVOLUTION_WORKFLOW:
             continue
+        if after is None or entry.id > after:
+            ids.append(entry.id)
+    out: list[dict[str, Any]] = []
+    for schedule_id in sorted(ids):
+        if limit is not None and len(out) >= limit:
+            break
         try:
-            out.append(await describe(client, entry.id, task_queue))
+            out.append(await describe(client, schedule_id, task_queue))
         except (ScheduleNotFound, ScheduleInvalid):  # deleted meanwhile, or not one of ours
             continue
-    return sorted(out, key=lambda d: d["schedule_id"])
+    return out
 
 
 async def pause(client: Client, schedule_id: str, task_queue: str) -> dict[str, Any]:
