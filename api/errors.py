@@ -118,9 +118,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
 def document_error_responses(app: FastAPI) -> None:
     """Make /openapi.json say what the handlers above answer for every operation: 400
-    ``INVALID_JSON`` and 413 ``PAYLOAD_TOO_LARGE`` wherever a body is read, and 422 in the
-    ``ErrorResponse`` shape (FastAPI documents its own ``HTTPValidationError`` there, which this API
-    never sends)."""
+    ``INVALID_JSON``, 413 ``PAYLOAD_TOO_LARGE`` and 415 ``UNSUPPORTED_MEDIA_TYPE`` wherever a body
+    is read, and 422 everywhere (an unknown query parameter), in the ``ErrorResponse`` shape
+    (FastAPI documents its own ``HTTPValidationError`` there, which this API never sends)."""
     from api.schemas import ErrorResponse
 
     generate = app.openapi
@@ -143,9 +143,14 @@ def document_error_responses(app: FastAPI) -> None:
                 if "requestBody" in operation:
                     responses.setdefault("400", error("INVALID_JSON: the body is not valid JSON (or not UTF-8)"))
                     responses.setdefault("413", error("PAYLOAD_TOO_LARGE: the body is over the size limit"))
+                    responses.setdefault(
+                        "415", error("UNSUPPORTED_MEDIA_TYPE: a body without Content-Type: application/json")
+                    )
                 validation = responses.get("422", {}).get("content", {}).get("application/json", {})
                 if validation.get("schema", {}).get("$ref", "").endswith("/HTTPValidationError"):
                     responses["422"] = error("VALIDATION_ERROR: the detail and errors name each bad field")
+                # every operation: a query parameter it does not declare (api/strict_requests.py)
+                responses.setdefault("422", error("VALIDATION_ERROR: an unknown query parameter (the detail names it)"))
         for name in ("HTTPValidationError", "ValidationError"):  # FastAPI's, now unreferenced
             rest = {key: value for key, value in components.items() if key != name}
             if f'#/components/schemas/{name}"' not in json.dumps([schema.get("paths"), rest]):

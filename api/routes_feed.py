@@ -82,12 +82,12 @@ async def read_feed(
 
 
 @router.websocket("/ws/feed")
-async def follow_feed(websocket: WebSocket) -> None:
+async def follow_feed(websocket: WebSocket, after: str | None = None) -> None:
     """One feed message per text frame, as ``GET /api/feed`` serves them. ``?after=<id>``
     replays the messages after that id first; without it only new messages are sent."""
     redis = websocket.app.state.services.redis
     try:
-        after = _check_after(websocket.query_params.get("after"))
+        after = _check_after(after)
     except ValueError as exc:
         await websocket.accept()
         await websocket.send_text(json.dumps({"error": "VALIDATION_ERROR", "detail": f"query.after: {exc}"}))
