@@ -50,13 +50,13 @@ async def _call(request: Request, action, *args, **kwargs) -> Any:
     responses={**ERRORS, **OPERATOR_ERRORS, 409: {"model": ErrorResponse, "description": "The schedule_id is taken"}},
 )
 async def create_schedule(body: ScheduleCreateRequest, request: Request) -> JSONResponse:
-    """Create a schedule that starts a periodic improvement cycle every ``interval_s`` seconds."""
+    """Create a schedule that starts a periodic improvement cycle every ``interval_sec`` seconds."""
     settings = request.app.state.services.settings
     described = await _call(
         request,
         schedules.create,
         settings.task_queue,
-        interval_s=body.interval_s,
+        interval_s=body.interval_sec,
         schedule_id=body.schedule_id,
         paused=body.paused,
         note=body.note,

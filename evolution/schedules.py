@@ -1,5 +1,5 @@
 """Periodic improvement: Temporal Schedules that start an EvolutionCycleWorkflow
-(``periodic_improvement``) every ``interval_s`` seconds, overlap policy SKIP (a run still going
+(``periodic_improvement``) every ``interval_sec`` seconds, overlap policy SKIP (a run still going
 when the next is due is not joined by a second one).
 
 Used by the API (``/api/schedules``) and meant for a CLI as well: every function takes a
@@ -96,7 +96,8 @@ def describe_dict(schedule_id: str, description: ScheduleDescription) -> dict[st
         )
     return {
         "schedule_id": schedule_id,
-        "interval_s": every.total_seconds() if every is not None else None,
+        "interval_sec": every.total_seconds() if every is not None else None,
+        "interval_s": every.total_seconds() if every is not None else None,  # the older name
         "paused": schedule.state.paused,
         "note": schedule.state.note or "",
         "next_run_times": [_ts(t) for t in list(info.next_action_times)[:NEXT_RUNS]],
@@ -119,7 +120,7 @@ async def create(
     schedule_id = check_id(schedule_id) if schedule_id is not None else new_schedule_id()
     if not min_interval_s <= interval_s <= MAX_INTERVAL_S:
         raise ScheduleInvalid(
-            f"interval_s must be between {min_interval_s:g} and {MAX_INTERVAL_S} seconds (got {interval_s:g})"
+            f"interval_sec must be between {min_interval_s:g} and {MAX_INTERVAL_S} seconds (got {interval_s:g})"
         )
     if len(note) > MAX_NOTE:
         raise ScheduleInvalid(f"note is longer than {MAX_NOTE} characters")
