@@ -16,6 +16,7 @@ from api import (
     admission,
     routes_agents,
     routes_batch,
+    routes_check,
     routes_context,
     routes_docs,
     routes_evolution,
@@ -159,6 +160,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.include_router(routes_mutations.router)
     app.include_router(routes_batch.router)
+    app.include_router(routes_check.router)
     app.include_router(routes_agents.router)
     app.include_router(routes_webhooks.router)
     app.include_router(routes_context.router)

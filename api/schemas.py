@@ -103,10 +103,11 @@ class ReplacesRef(BaseModel):
     )
 
 
-class ProposeRequest(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", str_strip_whitespace=False, json_schema_extra={"examples": [EXAMPLE_PROPOSAL]}
-    )
+class TraitSubmission(BaseModel):
+    """The fields that say which trait and code a request is about: a proposal's, and a check's
+    (which judges the code as a proposal would, recording nothing)."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
     agent_id: str | None = Field(
         default=None,
@@ -115,25 +116,12 @@ class ProposeRequest(BaseModel):
         "(GENESIS_AUTH=open only) it is required",
         json_schema_extra={"pattern": AGENT_ID_PATTERN.pattern},
     )
-    task_id: str | None = Field(
-        default=None,
-        description="Optional task from /api/agents/context/tasks",
-        json_schema_extra={"pattern": TASK_ID_PATTERN.pattern},
-    )
     trait_name: TraitName = Field(
         description="snake_case; becomes part of mutations/trait_{name}_v{N}.py",
         json_schema_extra={"pattern": rules.TRAIT_NAME_PATTERN},
     )
-    goal: str = Field(default="", max_length=2000, description="What the trait is for (shown in the Evolution Feed)")
     code: str = Field(
         description="Python source of the trait (UTF-8, at most 32 KB)", json_schema_extra={"minLength": 1}
-    )
-    notify_url: str | None = Field(
-        default=None,
-        max_length=webhooks.MAX_URL_LENGTH,
-        description="Optional http(s) URL that gets a signed POST (Standard Webhooks, HMAC-SHA256) on each "
-        "status change of this mutation; its host must resolve to global addresses (loopback, private, link-local, "
-        "reserved and non-canonical forms of them are refused) unless the operator allows it",
     )
     replaces: ReplacesRef | None = Field(
         default=None,
@@ -152,14 +140,6 @@ class ProposeRequest(BaseModel):
             )
         return value
 
-    @field_validator("notify_url")
-    @classmethod
-    def _notify_url(cls, value: str | None) -> str | None:
-        problem = webhooks.url_problem(value) if value is not None else None
-        if problem:  # where the URL leads (resolved, private hosts) is the route's check
-            raise ValueError(problem)
-        return value
-
     @field_validator("agent_id")
     @classmethod
     def _agent_id(cls, value: str | None) -> str | None:
@@ -167,6 +147,40 @@ class ProposeRequest(BaseModel):
             raise ValueError(
                 "agent_id must be 1-128 characters: letters, digits and _ . : @ -, starting with a letter or digit"
             )
+        return value
+
+    @field_validator("code")
+    @classmethod
+    def _code(cls, value: str) -> str:
+        problems = [p for p in gatekeeper.schema_problems("trait", value) if "trait_name" not in p]
+        if problems:
+            raise ValueError(problems[0])
+        return value
+
+
+class ProposeRequest(TraitSubmission):
+    model_config = ConfigDict(json_schema_extra={"examples": [EXAMPLE_PROPOSAL]})
+
+    task_id: str | None = Field(
+        default=None,
+        description="Optional task from /api/agents/context/tasks",
+        json_schema_extra={"pattern": TASK_ID_PATTERN.pattern},
+    )
+    goal: str = Field(default="", max_length=2000, description="What the trait is for (shown in the Evolution Feed)")
+    notify_url: str | None = Field(
+        default=None,
+        max_length=webhooks.MAX_URL_LENGTH,
+        description="Optional http(s) URL that gets a signed POST (Standard Webhooks, HMAC-SHA256) on each "
+        "status change of this mutation; its host must resolve to global addresses (loopback, private, link-local, "
+        "reserved and non-canonical forms of them are refused) unless the operator allows it",
+    )
+
+    @field_validator("notify_url")
+    @classmethod
+    def _notify_url(cls, value: str | None) -> str | None:
+        problem = webhooks.url_problem(value) if value is not None else None
+        if problem:  # where the URL leads (resolved, private hosts) is the route's check
+            raise ValueError(problem)
         return value
 
     @field_validator("task_id")
@@ -181,14 +195,6 @@ class ProposeRequest(BaseModel):
             raise ValueError("goal must not contain NUL characters")
         return value
 
-    @field_validator("code")
-    @classmethod
-    def _code(cls, value: str) -> str:
-        problems = [p for p in gatekeeper.schema_problems("trait", value) if "trait_name" not in p]
-        if problems:
-            raise ValueError(problems[0])
-        return value
-
 
 class ProposeResponse(BaseModel):
     mutation_id: str
@@ -196,6 +202,35 @@ class ProposeResponse(BaseModel):
     message: str
     status_url: str
     workflow_id: str
+
+
+class CheckRequest(TraitSubmission):
+    """``POST /api/mutations/check``: the code and trait of a proposal you may make. ``goal``,
+    ``task_id`` and ``notify_url`` are a proposal's only: a check records, claims and notifies
+    nothing, so they are refused as unknown fields."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"trait_name": "hungry_forager", "code": EXAMPLE_TRAIT_CODE}]}
+    )
+
+
+class CheckResponse(BaseModel):
+    """A check's verdict, in the fields a proposal's status shows for the same code."""
+
+    verdict: Literal["passed", "rejected"] = Field(
+        description="passed: a proposal of this code would pass validation and its sandbox test now (it would "
+        "reach sandbox_ok); rejected: it would end rejected with failure_reason_code"
+    )
+    trait_name: str
+    failure_reason_code: str | None = Field(description="As a rejected proposal's (AST_*, DUPLICATE_CODE, SANDBOX_*)")
+    validation_log: list[str] = Field(description="The lines a proposal's validation_log would end with")
+    sandbox_report: dict[str, Any] | None = Field(
+        description="The sandbox test's report, as in a proposal's status; null when validation rejected the code"
+    )
+    code_hash: str | None = Field(
+        description="SHA-256 of the code's syntax tree (what dedupe compares); null when the code does not parse"
+    )
+    workflow_id: str = Field(description="The check's own Temporal workflow (check-chk_…); no mutation's")
 
 
 class TraitVersionRef(BaseModel):

@@ -80,6 +80,13 @@ class SandboxSettings(BaseModel):
         default=2, ge=0, description="Warm trait-host containers a worker keeps ready for sandbox tests (0: none)."
     )
     host_socket: bool = Field(default=True, description="The same private socket for the sandbox test's trait hosts.")
+    check_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=600,
+        description="How long `POST /api/mutations/check` waits for its verdict (gatekeeper and sandbox test on the "
+        "worker) before answering 503 CHECK_TIMEOUT.",
+    )
 
 
 class TraitSettings(BaseModel):
@@ -210,7 +217,7 @@ class ObservationSettings(BaseModel):
 
 
 class RatelimitSettings(BaseModel):
-    """Proposal rate limits (Redis, atomic)."""
+    """Proposal and check rate limits (Redis, atomic)."""
 
     active_per_agent: int = Field(default=5, ge=1, description="Mutations of one agent not yet in a terminal state.")
     proposals_per_ip_minute: int = Field(default=10, ge=1, description="Proposals per client IP per minute.")
@@ -223,6 +230,13 @@ class RatelimitSettings(BaseModel):
     active_retry_after_s: int = Field(
         default=30, ge=1, description="`retry_after_sec` answered when the active-mutations limit is hit."
     )
+    checks_per_agent_minute: int = Field(
+        default=10,
+        ge=1,
+        description="Checks (`POST /api/mutations/check`: gatekeeper and sandbox test, nothing recorded) per agent "
+        "per minute; counted apart from proposals.",
+    )
+    checks_per_ip_minute: int = Field(default=30, ge=1, description="Checks per client IP per minute.")
 
 
 class TelemetrySettings(BaseModel):
@@ -611,7 +625,9 @@ class Settings(BaseSettings):
         description="The observation window after activation that decides keep or roll back.",
     )
     ratelimit: RatelimitSettings = Field(
-        default_factory=RatelimitSettings, title="Rate limits", description="Proposal rate limits (Redis, atomic)."
+        default_factory=RatelimitSettings,
+        title="Rate limits",
+        description="Proposal and check rate limits (Redis, atomic).",
     )
     telemetry: TelemetrySettings = Field(
         default_factory=TelemetrySettings,

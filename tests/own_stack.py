@@ -1,6 +1,6 @@
 """Settings of a stack of its own for tests that run a real engine on a world they shape: a fresh
-Postgres database ``<suite db>_<name>``, a Redis db of its own (flushed) and a task queue of its
-own, on the session's Temporal server. The suite's registry holds the traits other modules left
+Postgres database ``<suite db>_<name>``, a Redis db of its own (flushed), a folder of trait files
+and a task queue of its own, on the session's Temporal server. The suite's registry holds the traits other modules left
 live; such a stack starts with none.
 
 The Redis db is ``GENESIS_TEST_OWN_STACK_REDIS_URL``, by default the db three below the suite's
@@ -44,7 +44,8 @@ async def fresh_database(url: str) -> None:
 
 
 async def own_settings(settings: Settings, name: str, **changes) -> Settings:
-    """The suite's settings pointed at a fresh database and Redis db, with ``changes`` on top."""
+    """The suite's settings pointed at a fresh database, Redis db and trait-file folder, with
+    ``changes`` on top."""
     database_url = f"{TEST_DATABASE_URL}_{name}"
     redis_url = os.environ.get("GENESIS_TEST_OWN_STACK_REDIS_URL") or redis_db_below(3)
     await fresh_database(database_url)
@@ -56,5 +57,6 @@ async def own_settings(settings: Settings, name: str, **changes) -> Settings:
         redis_url=redis_url,
         task_queue=f"genesis-test-{name}",
         api_port=free_port(),
+        mutations_dir=settings.mutations_dir.parent / f"{settings.mutations_dir.name}-{name}",
         **changes,
     )
