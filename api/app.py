@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import anyio
 import anyio.lowlevel
 import redis.asyncio as aioredis
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from sqlalchemy.orm import configure_mappers
 
 from api import (
@@ -37,6 +37,7 @@ from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
 from api.metrics import RequestMetrics, router as metrics_router
 from api.request_guard import RequestGuard
+from api.strict_requests import check_declared_inputs
 from api.telemetry_hub import TelemetryHub
 from api.workflow_starter import WorkflowStarter
 from genesis import gc_tuning
@@ -141,6 +142,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,  # /docs and /redoc from local assets: api/routes_docs.py
         redoc_url=None,
+        # Unknown query parameters are a 422, a JSON body without its Content-Type a 415.
+        dependencies=[Depends(check_declared_inputs)],
     )
     install_error_handlers(app)
     document_error_responses(app)

@@ -45,6 +45,16 @@ def unavailable(error: str, service: str, exc: BaseException, doing: str = "") -
     )
 
 
+def invalid_field(field: str, message: str, **extra: Any) -> ApiError:
+    """422 VALIDATION_ERROR for one bad field or parameter, in the shape pydantic's errors get."""
+    return ApiError(
+        422,
+        "VALIDATION_ERROR",
+        f"{field}: {message}",
+        extra={"errors": [{"field": field, "message": message}], **extra},
+    )
+
+
 def _field_name(loc: tuple) -> str:
     parts = [str(p) for p in loc if p not in ("body",)]
     return ".".join(parts) or "body"
@@ -108,9 +118,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
 def document_error_responses(app: FastAPI) -> None:
     """Make /openapi.json say what the handlers above answer for every operation: 400
-    ``INVALID_JSON`` and 413 ``PAYLOAD_TOO_LARGE`` wherever a body is read, and 422 in the
-    ``ErrorResponse`` shape (FastAPI documents its own ``HTTPValidationError`` there, which this API
-    never sends)."""
+    ``INVALID_JSON``, 413 ``PAYLOAD_TOO_LARGE`` and 415 ``UNSUPPORTED_MEDIA_TYPE`` wherever a body
+    is read, and 422 everywhere (an unknown query parameter), in the ``ErrorResponse`` shape
+    (FastAPI documents its own ``HTTPValidationError`` there, which this API never sends)."""
     from api.schemas import ErrorResponse
 
     generate = app.openapi
@@ -133,9 +143,14 @@ def document_error_responses(app: FastAPI) -> None:
                 if "requestBody" in operation:
                     responses.setdefault("400", error("INVALID_JSON: the body is not valid JSON (or not UTF-8)"))
                     responses.setdefault("413", error("PAYLOAD_TOO_LARGE: the body is over the size limit"))
+                    responses.setdefault(
+                        "415", error("UNSUPPORTED_MEDIA_TYPE: a body without Content-Type: application/json")
+                    )
                 validation = responses.get("422", {}).get("content", {}).get("application/json", {})
                 if validation.get("schema", {}).get("$ref", "").endswith("/HTTPValidationError"):
                     responses["422"] = error("VALIDATION_ERROR: the detail and errors name each bad field")
+                # every operation: a query parameter it does not declare (api/strict_requests.py)
+                responses.setdefault("422", error("VALIDATION_ERROR: an unknown query parameter (the detail names it)"))
         for name in ("HTTPValidationError", "ValidationError"):  # FastAPI's, now unreferenced
             rest = {key: value for key, value in components.items() if key != name}
             if f'#/components/schemas/{name}"' not in json.dumps([schema.get("paths"), rest]):

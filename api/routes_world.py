@@ -20,12 +20,13 @@ import math
 import time
 from typing import Any
 
-from fastapi import APIRouter, Path, Query, Request, WebSocket
+from fastapi import APIRouter, Path, Query, Request, Response, WebSocket
 from redis.exceptions import RedisError
 from sqlalchemy import func, select
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from api.errors import ApiError, Responses, unavailable
+from api.paging import Cursor, Keyset, paged, whole
 from api.schemas import ErrorResponse, HistoryResponse
 from api.world_history import read_history
 from genesis import redis_keys as keys
@@ -40,6 +41,7 @@ APPLIED_STATUSES = ("activated", "kept")  # live traits: activated and not rolle
 MAX_ENTITIES = 500
 MAX_HISTORY_POINTS = 1000
 RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,32}$"
+ENTITY_PAGES = Keyset("entities", whole(2**63))  # (id,), ascending: the engine reports entities in id order
 NOT_RUNNING: Responses = {
     503: {
         "model": ErrorResponse,
@@ -120,19 +122,27 @@ async def _published_entities(request: Request) -> list[dict[str, Any]]:
     return json.loads(raw) if raw else []
 
 
-@router.get("/api/world/entities", responses=NOT_RUNNING)
+@router.get("/api/world/entities", responses=paged({**NOT_RUNNING, 422: {"model": ErrorResponse}}))
 async def world_entities(
     request: Request,
+    response: Response,
     limit: int = Query(100, ge=1, le=MAX_ENTITIES, description="how many entities (1..500), lowest ids first"),
+    cursor: Cursor = None,
 ) -> dict:
-    """Entities of the running world (refreshed about once a second)."""
+    """Entities of the running world (refreshed about once a second), lowest ids first; each
+    page is read from the engine's latest report, and a cursor goes on after the last id seen."""
+    after = ENTITY_PAGES.decode(cursor)
     status = await engine_status(request)
     entities = await _published_entities(request)
+    if after is not None:
+        entities = [entity for entity in entities if entity["id"] > after[0]]
+    entities, next_cursor = ENTITY_PAGES.page(request, response, entities, limit, lambda entity: (entity["id"],))
     return {
         "tick": _num(status, "tick", int),
         "population": _num(status, "population", int),
-        "count": min(limit, len(entities)),
-        "entities": entities[:limit],
+        "count": len(entities),
+        "entities": entities,
+        "next_cursor": next_cursor,
     }
 
 

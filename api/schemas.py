@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, Va
 from pydantic.config import JsonDict
 
 import gatekeeper
+from api.paging import NextCursor
 from genesis import rules
 from genesis.dto import Lineage, TaskSeverity
 from pipeline import webhooks
@@ -417,6 +418,7 @@ class TaskResponse(BaseModel):
 
 class TasksResponse(BaseModel):
     tasks: list[TaskResponse]
+    next_cursor: NextCursor = None
 
 
 class TaskCreatedResponse(TaskResponse):
@@ -651,6 +653,7 @@ class TraitSummary(BaseModel):
 class TraitsResponse(BaseModel):
     traits: list[TraitSummary]
     snapshot_tick: int | None = Field(default=None, description="The WorldSnapshot the carriers come from")
+    next_cursor: NextCursor = None
 
 
 class TraitVersionInfo(BaseModel):
@@ -687,12 +690,13 @@ class TraitDetailResponse(BaseModel):
     trait_name: str
     live_version: int | None = Field(description="null: no version is live (all rolled back, or quarantined)")
     live: LiveTraitVersion | None
-    versions: list[TraitVersionInfo] = Field(description="Every activated version, newest first")
+    versions: list[TraitVersionInfo] = Field(description="The activated versions, newest first, a page at a time")
     pending: list[PendingModification] = Field(
         description="Proposals of this trait still in flight (queued, validating, sandbox_ok), oldest first"
     )
     carriers: int | None = None
     snapshot_tick: int | None = None
+    next_cursor: NextCursor = Field(default=None, description="The next page of versions (?cursor=); null: the last")
 
 
 AnomalyType = Literal[

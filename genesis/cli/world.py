@@ -80,6 +80,10 @@ def live_traits(cli: Cli) -> dict:
     verdict, from ``GET /api/mutations``), plus the traits the engine quarantined whose rollback
     has not run yet (the API lists those as not live)."""
     answer = cli.api.get("/api/traits", expect=("traits",))
+    listed = list(answer["traits"])
+    while answer.get("next_cursor"):  # more live traits than one page holds
+        answer = cli.api.get("/api/traits", params={"cursor": answer["next_cursor"]}, expect=("traits",))
+        listed += answer["traits"]
     mutations: dict[str, dict] = {}
     for status in LIVE_STATUSES:
         page = cli.api.get("/api/mutations", params={"status": status, "limit": LIST_LIMIT}, expect=("mutations",))
@@ -87,7 +91,7 @@ def live_traits(cli: Cli) -> dict:
             {m["mutation_id"]: m for m in page["mutations"] if isinstance(m, dict) and m.get("mutation_id")}
         )
     traits = []
-    for trait in answer["traits"]:
+    for trait in listed:
         mutation = mutations.get(trait.get("mutation_id"))
         if mutation is None and trait.get("mutation_id"):  # older than the newest pages: ask for it alone
             path = f"/api/mutations/{segment(str(trait['mutation_id']), 'mutation id')}/status"

@@ -101,7 +101,7 @@ async def test_good_examples_pass_with_a_sandbox_report_and_leave_nothing_behind
     # Nothing of it is a mutation: no row, nothing listed, no registry change, no proposal quota.
     assert await count_mutations(settings, agent.agent_id) == 0
     listed = await http.get("/api/mutations", params={"agent_id": agent.agent_id})
-    assert listed.status_code == 200 and listed.json() == {"mutations": []}
+    assert listed.status_code == 200 and listed.json() == {"mutations": [], "next_cursor": None}
     assert (await http.get("/api/mutations", params={"trait_name": good[0].trait_name})).json()["mutations"] == []
     registry_after = (await redis_client.hgetall(REGISTRY_TRAITS), await redis_client.get(REGISTRY_VERSION))
     assert registry_after == registry_before

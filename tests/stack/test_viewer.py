@@ -383,7 +383,7 @@ async def test_mutation_list_endpoint(http):
     rejected = (await http.get("/api/mutations", params={"agent_id": lister.agent_id, "status": "rejected"})).json()
     assert len(rejected["mutations"]) == 3
     kept = (await http.get("/api/mutations", params={"agent_id": lister.agent_id, "status": "kept"})).json()
-    assert kept == {"mutations": []}
+    assert kept == {"mutations": [], "next_cursor": None}
     everyone = (await http.get("/api/mutations", params={"status": "rejected", "limit": 200})).json()["mutations"]
     assert all(m["status"] == "rejected" for m in everyone) and set(ids) <= {m["mutation_id"] for m in everyone}
     created = [m["created_at"] for m in everyone]
