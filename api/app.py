@@ -42,6 +42,7 @@ from api.telemetry_hub import TelemetryHub
 from api.workflow_starter import WorkflowStarter
 from genesis import gc_tuning
 from genesis.config import Settings, get_settings
+from genesis.db.schema import log_schema_at_start
 from genesis.db.session import get_engine, get_sessionmaker
 from genesis.logs import configure_logging
 from gepa_steps import api as routes_gepa
@@ -82,10 +83,15 @@ def _build_lazy_state(app: FastAPI) -> None:
 
 
 async def _warm_connections(services: Services) -> None:
-    """Postgres connections with the admission's statements, and the Temporal client, opened in
-    the background after start-up. A dependency that is down is not an error here: the requests
-    that need it say so."""
-    steps = (lambda: admission.warm(services.database, WARM_CONNECTIONS), services.temporal)
+    """The schema's state logged (an error naming the fix when it is behind; /api/health says so
+    too), then Postgres connections with the admission's statements and the Temporal client,
+    opened in the background after start-up. A dependency that is down is not an error here: the
+    requests that need it say so."""
+    steps = (
+        lambda: log_schema_at_start(services.settings.database_url),
+        lambda: admission.warm(services.database, WARM_CONNECTIONS),
+        services.temporal,
+    )
     for step in steps:  # each coroutine made when its turn comes: none is left un-awaited if cancelled
         try:
             await step()

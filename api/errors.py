@@ -10,12 +10,25 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("genesis.api")
 
 # A route's `responses=`: status code -> its OpenAPI entry ({"model": ..., "description": ...}).
 Responses = dict[int | str, dict[str, Any]]
+
+# Postgres failing under a route that does not catch it itself (the server unreachable or
+# restarting, a schema behind the code): 503 DATABASE_UNAVAILABLE like the routes that do, not a
+# 500. Errors that point at a request or a bug (IntegrityError, DataError) stay 500s.
+DATABASE_FAILURES = (
+    sa_exc.OperationalError,
+    sa_exc.ProgrammingError,
+    sa_exc.InterfaceError,
+    sa_exc.InternalError,
+    sa_exc.DisconnectionError,
+    sa_exc.TimeoutError,
+)
 
 
 class ApiError(Exception):
@@ -40,7 +53,7 @@ def unavailable(error: str, service: str, exc: BaseException, doing: str = "") -
     return ApiError(
         503,
         error,
-        f"{service} is not reachable{f' ({doing})' if doing else ''}: "
+        f"{service} is unavailable{f' ({doing})' if doing else ''}: "
         f"{type(exc).__name__} (the API's log has the details)",
     )
 
@@ -106,6 +119,13 @@ def install_error_handlers(app: FastAPI) -> None:
             return JSONResponse({"error": "INVALID_JSON", "detail": detail}, 400)
         error = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
         return JSONResponse({"error": error, "detail": str(exc.detail)}, exc.status_code)
+
+    async def _database_failure(_: Request, exc: Exception) -> JSONResponse:
+        error = unavailable("DATABASE_UNAVAILABLE", "Postgres", exc)  # logged there; uvicorn logs the path
+        return JSONResponse({"error": error.error, "detail": error.detail}, error.status_code)
+
+    for failure in DATABASE_FAILURES:
+        app.add_exception_handler(failure, _database_failure)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

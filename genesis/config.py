@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from genesis import github_grants, netpolicy
@@ -374,6 +374,59 @@ class WorkerSettings(BaseModel):
     )
 
 
+RUN_PROCESSES = ("worker", "engine", "watcher", "api")
+
+
+class RunSettings(BaseModel):
+    """`make run` (`python -m genesis.cli.run`): which processes it starts and how it keeps them up."""
+
+    processes: str = Field(
+        default=",".join(RUN_PROCESSES),
+        description="The processes `make run` starts, comma separated, of `worker`, `engine`, `watcher` and "
+        "`api` (e.g. leave out the one you run in a debugger).",
+    )
+
+    @field_validator("processes")
+    @classmethod
+    def _known_processes(cls, value: str) -> str:
+        names = [name.strip() for name in value.split(",") if name.strip()]
+        unknown = sorted(set(names) - set(RUN_PROCESSES))
+        if unknown or not names:
+            raise ValueError(
+                f"GENESIS_RUN_PROCESSES must name some of {', '.join(RUN_PROCESSES)}; "
+                + (f"unknown: {', '.join(unknown)}" if unknown else "it names none")
+            )
+        return ",".join(dict.fromkeys(names))
+
+    restart_initial_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="Pause before restarting a process that exited; it doubles with each further exit of that "
+        "process within `crash_window_s`. Each pause is drawn between half and all of that value (jitter).",
+    )
+    restart_max_s: float = Field(
+        default=30.0, gt=0, description="Longest pause before a restart, however often the process exited."
+    )
+    crash_limit: int = Field(
+        default=5,
+        ge=1,
+        description="Exits of one process within `crash_window_s` that stop `make run` as a crash loop, naming "
+        "the process and its log, instead of restarting it again.",
+    )
+    crash_window_s: float = Field(
+        default=60.0, gt=0, description="The window of `crash_limit`, in seconds; older exits are forgotten."
+    )
+
+    @model_validator(mode="after")
+    def _pauses_in_order(self) -> RunSettings:
+        if self.restart_max_s < self.restart_initial_s:
+            raise ValueError(
+                f"GENESIS_RUN_RESTART_MAX_S ({self.restart_max_s:g}) must be at least "
+                f"GENESIS_RUN_RESTART_INITIAL_S ({self.restart_initial_s:g})"
+            )
+        return self
+
+
 class GepaSettings(BaseModel):
     """POST /connect-git, /execute_step, GET /program."""
 
@@ -654,6 +707,11 @@ class Settings(BaseSettings):
     log: LogSettings = Field(default_factory=LogSettings, title="Logs", description="Logging of every process.")
     worker: WorkerSettings = Field(
         default_factory=WorkerSettings, title="Worker", description="The Temporal worker process (`python worker.py`)."
+    )
+    run: RunSettings = Field(
+        default_factory=RunSettings,
+        title="make run",
+        description="The launcher of `make run`: the processes it starts, their restarts, and when it gives up.",
     )
     gepa: GepaSettings = Field(
         default_factory=GepaSettings,
