@@ -97,7 +97,9 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
     await asyncio.to_thread(upgrade_to_head, TEST_DATABASE_URL)  # alembic runs its own loop
     engine = get_engine(TEST_DATABASE_URL)
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE mutations, trait_versions, trait_quarantines, agents, operator_keys, evolution_cycles"))
+        await conn.execute(
+            text("TRUNCATE mutations, trait_versions, trait_quarantines, agents, operator_keys, evolution_cycles")
+        )
     test_redis = aioredis.from_url(TEST_REDIS_URL)
     await test_redis.flushdb()  # the registry and telemetry of an earlier run
     await test_redis.aclose()
