@@ -429,7 +429,8 @@ async def test_code_a_mutation_already_had_is_never_proposed_again(evo_worker, s
     original = response.json()["mutation_id"]
     await wait_for_status(http, original, {"activated", "rejected", "failed"}, 90)  # validated: its hash is known
 
-    script.script(plan_answer("dup_copy"), code_answer(code), code_answer(code))
+    copy = f"dup_copy_{uuid.uuid4().hex[:8]}"
+    script.script(plan_answer(copy), code_answer(code), code_answer(code))
     trigger_id = await start(temporal_client)
     cycle = await wait_cycle(http, trigger_id, lambda c: c["status"] != "running")
     assert (cycle["stage"], cycle["status"], cycle["attempts"], cycle["mutation_id"]) == (
@@ -441,7 +442,7 @@ async def test_code_a_mutation_already_had_is_never_proposed_again(evo_worker, s
     assert cycle["error"].startswith("code rejected twice: DUPLICATE_CODE") and original in cycle["error"]
     retry_prompt = script.prompts()[2]
     assert "DUPLICATE_CODE" in retry_prompt and "write different logic" in retry_prompt
-    copies = (await http.get("/api/mutations", params={"trait_name": "dup_copy"})).json()["mutations"]
+    copies = (await http.get("/api/mutations", params={"trait_name": copy})).json()["mutations"]
     assert copies == []
     await temporal_client.get_workflow_handle(f"mutation-{original}").signal("rollback", "test over")
 
