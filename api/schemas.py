@@ -202,6 +202,13 @@ class TraitVersionRef(BaseModel):
     version: int | None
 
 
+FITNESS_VERDICT = (
+    "positive | neutral | negative | inconclusive (too few Molbots carried the trait during its window to judge "
+    "it: kept); null: not observed (yet), or kept without a verdict"
+)
+VERDICT_REASON = "Why the fitness verdict is what it is (null: no verdict yet)"
+
+
 class QuarantineInfo(BaseModel):
     """The engine quarantined this version: it kept failing in the live trait host and is no longer
     run. Its mutation is then rolled back with ``rollback_reason`` ``quarantined: <reason>``."""
@@ -225,7 +232,8 @@ class MutationStatusResponse(BaseModel):
     workflow_id: str
     sandbox_report: dict[str, Any] | None
     trait_version: int | None
-    fitness_verdict: str | None
+    fitness_verdict: str | None = Field(default=None, description=FITNESS_VERDICT)
+    verdict_reason: str | None = Field(default=None, description=VERDICT_REASON)
     rollback_reason: str | None
     notify_url: str | None = None
     replaces: TraitVersionRef | None = Field(
@@ -262,7 +270,8 @@ class EffectsResponse(BaseModel):
     observation_window_ticks: int
     observed: bool
     effects: dict[str, Any] | None
-    fitness_verdict: str | None = None
+    fitness_verdict: str | None = Field(default=None, description=FITNESS_VERDICT)
+    verdict_reason: str | None = Field(default=None, description=VERDICT_REASON)
     replaces: TraitVersionRef | None = None
     trait_version: int | None = Field(default=None, description="The version it became on activation")
     replaced_version: int | None = None
@@ -681,7 +690,9 @@ class LineageNode(BaseModel):
     agent_id: str | None = Field(description="Who proposed it (genesis-coder: an evolution cycle)")
     status: str = Field(description="active | quarantined | superseded | rolled_back")
     mutation_status: str | None = Field(description="The status of the mutation that made this version")
-    fitness_verdict: str | None = Field(description="positive | neutral | negative; null: not observed (yet)")
+    fitness_verdict: str | None = Field(
+        description="positive | neutral | negative | inconclusive (too few carriers to judge); null: not observed (yet)"
+    )
     origin: str | None = Field(description="builtin, the LLM provider's name, or agent; null: recorded before lineage")
     operators: list[str] = Field(description="The built-in operator's steps in order: seed, perturb, insert, recombine")
     seed: int | None = Field(description="The built-in operator's random seed (it gives the same code again)")
