@@ -620,10 +620,46 @@ class TraitSummary(BaseModel):
     carriers: int | None = Field(
         default=None, description="Molbots carrying it at the latest WorldSnapshot (null: no snapshot)"
     )
+    running: bool | None = Field(
+        default=None,
+        description="Whether the engine's trait host ran it at the engine's last report (false for a second or "
+        "two after activation, while it is loaded; null: the engine is not running)",
+    )
+    mutation_status: str | None = Field(
+        default=None, description="The status of the mutation that made this version: activated (observed now) or kept"
+    )
+    fitness_verdict: str | None = Field(
+        default=None,
+        description="positive | neutral | inconclusive (too few carriers to judge it); null: still observed, "
+        "or kept without a verdict",
+    )
+    verdict_reason: str | None = Field(default=None, description="Why its fitness verdict is what it is")
+
+
+class QuarantinedTrait(BaseModel):
+    """A trait whose newest version the engine quarantined: that version is not live (its
+    mutation is rolled back within seconds, ``mutation_status`` says whether it was yet)."""
+
+    trait_name: str
+    version: int = Field(description="The quarantined version")
+    mutation_id: str
+    agent_id: str | None
+    mutation_status: str | None = Field(description="activated or kept: its rollback follows; rolled_back: done")
+    quarantine: QuarantineInfo
+    live_version: int | None = Field(
+        description="The version of this trait live now (the previous one, restored by the rollback); null: none"
+    )
 
 
 class TraitsResponse(BaseModel):
-    traits: list[TraitSummary]
+    traits: list[TraitSummary] = Field(
+        description="The live traits: the same set GET /api/stats counts as live_traits, by name"
+    )
+    quarantined: list[QuarantinedTrait] = Field(
+        default_factory=list,
+        description="Traits whose newest version the engine quarantined (not live), newest quarantine first, "
+        "at most 100; a newer version of a trait removes it from here",
+    )
     snapshot_tick: int | None = Field(default=None, description="The WorldSnapshot the carriers come from")
 
 
