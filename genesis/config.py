@@ -217,8 +217,8 @@ class ObservationSettings(BaseModel):
         default=0.02,
         ge=0,
         le=1,
-        description="...and at least this share of the population at the window's start (0.02: 20 of 1,000), "
-        "so a large world needs more carriers before its change can be a trait's doing.",
+        description="A trait's verdict also needs at least this share of the population at the window's start "
+        "carrying it (0.02: 20 of 1,000): a large world needs more carriers before its change can be a trait's doing.",
     )
 
 
