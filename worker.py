@@ -22,6 +22,7 @@ from activities.tasks import TaskActivities
 from activities.webhooks import WebhookActivities
 from genesis import gc_tuning
 from genesis.config import Settings, get_settings
+from genesis.db.schema import exit_if_schema_behind
 from genesis.db.session import get_sessionmaker
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics, temporal_sdk_runtime
@@ -51,6 +52,7 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
         activities=[
             records.validate_and_record_mutation,
             records.record_mutation_status,
+            records.check_trait_code,
             sandbox.run_sandbox_test,
             lifecycle.activate_trait,
             lifecycle.rollback_trait,
@@ -101,6 +103,7 @@ def build_gepa_worker(client, settings: Settings, executor: ThreadPoolExecutor, 
 async def main() -> None:
     settings = get_settings()
     configure_logging("worker", settings)
+    await exit_if_schema_behind(settings.database_url)
     gc_tuning.observe_gc_pauses()
     serve_metrics("worker", settings.metrics_host, settings.worker.metrics_port)
     client = await connect(settings, temporal_sdk_runtime(settings.metrics_host, settings.worker.sdk_metrics_port))

@@ -1,4 +1,5 @@
-"""Mutation record activities: gatekeeper + dedupe (step 2-11) and status persistence."""
+"""Mutation record activities: gatekeeper + dedupe (step 2-11) and status persistence; and the
+same gatekeeper and dedupe for a check, which reads the records and writes nothing."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from genesis.dto import (
     MutationInput,
     MutationStatus,
     StatusUpdate,
+    TraitCheck,
     ValidationOutcome,
     ValidationRequest,
     terminal_statuses,
@@ -50,18 +52,9 @@ class MutationRecordActivities:
         return await self._validate(request.mutation, request.next_line)
 
     async def _validate(self, mutation: MutationInput, next_line: str) -> ValidationOutcome:
-        # A validation is CPU work (~0.5 ms for a 2 KB trait, more for large ones): in a thread, so
-        # the worker's event loop keeps serving workflow tasks and heartbeats meanwhile.
-        result = await asyncio.to_thread(gatekeeper.validate, mutation.trait_name, mutation.code)
-        outcome = ValidationOutcome(
-            ok=result.ok,
-            failure_code=result.failure_code,
-            validation_log=list(result.validation_log),
-            class_name=result.class_name,
-            code_hash=result.code_hash,
-        )
-        if result.ok:
-            code_hash = result.code_hash
+        outcome = await _gatekeep(mutation.trait_name, mutation.code)
+        if outcome.ok:
+            code_hash = outcome.code_hash
             assert code_hash is not None, "a passing validation always hashes the tree"
             passed = [*outcome.validation_log, DEDUPLICATION_OK]
             recorded = _record_values(
@@ -69,7 +62,7 @@ class MutationRecordActivities:
                     mutation_id=mutation.mutation_id,
                     status=MutationStatus.validating,
                     validation_log=[*passed, next_line],
-                    class_name=result.class_name,
+                    class_name=outcome.class_name,
                 )
             )
             holder = await self._claim_code_hash(mutation.mutation_id, code_hash, recorded)
@@ -77,12 +70,7 @@ class MutationRecordActivities:
                 outcome.validation_log = passed
                 STATUS_TRANSITIONS.labels(MutationStatus.validating.value).inc()
             else:
-                outcome.ok = False
-                outcome.failure_code = FailureCode.DUPLICATE_CODE.value
-                outcome.validation_log.append(
-                    f"Deduplication: FAILED — identical code (SHA-256 {code_hash[:12]}…) "
-                    f"already belongs to mutation {holder.mutation_id} ({holder.status}); change the logic"
-                )
+                _duplicate(outcome, code_hash, holder.mutation_id, holder.status)
         if not outcome.ok:
             raise ApplicationError(
                 outcome.validation_log[-1], outcome.model_dump(), type=outcome.failure_code, non_retryable=True
@@ -109,6 +97,29 @@ class MutationRecordActivities:
             if holder is None or holder.mutation_id == mutation_id:  # released meanwhile: retry
                 raise ApplicationError("code hash slot changed while claiming it; retrying")
             return holder
+
+    @activity.defn(name=names.CHECK_TRAIT_CODE)
+    async def check_trait_code(self, check: TraitCheck) -> ValidationOutcome:
+        """Steps 2-11 for a check: the gatekeeper, then dedupe as a lookup of the mutation that
+        holds the code hash (a proposal claims it; a check only reads). A rejection is a result
+        here (``ok`` false), not an error: nothing needs to be undone or retried."""
+        outcome = await _gatekeep(check.trait_name, check.code)
+        if not outcome.ok:
+            return outcome
+        assert outcome.code_hash is not None, "a passing validation always hashes the tree"
+        async with self._sessions() as session:
+            holder = (
+                await session.execute(
+                    select(Mutation.mutation_id, Mutation.status).where(
+                        Mutation.code_hash == outcome.code_hash, Mutation.holds_code_hash
+                    )
+                )
+            ).first()
+        if holder is None:
+            outcome.validation_log.append(DEDUPLICATION_OK)
+        else:
+            _duplicate(outcome, outcome.code_hash, holder.mutation_id, holder.status)
+        return outcome
 
     @activity.defn(name=names.RECORD_MUTATION_STATUS)
     async def record_mutation_status(self, change: StatusUpdate) -> None:
@@ -162,6 +173,31 @@ class MutationRecordActivities:
             )
         except Exception as exc:
             activity.logger.warning("could not announce the verdict of %s on the feed: %s", change.mutation_id, exc)
+
+
+async def _gatekeep(trait_name: str, code: str) -> ValidationOutcome:
+    """Steps 2-10, the pure AST checks. A validation is CPU work (~0.5 ms for a 2 KB trait, more
+    for large ones): in a thread, so the worker's event loop keeps serving workflow tasks and
+    heartbeats meanwhile."""
+    result = await asyncio.to_thread(gatekeeper.validate, trait_name, code)
+    return ValidationOutcome(
+        ok=result.ok,
+        failure_code=result.failure_code,
+        validation_log=list(result.validation_log),
+        class_name=result.class_name,
+        code_hash=result.code_hash,
+    )
+
+
+def _duplicate(outcome: ValidationOutcome, code_hash: str, holder_id: str, holder_status: str) -> None:
+    """Step 11 failed: the mutation ``holder_id`` holds this code hash. The line names only what
+    every client may read anyway (a mutation's id, status and code hash are public)."""
+    outcome.ok = False
+    outcome.failure_code = FailureCode.DUPLICATE_CODE.value
+    outcome.validation_log.append(
+        f"Deduplication: FAILED — identical code (SHA-256 {code_hash[:12]}…) "
+        f"already belongs to mutation {holder_id} ({holder_status}); change the logic"
+    )
 
 
 def _record_values(change: StatusUpdate) -> dict:

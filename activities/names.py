@@ -4,6 +4,8 @@ RECORD_MUTATION_STATUS = "record_mutation_status"
 # the gatekeeper and dedupe with their two records (validating; then the log) in one local activity
 VALIDATE_AND_RECORD_MUTATION = "validate_and_record_mutation"
 RUN_SANDBOX_TEST = "run_sandbox_test"
+# a check (CheckWorkflow): the gatekeeper and a read-only dedupe lookup, nothing recorded
+CHECK_TRAIT_CODE = "check_trait_code"
 ACTIVATE_TRAIT = "activate_trait"
 ROLLBACK_TRAIT = "rollback_trait"
 DELIVER_WEBHOOK = "deliver_webhook"

@@ -1,5 +1,6 @@
 """Admitting a proposal: the checks and the record behind POST /api/mutations/propose and each
-item of POST /api/mutations/propose/batch.
+item of POST /api/mutations/propose/batch; and the same checks, without the record, for
+POST /api/mutations/check (``check_target``, ``take_check_limit``).
 
 The admission's Postgres work (the Idempotency-Key lookup, the live-trait check of ``replaces`` /
 TRAIT_EXISTS, the insert) runs as SQLAlchemy Core statements on one connection of the process's
@@ -30,7 +31,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from api.errors import ApiError, unavailable
-from api.schemas import ProposeRequest, ProposeResponse
+from api.schemas import ProposeRequest, ProposeResponse, TraitSubmission
 from evolution import tasks
 from genesis import netpolicy
 from genesis.db.models import Mutation, TraitVersion
@@ -198,8 +199,18 @@ class ProposalTarget:
         return fields
 
 
+async def check_target(services, body: TraitSubmission, agent_id: str, operator: str | None) -> ProposalTarget:
+    """The trait checks of a proposal alone (403 NOT_TRAIT_OWNER, 409 TRAIT_EXISTS / TRAIT_NOT_LIVE
+    / VERSION_CONFLICT), reading only: what POST /api/mutations/check answers before its test."""
+    try:
+        async with _connection(services.database) as conn:
+            return await _check_replacement(services, conn, body, agent_id, operator)
+    except POSTGRES_ERRORS as exc:
+        raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
+
+
 async def _check_replacement(
-    services, conn: AsyncConnection, body: ProposeRequest, agent_id: str, operator: str | None
+    services, conn: AsyncConnection, body: TraitSubmission, agent_id: str, operator: str | None
 ) -> ProposalTarget:
     """Before any limit is charged: ``replaces`` must name a live trait (409 TRAIT_NOT_LIVE) at
     the given version, if any (409 VERSION_CONFLICT); without ``replaces`` a live trait_name is
@@ -312,14 +323,32 @@ async def _take_rate_limit(services, agent_id: str, ip: str, mutation_id: str) -
     except Exception as exc:  # limits cannot be enforced: accept nothing
         raise unavailable("RATE_LIMITER_UNAVAILABLE", "Redis", exc, "the rate limits") from exc
     if not decision.allowed:
-        raise ApiError(
-            429,
-            FailureCode.RATE_LIMIT_EXCEEDED.value,
-            decision.describe(agent_id, ip),
-            headers={"Retry-After": str(decision.retry_after_sec)},
-            extra={"retry_after_sec": decision.retry_after_sec},
-        )
+        raise _over_limit(decision, agent_id, ip)
     return decision
+
+
+async def take_check_limit(services, agent_id: str, ip: str) -> None:
+    """Count a check (POST /api/mutations/check) in its own windows, or raise 429."""
+    settings = services.settings.ratelimit
+    limits = ratelimit.CheckLimits(
+        per_agent_minute=settings.checks_per_agent_minute, per_ip_minute=settings.checks_per_ip_minute
+    )
+    try:
+        decision = await ratelimit.take_check(services.redis, limits, agent_id, ip)
+    except Exception as exc:  # limits cannot be enforced: run nothing
+        raise unavailable("RATE_LIMITER_UNAVAILABLE", "Redis", exc, "the rate limits") from exc
+    if not decision.allowed:
+        raise _over_limit(decision, agent_id, ip)
+
+
+def _over_limit(decision: ratelimit.Decision, agent_id: str, ip: str) -> ApiError:
+    return ApiError(
+        429,
+        FailureCode.RATE_LIMIT_EXCEEDED.value,
+        decision.describe(agent_id, ip),
+        headers={"Retry-After": str(decision.retry_after_sec)},
+        extra={"retry_after_sec": decision.retry_after_sec},
+    )
 
 
 def _same_proposal(existing: Row | None, body: ProposeRequest) -> ProposeResponse:

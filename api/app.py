@@ -9,13 +9,14 @@ from contextlib import asynccontextmanager
 import anyio
 import anyio.lowlevel
 import redis.asyncio as aioredis
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from sqlalchemy.orm import configure_mappers
 
 from api import (
     admission,
     routes_agents,
     routes_batch,
+    routes_check,
     routes_context,
     routes_docs,
     routes_evolution,
@@ -36,10 +37,12 @@ from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
 from api.metrics import RequestMetrics, router as metrics_router
 from api.request_guard import RequestGuard
+from api.strict_requests import check_declared_inputs
 from api.telemetry_hub import TelemetryHub
 from api.workflow_starter import WorkflowStarter
 from genesis import gc_tuning
 from genesis.config import Settings, get_settings
+from genesis.db.schema import log_schema_at_start
 from genesis.db.session import get_engine, get_sessionmaker
 from genesis.logs import configure_logging
 from gepa_steps import api as routes_gepa
@@ -80,10 +83,15 @@ def _build_lazy_state(app: FastAPI) -> None:
 
 
 async def _warm_connections(services: Services) -> None:
-    """Postgres connections with the admission's statements, and the Temporal client, opened in
-    the background after start-up. A dependency that is down is not an error here: the requests
-    that need it say so."""
-    steps = (lambda: admission.warm(services.database, WARM_CONNECTIONS), services.temporal)
+    """The schema's state logged (an error naming the fix when it is behind; /api/health says so
+    too), then Postgres connections with the admission's statements and the Temporal client,
+    opened in the background after start-up. A dependency that is down is not an error here: the
+    requests that need it say so."""
+    steps = (
+        lambda: log_schema_at_start(services.settings.database_url),
+        lambda: admission.warm(services.database, WARM_CONNECTIONS),
+        services.temporal,
+    )
     for step in steps:  # each coroutine made when its turn comes: none is left un-awaited if cancelled
         try:
             await step()
@@ -140,6 +148,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,  # /docs and /redoc from local assets: api/routes_docs.py
         redoc_url=None,
+        # Unknown query parameters are a 422, a JSON body without its Content-Type a 415.
+        dependencies=[Depends(check_declared_inputs)],
     )
     install_error_handlers(app)
     document_error_responses(app)
@@ -156,6 +166,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.include_router(routes_mutations.router)
     app.include_router(routes_batch.router)
+    app.include_router(routes_check.router)
     app.include_router(routes_agents.router)
     app.include_router(routes_webhooks.router)
     app.include_router(routes_context.router)

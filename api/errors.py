@@ -10,12 +10,25 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("genesis.api")
 
 # A route's `responses=`: status code -> its OpenAPI entry ({"model": ..., "description": ...}).
 Responses = dict[int | str, dict[str, Any]]
+
+# Postgres failing under a route that does not catch it itself (the server unreachable or
+# restarting, a schema behind the code): 503 DATABASE_UNAVAILABLE like the routes that do, not a
+# 500. Errors that point at a request or a bug (IntegrityError, DataError) stay 500s.
+DATABASE_FAILURES = (
+    sa_exc.OperationalError,
+    sa_exc.ProgrammingError,
+    sa_exc.InterfaceError,
+    sa_exc.InternalError,
+    sa_exc.DisconnectionError,
+    sa_exc.TimeoutError,
+)
 
 
 class ApiError(Exception):
@@ -40,8 +53,18 @@ def unavailable(error: str, service: str, exc: BaseException, doing: str = "") -
     return ApiError(
         503,
         error,
-        f"{service} is not reachable{f' ({doing})' if doing else ''}: "
+        f"{service} is unavailable{f' ({doing})' if doing else ''}: "
         f"{type(exc).__name__} (the API's log has the details)",
+    )
+
+
+def invalid_field(field: str, message: str, **extra: Any) -> ApiError:
+    """422 VALIDATION_ERROR for one bad field or parameter, in the shape pydantic's errors get."""
+    return ApiError(
+        422,
+        "VALIDATION_ERROR",
+        f"{field}: {message}",
+        extra={"errors": [{"field": field, "message": message}], **extra},
     )
 
 
@@ -97,6 +120,13 @@ def install_error_handlers(app: FastAPI) -> None:
         error = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}.get(exc.status_code, "HTTP_ERROR")
         return JSONResponse({"error": error, "detail": str(exc.detail)}, exc.status_code)
 
+    async def _database_failure(_: Request, exc: Exception) -> JSONResponse:
+        error = unavailable("DATABASE_UNAVAILABLE", "Postgres", exc)  # logged there; uvicorn logs the path
+        return JSONResponse({"error": error.error, "detail": error.detail}, error.status_code)
+
+    for failure in DATABASE_FAILURES:
+        app.add_exception_handler(failure, _database_failure)
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         """A bug or an unforeseen failure: logged with its traceback, answered without it."""
@@ -108,9 +138,9 @@ def install_error_handlers(app: FastAPI) -> None:
 
 def document_error_responses(app: FastAPI) -> None:
     """Make /openapi.json say what the handlers above answer for every operation: 400
-    ``INVALID_JSON`` and 413 ``PAYLOAD_TOO_LARGE`` wherever a body is read, and 422 in the
-    ``ErrorResponse`` shape (FastAPI documents its own ``HTTPValidationError`` there, which this API
-    never sends)."""
+    ``INVALID_JSON``, 413 ``PAYLOAD_TOO_LARGE`` and 415 ``UNSUPPORTED_MEDIA_TYPE`` wherever a body
+    is read, and 422 everywhere (an unknown query parameter), in the ``ErrorResponse`` shape
+    (FastAPI documents its own ``HTTPValidationError`` there, which this API never sends)."""
     from api.schemas import ErrorResponse
 
     generate = app.openapi
@@ -133,9 +163,14 @@ def document_error_responses(app: FastAPI) -> None:
                 if "requestBody" in operation:
                     responses.setdefault("400", error("INVALID_JSON: the body is not valid JSON (or not UTF-8)"))
                     responses.setdefault("413", error("PAYLOAD_TOO_LARGE: the body is over the size limit"))
+                    responses.setdefault(
+                        "415", error("UNSUPPORTED_MEDIA_TYPE: a body without Content-Type: application/json")
+                    )
                 validation = responses.get("422", {}).get("content", {}).get("application/json", {})
                 if validation.get("schema", {}).get("$ref", "").endswith("/HTTPValidationError"):
                     responses["422"] = error("VALIDATION_ERROR: the detail and errors name each bad field")
+                # every operation: a query parameter it does not declare (api/strict_requests.py)
+                responses.setdefault("422", error("VALIDATION_ERROR: an unknown query parameter (the detail names it)"))
         for name in ("HTTPValidationError", "ValidationError"):  # FastAPI's, now unreferenced
             rest = {key: value for key, value in components.items() if key != name}
             if f'#/components/schemas/{name}"' not in json.dumps([schema.get("paths"), rest]):

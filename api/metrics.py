@@ -31,6 +31,13 @@ PROPOSALS = Counter(
     ["source", "outcome"],
 )
 
+CHECKS = Counter(
+    "genesis_api_trait_checks",
+    "Checks (POST /api/mutations/check) by outcome: passed, rejected, or the error code of the refusal "
+    "(RATE_LIMIT_EXCEEDED, CHECK_TIMEOUT, ...)",
+    ["outcome"],
+)
+
 router = APIRouter()
 
 
@@ -41,6 +48,10 @@ def metrics() -> Response:
 
 def count_proposal(source: str, outcome: str) -> None:
     PROPOSALS.labels(source, outcome).inc()
+
+
+def count_check(outcome: str) -> None:
+    CHECKS.labels(outcome).inc()
 
 
 def route_template(scope: Scope) -> str:

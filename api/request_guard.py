@@ -122,14 +122,20 @@ def url_problem(scope: dict) -> tuple[str, str] | None:
     return None
 
 
-def _is_json(scope: dict) -> bool:
-    content_type = dict(scope.get("headers") or ()).get(b"content-type")
-    if content_type is None:
+def is_json_media_type(content_type: str | None) -> bool:
+    """Whether a Content-Type says JSON (``application/json``, ``application/*+json``, any
+    parameters), as FastAPI decides whether to parse a body as JSON."""
+    if not content_type:
         return False
     message = Message()
-    message["content-type"] = content_type.decode("latin-1")
+    message["content-type"] = content_type
     subtype = message.get_content_subtype()
     return message.get_content_maintype() == "application" and (subtype == "json" or subtype.endswith("+json"))
+
+
+def _is_json(scope: dict) -> bool:
+    content_type = dict(scope.get("headers") or ()).get(b"content-type")
+    return content_type is not None and is_json_media_type(content_type.decode("latin-1"))
 
 
 def _refusal(error: str, field: str, message: str) -> JSONResponse:

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 from typing import Literal
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.auth import OPERATOR_ERRORS, require_operator
 from api.errors import ApiError, Responses, unavailable
-from api.params import TriggerIdPath
+from api.paging import Cursor, Keyset, moment, paged, text
+from api.params import TRIGGER_ID_PATTERN, TriggerIdPath
 from api.schemas import ErrorResponse, EvolutionTriggerRequest, EvolutionTriggerResponse, RateLimitResponse
 from api.schemas_evolution import CycleListResponse, CycleResponse
 from evolution import cycles, watcher as watching
@@ -37,6 +38,7 @@ ERRORS: Responses = {
     503: {"model": ErrorResponse, "description": "No snapshot yet, or Redis / Temporal unavailable"},
 }
 START_WAIT_S = 10.0
+PAGES = Keyset("cycles", moment, text(TRIGGER_ID_PATTERN))  # (created_at, trigger_id), descending
 
 
 @router.post(
@@ -102,17 +104,24 @@ async def force_trigger(request: Request, body: EvolutionTriggerRequest | None =
     return JSONResponse(response.model_dump(), status_code=202)
 
 
-@router.get("/api/evolution/cycles", response_model=CycleListResponse, responses={422: ERRORS[422], 503: ERRORS[503]})
+@router.get(
+    "/api/evolution/cycles", response_model=CycleListResponse, responses=paged({422: ERRORS[422], 503: ERRORS[503]})
+)
 async def list_cycles(
     request: Request,
+    response: Response,
     limit: int = Query(default=50, ge=1, le=500),
     status: Literal["running", "succeeded", "failed"] | None = None,
+    cursor: Cursor = None,
 ) -> dict:
     """The newest evolution cycles first: stage, plan, code, mutation, LLM tokens and estimated cost, error."""
+    after = PAGES.decode(cursor)
     try:
-        return {"cycles": await cycles.list_cycles(request.app.state.services.sessions, limit, status)}
+        rows = await cycles.list_cycles(request.app.state.services.sessions, limit + 1, status, after)
     except (SQLAlchemyError, OSError) as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
+    rows, next_cursor = PAGES.page(request, response, rows, limit, lambda row: (row.created_at, row.trigger_id))
+    return {"cycles": [cycles.as_dict(row) for row in rows], "next_cursor": next_cursor}
 
 
 @router.get(

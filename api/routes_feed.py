@@ -7,11 +7,12 @@ from __future__ import annotations
 import asyncio
 import json
 
-from fastapi import APIRouter, Query, Request, WebSocket
+from fastapi import APIRouter, Query, Request, Response, WebSocket
 from redis.exceptions import RedisError
 from starlette.websockets import WebSocketDisconnect
 
-from api.errors import ApiError, unavailable
+from api.errors import invalid_field, unavailable
+from api.paging import Cursor, Keyset, paged
 from api.schemas import ErrorResponse
 from api.schemas_evolution import FeedResponse
 from evolution import feed
@@ -31,42 +32,62 @@ def _check_after(after: str | None) -> str | None:
     return after
 
 
+def _stream_id(value: object) -> str:
+    """A stream id inside a cursor (ValueError otherwise)."""
+    if not isinstance(value, str) or not feed.is_stream_id(value):
+        raise ValueError("not a stream id")
+    return value
+
+
+PAGES = Keyset("feed", _stream_id)  # (stream id,), oldest first
+
+
 @router.get(
-    "/api/feed", response_model=FeedResponse, responses={422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}}
+    "/api/feed",
+    response_model=FeedResponse,
+    responses=paged({422: {"model": ErrorResponse}, 503: {"model": ErrorResponse}}),
 )
 async def read_feed(
     request: Request,
+    response: Response,
     after: str | None = Query(
         default=None, description="Stream id: messages after it (0-0: from the oldest); without it: the newest"
     ),
     limit: int = Query(default=50, ge=1, le=MAX_LIMIT),
+    cursor: Cursor = None,
 ) -> dict:
     """At most ``limit`` messages, oldest first: those after ``after`` (``0-0``: from the oldest
     kept; the stream keeps about the last 1,000), or without it the newest ones. ``last_id`` is
-    where to continue (pass it as ``after``)."""
+    where to continue (pass it as ``after``); ``next_cursor`` is set while more messages than
+    this page are already there (null: caught up)."""
     try:
         _check_after(after)
     except ValueError as exc:
-        raise ApiError(
-            422,
-            "VALIDATION_ERROR",
-            f"query.after: {exc}",
-            extra={"errors": [{"field": "query.after", "message": str(exc)}]},
-        ) from exc
+        raise invalid_field("query.after", str(exc)) from exc
+    if cursor is not None:
+        if after is not None:
+            raise invalid_field("query.cursor", "give either after or cursor, not both (a cursor says where to go on)")
+        (after,) = PAGES.decode(cursor) or (None,)
     try:
-        messages = await feed.read(request.app.state.services.redis, after, limit)
+        if after is None:
+            messages, next_cursor = await feed.read(request.app.state.services.redis, None, limit), None
+        else:
+            rows = await feed.read(request.app.state.services.redis, after, limit + 1)
+            messages, next_cursor = PAGES.page(
+                request, response, rows, limit, lambda m: (m["id"],), replaces=("after",)
+            )
     except (RedisError, OSError) as exc:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
-    return {"messages": messages, "last_id": messages[-1]["id"] if messages else after}
+    return {"messages": messages, "last_id": messages[-1]["id"] if messages else after, "next_cursor": next_cursor}
 
 
 @router.websocket("/ws/feed")
-async def follow_feed(websocket: WebSocket) -> None:
+async def follow_feed(websocket: WebSocket, after: str | None = None) -> None:
     """One feed message per text frame, as ``GET /api/feed`` serves them. ``?after=<id>``
     replays the messages after that id first; without it only new messages are sent."""
     redis = websocket.app.state.services.redis
     try:
-        after = _check_after(websocket.query_params.get("after"))
+        after = _check_after(after)
     except ValueError as exc:
         await websocket.accept()
         await websocket.send_text(json.dumps({"error": "VALIDATION_ERROR", "detail": f"query.after: {exc}"}))

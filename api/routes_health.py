@@ -8,10 +8,11 @@ import time
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy import text
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+from genesis.db.schema import MIGRATE_COMMAND, read_schema_state
 
 log = logging.getLogger("genesis.api")
 router = APIRouter(prefix="/api", tags=["health"])
@@ -63,8 +64,10 @@ async def health(request: Request) -> JSONResponse:
     services = request.app.state.services
 
     async def postgres():
-        async with services.sessions() as session:
-            await session.execute(text("SELECT 1"))
+        async with services.database.connect() as connection:
+            schema = await read_schema_state(connection)
+        if schema.behind:  # every statement on a missing table or column would fail
+            raise Down(f"{schema.describe()}; run `{MIGRATE_COMMAND}`")
 
     async def redis():
         await services.redis.ping()

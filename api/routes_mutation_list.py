@@ -1,49 +1,61 @@
-"""List mutations, newest first: ``GET /api/mutations?status=&agent_id=&trait_name=&limit=``.
+"""List mutations, newest first: ``GET /api/mutations?status=&agent_id=&trait_name=&limit=&cursor=``
+(paged as every list is: api/paging.py).
 
 Each item has the shape of ``GET /api/mutations/{id}/status`` (which carries ``workflow_id``, the
 Temporal workflow to open in its UI). The world viewer's mutation list reads it."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import BaseModel
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 
 from api.mutation_records import status_response
+from api.paging import Cursor, Keyset, NextCursor, moment, paged, text
 from api.schemas import AGENT_ID_PATTERN, ErrorResponse, MutationStatusResponse
 from genesis import rules
 from genesis.db.models import Mutation
 from genesis.dto import MutationStatus
+from genesis.ids import MUTATION_ID_PATTERN
 from pipeline.quarantines import quarantines_of
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
 
 MAX_LIMIT = 200
+PAGES = Keyset("mutations", moment, text(MUTATION_ID_PATTERN))  # (created_at, mutation_id), descending
 
 
 class MutationListResponse(BaseModel):
     mutations: list[MutationStatusResponse]
+    next_cursor: NextCursor = None
 
 
 @router.get(
     "",
     response_model=MutationListResponse,
-    responses={
-        422: {
-            "model": ErrorResponse,
-            "description": "An invalid status, agent_id, trait_name or limit (the detail names it)",
+    responses=paged(
+        {
+            422: {
+                "model": ErrorResponse,
+                "description": "An invalid status, agent_id, trait_name, limit or cursor (the detail names it)",
+            }
         }
-    },
+    ),
 )
 async def list_mutations(
     request: Request,
+    response: Response,
     status: MutationStatus | None = Query(None, description="only mutations in this status"),
     agent_id: str | None = Query(None, pattern=AGENT_ID_PATTERN.pattern, description="only this agent's mutations"),
     limit: int = Query(50, ge=1, le=MAX_LIMIT, description=f"how many (1..{MAX_LIMIT}), newest first"),
     trait_name: str | None = Query(None, pattern=rules.TRAIT_NAME_PATTERN, description="only this trait's mutations"),
+    cursor: Cursor = None,
 ) -> MutationListResponse:
     """Mutations, newest first, optionally of one status and/or one agent."""
-    query = select(Mutation).order_by(Mutation.created_at.desc(), Mutation.mutation_id.desc()).limit(limit)
+    after = PAGES.decode(cursor)
+    query = select(Mutation).order_by(Mutation.created_at.desc(), Mutation.mutation_id.desc()).limit(limit + 1)
+    if after is not None:
+        query = query.where(tuple_(Mutation.created_at, Mutation.mutation_id) < after)
     if status is not None:
         query = query.where(Mutation.status == status.value)
     if agent_id is not None:
@@ -51,6 +63,10 @@ async def list_mutations(
     if trait_name is not None:
         query = query.where(Mutation.trait_name == trait_name)
     async with request.app.state.services.sessions() as session:
-        records = (await session.scalars(query)).all()
+        records, next_cursor = PAGES.page(
+            request, response, (await session.scalars(query)).all(), limit, lambda r: (r.created_at, r.mutation_id)
+        )
         quarantines = await quarantines_of(session, (r.mutation_id for r in records))
-    return MutationListResponse(mutations=[status_response(r, quarantines.get(r.mutation_id)) for r in records])
+    return MutationListResponse(
+        mutations=[status_response(r, quarantines.get(r.mutation_id)) for r in records], next_cursor=next_cursor
+    )

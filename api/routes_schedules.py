@@ -3,17 +3,21 @@ kind ``periodic_improvement``; overlap policy SKIP."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from typing import Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from api.auth import OPERATOR_ERRORS, require_operator
 from api.errors import ApiError, Responses
+from api.paging import Cursor, Keyset, paged, text
 from api.params import ScheduleIdPath
 from api.schemas import ErrorResponse
 from api.schemas_evolution import ScheduleCreateRequest, ScheduleListResponse, ScheduleResponse
 from evolution import schedules
 
 router = APIRouter(prefix="/api/schedules", tags=["schedules"])
+PAGES = Keyset("schedules", text(schedules.SCHEDULE_ID_PATTERN))  # (schedule_id,), ascending
 ERRORS: Responses = {
     404: {"model": ErrorResponse, "description": "No schedule with that id"},
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
@@ -26,7 +30,7 @@ def _queue(request: Request) -> str:
     return request.app.state.services.settings.task_queue
 
 
-async def _call(request: Request, action, *args, **kwargs) -> dict:
+async def _call(request: Request, action, *args, **kwargs) -> Any:
     client = await request.app.state.services.temporal()
     try:
         return await action(client, *args, **kwargs)
@@ -46,13 +50,13 @@ async def _call(request: Request, action, *args, **kwargs) -> dict:
     responses={**ERRORS, **OPERATOR_ERRORS, 409: {"model": ErrorResponse, "description": "The schedule_id is taken"}},
 )
 async def create_schedule(body: ScheduleCreateRequest, request: Request) -> JSONResponse:
-    """Create a schedule that starts a periodic improvement cycle every ``interval_s`` seconds."""
+    """Create a schedule that starts a periodic improvement cycle every ``interval_sec`` seconds."""
     settings = request.app.state.services.settings
     described = await _call(
         request,
         schedules.create,
         settings.task_queue,
-        interval_s=body.interval_s,
+        interval_s=body.interval_sec,
         schedule_id=body.schedule_id,
         paused=body.paused,
         note=body.note,
@@ -61,9 +65,18 @@ async def create_schedule(body: ScheduleCreateRequest, request: Request) -> JSON
     return JSONResponse(described, status_code=201)
 
 
-@router.get("", response_model=ScheduleListResponse, responses=ERRORS)
-async def list_schedules(request: Request) -> dict:
-    return {"schedules": await _call(request, schedules.list_all, _queue(request))}
+@router.get("", response_model=ScheduleListResponse, responses=paged(ERRORS))
+async def list_schedules(
+    request: Request,
+    response: Response,
+    limit: int = Query(default=100, ge=1, le=500, description="At most this many schedules, by id"),
+    cursor: Cursor = None,
+) -> dict:
+    """Genesis' periodic improvement schedules, by id."""
+    after = PAGES.decode(cursor)
+    found = await _call(request, schedules.list_all, _queue(request), after[0] if after else None, limit + 1)
+    page, next_cursor = PAGES.page(request, response, found, limit, lambda schedule: (schedule["schedule_id"],))
+    return {"schedules": page, "next_cursor": next_cursor}
 
 
 @router.get("/{schedule_id}", response_model=ScheduleResponse, responses=ERRORS)

@@ -1,6 +1,7 @@
 """Tasks for external agents (open-mutation-api.md, Block 1) and claims on them.
 
 - ``GET  /api/agents/context/tasks``          live tasks (never an expired one), soonest expiry first
+- ``GET  /api/agents/tasks``                  the same list, where the writes on tasks are
 - ``POST /api/agents/tasks``                  an operator publishes a task (the Watcher does too)
 - ``POST /api/agents/tasks/{task_id}/claim``  take a task: one winner, the others get 409
 - ``POST /api/agents/tasks/{task_id}/resolve`` an operator: the problem went away, end the task
@@ -14,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from temporalio.client import WorkflowHandle
@@ -23,8 +24,10 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import API_KEY, OPERATOR_ERRORS, acting_agent, require_operator
 from api.errors import ApiError, Responses, unavailable
+from api.paging import Cursor, Keyset, number, paged, text
 from api.params import TaskIdPath
 from api.schemas import (
+    TASK_ID_PATTERN,
     ClaimRequest,
     ClaimResponse,
     ErrorResponse,
@@ -40,6 +43,7 @@ from genesis.dto import AgentTask
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, task_workflow_id
 
 router = APIRouter(tags=["agent tasks"])
+PAGES = Keyset("tasks", number, text(TASK_ID_PATTERN))  # (expires_at, task_id), ascending
 
 ERRORS: Responses = {
     404: {"model": ErrorResponse, "description": "No such live task (unknown, expired or done)"},
@@ -76,16 +80,31 @@ def _not_found(task_id: str) -> ApiError:
     )
 
 
-@router.get("/api/agents/context/tasks", response_model=TasksResponse, responses={503: ERRORS[503]})
-async def list_tasks(request: Request, limit: int = Query(100, ge=1, le=500)) -> TasksResponse:
+@router.get(
+    "/api/agents/context/tasks",
+    response_model=TasksResponse,
+    responses=paged({422: ERRORS[422], 503: ERRORS[503]}),
+)
+@router.get(
+    "/api/agents/tasks",
+    response_model=TasksResponse,
+    responses=paged({422: ERRORS[422], 503: ERRORS[503]}),
+    summary="List Tasks (the same as GET /api/agents/context/tasks)",
+)
+async def list_tasks(
+    request: Request, response: Response, limit: int = Query(100, ge=1, le=500), cursor: Cursor = None
+) -> TasksResponse:
     """Tasks from the Watcher (or an operator) that have not expired, soonest expiry first, each
     with ``ttl_remaining_sec`` and who has claimed it."""
+    redis = request.app.state.services.redis
     try:
-        live = await tasks.live_tasks(request.app.state.services.redis, limit)
+        entries = await tasks.queue_entries(redis, limit + 1, PAGES.decode(cursor))
+        entries, next_cursor = PAGES.page(request, response, entries, limit, lambda entry: entry)
+        live = await tasks.live_tasks(redis, [task_id for _, task_id in entries])
     except (RedisError, OSError) as exc:
         raise _redis_down(exc) from exc
     now = time.time()
-    return TasksResponse(tasks=[_task_response(task, claim, now) for task, claim in live])
+    return TasksResponse(tasks=[_task_response(task, claim, now) for task, claim in live], next_cursor=next_cursor)
 
 
 @router.post(

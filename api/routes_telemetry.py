@@ -37,7 +37,7 @@ def parse_filter(raw: str | None) -> frozenset[str]:
 
 
 @router.websocket("/api/agents/telemetry")
-async def telemetry(websocket: WebSocket) -> None:
+async def telemetry(websocket: WebSocket, events: str | None = None) -> None:
     """One JSON event per text frame: ``WorldSnapshot``, ``TaskPublished``, ``TaskExpired``,
     ``TaskClosed``, ``MutationActivated``, ``MutationRolledBack``. ``?events=A,B`` limits the
     stream to those types; an invalid filter gets an error frame and close code 1008.
@@ -45,7 +45,7 @@ async def telemetry(websocket: WebSocket) -> None:
     (reason ``SLOW_CONSUMER``). Redis outages pause the stream without closing it."""
     hub: TelemetryHub = websocket.app.state.telemetry
     try:
-        wanted = parse_filter(websocket.query_params.get("events"))
+        wanted = parse_filter(events)
     except ValueError as exc:
         await websocket.accept()
         await websocket.send_text(json.dumps({"event": "Error", "error": INVALID_EVENT_FILTER, "detail": str(exc)}))

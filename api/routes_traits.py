@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 from redis.exceptions import RedisError
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
@@ -15,6 +15,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from api import engine_status
 from api.errors import ApiError, Responses, unavailable
 from api.mutation_records import quarantine_info, replaces_ref, verdict_reason
+from api.paging import Cursor, Keyset, paged, text, whole
 from api.schemas import (
     ErrorResponse,
     LineageEdge,
@@ -31,6 +32,7 @@ from api.schemas import (
     trait_name_problem,
 )
 from evolution import world_metrics
+from genesis import rules
 from genesis.db.models import Mutation, TraitQuarantine, TraitVersion
 from genesis.dto import MutationStatus, terminal_statuses
 from pipeline import lineage, live
@@ -38,6 +40,9 @@ from pipeline.quarantines import quarantines_of
 
 log = logging.getLogger("genesis.api")
 router = APIRouter(prefix="/api/traits", tags=["traits"])
+MAX_LIMIT = 500
+TRAIT_PAGES = Keyset("traits", text(rules.TRAIT_NAME_PATTERN))  # (trait_name,), ascending
+VERSION_PAGES = Keyset("trait_versions", whole(2**31))  # (version,), descending; an integer column
 
 ERRORS: Responses = {
     404: {"model": ErrorResponse, "description": "No version of this trait was ever activated"},
@@ -90,22 +95,32 @@ async def _running_traits(request: Request) -> set[str] | None:
     return set(engine_status.running_traits(status)) if engine_status.running(status) else None
 
 
-@router.get("", response_model=TraitsResponse, responses={503: ERRORS[503]})
-async def list_traits(request: Request) -> TraitsResponse:
+@router.get("", response_model=TraitsResponse, responses=paged({422: ERRORS[422], 503: ERRORS[503]}))
+async def list_traits(
+    request: Request,
+    response: Response,
+    limit: int = Query(default=MAX_LIMIT, ge=1, le=MAX_LIMIT, description="At most this many traits, by name"),
+    cursor: Cursor = None,
+) -> TraitsResponse:
     """The live traits (one live version each), by name: the version an agent would name in
     ``replaces``, who made it, when it went live, how its mutation was judged, whether the engine
     runs it, and its carriers at the latest WorldSnapshot. A version the engine quarantined is not
-    live, even before its rollback has run: it is listed under ``quarantined``, with the reason."""
+    live, even before its rollback has run: the first page lists it under ``quarantined``, with
+    the reason."""
     services = request.app.state.services
+    query = live.live_versions().limit(limit + 1)
+    after = TRAIT_PAGES.decode(cursor)
+    if after is not None:
+        query = query.where(TraitVersion.trait_name > after[0])
     try:
         async with services.sessions() as session:
-            rows = (await session.execute(live.live_versions())).all()
-            quarantines = await live.latest_quarantines(session)
+            rows = (await session.execute(query)).all()
+            quarantines = await live.latest_quarantines(session) if after is None else []
     except (SQLAlchemyError, OSError) as exc:
         raise _db_down(exc) from exc
+    rows, next_cursor = TRAIT_PAGES.page(request, response, rows, limit, lambda row: (row[0].trait_name,))
     carriers, tick = await _carriers(request)
     running = await _running_traits(request)
-    live_versions = {row.trait_name: row.version for row, _ in rows}
     return TraitsResponse(
         traits=[
             TraitSummary(
@@ -134,38 +149,49 @@ async def list_traits(request: Request) -> TraitsResponse:
                 quarantine=QuarantineInfo(
                     reason=quarantine.reason, quarantined_at=quarantine.quarantined_at.timestamp()
                 ),
-                live_version=live_versions.get(version.trait_name),
+                live_version=live_version,
             )
-            for quarantine, version, mutation in quarantines
+            for quarantine, version, mutation, live_version in quarantines
         ],
         snapshot_tick=tick,
+        next_cursor=next_cursor,
     )
 
 
-@router.get("/{trait_name}", response_model=TraitDetailResponse, responses=ERRORS)
+@router.get("/{trait_name}", response_model=TraitDetailResponse, responses=paged(ERRORS))
 async def trait_detail(
     trait_name: str,
     request: Request,
-    limit: int = Query(default=100, ge=1, le=500, description="At most this many versions, newest first"),
+    response: Response,
+    limit: int = Query(default=100, ge=1, le=MAX_LIMIT, description="At most this many versions, newest first"),
+    cursor: Cursor = None,
 ) -> TraitDetailResponse:
     """One trait: its live version with the **source code** (what a modification starts from),
     every activated version with its status (``quarantined``: the engine stopped running it), and
-    the proposals of it still in flight."""
+    the proposals of it still in flight. ``versions`` is paged (``limit``, ``cursor``)."""
     _check_name(trait_name)
+    older_than = VERSION_PAGES.decode(cursor)
+    versions_query = (
+        select(TraitVersion, Mutation)
+        .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
+        .where(TraitVersion.trait_name == trait_name)
+        .order_by(TraitVersion.version.desc())
+        .limit(limit + 1)
+    )
+    if older_than is not None:
+        versions_query = versions_query.where(TraitVersion.version < older_than[0])
     services = request.app.state.services
     in_flight = {MutationStatus.queued.value, MutationStatus.validating.value, MutationStatus.sandbox_ok.value}
     in_flight -= {s.value for s in terminal_statuses(services.settings.activate_mutations)}
     try:
         async with services.sessions() as session:
-            rows = (
-                await session.execute(
-                    select(TraitVersion, Mutation)
-                    .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
-                    .where(TraitVersion.trait_name == trait_name)
-                    .order_by(TraitVersion.version.desc())
-                    .limit(limit)
-                )
-            ).all()
+            rows, next_cursor = VERSION_PAGES.page(
+                request,
+                response,
+                (await session.execute(versions_query)).all(),
+                limit,
+                lambda pair: (pair[0].version,),
+            )
             active_row = next((pair for pair in rows if pair[0].status == "active"), None)
             if active_row is None:  # the live version may be older than the newest ``limit``
                 active_row = (
@@ -188,7 +214,7 @@ async def trait_detail(
             ).all()
     except (SQLAlchemyError, OSError) as exc:
         raise _db_down(exc) from exc
-    if not rows:
+    if not rows and older_than is None:
         raise ApiError(
             404,
             "TRAIT_NOT_FOUND",
@@ -220,6 +246,7 @@ async def trait_detail(
         ],
         carriers=carriers.get(trait_name, 0) if carriers is not None and live is not None else None,
         snapshot_tick=tick,
+        next_cursor=next_cursor,
     )
 
 

@@ -1,7 +1,10 @@
-"""The living world, as the engine reports it through Redis (the API never imports the engine):
+"""The living world, as the engine reports it through Redis and Postgres (the API never imports
+the engine):
 
 - ``GET /api/world/state``     tick, population, the world's parameters
 - ``GET /api/world/entities``  a bounded list of entities (lowest ids first)
+- ``GET /api/world/entities/{id}`` one entity of that list (the viewer's inspector)
+- ``GET /api/world/history``   the WorldSnapshots of one run (Redis and Postgres, api/world_history.py)
 - ``GET /api/stats``           tick rate, population, energy, live and running traits, applied mutations
 - ``WS  /ws/world``            viewer frames relayed from ``ch:world:frames``
 
@@ -15,14 +18,16 @@ import json
 import logging
 from typing import Any
 
-from fastapi import APIRouter, Query, Request, WebSocket
+from fastapi import APIRouter, Path, Query, Request, Response, WebSocket
 from redis.exceptions import RedisError
 from sqlalchemy import func, select
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from api import engine_status
 from api.errors import ApiError, Responses, unavailable
-from api.schemas import ErrorResponse
+from api.paging import Cursor, Keyset, paged, whole
+from api.schemas import ErrorResponse, HistoryResponse
+from api.world_history import read_history
 from genesis import redis_keys as keys
 from genesis.db.models import Mutation
 from genesis.redis_keys import Channels
@@ -34,6 +39,9 @@ log = logging.getLogger("genesis.api.world")
 
 APPLIED_STATUSES = ("activated", "kept")  # applied and not rolled back (a trait's older versions too)
 MAX_ENTITIES = 500
+MAX_HISTORY_POINTS = 1000
+RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,32}$"
+ENTITY_PAGES = Keyset("entities", whole(2**63))  # (id,), ascending: the engine reports entities in id order
 NOT_RUNNING: Responses = {
     503: {
         "model": ErrorResponse,
@@ -91,24 +99,98 @@ async def world_state(request: Request) -> dict:
     }
 
 
-@router.get("/api/world/entities", responses=NOT_RUNNING)
-async def world_entities(
-    request: Request,
-    limit: int = Query(100, ge=1, le=MAX_ENTITIES, description="how many entities (1..500), lowest ids first"),
-) -> dict:
-    """Entities of the running world (refreshed about once a second)."""
-    status = await _engine_status(request)
+async def _published_entities(request: Request) -> list[dict[str, Any]]:
+    """The entities of the engine's last status (``engine:entities``), lowest ids first."""
     try:
         raw = await request.app.state.services.redis.get(keys.ENGINE_ENTITIES)
     except (RedisError, OSError) as exc:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
-    entities = json.loads(raw) if raw else []
+    return json.loads(raw) if raw else []
+
+
+@router.get("/api/world/entities", responses=paged({**NOT_RUNNING, 422: {"model": ErrorResponse}}))
+async def world_entities(
+    request: Request,
+    response: Response,
+    limit: int = Query(100, ge=1, le=MAX_ENTITIES, description="how many entities (1..500), lowest ids first"),
+    cursor: Cursor = None,
+) -> dict:
+    """Entities of the running world (refreshed about once a second), lowest ids first; each
+    page is read from the engine's latest report, and a cursor goes on after the last id seen."""
+    after = ENTITY_PAGES.decode(cursor)
+    status = await _engine_status(request)
+    entities = await _published_entities(request)
+    if after is not None:
+        entities = [entity for entity in entities if entity["id"] > after[0]]
+    entities, next_cursor = ENTITY_PAGES.page(request, response, entities, limit, lambda entity: (entity["id"],))
     return {
         "tick": _num(status, "tick", int),
         "population": _num(status, "population", int),
-        "count": min(limit, len(entities)),
-        "entities": entities[:limit],
+        "count": len(entities),
+        "entities": entities,
+        "next_cursor": next_cursor,
     }
+
+
+@router.get(
+    "/api/world/entities/{entity_id}",
+    responses={
+        **NOT_RUNNING,
+        404: {"model": ErrorResponse, "description": "ENTITY_NOT_FOUND: not among the entities the engine published"},
+    },
+)
+async def world_entity(
+    request: Request,
+    entity_id: int = Path(ge=0, le=2**53, description="The Molbot's id (the first value of its entry in a frame)"),
+) -> dict:
+    """One entity as the engine last published it (about once a second): position, energy, age,
+    generation and every trait it carries."""
+    status = await _engine_status(request)
+    entities = await _published_entities(request)
+    entity = next((e for e in entities if e.get("id") == entity_id), None)
+    if entity is None:
+        raise ApiError(
+            404,
+            "ENTITY_NOT_FOUND",
+            f"no Molbot {entity_id} among the {len(entities)} entities the engine published at tick "
+            f"{_num(status, 'tick', int)}: it has died or is not born yet, or its id is past the lowest "
+            "GENESIS_ENGINE_ENTITIES_LIMIT ids the engine publishes",
+        )
+    return {"tick": _num(status, "tick", int), "entity": entity}
+
+
+@router.get(
+    "/api/world/history",
+    response_model=HistoryResponse,
+    responses={
+        **NOT_RUNNING,
+        422: {"model": ErrorResponse, "description": "A parameter is out of range, or from_tick > to_tick"},
+    },
+)
+async def world_history(
+    request: Request,
+    run_id: str | None = Query(
+        None,
+        pattern=RUN_ID_PATTERN,
+        description="The engine run (`run_id` of GET /api/world/state); default: the running one",
+    ),
+    from_tick: int = Query(0, ge=0, le=2**53, description="The first tick of the range"),
+    to_tick: int | None = Query(None, ge=0, le=2**53, description="The last tick of the range; default: the newest"),
+    limit: int = Query(
+        500, ge=1, le=MAX_HISTORY_POINTS, description=f"At most this many points (1..{MAX_HISTORY_POINTS}), the newest"
+    ),
+) -> HistoryResponse:
+    """Population, mean energy and carriers per trait at the WorldSnapshots of one engine run,
+    oldest first: every snapshot of the last minutes (Redis), and every
+    ``GENESIS_ENGINE_POSTGRES_EVERY``-th one before them (Postgres, kept seven days)."""
+    if to_tick is not None and from_tick > to_tick:
+        message = f"from_tick ({from_tick}) is after to_tick ({to_tick})"
+        raise ApiError(
+            422, "VALIDATION_ERROR", message, extra={"errors": [{"field": "query.from_tick", "message": message}]}
+        )
+    if run_id is None:
+        run_id = (await _engine_status(request)).get("run_id") or ""
+    return await read_history(request.app.state.services, run_id, from_tick, to_tick, limit)
 
 
 @router.get("/api/stats", responses=NOT_RUNNING)

@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, Va
 from pydantic.config import JsonDict
 
 import gatekeeper
+from api.paging import NextCursor
 from genesis import rules
 from genesis.dto import Lineage, TaskSeverity
 from pipeline import webhooks
@@ -102,10 +103,11 @@ class ReplacesRef(BaseModel):
     )
 
 
-class ProposeRequest(BaseModel):
-    model_config = ConfigDict(
-        extra="forbid", str_strip_whitespace=False, json_schema_extra={"examples": [EXAMPLE_PROPOSAL]}
-    )
+class TraitSubmission(BaseModel):
+    """The fields that say which trait and code a request is about: a proposal's, and a check's
+    (which judges the code as a proposal would, recording nothing)."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=False)
 
     agent_id: str | None = Field(
         default=None,
@@ -114,25 +116,12 @@ class ProposeRequest(BaseModel):
         "(GENESIS_AUTH=open only) it is required",
         json_schema_extra={"pattern": AGENT_ID_PATTERN.pattern},
     )
-    task_id: str | None = Field(
-        default=None,
-        description="Optional task from /api/agents/context/tasks",
-        json_schema_extra={"pattern": TASK_ID_PATTERN.pattern},
-    )
     trait_name: TraitName = Field(
         description="snake_case; becomes part of mutations/trait_{name}_v{N}.py",
         json_schema_extra={"pattern": rules.TRAIT_NAME_PATTERN},
     )
-    goal: str = Field(default="", max_length=2000, description="What the trait is for (shown in the Evolution Feed)")
     code: str = Field(
         description="Python source of the trait (UTF-8, at most 32 KB)", json_schema_extra={"minLength": 1}
-    )
-    notify_url: str | None = Field(
-        default=None,
-        max_length=webhooks.MAX_URL_LENGTH,
-        description="Optional http(s) URL that gets a signed POST (Standard Webhooks, HMAC-SHA256) on each "
-        "status change of this mutation; its host must resolve to global addresses (loopback, private, link-local, "
-        "reserved and non-canonical forms of them are refused) unless the operator allows it",
     )
     replaces: ReplacesRef | None = Field(
         default=None,
@@ -151,14 +140,6 @@ class ProposeRequest(BaseModel):
             )
         return value
 
-    @field_validator("notify_url")
-    @classmethod
-    def _notify_url(cls, value: str | None) -> str | None:
-        problem = webhooks.url_problem(value) if value is not None else None
-        if problem:  # where the URL leads (resolved, private hosts) is the route's check
-            raise ValueError(problem)
-        return value
-
     @field_validator("agent_id")
     @classmethod
     def _agent_id(cls, value: str | None) -> str | None:
@@ -166,6 +147,40 @@ class ProposeRequest(BaseModel):
             raise ValueError(
                 "agent_id must be 1-128 characters: letters, digits and _ . : @ -, starting with a letter or digit"
             )
+        return value
+
+    @field_validator("code")
+    @classmethod
+    def _code(cls, value: str) -> str:
+        problems = [p for p in gatekeeper.schema_problems("trait", value) if "trait_name" not in p]
+        if problems:
+            raise ValueError(problems[0])
+        return value
+
+
+class ProposeRequest(TraitSubmission):
+    model_config = ConfigDict(json_schema_extra={"examples": [EXAMPLE_PROPOSAL]})
+
+    task_id: str | None = Field(
+        default=None,
+        description="Optional task from /api/agents/context/tasks",
+        json_schema_extra={"pattern": TASK_ID_PATTERN.pattern},
+    )
+    goal: str = Field(default="", max_length=2000, description="What the trait is for (shown in the Evolution Feed)")
+    notify_url: str | None = Field(
+        default=None,
+        max_length=webhooks.MAX_URL_LENGTH,
+        description="Optional http(s) URL that gets a signed POST (Standard Webhooks, HMAC-SHA256) on each "
+        "status change of this mutation; its host must resolve to global addresses (loopback, private, link-local, "
+        "reserved and non-canonical forms of them are refused) unless the operator allows it",
+    )
+
+    @field_validator("notify_url")
+    @classmethod
+    def _notify_url(cls, value: str | None) -> str | None:
+        problem = webhooks.url_problem(value) if value is not None else None
+        if problem:  # where the URL leads (resolved, private hosts) is the route's check
+            raise ValueError(problem)
         return value
 
     @field_validator("task_id")
@@ -180,14 +195,6 @@ class ProposeRequest(BaseModel):
             raise ValueError("goal must not contain NUL characters")
         return value
 
-    @field_validator("code")
-    @classmethod
-    def _code(cls, value: str) -> str:
-        problems = [p for p in gatekeeper.schema_problems("trait", value) if "trait_name" not in p]
-        if problems:
-            raise ValueError(problems[0])
-        return value
-
 
 class ProposeResponse(BaseModel):
     mutation_id: str
@@ -195,6 +202,35 @@ class ProposeResponse(BaseModel):
     message: str
     status_url: str
     workflow_id: str
+
+
+class CheckRequest(TraitSubmission):
+    """``POST /api/mutations/check``: the code and trait of a proposal you may make. ``goal``,
+    ``task_id`` and ``notify_url`` are a proposal's only: a check records, claims and notifies
+    nothing, so they are refused as unknown fields."""
+
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"trait_name": "hungry_forager", "code": EXAMPLE_TRAIT_CODE}]}
+    )
+
+
+class CheckResponse(BaseModel):
+    """A check's verdict, in the fields a proposal's status shows for the same code."""
+
+    verdict: Literal["passed", "rejected"] = Field(
+        description="passed: a proposal of this code would pass validation and its sandbox test now (it would "
+        "reach sandbox_ok); rejected: it would end rejected with failure_reason_code"
+    )
+    trait_name: str
+    failure_reason_code: str | None = Field(description="As a rejected proposal's (AST_*, DUPLICATE_CODE, SANDBOX_*)")
+    validation_log: list[str] = Field(description="The lines a proposal's validation_log would end with")
+    sandbox_report: dict[str, Any] | None = Field(
+        description="The sandbox test's report, as in a proposal's status; null when validation rejected the code"
+    )
+    code_hash: str | None = Field(
+        description="SHA-256 of the code's syntax tree (what dedupe compares); null when the code does not parse"
+    )
+    workflow_id: str = Field(description="The check's own Temporal workflow (check-chk_…); no mutation's")
 
 
 class TraitVersionRef(BaseModel):
@@ -391,6 +427,7 @@ class TaskResponse(BaseModel):
 
 class TasksResponse(BaseModel):
     tasks: list[TaskResponse]
+    next_cursor: NextCursor = None
 
 
 class TaskCreatedResponse(TaskResponse):
@@ -658,9 +695,10 @@ class TraitsResponse(BaseModel):
     quarantined: list[QuarantinedTrait] = Field(
         default_factory=list,
         description="Traits whose newest version the engine quarantined (not live), newest quarantine first, "
-        "at most 100; a newer version of a trait removes it from here",
+        "at most 100, on the first page only; a newer version of a trait removes it from here",
     )
     snapshot_tick: int | None = Field(default=None, description="The WorldSnapshot the carriers come from")
+    next_cursor: NextCursor = None
 
 
 class TraitVersionInfo(BaseModel):
@@ -697,12 +735,13 @@ class TraitDetailResponse(BaseModel):
     trait_name: str
     live_version: int | None = Field(description="null: no version is live (all rolled back, or quarantined)")
     live: LiveTraitVersion | None
-    versions: list[TraitVersionInfo] = Field(description="Every activated version, newest first")
+    versions: list[TraitVersionInfo] = Field(description="The activated versions, newest first, a page at a time")
     pending: list[PendingModification] = Field(
         description="Proposals of this trait still in flight (queued, validating, sandbox_ok), oldest first"
     )
     carriers: int | None = None
     snapshot_tick: int | None = None
+    next_cursor: NextCursor = Field(default=None, description="The next page of versions (?cursor=); null: the last")
 
 
 AnomalyType = Literal[
@@ -780,3 +819,24 @@ class EvolutionTriggerResponse(BaseModel):
     report_key: str
     message: str
     cycle_workflow_id: str | None = None  # the EvolutionCycleWorkflow started for it (issue 5)
+
+
+class HistoryPoint(BaseModel):
+    """One WorldSnapshot of ``GET /api/world/history``."""
+
+    tick: int
+    timestamp: float = Field(description="The engine's wall clock at the snapshot (unix seconds)")
+    entity_count: int
+    avg_energy: float
+    trait_usage: dict[str, int] = Field(
+        description="Molbots carrying each trait (a Molbot counts for each of its traits)"
+    )
+
+
+class HistoryResponse(BaseModel):
+    run_id: str = Field(description="The engine run the points belong to (ticks start again at each run)")
+    points: list[HistoryPoint] = Field(description="Oldest first")
+    truncated: bool = Field(
+        description="More snapshots lie in the range than `limit`: the oldest were left out "
+        "(ask again with `to_tick` below the first point for them)"
+    )

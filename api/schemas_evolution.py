@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from api.paging import NextCursor
 from evolution.schedules import MAX_INTERVAL_S
 
 
@@ -40,6 +41,7 @@ class CycleResponse(BaseModel):
 
 class CycleListResponse(BaseModel):
     cycles: list[CycleResponse]
+    next_cursor: NextCursor = None
 
 
 class ScheduleCreateRequest(BaseModel):
@@ -47,18 +49,30 @@ class ScheduleCreateRequest(BaseModel):
         extra="forbid",
         json_schema_extra={
             "examples": [
-                {"schedule_id": "hourly-improvement", "interval_s": 3600, "note": "look for a better trait every hour"}
+                {
+                    "schedule_id": "hourly-improvement",
+                    "interval_sec": 3600,
+                    "note": "look for a better trait every hour",
+                }
             ]
         },
     )
 
     schedule_id: str | None = Field(default=None, max_length=64, description="Default: periodic-<8 hex>")
-    interval_s: float = Field(
+    interval_sec: float = Field(
         le=MAX_INTERVAL_S,
         description="Seconds between runs (at least GENESIS_SCHEDULE_MIN_INTERVAL_S, 60; at most 30 days)",
     )
     paused: bool = False
     note: str = Field(default="", max_length=500)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_older_name(cls, data: Any) -> Any:
+        """``interval_s``, the older name of ``interval_sec``, is still read (not both at once)."""
+        if isinstance(data, dict) and "interval_s" in data and "interval_sec" not in data:
+            data = {("interval_sec" if key == "interval_s" else key): value for key, value in data.items()}
+        return data
 
 
 class ScheduleRun(BaseModel):
@@ -70,7 +84,8 @@ class ScheduleRun(BaseModel):
 
 class ScheduleResponse(BaseModel):
     schedule_id: str
-    interval_s: float | None
+    interval_sec: float | None = Field(description="Seconds between runs")
+    interval_s: float | None = Field(description="The same as interval_sec (its older name, kept for clients of it)")
     paused: bool
     note: str
     next_run_times: list[float | None]
@@ -81,6 +96,7 @@ class ScheduleResponse(BaseModel):
 
 class ScheduleListResponse(BaseModel):
     schedules: list[ScheduleResponse]
+    next_cursor: NextCursor = None
 
 
 class FeedMessage(BaseModel):
@@ -99,3 +115,4 @@ class FeedMessage(BaseModel):
 class FeedResponse(BaseModel):
     messages: list[FeedMessage]
     last_id: str | None = Field(description="The id of the last message, else the `after` given")
+    next_cursor: NextCursor = None

@@ -123,6 +123,7 @@ class TelemetryHub:
         self._reconnect_max_s = reconnect_max_s
         self._subscribers: set[Subscriber] = set()
         self._task: asyncio.Task | None = None
+        self._closing = False
         self.client_name = f"genesis-telemetry:{os.getpid()}"
         self.subscribed = False
         self.counters = {
@@ -141,8 +142,13 @@ class TelemetryHub:
             self._task = asyncio.create_task(self._run(), name="telemetry-hub")
 
     async def close(self) -> None:
+        """Stop the subscription. redis-py's ``get_message`` can swallow a cancellation (the loop
+        then goes on reading): the loop also checks ``_closing``, and the cancel is repeated."""
+        self._closing = True
         if self._task is not None:
-            self._task.cancel()
+            while not self._task.done():
+                self._task.cancel()
+                await asyncio.wait({self._task}, timeout=0.5)
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
@@ -168,7 +174,7 @@ class TelemetryHub:
     # -- the subscription -------------------------------------------------------------------
     async def _run(self) -> None:
         delay = 0.1
-        while True:
+        while not self._closing:
             client = aioredis.from_url(
                 self._redis_url,
                 client_name=self.client_name,
@@ -185,7 +191,7 @@ class TelemetryHub:
                 if self.counters["connects"] > 1:
                     log.info("telemetry: resubscribed to Redis (%s)", ", ".join(CHANNELS))
                 delay = 0.1
-                while True:
+                while not self._closing:
                     message = await pubsub.get_message(timeout=5.0)
                     if message is not None and message.get("type") == "message":
                         await self._dispatch(_text(message["channel"]), message["data"])

@@ -17,6 +17,7 @@ from temporalio.client import Client
 
 from genesis import gc_tuning
 from genesis.config import get_settings
+from genesis.db.schema import exit_if_schema_behind
 from genesis.db.session import get_sessionmaker
 from genesis.effects import WorldSample
 from genesis.logs import configure_logging
@@ -84,6 +85,7 @@ def observation_hook(runner: HostTraitRunner, params: ParamsFollower, temporal: 
 
 async def main() -> None:
     settings = get_settings()
+    await exit_if_schema_behind(settings.database_url)
     redis = aioredis.from_url(settings.redis_url, socket_timeout=5, socket_connect_timeout=5)
     await self_heal_registry(settings, redis)
     temporal = temporal_connector(settings)

@@ -12,6 +12,7 @@ from temporalio.client import Client
 
 from evolution.watcher import Watcher
 from genesis.config import Settings, get_settings
+from genesis.db.schema import exit_if_schema_behind
 from genesis.db.session import get_sessionmaker
 from genesis.logs import configure_logging
 from genesis.temporal import connect
@@ -34,6 +35,7 @@ class LazyTemporal:
 
 async def main() -> None:
     settings = get_settings()
+    await exit_if_schema_behind(settings.database_url)
     redis = aioredis.from_url(settings.redis_url, socket_timeout=10, socket_connect_timeout=5)
     watcher = Watcher(settings, redis, LazyTemporal(settings), get_sessionmaker(settings.database_url))
     stop = asyncio.Event()

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import select, tuple_
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
@@ -56,13 +57,23 @@ def as_dict(row: EvolutionCycle) -> dict[str, Any]:
     }
 
 
-async def list_cycles(sessions: async_sessionmaker, limit: int = 50, status: str | None = None) -> list[dict[str, Any]]:
-    """The newest cycles first."""
-    query = select(EvolutionCycle).order_by(EvolutionCycle.created_at.desc()).limit(limit)
+async def list_cycles(
+    sessions: async_sessionmaker,
+    limit: int = 50,
+    status: str | None = None,
+    after: tuple[datetime, str] | None = None,
+) -> list[EvolutionCycle]:
+    """The newest cycles first (by creation, then trigger id), those older than ``after``
+    (``(created_at, trigger_id)`` of the last one seen) if given."""
+    query = (
+        select(EvolutionCycle).order_by(EvolutionCycle.created_at.desc(), EvolutionCycle.trigger_id.desc()).limit(limit)
+    )
     if status:
         query = query.where(EvolutionCycle.status == status)
+    if after is not None:
+        query = query.where(tuple_(EvolutionCycle.created_at, EvolutionCycle.trigger_id) < after)
     async with sessions() as session:
-        return [as_dict(row) for row in (await session.scalars(query)).all()]
+        return list((await session.scalars(query)).all())
 
 
 async def get_cycle(sessions: async_sessionmaker, trigger_id: str) -> dict[str, Any] | None:

@@ -1,5 +1,5 @@
 """Periodic improvement: Temporal Schedules that start an EvolutionCycleWorkflow
-(``periodic_improvement``) every ``interval_s`` seconds, overlap policy SKIP (a run still going
+(``periodic_improvement``) every ``interval_sec`` seconds, overlap policy SKIP (a run still going
 when the next is due is not joined by a second one).
 
 Used by the API (``/api/schedules``) and meant for a CLI as well: every function takes a
@@ -96,7 +96,8 @@ def describe_dict(schedule_id: str, description: ScheduleDescription) -> dict[st
         )
     return {
         "schedule_id": schedule_id,
-        "interval_s": every.total_seconds() if every is not None else None,
+        "interval_sec": every.total_seconds() if every is not None else None,
+        "interval_s": every.total_seconds() if every is not None else None,  # the older name
         "paused": schedule.state.paused,
         "note": schedule.state.note or "",
         "next_run_times": [_ts(t) for t in list(info.next_action_times)[:NEXT_RUNS]],
@@ -119,7 +120,7 @@ async def create(
     schedule_id = check_id(schedule_id) if schedule_id is not None else new_schedule_id()
     if not min_interval_s <= interval_s <= MAX_INTERVAL_S:
         raise ScheduleInvalid(
-            f"interval_s must be between {min_interval_s:g} and {MAX_INTERVAL_S} seconds (got {interval_s:g})"
+            f"interval_sec must be between {min_interval_s:g} and {MAX_INTERVAL_S} seconds (got {interval_s:g})"
         )
     if len(note) > MAX_NOTE:
         raise ScheduleInvalid(f"note is longer than {MAX_NOTE} characters")
@@ -167,19 +168,28 @@ async def describe(client: Client, schedule_id: str, task_queue: str) -> dict[st
     return describe_dict(schedule_id, description)
 
 
-async def list_all(client: Client, task_queue: str) -> list[dict[str, Any]]:
-    """Every schedule of Genesis on this task queue, sorted by id (the list comes from Temporal's
-    visibility store, which may take a moment to show a new schedule)."""
-    out = []
+async def list_all(
+    client: Client, task_queue: str, after: str | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
+    """Genesis' schedules on this task queue, sorted by id: at most ``limit`` of them, those whose
+    id comes after ``after`` if given (the list comes from Temporal's visibility store, which may
+    take a moment to show a new schedule). Only the schedules listed are described."""
+    ids = []
     async for entry in await client.list_schedules():
         action = entry.schedule.action if entry.schedule is not None else None
         if action is not None and getattr(action, "workflow", None) != EVOLUTION_WORKFLOW:
             continue
+        if after is None or entry.id > after:
+            ids.append(entry.id)
+    out: list[dict[str, Any]] = []
+    for schedule_id in sorted(ids):
+        if limit is not None and len(out) >= limit:
+            break
         try:
-            out.append(await describe(client, entry.id, task_queue))
+            out.append(await describe(client, schedule_id, task_queue))
         except (ScheduleNotFound, ScheduleInvalid):  # deleted meanwhile, or not one of ours
             continue
-    return sorted(out, key=lambda d: d["schedule_id"])
+    return out
 
 
 async def pause(client: Client, schedule_id: str, task_queue: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import math
 import secrets
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from pydantic import ValidationError
@@ -121,14 +121,36 @@ class Claim:
     lease_remaining_s: float
 
 
-async def live_tasks(redis: aioredis.Redis, limit: int = 100) -> list[tuple[AgentTask, Claim | None]]:
-    """The tasks that have not expired (soonest expiry first), each with its live claim if any.
-    An entry whose score is in the past, or whose body is gone, is never returned."""
+async def queue_entries(
+    redis: aioredis.Redis, count: int, after: tuple[float, str] | None = None
+) -> list[tuple[float, str]]:
+    """Up to ``count`` (expires_at, task_id) of the queue that have not expired, soonest expiry
+    first and task ids in order among equal expiries (Redis' own order), strictly after ``after``."""
     now = time.time()
-    members = await redis.zrangebyscore(keys.AGENT_TASKS_QUEUE, f"({now}", "+inf", start=0, num=limit)
-    if not members:
+    low = repr(after[0]) if after is not None and after[0] > now else f"({now}"  # ties with ``after`` dropped below
+    entries: list[tuple[float, str]] = []
+    start = 0
+    while len(entries) < count:
+        batch = cast(
+            list[tuple[bytes | str, float]],
+            await redis.zrangebyscore(keys.AGENT_TASKS_QUEUE, low, "+inf", start=start, num=count, withscores=True),
+        )
+        for member, score in batch:
+            entry = (float(score), member.decode() if isinstance(member, bytes) else str(member))
+            if after is None or entry > after:
+                entries.append(entry)
+        if len(batch) < count:
+            break
+        start += len(batch)
+    return entries[:count]
+
+
+async def live_tasks(redis: aioredis.Redis, task_ids: list[str]) -> list[tuple[AgentTask, Claim | None]]:
+    """The tasks of ``task_ids`` (in that order) that have not expired, each with its live claim
+    if any. One whose body is gone, or has expired meanwhile, is never returned."""
+    if not task_ids:
         return []
-    task_ids = [t.decode() if isinstance(t, bytes) else str(t) for t in members]
+    now = time.time()
     async with redis.pipeline(transaction=False) as pipe:
         for task_id in task_ids:
             pipe.get(keys.agent_task(task_id))

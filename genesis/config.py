@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from genesis import github_grants, netpolicy
@@ -80,6 +80,13 @@ class SandboxSettings(BaseModel):
         default=2, ge=0, description="Warm trait-host containers a worker keeps ready for sandbox tests (0: none)."
     )
     host_socket: bool = Field(default=True, description="The same private socket for the sandbox test's trait hosts.")
+    check_timeout_s: float = Field(
+        default=60.0,
+        gt=0,
+        le=600,
+        description="How long `POST /api/mutations/check` waits for its verdict (gatekeeper and sandbox test on the "
+        "worker) before answering 503 CHECK_TIMEOUT.",
+    )
 
 
 class TraitSettings(BaseModel):
@@ -134,7 +141,10 @@ class EngineSettings(BaseModel):
     )
     frame_interval: int = Field(default=2, ge=1, description="Ticks between two viewer frames on `/ws/world`.")
     entities_limit: int = Field(
-        default=500, ge=1, description="Entities written to `engine:entities` (what `GET /api/world/entities` reads)."
+        default=1000,
+        ge=1,
+        description="Entities written to `engine:entities`, lowest ids first (what `GET /api/world/entities` and the "
+        "viewer's inspector read): at or above `max_population`, every Molbot can be inspected.",
     )
     world_width: float = Field(default=800.0, gt=0, description="Width of the live world.")
     world_height: float = Field(default=600.0, gt=0, description="Height of the live world.")
@@ -223,7 +233,7 @@ class ObservationSettings(BaseModel):
 
 
 class RatelimitSettings(BaseModel):
-    """Proposal rate limits (Redis, atomic)."""
+    """Proposal and check rate limits (Redis, atomic)."""
 
     active_per_agent: int = Field(default=5, ge=1, description="Mutations of one agent not yet in a terminal state.")
     proposals_per_ip_minute: int = Field(default=10, ge=1, description="Proposals per client IP per minute.")
@@ -236,6 +246,13 @@ class RatelimitSettings(BaseModel):
     active_retry_after_s: int = Field(
         default=30, ge=1, description="`retry_after_sec` answered when the active-mutations limit is hit."
     )
+    checks_per_agent_minute: int = Field(
+        default=10,
+        ge=1,
+        description="Checks (`POST /api/mutations/check`: gatekeeper and sandbox test, nothing recorded) per agent "
+        "per minute; counted apart from proposals.",
+    )
+    checks_per_ip_minute: int = Field(default=30, ge=1, description="Checks per client IP per minute.")
 
 
 class TelemetrySettings(BaseModel):
@@ -368,6 +385,59 @@ class WorkerSettings(BaseModel):
         le=65535,
         description="Port of the Temporal SDK's own worker metrics (task slots, schedule-to-start latency); 0: off.",
     )
+
+
+RUN_PROCESSES = ("worker", "engine", "watcher", "api")
+
+
+class RunSettings(BaseModel):
+    """`make run` (`python -m genesis.cli.run`): which processes it starts and how it keeps them up."""
+
+    processes: str = Field(
+        default=",".join(RUN_PROCESSES),
+        description="The processes `make run` starts, comma separated, of `worker`, `engine`, `watcher` and "
+        "`api` (e.g. leave out the one you run in a debugger).",
+    )
+
+    @field_validator("processes")
+    @classmethod
+    def _known_processes(cls, value: str) -> str:
+        names = [name.strip() for name in value.split(",") if name.strip()]
+        unknown = sorted(set(names) - set(RUN_PROCESSES))
+        if unknown or not names:
+            raise ValueError(
+                f"GENESIS_RUN_PROCESSES must name some of {', '.join(RUN_PROCESSES)}; "
+                + (f"unknown: {', '.join(unknown)}" if unknown else "it names none")
+            )
+        return ",".join(dict.fromkeys(names))
+
+    restart_initial_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="Pause before restarting a process that exited; it doubles with each further exit of that "
+        "process within `crash_window_s`. Each pause is drawn between half and all of that value (jitter).",
+    )
+    restart_max_s: float = Field(
+        default=30.0, gt=0, description="Longest pause before a restart, however often the process exited."
+    )
+    crash_limit: int = Field(
+        default=5,
+        ge=1,
+        description="Exits of one process within `crash_window_s` that stop `make run` as a crash loop, naming "
+        "the process and its log, instead of restarting it again.",
+    )
+    crash_window_s: float = Field(
+        default=60.0, gt=0, description="The window of `crash_limit`, in seconds; older exits are forgotten."
+    )
+
+    @model_validator(mode="after")
+    def _pauses_in_order(self) -> RunSettings:
+        if self.restart_max_s < self.restart_initial_s:
+            raise ValueError(
+                f"GENESIS_RUN_RESTART_MAX_S ({self.restart_max_s:g}) must be at least "
+                f"GENESIS_RUN_RESTART_INITIAL_S ({self.restart_initial_s:g})"
+            )
+        return self
 
 
 class GepaSettings(BaseModel):
@@ -624,7 +694,9 @@ class Settings(BaseSettings):
         description="The observation window after activation that decides keep or roll back.",
     )
     ratelimit: RatelimitSettings = Field(
-        default_factory=RatelimitSettings, title="Rate limits", description="Proposal rate limits (Redis, atomic)."
+        default_factory=RatelimitSettings,
+        title="Rate limits",
+        description="Proposal and check rate limits (Redis, atomic).",
     )
     telemetry: TelemetrySettings = Field(
         default_factory=TelemetrySettings,
@@ -648,6 +720,11 @@ class Settings(BaseSettings):
     log: LogSettings = Field(default_factory=LogSettings, title="Logs", description="Logging of every process.")
     worker: WorkerSettings = Field(
         default_factory=WorkerSettings, title="Worker", description="The Temporal worker process (`python worker.py`)."
+    )
+    run: RunSettings = Field(
+        default_factory=RunSettings,
+        title="make run",
+        description="The launcher of `make run`: the processes it starts, their restarts, and when it gives up.",
     )
     gepa: GepaSettings = Field(
         default_factory=GepaSettings,

@@ -5,7 +5,7 @@ Plain pydantic models only: workflows import this module inside Temporal's sandb
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -111,7 +111,7 @@ class ValidationOutcome(BaseModel):
 
 
 class SandboxRequest(BaseModel):
-    mutation_id: str
+    mutation_id: str  # whose test it is (a check's id for a check): names its containers
     trait_name: str
     class_name: str
     code: str
@@ -144,6 +144,33 @@ class SandboxReport(BaseModel):
     @property
     def passed(self) -> bool:
         return self.verdict == "ok"
+
+    def log_line(self) -> str:
+        """The validation log's line for this verdict (a mutation's and a check's alike)."""
+        if self.passed:
+            return f"Sandbox: OK — {self.summary}"
+        return f"Sandbox: FAILED — {self.verdict}: {self.summary}"
+
+
+class TraitCheck(BaseModel):
+    """What a CheckWorkflow is started with: code to judge as a proposal would be, recording
+    nothing. ``timeout_s``: the sandbox test's time limit (set by the API from Settings)."""
+
+    check_id: str
+    agent_id: str
+    trait_name: str
+    code: str
+    timeout_s: float = 60.0
+
+
+class CheckResult(BaseModel):
+    """A check's verdict, with the fields a proposal's status would show for the same code."""
+
+    verdict: Literal["passed", "rejected"]
+    failure_reason_code: str | None = None
+    validation_log: list[str] = Field(default_factory=list)
+    sandbox_report: dict[str, Any] | None = None
+    code_hash: str | None = None
 
 
 class StatusUpdate(BaseModel):

@@ -1,4 +1,4 @@
-"""Identifiers: ``mut_`` + hex for mutations; workflow ids derived from them."""
+"""Identifiers: ``mut_`` + hex for mutations, ``chk_`` + hex for checks; workflow ids derived from them."""
 
 from __future__ import annotations
 
@@ -22,3 +22,8 @@ def mutation_id_for_idempotency_key(agent_id: str, key: str) -> str:
 
 def mutation_workflow_id(mutation_id: str) -> str:
     return f"mutation-{mutation_id}"
+
+
+def new_check_id() -> str:
+    """A check records nothing: its id only names its workflow and its sandbox container."""
+    return f"chk_{secrets.token_hex(8)}"

@@ -45,6 +45,15 @@ def ratelimit_agent_hour(agent_id: str) -> str:
     return f"ratelimit:agent:hr:{agent_id}"
 
 
+# Checks (POST /api/mutations/check) have windows of their own, apart from proposals'.
+def ratelimit_check_agent_minute(agent_id: str) -> str:
+    return f"ratelimit:check:agent:min:{agent_id}"
+
+
+def ratelimit_check_ip_minute(ip: str) -> str:
+    return f"ratelimit:check:ip:min:{ip}"
+
+
 # Trait registry (logic-flow.md)
 REGISTRY_TRAITS = "meta:registry:traits"
 REGISTRY_VERSION = "meta:registry:version"

@@ -11,6 +11,15 @@ SA_TRAIT_NAME = SearchAttributeKey.for_keyword("GenesisTraitName")
 SA_STATUS = SearchAttributeKey.for_keyword("GenesisStatus")
 SA_FAILURE_CODE = SearchAttributeKey.for_keyword("GenesisFailureCode")
 
+# POST /api/mutations/check: the gatekeeper and the sandbox test of code, recording nothing. Its
+# workflows carry none of the search attributes above, so a search for mutations never lists them.
+CHECK_WORKFLOW = "CheckWorkflow"
+
+
+def check_workflow_id(check_id: str) -> str:
+    return f"check-{check_id}"
+
+
 ROLLBACK_WORKFLOW = "RollbackWorkflow"
 
 

@@ -40,22 +40,34 @@ async def live_trait_names(session: AsyncSession) -> list[str]:
     return list((await session.scalars(select(TraitVersion.trait_name).where(is_live()).order_by("trait_name"))).all())
 
 
-async def latest_quarantines(session: AsyncSession) -> list[tuple[TraitQuarantine, TraitVersion, Mutation | None]]:
+async def latest_quarantines(
+    session: AsyncSession,
+) -> list[tuple[TraitQuarantine, TraitVersion, Mutation | None, int | None]]:
     """The traits whose newest version the engine quarantined (a newer version of a trait ends
     its entry here), newest quarantine first, at most QUARANTINES_SHOWN: each quarantine record
-    with its version and the mutation that made it."""
+    with its version, the mutation that made it, and the version of that trait live now (None:
+    none)."""
     newest = (
         select(func.max(TraitVersion.version))
         .where(TraitVersion.trait_name == TraitQuarantine.trait_name)
         .correlate(TraitQuarantine)
         .scalar_subquery()
     )
-    rows = await session.execute(
-        select(TraitQuarantine, TraitVersion, Mutation)
-        .join(TraitVersion, TraitVersion.mutation_id == TraitQuarantine.mutation_id)
-        .outerjoin(Mutation, Mutation.mutation_id == TraitQuarantine.mutation_id)
-        .where(TraitVersion.version == newest)
-        .order_by(TraitQuarantine.quarantined_at.desc(), TraitQuarantine.trait_name)
-        .limit(QUARANTINES_SHOWN)
-    )
-    return [(quarantine, version, mutation) for quarantine, version, mutation in rows.all()]
+    rows = (
+        await session.execute(
+            select(TraitQuarantine, TraitVersion, Mutation)
+            .join(TraitVersion, TraitVersion.mutation_id == TraitQuarantine.mutation_id)
+            .outerjoin(Mutation, Mutation.mutation_id == TraitQuarantine.mutation_id)
+            .where(TraitVersion.version == newest)
+            .order_by(TraitQuarantine.quarantined_at.desc(), TraitQuarantine.trait_name)
+            .limit(QUARANTINES_SHOWN)
+        )
+    ).all()
+    names = sorted({version.trait_name for _, version, _ in rows})
+    live_now: dict[str, int] = {}
+    if names:
+        found = await session.execute(
+            select(TraitVersion.trait_name, TraitVersion.version).where(is_live(), TraitVersion.trait_name.in_(names))
+        )
+        live_now = {name: version for name, version in found.all()}
+    return [(quarantine, version, mutation, live_now.get(version.trait_name)) for quarantine, version, mutation in rows]

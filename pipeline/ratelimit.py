@@ -1,4 +1,5 @@
-"""Proposal rate limits of open-mutation-api.md, checked and taken in one Redis Lua script.
+"""Proposal rate limits of open-mutation-api.md, checked and taken in one Redis Lua script; and
+the lighter limits of checks (POST /api/mutations/check), in another.
 
 Keys (genesis/redis_keys.py):
 
@@ -12,6 +13,10 @@ Keys (genesis/redis_keys.py):
 The script checks all three limits and takes all three (or nothing) atomically, so concurrent
 proposals can never exceed a limit, and a refused proposal consumes no quota. It uses Redis'
 clock (``TIME``), so several API hosts agree on time. All keys must live on one Redis node.
+
+Checks count in windows of their own, so trying code never uses up proposals (and the other way
+round): ``ratelimit:check:agent:min:{agent_id}`` and ``ratelimit:check:ip:min:{ip}``, counters
+with a TTL of 60 s, both checked and taken (or neither) by one script.
 """
 
 from __future__ import annotations
@@ -22,10 +27,17 @@ from dataclasses import dataclass
 
 import redis.asyncio as aioredis
 
-from genesis.redis_keys import ratelimit_active, ratelimit_agent_hour, ratelimit_ip_minute
+from genesis.redis_keys import (
+    ratelimit_active,
+    ratelimit_agent_hour,
+    ratelimit_check_agent_minute,
+    ratelimit_check_ip_minute,
+    ratelimit_ip_minute,
+)
 
 IP_WINDOW_S = 60
 AGENT_WINDOW_S = 3600
+CHECK_WINDOW_S = 60
 
 # KEYS: active zset, ip-minute counter, agent-hour counter
 # ARGV: mutation_id, active limit, slot ttl s, ip limit, agent limit, active retry hint s,
@@ -88,6 +100,36 @@ return 0
 """
 
 
+# KEYS: window counters; ARGV: the limit of each key, in order, then the window in seconds.
+# Returns {0} taken (every counter counted once), or {1, index of the refusing key (from 1),
+# retry after ms, its limit} refused (nothing taken); of several full windows, the one that
+# reopens last is named.
+_TAKE_WINDOWS = """
+local window = tonumber(ARGV[#KEYS + 1])
+local refused, retry_ms, limit = 0, -1, 0
+for i, key in ipairs(KEYS) do
+  local value = tonumber(ARGV[i])
+  if tonumber(redis.call('GET', key) or '0') >= value then
+    local ms = redis.call('PTTL', key)
+    if ms < 0 then
+      redis.call('EXPIRE', key, window)
+      ms = window * 1000
+    end
+    if ms > retry_ms then refused, retry_ms, limit = i, ms, value end
+  end
+end
+if refused > 0 then
+  return {1, refused, retry_ms, limit}
+end
+for _, key in ipairs(KEYS) do
+  if redis.call('INCR', key) == 1 or redis.call('TTL', key) < 0 then
+    redis.call('EXPIRE', key, window)
+  end
+end
+return {0}
+"""
+
+
 @dataclass(frozen=True)
 class Limits:
     active_per_agent: int
@@ -101,7 +143,7 @@ class Limits:
 class Decision:
     allowed: bool
     already_held: bool = False  # the same mutation asked again (idempotent retry): nothing taken
-    limit: str | None = None  # "active" | "agent_hour" | "ip_minute"
+    limit: str | None = None  # "active" | "agent_hour" | "ip_minute" | "check_agent_minute" | "check_ip_minute"
     limit_value: int = 0
     retry_after_sec: int = 0
 
@@ -110,6 +152,10 @@ class Decision:
             return f"Too many active mutations for agent_id '{agent_id}' (limit: {self.limit_value})"
         if self.limit == "agent_hour":
             return f"Too many proposals from agent_id '{agent_id}' this hour (limit: {self.limit_value} per hour)"
+        if self.limit == "check_agent_minute":
+            return f"Too many checks from agent_id '{agent_id}' this minute (limit: {self.limit_value} per minute)"
+        if self.limit == "check_ip_minute":
+            return f"Too many checks from IP {ip} this minute (limit: {self.limit_value} per minute)"
         return f"Too many proposals from IP {ip} this minute (limit: {self.limit_value} per minute)"
 
 
@@ -147,6 +193,31 @@ async def acquire(redis: aioredis.Redis, limits: Limits, agent_id: str, ip: str,
     return Decision(
         allowed=False,
         limit=name,
+        limit_value=int(result[3]),
+        retry_after_sec=max(1, math.ceil(int(result[2]) / 1000)),
+    )
+
+
+@dataclass(frozen=True)
+class CheckLimits:
+    per_agent_minute: int
+    per_ip_minute: int
+
+
+_CHECK_LIMIT_NAMES = ("check_agent_minute", "check_ip_minute")  # in the order of the script's keys
+
+
+async def take_check(redis: aioredis.Redis, limits: CheckLimits, agent_id: str, ip: str) -> Decision:
+    """Count one check of ``agent_id`` from ``ip`` if both of its minute windows allow it."""
+    result = await _script(redis, _TAKE_WINDOWS)(
+        keys=[ratelimit_check_agent_minute(agent_id), ratelimit_check_ip_minute(ip)],
+        args=[limits.per_agent_minute, limits.per_ip_minute, CHECK_WINDOW_S],
+    )
+    if int(result[0]) == 0:
+        return Decision(allowed=True)
+    return Decision(
+        allowed=False,
+        limit=_CHECK_LIMIT_NAMES[int(result[1]) - 1],
         limit_value=int(result[3]),
         retry_after_sec=max(1, math.ceil(int(result[2]) / 1000)),
     )

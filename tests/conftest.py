@@ -97,7 +97,9 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
     await asyncio.to_thread(upgrade_to_head, TEST_DATABASE_URL)  # alembic runs its own loop
     engine = get_engine(TEST_DATABASE_URL)
     async with engine.begin() as conn:
-        await conn.execute(text("TRUNCATE mutations, trait_versions, trait_quarantines, agents, operator_keys"))
+        await conn.execute(
+            text("TRUNCATE mutations, trait_versions, trait_quarantines, agents, operator_keys, evolution_cycles")
+        )
     test_redis = aioredis.from_url(TEST_REDIS_URL)
     await test_redis.flushdb()  # the registry and telemetry of an earlier run
     await test_redis.aclose()
@@ -114,12 +116,14 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         observation_timeout_s=600,
         engine_trait_gain_chance=1.0,
         # GENESIS_AUTH=required (the default): tests propose with registered agents' keys
-        # (tests/agents.py). The seed's rate limits are tested on API processes of their own
-        # (tests/stack/test_rate_limits.py); this one serves the whole suite from one IP.
+        # (tests/agents.py). The seed's rate limits, and the checks', are tested on API processes
+        # of their own (test_rate_limits.py, test_check.py); this one serves the suite from one IP.
         api_key_pepper=SecretStr("genesis-test-pepper"),
         ratelimit_active_per_agent=1000,
         ratelimit_proposals_per_ip_minute=100_000,
         ratelimit_proposals_per_agent_hour=100_000,
+        ratelimit_checks_per_agent_minute=100_000,
+        ratelimit_checks_per_ip_minute=100_000,
         # Webhook receivers in tests listen on loopback; retries come quickly.
         webhook_allow_private=True,
         webhook_secret=SecretStr("genesis-test-webhook-secret"),

@@ -1,6 +1,6 @@
 """Settings of a stack of its own for tests that run a real engine on a world they shape: a fresh
-Postgres database ``<suite db>_<name>``, a Redis db of its own (flushed) and a task queue of its
-own, on the session's Temporal server. The suite's registry holds the traits other modules left
+Postgres database ``<suite db>_<name>``, a Redis db of its own (flushed), a folder of trait files
+and a task queue of its own, on the session's Temporal server. The suite's registry holds the traits other modules left
 live; such a stack starts with none.
 
 The Redis db is ``GENESIS_TEST_OWN_STACK_REDIS_URL``, by default the db three below the suite's
@@ -17,7 +17,7 @@ import redis.asyncio as aioredis
 
 from genesis.cli.processes import free_port
 from genesis.config import Settings
-from genesis.db.migrate import upgrade_to_head
+from genesis.db.migrate import upgrade
 from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
 
 
@@ -32,7 +32,8 @@ def redis_db_below(offset: int) -> str:
     return with_path(TEST_REDIS_URL, f"/{(suite_db - offset) % 16}")
 
 
-async def fresh_database(url: str) -> None:
+async def fresh_database(url: str, revision: str | None = "head") -> None:
+    """Create the database anew, migrated to ``revision`` (None: an empty, never migrated one)."""
     name = urlsplit(url).path.lstrip("/")
     admin = await asyncpg.connect(with_path(url, "/postgres").replace("postgresql+asyncpg://", "postgresql://"))
     try:
@@ -40,14 +41,16 @@ async def fresh_database(url: str) -> None:
         await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
         await admin.close()
-    await asyncio.to_thread(upgrade_to_head, url)
+    if revision is not None:
+        await asyncio.to_thread(upgrade, url, revision)
 
 
-async def own_settings(settings: Settings, name: str, **changes) -> Settings:
-    """The suite's settings pointed at a fresh database and Redis db, with ``changes`` on top."""
+async def own_settings(settings: Settings, name: str, *, revision: str | None = "head", **changes) -> Settings:
+    """The suite's settings pointed at a fresh database (migrated to ``revision``, None: not at
+    all), Redis db and trait-file folder, with ``changes`` on top."""
     database_url = f"{TEST_DATABASE_URL}_{name}"
     redis_url = os.environ.get("GENESIS_TEST_OWN_STACK_REDIS_URL") or redis_db_below(3)
-    await fresh_database(database_url)
+    await fresh_database(database_url, revision)
     redis = aioredis.from_url(redis_url)
     await redis.flushdb()
     await redis.aclose()
@@ -56,5 +59,6 @@ async def own_settings(settings: Settings, name: str, **changes) -> Settings:
         redis_url=redis_url,
         task_queue=f"genesis-test-{name}",
         api_port=free_port(),
+        mutations_dir=settings.mutations_dir.parent / f"{settings.mutations_dir.name}-{name}",
         **changes,
     )

@@ -142,12 +142,12 @@ class MutationWorkflow:
         # The verdict's line takes the place of the "running" line; the activity wrote nothing.
         sandbox_report = report.model_dump()
         if report.verdict == "ok":
-            log = [*log[:-1], f"Sandbox: OK — {report.summary}"]
+            log = [*log[:-1], report.log_line()]
             if not mutation.activate:
                 return await self._finish(MutationStatus.sandbox_ok, None, log, sandbox_report)
             await self._transition(MutationStatus.sandbox_ok, log=log, sandbox_report=sandbox_report)
             return await self._live(mutation, outcome, log, sandbox_report)
-        log = [*log[:-1], f"Sandbox: FAILED — {report.verdict}: {report.summary}"]
+        log = [*log[:-1], report.log_line()]
         return await self._finish(MutationStatus.rejected, report.verdict, log, sandbox_report)
 
     async def _transition(

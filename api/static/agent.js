@@ -11,6 +11,7 @@ const OBSERVING_POLL_MS = 3000;  // while it is live and observed (a window of w
 const FOLLOW_FOR_MS = 15 * 60 * 1000;
 const SETTLED = new Set(["rejected", "failed", "kept", "rolled_back"]);
 const GOOD = new Set(["sandbox_ok", "activated", "kept"]);
+const TALLY_EVERY_MS = 15000;  // proposals made elsewhere (CLI, curl) count too
 
 const EXAMPLE = `class BaseTrait:
     """Base trait protocol stub — no import needed."""
@@ -36,6 +37,16 @@ export class Agent {
   async start() {
     if (this.apiKey) await this.useKey(this.apiKey, { quiet: true });
     else this.render();
+    setInterval(() => this.refresh(), TALLY_EVERY_MS);
+  }
+
+  // Read the agent's record again: its tally changes with every proposal and verdict. A failed
+  // read keeps what is shown (useKey reports errors when the visitor acts).
+  async refresh() {
+    if (!this.apiKey) return;
+    const key = this.apiKey;
+    const answer = await request("/v1/agents/me", { apiKey: key });
+    if (answer.ok && this.apiKey === key) this.render(answer.data);
   }
 
   async register() {
@@ -104,6 +115,7 @@ export class ProposeForm {
     const id = answer.data.mutation_id;
     showMessage(this.result, { title: `${answer.status} ${id}: ${answer.data.status}`, lines: [answer.data.message] });
     this.onProposed(id);
+    this.agent.refresh();
     this.follow(id);
   }
 
@@ -118,6 +130,7 @@ export class ProposeForm {
       if (this.following !== id) return;
       if (!answer.ok) return showMessage(this.result, { ...describeError(answer), kind: "error" });
       const m = answer.data;
+      if (m.status !== status) this.agent.refresh();  // the tally counts it by its status
       status = m.status;
       this.result.hidden = false;
       this.result.className = `message ${GOOD.has(m.status) ? "ok" : SETTLED.has(m.status) ? "error" : ""}`;

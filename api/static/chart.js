@@ -1,72 +1,70 @@
-// Population and average energy over time, drawn by hand on a canvas (no chart library).
-// Population uses the left scale, energy the right one (0..max energy).
+// Population and average energy over ticks: the stored history (GET /api/world/history, one
+// point per WorldSnapshot) followed by live samples of the viewer frames newer than its last
+// point. Population uses the left scale, energy the right one (0..max energy).
+
+import { drawAxes, drawLine, drawWaiting, niceTop } from "./axes.js";
 
 const POPULATION = "#6cb6ff";
 const ENERGY = "#e5b454";
-const MAX_SAMPLES = 300;
+const MAX_LIVE = 600;  // 5 minutes of live samples at two a second
+const PAD = { l: 48, r: 48, t: 26, b: 34 };
 
 export class Chart {
   constructor(canvas, { maxEnergy = 100 } = {}) {
     this.canvas = canvas;
     this.ctx = canvas.getContext("2d");
     this.maxEnergy = maxEnergy;
-    this.samples = [];  // {tick, population, energy}
+    this.history = [];  // {tick, population, energy}, one per WorldSnapshot
+    this.live = [];     // {tick, population, energy}, from the frames
+    this.axes = null;   // the labels of the last drawing
   }
 
+  // Every sample drawn: the history, then the live samples after it.
+  get samples() {
+    const last = this.history.length ? this.history[this.history.length - 1].tick : -1;
+    return this.history.concat(this.live.filter((s) => s.tick > last));
+  }
+
+  setHistory(points) {
+    this.history = points.map((p) => ({ tick: p.tick, population: p.entity_count, energy: p.avg_energy }));
+    const last = this.history.length ? this.history[this.history.length - 1].tick : -1;
+    this.live = this.live.filter((s) => s.tick > last);
+    this.draw();
+  }
+
+  // A live sample; one older than the last means the engine restarted: the live samples start
+  // over (the history starts over when it sees the new run).
   add(sample) {
-    const last = this.samples[this.samples.length - 1];
+    const last = this.live[this.live.length - 1];
     if (last && sample.tick <= last.tick) {
-      if (sample.tick < last.tick) this.samples = [];  // the engine restarted: start over
+      if (sample.tick < last.tick) this.live = [];
       else return;
     }
-    this.samples.push(sample);
-    if (this.samples.length > MAX_SAMPLES) this.samples.shift();
+    this.live.push(sample);
+    if (this.live.length > MAX_LIVE) this.live.shift();
     this.draw();
   }
 
   draw() {
-    const { ctx, canvas, samples } = this;
-    const w = canvas.width, h = canvas.height, pad = { l: 44, r: 44, t: 10, b: 20 };
-    ctx.fillStyle = "#0b0d11";
-    ctx.fillRect(0, 0, w, h);
-    ctx.font = "11px system-ui, sans-serif";
+    const { ctx, canvas } = this;
+    const samples = this.samples;
     if (samples.length < 2) {
-      ctx.fillStyle = "#8a93a3";
-      ctx.fillText("waiting for the world…", pad.l, h / 2);
+      drawWaiting(ctx, canvas, "waiting for the world…");
       return;
     }
-    const popMax = Math.max(10, ...samples.map((s) => s.population)) * 1.1;
     const t0 = samples[0].tick, t1 = samples[samples.length - 1].tick;
-    const x = (tick) => pad.l + ((tick - t0) / Math.max(1, t1 - t0)) * (w - pad.l - pad.r);
-    const yPop = (v) => h - pad.b - (v / popMax) * (h - pad.t - pad.b);
-    const yEnergy = (v) => h - pad.b - (v / this.maxEnergy) * (h - pad.t - pad.b);
-
-    ctx.strokeStyle = "#2a303b";
-    ctx.lineWidth = 1;
-    for (let i = 0; i <= 4; i++) {
-      const y = pad.t + (i / 4) * (h - pad.t - pad.b);
-      ctx.beginPath(); ctx.moveTo(pad.l, y); ctx.lineTo(w - pad.r, y); ctx.stroke();
-    }
-    this.line(samples, x, (s) => yPop(s.population), POPULATION);
-    this.line(samples, x, (s) => yEnergy(s.energy), ENERGY);
-
-    ctx.fillStyle = POPULATION;
-    ctx.fillText(String(Math.round(popMax)), 4, pad.t + 8);
-    ctx.fillText(`population ${samples[samples.length - 1].population}`, pad.l + 4, h - 5);
-    ctx.fillStyle = ENERGY;
-    ctx.fillText(String(this.maxEnergy), w - pad.r + 6, pad.t + 8);
-    ctx.fillText(`avg energy ${samples[samples.length - 1].energy.toFixed(1)}`, pad.l + 130, h - 5);
-    ctx.fillStyle = "#8a93a3";
-    ctx.fillText(`tick ${t0}–${t1}`, w - pad.r - 110, h - 5);
-  }
-
-  line(samples, x, y, colour) {
-    const { ctx } = this;
-    ctx.strokeStyle = colour;
-    ctx.lineWidth = 2;
-    ctx.beginPath();
-    samples.forEach((s, i) => (i ? ctx.lineTo(x(s.tick), y(s)) : ctx.moveTo(x(s.tick), y(s))));
-    ctx.stroke();
+    const axes = drawAxes(ctx, canvas, {
+      pad: PAD,
+      x: { min: t0, max: t1, title: "tick" },
+      left: { max: niceTop(Math.max(...samples.map((s) => s.population)), 10), title: "population", colour: POPULATION },
+      right: { max: this.maxEnergy, title: "avg energy", colour: ENERGY },
+    });
+    drawLine(ctx, samples, (s) => axes.x(s.tick), (s) => axes.left(s.population), POPULATION);
+    drawLine(ctx, samples, (s) => axes.x(s.tick), (s) => axes.right(s.energy), ENERGY);
+    const now = samples[samples.length - 1];
+    ctx.fillStyle = "#d8dde6";
+    ctx.fillText(`population ${now.population} · avg energy ${now.energy.toFixed(1)}`, PAD.l + 70, PAD.t - 10);
+    this.axes = { labels: axes.labels, titles: axes.titles };
   }
 }
 

@@ -1,12 +1,16 @@
 // The world viewer: wires the panels of index.html to the API. window.genesisViewer exposes the
-// live state (frames received, chart samples) for a look from the browser console and the tests.
+// live state (frames received, chart samples, history, the inspected Molbot) for a look from the
+// browser console and the tests.
 
 import { request } from "./api.js";
 import { Agent, ProposeForm } from "./agent.js";
 import { Chart, sampleOf } from "./chart.js";
 import { Feed } from "./feed.js";
+import { WorldHistory } from "./history.js";
+import { Inspector } from "./inspector.js";
 import { LineagePanel } from "./lineage.js";
 import { MutationList } from "./mutations.js";
+import { TraitChart } from "./trait_chart.js";
 import { TraitList } from "./traits.js";
 import { WorldView } from "./world.js";
 
@@ -21,6 +25,8 @@ async function main() {
   const world = new WorldView($("world"), $("legend"), { width: config.world_width, height: config.world_height });
   const chart = new Chart($("chart"));
   chart.draw();
+  const history = new WorldHistory($("history-note"));
+  history.onChange((points) => chart.setHistory(points));
   let lastSample = 0;
   world.onFrame((frame) => {
     $("tick").textContent = `tick ${frame.tick}`;
@@ -44,6 +50,13 @@ async function main() {
     title: $("lineage-title"), form: $("lineage-form"), input: $("lineage-name"), note: $("lineage-note"), tree: $("lineage-tree"),
   });
   const openLineage = (name) => lineage.open(name);
+  const traitChart = new TraitChart($("trait-chart"), $("trait-chart-legend"), openLineage);
+  traitChart.draw();
+  history.onChange((points) => traitChart.setHistory(points));
+  const inspector = new Inspector({
+    panel: $("inspector"), title: $("inspector-title"), note: $("inspector-note"), facts: $("inspector-facts"),
+    traits: $("inspector-traits"), close: $("inspector-close"),
+  }, world, openLineage);
   const mutations = new MutationList({
     list: $("mutations"), note: $("mutations-note"), statusFilter: $("status-filter"), mineFilter: $("mine-filter"),
   }, config, agent, openLineage);
@@ -54,7 +67,8 @@ async function main() {
   const feed = new Feed({ list: $("feed"), note: $("feed-note") }, config);
   const traits = new TraitList({ list: $("traits"), note: $("traits-note") }, openLineage);
 
-  window.genesisViewer = { config, world, chart, agent, mutations, feed, traits, lineage };
+  window.genesisViewer = { config, world, chart, history, traitChart, inspector, agent, mutations, feed, traits, lineage };
+  history.start();
   await agent.start();
   mutations.start();
   feed.start();

@@ -1,5 +1,6 @@
 // The mutation list (GET /api/mutations, newest first), refreshed every few seconds; each row
-// links to its workflow in the Temporal UI and unfolds its validation log.
+// links to its workflow in the Temporal UI and unfolds its validation log, and its trait's name
+// opens the trait's versions and verdicts (the Lineage panel).
 
 import { describeError, el, request, timeOf } from "./api.js";
 import { madeBy } from "./lineage.js";
@@ -78,7 +79,9 @@ export class MutationList {
         el("span", { class: `status ${m.status}`, text: m.status }),
         // The engine stopped running it; its rollback follows (or has happened) with this reason.
         m.quarantine ? el("span", { class: "status quarantined", title: m.quarantine.reason, text: "quarantined" }) : null,
-        el("strong", { text: `${m.trait_name}${version}` }),
+        el("button", { type: "button", class: "link trait-link", title: "versions and verdicts of this trait",
+                       onclick: (event) => { event.stopPropagation(); this.onLineage(m.trait_name); } },
+          el("strong", { text: `${m.trait_name}${version}` })),
         m.failure_reason_code ? el("span", { class: "failure", text: m.failure_reason_code }) : null,
         m.fitness_verdict ? el("span", { class: `verdict ${m.fitness_verdict}`, title: m.verdict_reason ?? "", text: `fitness ${m.fitness_verdict}` }) : null,
         el("code", { text: m.mutation_id }),

@@ -1,10 +1,13 @@
 // The world canvas: frames from /ws/world ({"tick", "entities": [[id, x, y, energy, trait|null]],
-// "resources": [[x, y]]}) drawn once per animation frame, entities coloured by their trait.
+// "resources": [[x, y]]}) drawn once per animation frame, entities coloured by their trait. A
+// click on a Molbot selects it (ringed on the canvas) for the inspector.
 
 import { el, reconnectingSocket } from "./api.js";
 
 const NO_TRAIT = "#8a93a3";
 const RESOURCE = "#3fae5a";
+const SELECTED = "#ffffff";
+const HIT_RADIUS = 9;  // canvas pixels around a Molbot's centre that select it
 
 // A stable colour per trait name (hash → hue), so a trait keeps its colour across reloads.
 export function traitColour(name) {
@@ -26,6 +29,46 @@ export class WorldView {
     this.framesDrawn = 0;
     this.dirty = false;
     this.listeners = [];
+    this.selected = null;  // the id of the Molbot ringed on the canvas
+    this.selectListeners = [];
+    canvas.addEventListener("click", (event) => {
+      const id = this.entityAt(event.clientX, event.clientY);
+      if (id != null) this.select(id);
+    });
+    canvas.addEventListener("mousemove", (event) => {
+      canvas.style.cursor = this.entityAt(event.clientX, event.clientY) != null ? "pointer" : "";
+    });
+  }
+
+  onSelect(listener) { this.selectListeners.push(listener); }
+
+  select(id) {
+    this.selected = id;
+    this.dirty = true;
+    for (const listener of this.selectListeners) listener(id);
+  }
+
+  clearSelection() {
+    this.selected = null;
+    this.dirty = true;
+  }
+
+  // The id of the Molbot under a point of the page (client coordinates), or null. The canvas
+  // draws on its own pixels (canvas.width × canvas.height) and the page shows them at the size of
+  // its box: mapping through that box undoes CSS scaling, page zoom and devicePixelRatio alike.
+  entityAt(clientX, clientY) {
+    if (!this.frame) return null;
+    const box = this.canvas.getBoundingClientRect();
+    if (!box.width || !box.height) return null;
+    const px = (clientX - box.left) * (this.canvas.width / box.width);
+    const py = (clientY - box.top) * (this.canvas.height / box.height);
+    const sx = this.canvas.width / this.world.width, sy = this.canvas.height / this.world.height;
+    let best = null, bestDistance = HIT_RADIUS * HIT_RADIUS;
+    for (const [id, x, y] of this.frame.entities) {
+      const d = (x * sx - px) ** 2 + (y * sy - py) ** 2;
+      if (d <= bestDistance) { best = id; bestDistance = d; }
+    }
+    return best;
   }
 
   setWorldSize(width, height, maxEnergy) {
@@ -78,6 +121,14 @@ export class WorldView {
       ctx.fill();
     }
     ctx.globalAlpha = 1;
+    const chosen = this.selected == null ? null : frame.entities.find((e) => e[0] === this.selected);
+    if (chosen) {
+      ctx.strokeStyle = SELECTED;
+      ctx.lineWidth = 2;
+      ctx.beginPath();
+      ctx.arc(chosen[1] * sx, chosen[2] * sy, 8, 0, 2 * Math.PI);
+      ctx.stroke();
+    }
     this.framesDrawn += 1;
     if (this.framesDrawn % 15 === 1) this.drawLegend(counts);
   }

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from genesis.cli import agents, mutations, operate, operator_keys, workflows, world
+from genesis.cli import agents, check, mutations, operate, operator_keys, workflows, world
 from genesis.cli.output import Cli, examples
 
 DEFAULT_API = "http://127.0.0.1:8000"
@@ -20,6 +20,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     epilog=examples(
         "genesis agents register --name my-agent",
+        "genesis check trait.py --name energy_hoarder",
         'genesis propose trait.py --name energy_hoarder --goal "Hoard energy when it runs low"',
         "genesis status",
         "genesis traits",
@@ -61,6 +62,7 @@ def main(
     )
 
 
+check.register(app)
 mutations.register(app)
 world.register(app)
 agents.register(app)

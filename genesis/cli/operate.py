@@ -117,7 +117,7 @@ def register(app: typer.Typer) -> None:
         rows = [
             [
                 s.get("schedule_id"),
-                s.get("interval_s"),
+                s.get("interval_sec", s.get("interval_s")),
                 "paused" if s.get("paused") else "active",
                 ", ".join(
                     when(t) if isinstance(t, (int, float)) else str(t) for t in (s.get("next_run_times") or [])[:2]
@@ -150,7 +150,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Create a schedule of improvement cycles every --interval seconds."""
         cli = cli_of(ctx, json_out)
-        body: dict = {"interval_s": interval, "paused": paused}
+        body: dict = {"interval_sec": interval, "paused": paused}
         if schedule_id:
             body["schedule_id"] = schedule_id
         if note is not None:

@@ -1,46 +1,77 @@
-"""``make run``: start the worker, the world engine, the Watcher and the API in the foreground; Ctrl-C stops them.
+"""``make run``: migrate the configured database, start the worker, the world engine, the Watcher
+and the API in the foreground and keep them up; Ctrl-C (or SIGTERM) stops them.
 
+A process that exits is restarted with a growing pause; one that keeps exiting stops everything
+with a message naming it and its log (genesis/cli/supervisor.py, settings ``GENESIS_RUN_*``).
 Services (Postgres, Redis, Temporal, Docker) are started before this by scripts/services.sh."""
 
 from __future__ import annotations
 
-import ctypes
+import asyncio
+import logging
 import signal
-import subprocess
 import sys
-import time
+import threading
 
-from genesis.config import PROJECT_ROOT, get_settings
+from sqlalchemy import make_url
 
-PR_SET_PDEATHSIG = 1
+from genesis.cli.supervisor import CrashLoop, RestartPolicy, Supervisor
+from genesis.config import PROJECT_ROOT, Settings, get_settings
+from genesis.db.migrate import upgrade_to_head
+from genesis.db.schema import schema_state_of, shown_url
+from genesis.logs import configure_logging
+
+log = logging.getLogger("genesis.run")
+
+COMMANDS = {
+    "worker": [sys.executable, str(PROJECT_ROOT / "worker.py")],
+    "engine": [sys.executable, "-m", "engine"],
+    "watcher": [sys.executable, "-m", "evolution"],
+    "api": [sys.executable, "-m", "api", "--log-level", "info"],
+}
 
 
-def _die_with_parent() -> None:
-    """Children get SIGTERM if this supervisor dies without cleaning up (Linux prctl)."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    except OSError:
-        pass
+def commands(settings: Settings) -> dict[str, list[str]]:
+    """The processes GENESIS_RUN_PROCESSES names, in start order."""
+    chosen = settings.run.processes.split(",")
+    return {name: argv for name, argv in COMMANDS.items() if name in chosen}
 
 
-def _metrics_url(settings, port: int) -> str:
+def _metrics_url(settings: Settings, port: int) -> str:
     return f"http://{settings.metrics_host}:{port}/metrics" if port else "off"
 
 
-def main() -> int:
-    settings = get_settings()
+def migrate(settings: Settings) -> bool:
+    """Bring GENESIS_DATABASE_URL's schema to head before any process uses it: `make services`
+    migrates only the databases it creates."""
+    url = shown_url(settings.database_url)
+    # One line of ours instead of Alembic's (one per migration, with each one's whole docstring).
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    try:
+        before = asyncio.run(schema_state_of(settings.database_url))
+        upgrade_to_head(settings.database_url)
+    except Exception as exc:  # noqa: BLE001 - any failure is reported in words, and nothing starts
+        reason = getattr(exc, "orig", None) or exc  # the driver's error, without SQLAlchemy's wrapping
+        log.error(
+            "cannot migrate the database %s (GENESIS_DATABASE_URL): %s. Is Postgres running, and does the "
+            "database exist (create it with `su postgres -c 'createdb -O %s %s'`)? Nothing was started.",
+            url,
+            reason,
+            make_url(settings.database_url).username,
+            make_url(settings.database_url).database,
+        )
+        return False
+    if before.at_head:
+        log.info("database %s: %s", url, before.describe())
+    else:
+        log.info("database %s migrated from %s to head %s", url, before.current or "an empty schema", before.head)
+    return True
 
-    def start(argv: list[str]) -> subprocess.Popen:
-        return subprocess.Popen(argv, cwd=PROJECT_ROOT, preexec_fn=_die_with_parent)
 
-    children = {
-        "worker": start([sys.executable, str(PROJECT_ROOT / "worker.py")]),
-        "engine": start([sys.executable, "-m", "engine"]),
-        "watcher": start([sys.executable, "-m", "evolution"]),
-        "api": start([sys.executable, "-m", "api", "--log-level", "info"]),
-    }
+def banner(settings: Settings, log_dir: str, names: list[str]) -> str:
     base = f"http://{settings.api.host}:{settings.api.port}"
-    print(
+    logs = f"{log_dir}/{names[0]}.log" if len(names) == 1 else f"{log_dir}/{{{','.join(names)}}}.log"
+    return (
         "\n  Genesis is starting\n"
         f"    API           {base}\n"
         f"    World viewer  {base}/\n"
@@ -53,34 +84,50 @@ def main() -> int:
         f"{base}/api/evolution/cycles   (evolution: {settings.llm.provider})\n"
         f"    Metrics       {base}/metrics, engine {_metrics_url(settings, settings.engine.metrics_port)}, "
         f"worker {_metrics_url(settings, settings.worker.metrics_port)}\n"
-        "  Ctrl-C stops the worker, the engine, the Watcher and the API (services keep running).\n",
+        f"    Logs          {logs}\n"
+        f"  Processes: {', '.join(names)}. A process that exits is restarted; Ctrl-C stops them (the services "
+        "keep running).\n"
+    )
+
+
+def main() -> int:
+    settings = get_settings()
+    configure_logging("run", settings)
+    if not migrate(settings):
+        return 1
+    log_dir = settings.state_dir / "logs"
+    started = commands(settings)
+    supervisor = Supervisor(started, RestartPolicy.from_settings(settings.run), log_dir)
+    stop, force = threading.Event(), threading.Event()
+
+    def on_signal(*_: object) -> None:
+        if stop.is_set():  # a second Ctrl-C: do not wait for graceful shutdowns
+            force.set()
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    print(banner(settings, str(log_dir), list(started)), flush=True)
+    crash: CrashLoop | None = None
+    try:
+        supervisor.run(stop)
+    except CrashLoop as loop:
+        crash = loop
+        log.error("%s", loop)
+    finally:
+        supervisor.stop_all(force)
+    if crash is None:
+        print("Genesis stopped", flush=True)
+        return 0
+    print(
+        f"\nThe last lines of {crash.child.log_path}:\n"
+        + "\n".join(f"    {line}" for line in supervisor.log_tail(crash.child))
+        + f"\nGenesis stopped: {crash.child.name} is crashing in a loop ({crash.child.last_exit}); "
+        f"its log is {crash.child.log_path}",
+        file=sys.stderr,
         flush=True,
     )
-    stopping = False
-
-    def stop(*_: object) -> None:
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
-    exit_code = 0
-    while not stopping:
-        for name, child in children.items():
-            if child.poll() is not None:
-                print(f"{name} exited with code {child.returncode}; stopping the rest", file=sys.stderr)
-                exit_code, stopping = child.returncode or 1, True
-        time.sleep(0.2)
-    for child in children.values():
-        if child.poll() is None:
-            child.send_signal(signal.SIGTERM)
-    for child in children.values():
-        try:
-            child.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            child.kill()
-    print("Genesis stopped", flush=True)
-    return exit_code
+    return 1
 
 
 if __name__ == "__main__":

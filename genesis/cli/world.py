@@ -72,8 +72,12 @@ def live_traits(cli: Cli) -> dict:
     """``GET /api/traits``: the live traits, then the traits whose newest version the engine
     quarantined (not live; marked ``quarantined``)."""
     answer = cli.api.get("/api/traits", expect=("traits",))
-    traits = [{**t, "quarantined": False, "quarantine": None} for t in answer["traits"] if isinstance(t, dict)]
-    for q in answer.get("quarantined") or []:
+    listed, quarantined = list(answer["traits"]), list(answer.get("quarantined") or [])
+    while answer.get("next_cursor"):  # more live traits than one page holds
+        answer = cli.api.get("/api/traits", params={"cursor": answer["next_cursor"]}, expect=("traits",))
+        listed += answer["traits"]
+    traits = [{**t, "quarantined": False, "quarantine": None} for t in listed if isinstance(t, dict)]
+    for q in quarantined:
         if isinstance(q, dict):
             traits.append({**q, "carriers": None, "running": False, "fitness_verdict": None, "quarantined": True})
     return {"traits": traits, "snapshot_tick": answer.get("snapshot_tick")}

@@ -1,20 +1,22 @@
-"""Apply Alembic migrations programmatically (used by the bootstrap and the tests)."""
+"""Apply Alembic migrations programmatically (used by the bootstrap, `make run` and the tests).
+
+``python -m genesis.db.migrate [URL]`` migrates URL, or else the database of GENESIS_DATABASE_URL."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from alembic import command
-from alembic.config import Config
 
-ALEMBIC_INI = Path(__file__).resolve().parent.parent / "alembic.ini"
+from genesis.db.schema import alembic_config
+
+
+def upgrade(database_url: str, revision: str = "head") -> None:
+    command.upgrade(alembic_config(database_url), revision)
 
 
 def upgrade_to_head(database_url: str) -> None:
-    config = Config(str(ALEMBIC_INI))
-    config.set_main_option("sqlalchemy.url", database_url)
-    command.upgrade(config, "head")
+    upgrade(database_url, "head")
 
 
 if __name__ == "__main__":

@@ -205,7 +205,7 @@ async def test_list_and_json_outputs(api_url, http):
     assert [m["mutation_id"] for m in listed] == ids[::-1]  # newest first
     assert {m["status"] for m in listed} == {"rejected"}
     code, out, _ = await invoke(api_url, "mutations", "list", "--agent", lister.agent_id, "--status", "kept", "--json")
-    assert json.loads(out) == {"mutations": []}
+    assert json.loads(out) == {"mutations": [], "next_cursor": None}
     code, out, _ = await invoke(api_url, "mutations", "list", "--trait", "cli_list_7011", "--json")
     assert [m["mutation_id"] for m in json.loads(out)["mutations"]] == ids[:1]
     code, out, _ = await invoke(api_url, "mutations", "list", "--agent", lister.agent_id, "--limit", "1")

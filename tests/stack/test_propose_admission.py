@@ -37,7 +37,7 @@ async def test_propose_without_postgres_is_503_and_takes_no_quota(start_api, red
     assert response.status_code == 503, response.text
     answer = response.json()
     assert answer["error"] == "DATABASE_UNAVAILABLE"
-    assert answer["detail"].startswith("Postgres is not reachable: ")
+    assert answer["detail"].startswith("Postgres is unavailable: ")
     for key in (ratelimit_active(agent_id), ratelimit_agent_hour(agent_id)):
         assert not await redis_client.exists(key), key
 

@@ -105,7 +105,7 @@ async def listed_tasks(http) -> dict[str, dict]:
     # limit=500: other tests of the session publish tasks too, and the list is soonest-expiry first
     response = await http.get("/api/agents/context/tasks", params={"limit": 500})
     assert response.status_code == 200, response.text
-    assert set(response.json()) == {"tasks"}
+    assert set(response.json()) == {"tasks", "next_cursor"}  # the seed's shape, and where its next page starts
     return {task["task_id"]: task for task in response.json()["tasks"]}
 
 
@@ -149,7 +149,11 @@ async def test_seed_walkthrough_over_http(http, settings, engine_proc, start_api
     assert re.fullmatch(r"task_[0-9a-f]{12}", task_id)
 
     # 1. GET /api/agents/context/tasks: the task is there, in the seed's shape.
-    tasks = await eventually(lambda: listed_tasks(http), "the task to be listed")
+    async def listed_with_it() -> dict[str, dict]:  # other tests' tasks may be listed before it is
+        listed = await listed_tasks(http)
+        return listed if task_id in listed else {}
+
+    tasks = await eventually(listed_with_it, "the task to be listed")
     task = tasks[task_id]
     assert set(task) == SEED_TASK_KEYS | {"claimed_by", "claim_lease_remaining_sec"}
     assert isinstance(task["expires_at"], float) and task["expires_at"] > time.time()

@@ -2,25 +2,45 @@
 Playwright, no downloaded browser) against the suite's real API, worker and a real engine process:
 the page loads, the world canvas changes with the engine's frames, the chart draws, a trait
 proposed in the form is listed with its Temporal UI link, API errors are shown as the API gave
-them, and a trait's family tree is drawn. Also ``GET /api/mutations`` (the list the page reads)
-over HTTP."""
+them, and a trait's family tree is drawn; a click on a Molbot opens its inspector, the charts
+draw the stored history on labelled axes, a mutation's trait name opens the trait's panel, and
+the agent's tally follows its proposals. Also ``GET /api/mutations``, ``GET /api/world/history``
+and ``GET /api/world/entities/{id}`` (what the page reads) over HTTP."""
 
 from __future__ import annotations
 
 import asyncio
+import colorsys
 import os
 import random
+import re
 import shutil
 import uuid
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 import httpx
 import pytest
-from playwright.async_api import Page, async_playwright
+from playwright.async_api import Page, TimeoutError as PlaywrightTimeout, async_playwright
+from sqlalchemy import delete, insert
 
+from genesis.db.models import WorldSnapshot
+from genesis.db.session import get_engine
 from genesis.effects import WorldSample
 from tests import agents, traits
 from tests.stack.test_lifecycle import wait_for_status
+
+# The integer columns of a world_snapshots row a test fills with zeros.
+SNAPSHOT_INT_COLUMNS = (
+    "births_last_period",
+    "deaths_last_period",
+    "death_starvation",
+    "death_age",
+    "death_collision",
+    "resource_count",
+    "trait_diversity",
+    "tick_overruns",
+)
 
 CHROMIUM = os.environ.get("GENESIS_CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
 
@@ -55,9 +75,10 @@ async def browser():
 
 
 @asynccontextmanager
-async def viewer(browser, api_url: str):
-    """The viewer of the API at ``api_url`` in a fresh browser context (its own localStorage)."""
-    context = await browser.new_context(viewport={"width": 1400, "height": 1000})
+async def viewer(browser, api_url: str, width: int = 1400, height: int = 1000, scale: float = 1):
+    """The viewer of the API at ``api_url`` in a fresh browser context (its own localStorage),
+    with a viewport of ``width`` by ``height`` CSS pixels and a ``scale`` devicePixelRatio."""
+    context = await browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=scale)
     page = await context.new_page()
     page.errors = []  # uncaught exceptions of the page's scripts
     page.on("pageerror", lambda exc: page.errors.append(str(exc)))
@@ -76,6 +97,15 @@ async def page(browser, api_url):
 
 async def wait_js(page: Page, expression: str, timeout_s: float = 20):
     await page.wait_for_function(expression, timeout=timeout_s * 1000)
+
+
+async def wait_text(page: Page, element_id: str, text: str, timeout_s: float = 20) -> None:
+    """Wait until the element's text contains ``text``; a timeout says what it showed instead."""
+    try:
+        await wait_js(page, f"document.getElementById({element_id!r}).textContent.includes({text!r})", timeout_s)
+    except PlaywrightTimeout:
+        shown = await page.locator(f"#{element_id}").text_content()
+        raise AssertionError(f"#{element_id} never showed {text!r}; it shows {shown!r}") from None
 
 
 async def test_world_canvas_and_chart_follow_the_engine(page, engine_proc, http):
@@ -357,7 +387,7 @@ async def test_mutation_list_endpoint(http):
     rejected = (await http.get("/api/mutations", params={"agent_id": lister.agent_id, "status": "rejected"})).json()
     assert len(rejected["mutations"]) == 3
     kept = (await http.get("/api/mutations", params={"agent_id": lister.agent_id, "status": "kept"})).json()
-    assert kept == {"mutations": []}
+    assert kept == {"mutations": [], "next_cursor": None}
     everyone = (await http.get("/api/mutations", params={"status": "rejected", "limit": 200})).json()["mutations"]
     assert all(m["status"] == "rejected" for m in everyone) and set(ids) <= {m["mutation_id"] for m in everyone}
     created = [m["created_at"] for m in everyone]
@@ -373,3 +403,336 @@ async def test_mutation_list_endpoint(http):
         assert response.status_code == 422, (params, response.text)
         body = response.json()
         assert body["error"] == "VALIDATION_ERROR" and [e["field"] for e in body["errors"]] == [f"query.{field}"]
+
+
+def trait_rgb(name: str) -> tuple[int, int, int]:
+    """The colour the viewer gives a trait (world.js traitColour: a hue from the name's hash,
+    saturation 75 %, lightness 60 %) in RGB."""
+    h = 0
+    for ch in name:
+        h = (h * 31 + ord(ch)) & 0xFFFFFFFF
+    r, g, b = colorsys.hls_to_rgb((h % 360) / 360, 0.6, 0.75)
+    return round(r * 255), round(g * 255), round(b * 255)
+
+
+def names_of_distinct_colours(prefix: str, n: int) -> list[str]:
+    """``n`` fresh trait names whose colours are far apart (so each line can be told by colour)."""
+    names: list[str] = []
+    while len(names) < n:
+        name = f"{prefix}_{uuid.uuid4().hex[:6]}"
+        rgb = trait_rgb(name)
+        if all(sum(abs(a - b) for a, b in zip(rgb, trait_rgb(other), strict=True)) > 200 for other in names):
+            names.append(name)
+    return names
+
+
+@dataclass(frozen=True)
+class CarriedTraits:
+    names: list[str]
+    mutation_ids: list[str]
+    agent: agents.TestAgent
+
+
+@pytest.fixture(scope="module")
+async def carried_traits(api_url, start_api, engine_proc, temporal_client):
+    """Two traits live in the running world and carried by Molbots in its stored history: made
+    through an API whose observation window never closes (so they stay live), the first then kept
+    with a positive verdict. Both are rolled back at the end of the module."""
+    endless = await start_api("viewer-carried", observation_window_ticks=1_000_000_000)
+    async with httpx.AsyncClient(base_url=api_url, timeout=30) as http:
+        agent = await agents.register(http, "viewer-carried")
+        names = names_of_distinct_colours("viewer_carried", 2)
+        async with httpx.AsyncClient(base_url=endless, timeout=30) as client:
+            ids = [await go_live(client, agent, name) for name in names]
+        try:
+            await keep(http, temporal_client, ids[0])
+
+            async def both_carried() -> bool:
+                points = (await http.get("/api/world/history", params={"limit": 200})).json()["points"]
+                return len(points) >= 2 and all(any(p["trait_usage"].get(n, 0) > 0 for p in points) for n in names)
+
+            await wait_until(both_carried, 90, "Molbots carrying both traits in the history")
+            yield CarriedTraits(names, ids, agent)
+        finally:
+            for mutation_id in ids:
+                response = await http.post(
+                    f"/api/mutations/{mutation_id}/rollback", json={"reason": "viewer test done"}, headers=agent.headers
+                )
+                assert response.status_code in (200, 202), response.text
+
+
+async def wait_until(predicate, timeout_s: float, what: str) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while not await predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.5)
+
+
+# In the page: a Molbot carrying one of `names` with no other Molbot near it on the canvas, and
+# the page coordinates of its centre (through the canvas' displayed box), or null.
+ISOLATED_CARRIER = """([carriers]) => {
+  const v = window.genesisViewer, canvas = document.getElementById("world");
+  const box = canvas.getBoundingClientRect();
+  const sx = canvas.width / v.world.world.width, sy = canvas.height / v.world.world.height;
+  const ents = v.world.frame.entities.map(([id, x, y]) => ({ id, x: x * sx, y: y * sy }));
+  for (const e of ents) {
+    const inside = e.x > 10 && e.y > 10 && e.x < canvas.width - 10 && e.y < canvas.height - 10;
+    if (!carriers.includes(e.id) || !inside) continue;
+    if (ents.some((o) => o.id !== e.id && (o.x - e.x) ** 2 + (o.y - e.y) ** 2 < 20 ** 2)) continue;
+    return { id: e.id, x: box.left + e.x * box.width / canvas.width, y: box.top + e.y * box.height / canvas.height };
+  }
+  return null;
+}"""
+
+
+async def test_clicking_a_molbot_opens_its_inspector(browser, api_url, http, carried_traits):
+    """On a small screen with devicePixelRatio 2 (the canvas shown smaller than its pixels), a
+    click on a Molbot opens the inspector: its energy, age, generation and traits, each trait with
+    its version, verdict, observed effects and (folded) code."""
+    kept_name = carried_traits.names[0]
+    async with viewer(browser, api_url, width=700, height=900, scale=2) as page:
+        await wait_js(page, "window.genesisViewer && window.genesisViewer.world.framesDrawn > 0")
+        assert await page.evaluate("devicePixelRatio") == 2
+        shown = await page.evaluate("document.getElementById('world').getBoundingClientRect().width")
+        assert shown < 800 - 50, shown  # drawn on 800 pixels, shown on fewer
+
+        target = None
+        for _ in range(40):
+            entities = (await http.get("/api/world/entities", params={"limit": 500})).json()["entities"]
+            carriers = [e["id"] for e in entities if kept_name in e["traits"]]
+            target = await page.evaluate(ISOLATED_CARRIER, [carriers])
+            if target:
+                await page.mouse.click(target["x"], target["y"])
+                opened = await page.evaluate("window.genesisViewer.inspector.id")
+                if opened == target["id"]:
+                    break
+            await page.wait_for_timeout(250)
+        else:
+            raise AssertionError(
+                f"no click opened the inspector on an isolated carrier of {kept_name} (last: {target})"
+            )
+        molbot = target["id"]
+        assert await page.locator("#inspector").is_visible()
+        assert await page.locator("#inspector-title").text_content() == f"#{molbot}"
+
+        # The facts, as the engine published them.
+        trait_row = page.locator(f'#inspector-traits li[data-trait-name="{kept_name}"]')
+        await trait_row.wait_for(timeout=10_000)
+        published = (await http.get(f"/api/world/entities/{molbot}")).json()["entity"]
+        facts = {
+            name: await page.locator(f'#inspector-facts dd[data-fact="{name}"]').text_content()
+            for name in ("energy", "age", "generation", "state")
+        }
+        assert facts["generation"] == str(published["generation"]), facts
+        assert re.fullmatch(r"\d+ ticks \(at tick \d+\)", facts["age"]), facts
+        assert re.fullmatch(rf"\d+\.\d / {published['max_energy']:g}", facts["energy"]), facts
+        assert facts["state"].startswith("alive at tick") or "died" in facts["state"], facts
+        listed = await page.locator("#inspector-traits > li").evaluate_all(
+            "(lis) => lis.map((li) => li.dataset.traitName)"
+        )
+        assert kept_name in listed and set(listed) <= set(published["traits"]) | {kept_name}, (listed, published)
+
+        # The kept trait: v1, active, its positive verdict and the effects that decided it.
+        head = await trait_row.locator(".head").text_content()
+        assert f"{kept_name}" in head and "v1" in head and "active" in head and "fitness positive" in head, head
+        effects = (await http.get(f"/api/mutations/{carried_traits.mutation_ids[0]}/effects")).json()["effects"]
+        shown_delta = await trait_row.locator('dd[data-effect="fitness_delta"]').text_content()
+        assert float(shown_delta) == pytest.approx(effects["fitness_delta"]), shown_delta
+        assert carried_traits.mutation_ids[0] in await trait_row.text_content()
+
+        # Its code, folded until asked for.
+        code = trait_row.locator("details.code pre")
+        assert not await code.is_visible()
+        await trait_row.locator("details.code summary").click()
+        assert "class SeekerTrait" in await code.text_content() and await code.is_visible()
+        live = (await http.get(f"/api/traits/{kept_name}")).json()["live"]
+        assert await code.text_content() == live["code"]
+
+        # The trait's name opens its versions and verdicts.
+        await trait_row.locator("button.trait-open").click()
+        await page.locator(
+            f'#lineage-tree .lineage-node[data-mutation-id="{carried_traits.mutation_ids[0]}"]'
+        ).wait_for(timeout=10_000)
+        assert await page.locator("#lineage-title").text_content() == kept_name
+
+        await page.click("#inspector-close")
+        assert not await page.locator("#inspector").is_visible()
+        assert page.errors == []
+
+
+async def test_the_charts_draw_the_stored_history_on_labelled_axes(page, http, carried_traits):
+    """Both charts start from GET /api/world/history (ticks before the page was opened), have
+    labelled axes, and the per-trait chart draws a line for each carried trait."""
+    opened_at = (await http.get("/api/world/state")).json()["tick"]
+    names = carried_traits.names
+    await wait_js(
+        page,
+        f"""window.genesisViewer.traitChart.axes !== null &&
+        {names!r}.every((n) => window.genesisViewer.traitChart.series.includes(n))""",
+    )
+    points = await page.evaluate("window.genesisViewer.history.points")
+    assert len(points) >= 2 and points[0]["tick"] < opened_at, (points[:2], opened_at)
+    assert [p["tick"] for p in points] == sorted({p["tick"] for p in points})
+
+    trait_axes = await page.evaluate("window.genesisViewer.traitChart.axes")
+    assert trait_axes["titles"] == ["tick", "carriers"]
+    assert len(trait_axes["labels"]["x"]) >= 2 and len(trait_axes["labels"]["left"]) >= 2, trait_axes
+    await page.wait_for_timeout(50)
+    for name in names:
+        r, g, b = trait_rgb(name)
+        assert await page.evaluate(PIXELS_OF_COLOUR, ["trait-chart", r, g, b]) > 20, f"no line of {name}"
+        entry = page.locator(f'#trait-chart-legend li[data-trait-name="{name}"]')
+        assert await entry.count() == 1
+
+    # The population chart: the same history first, then the live frames; axes on both sides.
+    await wait_js(page, "window.genesisViewer.chart.axes !== null")
+    samples = await page.evaluate("window.genesisViewer.chart.samples")
+    assert samples[0]["tick"] == points[0]["tick"] and samples[0]["population"] == points[0]["entity_count"]
+    chart_axes = await page.evaluate("window.genesisViewer.chart.axes")
+    assert chart_axes["titles"] == ["tick", "population", "avg energy"]
+    assert all(len(chart_axes["labels"][side]) >= 2 for side in ("x", "left", "right")), chart_axes
+
+    # A legend entry opens the trait's panel.
+    await page.locator(f'#trait-chart-legend li[data-trait-name="{names[1]}"] button').click()
+    await wait_js(page, f"document.getElementById('lineage-title').textContent === {names[1]!r}")
+    assert page.errors == []
+
+
+async def test_a_mutation_rows_trait_name_opens_the_trait_panel(page, carried_traits):
+    kept = carried_traits.mutation_ids[0]
+    await page.select_option("#status-filter", "kept")
+    row = page.locator(f'#mutations li[data-mutation-id="{kept}"]')
+    await row.wait_for(timeout=10_000)
+    await row.locator("button.trait-link").click()
+    card = page.locator(f'#lineage-tree .lineage-node[data-mutation-id="{kept}"]')
+    await card.wait_for(timeout=10_000)
+    assert await page.locator("#lineage-title").text_content() == carried_traits.names[0]
+    assert "fitness positive" in await card.text_content() and "v1" in await card.text_content()
+    assert await row.locator(".log").count() == 0  # the link does not unfold the row
+    assert page.errors == []
+
+
+async def test_your_agent_tally_counts_a_kept_proposal(browser, start_api, http, temporal_client):
+    """The tally under "Your agent" follows the agent's proposals to their verdicts."""
+    endless = await start_api("viewer-tally", observation_window_ticks=1_000_000_000)
+    async with viewer(browser, endless) as page:
+        await wait_js(page, "window.genesisViewer !== undefined")  # the forms are wired
+        await page.fill("#register-name", f"viewer-tally-{uuid.uuid4().hex[:6]}")
+        await page.click("#register-form button")
+        await wait_text(page, "agent-state", "proposed 0, kept 0")
+        key = await page.evaluate("localStorage.getItem('genesis.apiKey')")
+
+        await page.fill("#trait-name", f"viewer_tally_{uuid.uuid4().hex[:6]}")
+        await page.fill("#code", traits.seeker(random.randrange(10**7)))
+        await page.click("#propose-form button[type=submit]")
+        await wait_text(page, "agent-state", "proposed 1, kept 0")
+        me = (await http.get("/v1/agents/me", headers={"X-API-Key": key})).json()
+        [mine] = (await http.get("/api/mutations", params={"agent_id": me["agent_id"]})).json()["mutations"]
+        mutation_id = mine["mutation_id"]
+        status = await wait_for_status(http, mutation_id, {"activated", "rejected", "failed"}, 90)
+        assert status["status"] == "activated", status
+        try:
+            await keep(http, temporal_client, mutation_id)
+            await wait_text(page, "agent-state", "proposed 1, kept 1")
+            assert page.errors == []
+        finally:
+            response = await http.post(
+                f"/api/mutations/{mutation_id}/rollback",
+                json={"reason": "viewer test done"},
+                headers={"X-API-Key": key},
+            )
+            assert response.status_code in (200, 202), response.text
+
+
+async def test_world_history_and_entity_endpoints(http, settings, engine_proc):
+    """GET /api/world/history: the running engine's snapshots from Redis, a past run's from
+    Postgres, paged by tick and limit; GET /api/world/entities/{id}: one published entity."""
+    state = (await http.get("/api/world/state")).json()
+    await asyncio.sleep(1)
+    live = (await http.get("/api/world/history")).json()
+    assert live["run_id"] == state["run_id"] and len(live["points"]) >= 2
+    ticks = [p["tick"] for p in live["points"]]
+    assert ticks == sorted(set(ticks)) and all(t % settings.engine.snapshot_interval == 0 for t in ticks)
+    assert set(live["points"][0]) == {"tick", "timestamp", "entity_count", "avg_energy", "trait_usage"}
+    newest_two = (await http.get("/api/world/history", params={"limit": 2, "to_tick": ticks[-1]})).json()
+    assert [p["tick"] for p in newest_two["points"]] == ticks[-2:] and newest_two["truncated"] is True
+    older = (await http.get("/api/world/history", params={"to_tick": ticks[-2] - 1, "from_tick": ticks[0]})).json()
+    assert [p["tick"] for p in older["points"]] == ticks[:-2] and older["truncated"] is False
+
+    # A past run lives in Postgres only (every GENESIS_ENGINE_POSTGRES_EVERY-th snapshot).
+    run_id = f"viewerpast{uuid.uuid4().hex[:8]}"
+    engine = get_engine(settings.database_url)
+    try:
+        async with engine.begin() as conn:
+            for i, tick in enumerate((0, 9000, 18000)):
+                snap = {"tick": tick, "trait_usage": {"past_trait": 10 + i}}
+                await conn.execute(
+                    insert(WorldSnapshot).values(
+                        **{column: 0 for column in SNAPSHOT_INT_COLUMNS},
+                        run_id=run_id,
+                        tick=tick,
+                        timestamp=1_700_000_000.0 + i,
+                        entity_count=100 + i,
+                        avg_energy=50.0 + i,
+                        resource_density=0.5,
+                        temperature=20.0,
+                        ticks_per_second=60.0,
+                        state_hash="0" * 64,
+                        data=snap,
+                    )
+                )
+        past = (await http.get("/api/world/history", params={"run_id": run_id})).json()
+        assert past == {
+            "run_id": run_id,
+            "points": [
+                {
+                    "tick": t,
+                    "timestamp": 1_700_000_000.0 + i,
+                    "entity_count": 100 + i,
+                    "avg_energy": 50.0 + i,
+                    "trait_usage": {"past_trait": 10 + i},
+                }
+                for i, t in enumerate((0, 9000, 18000))
+            ],
+            "truncated": False,
+        }
+        paged = (await http.get("/api/world/history", params={"run_id": run_id, "limit": 1, "to_tick": 17999})).json()
+        assert [p["tick"] for p in paged["points"]] == [9000] and paged["truncated"] is True
+        ranged = (
+            await http.get("/api/world/history", params={"run_id": run_id, "from_tick": 1, "to_tick": 9000})
+        ).json()
+        assert [p["tick"] for p in ranged["points"]] == [9000] and ranged["truncated"] is False
+    finally:
+        async with engine.begin() as conn:
+            await conn.execute(delete(WorldSnapshot).where(WorldSnapshot.run_id == run_id))
+        await engine.dispose()
+    unknown = (await http.get("/api/world/history", params={"run_id": "nosuchrun"})).json()
+    assert unknown == {"run_id": "nosuchrun", "points": [], "truncated": False}
+
+    for params, field in (
+        ({"limit": 0}, "limit"),
+        ({"limit": 1001}, "limit"),
+        ({"from_tick": -1}, "from_tick"),
+        ({"from_tick": 10, "to_tick": 9}, "from_tick"),
+        ({"run_id": "bad id!"}, "run_id"),
+        ({"to_tick": "soon"}, "to_tick"),
+    ):
+        response = await http.get("/api/world/history", params=params)
+        assert response.status_code == 422, (params, response.text)
+        body = response.json()
+        assert body["error"] == "VALIDATION_ERROR" and [e["field"] for e in body["errors"]] == [f"query.{field}"], body
+
+    # One entity, as the engine published it.
+    [first] = (await http.get("/api/world/entities", params={"limit": 1})).json()["entities"]
+    one = await http.get(f"/api/world/entities/{first['id']}")
+    assert one.status_code == 200, one.text
+    entity = one.json()["entity"]
+    assert entity["id"] == first["id"] and {"age", "generation", "traits", "energy", "max_energy"} <= set(entity)
+    missing = await http.get(f"/api/world/entities/{2**53}")
+    assert missing.status_code == 404 and missing.json()["error"] == "ENTITY_NOT_FOUND", missing.text
+    assert str(2**53) in missing.json()["detail"]
+    for bad in ("-1", "abc", str(2**53 + 1)):
+        response = await http.get(f"/api/world/entities/{bad}")
+        assert response.status_code == 422, (bad, response.text)
+        assert [e["field"] for e in response.json()["errors"]] == ["path.entity_id"], response.text
