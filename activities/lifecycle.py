@@ -252,18 +252,24 @@ class LifecycleActivities:
         )
 
     async def _feed(self, action: str, mutation_id: str, message: str, **extra) -> None:
-        """The Evolution Feed line of an activation or rollback (with the cycle that proposed it, if any)."""
-        async with self._sessions() as session:
-            trigger_id = await session.scalar(
-                select(EvolutionCycle.trigger_id).where(EvolutionCycle.mutation_id == mutation_id).limit(1)
-            )
-        await feed.publish(
-            self._redis,
-            "patcher",
-            action,
-            message,
-            trigger_id=trigger_id,
-            mutation_id=mutation_id,
-            workflow_id=mutation_workflow_id(mutation_id),
-            **extra,
+        await announce(self._sessions, self._redis, action, mutation_id, message, **extra)
+
+
+async def announce(
+    sessions: async_sessionmaker, redis: aioredis.Redis, action: str, mutation_id: str, message: str, **extra
+) -> None:
+    """The Evolution Feed line of a step in a mutation's life (with the cycle that proposed it, if any)."""
+    async with sessions() as session:
+        trigger_id = await session.scalar(
+            select(EvolutionCycle.trigger_id).where(EvolutionCycle.mutation_id == mutation_id).limit(1)
         )
+    await feed.publish(
+        redis,
+        "patcher",
+        action,
+        message,
+        trigger_id=trigger_id,
+        mutation_id=mutation_id,
+        workflow_id=mutation_workflow_id(mutation_id),
+        **extra,
+    )

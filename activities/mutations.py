@@ -15,6 +15,7 @@ from temporalio.exceptions import ApplicationError
 
 import gatekeeper
 from activities import names
+from activities.lifecycle import announce
 from activities.metrics import STATUS_TRANSITIONS
 from genesis.db.models import Mutation
 from genesis.dto import (
@@ -128,20 +129,50 @@ class MutationRecordActivities:
     async def record(self, change: StatusUpdate) -> None:
         """Write a status change the workflow made (its status activity and its validation activity)."""
         async with self._sessions() as session:
-            agent_id = await session.scalar(
-                update(Mutation)
-                .where(Mutation.mutation_id == change.mutation_id)
-                .values(**_record_values(change))
-                .returning(Mutation.agent_id)
-            )
+            written = (
+                await session.execute(
+                    update(Mutation)
+                    .where(Mutation.mutation_id == change.mutation_id)
+                    .values(**_record_values(change))
+                    .returning(Mutation.agent_id, Mutation.trait_name, Mutation.trait_version)
+                )
+            ).first()
             await session.commit()
-        if agent_id is None:
+        if written is None:
             raise ApplicationError(f"no mutation record {change.mutation_id}", non_retryable=True)
+        agent_id, trait_name, version = written
         STATUS_TRANSITIONS.labels(change.status.value).inc()
         if self._redis is not None and (change.final or change.status in ENDED):
             # The mutation has ended: its agent may have another one in flight. Removing an
             # absent slot is a no-op, so replays and retries release it once.
             await ratelimit.release(self._redis, agent_id, change.mutation_id)
+        if self._redis is not None and change.final and change.status == MutationStatus.kept:
+            await self._announce_kept(self._redis, change, trait_name, version)
+
+    async def _announce_kept(
+        self, redis: aioredis.Redis, change: StatusUpdate, trait_name: str, version: int | None
+    ) -> None:
+        """The feed line of a kept trait, saying what its verdict was and why (best effort: the
+        record is written, and a retry for a feed hiccup would announce it twice)."""
+        reason = (change.effects or {}).get("verdict_reason")
+        if change.fitness_verdict is None:
+            verdict = "kept without a verdict: the engine reported no complete observation window"
+        else:
+            verdict = f"kept: fitness {change.fitness_verdict}" + (f" — {reason}" if reason else "")
+        try:
+            await announce(
+                self._sessions,
+                redis,
+                "kept",
+                change.mutation_id,
+                f"Trait '{trait_name}' v{version} {verdict}",
+                trait_name=trait_name,
+                version=version,
+                fitness_verdict=change.fitness_verdict,
+                verdict_reason=reason,
+            )
+        except Exception as exc:
+            activity.logger.warning("could not announce the verdict of %s on the feed: %s", change.mutation_id, exc)
 
 
 async def _gatekeep(trait_name: str, code: str) -> ValidationOutcome:

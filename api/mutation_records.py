@@ -140,6 +140,7 @@ def status_response(record: Mutation, quarantine: TraitQuarantine | None = None)
         sandbox_report=record.sandbox_report,
         trait_version=record.trait_version,
         fitness_verdict=record.fitness_verdict,
+        verdict_reason=verdict_reason(record),
         rollback_reason=record.rollback_reason,
         notify_url=record.notify_url,
         replaces=replaces_ref(record),
@@ -149,6 +150,13 @@ def status_response(record: Mutation, quarantine: TraitQuarantine | None = None)
         quarantine=quarantine_info(quarantine),
         lineage=recorded_lineage(record),
     )
+
+
+def verdict_reason(record: Mutation) -> str | None:
+    """Why its fitness verdict is what it is (recorded with the effects; null before a verdict,
+    and for verdicts recorded before reasons were)."""
+    reason = record.effects.get("verdict_reason") if isinstance(record.effects, dict) else None
+    return reason if isinstance(reason, str) else None
 
 
 def replaces_ref(record: Mutation) -> TraitVersionRef | None:

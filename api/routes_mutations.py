@@ -20,6 +20,7 @@ from api.mutation_records import (
     load_with_quarantine,
     replaces_ref,
     status_response,
+    verdict_reason,
 )
 from api.params import MutationIdPath
 from api.schemas import (
@@ -107,6 +108,7 @@ async def effects(mutation_id: MutationIdPath, request: Request) -> EffectsRespo
         observed=record.effects is not None,
         effects=record.effects,
         fitness_verdict=record.fitness_verdict,
+        verdict_reason=verdict_reason(record),
         replaces=replaces_ref(record),
         trait_version=record.trait_version,
         replaced_version=record.replaced_version,

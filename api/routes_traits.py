@@ -12,8 +12,9 @@ from redis.exceptions import RedisError
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
+from api import engine_status
 from api.errors import ApiError, Responses, unavailable
-from api.mutation_records import quarantine_info, replaces_ref
+from api.mutation_records import quarantine_info, replaces_ref, verdict_reason
 from api.paging import Cursor, Keyset, paged, text, whole
 from api.schemas import (
     ErrorResponse,
@@ -21,6 +22,8 @@ from api.schemas import (
     LineageNode,
     LiveTraitVersion,
     PendingModification,
+    QuarantinedTrait,
+    QuarantineInfo,
     TraitDetailResponse,
     TraitLineageResponse,
     TraitsResponse,
@@ -32,8 +35,8 @@ from evolution import world_metrics
 from genesis import rules
 from genesis.db.models import Mutation, TraitQuarantine, TraitVersion
 from genesis.dto import MutationStatus, terminal_statuses
-from pipeline import lineage
-from pipeline.quarantines import quarantined, quarantines_of
+from pipeline import lineage, live
+from pipeline.quarantines import quarantines_of
 
 log = logging.getLogger("genesis.api")
 router = APIRouter(prefix="/api/traits", tags=["traits"])
@@ -82,6 +85,16 @@ async def _carriers(request: Request) -> tuple[dict[str, int] | None, int | None
     return {str(k): int(v) for k, v in usage.items() if isinstance(v, (int, float))}, latest[0].get("tick")
 
 
+async def _running_traits(request: Request) -> set[str] | None:
+    """The traits the engine ran at its last report; None when it is not running (or Redis is down)."""
+    try:
+        status = await engine_status.read(request.app.state.services.redis)
+    except (RedisError, OSError) as exc:  # optional information: the traits are still listed
+        log.warning("engine status unavailable: %s", exc)
+        return None
+    return set(engine_status.running_traits(status)) if engine_status.running(status) else None
+
+
 @router.get("", response_model=TraitsResponse, responses=paged({422: ERRORS[422], 503: ERRORS[503]}))
 async def list_traits(
     request: Request,
@@ -90,39 +103,55 @@ async def list_traits(
     cursor: Cursor = None,
 ) -> TraitsResponse:
     """The live traits (one live version each), by name: the version an agent would name in
-    ``replaces``, who made it, when it went live, and its carriers at the latest WorldSnapshot.
-    A version the engine quarantined is not live, even before its rollback has run."""
+    ``replaces``, who made it, when it went live, how its mutation was judged, whether the engine
+    runs it, and its carriers at the latest WorldSnapshot. A version the engine quarantined is not
+    live, even before its rollback has run: the first page lists it under ``quarantined``, with
+    the reason."""
     services = request.app.state.services
-    query = (
-        select(TraitVersion, Mutation.agent_id, Mutation.activated_at)
-        .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
-        .where(TraitVersion.status == "active", ~quarantined(TraitVersion.mutation_id))
-        .order_by(TraitVersion.trait_name)
-        .limit(limit + 1)
-    )
+    query = live.live_versions().limit(limit + 1)
     after = TRAIT_PAGES.decode(cursor)
     if after is not None:
         query = query.where(TraitVersion.trait_name > after[0])
     try:
         async with services.sessions() as session:
             rows = (await session.execute(query)).all()
+            quarantines = await live.latest_quarantines(session) if after is None else []
     except (SQLAlchemyError, OSError) as exc:
         raise _db_down(exc) from exc
     rows, next_cursor = TRAIT_PAGES.page(request, response, rows, limit, lambda row: (row[0].trait_name,))
     carriers, tick = await _carriers(request)
+    running = await _running_traits(request)
     return TraitsResponse(
         traits=[
             TraitSummary(
                 trait_name=row.trait_name,
                 version=row.version,
                 mutation_id=row.mutation_id,
-                agent_id=agent_id,
+                agent_id=mutation.agent_id if mutation else None,
                 class_name=row.class_name,
                 code_hash=row.code_hash,
-                activated_at=_ts(activated_at or row.created_at),
+                activated_at=_ts((mutation.activated_at if mutation else None) or row.created_at),
                 carriers=carriers.get(row.trait_name, 0) if carriers is not None else None,
+                running=row.trait_name in running if running is not None else None,
+                mutation_status=mutation.status if mutation else None,
+                fitness_verdict=mutation.fitness_verdict if mutation else None,
+                verdict_reason=verdict_reason(mutation) if mutation else None,
             )
-            for row, agent_id, activated_at in rows
+            for row, mutation in rows
+        ],
+        quarantined=[
+            QuarantinedTrait(
+                trait_name=version.trait_name,
+                version=version.version,
+                mutation_id=version.mutation_id,
+                agent_id=mutation.agent_id if mutation else None,
+                mutation_status=mutation.status if mutation else None,
+                quarantine=QuarantineInfo(
+                    reason=quarantine.reason, quarantined_at=quarantine.quarantined_at.timestamp()
+                ),
+                live_version=live_version,
+            )
+            for quarantine, version, mutation, live_version in quarantines
         ],
         snapshot_tick=tick,
         next_cursor=next_cursor,

@@ -5,7 +5,7 @@ the engine):
 - ``GET /api/world/entities``  a bounded list of entities (lowest ids first)
 - ``GET /api/world/entities/{id}`` one entity of that list (the viewer's inspector)
 - ``GET /api/world/history``   the WorldSnapshots of one run (Redis and Postgres, api/world_history.py)
-- ``GET /api/stats``           tick rate, population, energy, active traits, applied mutations
+- ``GET /api/stats``           tick rate, population, energy, live and running traits, applied mutations
 - ``WS  /ws/world``            viewer frames relayed from ``ch:world:frames``
 
 The engine refreshes ``engine:status``, ``engine:params`` and ``engine:entities`` about once a
@@ -16,8 +16,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
-import time
 from typing import Any
 
 from fastapi import APIRouter, Path, Query, Request, Response, WebSocket
@@ -25,6 +23,7 @@ from redis.exceptions import RedisError
 from sqlalchemy import func, select
 from starlette.websockets import WebSocketDisconnect, WebSocketState
 
+from api import engine_status
 from api.errors import ApiError, Responses, unavailable
 from api.paging import Cursor, Keyset, paged, whole
 from api.schemas import ErrorResponse, HistoryResponse
@@ -32,12 +31,13 @@ from api.world_history import read_history
 from genesis import redis_keys as keys
 from genesis.db.models import Mutation
 from genesis.redis_keys import Channels
+from pipeline.live import live_trait_names
+from pipeline.quarantines import quarantined
 
 router = APIRouter(tags=["world"])
 log = logging.getLogger("genesis.api.world")
 
-STALE_AFTER_S = 5.0  # no status for this long: the engine is reported as not running
-APPLIED_STATUSES = ("activated", "kept")  # live traits: activated and not rolled back
+APPLIED_STATUSES = ("activated", "kept")  # applied and not rolled back (a trait's older versions too)
 MAX_ENTITIES = 500
 MAX_HISTORY_POINTS = 1000
 RUN_ID_PATTERN = r"^[A-Za-z0-9_-]{1,32}$"
@@ -48,35 +48,26 @@ NOT_RUNNING: Responses = {
         "description": "ENGINE_NOT_RUNNING (the engine has never reported) or REDIS_UNAVAILABLE",
     }
 }
+_num = engine_status.number
+_running = engine_status.running
 
 
 def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-async def engine_status(request: Request) -> dict[str, str]:
-    redis = request.app.state.services.redis
+async def _engine_status(request: Request) -> dict[str, str]:
     try:
-        raw = await redis.hgetall(keys.ENGINE_STATUS)
+        status = await engine_status.read(request.app.state.services.redis)
     except (RedisError, OSError) as exc:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
-    if not raw:
+    if not status:
         raise ApiError(
             503,
             "ENGINE_NOT_RUNNING",
             "the world engine has not reported yet: start it with `python -m engine` (`make run` starts it)",
         )
-    return {_text(k): _text(v) for k, v in raw.items()}
-
-
-def _num(status: dict[str, str], name: str, kind=float) -> Any:
-    """A number of the engine's status, or None when missing, malformed or not finite (JSON has
-    no NaN or Infinity: one in a response would be a 500)."""
-    try:
-        value = kind(status[name])
-    except (KeyError, ValueError, OverflowError):
-        return None
-    return value if math.isfinite(value) else None
+    return status
 
 
 def _mode(status: dict[str, str]) -> str:
@@ -85,15 +76,10 @@ def _mode(status: dict[str, str]) -> str:
     return status.get("mode", "paced")
 
 
-def _running(status: dict[str, str]) -> bool:
-    updated = _num(status, "updated_at")
-    return updated is not None and time.time() - updated < STALE_AFTER_S
-
-
 @router.get("/api/world/state", responses=NOT_RUNNING)
 async def world_state(request: Request) -> dict:
     """Tick, population and the parameters of the running world."""
-    status = await engine_status(request)
+    status = await _engine_status(request)
     try:
         params_raw = await request.app.state.services.redis.get(keys.ENGINE_PARAMS)
     except (RedisError, OSError) as exc:
@@ -132,7 +118,7 @@ async def world_entities(
     """Entities of the running world (refreshed about once a second), lowest ids first; each
     page is read from the engine's latest report, and a cursor goes on after the last id seen."""
     after = ENTITY_PAGES.decode(cursor)
-    status = await engine_status(request)
+    status = await _engine_status(request)
     entities = await _published_entities(request)
     if after is not None:
         entities = [entity for entity in entities if entity["id"] > after[0]]
@@ -159,7 +145,7 @@ async def world_entity(
 ) -> dict:
     """One entity as the engine last published it (about once a second): position, energy, age,
     generation and every trait it carries."""
-    status = await engine_status(request)
+    status = await _engine_status(request)
     entities = await _published_entities(request)
     entity = next((e for e in entities if e.get("id") == entity_id), None)
     if entity is None:
@@ -203,36 +189,41 @@ async def world_history(
             422, "VALIDATION_ERROR", message, extra={"errors": [{"field": "query.from_tick", "message": message}]}
         )
     if run_id is None:
-        run_id = (await engine_status(request)).get("run_id") or ""
+        run_id = (await _engine_status(request)).get("run_id") or ""
     return await read_history(request.app.state.services, run_id, from_tick, to_tick, limit)
 
 
 @router.get("/api/stats", responses=NOT_RUNNING)
 async def stats(request: Request) -> dict:
-    """The engine's headline numbers; ``mutations_applied`` counts live (activated or kept)
-    mutations in Postgres and is null while Postgres is unreachable."""
-    status = await engine_status(request)
+    """The engine's headline numbers. ``live_traits`` are the live traits (the same set as
+    ``GET /api/traits`` lists), ``active_traits`` those the engine's trait host ran at its last
+    report (they follow the live set within a second or two); ``mutations_applied`` counts the
+    mutations activated or kept and not rolled back (a trait's superseded versions too). The
+    Postgres figures are null while Postgres is unreachable."""
+    status = await _engine_status(request)
     services = request.app.state.services
-    applied = None
+    live, applied = None, None
     try:
         async with services.sessions() as session:
+            live = await asyncio.wait_for(live_trait_names(session), timeout=3)
             applied = await asyncio.wait_for(
-                session.scalar(select(func.count()).select_from(Mutation).where(Mutation.status.in_(APPLIED_STATUSES))),
+                session.scalar(
+                    select(func.count())
+                    .select_from(Mutation)
+                    .where(Mutation.status.in_(APPLIED_STATUSES), ~quarantined(Mutation.mutation_id))
+                ),
                 timeout=3,
             )
     except Exception as exc:  # stats must answer while Postgres is down
-        log.warning("counting applied mutations failed: %s", exc)
-    try:
-        active = json.loads(status.get("active_traits", "[]"))
-    except ValueError:
-        active = []
+        log.warning("reading the live traits and applied mutations failed: %s", exc)
     return {
         "tick": _num(status, "tick", int),
         "ticks_per_second": _num(status, "ticks_per_second"),
         "mode": _mode(status),
         "population": _num(status, "population", int),
         "avg_energy": _num(status, "avg_energy"),
-        "active_traits": active,
+        "live_traits": live,
+        "active_traits": engine_status.running_traits(status),
         "mutations_applied": applied,
         "tick_overruns": _num(status, "tick_overruns", int),
         "mean_tick_ms": _num(status, "mean_tick_ms"),

@@ -238,6 +238,13 @@ class TraitVersionRef(BaseModel):
     version: int | None
 
 
+FITNESS_VERDICT = (
+    "positive | neutral | negative | inconclusive (too few Molbots carried the trait during its window to judge "
+    "it: kept); null: not observed (yet), or kept without a verdict"
+)
+VERDICT_REASON = "Why the fitness verdict is what it is (null: no verdict yet)"
+
+
 class QuarantineInfo(BaseModel):
     """The engine quarantined this version: it kept failing in the live trait host and is no longer
     run. Its mutation is then rolled back with ``rollback_reason`` ``quarantined: <reason>``."""
@@ -261,7 +268,8 @@ class MutationStatusResponse(BaseModel):
     workflow_id: str
     sandbox_report: dict[str, Any] | None
     trait_version: int | None
-    fitness_verdict: str | None
+    fitness_verdict: str | None = Field(default=None, description=FITNESS_VERDICT)
+    verdict_reason: str | None = Field(default=None, description=VERDICT_REASON)
     rollback_reason: str | None
     notify_url: str | None = None
     replaces: TraitVersionRef | None = Field(
@@ -298,7 +306,8 @@ class EffectsResponse(BaseModel):
     observation_window_ticks: int
     observed: bool
     effects: dict[str, Any] | None
-    fitness_verdict: str | None = None
+    fitness_verdict: str | None = Field(default=None, description=FITNESS_VERDICT)
+    verdict_reason: str | None = Field(default=None, description=VERDICT_REASON)
     replaces: TraitVersionRef | None = None
     trait_version: int | None = Field(default=None, description="The version it became on activation")
     replaced_version: int | None = None
@@ -648,10 +657,46 @@ class TraitSummary(BaseModel):
     carriers: int | None = Field(
         default=None, description="Molbots carrying it at the latest WorldSnapshot (null: no snapshot)"
     )
+    running: bool | None = Field(
+        default=None,
+        description="Whether the engine's trait host ran it at the engine's last report (false for a second or "
+        "two after activation, while it is loaded; null: the engine is not running)",
+    )
+    mutation_status: str | None = Field(
+        default=None, description="The status of the mutation that made this version: activated (observed now) or kept"
+    )
+    fitness_verdict: str | None = Field(
+        default=None,
+        description="positive | neutral | inconclusive (too few carriers to judge it); null: still observed, "
+        "or kept without a verdict",
+    )
+    verdict_reason: str | None = Field(default=None, description="Why its fitness verdict is what it is")
+
+
+class QuarantinedTrait(BaseModel):
+    """A trait whose newest version the engine quarantined: that version is not live (its
+    mutation is rolled back within seconds, ``mutation_status`` says whether it was yet)."""
+
+    trait_name: str
+    version: int = Field(description="The quarantined version")
+    mutation_id: str
+    agent_id: str | None
+    mutation_status: str | None = Field(description="activated or kept: its rollback follows; rolled_back: done")
+    quarantine: QuarantineInfo
+    live_version: int | None = Field(
+        description="The version of this trait live now (the previous one, restored by the rollback); null: none"
+    )
 
 
 class TraitsResponse(BaseModel):
-    traits: list[TraitSummary]
+    traits: list[TraitSummary] = Field(
+        description="The live traits: the same set GET /api/stats counts as live_traits, by name"
+    )
+    quarantined: list[QuarantinedTrait] = Field(
+        default_factory=list,
+        description="Traits whose newest version the engine quarantined (not live), newest quarantine first, "
+        "at most 100, on the first page only; a newer version of a trait removes it from here",
+    )
     snapshot_tick: int | None = Field(default=None, description="The WorldSnapshot the carriers come from")
     next_cursor: NextCursor = None
 
@@ -720,7 +765,9 @@ class LineageNode(BaseModel):
     agent_id: str | None = Field(description="Who proposed it (genesis-coder: an evolution cycle)")
     status: str = Field(description="active | quarantined | superseded | rolled_back")
     mutation_status: str | None = Field(description="The status of the mutation that made this version")
-    fitness_verdict: str | None = Field(description="positive | neutral | negative; null: not observed (yet)")
+    fitness_verdict: str | None = Field(
+        description="positive | neutral | negative | inconclusive (too few carriers to judge); null: not observed (yet)"
+    )
     origin: str | None = Field(description="builtin, the LLM provider's name, or agent; null: recorded before lineage")
     operators: list[str] = Field(description="The built-in operator's steps in order: seed, perturb, insert, recombine")
     seed: int | None = Field(description="The built-in operator's random seed (it gives the same code again)")

@@ -27,6 +27,10 @@ from genesis.dto import CycleContext, EvolutionPlan
 PROVIDER = "builtin"  # GENESIS_LLM_PROVIDER value that selects this operator
 # A live trait may be a parent when its verdict was one of these and its carriers did at least
 # as well as the other Molbots, with enough of them to tell (the mutation's observed effects).
+# An ``inconclusive`` verdict (too few carriers during the window to judge the trait) is never
+# fit: such a verdict says nothing about the trait. A conclusive verdict already needed
+# GENESIS_OBSERVATION_MIN_CARRIERS carriers during the window; a parent also needs some left at
+# its end, to compare their energy with the others'.
 FIT_VERDICTS = ("positive", "neutral")
 MIN_PARENT_CARRIERS = 3
 

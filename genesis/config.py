@@ -217,6 +217,19 @@ class ObservationSettings(BaseModel):
         gt=0,
         description="How long a workflow waits for its observation window; then the trait is kept without a verdict.",
     )
+    min_carriers: int = Field(
+        default=5,
+        ge=1,
+        description="Fewest Molbots that must carry a trait during its observation window for a fitness verdict; "
+        "with fewer it is kept with fitness_verdict `inconclusive` (the world's change is not its doing).",
+    )
+    min_carrier_share: float = Field(
+        default=0.02,
+        ge=0,
+        le=1,
+        description="A trait's verdict also needs at least this share of the population at the window's start "
+        "carrying it (0.02: 20 of 1,000): a large world needs more carriers before its change can be a trait's doing.",
+    )
 
 
 class RatelimitSettings(BaseModel):

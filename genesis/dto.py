@@ -78,6 +78,10 @@ class MutationInput(BaseModel):
     observation_window_ticks: int = 300
     observation_timeout_s: float = 900.0
     rollback_threshold: float = -0.10
+    # A trait's verdict needs this many carriers during the window, and this share of the
+    # population (genesis.effects.trait_verdict); with fewer it is inconclusive.
+    min_carriers: int = 5
+    min_carrier_share: float = 0.02
     # Webhooks: each status change is POSTed (signed) to notify_url, retried with backoff for up
     # to webhook_retry_window_s after the change (pipeline/webhooks.py).
     notify_url: str | None = None

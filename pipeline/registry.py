@@ -2,7 +2,8 @@
 
 Writers: the activation and rollback activities. Reader: the engine, which loads each entry into
 its trait host. Postgres (`trait_versions`) is the durable copy the registry is rebuilt from,
-leaving out the versions the engine quarantined (`trait_quarantines`)."""
+leaving out the versions the engine quarantined (`trait_quarantines`): the live versions of
+pipeline/live.py."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from genesis.db.models import Mutation, TraitVersion
 from genesis.redis_keys import REGISTRY_TRAITS, REGISTRY_VERSION
-from pipeline.quarantines import quarantined
+from pipeline.live import live_versions
 
 
 class RegistryEntry(BaseModel):
@@ -88,17 +89,13 @@ async def replace_all(redis: aioredis.Redis, entries: list[RegistryEntry]) -> in
 
 
 async def rebuild_from_postgres(sessions: async_sessionmaker, redis: aioredis.Redis) -> int:
-    """Self-heal after an engine or Redis restart: the registry becomes the active versions, but
-    none the engine quarantined (its rollback may not have happened yet)."""
+    """Self-heal after an engine or Redis restart: the registry becomes the live versions
+    (pipeline/live.py: active, and none the engine quarantined, whose rollback may not have
+    happened yet)."""
     async with sessions() as session:
-        rows = (
-            await session.execute(
-                select(TraitVersion, Mutation.agent_id)
-                .outerjoin(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
-                .where(TraitVersion.status == "active", ~quarantined(TraitVersion.mutation_id))
-            )
-        ).all()
-    return await replace_all(redis, [entry_from_row(row, agent_id or "") for row, agent_id in rows])
+        rows = (await session.execute(live_versions())).all()
+    entries = [entry_from_row(row, mutation.agent_id if mutation else "") for row, mutation in rows]
+    return await replace_all(redis, entries)
 
 
 def event_json(event: str, **fields: object) -> str:

@@ -30,7 +30,7 @@ with workflow.unsafe.imports_passed_through():
         ValidationRequest,
         WebhookDelivery,
     )
-    from genesis.effects import WorldSample, compute_effects, verdict
+    from genesis.effects import INCONCLUSIVE, CarrierMinimum, WorldSample, compute_effects, trait_verdict, verdict
     from genesis.workflow_api import (
         MUTATION_WORKFLOW,
         SA_AGENT_ID,
@@ -49,6 +49,8 @@ LOCAL_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_
 SANDBOX_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 LIFECYCLE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30))
 WEBHOOK_EVENT = "MutationStatusChanged"
+# Histories recorded before a verdict needed carriers replay with the world-only verdict.
+VERDICT_NEEDS_CARRIERS = "verdict-needs-carriers"
 
 
 @workflow.defn(name=MUTATION_WORKFLOW)
@@ -239,6 +241,9 @@ class MutationWorkflow:
                 k: later[k] for k in ("trait_version", "fitness_verdict", "rollback_reason") if later.get(k) is not None
             },
         }
+        verdict_reason = (later.get("effects") or {}).get("verdict_reason")
+        if verdict_reason:  # why the verdict is what it is (inconclusive: too few carriers to judge)
+            event["verdict_reason"] = verdict_reason
         self._webhooks.append(
             WebhookDelivery(
                 delivery_id=(
@@ -349,11 +354,18 @@ class MutationWorkflow:
         if self._rollback_reason is None and observed:
             assert self._first_sample is not None and self._latest_sample is not None
             effects = compute_effects(mutation.trait_name, self._first_sample, self._latest_sample)
-            fitness = verdict(effects, mutation.rollback_threshold)
+            if workflow.patched(VERDICT_NEEDS_CARRIERS):
+                minimum = CarrierMinimum(mutation.min_carriers, mutation.min_carrier_share)
+                effects, fitness = trait_verdict(
+                    effects, self._first_sample.entity_count, mutation.rollback_threshold, minimum
+                )
+            else:
+                fitness = verdict(effects, mutation.rollback_threshold)
             log[-1] = (
                 f"Observation: {effects.window_ticks} ticks — population {effects.entity_count_delta:+d}, "
                 f"avg energy {effects.avg_energy_delta:+.1f}, starvation deaths {effects.death_starvation_delta:+d}, "
                 f"fitness {effects.fitness_delta:+.3f} → {fitness}"
+                + _carriers_note(fitness, effects.carriers_seen, effects.carriers_needed)
             )
             if fitness != "negative":
                 return await self._finish(
@@ -400,6 +412,15 @@ class MutationWorkflow:
     def _window_complete(self, window: int) -> bool:
         first, latest = self._first_sample, self._latest_sample
         return first is not None and latest is not None and latest.tick - first.tick >= window
+
+
+def _carriers_note(fitness: str, seen: int, needed: int | None) -> str:
+    """What the observation line says about the trait's carriers (nothing in older histories)."""
+    if needed is None:
+        return ""
+    if fitness == INCONCLUSIVE:
+        return f": only {seen} Molbot(s) carried it, a verdict needs {needed}; kept"
+    return f" ({seen} carriers)"
 
 
 def _local_activity(name: str, arg: Any, result_type: type | None = None) -> Any:

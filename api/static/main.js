@@ -75,6 +75,14 @@ async function main() {
   traits.start();
 }
 
+// The live traits (the set GET /api/traits lists) and, when they differ for now, how many the
+// engine is running (a new trait is loaded within a second or two).
+function traitCounts(s) {
+  if (s.live_traits == null) return `live traits ? · running ${s.active_traits.length}`;
+  const live = [...s.live_traits].sort().join(), running = [...s.active_traits].sort().join();
+  return `live traits ${s.live_traits.length}` + (live === running ? "" : ` (running ${s.active_traits.length})`);
+}
+
 // The engine's world size (GET /api/world/state, until it answers) and headline numbers
 // (GET /api/stats, repeatedly).
 let sized = false;
@@ -93,7 +101,7 @@ async function followEngine(world, chart) {
   if (stats.ok) {
     const s = stats.data;
     line.textContent = `population ${s.population} · avg energy ${s.avg_energy?.toFixed(1)} · ` +
-      `${s.ticks_per_second?.toFixed(0)} ticks/s · live traits ${s.active_traits.length} · mutations applied ${s.mutations_applied ?? "?"}`;
+      `${s.ticks_per_second?.toFixed(0)} ticks/s · ${traitCounts(s)} · mutations applied ${s.mutations_applied ?? "?"}`;
   } else {
     line.textContent = `engine: ${stats.data?.detail ?? stats.status}`;
   }

@@ -204,6 +204,8 @@ def render_verdict(cli: Cli, status: dict, stages: list[dict]) -> None:
         version = f" v{status['trait_version']}" if status.get("trait_version") else ""
         verdict = f", fitness {status['fitness_verdict']}" if status.get("fitness_verdict") else ""
         cli.console.print(f"[bold green]{final}:[/] {status.get('trait_name')}{version}{verdict}")
+        if status.get("fitness_verdict") == "inconclusive" and status.get("verdict_reason"):
+            cli.console.print(f"  [yellow]{escape(status['verdict_reason'])}[/]", soft_wrap=True)
 
 
 def _follow_and_report(
@@ -342,6 +344,7 @@ def register(app: typer.Typer) -> None:
                 ["failure code", record.get("failure_reason_code")],
                 ["version", record.get("trait_version")],
                 ["fitness", record.get("fitness_verdict")],
+                ["verdict reason", escape(record["verdict_reason"]) if record.get("verdict_reason") else None],
                 # a quarantine's reason may quote the trait's own exception text: never markup
                 ["rollback reason", escape(record["rollback_reason"]) if record.get("rollback_reason") else None],
                 [

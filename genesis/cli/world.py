@@ -10,13 +10,9 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from genesis.cli.client import segment
 from genesis.cli.output import Cli, cli_of, examples, group, handled, table, versioned
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
-# The statuses of a mutation whose trait is in the world: observed, or judged and kept.
-LIVE_STATUSES = ("activated", "kept")
-LIST_LIMIT = 200  # GET /api/mutations' largest page
 
 
 def number(value: Any, digits: int = 0) -> str:
@@ -27,7 +23,8 @@ def number(value: Any, digits: int = 0) -> str:
 
 
 def render_stats(cli: Cli, stats: dict) -> None:
-    traits = [str(t) for t in stats.get("active_traits") or []]
+    live = stats.get("live_traits")
+    running = [str(t) for t in stats.get("active_traits") or []]
     state = "running" if stats.get("running") else "[yellow]not running[/] (last report)"
     rows = [
         [
@@ -39,78 +36,50 @@ def render_stats(cli: Cli, stats: dict) -> None:
             "population",
             f"{number(stats.get('population'))} Molbots, average energy {number(stats.get('avg_energy'), 1)}",
         ],
-        ["live traits", f"{len(traits)}: {escape(', '.join(traits))}" if traits else "none yet"],
-        ["mutations", f"{number(stats.get('mutations_applied'))} live (activated or kept)"],
+        ["live traits", _names(live) if isinstance(live, list) else "? (Postgres is unreachable)"],
     ]
+    if not isinstance(live, list) or sorted(map(str, live)) != sorted(running):
+        rows.append(["running", f"{_names(running)} (what the engine's trait host ran at its last report)"])
+    applied = number(stats.get("mutations_applied"))
+    rows.append(["mutations", f"{applied} applied and not rolled back (older versions too)"])
     summary = Table.grid(padding=(0, 2))
     summary.add_column(style="bold", no_wrap=True)
     summary.add_column()
     for row in rows:
         summary.add_row(*row)
     cli.console.print(summary)
-    if traits:
+    if live or running:
         cli.console.print("[dim]each trait's version, owner and verdict: genesis traits[/]")
 
 
-def outcome(mutation: dict | None) -> dict:
-    """What became of a live trait's mutation (the fields ``genesis traits --json`` adds)."""
-    mutation = mutation or {}
-    return {
-        "mutation_status": mutation.get("status"),
-        "fitness_verdict": mutation.get("fitness_verdict"),
-        "quarantined": bool(mutation.get("quarantine")),
-        "quarantine": mutation.get("quarantine"),
-    }
+def _names(traits: list) -> str:
+    return f"{len(traits)}: {escape(', '.join(map(str, traits)))}" if traits else "none yet"
 
 
 def verdict(trait: dict) -> str:
     """For people: still observed, kept with its fitness verdict, or quarantined by the engine
-    (it no longer runs; its rollback follows)."""
+    (it no longer runs; its rollback follows, or has happened). A live trait the engine has not
+    loaded yet (within a second or two of activation) says so."""
     if trait["quarantined"]:
-        return "[bold red]quarantined[/]"
-    status = trait["mutation_status"]
-    if status == "activated":
-        return "observing"
-    fitness = trait["fitness_verdict"]
-    return f"{status}, {fitness}" if fitness else str(status or "?")
+        return "[bold red]quarantined[/]" + (", rolled back" if trait.get("mutation_status") == "rolled_back" else "")
+    status = trait.get("mutation_status")
+    fitness = trait.get("fitness_verdict")
+    shown = "observing" if status == "activated" else f"{status}, {fitness}" if fitness else str(status or "?")
+    return shown + (" [yellow](not running yet)[/]" if trait.get("running") is False else "")
 
 
 def live_traits(cli: Cli) -> dict:
-    """``GET /api/traits`` joined with the mutations that made them (their status and fitness
-    verdict, from ``GET /api/mutations``), plus the traits the engine quarantined whose rollback
-    has not run yet (the API lists those as not live)."""
+    """``GET /api/traits``: the live traits, then the traits whose newest version the engine
+    quarantined (not live; marked ``quarantined``)."""
     answer = cli.api.get("/api/traits", expect=("traits",))
-    listed = list(answer["traits"])
+    listed, quarantined = list(answer["traits"]), list(answer.get("quarantined") or [])
     while answer.get("next_cursor"):  # more live traits than one page holds
         answer = cli.api.get("/api/traits", params={"cursor": answer["next_cursor"]}, expect=("traits",))
         listed += answer["traits"]
-    mutations: dict[str, dict] = {}
-    for status in LIVE_STATUSES:
-        page = cli.api.get("/api/mutations", params={"status": status, "limit": LIST_LIMIT}, expect=("mutations",))
-        mutations.update(
-            {m["mutation_id"]: m for m in page["mutations"] if isinstance(m, dict) and m.get("mutation_id")}
-        )
-    traits = []
-    for trait in listed:
-        mutation = mutations.get(trait.get("mutation_id"))
-        if mutation is None and trait.get("mutation_id"):  # older than the newest pages: ask for it alone
-            path = f"/api/mutations/{segment(str(trait['mutation_id']), 'mutation id')}/status"
-            mutation = cli.api.get(path, expect=("status",))
-        traits.append({**trait, **outcome(mutation)})
-    live = {t.get("trait_name") for t in traits}
-    for mutation in mutations.values():
-        if mutation.get("quarantine") and mutation.get("trait_name") not in live:
-            traits.append(
-                {
-                    "trait_name": mutation.get("trait_name"),
-                    "version": mutation.get("trait_version"),
-                    "mutation_id": mutation["mutation_id"],
-                    "agent_id": mutation.get("agent_id"),
-                    "carriers": None,
-                    **outcome(mutation),
-                }
-            )
-    traits.sort(key=lambda t: str(t.get("trait_name")))
+    traits = [{**t, "quarantined": False, "quarantine": None} for t in listed if isinstance(t, dict)]
+    for q in quarantined:
+        if isinstance(q, dict):
+            traits.append({**q, "carriers": None, "running": False, "fitness_verdict": None, "quarantined": True})
     return {"traits": traits, "snapshot_tick": answer.get("snapshot_tick")}
 
 
@@ -129,20 +98,22 @@ def render_traits(cli: Cli, answer: dict) -> None:
         ]
         for t in traits
     ]
+    live = [t for t in traits if not t["quarantined"]]
     tick = answer.get("snapshot_tick")
-    title = f"{sum(1 for t in traits if not t['quarantined'])} live trait(s)" + (
-        f", carriers at tick {tick:,}" if isinstance(tick, int) else ""
-    )
-    cli.console.print(
-        table(title, ["trait", "mutation", "agent", "carriers", "verdict"], rows, whole=("trait", "mutation", "agent"))
-    )
+    title = f"{len(live)} live trait(s)" + (f", carriers at tick {tick:,}" if isinstance(tick, int) else "")
+    columns = ["trait", "mutation", "agent", "carriers", "verdict"]
+    cli.console.print(table(title, columns, rows, whole=("trait", "mutation", "agent")))
     for t in traits:
         if t["quarantined"]:
             reason = escape(str((t.get("quarantine") or {}).get("reason", "")))
-            cli.console.print(
-                f"  {t.get('trait_name')} is quarantined: {reason} (it no longer runs; its rollback follows)",
-                soft_wrap=True,
+            after = (
+                "it no longer runs; it was rolled back"
+                if t.get("mutation_status") == "rolled_back"
+                else "it no longer runs; its rollback follows"
             )
+            cli.console.print(f"  {t.get('trait_name')} is quarantined: {reason} ({after})", soft_wrap=True)
+    if any(t.get("fitness_verdict") == "inconclusive" for t in live):
+        cli.console.print("[dim]inconclusive: too few Molbots carried it during its window to judge it[/]")
 
 
 def render_tasks(cli: Cli, answer: dict) -> None:
@@ -184,8 +155,9 @@ def register(app: typer.Typer) -> None:
         """The live traits, who made them and how they are doing.
 
         Each trait's live version, the mutation and agent that made it, its carriers at the
-        latest snapshot, and its verdict: observing, kept with its fitness, or quarantined by
-        the engine (it no longer runs; its rollback follows within seconds)."""
+        latest snapshot, whether the engine runs it, and its verdict: observing, or kept with
+        its fitness (inconclusive: too few carriers to judge it). Then the traits the engine
+        quarantined (they no longer run; their rollback follows within seconds)."""
         cli = cli_of(ctx, json_out)
         answer = live_traits(cli)
         cli.emit(answer, lambda: render_traits(cli, answer))

@@ -137,9 +137,17 @@ async def test_world_stats_traits_and_tasks_read_clearly(api_url, http, engine_p
 
     code, out, err = await run_cli(api_url, "traits", columns=80)
     assert code == 0, out + err
-    [row] = [line for line in lines_of(out) if line.startswith("cli_seeker v1 ")] or [out]
-    assert mutation_id in row.split() and owner.agent_id in row.split(), out
-    assert re.search(r"\s(observing|kept, \w+)$", row), row
+    lines = lines_of(out)
+    [at] = [i for i, line in enumerate(lines) if line.startswith("cli_seeker v1 ")] or [out]
+    assert mutation_id in lines[at].split() and owner.agent_id in lines[at].split(), out
+    # The verdict may wrap onto the row's next lines (a long trait name in the list widens the
+    # first column): they start with spaces, where a new row starts with its trait.
+    row = lines[at]
+    for line in lines[at + 1 :]:
+        if not line.startswith(" ") or not line.strip():
+            break
+        row += " " + line.strip()
+    assert re.search(r"\s(observing|kept, \w+)$", row), (row, out)
     code, out, err = await run_cli(api_url, "traits", "--json")
     [listed] = [t for t in json.loads(out)["traits"] if t["trait_name"] == "cli_seeker"]
     assert listed["mutation_id"] == mutation_id and listed["agent_id"] == owner.agent_id

@@ -318,6 +318,7 @@ async def test_starvation_anomaly_runs_a_full_cycle_to_a_live_trait(
             "plan_created",
             "code_generated",
             "mutation_applied",
+            "kept",
             "cycle_completed",
         ], actions
         async with httpx.AsyncClient(timeout=10) as client:  # the worker's Prometheus metrics
@@ -372,10 +373,11 @@ async def observe_well(temporal_client, mutation_id: str, thriving: str | None =
     """Close a mutation's observation window with a world that did well (it is kept); with
     ``thriving``, that trait's carriers did better than the other Molbots."""
     handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
-    after = sample(600, 110, 55.0, 2)
-    if thriving:
+    before, after = sample(300, 100, 50.0, 5), sample(600, 110, 55.0, 2)
+    if thriving:  # enough carriers during the window for a verdict (GENESIS_OBSERVATION_MIN_CARRIERS)
+        before.trait_stats = {thriving: {"carriers": 8, "avg_energy": 50.0, "births": 0, "deaths": {}}}
         after.trait_stats = {thriving: {"carriers": 10, "avg_energy": 70.0, "births": 2, "deaths": {}}}
-    await handle.signal("world_snapshot", sample(300, 100, 50.0, 5))
+    await handle.signal("world_snapshot", before)
     await handle.signal("world_snapshot", after)
 
 

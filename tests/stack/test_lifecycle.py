@@ -19,6 +19,7 @@ from genesis.db.session import get_sessionmaker
 from genesis.dto import ActivationRequest, RollbackRequest
 from genesis.effects import WorldSample, compute_effects, verdict
 from genesis.redis_keys import Channels
+from genesis.workflow_api import SA_TRAIT_NAME
 from pipeline import registry
 from tests import agents, traits
 from tests.stack.test_mutation_pipeline import HISTORIES, propose, wait_for_verdict
@@ -141,7 +142,12 @@ async def test_registry_is_rebuilt_from_postgres(settings, lifecycle, redis_clie
     assert (await registry.read_entries(redis_client))["forager_three"].mutation_id == request.mutation_id
 
 
-def sample(tick: int, count: int, energy: float, starvation: int, carriers: int = 0) -> WorldSample:
+CARRIERS = 20  # enough Molbots carrying the observed trait for a verdict (GENESIS_OBSERVATION_MIN_CARRIERS)
+
+
+def sample(tick: int, count: int, energy: float, starvation: int, carriers: int = CARRIERS) -> WorldSample:
+    """A WorldSample whose carriers are those of trait "t" (signal_window reports them as the
+    observed trait's)."""
     return WorldSample(
         tick=tick,
         entity_count=count,
@@ -172,10 +178,24 @@ async def replay_and_maybe_record(temporal_client, mutation_id: str, name: str) 
             f.write(history.to_json())
 
 
+def assert_honest_verdict(answer: dict) -> None:
+    """A GET /api/mutations/{id}/effects answer after a real engine's window: judged only with
+    enough carriers, inconclusive (and kept) otherwise, with the reason either way."""
+    verdict, effects = answer["fitness_verdict"], answer["effects"]
+    assert verdict in ("positive", "neutral", "negative", "inconclusive"), answer
+    assert (verdict == "inconclusive") == (effects["carriers_seen"] < effects["carriers_needed"]), answer
+    assert answer["status"] == ("rolled_back" if verdict == "negative" else "kept"), answer
+    assert answer["verdict_reason"] == effects["verdict_reason"] and answer["verdict_reason"], answer
+
+
 async def signal_window(temporal_client, mutation_id: str, before: WorldSample, after: WorldSample) -> None:
+    """Report an observation window to the mutation's workflow as the engine would, the samples'
+    carriers of trait "t" as its trait's (its name comes from the workflow's search attribute)."""
     handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
-    await handle.signal("world_snapshot", before)
-    await handle.signal("world_snapshot", after)
+    trait = (await handle.describe()).typed_search_attributes.get(SA_TRAIT_NAME)
+    for report in (before, after):
+        stats = {trait if name == "t" else name: value for name, value in report.trait_stats.items()}
+        await handle.signal("world_snapshot", report.model_copy(update={"trait_stats": stats}))
 
 
 async def wait_for_status(http, mutation_id: str, wanted: set[str], timeout_s: float = 60) -> dict:
@@ -222,6 +242,55 @@ async def test_kept_mutation_can_be_rolled_back_over_the_api(http, temporal_clie
     assert rolled["rollback_reason"] == "operator said so"
     again = await http.post(f"/api/mutations/{mutation_id}/rollback", headers=await agents.headers(http))
     assert again.status_code == 200 and again.json()["message"] == "already rolled back"
+
+
+async def test_too_few_carriers_keep_the_trait_with_an_inconclusive_verdict(http, temporal_client):
+    """No Molbot carried the trait during its window while the world collapsed: that is not its
+    doing. It is kept, its verdict is inconclusive with the reason, and nothing says positive."""
+    mutation_id = await propose(http, traits.seeker(504), trait_name="uncarried")
+    await wait_for_status(http, mutation_id, {"activated"})
+    collapse = (sample(300, 180, 50.0, 5, carriers=0), sample(600, 90, 30.0, 40, carriers=0))
+    await signal_window(temporal_client, mutation_id, *collapse)
+    status = await wait_for_status(http, mutation_id, {"kept", "rolled_back"})
+    reason = (
+        "too few carriers to judge: 0 Molbots carried it during the 300-tick window, a verdict needs at least 5 "
+        "(the world's fitness change of -0.409 is not its doing)"
+    )
+    assert status["status"] == "kept" and status["fitness_verdict"] == "inconclusive", status
+    assert status["verdict_reason"] == reason and status["rollback_reason"] is None
+    assert status["validation_log"][-1].endswith("→ inconclusive: only 0 Molbot(s) carried it, a verdict needs 5; kept")
+    effects = (await http.get(f"/api/mutations/{mutation_id}/effects")).json()
+    assert effects["fitness_verdict"] == "inconclusive" and effects["verdict_reason"] == reason
+    assert (effects["effects"]["carriers_seen"], effects["effects"]["carriers_needed"]) == (0, 5)
+    feed = (await http.get("/api/feed", params={"limit": 500})).json()["messages"]
+    [kept] = [m for m in feed if m["mutation_id"] == mutation_id and m["action"] == "kept"]
+    assert kept["message"] == f"Trait 'uncarried' v1 kept: fitness inconclusive — {reason}", kept
+    assert kept["fitness_verdict"] == "inconclusive" and "positive" not in kept["message"]
+    await replay_and_maybe_record(temporal_client, mutation_id, "mutation_kept_inconclusive")
+    response = await http.post(
+        f"/api/mutations/{mutation_id}/rollback", json={"reason": "test over"}, headers=await agents.headers(http)
+    )
+    assert response.status_code == 202, response.text
+
+
+async def test_enough_carriers_give_a_verdict_with_its_reason(http, temporal_client):
+    mutation_id = await propose(http, traits.seeker(505), trait_name="carried")
+    await wait_for_status(http, mutation_id, {"activated"})
+    await signal_window(temporal_client, mutation_id, sample(300, 100, 50.0, 5, carriers=6), sample(600, 100, 50.0, 5))
+    status = await wait_for_status(http, mutation_id, {"kept", "rolled_back"})
+    assert status["status"] == "kept" and status["fitness_verdict"] == "neutral", status
+    assert status["verdict_reason"] == (
+        "the world's fitness change +0.000 is between the rollback threshold -0.100 and +0.020; "
+        "6 Molbots carried it during the 300-tick window"
+    )
+    assert status["validation_log"][-1].endswith("→ neutral (6 carriers)")
+    feed = (await http.get("/api/feed", params={"limit": 500})).json()["messages"]
+    [kept] = [m for m in feed if m["mutation_id"] == mutation_id and m["action"] == "kept"]
+    assert kept["message"].startswith("Trait 'carried' v1 kept: fitness neutral — the world's fitness change")
+    response = await http.post(
+        f"/api/mutations/{mutation_id}/rollback", json={"reason": "test over"}, headers=await agents.headers(http)
+    )
+    assert response.status_code == 202, response.text
 
 
 async def test_rollback_during_observation(http):

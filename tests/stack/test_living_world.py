@@ -23,7 +23,7 @@ from pipeline.quarantines import quarantined
 from sandbox import image
 from sandbox.container import containers_of
 from tests import agents, traits
-from tests.stack.test_lifecycle import wait_for_status
+from tests.stack.test_lifecycle import assert_honest_verdict, wait_for_status
 from tests.stack.test_mutation_pipeline import propose
 
 # Reaches `os` the way a gatekeeper bypass would and leaves a marker wherever it runs.
@@ -72,8 +72,7 @@ async def test_activated_trait_goes_live_and_gets_a_verdict(http, engine_proc):
     status = await wait_for_status(http, mutation_id, {"kept", "rolled_back"}, timeout_s=120)
     effects = (await http.get(f"/api/mutations/{mutation_id}/effects")).json()
     assert effects["observed"] is True and effects["status"] == status["status"]
-    assert effects["fitness_verdict"] in ("positive", "neutral", "negative")
-    assert (effects["fitness_verdict"] == "negative") == (status["status"] == "rolled_back")
+    assert_honest_verdict(effects)
     assert effects["effects"]["window_ticks"] >= 60
     assert set(effects["effects"]) >= {"entity_count_delta", "avg_energy_delta", "death_starvation_delta"}
     # Observed at all means the engine ran the trait: it only reports windows for live traits.

@@ -116,6 +116,11 @@ async def _quarantined(http, mutation_id: str) -> dict | None:
     return status if status["quarantine"] else None
 
 
+async def _quarantined_traits(http, trait_name: str) -> list[dict]:
+    answer = (await http.get("/api/traits")).json()
+    return [q for q in answer["quarantined"] if q["trait_name"] == trait_name]
+
+
 async def _rollback_signalled(temporal_client, workflow_id: str) -> bool:
     history = await temporal_client.get_workflow_handle(workflow_id).fetch_history()
     return any(
@@ -156,7 +161,15 @@ async def test_a_trait_quarantined_live_is_recorded_never_reloaded_and_rolled_ba
     assert [m["quarantine"]["reason"] for m in listed] == [why]
     code, out, _ = await invoke(str(http.base_url), "mutations", "list", "--trait", "wide_raiser")
     assert code == 0 and "rolled_back (quarantined)" in out, out
+    [listed] = await _quarantined_traits(http, "wide_raiser")  # still shown, until a newer version
+    assert listed["mutation_status"] == "rolled_back" and listed["quarantine"]["reason"] == why, listed
+    code, out, _ = await invoke(str(http.base_url), "traits")
+    assert f"wide_raiser is quarantined: {why} (it no longer runs; it was rolled back)" in " ".join(out.split()), out
     async with viewer(browser, str(http.base_url)) as page:
+        trait_row = page.locator('#traits li[data-quarantined="true"][data-trait-name="wide_raiser"]')
+        await trait_row.wait_for(timeout=15_000)
+        assert await trait_row.locator(".status.quarantined").text_content() == "quarantined"
+        assert why in await trait_row.text_content() and "rolled back" in await trait_row.text_content()
         row = page.locator(f'#mutations li[data-mutation-id="{mutation_id}"]')
         await row.locator(".status.quarantined").wait_for(timeout=15_000)
         assert await row.locator(".status.rolled_back").text_content() == "rolled_back"
@@ -177,6 +190,9 @@ async def _quarantined_while_the_worker_is_down(stack: Stack, temporal_client, m
     why = status["quarantine"]["reason"]
     assert why and status["quarantine"]["quarantined_at"] <= time.time() + 1
     assert "wide_raiser" not in await _live_trait_names(http)
+    [listed] = await _quarantined_traits(http, "wide_raiser")
+    assert (listed["version"], listed["mutation_id"], listed["mutation_status"]) == (1, mutation_id, "activated")
+    assert listed["quarantine"]["reason"] == why and listed["live_version"] is None, listed
     detail = (await http.get("/api/traits/wide_raiser")).json()
     assert detail["live"] is None and detail["live_version"] is None, detail
     [version] = detail["versions"]
@@ -217,15 +233,20 @@ async def test_a_kept_trait_quarantined_later_is_rolled_back_by_a_rollback_workf
     status = await wait_for_status(http, mutation_id, {"kept", "rolled_back"}, timeout_s=120)
     assert status["status"] == "kept", status
     assert status["quarantine"] is None and "late_raiser" in await _live_trait_names(http)
+    assert await _quarantined_traits(http, "late_raiser") == []
 
     await stack.start_engine(WIDE)  # its workflow has ended: a RollbackWorkflow must do it
     status = await wait_for_status(http, mutation_id, {"rolled_back"}, timeout_s=90)
     why = status["quarantine"]["reason"]
     assert status["rollback_reason"] == f"quarantined: {why}", status
     assert status["validation_log"][-1] == f"Rollback: quarantined: {why}", status["validation_log"]
-    assert status["fitness_verdict"] in ("positive", "neutral"), "its kept verdict stays on record"
+    assert status["fitness_verdict"] in ("positive", "neutral", "inconclusive"), "its kept verdict stays on record"
     rollback = await temporal_client.get_workflow_handle(rollback_workflow_id(mutation_id)).describe()
     assert rollback.status == WorkflowExecutionStatus.COMPLETED
     assert "late_raiser" not in await _live_trait_names(http)
+    [listed] = await _quarantined_traits(http, "late_raiser")
+    assert listed["mutation_status"] == "rolled_back" and listed["quarantine"]["reason"] == why, listed
+    code, out, _ = await invoke(str(http.base_url), "status", mutation_id)
+    assert code == 4 and "rolled_back (quarantined)" in out and why in " ".join(out.split()), out
     assert len(await stack.quarantine_messages(mutation_id)) == 1
     stack.stop_engine()

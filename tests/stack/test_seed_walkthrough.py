@@ -22,6 +22,7 @@ import gatekeeper
 from genesis.db.models import Mutation
 from genesis.db.session import get_sessionmaker
 from tests import agents, traits
+from tests.stack.test_lifecycle import assert_honest_verdict
 
 API_DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 TASK_BODY = {
@@ -256,8 +257,7 @@ async def test_seed_walkthrough_over_http(http, settings, engine_proc, start_api
     assert set(after) >= SEED_EFFECTS_KEYS | {"fitness_verdict"}
     assert after["mutation_id"] == mutation_id and after["trait_name"] == "energy_hoarder"
     assert after["observation_window_ticks"] == settings.observation.window_ticks and after["observed"] is True
-    assert after["fitness_verdict"] in ("positive", "neutral", "negative")
-    assert after["status"] == ("rolled_back" if after["fitness_verdict"] == "negative" else "kept")
+    assert_honest_verdict(after)  # inconclusive when too few Molbots carried it in the window to judge it
     for name, kind in SEED_EFFECT_DELTAS.items():
         assert isinstance(after["effects"][name], kind) and not isinstance(after["effects"][name], bool), (name, after)
     final = (await http.get(f"/api/mutations/{mutation_id}/status")).json()

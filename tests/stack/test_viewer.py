@@ -342,7 +342,11 @@ async def keep(http, temporal_client, mutation_id: str) -> None:
     """Close the observation window with a world that did well; a report of a running engine in
     between starts the window over (another run), so the pair is sent again until it lands."""
     handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
-    first = WorldSample(tick=0, run_id="viewer-lineage", entity_count=100, avg_energy=50.0, period_starvation=5)
+    trait = (await http.get(f"/api/mutations/{mutation_id}/status")).json()["trait_name"]
+    carried = {trait: {"carriers": 20, "avg_energy": 55.0, "births": 0, "deaths": {}}}  # enough for a verdict
+    first = WorldSample(
+        tick=0, run_id="viewer-lineage", entity_count=100, avg_energy=50.0, period_starvation=5, trait_stats=carried
+    )
     last = first.model_copy(update={"tick": 2_000_000_000, "entity_count": 110, "avg_energy": 55.0})
     for _ in range(20):
         await handle.signal("world_snapshot", first)

@@ -181,6 +181,24 @@ async def test_kept_then_rolled_back_over_the_api_notifies_too(http, receiver, t
         Webhook(secret).verify(body, headers)
 
 
+async def test_an_inconclusive_verdict_is_notified_as_inconclusive(http, receiver, temporal_client):
+    """Kept because too few Molbots carried it to judge it: the callback says so, with the reason."""
+    agent = await agents.register(http, "webhook-inconclusive-agent")
+    mutation_id = await propose_as(
+        http, agent, traits.seeker(8300 + random.randrange(300)), "webhook_uncarried", notify_url=receiver.url
+    )
+    await wait_for_status(http, mutation_id, {"activated"}, timeout_s=120)
+    window = (sample(300, 100, 50.0, 5, carriers=1), sample(600, 110, 55.0, 2, carriers=1))  # the world did well
+    await signal_window(temporal_client, mutation_id, *window)
+    events = await receiver.wait_for(mutation_id, "kept")
+    [kept] = [e for e in events if e["status"] == "kept"]
+    assert kept["fitness_verdict"] == "inconclusive", kept
+    assert kept["verdict_reason"].startswith("too few carriers to judge: 1 Molbot carried it"), kept
+    assert "inconclusive" in kept["message"] and "positive" not in json.dumps(kept), kept
+    response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "done"}, headers=agent.headers)
+    assert response.status_code == 202, response.text
+
+
 async def test_receiver_down_the_mutation_completes_and_retries_reach_it_later(http, temporal_client):
     agent = await agents.register(http, "webhook-down-agent")
     secret = await webhook_secret(http, agent)

@@ -147,4 +147,5 @@ def test_a_parent_is_a_live_trait_whose_carriers_did_well():
     assert not operator.fit_parent("negative", did_well)
     assert not operator.fit_parent("positive", {**did_well, "carrier_avg_energy": 40.0})  # carriers did worse
     assert not operator.fit_parent("positive", {**did_well, "carriers_after": 1})  # too few to tell
+    assert not operator.fit_parent("inconclusive", did_well)  # too few carriers during the window to judge it
     assert not operator.fit_parent("positive", None)
