@@ -6,13 +6,12 @@ goes live in the session's world."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 
 import httpx
 import pytest
 
-from genesis.cli.processes import api_process, wait_for_api, worker_process
+from genesis.cli.processes import worker_and_api
 from tests import agents
 from tests.example_traits import examples
 from tests.own_stack import own_settings
@@ -24,14 +23,8 @@ GOAL = re.compile(r'--goal "([^"]*)"')
 @pytest.fixture(scope="module")
 async def no_activation_api(settings):
     own = await own_settings(settings, "example_traits", activate_mutations=False)
-    worker, api = worker_process(own, "example-traits-worker"), api_process(own, "example-traits-api")
-    worker.start()
-    api.start()
-    try:
-        yield await asyncio.to_thread(wait_for_api, api)
-    finally:
-        api.stop()
-        worker.stop()
+    async with worker_and_api(own, "example-traits") as url:
+        yield url
 
 
 async def test_the_examples_get_the_verdicts_their_headers_state(no_activation_api):
