@@ -11,7 +11,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 import gatekeeper
 from activities import names
@@ -71,9 +71,13 @@ class MutationRecordActivities:
                 STATUS_TRANSITIONS.labels(MutationStatus.validating.value).inc()
             else:
                 _duplicate(outcome, code_hash, holder.mutation_id, holder.status)
-        if not outcome.ok:
+        if not outcome.ok:  # a rejection is an expected outcome: BENIGN keeps its traceback out of the log
             raise ApplicationError(
-                outcome.validation_log[-1], outcome.model_dump(), type=outcome.failure_code, non_retryable=True
+                outcome.validation_log[-1],
+                outcome.model_dump(),
+                type=outcome.failure_code,
+                non_retryable=True,
+                category=ApplicationErrorCategory.BENIGN,
             )
         return outcome
 
