@@ -115,6 +115,7 @@ def arm_settings(base: Settings, arm: str, seed: int, args: argparse.Namespace, 
     return base.override(
         task_queue=f"bench-evolution-{seed}-{arm}-{uuid.uuid4().hex[:6]}",
         mutations_dir=mutations_dir,
+        journal_dir=mutations_dir / "journal",  # each arm's world starts new
         engine_seed=seed,
         engine_fast_forward=True,
         engine_snapshot_interval=SNAPSHOT_INTERVAL,

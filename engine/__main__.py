@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
@@ -17,7 +18,7 @@ from temporalio.client import Client
 
 from genesis import gc_tuning
 from genesis.config import get_settings
-from genesis.db.schema import exit_if_schema_behind
+from genesis.db.schema import EXIT_SCHEMA_BEHIND, exit_if_schema_behind
 from genesis.db.session import get_sessionmaker
 from genesis.effects import WorldSample
 from genesis.logs import configure_logging
@@ -25,11 +26,14 @@ from genesis.metrics import serve_metrics
 from genesis.temporal import connect
 from pipeline import registry
 
+from .journaling import WorldJournal
 from .live_traits import HostTraitRunner
-from .loop import Engine
+from .loop import Engine, world_params
 from .metrics import EngineCollector
 from .observers import ObservationReporter
 from .quarantine import QuarantineReporter
+from .replay import ReplayError
+from .world import World
 from .world_overrides import ParamsFollower
 
 log = logging.getLogger("genesis.engine")
@@ -83,6 +87,23 @@ def observation_hook(runner: HostTraitRunner, params: ParamsFollower, temporal: 
     return report
 
 
+def open_world(settings) -> tuple[WorldJournal | None, World]:
+    """The world the journal ends with (a new one when it is empty or off). A journal that cannot
+    be replayed stops the engine with the reason: it is never overwritten or ignored."""
+
+    def new_world() -> World:
+        return World(world_params(settings), seed=settings.engine.seed)
+
+    if not settings.journal.enabled:
+        log.warning("the journal is off (GENESIS_JOURNAL_ENABLED=false): a fresh world, nothing recorded")
+        return None, new_world()
+    try:
+        return WorldJournal.open(settings, new_world)
+    except ReplayError as exc:
+        log.error("the journal cannot be resumed: %s", exc)
+        sys.exit(EXIT_SCHEMA_BEHIND)
+
+
 async def main() -> None:
     settings = get_settings()
     await exit_if_schema_behind(settings.database_url)
@@ -91,9 +112,10 @@ async def main() -> None:
     temporal = temporal_connector(settings)
     quarantine = QuarantineReporter(settings, redis, get_sessionmaker(settings.database_url), temporal)
     log.info("%d quarantined trait version(s) on record", await quarantine.load())
+    journal, world = open_world(settings)
     runner = HostTraitRunner(settings, redis, quarantine=quarantine)
-    engine = Engine(settings, runner)
-    params = ParamsFollower(engine.world, redis)
+    engine = Engine(settings, runner, world=world, journal=journal)
+    params = ParamsFollower(world_params(settings), engine.request_params, redis)
     engine.snapshot_hooks.append(observation_hook(runner, params, temporal))
     REGISTRY.register(EngineCollector(engine))
     gc_tuning.observe_gc_pauses()
@@ -115,6 +137,8 @@ async def main() -> None:
         stop.set()
         await following
         await engine.close()
+        if journal is not None:
+            journal.close()
         await quarantine.close()
         await redis.aclose()
         log.info(

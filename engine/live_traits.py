@@ -112,6 +112,8 @@ class HostTraitRunner:
         self._background: set[asyncio.Task] = set()
         self._next_sample = 0.0
         self.stats = HostStats()
+        # what became of the last tick's request (engine/inputs.py HOST_*, and why), for the journal
+        self.last_outcome: tuple[str, str] = ("idle", "")
         self.fast_forward = settings.engine.fast_forward
         deadline_ms = (
             settings.engine.fast_forward_trait_deadline_ms if self.fast_forward else settings.engine.trait_deadline_ms
@@ -140,6 +142,10 @@ class HostTraitRunner:
             return
         self._registry_version = version
 
+    def quarantined(self) -> dict[str, str]:
+        """Trait -> the mutation id of its quarantined version."""
+        return dict(self._quarantined)
+
     def mutation_ids(self) -> dict[str, str]:
         """Live trait -> the mutation whose version is running (for observation reports)."""
         return {name: state.entry.mutation_id for name, state in self._traits.items()}
@@ -163,6 +169,7 @@ class HostTraitRunner:
         crosses to the host once, however many traits it carries; the host merges the intents.
         ``while_waiting``: work that runs once the request is sent, while the host computes
         (``World.prepare_step``), only if the request is sent."""
+        self.last_outcome = ("idle", "")
         run = [name for name in views["run"] if name in self._traits]
         if not run or not views["count"]:
             return {}
@@ -172,6 +179,7 @@ class HostTraitRunner:
                 await asyncio.wait([self._restart_task])
             if self._host is None:
                 self.stats.skipped_ticks += 1
+                self.last_outcome = ("skipped", "the trait host is starting")
                 return {}
         # The workers get less than the whole deadline: the host answers for them in time.
         message = {
@@ -184,6 +192,7 @@ class HostTraitRunner:
         async with self._host_lock:  # a trait being loaded: the tick waits (a few ms) for it
             if self._host is None:
                 self.stats.skipped_ticks += 1
+                self.last_outcome = ("skipped", "the trait host is starting")
                 return {}
             try:
                 # In the loop's own thread: the tick waits for this reply anyway, and handing the
@@ -192,6 +201,7 @@ class HostTraitRunner:
                 # run between ticks. The host exists here, so no container is started.
                 reply = self._host.request(message, self.deadline_s, while_waiting)
             except (HostDeadlineExceeded, HostCrashed) as exc:
+                self.last_outcome = ("missed", str(exc))
                 await self._host_failed(exc)
                 return {}
         try:
@@ -208,8 +218,10 @@ class HostTraitRunner:
             # The supervisor never runs trait code and checks its workers' replies, so garbage
             # here is the host's own failure: it is replaced, no trait is blamed, and this tick
             # runs on instinct.
+            self.last_outcome = ("refused", f"unusable reply: {exc}")
             await self._host_failed(HostCrashed(f"unusable reply: {exc}"))
             return {}
+        self.last_outcome = ("ok", "")
         for name in sorted(results):
             await self._account(name, results[name])
         return intents

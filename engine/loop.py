@@ -32,14 +32,18 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from genesis.config import Settings
 
+from .inputs import HOST_ERROR, HOST_OK, TickInputs, TraitSetChange, apply_changes, step
 from .metrics import TICK_SECONDS
 from .telemetry import PeriodCounters, TelemetrySink, build_frame, build_snapshot, entity_list, to_row
 from .traits import BatchTraitRunner, Intents, NoTraits, TraitRunner, ViewsTraitRunner
 from .world import World, WorldParams
+
+if TYPE_CHECKING:
+    from .journaling import WorldJournal
 
 log = logging.getLogger("genesis.engine")
 
@@ -71,6 +75,7 @@ class Engine:
         runner: TraitRunner | None = None,
         *,
         world: World | None = None,
+        journal: WorldJournal | None = None,
         sink: TelemetrySink | None = None,
         clock: Callable[[], float] = time.perf_counter,
         wall: Callable[[], float] = time.time,
@@ -78,6 +83,12 @@ class Engine:
     ) -> None:
         self.settings = settings
         self.world = world if world is not None else World(world_params(settings), seed=settings.engine.seed)
+        # The journal every tick's inputs go to (None: nothing is recorded). Each tick's record is
+        # appended once its state hash is known, with the last tick's telemetry (_flush_telemetry).
+        self.journal = journal
+        self._journal_pending: list[TickInputs] = []
+        self._journal_failure: BaseException | None = None
+        self._pending_params: WorldParams | None = None
         self.runner: TraitRunner = runner if runner is not None else NoTraits()
         # the compact form (each carrier's view once) when the runner has it, resolved once
         self._views_runner: ViewsTraitRunner | None = None
@@ -102,7 +113,10 @@ class Engine:
         self._frame_period_s = settings.engine.frame_interval / settings.engine.tick_rate
         self._next_frame_at = 0.0
         self.started_at = wall()
-        self.active_traits: tuple[str, ...] = ()
+        # the live traits as the world knows them (a world restored from the journal has some)
+        self.active_traits: tuple[str, ...] = tuple(self.world.available_traits)
+        # live trait -> the mutation id whose version runs (as the journal ends, when resumed)
+        self.trait_versions: dict[str, str] = dict(journal.versions) if journal is not None else {}
         # measurements
         self.ticks_run = 0
         self.tick_overruns = 0
@@ -129,27 +143,64 @@ class Engine:
 
     # -- one tick -----------------------------------------------------------------------------
 
-    def _sync_traits(self) -> None:
+    def request_params(self, params: WorldParams) -> None:
+        """New world parameters, applied (and journaled) at the start of the next tick."""
+        self._pending_params = params
+
+    def _runner_versions(self, names: tuple[str, ...]) -> dict[str, str]:
+        ids = getattr(self.runner, "mutation_ids", None)
+        if ids is None:
+            return {}
+        versions = ids()
+        return {name: versions[name] for name in names if name in versions}
+
+    def _collect_changes(self, inputs: TickInputs) -> None:
+        """The tick's trait-set and parameter changes, applied to the world and put in ``inputs``."""
         try:
             names = tuple(sorted(set(self.runner.active_traits())))
+            versions = self._runner_versions(names)
         except Exception:
             log.exception("trait runner active_traits() failed; keeping %s", list(self.active_traits))
+            names, versions = self.active_traits, self.trait_versions
+        params, self._pending_params = self._pending_params, None
+        if params is not None and params == self.world.params:
+            params = None
+        change = None
+        if names != self.active_traits or versions != self.trait_versions:
+            quarantined = getattr(self.runner, "quarantined", dict)()
+            before = self.trait_versions
+            change = TraitSetChange(
+                active=list(names),
+                versions=versions,
+                left={
+                    n: "quarantined" if n in quarantined else "deregistered"
+                    for n in self.active_traits
+                    if n not in names
+                },
+                replaced={n: before[n] for n in names if before.get(n) and before[n] != versions.get(n)},
+            )
+        if change is None and params is None:
             return
-        if names == self.active_traits:
-            return
-        self._flush_telemetry()  # the last tick's snapshot and frame see the world before this
-        removed = sorted(set(self.active_traits) - set(names))
-        self.world.set_available_traits(names)
-        for name in removed:
-            self.world.remove_trait(name)  # rollback / quarantine: carriers lose it
-        log.info("active traits: %s (removed: %s)", list(names), removed)
-        self.active_traits = names
+        self._flush_telemetry()  # the last tick's record, snapshot and frame see the world before this
+        inputs.traits, inputs.params = change, params
+        apply_changes(self.world, inputs)
+        if params is not None:
+            log.info("world parameters changed at tick %d", self.world.tick)
+        if change is not None:
+            if names != self.active_traits:
+                log.info("active traits: %s (removed: %s)", list(names), sorted(change.left))
+            if self.journal is not None:
+                for name, mutation_id in versions.items():
+                    if self.trait_versions.get(name) != mutation_id:
+                        self.journal.pin(mutation_id)  # its rollback point: the latest snapshot before it
+            self.active_traits, self.trait_versions = names, versions
 
     async def tick_once(self) -> None:
         """One tick's work (traits, step, telemetry hand-off), measured against the budget."""
         started = self.clock()
-        self._sync_traits()
         world = self.world
+        inputs = TickInputs(tick=world.tick)
+        self._collect_changes(inputs)
         intents: Intents = {}
         if self.active_traits:
             try:
@@ -162,17 +213,26 @@ class Engine:
                         intents = await self._views_runner.run_tick_views(
                             world.tick, views, while_waiting=self._while_waiting
                         )
+                        inputs.host, inputs.host_detail = getattr(self.runner, "last_outcome", (HOST_OK, ""))
                 elif self._batch_runner is not None:
                     batches = world.trait_batches()
                     batches = {name: batches[name] for name in self.active_traits if name in batches}
                     if batches:
                         intents = await self._batch_runner.run_tick(world.tick, batches)
-            except Exception:
+                        inputs.host = HOST_OK
+            except Exception as exc:
                 self.trait_errors += 1
                 log.exception("trait runner failed at tick %d; the tick runs on instinct", world.tick)
                 intents = {}
+                inputs.host, inputs.host_detail = HOST_ERROR, f"{type(exc).__name__}: {exc}"
+        if self._journal_failure is not None:  # raised while the host computed: fatal
+            failure, self._journal_failure = self._journal_failure, None
+            raise failure
         self._flush_telemetry()  # whatever did not run while waiting (no host request this tick)
-        world.step(intents, lazy_write_back=True)  # stored into the entities while the host next computes
+        inputs.intents = intents
+        step(world, inputs, lazy_write_back=True)  # stored into the entities while the host next computes
+        if self.journal is not None:
+            self._journal_pending.append(inputs)
         tick = world.tick
         settings = self.settings
         # The snapshot and the viewer frame of this tick are built at the next tick, while the
@@ -197,10 +257,26 @@ class Engine:
         return True
 
     def _while_waiting(self) -> None:
-        self._flush_telemetry()
+        try:
+            self._flush_telemetry()
+        except Exception as exc:  # the journal's: re-raised on the tick, not taken for the host's
+            self._journal_failure = exc
         self.world.prepare_step()
 
+    def _flush_journal(self) -> None:
+        """Append the last tick's record (and take the snapshot that falls due). Raises: the world
+        must not run on unrecorded."""
+        journal = self.journal
+        pending, self._journal_pending = self._journal_pending, []
+        if journal is None:
+            return
+        for inputs in pending:
+            journal.append_tick(self.world, inputs)
+            if journal.snapshot_due(self.world):
+                journal.save_snapshot(self.world, self.trait_versions)
+
     def _flush_telemetry(self) -> None:
+        self._flush_journal()
         pending, self._telemetry = self._telemetry, []
         for build in pending:
             try:
@@ -318,6 +394,8 @@ class Engine:
     async def start(self) -> None:
         if not self._started:
             self._started = True
+            if self.journal is not None:
+                self.journal.append_started(self.world, self.run_id)
             self.sink.start()
             try:
                 await self.runner.refresh()
@@ -400,6 +478,11 @@ class Engine:
 
     async def close(self) -> None:
         self._flush_telemetry()
+        if self.journal is not None:  # a snapshot of where it stopped: the next start replays nothing
+            journal = self.journal
+            if journal.last_snapshot is None or journal.last_snapshot.tick != self.world.tick:
+                journal.save_snapshot(self.world, self.trait_versions)
+            await journal.wait_for_snapshot_async()
         if self._refresh_task is not None:
             await asyncio.wait([self._refresh_task], timeout=30)
         try:

@@ -43,13 +43,14 @@ import numpy as np
 
 from genesis.trait_wire import IntentColumns
 
-from . import world_state
+from . import state_digest, world_state
 from .intents import REJECT_REASONS, CheckedIntents, apply_intents
 from .model import DEATH_CAUSES, Counters, Entity, Resource, TickReport, WorldParams
 from .physics import TickColumns, collide, eat, eaters, metabolise_and_age, move
 from .sensing import Grid, Layout, Sensed, sense, two_steps_pay
 from .spatial import SpatialGrid
 from .spawning import DNA_GENES, fresh_entity, new_trait, newborn, placed_entity, trait_gene
+from .state_digest import ConstantColumns, TextCodes
 from .views import (
     VIEW_ATTR_COLUMNS,
     VIEW_FIELDS,
@@ -728,11 +729,53 @@ class World:
         }
 
     def state_hash(self) -> str:
-        """sha256 hex of the exact state (``engine.world_state.state_hash``)."""
+        """sha256 hex of the exact state (``engine.state_digest``), read from the entities."""
+        return state_digest.digest(self.state_columns()).hex
+
+    def state_digest(self, constants: ConstantColumns, text_codes: TextCodes) -> state_digest.Digest:
+        """The state hash and its probe after a step, from the world's own columns: the engine's
+        per-tick digest (``constants`` and ``text_codes`` are its caches across ticks). Equal to
+        :meth:`state_hash` as long as entities change only through the world."""
+        return state_digest.digest(self.state_columns(constants), text_codes)
+
+    def state_columns(self, constants: ConstantColumns | None = None) -> state_digest.StateColumns:
+        """The exact state as columns. Without ``constants`` every value is read from the entity
+        objects; with them, the numbers come from the world's columns when they are current, and
+        parent_id and DNA from ``constants``."""
         ents = self.entities
+        n = len(ents)
+        cols = self._columns if constants is not None else None
+        if cols is not None and len(cols["id"]) == n:
+            order = [ents[i] for i in cols["id"].tolist()]
+        else:
+            order = [ents[i] for i in sorted(ents)]
+            cols = {
+                name: np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n) for name, dtype in _WORLD_COLUMNS
+            }
+        if constants is not None:
+            parent, dna = constants.of(cols["id"], ents)
+        else:
+            parent = np.fromiter((-1 if e.parent_id is None else e.parent_id for e in order), dtype=np.int64, count=n)
+            dna = np.array(
+                [e.dna if len(e.dna) == DNA_GENES else (-1.0,) * DNA_GENES for e in order], dtype=np.float64
+            ).reshape(n, DNA_GENES)
         res = self.resources
-        return world_state.state_hash(
-            self.tick, self.available_traits, [ents[i] for i in sorted(ents)], [res[i] for i in sorted(res)]
+        rkeys = sorted(res)
+        rorder = [res[i] for i in rkeys]
+        m = len(rorder)
+        return state_digest.StateColumns(
+            tick=self.tick,
+            available_traits=self.available_traits,
+            numbers=cols,
+            parent=parent,
+            dna=dna,
+            texts=[state_digest.entity_text(e.state, e.traits) for e in order],
+            resources={
+                "id": np.array(rkeys, dtype=np.int64),
+                "x": np.fromiter(map(_X, rorder), dtype=np.float64, count=m),
+                "y": np.fromiter(map(_Y, rorder), dtype=np.float64, count=m),
+                "energy": np.fromiter(map(attrgetter("energy"), rorder), dtype=np.float64, count=m),
+            },
         )
 
     # -- save / resume ----------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """World parameters changed by evolution cycles (``adjust_params``, genesis/world_params.py).
 
 About once a second the engine reads ``meta:world:params`` and, when the record changed, puts the
-allowed overrides on top of its configured WorldParams (the next tick uses them). The workflow
+allowed overrides on top of its configured WorldParams and hands the result to the engine, which
+applies it at the start of its next tick and journals it with that tick's inputs. The workflow
 named in the record observes the change: it gets each snapshot like a MutationWorkflow does."""
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -16,16 +18,16 @@ import redis.asyncio as aioredis
 from genesis import world_params
 from genesis.redis_keys import WORLD_PARAMS_OVERRIDES
 
-from .world import World, WorldParams
+from .world import WorldParams
 
 log = logging.getLogger("genesis.engine.params")
 POLL_S = 1.0
 
 
 class ParamsFollower:
-    def __init__(self, world: World, redis: aioredis.Redis):
-        self.world = world
-        self.base: WorldParams = world.params
+    def __init__(self, base: WorldParams, apply: Callable[[WorldParams], None], redis: aioredis.Redis):
+        self.base = base
+        self._apply = apply
         self._redis = redis
         self._raw: bytes | str | None = None
         self.overrides: dict[str, float] = {}
@@ -48,7 +50,7 @@ class ParamsFollower:
         except (TypeError, ValueError) as exc:  # a value the world refuses: keep what runs
             log.warning("world parameter overrides %s refused: %s", overrides, exc)
             return False
-        self.world.params = params
+        self._apply(params)
         log.info("world parameters: %s (base otherwise)", overrides or "none overridden")
         self.overrides = overrides
         return True

@@ -1,63 +1,15 @@
 """A world's exact state as data: the save/resume format of ``World.snapshot`` (plain JSON-safe
-data that resumes a world exactly; not the telemetry WorldSnapshot) and the state hash (one
-digest of the exact state: replay and the sandbox compare worlds by it)."""
+data that resumes a world exactly; not the telemetry WorldSnapshot). The state hash is
+``engine.state_digest``'s."""
 
 from __future__ import annotations
 
-import hashlib
-import json
-from collections.abc import Mapping, Sequence
-from itertools import chain
-from operator import attrgetter
+from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from .model import DEATH_CAUSES, Counters, Entity, Resource
-from .spawning import DNA_GENES
 
 SNAPSHOT_VERSION = 2
-
-# Entity fields in the state hash, besides parent_id, DNA, state and traits.
-_HASH_INT_FIELDS = ("id", "age", "max_age", "generation")
-_HASH_FLOAT_FIELDS = ("x", "y", "energy", "max_energy", "speed", "direction", "energy_consumption_rate")
-
-
-def state_hash(
-    tick: int, available_traits: Sequence[str], entities: Sequence[Entity], resources: Sequence[Resource]
-) -> str:
-    """sha256 hex of the exact state: tick, available traits, then entities and resources
-    (ids ascending, as given) as one little-endian binary column per field (float64 bit patterns
-    with -0.0 as 0.0, int64) plus every entity's state and traits as text. Exact bits rather than
-    rounded text: a snapshot round-trips floats exactly, and packing columns costs a fraction of
-    formatting every number (this runs inside a snapshot tick)."""
-    digest = hashlib.sha256()
-    digest.update(json.dumps([tick, list(available_traits), len(entities), len(resources)]).encode())
-
-    def ints(values: Any, count: int) -> None:
-        digest.update(np.fromiter(values, dtype="<i8", count=count).tobytes())
-
-    def floats(values: Any, count: int) -> None:
-        # + 0.0 turns -0.0 into 0.0: states the physics cannot tell apart hash the same.
-        digest.update((np.fromiter(values, dtype=np.float64, count=count) + 0.0).astype("<f8").tobytes())
-
-    n = len(entities)
-    for name in _HASH_INT_FIELDS:
-        ints(map(attrgetter(name), entities), n)
-    ints((-1 if e.parent_id is None else e.parent_id for e in entities), n)
-    for name in _HASH_FLOAT_FIELDS:
-        floats(map(attrgetter(name), entities), n)
-    pad = (-1.0,) * DNA_GENES
-    floats(chain.from_iterable(e.dna if len(e.dna) == DNA_GENES else pad for e in entities), n * DNA_GENES)
-    # state and trait names hold no control characters (states are checked printable, trait
-    # names snake_case), so the unit/record separators delimit them unambiguously.
-    digest.update(
-        "\x1e".join([e.state + "\x1f" + "\x1f".join(e.traits) for e in entities]).encode("utf-8", "backslashreplace")
-    )
-    ints(map(attrgetter("id"), resources), len(resources))
-    for name in ("x", "y", "energy"):
-        floats(map(attrgetter(name), resources), len(resources))
-    return digest.hexdigest()
 
 
 def counters_to_data(c: Counters) -> dict[str, Any]:

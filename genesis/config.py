@@ -190,6 +190,33 @@ class EngineSettings(BaseModel):
     )
 
 
+class JournalSettings(BaseModel):
+    """The world's input journal and the snapshots bound to it (docs/journal.md)."""
+
+    enabled: bool = Field(
+        default=True,
+        description="The engine journals every tick's inputs and resumes its world from the journal at start; "
+        "false: every start is a fresh world and nothing is recorded.",
+    )
+    dir: Path | None = Field(
+        default=None, description="Where the journal's segments and snapshots live; empty: `<state_dir>/journal`."
+    )
+    snapshot_interval: int = Field(
+        default=3600, ge=1, description="Ticks between two snapshots bound to the journal (a minute at 60 ticks/s)."
+    )
+    keep_last: int = Field(default=10, ge=1, description="Snapshots kept: the last this many ...")
+    keep_every: int = Field(
+        default=60, ge=0, description="... and every Nth snapshot ever taken (0: none), besides pinned rollback points."
+    )
+    fsync_interval_s: float = Field(
+        default=1.0,
+        ge=0,
+        description="Longest time between two fsyncs of the journal (0: every record). A killed engine loses "
+        "nothing written; a machine that loses power loses at most this much, detected as a torn tail.",
+    )
+    segment_records: int = Field(default=3600, ge=1, description="Records per journal segment file.")
+
+
 class WorkflowSettings(BaseModel):
     """How the API starts the workflows of recorded proposals."""
 
@@ -643,6 +670,10 @@ class Settings(BaseSettings):
         netpolicy.AllowList.parse(value)  # ValueError names the bad entry
         return value
 
+    @property
+    def journal_dir(self) -> Path:
+        return self.journal.dir if self.journal.dir is not None else self.state_dir / "journal"
+
     forced_trigger_limit: int = Field(
         default=10,
         ge=1,
@@ -682,6 +713,11 @@ class Settings(BaseSettings):
         default_factory=EngineSettings,
         title="World engine",
         description="The world engine (`python -m engine`) and its live trait host.",
+    )
+    journal: JournalSettings = Field(
+        default_factory=JournalSettings,
+        title="Journal",
+        description="The world's input journal, its hash chain and the snapshots bound to it.",
     )
     workflow: WorkflowSettings = Field(
         default_factory=WorkflowSettings,

@@ -12,6 +12,7 @@ import asyncio
 import os
 import sys
 import time
+import uuid
 
 import httpx
 import pytest
@@ -92,6 +93,13 @@ async def temporal_env():
     await env.shutdown()
 
 
+def fresh_journal(settings: Settings, name: str) -> Settings:
+    """``settings`` with a journal directory nobody used: an engine started on it begins a new
+    world, as every engine did before the journal (tests expect their own world, not the last
+    module's)."""
+    return settings.override(journal_dir=settings.mutations_dir.parent / f"journal-{name}-{uuid.uuid4().hex[:8]}")
+
+
 @pytest.fixture(scope="session")
 async def settings(temporal_env, tmp_path_factory) -> Settings:
     await asyncio.to_thread(upgrade_to_head, TEST_DATABASE_URL)  # alembic runs its own loop
@@ -110,6 +118,8 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         task_queue="genesis-test",
         api_port=free_port(),
         mutations_dir=tmp_path_factory.mktemp("mutations"),
+        # the journal of an engine the suite starts: tests/own_stack.py fresh_journal gives each its own
+        journal_dir=tmp_path_factory.mktemp("journal"),
         # A short world clock so observation windows close in seconds.
         engine_snapshot_interval=30,
         observation_window_ticks=60,
@@ -213,7 +223,7 @@ async def temporal_client(settings):
 async def engine_proc(settings):
     """``python -m engine`` with the test settings (the API's Redis), for one test module: other
     modules drive observation windows themselves and must not get the engine's reports."""
-    process = engine_process(settings)
+    process = engine_process(fresh_journal(settings, "engine"))
     redis = aioredis.from_url(settings.redis_url)
     await redis.delete(ENGINE_STATUS)
     process.start()

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from genesis.cli.processes import free_port
 from genesis.config import Settings
 from genesis.db.migrate import upgrade
-from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL
+from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL, fresh_journal
 
 
 def with_path(url: str, path: str) -> str:
@@ -54,7 +54,7 @@ async def own_settings(settings: Settings, name: str, *, revision: str | None = 
     redis = aioredis.from_url(redis_url)
     await redis.flushdb()
     await redis.aclose()
-    return settings.override(
+    own = settings.override(
         database_url=database_url,
         redis_url=redis_url,
         task_queue=f"genesis-test-{name}",
@@ -62,3 +62,4 @@ async def own_settings(settings: Settings, name: str, *, revision: str | None = 
         mutations_dir=settings.mutations_dir.parent / f"{settings.mutations_dir.name}-{name}",
         **changes,
     )
+    return own if "journal_dir" in changes else fresh_journal(own, name)

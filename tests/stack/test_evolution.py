@@ -240,16 +240,17 @@ def test_plans_and_code_are_read_tolerantly():
 
 async def test_engine_applies_world_parameter_overrides(redis_client):
     world = WorldCore(WorldParams(initial_population=5), seed=1)
-    follower = ParamsFollower(world, redis_client)
+    applied: list[WorldParams] = []
+    follower = ParamsFollower(world.params, applied.append, redis_client)
     record = {"overrides": {"resource_energy": 30.0, "width": 5.0}, "workflow_id": "evolution-x", "trigger_id": "x"}
     await redis_client.set(keys.WORLD_PARAMS_OVERRIDES, json.dumps(record))
     try:
         assert await follower.refresh()
-        assert world.params.resource_energy == 30.0 and world.params.width == 800.0  # not adjustable: ignored
+        assert applied[-1].resource_energy == 30.0 and applied[-1].width == 800.0  # not adjustable: ignored
         assert follower.observer_workflow == "evolution-x"
         assert not await follower.refresh()  # unchanged record
         await redis_client.set(keys.WORLD_PARAMS_OVERRIDES, json.dumps({"overrides": {}}))
-        assert await follower.refresh() and world.params.resource_energy == 25.0 and follower.observer_workflow is None
+        assert await follower.refresh() and applied[-1] == world.params and follower.observer_workflow is None
     finally:
         await redis_client.delete(keys.WORLD_PARAMS_OVERRIDES)
 

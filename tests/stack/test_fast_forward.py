@@ -25,6 +25,7 @@ from genesis import redis_keys as keys
 from genesis.cli.processes import api_process, engine_process, free_port, wait_for_api
 from genesis.redis_keys import Channels
 from pipeline import registry
+from tests.conftest import fresh_journal
 
 ENGINE_REDIS_URL = os.environ.get("GENESIS_TEST_ENGINE_REDIS_URL", "redis://127.0.0.1:6379/13")
 TICKS = 150
@@ -197,7 +198,7 @@ async def test_the_harness_starts_a_fast_forward_engine(engine_settings):
     mode and runs far above the paced tick rate (10 ticks/s here), through Redis and an API
     process of its own."""
     own = engine_settings.override(engine_tick_rate=10.0, api_port=free_port())
-    engine = engine_process(own, "engine-fast-forward", fast_forward=True)
+    engine = engine_process(fresh_journal(own, "fast-forward"), "engine-fast-forward", fast_forward=True)
     api = api_process(own, "api-fast-forward")
     redis = aioredis.from_url(ENGINE_REDIS_URL, decode_responses=True)
     engine.start()

@@ -16,6 +16,7 @@ from genesis.cli.processes import LOG_DIR, TEMPORAL_CLI, engine_process, free_po
 from genesis.logs import ids_from_workflow_id
 from genesis.temporal_setup import SEARCH_ATTRIBUTES, ensure_search_attributes
 from tests import agents, traits
+from tests.conftest import fresh_journal
 from tests.stack.test_engine import ENGINE_REDIS_URL
 from tests.stack.test_mutation_pipeline import wait_for_verdict
 
@@ -115,7 +116,10 @@ async def test_engine_metrics_report_ticks_entities_and_traits(settings):
     # Its own Redis db, and no snapshot within the test: it must not report observation windows
     # to the workflows of traits other test modules left live (they drive those windows).
     process = engine_process(
-        settings.override(redis_url=ENGINE_REDIS_URL, engine_metrics_port=port, engine_snapshot_interval=10**6),
+        fresh_journal(
+            settings.override(redis_url=ENGINE_REDIS_URL, engine_metrics_port=port, engine_snapshot_interval=10**6),
+            "metrics",
+        ),
         "engine-metrics",
     )
     process.start()

@@ -26,6 +26,7 @@ from genesis.cli.processes import ManagedProcess, api_process, engine_process, w
 from genesis.redis_keys import ENGINE_STATUS
 from genesis.workflow_api import rollback_workflow_id
 from pipeline import registry
+from tests.conftest import fresh_journal
 from tests.own_stack import own_settings
 from tests.stack.test_cli import invoke
 from tests.stack.test_lifecycle import wait_for_status
@@ -62,7 +63,9 @@ class Stack:
         redis = aioredis.from_url(self.settings.redis_url)
         try:
             await redis.delete(ENGINE_STATUS)
-            self.engine = engine_process(self.settings.override(engine_world_width=width), "engine-quarantine")
+            self.engine = engine_process(
+                fresh_journal(self.settings.override(engine_world_width=width), "quarantine"), "engine-quarantine"
+            )
             self.engine.start()
             await wait_until(lambda: redis.exists(ENGINE_STATUS), timeout_s=60, what="the engine to start")
         finally:

@@ -1,0 +1,292 @@
+"""The engine's side of the journal: every tick's inputs appended with the state they led to,
+snapshots bound to the journal, and the world brought back from them when the engine starts.
+
+The engine is the journal's only writer. A record is appended once the tick's state hash is known;
+the engine computes it while the trait host works on the next tick (``Engine._while_waiting``),
+before anything can change the world again. Snapshots are built on the tick (a copy of the
+world's data) and compressed and written in a worker thread. At start, the latest snapshot of the
+journal head's epoch is loaded and the records after it replayed (``engine.replay``): the world
+continues exactly where the journal ends, with the same hashes, or the engine refuses to start
+and says where the journal and its snapshots disagree.
+
+A failure to journal is fatal to the engine (it exits and is restarted from the journal): a world
+that ran on unrecorded could never be replayed or audited.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from journal.reader import JournalReader
+from journal.record import ZERO_HASH, Header
+from journal.snapshots import SnapshotMeta, SnapshotStore
+from journal.writer import JournalWriter
+
+from genesis import canonical
+from genesis.config import Settings
+
+from .inputs import TickInputs
+from .replay import KIND_CREATED, KIND_TICK, WORLD_VERSION, Replay, ReplayError, base_snapshot, header_at
+from .state_digest import ConstantColumns, Digest, TextCodes
+from .world import World
+
+log = logging.getLogger("genesis.engine.journal")
+
+KIND_STARTED = "engine.started"
+PINS_FILE = "pins.cbor"
+
+
+class JournalMismatch(ReplayError):
+    """The journal's head cannot be reached from its snapshots with the recorded hashes."""
+
+
+class WorldJournal:
+    def __init__(self, settings: Settings, writer: JournalWriter, store: SnapshotStore) -> None:
+        self.settings = settings
+        self.writer = writer
+        self.store = store
+        self.constants = ConstantColumns()
+        self.text_codes = TextCodes()
+        self.snapshot_interval = settings.journal.snapshot_interval
+        self.records = 0
+        self.append_s = 0.0
+        self.snapshots_saved = 0
+        self.last_snapshot: SnapshotMeta | None = None
+        self.restored_from: SnapshotMeta | None = None  # the snapshot the world was restored from at open
+        self.replayed = 0  # records replayed after it
+        self.versions: dict[str, str] = {}  # the live trait versions the journal ends with
+        self._saving: concurrent.futures.Future | None = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="journal-snapshots")
+        self._pins_path = store.directory / PINS_FILE
+        self.pins: dict[str, str] = self._read_pins()  # mutation id -> the snapshot it would roll back to
+
+    # -- opening ---------------------------------------------------------------------------
+
+    @classmethod
+    def open(cls, settings: Settings, new_world: Callable[[], World]) -> tuple[WorldJournal, World]:
+        """The journal under ``settings.journal_dir`` and the world it ends with (a new world,
+        recorded, when the journal is empty). ``restored``/``replayed`` say how it was reached."""
+        directory = settings.journal_dir
+        writer = JournalWriter.open(
+            directory / "records",
+            segment_max_records=settings.journal.segment_records,
+            fsync_interval_s=settings.journal.fsync_interval_s,
+        )
+        try:
+            journal = cls(settings, writer, SnapshotStore(directory / "snapshots"))
+            if writer.recovery.truncated_bytes:
+                log.warning(
+                    "journal: dropped a torn record at its end (%d bytes, written when the engine stopped)",
+                    writer.recovery.truncated_bytes,
+                )
+            head = writer.head
+            if head is None:
+                world = new_world()
+                journal.append_created(world)
+                journal.save_snapshot(world, {}, wait=True)
+            else:
+                world = journal.restore(head)
+        except BaseException:
+            writer.close()
+            raise
+        return journal, world
+
+    def append_started(self, world: World, run_id: str) -> Header:
+        """The engine's start, with how its world was reached."""
+        body = {
+            "run_id": run_id,
+            "snapshot": self.restored_from.name if self.restored_from is not None else "",
+            "replayed_records": self.replayed,
+            "world_version": WORLD_VERSION,
+        }
+        return self.append_event(KIND_STARTED, world, body)
+
+    def restore(self, head: Header) -> World:
+        """The world at the journal's head: its base snapshot and every record after it replayed."""
+        reader = JournalReader(self.writer_directory)
+        meta = base_snapshot(self.store, reader, None, head)
+        replay = Replay.from_snapshot(self.store, meta, header_at(reader, meta.journal_seq))
+        replayed = 0
+        started = time.perf_counter()
+        for record in reader.records(from_seq=meta.journal_seq + 1, to_seq=head.seq):
+            found = replay.check(record)
+            if found is not None:
+                raise JournalMismatch(
+                    f"replaying the journal from snapshot {meta.name} diverges at record {found.seq} "
+                    f"(tick {found.tick}): "
+                    f"{[d.to_data() for d in found.differences]}. Check it with `genesis world replay`; to start a new "
+                    f"world instead, move {self.settings.journal_dir} away."
+                )
+            replayed += 1
+        world = replay.world
+        self.versions = replay.versions
+        self.constants, self.text_codes = replay.constants, replay.text_codes
+        self.last_snapshot = self.restored_from = meta
+        self.replayed = replayed
+        log.info(
+            "journal: world restored at tick %d (epoch %d, record %d) from snapshot %s and %d record(s) in %.2f s",
+            world.tick,
+            head.epoch,
+            head.seq,
+            meta.name,
+            replayed,
+            time.perf_counter() - started,
+        )
+        return world
+
+    @property
+    def writer_directory(self) -> Path:
+        return self.settings.journal_dir / "records"
+
+    # -- appending -------------------------------------------------------------------------
+
+    @property
+    def head(self) -> Header | None:
+        return self.writer.head
+
+    @property
+    def epoch(self) -> int:
+        head = self.writer.head
+        return head.epoch if head is not None else 0
+
+    def digest(self, world: World) -> Digest:
+        return world.state_digest(self.constants, self.text_codes)
+
+    def _append(self, kind: str, world: World, body: dict[str, Any], digest: Digest | None = None) -> Header:
+        started = time.perf_counter()
+        d = digest if digest is not None else self.digest(world)
+        header = self.writer.append(kind, self.epoch, world.tick, body, d.state_hash)
+        self.records += 1
+        self.append_s += time.perf_counter() - started
+        return header
+
+    def append_created(self, world: World) -> Header:
+        body = {"seed": world.seed, "params": asdict(world.params), "world_version": WORLD_VERSION}
+        return self._append(KIND_CREATED, world, body)
+
+    def append_event(self, kind: str, world: World, body: dict[str, Any]) -> Header:
+        """A record that notes an event and leaves the world as it is."""
+        return self._append(kind, world, body)
+
+    def append_tick(self, world: World, inputs: TickInputs) -> Header:
+        """The record of a tick just stepped: its inputs, and the probe and hash of the state after
+        it (``world`` is that state)."""
+        d = self.digest(world)
+        body = inputs.to_data()
+        body["probe"] = d.probe
+        return self._append(KIND_TICK, world, body, d)
+
+    # -- snapshots -------------------------------------------------------------------------
+
+    def snapshot_due(self, world: World) -> bool:
+        return world.tick % self.snapshot_interval == 0 and (
+            self.last_snapshot is None
+            or self.last_snapshot.tick != world.tick
+            or self.last_snapshot.epoch != self.epoch
+        )
+
+    def save_snapshot(self, world: World, traits: dict[str, str], wait: bool = False) -> None:
+        """A snapshot of ``world`` as the journal's head left it: the data is copied now, compressed
+        and written in a worker thread (one at a time: a snapshot still being written when the
+        next is due is waited for)."""
+        head = self.writer.head
+        meta = SnapshotMeta(
+            name="",
+            number=-1,
+            epoch=self.epoch,
+            tick=world.tick,
+            journal_seq=head.seq if head is not None else -1,
+            chain_head=head.hash() if head is not None else ZERO_HASH,
+            state_hash=head.state_hash if head is not None else self.digest(world).state_hash,
+            world_version=WORLD_VERSION,
+            traits=dict(sorted(traits.items())),
+            created_at=time.time(),
+            file_sha256=b"",
+            size=0,
+        )
+        data = world.snapshot()
+        self.wait_for_snapshot()
+        self._saving = self._pool.submit(self._save, meta, data)
+        if wait:
+            self.wait_for_snapshot()
+
+    def _save(self, meta: SnapshotMeta, data: dict[str, Any]) -> SnapshotMeta:
+        saved = self.store.save(meta, data)
+        self.last_snapshot = saved
+        self.snapshots_saved += 1
+        pinned = set(self.pins.values())
+        deleted = self.store.prune(self.settings.journal.keep_last, self.settings.journal.keep_every, pinned)
+        if deleted:
+            log.debug("journal: pruned snapshots %s", deleted)
+        return saved
+
+    def wait_for_snapshot(self) -> None:
+        saving, self._saving = self._saving, None
+        if saving is not None:
+            saving.result()  # a snapshot that failed to save raises here: fatal, like a failed append
+
+    async def wait_for_snapshot_async(self) -> None:
+        if self._saving is not None:
+            await asyncio.wrap_future(self._saving)
+            self.wait_for_snapshot()
+
+    # -- rollback points -------------------------------------------------------------------
+
+    def pin(self, mutation_id: str) -> None:
+        """Keep the latest snapshot as the rollback point of a mutation just activated."""
+        if self.last_snapshot is not None and mutation_id not in self.pins:
+            self.pins[mutation_id] = self.last_snapshot.name
+            self._write_pins()
+
+    def unpin(self, open_mutations: set[str]) -> None:
+        """Let go of the rollback points of mutations no longer open."""
+        gone = [m for m in self.pins if m not in open_mutations]
+        for m in gone:
+            del self.pins[m]
+        if gone:
+            self._write_pins()
+
+    def _read_pins(self) -> dict[str, str]:
+        try:
+            data = canonical.decode(self._pins_path.read_bytes())
+        except FileNotFoundError:
+            return {}
+        except canonical.NonCanonical as exc:
+            log.warning("journal: unreadable %s (%s): no snapshot is pinned", self._pins_path, exc)
+            return {}
+        return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+    def _write_pins(self) -> None:
+        tmp = self._pins_path.with_suffix(".tmp")
+        tmp.write_bytes(canonical.encode(dict(sorted(self.pins.items()))))
+        tmp.replace(self._pins_path)
+
+    # -- closing ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        try:
+            self.wait_for_snapshot()
+        finally:
+            self._pool.shutdown(wait=True)
+            self.writer.close()
+
+    def stats(self) -> dict[str, Any]:
+        head = self.writer.head
+        return {
+            "head_seq": head.seq if head is not None else -1,
+            "epoch": self.epoch,
+            "records": self.records,
+            "append_ms_mean": round(self.append_s / self.records * 1000, 4) if self.records else 0.0,
+            "snapshots": self.snapshots_saved,
+            "last_snapshot": self.last_snapshot.name if self.last_snapshot is not None else None,
+        }
+
+
+__all__ = ["KIND_CREATED", "KIND_STARTED", "KIND_TICK", "JournalMismatch", "WorldJournal"]
