@@ -32,6 +32,7 @@ from api import (
     routes_viewer,
     routes_webhooks,
     routes_world,
+    routes_world_rollback,
 )
 from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
@@ -174,6 +175,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_evolution.router)
     app.include_router(routes_health.router)
     app.include_router(routes_world.router)
+    app.include_router(routes_world_rollback.router)
     app.include_router(routes_telemetry.router)
     app.include_router(routes_traits.router)
     # Evolution cycles (issue 5): the feed and the periodic improvement schedules

@@ -33,6 +33,7 @@ from .metrics import EngineCollector
 from .observers import ObservationReporter
 from .quarantine import QuarantineReporter
 from .replay import ReplayError
+from .rollbacks import RollbackFollower
 from .world import World
 from .world_overrides import ParamsFollower
 
@@ -128,6 +129,7 @@ async def main() -> None:
         log.warning("could not read the world parameter overrides at start: %s", exc)
     stop = asyncio.Event()
     following = asyncio.create_task(params.follow(stop))
+    rollbacks = asyncio.create_task(RollbackFollower(engine, redis).follow(stop))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -136,6 +138,7 @@ async def main() -> None:
     finally:
         stop.set()
         await following
+        await rollbacks
         await engine.close()
         if journal is not None:
             journal.close()

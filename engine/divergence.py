@@ -20,7 +20,6 @@ import numpy as np
 from .state_digest import FLOAT_PROBE_FIELDS, PROBE_FIELDS, TEXT_FIELD, StateColumns
 
 _MOD = 1 << 64
-_ID_MAX = 1 << 62
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,10 @@ class Difference:
         }
 
 
+def _pairs(packed: bytes) -> list[list[int]]:
+    return np.frombuffer(packed, dtype=">u8").reshape(-1, 2).tolist()
+
+
 def _signed(v: int) -> int:
     return v - _MOD if v >= 1 << 63 else v
 
@@ -54,9 +57,7 @@ def _single_id(d0: int, d1: int, ids: set[int]) -> int | None:
         return None
     modulus = _MOD >> shift
     k = ((d1 >> shift) * pow(d0 >> shift, -1, modulus)) % modulus
-    found = [c for c in range(k, _ID_MAX, modulus) if c in ids] if modulus < _ID_MAX else ([k] if k in ids else [])
-    if modulus < _ID_MAX and len(found) > 1:
-        return None
+    found = [c for c in ids if c % modulus == k]  # the ids the powers of two in d0 leave possible
     return found[0] if len(found) == 1 else None
 
 
@@ -81,13 +82,14 @@ def _column(cols: StateColumns, field: str) -> tuple[np.ndarray, np.ndarray] | N
 
 def differences(recorded: dict, replayed: dict, cols: StateColumns) -> list[Difference]:
     """What differs between the recorded probe and the replay's (whose state is ``cols``)."""
-    if recorded.get("v") != replayed.get("v") or len(recorded.get("sums", ())) != len(PROBE_FIELDS):
+    sums = recorded.get("sums")
+    if recorded.get("v") != replayed.get("v") or type(sums) is not bytes or len(sums) != 16 * len(PROBE_FIELDS):
         return [Difference("probe", None, note="the recorded probe has another version: fields cannot be named")]
     out: list[Difference] = []
     entity_ids = set(cols.numbers["id"].tolist())
     resource_ids = set(cols.resources["id"].tolist())
     sets_differ = {"entity": False, "resource": False}
-    for field, (r0, r1), (p0, p1) in zip(PROBE_FIELDS, recorded["sums"], replayed["sums"]):
+    for field, (r0, r1), (p0, p1) in zip(PROBE_FIELDS, _pairs(sums), _pairs(replayed["sums"])):
         if (r0, r1) == (p0, p1):
             continue
         d0, d1 = (r0 - p0) % _MOD, (r1 - p1) % _MOD
@@ -106,22 +108,22 @@ def differences(recorded: dict, replayed: dict, cols: StateColumns) -> list[Diff
         if sets_differ[kind]:
             out.append(Difference(field, None, note=f"differs (the {kind} sets differ too)"))
             continue
-        k = _single_id(d0, d1, resource_ids if is_resource else entity_ids)
-        if k is None:
+        one = _single_id(d0, d1, resource_ids if is_resource else entity_ids)
+        if one is None:
             out.append(Difference(field, None, note="several entities differ"))
             continue
         if field == TEXT_FIELD:
-            at = int(np.searchsorted(cols.numbers["id"], k))
-            out.append(Difference(field, k, replayed=cols.texts[at].replace("\x1f", " ")))
+            at = int(np.searchsorted(cols.numbers["id"], one))
+            out.append(Difference(field, one, replayed=cols.texts[at].replace("\x1f", " ")))
             continue
         column = _column(cols, field)
         if column is None:
-            out.append(Difference(field, k))
+            out.append(Difference(field, one))
             continue
         ids, values = column
-        at = int(np.searchsorted(ids, k))
+        at = int(np.searchsorted(ids, one))
         is_float = field in FLOAT_PROBE_FIELDS
         mine = values[at].item()
         bits = int(np.array([mine + 0.0 if is_float else mine], dtype="<f8" if is_float else "<i8").view(np.uint64)[0])
-        out.append(Difference(field, k, recorded=_value(bits + d0, is_float), replayed=mine))
+        out.append(Difference(field, one, recorded=_value(bits + d0, is_float), replayed=mine))
     return out

@@ -24,16 +24,24 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from genesis import canonical
+from genesis.config import Settings
 from journal.reader import JournalReader
 from journal.record import ZERO_HASH, Header
 from journal.snapshots import SnapshotMeta, SnapshotStore
 from journal.writer import JournalWriter
 
-from genesis import canonical
-from genesis.config import Settings
-
 from .inputs import TickInputs
-from .replay import KIND_CREATED, KIND_TICK, WORLD_VERSION, Replay, ReplayError, base_snapshot, header_at
+from .replay import (
+    KIND_CREATED,
+    KIND_ROLLBACK,
+    KIND_TICK,
+    WORLD_VERSION,
+    Replay,
+    ReplayError,
+    base_snapshot,
+    header_at,
+)
 from .state_digest import ConstantColumns, Digest, TextCodes
 from .world import World
 
@@ -63,6 +71,7 @@ class WorldJournal:
         self.replayed = 0  # records replayed after it
         self.versions: dict[str, str] = {}  # the live trait versions the journal ends with
         self._saving: concurrent.futures.Future | None = None
+        self._snapshot_at: tuple[int, int] | None = None  # (epoch, tick) of the last snapshot taken
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="journal-snapshots")
         self._pins_path = store.directory / PINS_FILE
         self.pins: dict[str, str] = self._read_pins()  # mutation id -> the snapshot it would roll back to
@@ -129,6 +138,7 @@ class WorldJournal:
         self.versions = replay.versions
         self.constants, self.text_codes = replay.constants, replay.text_codes
         self.last_snapshot = self.restored_from = meta
+        self._snapshot_at = (meta.epoch, meta.tick) if meta.journal_seq == head.seq else None
         self.replayed = replayed
         log.info(
             "journal: world restored at tick %d (epoch %d, record %d) from snapshot %s and %d record(s) in %.2f s",
@@ -186,11 +196,11 @@ class WorldJournal:
     # -- snapshots -------------------------------------------------------------------------
 
     def snapshot_due(self, world: World) -> bool:
-        return world.tick % self.snapshot_interval == 0 and (
-            self.last_snapshot is None
-            or self.last_snapshot.tick != world.tick
-            or self.last_snapshot.epoch != self.epoch
-        )
+        return world.tick % self.snapshot_interval == 0 and not self.has_snapshot_of(world)
+
+    def has_snapshot_of(self, world: World) -> bool:
+        """Whether a snapshot of the world as it is now was taken (or is being written)."""
+        return self._snapshot_at == (self.epoch, world.tick)
 
     def save_snapshot(self, world: World, traits: dict[str, str], wait: bool = False) -> None:
         """A snapshot of ``world`` as the journal's head left it: the data is copied now, compressed
@@ -212,6 +222,7 @@ class WorldJournal:
             size=0,
         )
         data = world.snapshot()
+        self._snapshot_at = (meta.epoch, meta.tick)
         self.wait_for_snapshot()
         self._saving = self._pool.submit(self._save, meta, data)
         if wait:
@@ -236,6 +247,61 @@ class WorldJournal:
         if self._saving is not None:
             await asyncio.wrap_future(self._saving)
             self.wait_for_snapshot()
+
+    # -- rollback ------------------------------------------------------------------------------
+
+    def rollback_target(
+        self, snapshot: str | None = None, tick: int | None = None, mutation_id: str | None = None
+    ) -> SnapshotMeta:
+        """The kept snapshot a rollback goes back to: by name, the latest at or before ``tick`` in
+        the current epoch's history, or the rollback point pinned for a mutation. ReplayError says
+        why there is none."""
+        metas = self.store.kept()
+        if mutation_id is not None:
+            snapshot = self.pins.get(mutation_id)
+            if snapshot is None:
+                raise ReplayError(f"no rollback point is pinned for mutation {mutation_id}")
+        if snapshot is not None:
+            found = [m for m in metas if m.name == snapshot]
+            if not found:
+                raise ReplayError(f"snapshot {snapshot!r} is not kept (GET /v1/world/snapshots lists them)")
+            return found[0]
+        head = self.writer.head
+        assert head is not None and tick is not None
+        reader = JournalReader(self.writer_directory)
+        try:
+            return base_snapshot(self.store, reader, tick, head)
+        except ReplayError:
+            raise ReplayError(f"no kept snapshot at or before tick {tick}") from None
+
+    def rollback(self, world: World, target: SnapshotMeta, reason: str, request: dict[str, Any]) -> World:
+        """The world back at ``target`` as a new epoch: the snapshot is checked against the journal
+        and its own hash, a ``rollback`` record (from, to, snapshot, reason, the state hash after,
+        which is the snapshot's) is appended — the journal only grows; the abandoned epoch's
+        records stay — and a snapshot of the new epoch is taken at once."""
+        reader = JournalReader(self.writer_directory)
+        replay = Replay.from_snapshot(self.store, target, header_at(reader, target.journal_seq))
+        restored = replay.world
+        head = self.writer.head
+        body = {
+            "from_tick": world.tick,
+            "from_epoch": self.epoch,
+            "to_tick": restored.tick,
+            "snapshot": target.name,
+            "snapshot_epoch": target.epoch,
+            "reason": reason,
+            "request": request,
+        }
+        digest = replay.last if replay.last is not None else replay.digest()
+        started = time.perf_counter()
+        header = self.writer.append(KIND_ROLLBACK, self.epoch + 1, restored.tick, body, digest.state_hash)
+        self.records += 1
+        self.append_s += time.perf_counter() - started
+        assert head is not None and header.seq == head.seq + 1
+        self.constants, self.text_codes = replay.constants, replay.text_codes
+        self.versions = dict(target.traits)
+        self.save_snapshot(restored, self.versions)
+        return restored
 
     # -- rollback points -------------------------------------------------------------------
 

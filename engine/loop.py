@@ -38,6 +38,7 @@ from genesis.config import Settings
 
 from .inputs import HOST_ERROR, HOST_OK, TickInputs, TraitSetChange, apply_changes, step
 from .metrics import TICK_SECONDS
+from .replay import ReplayError
 from .telemetry import PeriodCounters, TelemetrySink, build_frame, build_snapshot, entity_list, to_row
 from .traits import BatchTraitRunner, Intents, NoTraits, TraitRunner, ViewsTraitRunner
 from .world import World, WorldParams
@@ -89,6 +90,9 @@ class Engine:
         self._journal_pending: list[TickInputs] = []
         self._journal_failure: BaseException | None = None
         self._pending_params: WorldParams | None = None
+        self._requested_params: WorldParams | None = None  # the last parameters asked for (kept over rollbacks)
+        self._rollback_requests: list[dict[str, Any]] = []
+        self._rollback_outcomes: list[tuple[str, dict[str, Any]]] = []
         self.runner: TraitRunner = runner if runner is not None else NoTraits()
         # the compact form (each carrier's view once) when the runner has it, resolved once
         self._views_runner: ViewsTraitRunner | None = None
@@ -113,8 +117,9 @@ class Engine:
         self._frame_period_s = settings.engine.frame_interval / settings.engine.tick_rate
         self._next_frame_at = 0.0
         self.started_at = wall()
-        # the live traits as the world knows them (a world restored from the journal has some)
-        self.active_traits: tuple[str, ...] = tuple(self.world.available_traits)
+        # the live traits as the world knows them: a world resumed from the journal has some (the
+        # runner's set is compared with them); another starts from the runner's
+        self.active_traits: tuple[str, ...] = tuple(self.world.available_traits) if journal is not None else ()
         # live trait -> the mutation id whose version runs (as the journal ends, when resumed)
         self.trait_versions: dict[str, str] = dict(journal.versions) if journal is not None else {}
         # measurements
@@ -145,7 +150,80 @@ class Engine:
 
     def request_params(self, params: WorldParams) -> None:
         """New world parameters, applied (and journaled) at the start of the next tick."""
-        self._pending_params = params
+        self._pending_params = self._requested_params = params
+
+    # -- rollbacks ------------------------------------------------------------------------------
+
+    def request_rollback(self, request: dict[str, Any]) -> None:
+        """A rollback to a kept snapshot (engine/rollbacks.py), applied before the next tick."""
+        self._rollback_requests.append(request)
+
+    def take_rollback_outcomes(self) -> list[tuple[str, dict[str, Any]]]:
+        outcomes, self._rollback_outcomes = self._rollback_outcomes, []
+        return outcomes
+
+    def _apply_rollbacks(self) -> None:
+        requests, self._rollback_requests = self._rollback_requests, []
+        for request in requests:
+            request_id = str(request.get("request_id"))
+            try:
+                outcome = self.apply_rollback(request)
+            except ReplayError as exc:
+                log.warning("rollback %s refused: %s", request_id, exc)
+                outcome = {"status": "refused", "reason": str(exc)}
+            self._rollback_outcomes.append((request_id, {"request_id": request_id, **outcome}))
+
+    def apply_rollback(self, request: dict[str, Any]) -> dict[str, Any]:
+        """Go back to a kept snapshot as a new epoch (``WorldJournal.rollback``); ReplayError says
+        why not. Between two ticks: the last tick's record is appended first."""
+        journal = self.journal
+        if journal is None:
+            raise ReplayError("the journal is off (GENESIS_JOURNAL_ENABLED=false): there is nothing to go back to")
+        self._flush_telemetry()
+        journal.wait_for_snapshot()
+        target = journal.rollback_target(
+            snapshot=request.get("snapshot"), tick=request.get("tick"), mutation_id=request.get("mutation_id")
+        )
+        from_tick, from_epoch = self.world.tick, journal.epoch
+        reason = str(request.get("reason") or "requested")[:500]
+        summary = {k: request[k] for k in ("request_id", "requested_by", "mutation_id") if request.get(k) is not None}
+        world = journal.rollback(self.world, target, reason, summary)
+        self._replace_world(world, dict(target.traits))
+        head = journal.head
+        assert head is not None
+        log.warning(
+            "world rolled back from tick %d (epoch %d) to snapshot %s at tick %d: epoch %d (%s)",
+            from_tick,
+            from_epoch,
+            target.name,
+            world.tick,
+            head.epoch,
+            reason,
+        )
+        return {
+            "status": "applied",
+            "epoch": head.epoch,
+            "from_tick": from_tick,
+            "from_epoch": from_epoch,
+            "to_tick": world.tick,
+            "snapshot": target.name,
+            "journal_seq": head.seq,
+            "state_hash": head.state_hash.hex(),
+            "reason": reason,
+        }
+
+    def _replace_world(self, world: World, versions: dict[str, str]) -> None:
+        """A restored world runs from the next tick: what the engine keeps about the old one goes.
+        The live traits and the parameters asked for are journaled again at the next tick where
+        they differ from the snapshot's; observers see a new run (their windows start over)."""
+        self.world = world
+        self.active_traits = tuple(world.available_traits)
+        self.trait_versions = versions
+        self._pending_params = self._requested_params
+        self.run_id = uuid.uuid4().hex[:16]
+        self._telemetry = []
+        self._period = PeriodCounters(world.stats())
+        self._period_tick = self._window_tick0 = world.tick
 
     def _runner_versions(self, names: tuple[str, ...]) -> dict[str, str]:
         ids = getattr(self.runner, "mutation_ids", None)
@@ -167,7 +245,7 @@ class Engine:
             params = None
         change = None
         if names != self.active_traits or versions != self.trait_versions:
-            quarantined = getattr(self.runner, "quarantined", dict)()
+            quarantined: dict[str, str] = getattr(self.runner, "quarantined", dict)()
             before = self.trait_versions
             change = TraitSetChange(
                 active=list(names),
@@ -198,6 +276,8 @@ class Engine:
     async def tick_once(self) -> None:
         """One tick's work (traits, step, telemetry hand-off), measured against the budget."""
         started = self.clock()
+        if self._rollback_requests:
+            self._apply_rollbacks()
         world = self.world
         inputs = TickInputs(tick=world.tick)
         self._collect_changes(inputs)
@@ -480,7 +560,7 @@ class Engine:
         self._flush_telemetry()
         if self.journal is not None:  # a snapshot of where it stopped: the next start replays nothing
             journal = self.journal
-            if journal.last_snapshot is None or journal.last_snapshot.tick != self.world.tick:
+            if not journal.has_snapshot_of(self.world):
                 journal.save_snapshot(self.world, self.trait_versions)
             await journal.wait_for_snapshot_async()
         if self._refresh_task is not None:

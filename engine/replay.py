@@ -116,7 +116,7 @@ class Replay:
                 self.versions = dict(inputs.traits.versions)
         elif kind == KIND_ROLLBACK:
             name = record.inputs.get("snapshot")
-            metas = {m.name: m for m in self.store.list()}
+            metas = {m.name: m for m in self.store.kept()}
             if name not in metas:
                 raise ReplayError(f"record {record.header.seq}: rollback to snapshot {name!r}, which is not kept")
             self.world = load_world(self.store, metas[name])
@@ -151,7 +151,7 @@ def load_world(store: SnapshotStore, meta: SnapshotMeta) -> World:
 def base_snapshot(store: SnapshotStore, reader: JournalReader, at_tick: int | None, head: Header) -> SnapshotMeta:
     """The snapshot to start from: the latest one at or before ``at_tick`` (None: the latest) of
     the head's epoch or, when that epoch has none yet, the one its rollback went back to."""
-    metas = [m for m in store.list() if m.journal_seq <= head.seq]
+    metas = [m for m in store.kept() if m.journal_seq <= head.seq]
     mine = [m for m in metas if m.epoch == head.epoch and (at_tick is None or m.tick <= at_tick)]
     if mine:
         return max(mine, key=lambda m: (m.journal_seq, m.number))

@@ -71,7 +71,8 @@ class StateColumns:
 @dataclass(frozen=True)
 class Digest:
     state_hash: bytes  # 32 bytes
-    probe: dict[str, Any]  # {"v", "n", "r", "sums": [[sum(v), sum(id*v)], ...] in PROBE_FIELDS order}
+    # {"v", "n", "r", "sums": big-endian uint64 pairs (sum(v), sum(id*v)) in PROBE_FIELDS order}
+    probe: dict[str, Any]
 
     @property
     def hex(self) -> str:
@@ -168,6 +169,7 @@ def digest(cols: StateColumns, text_codes: TextCodes | None = None) -> Digest:
         bits = _bits(res[name], name != "id")
         h.update(bits.tobytes())
         sums.append(_sums(bits, rids))
-    probe = {"v": PROBE_VERSION, "n": n, "r": r, "sums": sums}
-    h.update(json.dumps(probe, separators=(",", ":")).encode())
+    packed = np.array(sums, dtype=np.uint64).astype(">u8").tobytes()
+    probe = {"v": PROBE_VERSION, "n": n, "r": r, "sums": packed}
+    h.update(json.dumps([PROBE_VERSION, n, r]).encode() + packed)
     return Digest(h.digest(), probe)

@@ -81,7 +81,9 @@ def verify_range(
             report["records_replayed"] += 1
             if in_range and h.kind == "tick":
                 report["ticks_checked"] += 1
-                report["first_tick_checked"] = report["first_tick_checked"] if report["first_tick_checked"] is not None else h.tick
+                report["first_tick_checked"] = (
+                    report["first_tick_checked"] if report["first_tick_checked"] is not None else h.tick
+                )
                 report["last_tick_checked"] = h.tick
             if found is not None:
                 report["equal"] = False
@@ -89,7 +91,9 @@ def verify_range(
                 break
             if progress is not None and time.perf_counter() >= next_progress:
                 next_progress = time.perf_counter() + PROGRESS_EVERY_S
-                progress({"tick": replay.world.tick, "records_replayed": report["records_replayed"], "to_tick": to_tick})
+                progress(
+                    {"tick": replay.world.tick, "records_replayed": report["records_replayed"], "to_tick": to_tick}
+                )
     except JournalCorrupt as exc:
         report["equal"] = False
         report["divergence"] = {"seq": exc.seq, "reason": f"the journal's chain breaks: {exc}"}

@@ -43,14 +43,14 @@ import numpy as np
 
 from genesis.trait_wire import IntentColumns
 
-from . import state_digest, world_state
+from . import world_state
 from .intents import REJECT_REASONS, CheckedIntents, apply_intents
 from .model import DEATH_CAUSES, Counters, Entity, Resource, TickReport, WorldParams
 from .physics import TickColumns, collide, eat, eaters, metabolise_and_age, move
 from .sensing import Grid, Layout, Sensed, sense, two_steps_pay
 from .spatial import SpatialGrid
 from .spawning import DNA_GENES, fresh_entity, new_trait, newborn, placed_entity, trait_gene
-from .state_digest import ConstantColumns, TextCodes
+from .state_digest import ConstantColumns, Digest, StateColumns, TextCodes, digest, entity_text
 from .views import (
     VIEW_ATTR_COLUMNS,
     VIEW_FIELDS,
@@ -730,15 +730,15 @@ class World:
 
     def state_hash(self) -> str:
         """sha256 hex of the exact state (``engine.state_digest``), read from the entities."""
-        return state_digest.digest(self.state_columns()).hex
+        return digest(self.state_columns()).hex
 
-    def state_digest(self, constants: ConstantColumns, text_codes: TextCodes) -> state_digest.Digest:
+    def state_digest(self, constants: ConstantColumns, text_codes: TextCodes) -> Digest:
         """The state hash and its probe after a step, from the world's own columns: the engine's
         per-tick digest (``constants`` and ``text_codes`` are its caches across ticks). Equal to
         :meth:`state_hash` as long as entities change only through the world."""
-        return state_digest.digest(self.state_columns(constants), text_codes)
+        return digest(self.state_columns(constants), text_codes)
 
-    def state_columns(self, constants: ConstantColumns | None = None) -> state_digest.StateColumns:
+    def state_columns(self, constants: ConstantColumns | None = None) -> StateColumns:
         """The exact state as columns. Without ``constants`` every value is read from the entity
         objects; with them, the numbers come from the world's columns when they are current, and
         parent_id and DNA from ``constants``."""
@@ -763,13 +763,13 @@ class World:
         rkeys = sorted(res)
         rorder = [res[i] for i in rkeys]
         m = len(rorder)
-        return state_digest.StateColumns(
+        return StateColumns(
             tick=self.tick,
             available_traits=self.available_traits,
             numbers=cols,
             parent=parent,
             dna=dna,
-            texts=[state_digest.entity_text(e.state, e.traits) for e in order],
+            texts=[entity_text(e.state, e.traits) for e in order],
             resources={
                 "id": np.array(rkeys, dtype=np.int64),
                 "x": np.fromiter(map(_X, rorder), dtype=np.float64, count=m),

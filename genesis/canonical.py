@@ -22,6 +22,9 @@ import cbor2
 __all__ = ["NonCanonical", "decode", "digest", "encode"]
 
 
+_SCALARS = frozenset({type(None), bool, int, str, bytes})
+
+
 class NonCanonical(ValueError):
     """A value that has no canonical encoding here, or bytes that are not one."""
 
@@ -36,13 +39,15 @@ def _check(value: Any, path: str) -> None:
         return
     if kind in (list, tuple):
         for i, item in enumerate(value):
-            _check(item, f"{path}[{i}]")
+            if type(item) not in _SCALARS:  # (the common case checked without a call)
+                _check(item, f"{path}[{i}]")
         return
     if kind is dict:
         for key, item in value.items():
             if type(key) not in (str, int):
                 raise NonCanonical(f"{path or 'value'}: map key {key!r} is not a str or an int")
-            _check(item, f"{path}.{key}" if path else str(key))
+            if type(item) not in _SCALARS:
+                _check(item, f"{path}.{key}" if path else str(key))
         return
     raise NonCanonical(f"{path or 'value'}: {kind.__name__} has no canonical encoding")
 

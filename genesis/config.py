@@ -204,9 +204,14 @@ class JournalSettings(BaseModel):
     snapshot_interval: int = Field(
         default=3600, ge=1, description="Ticks between two snapshots bound to the journal (a minute at 60 ticks/s)."
     )
-    keep_last: int = Field(default=10, ge=1, description="Snapshots kept: the last this many ...")
+    keep_last: int = Field(
+        default=10, ge=1, description="Snapshots kept: the last this many, besides `keep_every` and pinned ones."
+    )
     keep_every: int = Field(
-        default=60, ge=0, description="... and every Nth snapshot ever taken (0: none), besides pinned rollback points."
+        default=60,
+        ge=0,
+        description="Also kept: every Nth snapshot ever taken (0: none). Pinned too: the rollback point of each "
+        "mutation still under observation.",
     )
     fsync_interval_s: float = Field(
         default=1.0,

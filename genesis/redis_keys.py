@@ -86,3 +86,15 @@ FEED_STREAM_MAXLEN = 1000  # approximate (XADD MAXLEN ~)
 # "version": n, "cycle_id", "workflow_id", "previous": {...}}; the engine applies it about once a
 # second on top of its configured WorldParams.
 WORLD_PARAMS_OVERRIDES = "meta:world:params"
+
+# Rollbacks of the world to a kept snapshot (engine/rollbacks.py): requests queue as JSON
+# {request_id, snapshot | tick | mutation_id, reason, requested_by, requested_at}; the engine
+# answers each under world:rollback:{request_id} (JSON: status requested | applied | refused, ...).
+WORLD_ROLLBACK_REQUESTS = "world:rollback:requests"
+WORLD_ROLLBACK_TTL_S = 7 * 24 * 3600
+# JSON list of the snapshots the engine keeps (name, epoch, tick, journal_seq, state_hash, ...).
+ENGINE_SNAPSHOTS = "engine:snapshots"
+
+
+def world_rollback(request_id: str) -> str:
+    return f"world:rollback:{request_id}"

@@ -67,12 +67,12 @@ def journal_settings(journal_dir: Path, seed: int, **changes: Any) -> Settings:
         "engine_seed": seed,
         "engine_initial_population": 40,
         "engine_min_population": 15,
-        "engine_max_population": 120,
+        "engine_max_population": 60,
         "engine_trait_gain_chance": 1.0,
         "engine_metrics_port": 0,
         "journal_dir": journal_dir,
         "journal_snapshot_interval": 500,
-        "journal_fsync_interval_s": 0.0,
+        "journal_fsync_interval_s": 1.0,
     }
     base.update(changes)
     return Settings().override(**base)

@@ -1,0 +1,70 @@
+"""Request and response bodies of the world's journal endpoints: its snapshots and rollbacks."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SNAPSHOT_NAME_PATTERN = re.compile(r"^snap-[A-Za-z0-9._-]{1,120}$")
+ROLLBACK_ID_PATTERN = re.compile(r"^rbk_[0-9a-f]{16}$")
+
+
+class SnapshotInfo(BaseModel):
+    name: str
+    epoch: int = Field(description="The journal's epoch the snapshot belongs to (each rollback starts a new one)")
+    tick: int
+    journal_seq: int = Field(description="Sequence number of the last journal record the snapshot's world had applied")
+    state_hash: str
+    chain_head: str = Field(description="The header hash of that record")
+    world_version: str
+    traits: dict[str, str] = Field(description="Live trait -> the mutation id whose version ran")
+    created_at: float
+    size: int
+    pinned_for: list[str] = Field(description="Mutations whose rollback point this snapshot is (kept while they are)")
+
+
+class SnapshotListResponse(BaseModel):
+    snapshots: list[SnapshotInfo]
+
+
+class WorldRollbackRequest(BaseModel):
+    """Exactly one of ``snapshot`` (a kept snapshot's name) or ``tick`` (the latest kept snapshot at
+    or before it, in the current epoch's history)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"tick": 36000, "reason": "a trait starved half the world"}]},
+    )
+
+    snapshot: str | None = Field(default=None, pattern=SNAPSHOT_NAME_PATTERN.pattern, max_length=125)
+    tick: int | None = Field(default=None, ge=0)
+    reason: str = Field(min_length=1, max_length=500, description="Why; recorded in the journal")
+
+    @model_validator(mode="after")
+    def _one_target(self) -> WorldRollbackRequest:
+        if (self.snapshot is None) == (self.tick is None):
+            raise ValueError("give exactly one of snapshot or tick")
+        return self
+
+
+class WorldRollbackAccepted(BaseModel):
+    request_id: str
+    status: Literal["requested"] = "requested"
+    status_url: str
+
+
+class WorldRollbackStatus(BaseModel):
+    request_id: str
+    status: Literal["requested", "applied", "refused"]
+    reason: str | None = Field(default=None, description="Why it was asked for, or (refused) why it was refused")
+    snapshot: str | None = None
+    epoch: int | None = Field(default=None, description="applied: the new epoch")
+    from_tick: int | None = None
+    from_epoch: int | None = None
+    to_tick: int | None = None
+    journal_seq: int | None = Field(default=None, description="applied: the sequence number of the rollback record")
+    state_hash: str | None = None
+    requested_at: float | None = None
+    updated_at: float | None = None

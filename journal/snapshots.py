@@ -1,0 +1,188 @@
+"""Snapshots bound to the journal: a world's data saved with the journal position it belongs to
+(the sequence number and header hash of the last record applied), its state hash, the world
+version and the live trait versions; restoring checks them all.
+
+Files ``snap-e<epoch>-t<tick>-s<seq>.gsn`` hold zstd-compressed canonical CBOR ``{"meta", "world"}``,
+written to a temporary name, fsynced and renamed. ``catalog.cbor`` lists the snapshots (rewritten
+the same way): a file it does not list is not the store's and is never deleted. Retention keeps
+the last N, every Kth ever taken and the pinned ones (rollback points of open mutations)."""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import os
+import threading
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+import zstandard
+
+from genesis import canonical
+
+from .record import Header
+
+log = logging.getLogger("genesis.journal")
+CATALOG = "catalog.cbor"
+_META_FIELDS = ("epoch", "tick", "journal_seq", "chain_head", "state_hash", "world_version", "traits", "created_at")
+
+
+class SnapshotCorrupt(Exception):
+    """A snapshot whose file does not match what the catalog says of it."""
+
+
+@dataclass(frozen=True)
+class SnapshotMeta:
+    name: str
+    number: int  # 0, 1, 2, ... in the order taken, never reused
+    epoch: int
+    tick: int
+    journal_seq: int  # the last journal record applied to the world (-1: none)
+    chain_head: bytes  # that record's header hash
+    state_hash: bytes
+    world_version: str
+    traits: dict[str, str]  # live trait -> mutation id
+    created_at: float
+    file_sha256: bytes
+    size: int
+
+    def to_data(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_data(cls, d: dict[str, Any]) -> SnapshotMeta:
+        return cls(**{f.name: d[f.name] for f in fields(cls)})
+
+    def inner(self) -> dict[str, Any]:
+        """What the file itself says of the snapshot."""
+        return {k: getattr(self, k) for k in _META_FIELDS}
+
+
+def verify_against(meta: SnapshotMeta, header: Header) -> str | None:
+    """Why the snapshot is not bound to this journal header (None: it is)."""
+    if header.seq != meta.journal_seq:
+        return f"it follows record {meta.journal_seq}, not {header.seq}"
+    if header.hash() != meta.chain_head:
+        return f"record {header.seq} in the journal is not the one it was taken after (chain head differs)"
+    if header.state_hash != meta.state_hash:
+        return f"its state hash differs from record {header.seq}'s"
+    if header.epoch != meta.epoch:
+        return f"it is of epoch {meta.epoch}, record {header.seq} of epoch {header.epoch}"
+    return None
+
+
+class SnapshotStore:
+    def __init__(self, directory: Path) -> None:
+        self.directory = Path(directory)
+        self._lock = threading.Lock()
+
+    # -- the catalog -------------------------------------------------------------------------
+
+    def kept(self) -> list[SnapshotMeta]:
+        try:
+            data = canonical.decode((self.directory / CATALOG).read_bytes())
+        except FileNotFoundError:
+            return []
+        except canonical.NonCanonical as exc:
+            raise SnapshotCorrupt(f"{CATALOG} does not decode: {exc}") from None
+        return sorted((SnapshotMeta.from_data(d) for d in data), key=lambda m: m.number)
+
+    def _write_catalog(self, metas: list[SnapshotMeta]) -> None:
+        self._write_atomic(self.directory / CATALOG, canonical.encode([m.to_data() for m in metas]))
+
+    def _write_atomic(self, path: Path, data: bytes) -> None:
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.replace(path)
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def _exclusive(self):
+        """One process changes the store at a time (the engine; tests may open a second store)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        f = open(self.directory / "LOCK", "a+")  # noqa: SIM115
+        fcntl.flock(f, fcntl.LOCK_EX)
+        return f
+
+    # -- saving and loading -----------------------------------------------------------------
+
+    def save(self, meta: SnapshotMeta, world: dict[str, Any]) -> SnapshotMeta:
+        """Write ``world`` with ``meta`` (its name, number, digest and size are assigned here)."""
+        with self._lock:
+            lock = self._exclusive()
+            try:
+                metas = self.kept()
+                number = metas[-1].number + 1 if metas else 0
+                name = f"snap-e{meta.epoch:04d}-t{meta.tick:012d}-s{meta.journal_seq:012d}-n{number}.gsn"
+                named = replace(meta, name=name, number=number, file_sha256=b"", size=0)
+                body = canonical.encode({"meta": named.inner(), "world": world})
+                data = zstandard.ZstdCompressor(level=3).compress(body)
+                self._write_atomic(self.directory / name, data)
+                saved = replace(named, file_sha256=hashlib.sha256(data).digest(), size=len(data))
+                self._write_catalog([*metas, saved])
+                return saved
+            finally:
+                lock.close()
+
+    def load(self, name: str) -> tuple[SnapshotMeta, dict[str, Any]]:
+        metas = {m.name: m for m in self.kept()}
+        meta = metas.get(name)
+        if meta is None:
+            raise SnapshotCorrupt(f"snapshot {name!r} is not in the catalog")
+        try:
+            data = (self.directory / name).read_bytes()
+        except FileNotFoundError:
+            raise SnapshotCorrupt(f"snapshot {name}: its file is missing") from None
+        if hashlib.sha256(data).digest() != meta.file_sha256:
+            raise SnapshotCorrupt(f"snapshot {name}: the file's sha256 differs from the catalog's")
+        try:
+            content = canonical.decode(zstandard.ZstdDecompressor().decompress(data, max_output_size=1 << 31))
+        except (zstandard.ZstdError, canonical.NonCanonical) as exc:
+            raise SnapshotCorrupt(f"snapshot {name}: does not decode: {exc}") from None
+        if type(content) is not dict or content.get("meta") != meta.inner():
+            raise SnapshotCorrupt(f"snapshot {name}: what the file says of itself differs from the catalog")
+        return meta, content["world"]
+
+    # -- retention ---------------------------------------------------------------------------
+
+    def prune(self, keep_last: int, keep_every: int, pinned: set[str]) -> list[str]:
+        """Delete the snapshots retention does not keep: it keeps the last ``keep_last``, every
+        ``keep_every``-th ever taken (0: none) and the ``pinned`` names. The catalog is rewritten
+        first, then the files go; a file the catalog never listed is left alone."""
+        with self._lock:
+            lock = self._exclusive()
+            try:
+                metas = self.kept()
+                last = {m.name for m in metas[-keep_last:]} if keep_last > 0 else set()
+                kept = [
+                    m
+                    for m in metas
+                    if m.name in last or m.name in pinned or (keep_every > 0 and m.number % keep_every == 0)
+                ]
+                gone = [m.name for m in metas if m not in kept]
+                if gone:
+                    self._write_catalog(kept)
+                    for name in gone:
+                        try:
+                            (self.directory / name).unlink()
+                        except FileNotFoundError:
+                            pass
+                return gone
+            finally:
+                lock.close()
+
+    def strays(self) -> list[str]:
+        """Snapshot-like files the catalog does not list (left by a crash between a catalog
+        rewrite and a delete, or put there by hand): never deleted here."""
+        listed = {m.name for m in self.kept()}
+        if not self.directory.is_dir():
+            return []
+        return sorted(p.name for p in self.directory.glob("snap-*.gsn") if p.name not in listed)
