@@ -15,6 +15,7 @@ from sqlalchemy.orm import configure_mappers
 from api import (
     admission,
     routes_agents,
+    routes_audit,
     routes_batch,
     routes_check,
     routes_context,
@@ -176,6 +177,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_health.router)
     app.include_router(routes_world.router)
     app.include_router(routes_world_rollback.router)
+    app.include_router(routes_audit.router)
     app.include_router(routes_telemetry.router)
     app.include_router(routes_traits.router)
     # Evolution cycles (issue 5): the feed and the periodic improvement schedules

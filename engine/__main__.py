@@ -24,7 +24,7 @@ from genesis.effects import WorldSample
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics
 from genesis.temporal import connect
-from pipeline import registry
+from pipeline import audit, registry
 
 from .journaling import WorldJournal
 from .live_traits import HostTraitRunner
@@ -38,6 +38,7 @@ from .world import World
 from .world_overrides import ParamsFollower
 
 log = logging.getLogger("genesis.engine")
+AUDIT_PROJECT_S = 1.0
 
 
 async def self_heal_registry(settings, redis: aioredis.Redis) -> None:
@@ -105,6 +106,21 @@ def open_world(settings) -> tuple[WorldJournal | None, World]:
         sys.exit(EXIT_SCHEMA_BEHIND)
 
 
+async def project_audit(settings, stop: asyncio.Event) -> None:
+    """Keep the audit projection (pipeline/audit.py) up with the journal, about once a second."""
+    sessions = get_sessionmaker(settings.database_url)
+    while not stop.is_set():
+        try:
+            while not stop.is_set() and await audit.project(sessions, settings.journal_dir):
+                pass  # a backlog (after a stop): batch after batch
+        except Exception as exc:  # Postgres away, or a journal the projection does not know: retried
+            log.warning("audit projection: %s", exc)
+        try:
+            await asyncio.wait_for(stop.wait(), AUDIT_PROJECT_S)
+        except TimeoutError:
+            pass
+
+
 async def main() -> None:
     settings = get_settings()
     await exit_if_schema_behind(settings.database_url)
@@ -130,6 +146,7 @@ async def main() -> None:
     stop = asyncio.Event()
     following = asyncio.create_task(params.follow(stop))
     rollbacks = asyncio.create_task(RollbackFollower(engine, redis).follow(stop))
+    projecting = asyncio.create_task(project_audit(settings, stop)) if journal is not None else None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -139,6 +156,8 @@ async def main() -> None:
         stop.set()
         await following
         await rollbacks
+        if projecting is not None:
+            await projecting
         await engine.close()
         if journal is not None:
             journal.close()

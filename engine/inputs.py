@@ -49,8 +49,11 @@ class BadInputs(ValueError):
 class TraitSetChange:
     active: list[str]  # the live traits after the change, sorted
     versions: dict[str, str]  # live trait -> the mutation id whose version runs
-    left: dict[str, str] = field(default_factory=dict)  # trait -> why it left: rolled_back, quarantined, ...
+    left: dict[str, str] = field(default_factory=dict)  # trait -> why it left: deregistered, quarantined
     replaced: dict[str, str] = field(default_factory=dict)  # trait -> the mutation id it replaced
+    agents: dict[str, str] = field(default_factory=dict)  # live trait -> the agent whose version runs
+    arrived: dict[str, str] = field(default_factory=dict)  # trait -> the mutation id of a version new here
+    left_versions: dict[str, str] = field(default_factory=dict)  # trait that left -> its mutation id
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -58,6 +61,9 @@ class TraitSetChange:
             "versions": dict(self.versions),
             "left": dict(self.left),
             "replaced": dict(self.replaced),
+            "agents": dict(self.agents),
+            "arrived": dict(self.arrived),
+            "left_versions": dict(self.left_versions),
         }
 
     @classmethod
@@ -65,7 +71,8 @@ class TraitSetChange:
         active = d.get("active")
         if type(active) is not list or any(type(n) is not str for n in active):
             raise BadInputs("traits.active must be a list of names")
-        return cls(active, _str_map(d, "versions"), _str_map(d, "left"), _str_map(d, "replaced"))
+        maps = ("versions", "left", "replaced", "agents", "arrived", "left_versions")
+        return cls(active, *(_str_map(d, key) for key in maps))
 
 
 def _str_map(d: Mapping[str, Any], key: str) -> dict[str, str]:
@@ -88,7 +95,7 @@ class TickInputs:
         data: dict[str, Any] = {"tick": self.tick, "host": self.host}
         if self.host_detail:
             data["host_detail"] = self.host_detail[:500]
-        if self.intents is not None and len(self.intents):
+        if self.intents is not None and intent_count(self.intents):
             data["intents"] = encode_intents(self.intents)
         if self.traits is not None:
             data["traits"] = self.traits.to_data()
@@ -117,6 +124,11 @@ class TickInputs:
 
 
 # -- intents ------------------------------------------------------------------------------------
+
+
+def intent_count(intents: IntentColumns | Mapping[int, Sequence[Sequence[Any]]]) -> int:
+    """How many entities or intents there are (never builds the plain form of columns)."""
+    return len(intents.entity) if isinstance(intents, IntentColumns) else len(intents)
 
 
 def encode_intents(intents: IntentColumns | Mapping[int, Sequence[Sequence[Any]]]) -> dict[str, Any]:
@@ -198,10 +210,11 @@ def step(world: World, inputs: TickInputs, lazy_write_back: bool = False) -> Tic
     """The tick itself, with the host's intents (none unless it answered)."""
     if world.tick != inputs.tick:
         raise BadInputs(f"inputs of tick {inputs.tick} applied at tick {world.tick}")
-    return world.step(inputs.intents or {}, lazy_write_back=lazy_write_back)
+    return world.step(inputs.intents if inputs.intents is not None else {}, lazy_write_back=lazy_write_back)
 
 
 def apply(world: World, inputs: TickInputs) -> TickReport:
-    """Both halves, as replay applies a recorded tick."""
+    """Both halves, as replay applies a recorded tick (the entities' numbers are stored into them
+    when next read, as the live engine leaves them)."""
     apply_changes(world, inputs)
-    return step(world, inputs)
+    return step(world, inputs, lazy_write_back=True)

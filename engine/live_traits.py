@@ -146,6 +146,10 @@ class HostTraitRunner:
         """Trait -> the mutation id of its quarantined version."""
         return dict(self._quarantined)
 
+    def agent_ids(self) -> dict[str, str]:
+        """Live trait -> the agent whose version is running."""
+        return {name: state.entry.agent_id for name, state in self._traits.items()}
+
     def mutation_ids(self) -> dict[str, str]:
         """Live trait -> the mutation whose version is running (for observation reports)."""
         return {name: state.entry.mutation_id for name, state in self._traits.items()}

@@ -247,6 +247,7 @@ class Engine:
         if names != self.active_traits or versions != self.trait_versions:
             quarantined: dict[str, str] = getattr(self.runner, "quarantined", dict)()
             before = self.trait_versions
+            agents: dict[str, str] = getattr(self.runner, "agent_ids", dict)()
             change = TraitSetChange(
                 active=list(names),
                 versions=versions,
@@ -256,6 +257,9 @@ class Engine:
                     if n not in names
                 },
                 replaced={n: before[n] for n in names if before.get(n) and before[n] != versions.get(n)},
+                agents={n: agents[n] for n in names if n in agents},
+                arrived={n: versions[n] for n in names if versions.get(n) and before.get(n) != versions[n]},
+                left_versions={n: before[n] for n in self.active_traits if n not in names and n in before},
             )
         if change is None and params is None:
             return
@@ -457,6 +461,8 @@ class Engine:
             "updated_at": round(self.wall(), 3),
             "telemetry": dict(self.sink.counters),
         }
+        if self.journal is not None:
+            st["journal"] = self.journal.stats()
         self._window_start, self._window_tick0 = now, w.tick
         self._window_ticks, self._window_work_s, self._window_max_s = 0, 0.0, 0.0
         return st

@@ -100,3 +100,29 @@ class EngineCollector(Collector):
                 "Worker processes in the trait host (one per agent with live traits, plus suspects)",
                 value=stats.host_processes,
             )
+        journal = engine.journal
+        if journal is not None:
+            head = journal.head
+            yield GaugeMetricFamily(
+                "genesis_engine_journal_seq",
+                "Sequence number of the journal's last record",
+                value=head.seq if head else -1,
+            )
+            yield GaugeMetricFamily(
+                "genesis_engine_journal_epoch", "The journal's epoch (one more per rollback)", value=journal.epoch
+            )
+            yield CounterMetricFamily(
+                "genesis_engine_journal_records",
+                "Journal records appended by this engine process",
+                value=journal.records,
+            )
+            yield CounterMetricFamily(
+                "genesis_engine_journal_append_seconds",
+                "Time spent appending journal records (state digest, encoding, write)",
+                value=journal.append_s,
+            )
+            yield CounterMetricFamily(
+                "genesis_engine_journal_snapshots",
+                "Snapshots bound to the journal saved by this process",
+                value=journal.snapshots_saved,
+            )

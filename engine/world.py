@@ -742,12 +742,14 @@ class World:
         """The exact state as columns. Without ``constants`` every value is read from the entity
         objects; with them, the numbers come from the world's columns when they are current, and
         parent_id and DNA from ``constants``."""
-        ents = self.entities
-        n = len(ents)
         cols = self._columns if constants is not None else None
-        if cols is not None and len(cols["id"]) == n:
+        if cols is not None and len(cols["id"]) == len(self._entities):
+            ents = self._entities  # only ids, traits and states are read from them: never left unwritten
+            n = len(ents)
             order = [ents[i] for i in cols["id"].tolist()]
         else:
+            ents = self.entities  # every number up to date in the objects
+            n = len(ents)
             order = [ents[i] for i in sorted(ents)]
             cols = {
                 name: np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n) for name, dtype in _WORLD_COLUMNS

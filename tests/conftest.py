@@ -106,7 +106,10 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
     engine = get_engine(TEST_DATABASE_URL)
     async with engine.begin() as conn:
         await conn.execute(
-            text("TRUNCATE mutations, trait_versions, trait_quarantines, agents, operator_keys, evolution_cycles")
+            text(
+                "TRUNCATE mutations, trait_versions, trait_quarantines, agents, operator_keys, evolution_cycles, "
+                "audit_events, audit_projection"
+            )
         )
     test_redis = aioredis.from_url(TEST_REDIS_URL)
     await test_redis.flushdb()  # the registry and telemetry of an earlier run

@@ -27,8 +27,9 @@ class ThreeTraits:
     """Live traits from the first tick: ``forager`` heads for food and eats, ``wanderer`` turns by
     its age, ``labeller`` names its state after its energy (away between two ticks)."""
 
-    def __init__(self) -> None:
+    def __init__(self, agents: dict[str, str] | None = None) -> None:
         self.engine: Engine | None = None
+        self.agents = agents or {t: f"agent-{t}" for t in TRAITS}  # trait -> the agent whose version runs
 
     def active_traits(self) -> list[str]:
         tick = self.engine.world.tick if self.engine is not None else 0
@@ -39,6 +40,9 @@ class ThreeTraits:
         tick = self.engine.world.tick if self.engine is not None else 0
         # the labeller comes back as another version
         return {t: f"mut_{t[:3]}{'2' if t == 'labeller' and tick >= LABELLER_RETURNS else '1'}" for t in TRAITS}
+
+    def agent_ids(self) -> dict[str, str]:
+        return dict(self.agents)
 
     async def run_tick(self, tick: int, batches: dict[str, list[dict]]) -> IntentColumns:
         merged: dict[int, list[list[Any]]] = {}
@@ -82,7 +86,7 @@ def unreachable_sink() -> TelemetrySink:
     return TelemetrySink(f"redis://127.0.0.1:{free_port()}/0")  # nothing listens: writes fail, counted
 
 
-def journaled_engine(settings: Settings, world_cls: Any = None) -> Engine:
+def journaled_engine(settings: Settings, world_cls: Any = None, agents: dict[str, str] | None = None) -> Engine:
     """An engine on the journal of ``settings`` (resumed if it has records), with ThreeTraits."""
     from engine.journaling import WorldJournal
     from engine.loop import world_params
@@ -95,7 +99,7 @@ def journaled_engine(settings: Settings, world_cls: Any = None) -> Engine:
         return world
 
     journal, world = WorldJournal.open(settings, new_world)
-    runner = ThreeTraits()
+    runner = ThreeTraits(agents)
     engine = Engine(settings, runner, world=world, journal=journal, sink=unreachable_sink())
     runner.engine = engine
     return engine

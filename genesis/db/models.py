@@ -5,7 +5,20 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Float, Index, Integer, String, Text, func, text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    SmallInteger,
+    String,
+    Text,
+    func,
+    text,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -249,4 +262,35 @@ class Program(Base):
     result: Mapped[dict[str, Any] | None] = mapped_column(JSONB)  # the execute_step response
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class AuditEventRow(Base):
+    """One audit event of the world's journal (journal/audit.py): a projection the engine keeps up
+    to date and ``python -m pipeline.audit --rebuild`` rebuilds from the journal."""
+
+    __tablename__ = "audit_events"
+
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    idx: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    epoch: Mapped[int] = mapped_column(Integer)
+    tick: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(32))
+    agent_id: Mapped[str | None] = mapped_column(String(64))
+    mutation_id: Mapped[str | None] = mapped_column(String(40))
+    trait_name: Mapped[str | None] = mapped_column(String(64))
+    cause: Mapped[str | None] = mapped_column(String(500))
+    summary: Mapped[dict[str, Any]] = mapped_column(JSONB)
+
+
+class AuditProjection(Base):
+    """How far the audit projection has read the journal (one row, id 1)."""
+
+    __tablename__ = "audit_projection"
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    journal_dir: Mapped[str] = mapped_column(String(500))
+    projected_seq: Mapped[int] = mapped_column(BigInteger)
+    chain_head: Mapped[bytes] = mapped_column(LargeBinary)
+    params: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())

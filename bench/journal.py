@@ -1,0 +1,182 @@
+"""What the journal costs and how fast replay is: the same world run side by side with and without
+its journal, three live traits in real trait-host containers; then the journal replayed.
+
+    python -m bench.journal --entities 500,5000 --ticks 600
+
+Two engines on the same seeded world (bench/engine.py's: N Molbots carrying three gatekept traits,
+population pinned at N), each with a trait host of its own, run unpaced in alternating blocks of
+``--block`` ticks (so both see the same machine load): ``plain`` without a journal, ``journaled``
+with one (every tick's inputs, probe and state hash appended; snapshots every 3,600 ticks as in
+production). Prints one JSON object keyed by N with:
+
+- ``plain_ms_p50`` / ``journaled_ms_p50``: the median tick (``Engine.tick_once``: views, the host,
+  the step, the journal) after ``--warmup`` ticks, and ``journal_overhead`` = their ratio - 1
+  (the target: at most 0.05);
+- ``append_ms_mean``: the journal's own time per record (state digest, encoding, write);
+- ``bytes_per_tick_per_1000_entities``: the journal's segment bytes per tick, per 1,000 Molbots;
+- ``replay_ticks_per_s``: ``engine.verify`` over the journaled ticks (no trait host), and its
+  ratios to the live unpaced rate (``replay_vs_live``) and to the paced 60 ticks/s
+  (``replay_vs_paced``) (the target: at least 10);
+- the health of both hosts (restarts, deadline misses, skipped ticks, trait errors): all 0, or the
+  benchmark fails — a figure of a world whose host was restarted measured nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.engine import build_world, validated_traits
+from genesis.config import Settings
+from pipeline import registry
+
+TARGET_OVERHEAD = 0.05
+TARGET_REPLAY_RATIO = 10.0
+
+
+async def make_engine(settings: Settings, n: int, seed: int, journal_dir: Path | None):
+    import redis.asyncio as aioredis
+
+    from engine.journaling import WorldJournal
+    from engine.live_traits import HostTraitRunner
+    from engine.loop import Engine
+
+    redis = aioredis.from_url(settings.redis_url)
+    runner = HostTraitRunner(settings, redis)
+    names = [e.trait_name for e in validated_traits(3)]
+    journal = None
+    if journal_dir is not None:
+        journal, world = WorldJournal.open(
+            settings.override(journal_dir=journal_dir), lambda: build_world(n, names, seed)
+        )
+    else:
+        world = build_world(n, names, seed)
+    engine = Engine(settings, runner, world=world, journal=journal)
+    await engine.start()
+    if sorted(runner.active_traits()) != sorted(names):
+        raise SystemExit(f"traits did not load into the host: {runner.active_traits()}")
+    return engine, runner, redis
+
+
+def health(engine, runner) -> dict[str, int]:
+    s = runner.stats
+    timings = runner.trait_timings().values()
+    return {
+        "host_restarts": s.restarts,
+        "host_deadline_misses": s.deadline_misses,
+        "skipped_ticks": s.skipped_ticks,
+        "quarantined": len(s.quarantined),
+        "trait_errors": engine.trait_errors + sum(t["errors"] + t["timeouts"] for t in timings),
+    }
+
+
+async def measure(n: int, ticks: int, warmup: int, block: int, seed: int, redis_db: int) -> dict[str, Any]:
+    import redis.asyncio as aioredis
+
+    from engine.verify import verify_range
+
+    base = Settings()
+    url = base.redis_url.rsplit("/", 1)[0] + f"/{redis_db}"
+    settings = base.override(
+        redis_url=url,
+        engine_snapshot_interval=10**9,  # no telemetry snapshots: nothing observes these worlds
+        engine_trait_deadline_ms=5000.0,
+        journal_snapshot_interval=3600,
+    )
+    redis = aioredis.from_url(url)
+    await redis.flushdb()
+    for entry in validated_traits(3):
+        await registry.put_entry(redis, entry)
+    with tempfile.TemporaryDirectory(prefix="bench-journal-") as tmp:
+        journal_dir = Path(tmp)
+        plain, plain_runner, r1 = await make_engine(settings, n, seed, None)
+        journaled, journaled_runner, r2 = await make_engine(settings, n, seed, journal_dir)
+        arms = {"plain": plain, "journaled": journaled}
+        times: dict[str, list[float]] = {"plain": [], "journaled": []}
+        walls: dict[str, float] = {"plain": 0.0, "journaled": 0.0}
+        clock = time.perf_counter
+        try:
+            for engine in arms.values():
+                for _ in range(warmup):
+                    await engine.tick_once()
+            gc.collect()
+            done = 0
+            while done < ticks:
+                for name, engine in arms.items():
+                    started = clock()
+                    for _ in range(min(block, ticks - done)):
+                        t = clock()
+                        await engine.tick_once()
+                        times[name].append(clock() - t)
+                    walls[name] += clock() - started
+                done += block
+            journaled._flush_telemetry()
+            first_tick = journaled.world.tick - len(times["journaled"])
+            last_tick = journaled.world.tick
+            healthy = {"plain": health(plain, plain_runner), "journaled": health(journaled, journaled_runner)}
+            append_ms = journaled.journal.stats()["append_ms_mean"]
+        finally:
+            for engine in arms.values():
+                await engine.close()
+            if journaled.journal is not None:
+                journaled.journal.close()
+            for r in (r1, r2):
+                await r.aclose()
+        segment_bytes = sum(p.stat().st_size for p in (journal_dir / "records").glob("seg-*.gjl"))
+        journal_ticks = last_tick  # every tick since the world was created is in the journal
+        report = verify_range(journal_dir, first_tick, last_tick)
+        if not report["equal"]:
+            raise SystemExit(f"replay of the journaled run diverged: {json.dumps(report['divergence'])[:500]}")
+    await redis.flushdb()
+    await redis.aclose()
+    for name, h in healthy.items():
+        if any(h.values()):
+            raise SystemExit(f"the {name} run's trait host was not whole, nothing was measured: {h}")
+    plain_p50 = statistics.median(times["plain"]) * 1000
+    journaled_p50 = statistics.median(times["journaled"]) * 1000
+    live_rate = len(times["journaled"]) / walls["journaled"]
+    replay_rate = report["replay_ticks_per_s"]
+    return {
+        "entities": n,
+        "ticks_each": ticks,
+        "plain_ms_p50": round(plain_p50, 3),
+        "journaled_ms_p50": round(journaled_p50, 3),
+        "journal_overhead": round(journaled_p50 / plain_p50 - 1.0, 4),
+        "overhead_within_target": journaled_p50 / plain_p50 - 1.0 <= TARGET_OVERHEAD,
+        "append_ms_mean": append_ms,
+        "bytes_per_tick_per_1000_entities": round(segment_bytes / journal_ticks / (n / 1000.0)),
+        "live_ticks_per_s": round(live_rate, 1),
+        "replay_ticks_per_s": replay_rate,
+        "replay_vs_live": round(replay_rate / live_rate, 2),
+        "replay_vs_paced": round(replay_rate / 60.0, 2),
+        "replay_ticks_checked": report["ticks_checked"],
+        "health": healthy,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--entities", default="500,5000", help="comma-separated world sizes")
+    parser.add_argument("--ticks", type=int, default=600, help="measured ticks per arm")
+    parser.add_argument("--warmup", type=int, default=200)
+    parser.add_argument("--block", type=int, default=50, help="ticks per arm before switching")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--redis-db", type=int, default=14)
+    args = parser.parse_args()
+    out = {}
+    for n in [int(v) for v in args.entities.split(",")]:
+        out[str(n)] = asyncio.run(measure(n, args.ticks, args.warmup, args.block, args.seed, args.redis_db))
+        print(f"# {n} entities done", file=sys.stderr, flush=True)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,204 @@
+"""The audit projection of the world's journal in Postgres, and the queries that read it.
+
+``project`` reads the journal's records after the last one projected (``audit_projection``), turns
+each into its audit events (``journal.audit.events_of``) and writes them (``audit_events``) in the
+same transaction as the new position, so a crash never leaves the projection half a batch ahead.
+The engine runs it about once a second; ``python -m pipeline.audit --rebuild`` throws the projection
+away and builds it again from the journal — it is derived data, the journal is the record.
+
+An event concerning a mutation but naming no agent (a trait that left, a rollback the pipeline
+asked for) gets the agent from the event that brought that mutation's version live.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import and_, delete, or_, select
+from sqlalchemy.ext.asyncio import async_sessionmaker
+
+from genesis.db.models import AuditEventRow, AuditProjection
+from journal.audit import AuditEvent, events_of
+from journal.reader import JournalReader
+from journal.record import ZERO_HASH
+
+BATCH = 2000  # records per transaction
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    kinds: tuple[str, ...] = ()
+    from_seq: int | None = None
+    to_seq: int | None = None
+    from_tick: int | None = None
+    to_tick: int | None = None
+    epoch: int | None = None
+    agent_id: str | None = None
+    mutation_id: str | None = None
+    trait_name: str | None = None
+    cause: str | None = None
+
+    def to_data(self) -> dict[str, Any]:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if v not in (None, ())}
+
+
+async def project(sessions: async_sessionmaker, journal_dir: Path, max_records: int = BATCH) -> int:
+    """Project up to ``max_records`` new journal records; how many were read."""
+    reader = JournalReader(journal_dir / "records")
+    async with sessions() as session, session.begin():
+        state = await session.get(AuditProjection, 1, with_for_update=True)
+        if state is None:
+            state = AuditProjection(id=1, journal_dir=str(journal_dir), projected_seq=-1, chain_head=ZERO_HASH)
+            session.add(state)
+        params = dict(state.params) if state.params else None
+        read = 0
+        events: list[AuditEvent] = []
+        last = None
+        for record in reader.records(from_seq=state.projected_seq + 1):
+            if last is None and record.header.parent_hash != state.chain_head:
+                raise RuntimeError(
+                    f"the journal in {journal_dir} does not continue the projected one at record "
+                    f"{record.header.seq}: rebuild the projection (python -m pipeline.audit --rebuild)"
+                )
+            events += events_of(record, params)
+            if isinstance(record.inputs.get("params"), dict):
+                params = record.inputs["params"]
+            last = record.header
+            read += 1
+            if read >= max_records:
+                break
+        if last is None:
+            return 0
+        await _fill_agents(session, events)
+        for e in events:
+            session.add(
+                AuditEventRow(
+                    seq=e.seq,
+                    idx=e.index,
+                    epoch=e.epoch,
+                    tick=e.tick,
+                    kind=e.kind,
+                    agent_id=e.agent_id,
+                    mutation_id=e.mutation_id,
+                    trait_name=e.trait_name,
+                    cause=e.cause,
+                    summary=e.summary,
+                )
+            )
+        state.projected_seq = last.seq
+        state.chain_head = last.hash()
+        state.params = params
+        state.journal_dir = str(journal_dir)
+    return read
+
+
+async def _fill_agents(session, events: list[AuditEvent]) -> None:
+    """The agent of events that name only a mutation, from the event that brought it live."""
+    known = {e.mutation_id: e.agent_id for e in events if e.kind == "trait.arrived" and e.agent_id and e.mutation_id}
+    missing = {e.mutation_id for e in events if e.agent_id is None and e.mutation_id and e.mutation_id not in known}
+    if missing:
+        rows = await session.execute(
+            select(AuditEventRow.mutation_id, AuditEventRow.agent_id).where(
+                AuditEventRow.kind == "trait.arrived", AuditEventRow.mutation_id.in_(missing)
+            )
+        )
+        known.update({m: a for m, a in rows if a})
+    for i, e in enumerate(events):
+        if e.agent_id is None and e.mutation_id in known:
+            events[i] = AuditEvent(**{**e.__dict__, "agent_id": known[e.mutation_id]})
+
+
+async def rebuild(sessions: async_sessionmaker, journal_dir: Path) -> int:
+    async with sessions() as session, session.begin():
+        await session.execute(delete(AuditEventRow))
+        await session.execute(delete(AuditProjection))
+    total = 0
+    while True:
+        read = await project(sessions, journal_dir)
+        if not read:
+            return total
+        total += read
+
+
+async def query(
+    sessions: async_sessionmaker, f: AuditFilter, after: tuple[int, int] | None, limit: int
+) -> list[dict[str, Any]]:
+    """Events matching ``f`` in journal order, after the (seq, index) ``after``."""
+    conditions: list[Any] = []
+    column = AuditEventRow
+    if f.kinds:
+        conditions.append(column.kind.in_(f.kinds))
+    for value, col, op in (
+        (f.from_seq, column.seq, "ge"),
+        (f.to_seq, column.seq, "le"),
+        (f.from_tick, column.tick, "ge"),
+        (f.to_tick, column.tick, "le"),
+    ):
+        if value is not None:
+            conditions.append(col >= value if op == "ge" else col <= value)
+    if f.epoch is not None:
+        conditions.append(column.epoch == f.epoch)
+    for text_value, text_column in (
+        (f.agent_id, column.agent_id),
+        (f.mutation_id, column.mutation_id),
+        (f.trait_name, column.trait_name),
+        (f.cause, column.cause),
+    ):
+        if text_value is not None:
+            conditions.append(text_column == text_value)
+    if after is not None:
+        conditions.append(or_(column.seq > after[0], and_(column.seq == after[0], column.idx > after[1])))
+    statement = select(column).where(*conditions).order_by(column.seq, column.idx).limit(limit)
+    async with sessions() as session:
+        rows = (await session.scalars(statement)).all()
+    return [
+        {
+            "seq": r.seq,
+            "index": r.idx,
+            "epoch": r.epoch,
+            "tick": r.tick,
+            "kind": r.kind,
+            "agent_id": r.agent_id,
+            "mutation_id": r.mutation_id,
+            "trait_name": r.trait_name,
+            "cause": r.cause,
+            "summary": r.summary,
+        }
+        for r in rows
+    ]
+
+
+async def position(sessions: async_sessionmaker) -> tuple[int, bytes]:
+    """(last projected seq, its header hash): -1 and the zero hash before anything is projected."""
+    async with sessions() as session:
+        state = await session.get(AuditProjection, 1)
+    return (state.projected_seq, state.chain_head) if state is not None else (-1, ZERO_HASH)
+
+
+def main() -> None:
+    from genesis.config import get_settings
+    from genesis.db.session import get_sessionmaker
+
+    parser = argparse.ArgumentParser(prog="python -m pipeline.audit", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rebuild", action="store_true", help="throw the projection away and build it again")
+    args = parser.parse_args()
+    settings = get_settings()
+    sessions = get_sessionmaker(settings.database_url)
+
+    async def run() -> int:
+        if args.rebuild:
+            return await rebuild(sessions, settings.journal_dir)
+        total = 0
+        while read := await project(sessions, settings.journal_dir):
+            total += read
+        return total
+
+    print(f"{asyncio.run(run())} journal record(s) projected from {settings.journal_dir}")
+
+
+if __name__ == "__main__":
+    main()
