@@ -21,6 +21,7 @@ from sandbox import trait_host
 
 TRAITS = ("forager", "labeller", "wanderer")
 LABELLER_LEAVES, LABELLER_RETURNS = 150, 400  # a trait-set change journaled in every run
+MUTATION_HEX = {"forager": "f0a00", "labeller": "1abe0", "wanderer": "3a0de"}  # + the version: mut_1abe01
 
 
 class ThreeTraits:
@@ -39,7 +40,8 @@ class ThreeTraits:
     def mutation_ids(self) -> dict[str, str]:
         tick = self.engine.world.tick if self.engine is not None else 0
         # the labeller comes back as another version
-        return {t: f"mut_{t[:3]}{'2' if t == 'labeller' and tick >= LABELLER_RETURNS else '1'}" for t in TRAITS}
+        back = tick >= LABELLER_RETURNS
+        return {t: f"mut_{MUTATION_HEX[t]}{'2' if t == 'labeller' and back else '1'}" for t in TRAITS}
 
     def agent_ids(self) -> dict[str, str]:
         return dict(self.agents)

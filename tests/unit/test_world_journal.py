@@ -58,7 +58,7 @@ async def test_replay_from_every_snapshot_reproduces_every_later_state_hash(tmp_
         ["forager", "labeller", "wanderer"],
     ]
     assert changes[1]["left"] == {"labeller": "deregistered"}
-    assert changes[2]["versions"]["labeller"] == "mut_lab2"
+    assert changes[2]["versions"]["labeller"] == "mut_1abe02"
     assert any("intents" in r.inputs for r in ticks)
     store = SnapshotStore(tmp_path / "snapshots")
     metas = store.kept()
