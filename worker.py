@@ -20,7 +20,7 @@ from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
 from activities.tasks import TaskActivities
 from activities.webhooks import WebhookActivities
-from genesis import gc_tuning
+from genesis import gc_tuning, signing
 from genesis.config import Settings, get_settings
 from genesis.db.schema import exit_if_schema_behind
 from genesis.db.session import get_sessionmaker
@@ -40,7 +40,8 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
     answers never hold the slots sandbox tests need)."""
     sessions = get_sessionmaker(settings.database_url)
     redis = aioredis.from_url(settings.redis_url, socket_timeout=5)
-    records = MutationRecordActivities(sessions, redis)
+    keyring = signing.ensure_keyring(settings.receipt_keys_path)  # created once, the first time
+    records = MutationRecordActivities(sessions, redis, keyring)
     lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir)
     webhooks = WebhookActivities(settings)
     task_activities = TaskActivities(redis)

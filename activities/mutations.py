@@ -17,6 +17,7 @@ import gatekeeper
 from activities import names
 from activities.lifecycle import announce
 from activities.metrics import STATUS_TRANSITIONS
+from genesis import signing
 from genesis.db.models import Mutation
 from genesis.dto import (
     FailureCode,
@@ -28,16 +29,23 @@ from genesis.dto import (
     ValidationRequest,
     terminal_statuses,
 )
-from pipeline import ratelimit
+from pipeline import ratelimit, receipts
 
 ENDED = terminal_statuses(activate=True)
 DEDUPLICATION_OK = "Deduplication: OK"
 
 
 class MutationRecordActivities:
-    def __init__(self, sessions: async_sessionmaker, redis: aioredis.Redis | None = None):
+    def __init__(
+        self,
+        sessions: async_sessionmaker,
+        redis: aioredis.Redis | None = None,
+        keyring: signing.Keyring | None = None,
+    ):
         self._sessions = sessions
         self._redis = redis  # releases the agent's active-mutation slot (rate limits) at the end
+        self._keyring = keyring  # signs a receipt of each stage (None: none are issued)
+        self._keys_published = False
 
     @activity.defn(name=names.VALIDATE_AND_RECORD_MUTATION)
     async def validate_and_record_mutation(self, request: ValidationRequest) -> ValidationOutcome:
@@ -69,6 +77,11 @@ class MutationRecordActivities:
             if holder is None:
                 outcome.validation_log = passed
                 STATUS_TRANSITIONS.labels(MutationStatus.validating.value).inc()
+                await self._receipts(
+                    StatusUpdate(
+                        mutation_id=mutation.mutation_id, status=MutationStatus.validating, code_hash=code_hash
+                    )
+                )
             else:
                 _duplicate(outcome, code_hash, holder.mutation_id, holder.status)
         if not outcome.ok:  # a rejection is an expected outcome: BENIGN keeps its traceback out of the log
@@ -146,12 +159,37 @@ class MutationRecordActivities:
             raise ApplicationError(f"no mutation record {change.mutation_id}", non_retryable=True)
         agent_id, trait_name, version = written
         STATUS_TRANSITIONS.labels(change.status.value).inc()
+        await self._receipts(change)
         if self._redis is not None and (change.final or change.status in ENDED):
             # The mutation has ended: its agent may have another one in flight. Removing an
             # absent slot is a no-op, so replays and retries release it once.
             await ratelimit.release(self._redis, agent_id, change.mutation_id)
         if self._redis is not None and change.final and change.status == MutationStatus.kept:
             await self._announce_kept(self._redis, change, trait_name, version)
+
+    async def _receipts(self, change: StatusUpdate) -> None:
+        """The signed receipts of a recorded stage (pipeline/receipts.py; once per mutation and kind)."""
+        if self._keyring is None:
+            return
+        kinds = stage_receipts(change)
+        if not kinds:
+            return
+        if not self._keys_published:  # the API serves them (GET /v1/keys) without the private keys
+            await receipts.publish_public_keys(self._sessions, self._keyring)
+            self._keys_published = True
+        async with self._sessions() as session, session.begin():
+            row = await session.get(Mutation, change.mutation_id)
+            if row is None:
+                return
+            subject = {
+                "mutation_id": change.mutation_id,
+                "agent_id": row.agent_id,
+                "trait_name": row.trait_name,
+                "trait_version": row.trait_version,
+                "code_hash": row.code_hash,
+            }
+            for kind, body in kinds:
+                await receipts.issue(session, self._keyring, kind, f"{change.mutation_id}:{kind}", subject, body)
 
     async def _announce_kept(
         self, redis: aioredis.Redis, change: StatusUpdate, trait_name: str, version: int | None
@@ -223,3 +261,37 @@ def _record_values(change: StatusUpdate) -> dict:
     if change.status in (MutationStatus.rejected, MutationStatus.failed):
         values["holds_code_hash"] = False  # rejected code may be fixed and proposed again
     return values
+
+
+def stage_receipts(change: StatusUpdate) -> list[tuple[str, dict]]:
+    """The receipts a recorded status change stands for: (kind, body)."""
+    effects = change.effects or {}
+    observed = {
+        "fitness_verdict": change.fitness_verdict,
+        "fitness_delta": effects.get("fitness_delta"),
+        "window_ticks": effects.get("window_ticks"),
+        "entity_count_delta": effects.get("entity_count_delta"),
+        "verdict_reason": effects.get("verdict_reason"),
+    }
+    status = change.status
+    if status == MutationStatus.validating:  # recorded on acceptance too: only the passed gatekeeper counts
+        passed = change.code_hash is not None
+        return [("mutation.validated", {"gatekeeper": "passed", "code_hash": change.code_hash})] if passed else []
+    if status == MutationStatus.sandbox_ok:
+        return [("mutation.sandbox_verdict", {"verdict": "passed"})]
+    if status == MutationStatus.rejected:
+        code = change.failure_reason_code
+        out = [("mutation.rejected", {"failure_reason_code": code})]
+        if code and code.startswith("SANDBOX_"):
+            out.insert(0, ("mutation.sandbox_verdict", {"verdict": "failed", "failure_reason_code": code}))
+        return out
+    if status == MutationStatus.activated:
+        if change.effects:
+            return [("mutation.observed", observed)]
+        return [("mutation.activated", {"trait_version": change.trait_version})]
+    if status == MutationStatus.kept:
+        out = [("mutation.observed", observed)] if change.effects else []
+        return [*out, ("mutation.kept", {"fitness_verdict": change.fitness_verdict})]
+    if status == MutationStatus.rolled_back:
+        return [("mutation.rolled_back", {"reason": change.rollback_reason})]
+    return []

@@ -26,6 +26,7 @@ from api import (
     routes_mutation_list,
     routes_mutation_ops,
     routes_mutations,
+    routes_receipts,
     routes_schedules,
     routes_tasks,
     routes_telemetry,
@@ -178,6 +179,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_world.router)
     app.include_router(routes_world_rollback.router)
     app.include_router(routes_audit.router)
+    app.include_router(routes_receipts.router)
     app.include_router(routes_telemetry.router)
     app.include_router(routes_traits.router)
     # Evolution cycles (issue 5): the feed and the periodic improvement schedules

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
 from temporalio.client import Client
 
-from genesis import gc_tuning
+from genesis import canonical, gc_tuning, signing
 from genesis.config import get_settings
 from genesis.db.schema import EXIT_SCHEMA_BEHIND, exit_if_schema_behind
 from genesis.db.session import get_sessionmaker
@@ -24,7 +24,7 @@ from genesis.effects import WorldSample
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics
 from genesis.temporal import connect
-from pipeline import audit, registry
+from pipeline import audit, receipts, registry
 
 from .journaling import WorldJournal
 from .live_traits import HostTraitRunner
@@ -106,15 +106,22 @@ def open_world(settings) -> tuple[WorldJournal | None, World]:
         sys.exit(EXIT_SCHEMA_BEHIND)
 
 
-async def project_audit(settings, stop: asyncio.Event) -> None:
-    """Keep the audit projection (pipeline/audit.py) up with the journal, about once a second."""
+async def keep_the_record(settings, engine: Engine, keyring: signing.Keyring, stop: asyncio.Event) -> None:
+    """About once a second: carry the pipeline's new receipts into the journal (where the audit
+    finds them), and keep the audit projection (pipeline/audit.py) up with the journal, signing the
+    receipts of trait-set changes and rollbacks as it goes."""
     sessions = get_sessionmaker(settings.database_url)
+    await receipts.publish_public_keys(sessions, keyring)
     while not stop.is_set():
         try:
-            while not stop.is_set() and await audit.project(sessions, settings.journal_dir):
+            rows = await receipts.unjournaled(sessions)
+            if rows:
+                placed = engine.journal_events("receipt", [canonical.decode(r.body) for r in rows])
+                await receipts.mark_journaled(sessions, {r.id: seq for r, seq in zip(rows, placed, strict=True)})
+            while not stop.is_set() and await audit.project(sessions, settings.journal_dir, keyring=keyring):
                 pass  # a backlog (after a stop): batch after batch
         except Exception as exc:  # Postgres away, or a journal the projection does not know: retried
-            log.warning("audit projection: %s", exc)
+            log.warning("receipts and audit projection: %s", exc)
         try:
             await asyncio.wait_for(stop.wait(), AUDIT_PROJECT_S)
         except TimeoutError:
@@ -146,7 +153,8 @@ async def main() -> None:
     stop = asyncio.Event()
     following = asyncio.create_task(params.follow(stop))
     rollbacks = asyncio.create_task(RollbackFollower(engine, redis).follow(stop))
-    projecting = asyncio.create_task(project_audit(settings, stop)) if journal is not None else None
+    keyring = signing.ensure_keyring(settings.receipt_keys_path)
+    projecting = asyncio.create_task(keep_the_record(settings, engine, keyring, stop)) if journal is not None else None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)

@@ -152,6 +152,15 @@ class Engine:
         """New world parameters, applied (and journaled) at the start of the next tick."""
         self._pending_params = self._requested_params = params
 
+    def journal_events(self, kind: str, bodies: list[dict[str, Any]]) -> list[int]:
+        """Append records that note events (receipts carried in from Postgres) between two ticks,
+        after the last tick's record; their sequence numbers."""
+        journal = self.journal
+        if journal is None:
+            return []
+        self._flush_journal()
+        return [journal.append_event(kind, self.world, body).seq for body in bodies]
+
     # -- rollbacks ------------------------------------------------------------------------------
 
     def request_rollback(self, request: dict[str, Any]) -> None:

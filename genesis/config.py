@@ -639,6 +639,11 @@ class Settings(BaseSettings):
         default=PROJECT_ROOT / ".state",
         description="Local state: the Temporal dev server's SQLite file, service logs, generated secrets.",
     )
+    receipt_keys_dir: Path | None = Field(
+        default=None,
+        description="The Ed25519 keys that sign receipts (created once, mode 0700; docs/receipts.md); empty: "
+        "`<state_dir>/receipt-keys`. The worker and the engine sign; the API needs no private key.",
+    )
     activate_mutations: bool = Field(
         default=True, description="Activate mutations that pass their sandbox test; false: they end at `sandbox_ok`."
     )
@@ -674,6 +679,10 @@ class Settings(BaseSettings):
     def _outbound_private_allow(cls, value: str) -> str:
         netpolicy.AllowList.parse(value)  # ValueError names the bad entry
         return value
+
+    @property
+    def receipt_keys_path(self) -> Path:
+        return self.receipt_keys_dir if self.receipt_keys_dir is not None else self.state_dir / "receipt-keys"
 
     @property
     def journal_dir(self) -> Path:

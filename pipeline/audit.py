@@ -21,10 +21,12 @@ from typing import Any
 from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from genesis import signing
 from genesis.db.models import AuditEventRow, AuditProjection
 from journal.audit import AuditEvent, events_of
 from journal.reader import JournalReader
 from journal.record import ZERO_HASH
+from pipeline import receipts
 
 BATCH = 2000  # records per transaction
 
@@ -46,8 +48,22 @@ class AuditFilter:
         return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if v not in (None, ())}
 
 
-async def project(sessions: async_sessionmaker, journal_dir: Path, max_records: int = BATCH) -> int:
-    """Project up to ``max_records`` new journal records; how many were read."""
+RECEIPTED = {
+    "trait.arrived": "trait_set.changed",
+    "trait.left": "trait_set.changed",
+    "world.rollback": "world.rollback",
+}
+
+
+async def project(
+    sessions: async_sessionmaker,
+    journal_dir: Path,
+    max_records: int = BATCH,
+    keyring: signing.Keyring | None = None,
+) -> int:
+    """Project up to ``max_records`` new journal records; how many were read. With ``keyring``,
+    each trait-set change and world rollback also gets its signed receipt, bound to the journal
+    record (its sequence number and header hash), in the same transaction."""
     reader = JournalReader(journal_dir / "records")
     async with sessions() as session, session.begin():
         state = await session.get(AuditProjection, 1, with_for_update=True)
@@ -58,13 +74,17 @@ async def project(sessions: async_sessionmaker, journal_dir: Path, max_records: 
         read = 0
         events: list[AuditEvent] = []
         last = None
+        anchors: dict[int, str] = {}  # seq -> header hash, of the records that get receipts
         for record in reader.records(from_seq=state.projected_seq + 1):
             if last is None and record.header.parent_hash != state.chain_head:
                 raise RuntimeError(
                     f"the journal in {journal_dir} does not continue the projected one at record "
                     f"{record.header.seq}: rebuild the projection (python -m pipeline.audit --rebuild)"
                 )
-            events += events_of(record, params)
+            produced = events_of(record, params)
+            if any(e.kind in RECEIPTED for e in produced):
+                anchors[record.header.seq] = record.header.hash().hex()
+            events += produced
             if isinstance(record.inputs.get("params"), dict):
                 params = record.inputs["params"]
             last = record.header
@@ -74,6 +94,10 @@ async def project(sessions: async_sessionmaker, journal_dir: Path, max_records: 
         if last is None:
             return 0
         await _fill_agents(session, events)
+        if keyring is not None:
+            for e in events:
+                if e.kind in RECEIPTED:
+                    await _receipt(session, keyring, e, anchors[e.seq])
         for e in events:
             session.add(
                 AuditEventRow(
@@ -94,6 +118,20 @@ async def project(sessions: async_sessionmaker, journal_dir: Path, max_records: 
         state.params = params
         state.journal_dir = str(journal_dir)
     return read
+
+
+async def _receipt(session, keyring: signing.Keyring, e: AuditEvent, header_hash: str) -> None:
+    subject = {
+        "agent_id": e.agent_id,
+        "mutation_id": e.mutation_id,
+        "trait_name": e.trait_name,
+        "epoch": e.epoch,
+        "tick": e.tick,
+        "journal_seq": e.seq,
+        "journal_header": header_hash,
+    }
+    body = {"event": e.kind, "cause": e.cause, "summary": e.summary}
+    await receipts.issue(session, keyring, RECEIPTED[e.kind], f"journal:{e.seq}:{e.index}", subject, body)
 
 
 async def _fill_agents(session, events: list[AuditEvent]) -> None:

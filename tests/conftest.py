@@ -108,7 +108,7 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         await conn.execute(
             text(
                 "TRUNCATE mutations, trait_versions, trait_quarantines, agents, operator_keys, evolution_cycles, "
-                "audit_events, audit_projection"
+                "audit_events, audit_projection, receipts, receipt_keys"
             )
         )
     test_redis = aioredis.from_url(TEST_REDIS_URL)
@@ -123,6 +123,7 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         mutations_dir=tmp_path_factory.mktemp("mutations"),
         # the journal of an engine the suite starts: tests/own_stack.py fresh_journal gives each its own
         journal_dir=tmp_path_factory.mktemp("journal"),
+        receipt_keys_dir=tmp_path_factory.mktemp("receipt-keys"),
         # A short world clock so observation windows close in seconds.
         engine_snapshot_interval=30,
         observation_window_ticks=60,

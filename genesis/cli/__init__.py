@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from genesis.cli import agents, check, mutations, operate, operator_keys, workflows, world
+from genesis.cli import agents, check, mutations, operate, operator_keys, receipts, workflows, world
 from genesis.cli.output import Cli, examples
 
 DEFAULT_API = "http://127.0.0.1:8000"
@@ -68,4 +68,5 @@ world.register(app)
 agents.register(app)
 operate.register(app)
 operator_keys.register(app)
+receipts.register(app)
 workflows.register(app)

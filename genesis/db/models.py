@@ -10,6 +10,7 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     Float,
+    Identity,
     Index,
     Integer,
     LargeBinary,
@@ -294,3 +295,34 @@ class AuditProjection(Base):
     chain_head: Mapped[bytes] = mapped_column(LargeBinary)
     params: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class ReceiptRow(Base):
+    """A signed receipt (genesis/signing.py): ``body`` holds its exact canonical bytes."""
+
+    __tablename__ = "receipts"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, Identity(), unique=True)
+    kind: Mapped[str] = mapped_column(String(40))
+    key_id: Mapped[str] = mapped_column(String(40))
+    mutation_id: Mapped[str | None] = mapped_column(String(40))
+    agent_id: Mapped[str | None] = mapped_column(String(128))
+    trait_name: Mapped[str | None] = mapped_column(String(64))
+    topic: Mapped[str] = mapped_column(String(120), unique=True)
+    issued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    hash: Mapped[str] = mapped_column(String(64), unique=True)
+    prev_hash: Mapped[str | None] = mapped_column(String(64))
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    journal_seq: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class ReceiptKey(Base):
+    """A public key that verifies receipts (the private keys never leave their key directory)."""
+
+    __tablename__ = "receipt_keys"
+
+    key_id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    public_key: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -146,3 +146,47 @@ async def test_an_agent_reads_its_own_timeline_only(http, operator_http, session
     by_operator = await operator_http.get(f"/v1/agents/{mine.agent_id}/timeline")
     assert by_operator.status_code == 200 and by_operator.json()["events"]
     assert by_operator.json()["events"][0]["kind"] == "trait.arrived"
+
+
+async def test_trait_set_changes_and_rollbacks_get_receipts_bound_to_their_journal_record(
+    http, sessions, tmp_path, settings
+):
+    from genesis import signing
+    from journal.reader import JournalReader
+    from pipeline import receipts
+
+    await run_with_rollback(tmp_path, 450)
+    keyring = signing.ensure_keyring(settings.receipt_keys_path)
+    await audit.rebuild(sessions, tmp_path)
+    before = (await http.get("/v1/receipts", params={"kind": "trait_set.changed", "limit": 500})).json()["receipts"]
+    assert not [r for r in before if r["subject"].get("journal_header")]  # a rebuild without a keyring signs none
+    async with sessions() as session, session.begin():
+        from sqlalchemy import delete
+
+        from genesis.db.models import AuditEventRow, AuditProjection
+
+        await session.execute(delete(AuditEventRow))
+        await session.execute(delete(AuditProjection))
+    while await audit.project(sessions, tmp_path, keyring=keyring):
+        pass
+    await receipts.publish_public_keys(sessions, keyring)
+    headers = {r.header.seq: r.header for r in JournalReader(tmp_path / "records").records()}
+    keys = {k: v for k, v in keyring.public_keys().items()}
+    for kind, event_kinds in (
+        ("trait_set.changed", {"trait.arrived", "trait.left"}),
+        ("world.rollback", {"world.rollback"}),
+    ):
+        found = (await http.get("/v1/receipts", params={"kind": kind, "limit": 500})).json()["receipts"]
+        mine = [r for r in found if r["subject"].get("journal_seq") in headers]
+        assert mine and {r["body"]["event"] for r in mine} == event_kinds
+        for r in mine:
+            signing.verify(receipts.from_json(r), keys)
+            assert r["subject"]["journal_header"] == headers[r["subject"]["journal_seq"]].hash().hex()
+    # projecting again signs nothing twice (one receipt per journal event)
+    count = len((await http.get("/v1/receipts", params={"limit": 500})).json()["receipts"])
+    async with sessions() as session, session.begin():
+        await session.execute(delete(AuditEventRow))
+        await session.execute(delete(AuditProjection))
+    while await audit.project(sessions, tmp_path, keyring=keyring):
+        pass
+    assert len((await http.get("/v1/receipts", params={"limit": 500})).json()["receipts"]) == count

@@ -1,0 +1,176 @@
+"""``genesis verify FILE|ID`` (receipts, checked on this machine) and ``genesis keys
+init | rotate | list`` (the signing keys in the local key directory: an operator's tool on the
+host that runs the worker and the engine)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from genesis import signing
+from genesis.cli.client import CliError, segment
+from genesis.cli.output import Cli, cli_of, examples, group, handled, table
+from genesis.config import get_settings
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
+
+
+def _keys_of(answer: Any) -> dict[str, bytes]:
+    """Public keys from a ``GET /v1/keys`` answer."""
+    import base64
+
+    if not isinstance(answer, dict) or not isinstance(answer.get("keys"), list):
+        raise CliError('not a GET /v1/keys answer: expected {"keys": [...]}', code=2)
+    try:
+        return {k["key_id"]: base64.b64decode(k["public_key"], validate=True) for k in answer["keys"]}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CliError(f"a key in the keys file is malformed: {exc}", code=2) from exc
+
+
+def _receipts_in(text: str) -> list[Any]:
+    """The receipts of a file: one receipt (JSON), a list, a ``{"receipts": [...]}`` page, or NDJSON."""
+    stripped = text.strip()
+    try:
+        data = json.loads(stripped)
+    except json.JSONDecodeError:
+        try:
+            return [json.loads(line) for line in stripped.splitlines() if line.strip()]
+        except json.JSONDecodeError as exc:
+            raise CliError(f"neither JSON nor NDJSON: {exc}", code=2) from exc
+    if isinstance(data, dict) and isinstance(data.get("receipts"), list):
+        return data["receipts"]
+    return data if isinstance(data, list) else [data]
+
+
+def verify_all(items: list[Any], keys: dict[str, bytes]) -> list[dict[str, Any]]:
+    from pipeline import receipts
+
+    results = []
+    for item in items:
+        rid = item.get("id") if isinstance(item, dict) else None
+        try:
+            receipt = receipts.from_json(item) if isinstance(item, dict) else item
+            signing.verify(receipt, keys)
+            claimed = item.get("hash") if isinstance(item, dict) else None
+            actual = signing.receipt_hash(receipt)
+            if claimed is not None and claimed != actual:
+                raise signing.ReceiptInvalid(f"its hash is {actual}, the file says {claimed}")
+            results.append({"id": rid, "ok": True, "kind": receipt["kind"], "key_id": receipt["key_id"]})
+        except (signing.ReceiptInvalid, ValueError, TypeError) as exc:
+            results.append({"id": rid, "ok": False, "reason": str(exc)})
+    return results
+
+
+def register(app: typer.Typer) -> None:
+    @app.command(
+        epilog=examples(
+            "genesis verify rcpt_3f2a9c0d1e2b3c4d5e6f7a8b",
+            "genesis verify receipts.json --keys keys.json",
+            "curl -s localhost:8000/v1/receipts?mutation_id=mut_ab12cd > r.json; genesis verify r.json",
+        )
+    )
+    @handled
+    def verify(
+        ctx: typer.Context,
+        what: Annotated[str, typer.Argument(help="a receipt id, or a file of receipts (JSON, a list, NDJSON)")],
+        keys: Annotated[
+            Path | None, typer.Option(help="a saved GET /v1/keys answer (else the API's keys are fetched)")
+        ] = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Verify signed receipts on this machine.
+
+        Each receipt's Ed25519 signature is checked here against the public keys (of a saved
+        GET /v1/keys answer, or the API's), under its kind's domain tag, over its exact canonical
+        bytes; nothing is taken on the server's word. Exit status 1 if any fails."""
+        cli = cli_of(ctx, json_out)
+        path = Path(what)
+        if path.exists():
+            items = _receipts_in(path.read_text())
+        elif what.startswith("rcpt_"):
+            items = [cli.api.get(f"/v1/receipts/{segment(what, 'receipt id')}", expect=("cbor",))]
+        else:
+            raise CliError(f"{what}: no such file, and not a receipt id (rcpt_...)", code=2)
+        public = _keys_of(json.loads(keys.read_text())) if keys is not None else _keys_of(cli.api.get("/v1/keys"))
+        results = verify_all(items, public)
+        cli.emit({"results": results, "verified_here": True}, lambda: _render(cli, results))
+        if not results or not all(r["ok"] for r in results):
+            raise typer.Exit(1)
+
+    keys_group = group(
+        app, "keys", "The keys that sign receipts (on the worker's and engine's host)", "genesis keys list"
+    )
+
+    @keys_group.command("init", epilog=examples("genesis keys init"))
+    @handled
+    def keys_init(ctx: typer.Context, json_out: JsonOpt = False) -> None:
+        """Create the signing key if there is none (`make run` does it once)."""
+        cli = cli_of(ctx, json_out)
+        keyring = signing.ensure_keyring(get_settings().receipt_keys_path)
+        _publish(keyring)
+        cli.emit({"current": keyring.current, "directory": str(keyring.directory)}, lambda: _show(cli, keyring))
+
+    @keys_group.command("rotate", epilog=examples("genesis keys rotate"))
+    @handled
+    def keys_rotate(ctx: typer.Context, json_out: JsonOpt = False) -> None:
+        """Make a new signing key; the old ones stay and still verify what they signed.
+
+        Restart the worker and the engine to sign with it."""
+        cli = cli_of(ctx, json_out)
+        directory = get_settings().receipt_keys_path
+        signing.ensure_keyring(directory)
+        signing.rotate(directory)
+        keyring = signing.load_keyring(directory)
+        _publish(keyring)
+        cli.emit({"current": keyring.current, "directory": str(directory)}, lambda: _show(cli, keyring))
+
+    @keys_group.command("list", epilog=examples("genesis keys list", "genesis keys list --json"))
+    @handled
+    def keys_list(ctx: typer.Context, json_out: JsonOpt = False) -> None:
+        """The signing keys of the local key directory."""
+        cli = cli_of(ctx, json_out)
+        try:
+            keyring = signing.load_keyring(get_settings().receipt_keys_path)
+        except (FileNotFoundError, ValueError) as exc:
+            raise CliError(str(exc)) from exc
+        data = {"current": keyring.current, "keys": sorted(keyring.public_keys()), "directory": str(keyring.directory)}
+        cli.emit(data, lambda: _show(cli, keyring))
+
+
+def _publish(keyring: signing.Keyring) -> None:
+    """The public keys into Postgres (what GET /v1/keys serves)."""
+    from genesis.db.session import get_engine, get_sessionmaker
+    from pipeline import receipts
+
+    settings = get_settings()
+
+    async def run() -> None:
+        try:
+            await receipts.publish_public_keys(get_sessionmaker(settings.database_url), keyring)
+        finally:
+            await get_engine(settings.database_url).dispose()
+
+    try:
+        asyncio.run(run())
+    except Exception as exc:  # the key exists; only its publication failed
+        raise CliError(f"the key is in {keyring.directory}, but publishing it to Postgres failed: {exc}") from exc
+
+
+def _show(cli: Cli, keyring: signing.Keyring) -> None:
+    rows = [[kid, "current" if kid == keyring.current else "verifies only"] for kid in sorted(keyring.public_keys())]
+    cli.console.print(table(f"keys in {keyring.directory}", ["key id", "use"], rows, whole=("key id",)))
+
+
+def _render(cli: Cli, results: list[dict[str, Any]]) -> None:
+    for r in results:
+        if r["ok"]:
+            cli.console.print(f"[green]ok[/] {r['id']} ({r['kind']}, key {r['key_id']})")
+        else:
+            cli.console.print(f"[red]FAILED[/] {r['id']}: {escape(r['reason'])}", soft_wrap=True)
+    good = sum(r["ok"] for r in results)
+    cli.console.print(f"{good} of {len(results)} receipt(s) verified here, with the public keys only")

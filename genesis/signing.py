@@ -1,0 +1,231 @@
+"""Signed receipts: Ed25519 signatures over canonical CBOR, one domain tag per kind, each receipt
+naming the previous one's hash (docs/receipts.md).
+
+A receipt is a map: ``v`` (1), ``id``, ``kind``, ``domain`` (``genesis/receipt/<kind>/v1``),
+``key_id``, ``prev`` (hex sha256 of the previous receipt, or None for the first), ``issued_at``
+(UTC, ISO 8601), ``subject`` (what it is about: mutation, agent, trait, journal position, ...),
+``body`` (what happened) and ``sig``: the Ed25519 signature of
+``domain + b"\\0" + canonical(receipt without sig)``. Its hash is sha256 of the canonical encoding
+of the whole receipt. Only the holder of the private key can sign; anyone with the public keys
+(``GET /v1/keys``) verifies, offline. The domain tag binds a signature to its kind: a receipt of one
+kind cannot be passed off as another.
+
+Keys live in ``<dir>/<key id>.pem`` (PKCS8, mode 0600, dir 0700) with ``<dir>/current`` naming the
+signing key; ``make run`` creates the first once (``ensure_keyring``), ``rotate`` adds a new current
+one, and old keys stay to verify what they signed. Keys are random: never derived from the world's
+seed or anything else guessable.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from genesis import canonical
+
+ALGORITHM = "Ed25519"
+VERSION = 1
+KINDS = (
+    "mutation.validated",
+    "mutation.rejected",
+    "mutation.sandbox_verdict",
+    "mutation.activated",
+    "mutation.observed",
+    "mutation.kept",
+    "mutation.rolled_back",
+    "trait_set.changed",
+    "world.rollback",
+    "audit.export",
+)
+FIELDS = ("v", "id", "kind", "domain", "key_id", "prev", "issued_at", "subject", "body", "sig")
+CURRENT = "current"
+
+
+class ReceiptInvalid(Exception):
+    """A receipt that does not verify; the message says why."""
+
+
+def domain(kind: str) -> str:
+    return f"genesis/receipt/{kind}/v1"
+
+
+def key_id_of(public: Ed25519PublicKey) -> str:
+    raw = public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "k_" + hashlib.sha256(raw).hexdigest()[:16]
+
+
+def public_raw(public: Ed25519PublicKey) -> bytes:
+    return public.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+
+
+@dataclass
+class Keyring:
+    directory: Path
+    current: str
+    private: dict[str, Ed25519PrivateKey]
+
+    def public_keys(self) -> dict[str, bytes]:
+        return {kid: public_raw(key.public_key()) for kid, key in self.private.items()}
+
+
+def _write_key(directory: Path, key: Ed25519PrivateKey) -> str:
+    kid = key_id_of(key.public_key())
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    fd = os.open(directory / f"{kid}.pem", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+        f.flush()
+        os.fsync(f.fileno())
+    return kid
+
+
+def _set_current(directory: Path, kid: str) -> None:
+    tmp = directory / f".{CURRENT}.tmp"
+    tmp.write_text(kid + "\n")
+    os.chmod(tmp, 0o600)
+    tmp.replace(directory / CURRENT)
+
+
+class _Locked:
+    """The key directory, exclusively (two processes starting at once create one key)."""
+
+    def __init__(self, directory: Path) -> None:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(directory, 0o700)
+        self._file = open(directory / ".lock", "a+")  # noqa: SIM115
+
+    def __enter__(self) -> None:
+        fcntl.flock(self._file, fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        fcntl.flock(self._file, fcntl.LOCK_UN)
+        self._file.close()
+
+
+def ensure_keyring(directory: Path) -> Keyring:
+    """The keyring in ``directory``, with a first signing key created if it has none."""
+    directory = Path(directory)
+    with _Locked(directory):
+        if not (directory / CURRENT).exists():
+            _set_current(directory, _write_key(directory, Ed25519PrivateKey.generate()))
+    return load_keyring(directory)
+
+
+def rotate(directory: Path) -> str:
+    """A new signing key; the old ones stay (they verify what they signed). Its key id."""
+    directory = Path(directory)
+    with _Locked(directory):
+        kid = _write_key(directory, Ed25519PrivateKey.generate())
+        _set_current(directory, kid)
+    return kid
+
+
+def load_keyring(directory: Path) -> Keyring:
+    directory = Path(directory)
+    try:
+        current = (directory / CURRENT).read_text().strip()
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no receipt keys in {directory} (`genesis keys init` creates them)") from None
+    private: dict[str, Ed25519PrivateKey] = {}
+    for path in sorted(directory.glob("k_*.pem")):
+        key = serialization.load_pem_private_key(path.read_bytes(), password=None)
+        if not isinstance(key, Ed25519PrivateKey):
+            raise ValueError(f"{path} is not an Ed25519 key")
+        private[key_id_of(key.public_key())] = key
+    if current not in private:
+        raise ValueError(f"{directory}/{CURRENT} names {current!r}, which is not a key there")
+    return Keyring(directory, current, private)
+
+
+# -- signing and verifying -----------------------------------------------------------------------
+
+
+def _message(receipt: Mapping[str, Any]) -> bytes:
+    unsigned = {k: v for k, v in receipt.items() if k != "sig"}
+    return domain(str(receipt["kind"])).encode() + b"\0" + canonical.encode(unsigned)
+
+
+def sign(
+    keyring: Keyring,
+    kind: str,
+    subject: Mapping[str, Any],
+    body: Mapping[str, Any],
+    prev: str | None,
+    issued_at: datetime | None = None,
+) -> dict[str, Any]:
+    if kind not in KINDS:
+        raise ValueError(f"unknown receipt kind {kind!r}")
+    moment = (issued_at or datetime.now(UTC)).astimezone(UTC)
+    receipt: dict[str, Any] = {
+        "v": VERSION,
+        "id": f"rcpt_{secrets.token_hex(12)}",
+        "kind": kind,
+        "domain": domain(kind),
+        "key_id": keyring.current,
+        "prev": prev,
+        "issued_at": moment.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+        "subject": dict(subject),
+        "body": dict(body),
+    }
+    receipt["sig"] = keyring.private[keyring.current].sign(_message(receipt))
+    return receipt
+
+
+def receipt_hash(receipt: Mapping[str, Any]) -> str:
+    return hashlib.sha256(canonical.encode(dict(receipt))).hexdigest()
+
+
+def verify(receipt: Any, public_keys: Mapping[str, bytes]) -> None:
+    """Nothing if ``receipt`` is a well-formed receipt signed by one of ``public_keys`` under its
+    kind's domain tag; ReceiptInvalid with the reason otherwise."""
+    if not isinstance(receipt, dict) or set(receipt) != set(FIELDS):
+        missing = sorted(set(FIELDS) - set(receipt)) if isinstance(receipt, dict) else FIELDS
+        extra = sorted(set(receipt) - set(FIELDS)) if isinstance(receipt, dict) else []
+        raise ReceiptInvalid(f"not a receipt: missing {missing}, unexpected {extra}")
+    if receipt["v"] != VERSION:
+        raise ReceiptInvalid(f"receipt version {receipt['v']!r} is not {VERSION}")
+    kind = receipt["kind"]
+    if kind not in KINDS:
+        raise ReceiptInvalid(f"unknown kind {kind!r}")
+    if receipt["domain"] != domain(kind):
+        raise ReceiptInvalid(f"domain tag {receipt['domain']!r} is not the one of kind {kind!r}")
+    if type(receipt["sig"]) is not bytes or len(receipt["sig"]) != 64:
+        raise ReceiptInvalid("sig must be 64 bytes")
+    for name in ("subject", "body"):
+        if type(receipt[name]) is not dict:
+            raise ReceiptInvalid(f"{name} must be a map")
+    prev = receipt["prev"]
+    if prev is not None and (type(prev) is not str or len(prev) != 64):
+        raise ReceiptInvalid("prev must be a sha256 hex digest or null")
+    raw = public_keys.get(receipt["key_id"])
+    if raw is None:
+        raise ReceiptInvalid(f"signed with key {receipt['key_id']!r}, which is not among the keys given")
+    try:
+        message = _message(receipt)
+    except canonical.NonCanonical as exc:
+        raise ReceiptInvalid(f"has no canonical encoding: {exc}") from None
+    try:
+        Ed25519PublicKey.from_public_bytes(raw).verify(receipt["sig"], message)
+    except InvalidSignature:
+        raise ReceiptInvalid(f"the signature does not verify with key {receipt['key_id']}") from None
+
+
+def verify_bytes(data: bytes, public_keys: Mapping[str, bytes]) -> dict[str, Any]:
+    """The receipt in its canonical bytes, verified (strict: other encodings of it are refused)."""
+    try:
+        receipt = canonical.decode(data)
+    except canonical.NonCanonical as exc:
+        raise ReceiptInvalid(f"not a receipt's canonical bytes: {exc}") from None
+    verify(receipt, public_keys)
+    return receipt

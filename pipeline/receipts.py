@@ -1,0 +1,118 @@
+"""Signed receipts in Postgres: issuing them into one linear chain, the public keys, and reading.
+
+``issue`` signs a receipt (genesis/signing.py) naming the hash of the latest receipt and writes it
+in the caller's transaction, under a transaction-scoped advisory lock: issuers in every process
+take turns, so the chain never forks. Each receipt has a ``topic`` (what it is about, once: a
+mutation's stage, a journal record's event), so a retried activity or a replayed projection issues
+nothing twice. The engine carries every receipt into the world's journal (``unjournaled`` /
+``mark_journaled``), where the audit projection and the agents' timelines find them."""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import select, text, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from genesis import canonical, signing
+from genesis.db.models import ReceiptKey, ReceiptRow
+
+log = logging.getLogger("genesis.receipts")
+CHAIN_LOCK = 0x67656E72_63707473 & 0x7FFFFFFFFFFFFFFF  # pg_advisory_xact_lock key of the chain
+
+
+async def issue(
+    session: AsyncSession,
+    keyring: signing.Keyring,
+    kind: str,
+    topic: str,
+    subject: Mapping[str, Any],
+    body: Mapping[str, Any],
+) -> dict[str, Any] | None:
+    """Sign and record a receipt in the session's transaction (the caller commits); None when the
+    topic has one already."""
+    await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CHAIN_LOCK})
+    if await session.scalar(select(ReceiptRow.id).where(ReceiptRow.topic == topic)) is not None:
+        return None
+    prev = await session.scalar(select(ReceiptRow.hash).order_by(ReceiptRow.seq.desc()).limit(1))
+    clean_subject = {k: v for k, v in subject.items() if v is not None}
+    receipt = signing.sign(keyring, kind, clean_subject, dict(body), prev)
+    session.add(
+        ReceiptRow(
+            id=receipt["id"],
+            kind=kind,
+            key_id=receipt["key_id"],
+            mutation_id=clean_subject.get("mutation_id"),
+            agent_id=clean_subject.get("agent_id"),
+            trait_name=clean_subject.get("trait_name"),
+            topic=topic,
+            issued_at=datetime.fromisoformat(receipt["issued_at"].replace("Z", "+00:00")),
+            hash=signing.receipt_hash(receipt),
+            prev_hash=prev,
+            body=canonical.encode(receipt),
+        )
+    )
+    await session.flush()
+    return receipt
+
+
+async def publish_public_keys(sessions: async_sessionmaker, keyring: signing.Keyring) -> None:
+    """Every public key of the keyring into ``receipt_keys``; keys other than the current one are
+    marked retired (they still verify what they signed)."""
+    now = datetime.now(UTC)
+    async with sessions() as session, session.begin():
+        known = {k.key_id: k for k in (await session.scalars(select(ReceiptKey))).all()}
+        for kid, raw in keyring.public_keys().items():
+            if kid not in known:
+                session.add(ReceiptKey(key_id=kid, public_key=raw, retired_at=None if kid == keyring.current else now))
+            elif kid != keyring.current and known[kid].retired_at is None:
+                known[kid].retired_at = now
+        if keyring.current in known:
+            known[keyring.current].retired_at = None
+
+
+async def public_keys(session: AsyncSession) -> list[ReceiptKey]:
+    return list((await session.scalars(select(ReceiptKey).order_by(ReceiptKey.created_at))).all())
+
+
+def as_json(row: ReceiptRow) -> dict[str, Any]:
+    """A receipt for clients: its fields (``sig`` base64), its hash, and ``cbor``: the exact canonical
+    bytes that were signed over and hashed, base64, to verify byte for byte."""
+    receipt = canonical.decode(row.body)
+    out = {k: v for k, v in receipt.items() if k != "sig"}
+    out["sig"] = base64.b64encode(receipt["sig"]).decode()
+    out["hash"] = row.hash
+    out["seq"] = row.seq
+    out["journal_seq"] = row.journal_seq
+    out["cbor"] = base64.b64encode(row.body).decode()
+    return out
+
+
+def from_json(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The receipt (``sig`` as bytes) of :func:`as_json`'s form; from ``cbor`` when present, so the
+    bytes checked are the bytes signed."""
+    if isinstance(data.get("cbor"), str):
+        return canonical.decode(base64.b64decode(data["cbor"], validate=True))
+    receipt = {k: v for k, v in data.items() if k in signing.FIELDS}
+    if isinstance(receipt.get("sig"), str):
+        receipt["sig"] = base64.b64decode(receipt["sig"], validate=True)
+    return receipt
+
+
+# -- the journal's outbox ------------------------------------------------------------------------
+
+
+async def unjournaled(sessions: async_sessionmaker, limit: int = 100) -> list[ReceiptRow]:
+    async with sessions() as session:
+        statement = select(ReceiptRow).where(ReceiptRow.journal_seq.is_(None)).order_by(ReceiptRow.seq).limit(limit)
+        return list((await session.scalars(statement)).all())
+
+
+async def mark_journaled(sessions: async_sessionmaker, placed: Mapping[str, int]) -> None:
+    async with sessions() as session, session.begin():
+        for receipt_id, seq in placed.items():
+            await session.execute(update(ReceiptRow).where(ReceiptRow.id == receipt_id).values(journal_seq=seq))
