@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from temporalio.worker import Worker
 
 from activities.evolution import EvolutionActivities
+from activities.journal import JournalActivities
 from activities.lifecycle import LifecycleActivities
 from activities.metrics import PipelineMetrics
 from activities.mutations import MutationRecordActivities
@@ -42,6 +43,7 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
     redis = aioredis.from_url(settings.redis_url, socket_timeout=5)
     keyring = signing.ensure_keyring(settings.receipt_keys_path)  # created once, the first time
     records = MutationRecordActivities(sessions, redis, keyring)
+    journal = JournalActivities(settings, sessions, keyring)
     lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir)
     webhooks = WebhookActivities(settings)
     task_activities = TaskActivities(redis)
@@ -67,6 +69,9 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
             evolution.publish_feed,
             evolution.apply_world_params,
             evolution.revert_world_params,
+            # The world's journal: replays that verify it, signed audit manifests
+            journal.verify_replay,
+            journal.sign_audit_manifest,
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.sandbox.concurrency,  # regular activities: sandbox tests only

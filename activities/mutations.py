@@ -44,8 +44,8 @@ class MutationRecordActivities:
     ):
         self._sessions = sessions
         self._redis = redis  # releases the agent's active-mutation slot (rate limits) at the end
-        self._keyring = keyring  # signs a receipt of each stage (None: none are issued)
-        self._keys_published = False
+        # signs a receipt of each stage (None: none are issued)
+        self._signer = receipts.Signer(sessions, keyring) if keyring is not None else None
 
     @activity.defn(name=names.VALIDATE_AND_RECORD_MUTATION)
     async def validate_and_record_mutation(self, request: ValidationRequest) -> ValidationOutcome:
@@ -169,14 +169,12 @@ class MutationRecordActivities:
 
     async def _receipts(self, change: StatusUpdate) -> None:
         """The signed receipts of a recorded stage (pipeline/receipts.py; once per mutation and kind)."""
-        if self._keyring is None:
+        if self._signer is None:
             return
         kinds = stage_receipts(change)
         if not kinds:
             return
-        if not self._keys_published:  # the API serves them (GET /v1/keys) without the private keys
-            await receipts.publish_public_keys(self._sessions, self._keyring)
-            self._keys_published = True
+        keyring = await self._signer.ready()
         async with self._sessions() as session, session.begin():
             row = await session.get(Mutation, change.mutation_id)
             if row is None:
@@ -189,7 +187,7 @@ class MutationRecordActivities:
                 "code_hash": row.code_hash,
             }
             for kind, body in kinds:
-                await receipts.issue(session, self._keyring, kind, f"{change.mutation_id}:{kind}", subject, body)
+                await receipts.issue(session, keyring, kind, f"{change.mutation_id}:{kind}", subject, body)
 
     async def _announce_kept(
         self, redis: aioredis.Redis, change: StatusUpdate, trait_name: str, version: int | None

@@ -28,3 +28,6 @@ GEPA_START_PROGRAM = "gepa_start_program"
 GEPA_MUTATE = "gepa_mutate"
 GEPA_RUN_PROGRAM = "gepa_run_program"
 GEPA_FINISH_PROGRAM = "gepa_finish_program"
+# The world's journal (activities/journal.py)
+VERIFY_REPLAY = "verify_replay"
+SIGN_AUDIT_MANIFEST = "sign_audit_manifest"

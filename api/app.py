@@ -34,6 +34,7 @@ from api import (
     routes_viewer,
     routes_webhooks,
     routes_world,
+    routes_world_replay,
     routes_world_rollback,
 )
 from api.deps import Services
@@ -178,6 +179,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_health.router)
     app.include_router(routes_world.router)
     app.include_router(routes_world_rollback.router)
+    app.include_router(routes_world_replay.router)
     app.include_router(routes_audit.router)
     app.include_router(routes_receipts.router)
     app.include_router(routes_telemetry.router)

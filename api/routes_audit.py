@@ -10,25 +10,33 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator, BaseModel, Field
 from sqlalchemy.exc import SQLAlchemyError
+from temporalio.common import WorkflowIDConflictPolicy
 
 from api.auth import API_KEY, OPERATOR_ERRORS, OPERATOR_KEY, authenticate, operator_of, require_operator
 from api.errors import ApiError, Responses, invalid_field, unavailable
 from api.paging import Cursor, Keyset, NextCursor, paged, whole
 from api.schemas import AGENT_ID_PATTERN, ErrorResponse
+from genesis import canonical
+from genesis.dto import AuditManifestRequest
 from genesis.ids import MUTATION_ID_PATTERN
 from genesis.rules import TRAIT_NAME_PATTERN
+from genesis.workflow_api import AUDIT_MANIFEST_WORKFLOW
 from journal.audit import EVENT_KINDS
 from pipeline import audit
 
 router = APIRouter(tags=["audit"])
+log = logging.getLogger("genesis.api")
+SIGN_TIMEOUT_S = 30
 PAGES = Keyset("audit", whole(2**63), whole(2**15))
 EXPORT_MAX = 100_000  # events in one export; narrow the filter for more
 ERRORS: Responses = {
@@ -161,10 +169,11 @@ async def audit_events(
 )
 async def audit_export(request: Request, f: audit.AuditFilter = Depends(audit_filter)) -> StreamingResponse:
     """Every event matching the filter as NDJSON, one per line in journal order, then one last
-    line ``{"manifest": {...}}``: the filter, the first and last sequence numbers, the count, the
-    sha256 of the event lines, and the journal position (sequence number and header hash) the
-    projection had reached — the chain head the events are checked against
-    (`genesis audit verify FILE`). At most 100,000 events: narrow the filter for more."""
+    line ``{"manifest": {...}, "receipt": {...}}``: the filter, the first and last sequence numbers,
+    the count, the sha256 of the event lines and the journal position (sequence number and header
+    hash) the projection had reached, signed as an ``audit.export`` receipt by the worker
+    (``receipt`` null if it could not be signed). `genesis audit verify FILE` checks it all
+    offline. At most 100,000 events: narrow the filter for more."""
     sessions = request.app.state.services.sessions
     try:
         projected, head = await audit.position(sessions)
@@ -199,9 +208,31 @@ async def audit_export(request: Request, f: audit.AuditFilter = Depends(audit_fi
             "projected_seq": projected,
             "chain_head": head.hex(),
         }
-        yield json.dumps({"manifest": manifest}, separators=(",", ":"), sort_keys=True).encode() + b"\n"
+        last_line: dict[str, Any] = {"manifest": manifest, "receipt": await _signed(request, manifest)}
+        yield json.dumps(last_line, separators=(",", ":"), sort_keys=True).encode() + b"\n"
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")
+
+
+async def _signed(request: Request, manifest: dict[str, Any]) -> dict[str, Any] | None:
+    """The manifest's signed ``audit.export`` receipt, from the worker (AuditManifestWorkflow: the
+    API holds no private key); None if it could not be had (the export says so by its absence)."""
+    services = request.app.state.services
+    digest = hashlib.sha256(canonical.encode(manifest)).hexdigest()
+    try:
+        client = await services.temporal()
+        return await client.execute_workflow(
+            AUDIT_MANIFEST_WORKFLOW,
+            AuditManifestRequest(manifest=manifest),
+            id=f"audit-manifest-{digest[:32]}",
+            task_queue=services.settings.task_queue,
+            result_type=dict,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            execution_timeout=timedelta(seconds=SIGN_TIMEOUT_S),
+        )
+    except Exception as exc:  # Temporal or the worker away: the events still export, unsigned
+        log.warning("audit export: the manifest could not be signed: %s", exc)
+        return None
 
 
 def _agent_path(value: str) -> str:

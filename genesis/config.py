@@ -220,6 +220,9 @@ class JournalSettings(BaseModel):
         "nothing written; a machine that loses power loses at most this much, detected as a torn tail.",
     )
     segment_records: int = Field(default=3600, ge=1, description="Records per journal segment file.")
+    verify_max_ticks: int = Field(
+        default=1_000_000, ge=1, description="Most ticks one `GET /v1/world/replay/verify` may replay."
+    )
 
 
 class WorkflowSettings(BaseModel):

@@ -471,3 +471,37 @@ class ParamsRevert(BaseModel):
     workflow_id: str
     previous_overrides: dict[str, float]
     reason: str
+
+
+class ReplayVerifyRequest(BaseModel):
+    """ReplayVerifyWorkflow: replay the world's journal over ticks ``from_tick``..``to_tick``."""
+
+    from_tick: int = Field(ge=0)
+    to_tick: int = Field(ge=0)
+
+
+class ReplayVerifyReport(BaseModel):
+    """What ``python -m engine.verify`` found (docs/journal.md#replay-and-verification)."""
+
+    equal: bool
+    from_tick: int
+    to_tick: int
+    epoch: int
+    snapshot: str
+    snapshot_tick: int
+    head_seq: int
+    head_tick: int
+    records_replayed: int
+    ticks_checked: int
+    first_tick_checked: int | None = None
+    last_tick_checked: int | None = None
+    ignored_records: int = 0
+    divergence: dict[str, Any] | None = None
+    seconds: float
+    replay_ticks_per_s: float
+
+
+class AuditManifestRequest(BaseModel):
+    """AuditManifestWorkflow: sign an audit export's manifest (the API holds no private key)."""
+
+    manifest: dict[str, Any]

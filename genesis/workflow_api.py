@@ -55,3 +55,14 @@ def llm_task_queue(task_queue: str) -> str:
     """The Architect's and Coder's LLM calls run on their own queue (worker.py), with their own
     concurrency budget."""
     return f"{task_queue}-llm"
+
+
+# The world's journal (workflows/journal.py): a replay that checks recorded state hashes, and the
+# signature of an audit export's manifest.
+REPLAY_VERIFY_WORKFLOW = "ReplayVerifyWorkflow"
+AUDIT_MANIFEST_WORKFLOW = "AuditManifestWorkflow"
+
+
+def replay_verify_workflow_id(from_tick: int, to_tick: int, head_seq: int) -> str:
+    """One replay per range and journal length: a request while it runs joins it."""
+    return f"world-replay-{from_tick}-{to_tick}-at-{head_seq}"

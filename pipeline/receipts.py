@@ -75,6 +75,21 @@ async def publish_public_keys(sessions: async_sessionmaker, keyring: signing.Key
             known[keyring.current].retired_at = None
 
 
+class Signer:
+    """A process's keyring, whose public keys are published (once) before its first receipt."""
+
+    def __init__(self, sessions: async_sessionmaker, keyring: signing.Keyring) -> None:
+        self.sessions = sessions
+        self.keyring = keyring
+        self._published = False
+
+    async def ready(self) -> signing.Keyring:
+        if not self._published:  # the API serves them (GET /v1/keys) without the private keys
+            await publish_public_keys(self.sessions, self.keyring)
+            self._published = True
+        return self.keyring
+
+
 async def public_keys(session: AsyncSession) -> list[ReceiptKey]:
     return list((await session.scalars(select(ReceiptKey).order_by(ReceiptKey.created_at))).all())
 

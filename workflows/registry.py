@@ -7,9 +7,18 @@ from gepa_steps.connect_workflow import GepaConnectWorkflow
 from gepa_steps.step_workflow import GepaStepWorkflow
 from workflows.check import CheckWorkflow
 from workflows.evolution import EvolutionCycleWorkflow
+from workflows.journal import AuditManifestWorkflow, ReplayVerifyWorkflow
 from workflows.mutation import MutationWorkflow
 from workflows.rollback import RollbackWorkflow
 from workflows.task import TaskWorkflow
 
-WORKFLOWS = [MutationWorkflow, RollbackWorkflow, TaskWorkflow, EvolutionCycleWorkflow, CheckWorkflow]
+WORKFLOWS = [
+    MutationWorkflow,
+    RollbackWorkflow,
+    TaskWorkflow,
+    EvolutionCycleWorkflow,
+    CheckWorkflow,
+    ReplayVerifyWorkflow,
+    AuditManifestWorkflow,
+]
 GEPA_WORKFLOWS = [GepaStepWorkflow, GepaConnectWorkflow]  # on the GEPA task queue (build_gepa_worker)

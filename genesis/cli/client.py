@@ -145,6 +145,25 @@ class ApiClient:
     def get(self, path: str, **kwargs) -> Any:
         return self.request("GET", path, **kwargs)
 
+    def get_status(self, path: str, **kwargs) -> tuple[int, Any]:
+        """(status, JSON answer) of a GET that may answer 200 or 202 (work still going on)."""
+        answer = self.request("GET", path, ok=(200, 202), **kwargs)
+        return (202 if isinstance(answer, dict) and answer.get("state") == "running" else 200), answer
+
+    def get_text(self, path: str, **kwargs) -> str:
+        """The body of a GET that answers text (NDJSON exports); refusals as for JSON answers."""
+        try:
+            response = self._http.request("GET", path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise CliError(f"GET {self.base_url}{path} failed: {exc}") from exc
+        if response.status_code != 200:
+            try:
+                body = response.json()
+            except ValueError:
+                body = shown(response.text)
+            raise self._refusal("GET", path, response.status_code, body)
+        return response.text
+
     def post(self, path: str, **kwargs) -> Any:
         return self.request("POST", path, **kwargs)
 

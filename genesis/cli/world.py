@@ -10,7 +10,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from genesis.cli import rollback
+from genesis.cli import audit, rollback
 from genesis.cli.output import Cli, cli_of, examples, group, handled, table, versioned
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
@@ -142,6 +142,7 @@ def render_tasks(cli: Cli, answer: dict) -> None:
 def register(app: typer.Typer) -> None:
     world = group(app, "world", "The running world", "genesis world stats", "genesis world stats --json")
     rollback.register(world)
+    audit.register(app, world)
 
     @world.command("stats", epilog=examples("genesis world stats", "genesis world stats --json"))
     @handled

@@ -14,6 +14,7 @@ from genesis import signing
 from pipeline import receipts
 from tests import agents, traits
 from tests.stack.test_cli import invoke
+from tests.stack.test_lifecycle import wait_for_status
 from tests.stack.test_mutation_pipeline import propose, wait_for_verdict
 
 
@@ -42,8 +43,7 @@ async def test_every_stage_of_a_mutation_has_a_signed_receipt_in_one_chain(http,
     forbidden = await propose(http, traits.FORBIDDEN_IMPORT, trait_name="receipted_importer")
     await wait_for_verdict(http, raises)
     forbidden_status = await wait_for_verdict(http, forbidden)
-    status = await wait_for_verdict(http, live)
-    assert status["status"] in ("activated", "kept"), status
+    await wait_for_status(http, live, {"activated", "kept"})
     answer = await operator_http.post(f"/api/mutations/{live}/rollback", json={"reason": "receipts test"})
     assert answer.status_code in (200, 202), answer.text
 

@@ -1,0 +1,242 @@
+"""``genesis world replay`` (verify a range of the journal by replaying it) and ``genesis audit
+events | export | verify`` (the journal's audit events; an export checked offline)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from genesis import signing
+from genesis.cli.client import CliError
+from genesis.cli.output import Cli, cli_of, examples, group, handled, table
+
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
+POLL_S = 2.0
+
+
+def render_replay(cli: Cli, report: dict) -> None:
+    if report["equal"]:
+        cli.console.print(
+            f"[green]equal[/]: ticks {report['from_tick']}-{report['to_tick']} replay to the recorded state hashes "
+            f"({report['ticks_checked']} ticks checked, {report['records_replayed']} records replayed from snapshot "
+            f"{report['snapshot']} in {report['seconds']} s, {report['replay_ticks_per_s']} ticks/s, no trait host)"
+        )
+        return
+    d = report.get("divergence") or {}
+    cli.console.print(
+        f"[red]diverges[/] at record {d.get('seq')} (tick {d.get('tick')}, epoch {d.get('epoch')}): "
+        f"{escape(str(d.get('reason', 'the replayed state differs from the recorded one')))}",
+        soft_wrap=True,
+    )
+    rows = [
+        [x["field"], x["entity"] if x["entity"] is not None else "several", x["recorded"], x["replayed"], x["note"]]
+        for x in d.get("differences", [])
+    ]
+    if rows:
+        cli.console.print(table("what differs", ["field", "entity", "recorded", "replayed", "note"], rows))
+
+
+def verify_export(text: str, keys: dict[str, bytes]) -> dict[str, Any]:
+    """Check an audit export offline: the events' sha256 and count against the manifest, the
+    manifest's signed receipt, and the events' order."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        raise CliError("an empty export", code=2)
+    try:
+        last = json.loads(lines[-1])
+        events = [json.loads(line) for line in lines[:-1]]
+    except json.JSONDecodeError as exc:
+        raise CliError(f"not an audit export (NDJSON): {exc}", code=2) from exc
+    manifest, receipt = last.get("manifest"), last.get("receipt")
+    problems = []
+    if not isinstance(manifest, dict):
+        raise CliError("no manifest on the export's last line", code=2)
+    digest = hashlib.sha256(b"".join(line.encode() + b"\n" for line in lines[:-1])).hexdigest()
+    if digest != manifest.get("events_sha256"):
+        problems.append("the events' sha256 differs from the manifest's: an event was changed, added or removed")
+    if len(events) != manifest.get("count"):
+        problems.append(f"{len(events)} events, the manifest says {manifest.get('count')}")
+    keys_order = [(e.get("seq"), e.get("index")) for e in events]
+    if keys_order != sorted(keys_order):
+        problems.append("the events are not in journal order")
+    if receipt is None:
+        problems.append("the manifest is not signed (the export could not reach the worker)")
+    else:
+        from pipeline import receipts
+
+        try:
+            signed = receipts.from_json(receipt)
+            signing.verify(signed, keys)
+            if signed["kind"] != "audit.export" or signed["body"].get("manifest") != manifest:
+                problems.append("the receipt is not this manifest's audit.export receipt")
+        except (signing.ReceiptInvalid, ValueError, TypeError) as exc:
+            problems.append(f"the manifest's receipt does not verify: {exc}")
+    return {"ok": not problems, "problems": problems, "events": len(events), "manifest": manifest}
+
+
+def _keys(cli: Cli, path: Path | None) -> dict[str, bytes]:
+    answer = json.loads(path.read_text()) if path is not None else cli.api.get("/v1/keys", expect=("keys",))
+    try:
+        return {k["key_id"]: base64.b64decode(k["public_key"], validate=True) for k in answer["keys"]}
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CliError(f"not a GET /v1/keys answer: {exc}", code=2) from exc
+
+
+def _filters(**given: Any) -> dict[str, Any]:
+    return {k: v for k, v in given.items() if v not in (None, [], ())}
+
+
+def register(app: typer.Typer, world: typer.Typer) -> None:
+    @world.command(
+        "replay",
+        epilog=examples(
+            "genesis world replay --from-tick 0 --to-tick 36000",
+            "genesis world replay --from-tick 500 --to-tick 900 --json",
+        ),
+    )
+    @handled
+    def replay(
+        ctx: typer.Context,
+        from_tick: Annotated[int, typer.Option("--from-tick", min=0, help="first tick to check")],
+        to_tick: Annotated[int, typer.Option("--to-tick", min=0, help="last tick to check")],
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Verify the world's history by replaying it (operator).
+
+        From the latest kept snapshot at or before --from-tick the journal's records are replayed
+        (no trait host, no container) and every recorded state hash compared: equal, or the first
+        divergent tick with the Molbots and fields that differ. Exit status 1 if it diverges."""
+        cli = cli_of(ctx, json_out)
+        params = {"from": from_tick, "to": to_tick}
+        with cli.console.status("replaying the journal ...") as shown:
+            while True:
+                status, answer = cli.api.get_status("/v1/world/replay/verify", params=params)
+                if status == 200:
+                    break
+                progress = answer.get("progress") or {}
+                if progress:
+                    shown.update(f"replaying the journal: at tick {progress.get('tick')} of {to_tick}")
+                time.sleep(POLL_S)
+        cli.emit(answer, lambda: render_replay(cli, answer))
+        if not answer.get("equal"):
+            raise typer.Exit(1)
+
+    audit = group(app, "audit", "The world's audit trail (operator)", "genesis audit events --kind world.rollback")
+
+    @audit.command(
+        "events",
+        epilog=examples("genesis audit events --kind trait.left", "genesis audit events --agent AGENT_ID --json"),
+    )
+    @handled
+    def events(
+        ctx: typer.Context,
+        kind: Annotated[list[str] | None, typer.Option(help="event kind (repeat for several)")] = None,
+        agent: Annotated[str | None, typer.Option(help="an agent's id")] = None,
+        mutation: Annotated[str | None, typer.Option(help="a mutation's id")] = None,
+        trait: Annotated[str | None, typer.Option(help="a trait's name")] = None,
+        from_tick: Annotated[int | None, typer.Option("--from-tick", min=0)] = None,
+        to_tick: Annotated[int | None, typer.Option("--to-tick", min=0)] = None,
+        epoch: Annotated[int | None, typer.Option(min=0)] = None,
+        limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Audit events of the world's journal, oldest first: traits arriving and leaving,
+        rollbacks, parameter changes, ticks the trait host missed, receipts."""
+        cli = cli_of(ctx, json_out)
+        params = _filters(
+            kind=kind,
+            agent_id=agent,
+            mutation_id=mutation,
+            trait=trait,
+            from_tick=from_tick,
+            to_tick=to_tick,
+            epoch=epoch,
+        )
+        answer = cli.api.get("/v1/audit/events", params={**params, "limit": limit}, expect=("events",))
+
+        def render() -> None:
+            rows = [
+                [
+                    e["seq"],
+                    e["tick"],
+                    e["epoch"],
+                    e["kind"],
+                    e["trait_name"] or "-",
+                    e["mutation_id"] or "-",
+                    e["agent_id"] or "-",
+                    e["cause"] or "-",
+                ]
+                for e in answer["events"]
+            ]
+            columns = ["record", "tick", "epoch", "kind", "trait", "mutation", "agent", "cause"]
+            cli.console.print(table(f"{len(rows)} audit event(s)", columns, rows, whole=("mutation", "agent")))
+
+        cli.emit(answer, render)
+
+    @audit.command(
+        "export",
+        epilog=examples(
+            "genesis audit export --out audit.ndjson", "genesis audit export --trait forager --out f.ndjson"
+        ),
+    )
+    @handled
+    def export(
+        ctx: typer.Context,
+        out: Annotated[Path, typer.Option(help="the NDJSON file to write")],
+        kind: Annotated[list[str] | None, typer.Option(help="event kind (repeat for several)")] = None,
+        agent: Annotated[str | None, typer.Option(help="an agent's id")] = None,
+        mutation: Annotated[str | None, typer.Option(help="a mutation's id")] = None,
+        trait: Annotated[str | None, typer.Option(help="a trait's name")] = None,
+        from_tick: Annotated[int | None, typer.Option("--from-tick", min=0)] = None,
+        to_tick: Annotated[int | None, typer.Option("--to-tick", min=0)] = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Export audit events as NDJSON with a signed manifest (check it with `genesis audit verify`)."""
+        cli = cli_of(ctx, json_out)
+        params = _filters(
+            kind=kind, agent_id=agent, mutation_id=mutation, trait=trait, from_tick=from_tick, to_tick=to_tick
+        )
+        text = cli.api.get_text("/v1/audit/export", params=params)
+        out.write_text(text)
+        manifest = json.loads(text.splitlines()[-1])["manifest"]
+        cli.emit(
+            {"file": str(out), "manifest": manifest},
+            lambda: cli.console.print(f"{manifest['count']} event(s) written to {out}"),
+        )
+
+    @audit.command(
+        "verify",
+        epilog=examples("genesis audit verify audit.ndjson", "genesis audit verify audit.ndjson --keys keys.json"),
+    )
+    @handled
+    def verify(
+        ctx: typer.Context,
+        file: Annotated[Path, typer.Argument(help="an export of `genesis audit export` or GET /v1/audit/export")],
+        keys: Annotated[Path | None, typer.Option(help="a saved GET /v1/keys answer (else the API's)")] = None,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Check an audit export on this machine: its events against the manifest's sha256 and
+        count, their order, and the manifest's signature. Exit status 1 if anything fails."""
+        cli = cli_of(ctx, json_out)
+        if not file.exists():
+            raise CliError(f"{file}: no such file", code=2)
+        result = verify_export(file.read_text(), _keys(cli, keys))
+
+        def render() -> None:
+            if result["ok"]:
+                cli.console.print(
+                    f"[green]ok[/]: {result['events']} event(s), manifest signed and matching (checked here)"
+                )
+            for problem in result["problems"]:
+                cli.console.print(f"[red]FAILED[/]: {escape(problem)}", soft_wrap=True)
+
+        cli.emit(result, render)
+        if not result["ok"]:
+            raise typer.Exit(1)
