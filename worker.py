@@ -44,7 +44,10 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
     keyring = signing.ensure_keyring(settings.receipt_keys_path)  # created once, the first time
     records = MutationRecordActivities(sessions, redis, keyring)
     journal = JournalActivities(settings, sessions, keyring)
-    lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir)
+    harm = (
+        settings.journal.harm_fitness if settings.journal.enabled and settings.journal.rollback_world_on_harm else None
+    )
+    lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir, harm)
     webhooks = WebhookActivities(settings)
     task_activities = TaskActivities(redis)
     evolution = EvolutionActivities(settings, sessions, redis)

@@ -19,7 +19,7 @@ from genesis.db.models import EvolutionCycle, Mutation, TraitVersion
 from genesis.dto import ActivationRequest, ActivationResult, FailureCode, RollbackRequest, RollbackResult
 from genesis.ids import mutation_workflow_id
 from genesis.redis_keys import Channels
-from pipeline import registry
+from pipeline import registry, world_rollbacks
 
 
 def trait_file_name(trait_name: str, version: int) -> str:
@@ -72,10 +72,19 @@ def not_owner_message(request: ActivationRequest, live: TraitVersion, owner: str
 
 
 class LifecycleActivities:
-    def __init__(self, sessions: async_sessionmaker, redis: aioredis.Redis, mutations_dir: Path):
+    def __init__(
+        self,
+        sessions: async_sessionmaker,
+        redis: aioredis.Redis,
+        mutations_dir: Path,
+        harm_fitness: float | None = None,
+    ):
         self._sessions = sessions
         self._redis = redis
         self._mutations_dir = mutations_dir
+        # a trait rolled back for a population decline at or below this fitness delta takes the
+        # world back to its rollback point too (None: never)
+        self._harm_fitness = harm_fitness
 
     @activity.defn(name=names.ACTIVATE_TRAIT)
     async def activate_trait(self, request: ActivationRequest) -> ActivationResult:
@@ -245,6 +254,27 @@ class LifecycleActivities:
             trait_name=row.trait_name,
             reason=request.reason,
         )
+        if (
+            was_live
+            and self._harm_fitness is not None
+            and request.reason == "population_decline"
+            and request.fitness_delta is not None
+            and request.fitness_delta <= self._harm_fitness
+        ):
+            why = (
+                f"trait '{row.trait_name}' v{row.version} did harm: "
+                f"population decline, fitness {request.fitness_delta:+.3f}"
+            )
+            if await world_rollbacks.request(
+                self._redis,
+                world_rollbacks.harm_request_id(row.mutation_id),
+                {"mutation_id": row.mutation_id},
+                why,
+                "mutation pipeline",
+            ):
+                await self._feed(
+                    "world_rollback", row.mutation_id, f"World rolled back: {why}", trait_name=row.trait_name
+                )
         return RollbackResult(
             rolled_back=True,
             restored_version=restored.version if restored is not None else None,

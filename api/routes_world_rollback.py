@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import secrets
-import time
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
@@ -29,6 +28,7 @@ from api.schemas_world_journal import (
     WorldRollbackStatus,
 )
 from genesis import redis_keys as keys
+from pipeline import world_rollbacks
 from pipeline.operators import Operator
 
 router = APIRouter(prefix="/v1/world", tags=["world journal"])
@@ -77,22 +77,10 @@ async def request_rollback(
     the request's id; ``GET /v1/world/rollbacks/{request_id}`` says when the engine applied it (or
     why it refused: an unknown snapshot, no snapshot before that tick, the journal off)."""
     request_id = f"rbk_{secrets.token_hex(8)}"
-    now = round(time.time(), 3)
-    queued = {
-        "request_id": request_id,
-        "snapshot": body.snapshot,
-        "tick": body.tick,
-        "reason": body.reason,
-        "requested_by": operator.label if operator is not None else "open",
-        "requested_at": now,
-    }
-    status = {"request_id": request_id, "status": "requested", "reason": body.reason, "requested_at": now}
-    redis = request.app.state.services.redis
+    target = {"snapshot": body.snapshot} if body.snapshot is not None else {"tick": body.tick}
+    by = operator.label if operator is not None else "open"
     try:
-        async with redis.pipeline(transaction=True) as pipe:
-            pipe.set(keys.world_rollback(request_id), json.dumps(status), ex=keys.WORLD_ROLLBACK_TTL_S)
-            pipe.rpush(keys.WORLD_ROLLBACK_REQUESTS, json.dumps(queued))
-            await pipe.execute()
+        await world_rollbacks.request(request.app.state.services.redis, request_id, target, body.reason, by)
     except RedisError as exc:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc, "queueing the rollback") from exc
     url = f"/v1/world/rollbacks/{request_id}"

@@ -11,13 +11,16 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime, timedelta
 
 import redis.asyncio as aioredis
 from prometheus_client import REGISTRY
+from sqlalchemy import select
 from temporalio.client import Client
 
 from genesis import canonical, gc_tuning, signing
 from genesis.config import get_settings
+from genesis.db.models import Mutation
 from genesis.db.schema import EXIT_SCHEMA_BEHIND, exit_if_schema_behind
 from genesis.db.session import get_sessionmaker
 from genesis.effects import WorldSample
@@ -106,6 +109,26 @@ def open_world(settings) -> tuple[WorldJournal | None, World]:
         sys.exit(EXIT_SCHEMA_BEHIND)
 
 
+PIN_AFTER_ROLLBACK_S = 600.0  # a rolled-back mutation's rollback point stays this long (a harm rollback may follow)
+
+
+async def still_open(sessions, pinned: set[str]) -> set[str]:
+    """The pinned mutations whose rollback points are still needed: under observation, or rolled
+    back only recently (the pipeline may still take the world back to before them)."""
+    async with sessions() as session:
+        rows = (
+            await session.execute(
+                select(Mutation.mutation_id, Mutation.status, Mutation.updated_at).where(
+                    Mutation.mutation_id.in_(pinned)
+                )
+            )
+        ).all()
+    recent = datetime.now(UTC) - timedelta(seconds=PIN_AFTER_ROLLBACK_S)
+    found = {m for m, _, _ in rows}
+    kept = {m for m, status, at in rows if status == "activated" or (status == "rolled_back" and at >= recent)}
+    return kept | (pinned - found)  # a mutation not on record (yet): keep its point
+
+
 async def keep_the_record(settings, engine: Engine, keyring: signing.Keyring, stop: asyncio.Event) -> None:
     """About once a second: carry the pipeline's new receipts into the journal (where the audit
     finds them), and keep the audit projection (pipeline/audit.py) up with the journal, signing the
@@ -120,6 +143,8 @@ async def keep_the_record(settings, engine: Engine, keyring: signing.Keyring, st
                 await receipts.mark_journaled(sessions, {r.id: seq for r, seq in zip(rows, placed, strict=True)})
             while not stop.is_set() and await audit.project(sessions, settings.journal_dir, keyring=keyring):
                 pass  # a backlog (after a stop): batch after batch
+            if engine.journal is not None and engine.journal.pins:
+                engine.journal.unpin(await still_open(sessions, set(engine.journal.pins)))
         except Exception as exc:  # Postgres away, or a journal the projection does not know: retried
             log.warning("receipts and audit projection: %s", exc)
         try:

@@ -307,6 +307,7 @@ class WorldJournal:
 
     def pin(self, mutation_id: str) -> None:
         """Keep the latest snapshot as the rollback point of a mutation just activated."""
+        self.wait_for_snapshot()  # one being written is the latest (trait changes are rare: no cost to speak of)
         if self.last_snapshot is not None and mutation_id not in self.pins:
             self.pins[mutation_id] = self.last_snapshot.name
             self._write_pins()

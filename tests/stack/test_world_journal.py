@@ -152,3 +152,32 @@ async def test_a_rollback_is_a_new_epoch_and_the_journal_only_grows(settings, en
     # replay across the rollback, and of the new epoch's ticks 400..500, reproduces every hash
     report = verify_range(tmp_path, 300, 500)
     assert report["equal"] and report["epoch"] == 1, report
+
+
+async def test_a_harmful_mutation_takes_the_world_back_to_its_rollback_point(engine_redis, tmp_path):
+    """When a version went live the engine pinned the latest snapshot before it; the pipeline's
+    request (as rollback_trait makes it for a trait that did harm) names only the mutation, and
+    the engine goes back to that snapshot — once, however often it is asked."""
+    from pipeline import world_rollbacks
+    from tests.journal_worlds import LABELLER_RETURNS, journal_settings, journaled_engine
+
+    engine = journaled_engine(journal_settings(tmp_path, 4, journal_snapshot_interval=100))
+    follower = RollbackFollower(engine, engine_redis)
+    harmful = "mut_1abe02"  # the labeller's second version, live from tick 400
+    request_id = world_rollbacks.harm_request_id(harmful)
+    try:
+        await engine.run_ticks(650)
+        pinned = engine.journal.pins[harmful]
+        assert f"-t{LABELLER_RETURNS:012d}-" in pinned  # the snapshot of the world just before it
+        for _ in range(2):  # a retried rollback activity asks twice: one request
+            await world_rollbacks.request(engine_redis, request_id, {"mutation_id": harmful}, "did harm", "pipeline")
+        await follower.poll()
+        await engine.run_ticks(1)
+        await follower.poll()
+        outcome = json.loads(await engine_redis.get(keys.world_rollback(request_id)))
+    finally:
+        await engine.close()
+        engine.journal.close()
+    assert outcome["status"] == "applied" and outcome["snapshot"] == pinned and outcome["to_tick"] == LABELLER_RETURNS
+    rollbacks = [r for r in JournalReader(tmp_path / "records").records() if r.header.kind == KIND_ROLLBACK]
+    assert len(rollbacks) == 1 and rollbacks[0].inputs["request"]["mutation_id"] == harmful
