@@ -12,6 +12,8 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any
 
+import cbor2
+
 from genesis import canonical
 
 ZERO_HASH = bytes(32)
@@ -75,12 +77,25 @@ def encode_record(record: JournalRecord) -> bytes:
     return canonical.encode({"h": record.header.to_data(), "i": record.inputs})
 
 
+_H_KEY = canonical.encode("h")
+_I_KEY = canonical.encode("i")
+
+
 def decode_record(payload: bytes, seq: int | None = None) -> JournalRecord:
-    """The record of a frame's payload; JournalCorrupt (at ``seq``, the one expected) otherwise."""
+    """The record of a frame's payload, checked to be exactly what the writer encodes: its header
+    canonical, and its inputs the bytes whose sha256 the header holds (the writer hashed their
+    canonical encoding, so matching bytes are canonical without encoding them again);
+    JournalCorrupt (at ``seq``, the one expected) otherwise."""
     try:
-        data = canonical.decode(payload)
+        data = cbor2.loads(payload)
         if type(data) is not dict or set(data) != {"h", "i"} or type(data["i"]) is not dict:
             raise ValueError("a record is {h: header, i: inputs}")
-        return JournalRecord(Header.from_data(data["h"]), data["i"])
-    except (canonical.NonCanonical, ValueError) as exc:
+        header = Header.from_data(data["h"])
+        prefix = b"\xa2" + _H_KEY + canonical.encode(data["h"]) + _I_KEY
+    except (cbor2.CBORDecodeError, canonical.NonCanonical, ValueError, TypeError, RecursionError) as exc:
         raise JournalCorrupt(seq, f"does not decode: {exc}") from None
+    if not payload.startswith(prefix):
+        raise JournalCorrupt(header.seq, "its header is not canonical CBOR")
+    if hashlib.sha256(memoryview(payload)[len(prefix) :]).digest() != header.inputs_hash:
+        raise JournalCorrupt(header.seq, "its inputs do not match the header's inputs hash")
+    return JournalRecord(header, data["i"])
