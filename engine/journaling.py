@@ -120,6 +120,13 @@ class WorldJournal:
     def restore(self, head: Header) -> World:
         """The world at the journal's head: its base snapshot and every record after it replayed."""
         reader = JournalReader(self.writer_directory)
+        beyond = [m for m in self.store.kept() if m.journal_seq > head.seq]
+        if beyond:  # the chain cannot see records lost from its end; a snapshot taken after them can
+            raise JournalMismatch(
+                f"the journal ends at record {head.seq}, but snapshot {beyond[0].name} was taken after record "
+                f"{beyond[0].journal_seq}: records are missing from the journal's end. Restore them, or move "
+                f"{self.settings.journal_dir} away to start a new world."
+            )
         meta = base_snapshot(self.store, reader, None, head)
         replay = Replay.from_snapshot(self.store, meta, header_at(reader, meta.journal_seq))
         replayed = 0

@@ -3,8 +3,9 @@ payload`` (flags 0: the payload as is, 1: zstd-compressed).
 
 A reader walks frames from the start of a segment. A frame that runs past the end of the file
 is a torn tail (a write the process did not finish); a frame whose CRC, flags or compression is
-wrong, or whose length is absurd, is corruption. Compression is per frame, so a changed byte
-spoils exactly one record."""
+wrong, or whose length is absurd, is corruption; zero bytes to the end of the file are a torn tail
+too (what a machine crash can leave where the last writes were). Compression is per frame, so a
+changed byte spoils exactly one record."""
 
 from __future__ import annotations
 
@@ -18,18 +19,21 @@ import zstandard
 RAW, ZSTD = 0, 1
 COMPRESS_FROM = 512  # payloads at least this long are stored compressed
 MAX_BODY = 256 << 20
+OVERHEAD = 8  # the length before the body and the CRC after it
 _HEAD = struct.Struct(">I")
 _compressor = zstandard.ZstdCompressor(level=3)
 _decompressor = zstandard.ZstdDecompressor()
 
 
 class FrameError(Exception):
-    """A frame that cannot be read: ``offset`` is where it starts."""
+    """A frame that cannot be read: ``offset`` is where it starts; ``crc`` whether its CRC is
+    what fails (the only way the zeros a machine crash leaves can show)."""
 
-    def __init__(self, offset: int, reason: str) -> None:
+    def __init__(self, offset: int, reason: str, *, crc: bool = False) -> None:
         super().__init__(f"at byte {offset}: {reason}")
         self.offset = offset
         self.reason = reason
+        self.crc = crc
 
 
 def frame(payload: bytes) -> bytes:
@@ -62,6 +66,11 @@ def frames(data: bytes, walk: Walk | None = None) -> Iterator[Frame]:
             walk.torn_at = pos
             return
         (length,) = _HEAD.unpack_from(data, pos)
+        if length == 0 and data.count(0, pos) == size - pos:
+            # zeros to the end: a file whose size reached the disk before its data did (a machine
+            # crash); no frame starts with a zero length, so nothing whole was written there
+            walk.torn_at = pos
+            return
         if length < 1 or length > MAX_BODY:
             walk.error = FrameError(pos, f"impossible frame length {length}")
             return
@@ -72,7 +81,7 @@ def frames(data: bytes, walk: Walk | None = None) -> Iterator[Frame]:
         body = data[pos + 4 : pos + 4 + length]
         (crc,) = _HEAD.unpack_from(data, pos + 4 + length)
         if zlib.crc32(body) != crc:
-            walk.error = FrameError(pos, "CRC mismatch")
+            walk.error = FrameError(pos, "CRC mismatch", crc=True)
             return
         flags = body[0]
         if flags == RAW:

@@ -4,6 +4,8 @@ The names alone say where each record is: nothing else indexes the journal."""
 from __future__ import annotations
 
 import re
+import zlib
+from dataclasses import dataclass
 from pathlib import Path
 
 from . import framing
@@ -27,23 +29,56 @@ def segments(directory: Path) -> list[tuple[int, Path]]:
     return sorted(found)
 
 
+@dataclass(frozen=True)
+class WalkEnd:
+    """How a segment's walk ended when it did not reach the end of the file."""
+
+    torn_at: int | None = None  # a torn tail starts here: the bytes from here on were never a record
+    damage: str | None = None  # or the segment is damaged here, for this reason
+
+
+def walk_end(data: bytes, walk: framing.Walk) -> WalkEnd:
+    """What stopped ``walk`` over ``data``: nothing (it reached the end), a torn tail, or damage."""
+    if walk.torn_at is not None:
+        at = walk.torn_at
+    elif walk.error is not None:
+        at = walk.error.offset
+        if not walk.error.crc:
+            return WalkEnd(damage=str(walk.error))
+    else:
+        return WalkEnd()
+    if really_torn(data, at):
+        return WalkEnd(torn_at=at)
+    return WalkEnd(damage=str(walk.error) if walk.error is not None else f"at byte {at}: a damaged frame")
+
+
 def really_torn(data: bytes, at: int) -> bool:
-    """Whether what starts at ``at`` can be a write that never finished rather than a damaged
-    frame: a torn write is the file's last frame, so no complete, valid frame may start at or
-    after it (a changed length field would make a whole frame, and all after it, look torn)."""
+    """Whether the frame at ``at``, where a walk over ``data`` stopped, can be a write that never
+    finished rather than damage. Two things end a segment that way:
+
+    - a write the process did not finish: the frame runs past the end of the file;
+    - a machine crash after the file's size reached the disk but not all of its data: the file
+      ends in zero bytes that cover the frame's CRC (a real CRC is not four zero bytes).
+
+    Either way it is the file's last frame, so no complete, valid frame may start at or after it:
+    a changed length field would make a whole frame, and all after it, look torn."""
     size = len(data)
-    if size - at >= 9 and _complete_at(data, at, size - at - 8):
+    zeros_from = len(data.rstrip(b"\x00"))
+    if size - at > framing.OVERHEAD and _complete_at(data, at, size - at - framing.OVERHEAD):
         return False
-    for q in range(at + 1, size - 8):
+    if size - at >= 4:
+        (length,) = framing._HEAD.unpack_from(data, at)
+        end = at + 4 + length + 4
+        if end <= size and zeros_from > end - 4:
+            return False  # a whole frame whose CRC the crash did not zero: damaged, not torn
+    for q in range(at + 1, min(size - framing.OVERHEAD + 1, zeros_from)):
         (length,) = framing._HEAD.unpack_from(data, q)
-        if 1 <= length <= size - q - 8 and _complete_at(data, q, length):
+        if 1 <= length <= size - q - framing.OVERHEAD and _complete_at(data, q, length):
             return False
     return True
 
 
 def _complete_at(data: bytes, pos: int, length: int) -> bool:
-    import zlib
-
     body = data[pos + 4 : pos + 4 + length]
     (crc,) = framing._HEAD.unpack_from(data, pos + 4 + length)
     return len(body) == length and body[:1] in (b"\x00", b"\x01") and zlib.crc32(body) == crc

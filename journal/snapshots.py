@@ -5,14 +5,17 @@ version and the live trait versions; restoring checks them all.
 Files ``snap-e<epoch>-t<tick>-s<seq>.gsn`` hold zstd-compressed canonical CBOR ``{"meta", "world"}``,
 written to a temporary name, fsynced and renamed. ``catalog.cbor`` lists the snapshots (rewritten
 the same way): a file it does not list is not the store's and is never deleted. Retention keeps
-the last N, every Kth ever taken and the pinned ones (rollback points of open mutations)."""
+the last N (at least the newest, so numbers never repeat), every Kth ever taken and the pinned
+ones (rollback points of open mutations)."""
 
 from __future__ import annotations
 
+import builtins
 import fcntl
 import hashlib
 import logging
 import os
+import re
 import threading
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -26,6 +29,7 @@ from .record import Header
 
 log = logging.getLogger("genesis.journal")
 CATALOG = "catalog.cbor"
+_NAME = re.compile(r"^snap-[A-Za-z0-9-]+\.gsn$")
 _META_FIELDS = ("epoch", "tick", "journal_seq", "chain_head", "state_hash", "world_version", "traits", "created_at")
 
 
@@ -52,8 +56,37 @@ class SnapshotMeta:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @classmethod
-    def from_data(cls, d: dict[str, Any]) -> SnapshotMeta:
-        return cls(**{f.name: d[f.name] for f in fields(cls)})
+    def from_data(cls, d: Any) -> SnapshotMeta:
+        """A catalog entry, checked field by field (SnapshotCorrupt names what is wrong)."""
+        if type(d) is not dict or set(d) != {f.name for f in fields(cls)}:
+            raise SnapshotCorrupt(f"a {CATALOG} entry must have exactly the fields {[f.name for f in fields(cls)]}")
+        meta = cls(**d)
+        problem = meta.problem()
+        if problem is not None:
+            raise SnapshotCorrupt(f"{CATALOG} entry {d.get('name')!r}: {problem}")
+        return meta
+
+    def problem(self) -> str | None:
+        """What makes this a meta no catalog may hold (None: nothing)."""
+        if type(self.name) is not str or not _NAME.match(self.name):
+            return "name must be snap-<letters, digits, dashes>.gsn"
+        for key, least in (("number", 0), ("epoch", 0), ("tick", 0), ("journal_seq", -1), ("size", 0)):
+            value = getattr(self, key)
+            if type(value) is not int or value < least:
+                return f"{key} must be an int of at least {least}"
+        for key in ("chain_head", "state_hash", "file_sha256"):
+            value = getattr(self, key)
+            if type(value) is not bytes or len(value) != 32:
+                return f"{key} must be 32 bytes"
+        if type(self.world_version) is not str:
+            return "world_version must be a str"
+        if type(self.traits) is not dict or any(
+            type(k) is not str or type(v) is not str for k, v in self.traits.items()
+        ):
+            return "traits must map trait names to mutation ids (str to str)"
+        if type(self.created_at) is not float:
+            return "created_at must be a float"
+        return None
 
     def inner(self) -> dict[str, Any]:
         """What the file itself says of the snapshot."""
@@ -80,16 +113,33 @@ class SnapshotStore:
 
     # -- the catalog -------------------------------------------------------------------------
 
-    def kept(self) -> list[SnapshotMeta]:
+    def kept(self) -> builtins.list[SnapshotMeta]:
+        """The catalog's snapshots in the order taken (by number)."""
         try:
             data = canonical.decode((self.directory / CATALOG).read_bytes())
         except FileNotFoundError:
             return []
         except canonical.NonCanonical as exc:
             raise SnapshotCorrupt(f"{CATALOG} does not decode: {exc}") from None
+        if type(data) is not list:
+            raise SnapshotCorrupt(f"{CATALOG} must be a list of snapshots")
         return sorted((SnapshotMeta.from_data(d) for d in data), key=lambda m: m.number)
 
-    def _write_catalog(self, metas: list[SnapshotMeta]) -> None:
+    def list(self) -> builtins.list[SnapshotMeta]:
+        """The catalog's snapshots by epoch, then tick (then the order taken)."""
+        return sorted(self.kept(), key=lambda m: (m.epoch, m.tick, m.number))
+
+    def latest(self, max_seq: int | None = None, epoch: int | None = None) -> SnapshotMeta | None:
+        """The snapshot furthest along the journal (the last taken among equals), of ``epoch``
+        if given, taken at or before journal record ``max_seq`` if given; None if there is none."""
+        metas = [
+            m
+            for m in self.kept()
+            if (max_seq is None or m.journal_seq <= max_seq) and (epoch is None or m.epoch == epoch)
+        ]
+        return max(metas, key=lambda m: (m.journal_seq, m.number), default=None)
+
+    def _write_catalog(self, metas: builtins.list[SnapshotMeta]) -> None:
         self._write_atomic(self.directory / CATALOG, canonical.encode([m.to_data() for m in metas]))
 
     def _write_atomic(self, path: Path, data: bytes) -> None:
@@ -121,8 +171,15 @@ class SnapshotStore:
             try:
                 metas = self.kept()
                 number = metas[-1].number + 1 if metas else 0
-                name = f"snap-e{meta.epoch:04d}-t{meta.tick:012d}-s{meta.journal_seq:012d}-n{number}.gsn"
-                named = replace(meta, name=name, number=number, file_sha256=b"", size=0)
+                while True:  # past a file a crash left unlisted, never over it
+                    name = f"snap-e{meta.epoch:04d}-t{meta.tick:012d}-s{meta.journal_seq:012d}-n{number}.gsn"
+                    if not (self.directory / name).exists():
+                        break
+                    number += 1
+                named = replace(meta, name=name, number=number, file_sha256=bytes(32), size=0)
+                problem = named.problem()
+                if problem is not None:
+                    raise ValueError(f"snapshot meta: {problem}")
                 body = canonical.encode({"meta": named.inner(), "world": world})
                 data = zstandard.ZstdCompressor(level=3).compress(body)
                 self._write_atomic(self.directory / name, data)
@@ -153,15 +210,16 @@ class SnapshotStore:
 
     # -- retention ---------------------------------------------------------------------------
 
-    def prune(self, keep_last: int, keep_every: int, pinned: set[str]) -> list[str]:
-        """Delete the snapshots retention does not keep: it keeps the last ``keep_last``, every
+    def prune(self, keep_last: int, keep_every: int, pinned: set[str]) -> builtins.list[str]:
+        """Delete the snapshots retention does not keep: it keeps the last ``keep_last`` (always at
+        least the newest: a restart resumes from it, and the next number follows it), every
         ``keep_every``-th ever taken (0: none) and the ``pinned`` names. The catalog is rewritten
-        first, then the files go; a file the catalog never listed is left alone."""
+        first, then the files go; a file the catalog does not list is left alone (and logged)."""
         with self._lock:
             lock = self._exclusive()
             try:
                 metas = self.kept()
-                last = {m.name for m in metas[-keep_last:]} if keep_last > 0 else set()
+                last = {m.name for m in metas[-max(keep_last, 1) :]}
                 kept = [
                     m
                     for m in metas
@@ -175,11 +233,14 @@ class SnapshotStore:
                             (self.directory / name).unlink()
                         except FileNotFoundError:
                             pass
+                strays = self.strays()
+                if strays:
+                    log.warning("snapshots: %d file(s) the catalog does not list, left alone: %s", len(strays), strays)
                 return gone
             finally:
                 lock.close()
 
-    def strays(self) -> list[str]:
+    def strays(self) -> builtins.list[str]:
         """Snapshot-like files the catalog does not list (left by a crash between a catalog
         rewrite and a delete, or put there by hand): never deleted here."""
         listed = {m.name for m in self.kept()}

@@ -2,6 +2,10 @@
 record (a killed process leaves either the whole frame or a torn tail, never a frame that reads
 as whole), fsync batched in a background thread, a new segment every N records.
 
+A write that fails part-way is undone (the file cut back to the last whole record) before the
+error reaches the caller; when that is impossible, or an fsync failed (the kernel may have
+dropped the data), the writer refuses every later append: the next open recovers from the files.
+
 Opening recovers: the last segment's frames are read and checked; a torn tail (the record a
 crash interrupted) is cut off and reported; anything else wrong is raised, never repaired."""
 
@@ -21,7 +25,7 @@ from genesis import canonical
 from .framing import Walk, frame, frames
 from .reader import JournalReader
 from .record import ZERO_HASH, Header, JournalCorrupt
-from .segments import really_torn, segment_name, segments
+from .segments import segment_name, segments, walk_end
 
 log = logging.getLogger("genesis.journal")
 _RECORD_HEAD = b"\xa2" + canonical.encode("h")  # a two-entry map; "h" sorts before "i"
@@ -30,6 +34,11 @@ _INPUTS_KEY = canonical.encode("i")
 
 class JournalLocked(Exception):
     """Another process writes this journal."""
+
+
+class JournalWriteFailed(Exception):
+    """The writer can no longer append: an earlier write or fsync failed. The files hold every
+    record appended before it (and at most a torn tail, cut off when the journal is next opened)."""
 
 
 @dataclass
@@ -58,9 +67,18 @@ class JournalWriter:
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            self._lock_file.seek(0)
+            holder = self._lock_file.read(32).strip()
             self._lock_file.close()
-            raise JournalLocked(f"another process is writing the journal in {self.directory}") from None
+            who = f" (pid {holder})" if holder.isdigit() else ""
+            raise JournalLocked(
+                f"another process{who} is writing the journal in {self.directory}; one writer at a time"
+            ) from None
+        self._lock_file.truncate(0)
+        self._lock_file.write(str(os.getpid()))
+        self._lock_file.flush()
         self._fd: int | None = None
+        self._failed: str | None = None  # why appending stopped
         self._dirty = threading.Event()
         self._closing = threading.Event()
         self._sync_lock = threading.Lock()
@@ -101,36 +119,45 @@ class JournalWriter:
         data = path.read_bytes()
         walk = Walk()
         count = 0
-        end = 0
-        for fr in frames(data, walk):
+        for _ in frames(data, walk):
             count += 1
-            end = fr.end
-        if walk.error is not None:
-            raise JournalCorrupt(first + count, f"{path.name}: {walk.error}")
-        if walk.torn_at is not None:
-            if not really_torn(data, walk.torn_at):
-                raise JournalCorrupt(first + count, f"{path.name}: a damaged frame at byte {walk.torn_at}")
-            report.truncated_bytes = len(data) - walk.torn_at
+        end = walk_end(data, walk)
+        if end.damage is not None:
+            raise JournalCorrupt(first + count, f"{path.name}: {end.damage}")
+        if end.torn_at is not None:
+            report.truncated_bytes = len(data) - end.torn_at
             with open(path, "r+b") as f:
-                f.truncate(walk.torn_at)
+                f.truncate(end.torn_at)
                 f.flush()
                 os.fsync(f.fileno())
-            data = data[:end]
-        # the chain through the last segment, from the previous one's last record
+            data = data[: end.torn_at]
+        # the chain through the last segment, from the previous one's first record
         head = None
         start = segs[-2][0] if len(segs) > 1 else first
-        for record in JournalReader(self.directory).records(from_seq=start):
-            head = record.header
+        for header in JournalReader(self.directory).headers(from_seq=start):
+            head = header
         report.head_seq = head.seq if head is not None else None
-        if count or head is not None or len(segs) == 1:
-            self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        next_seq = head.seq + 1 if head is not None else 0
+        if count == 0 and first != next_seq:
+            raise JournalCorrupt(next_seq, f"the last segment, {path.name}, is empty and named for record {first}")
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         return head, count, len(data), report
 
     # -- appending -----------------------------------------------------------------------
 
     def append(self, kind: str, epoch: int, tick: int, inputs: dict[str, Any], state_hash: bytes) -> Header:
+        """Append one record after the head; its header. Raises before anything is written when
+        the record is not one a reader would accept (``Header.from_data``'s rules)."""
+        if self._failed is not None:
+            raise JournalWriteFailed(f"the journal in {self.directory} takes no more records: {self._failed}")
         if self._closing.is_set():
             raise RuntimeError("the journal is closed")
+        if type(kind) is not str or not kind:
+            raise ValueError("kind must be a non-empty str")
+        if type(epoch) is not int or type(tick) is not int or epoch < 0 or tick < 0:
+            raise ValueError("epoch and tick must be non-negative ints")
+        if type(inputs) is not dict:
+            raise ValueError("inputs must be a dict")
         if type(state_hash) is not bytes or len(state_hash) != 32:
             raise ValueError("state_hash must be 32 bytes")
         head = self.head
@@ -153,39 +180,77 @@ class JournalWriter:
         ):
             self._roll(header.seq)
         assert self._fd is not None
-        written = os.write(self._fd, data)
-        if written != len(data):  # a regular file writes all or fails; if not, stop here
-            raise OSError(f"journal: wrote {written} of {len(data)} bytes of record {header.seq}")
-        self._segment_records += 1
-        self._segment_bytes += len(data)
-        self.head = header
+        self._write(data, header)
         if self.fsync_interval_s <= 0:
-            os.fsync(self._fd)
+            self.sync()
         else:
             self._dirty.set()
         return header
+
+    def _write(self, data: bytes, header: Header) -> None:
+        """One write of the whole frame; the head moves only when all of it is in the file. A
+        write cut short, or interrupted by an exception after the kernel took some of it, is cut
+        back to the last whole record before the error goes on."""
+        fd = self._fd
+        assert fd is not None
+        try:
+            written = os.write(fd, data)
+        except BaseException:
+            self._settle(fd, data, header)
+            raise
+        if written != len(data):
+            self._settle(fd, data, header)
+            raise JournalWriteFailed(f"wrote {written} of the {len(data)} bytes of record {header.seq}")
+        self._advance(data, header)
+
+    def _advance(self, data: bytes, header: Header) -> None:
+        self._segment_records += 1
+        self._segment_bytes += len(data)
+        self.head = header
+
+    def _settle(self, fd: int, data: bytes, header: Header) -> None:
+        """After a failed write: whether the frame is in the file whole (the head moves on),
+        not at all, or in part (cut off; if that fails, no more appends)."""
+        before = self._segment_bytes
+        try:
+            size = os.fstat(fd).st_size
+            if size == before + len(data):
+                self._advance(data, header)
+            elif size != before:
+                os.ftruncate(fd, before)
+        except OSError as exc:
+            self._failed = f"record {header.seq} was written in part and could not be cut off ({exc})"
 
     def _roll(self, first_seq: int) -> None:
         """Finish the current segment (fsynced) and start the next at ``first_seq``."""
         with self._sync_lock:
             if self._fd is not None:
-                os.fsync(self._fd)
+                self._fsync(self._fd)
                 os.close(self._fd)
                 self._fd = None
             path = self.directory / segment_name(first_seq)
             self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL, 0o644)
             dir_fd = os.open(self.directory, os.O_RDONLY)
             try:
-                os.fsync(dir_fd)
+                self._fsync(dir_fd)
             finally:
                 os.close(dir_fd)
         self._segment_records = 0
         self._segment_bytes = 0
 
     def sync(self) -> None:
+        """fsync the current segment now. A failed fsync stops the writer: the kernel may have
+        dropped the data it could not write, so later records could follow a hole."""
         with self._sync_lock:
             if self._fd is not None:
-                os.fsync(self._fd)
+                self._fsync(self._fd)
+
+    def _fsync(self, fd: int) -> None:
+        try:
+            os.fsync(fd)
+        except OSError as exc:
+            self._failed = f"fsync failed ({exc})"
+            raise
 
     def _sync_loop(self) -> None:
         while not self._closing.is_set():
@@ -195,7 +260,7 @@ class JournalWriter:
                 try:
                     self.sync()
                 except OSError as exc:
-                    log.error("journal: fsync failed: %s", exc)
+                    log.error("journal: fsync failed, no more records are taken: %s", exc)
 
     def close(self) -> None:
         if self._closing.is_set():
