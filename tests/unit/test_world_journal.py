@@ -185,3 +185,16 @@ def _rewrite_last_tick_hash(journal_dir: Path) -> None:
             writer.append(h.kind, h.epoch, h.tick, r.inputs, state)
     finally:
         writer.close()
+
+
+async def test_a_journal_that_lost_records_from_its_end_is_refused(tmp_path):
+    """The chain cannot tell that its last records are gone; a snapshot taken after them can."""
+    from journal.framing import frames
+    from journal.segments import segments
+
+    await run_journaled(journal_settings(tmp_path, 6, journal_snapshot_interval=200), 500)
+    (_, path), *_ = segments(tmp_path / "records")
+    cut = [f.end for f in frames(path.read_bytes())][300]  # a clean cut after record 300
+    path.write_bytes(path.read_bytes()[:cut])
+    with pytest.raises(ReplayError, match="missing from the journal's end"):
+        WorldJournal.open(journal_settings(tmp_path, 6), World)
