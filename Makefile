@@ -78,6 +78,7 @@ bench: services
 	$(PY) bench/bench_pipeline.py
 	$(PY) -m bench.bench_api
 	$(PY) -m bench.engine --entities 500,5000 --traits 3 --ticks 300 --compare-mesa
+	$(PY) -m bench.journal --entities 500,5000 --ticks 600
 	$(PY) -m bench.soak --minutes 10 --traits 60 --agents 20
 	$(PY) -m bench.bench_gepa
 	$(PY) -m bench.evolution --seeds 5 --ticks 20000
