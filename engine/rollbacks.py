@@ -57,7 +57,7 @@ class RollbackFollower:
     def __init__(self, engine: Engine, redis: aioredis.Redis) -> None:
         self.engine = engine
         self._redis = redis
-        self._snapshots_seen = -1
+        self._snapshots_seen: tuple | None = None
 
     async def poll(self) -> None:
         for _ in range(MAX_PER_POLL):
@@ -79,9 +79,11 @@ class RollbackFollower:
                 ex=keys.WORLD_ROLLBACK_TTL_S,
             )
         journal = self.engine.journal
-        if journal is not None and journal.snapshots_saved != self._snapshots_seen:
-            self._snapshots_seen = journal.snapshots_saved
-            await self._redis.set(keys.ENGINE_SNAPSHOTS, json.dumps(snapshot_list(self.engine)))
+        if journal is not None:
+            seen = (journal.snapshots_saved, tuple(sorted(journal.pins.items())))
+            if seen != self._snapshots_seen:  # a snapshot saved or pruned, a rollback point pinned or let go
+                self._snapshots_seen = seen
+                await self._redis.set(keys.ENGINE_SNAPSHOTS, json.dumps(snapshot_list(self.engine)))
 
     async def follow(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
