@@ -14,7 +14,7 @@ production). Prints one JSON object keyed by N with:
   (the target: at most 0.05);
 - ``append_ms_mean``: the journal's own time per record (state digest, encoding, write);
 - ``bytes_per_tick_per_1000_entities``: the journal's segment bytes per tick, per 1,000 Molbots;
-- ``replay_ticks_per_s``: ``engine.verify`` over the journaled ticks (no trait host), and its
+- ``replay_ticks_per_second``: ``engine.verify`` over the journaled ticks (no trait host), and its
   ratios to the live unpaced rate (``replay_vs_live``) and to the paced 60 ticks/s
   (``replay_vs_paced``) (the target: at least 10);
 - the health of both hosts (restarts, deadline misses, skipped ticks, trait errors): all 0, or the
@@ -143,7 +143,7 @@ async def measure(n: int, ticks: int, warmup: int, block: int, seed: int, redis_
     plain_p50 = statistics.median(times["plain"]) * 1000
     journaled_p50 = statistics.median(times["journaled"]) * 1000
     live_rate = len(times["journaled"]) / walls["journaled"]
-    replay_rate = report["replay_ticks_per_s"]
+    replay_rate = report["replay_ticks_per_second"]
     return {
         "entities": n,
         "ticks_each": ticks,
@@ -154,7 +154,7 @@ async def measure(n: int, ticks: int, warmup: int, block: int, seed: int, redis_
         "append_ms_mean": append_ms,
         "bytes_per_tick_per_1000_entities": round(segment_bytes / journal_ticks / (n / 1000.0)),
         "live_ticks_per_s": round(live_rate, 1),
-        "replay_ticks_per_s": replay_rate,
+        "replay_ticks_per_second": replay_rate,
         "replay_vs_live": round(replay_rate / live_rate, 2),
         "replay_vs_paced": round(replay_rate / 60.0, 2),
         "replay_ticks_checked": report["ticks_checked"],

@@ -98,8 +98,8 @@ def verify_range(
         report["equal"] = False
         report["divergence"] = {"seq": exc.seq, "reason": f"the journal's chain breaks: {exc}"}
     elapsed = time.perf_counter() - started
-    report["seconds"] = round(elapsed, 3)
-    report["replay_ticks_per_s"] = round(report["records_replayed"] / elapsed, 1) if elapsed > 0 else 0.0
+    report["elapsed_sec"] = round(elapsed, 3)
+    report["replay_ticks_per_second"] = round(report["records_replayed"] / elapsed, 1) if elapsed > 0 else 0.0
     return report
 
 

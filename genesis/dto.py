@@ -497,8 +497,8 @@ class ReplayVerifyReport(BaseModel):
     last_tick_checked: int | None = None
     ignored_records: int = 0
     divergence: dict[str, Any] | None = None
-    seconds: float
-    replay_ticks_per_s: float
+    elapsed_sec: float
+    replay_ticks_per_second: float
 
 
 class AuditManifestRequest(BaseModel):

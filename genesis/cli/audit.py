@@ -26,7 +26,8 @@ def render_replay(cli: Cli, report: dict) -> None:
         cli.console.print(
             f"[green]equal[/]: ticks {report['from_tick']}-{report['to_tick']} replay to the recorded state hashes "
             f"({report['ticks_checked']} ticks checked, {report['records_replayed']} records replayed from snapshot "
-            f"{report['snapshot']} in {report['seconds']} s, {report['replay_ticks_per_s']} ticks/s, no trait host)"
+            f"{report['snapshot']} in {report['elapsed_sec']} s, {report['replay_ticks_per_second']} ticks/s, "
+            "no trait host)"
         )
         return
     d = report.get("divergence") or {}
