@@ -4,6 +4,7 @@ same gatekeeper and dedupe for a check, which reads the records and writes nothi
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -283,12 +284,18 @@ def _workflow_run_id() -> str:
         return ""
 
 
+def _signable(value: Any) -> Any:
+    """A number as a receipt can carry it: canonical CBOR has no NaN or infinity (their text
+    instead), and a receipt that cannot be signed must not block the status it goes with."""
+    return repr(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def stage_receipts(change: StatusUpdate) -> list[tuple[str, dict]]:
     """The receipts a recorded status change stands for: (kind, body)."""
     effects = change.effects or {}
     observed = {
         "fitness_verdict": change.fitness_verdict,
-        "fitness_delta": effects.get("fitness_delta"),
+        "fitness_delta": _signable(effects.get("fitness_delta")),
         "window_ticks": effects.get("window_ticks"),
         "entity_count_delta": effects.get("entity_count_delta"),
         "verdict_reason": effects.get("verdict_reason"),

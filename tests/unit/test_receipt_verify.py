@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 
 import pytest
 from typer.testing import CliRunner
@@ -164,3 +165,8 @@ def test_each_recorded_status_stands_for_its_stages():
     assert kinds(status=MutationStatus.rolled_back, rollback_reason="operator") == ["mutation.rolled_back"]
     assert kinds(status=MutationStatus.failed) == ["mutation.failed"]
     assert kinds(status=MutationStatus.queued) == []
+    [(_, body)] = stage_receipts(
+        StatusUpdate(mutation_id="mut_00c0ffee", status=MutationStatus.activated, effects={"fitness_delta": math.nan})
+    )
+    assert body["fitness_delta"] == "nan"  # signable: canonical CBOR has no NaN
+    canonical.encode(body)
