@@ -4,12 +4,15 @@ same gatekeeper and dedupe for a check, which reads the records and writes nothi
 from __future__ import annotations
 
 import asyncio
+import math
+from collections.abc import Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import redis.asyncio as aioredis
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
@@ -77,11 +80,6 @@ class MutationRecordActivities:
             if holder is None:
                 outcome.validation_log = passed
                 STATUS_TRANSITIONS.labels(MutationStatus.validating.value).inc()
-                await self._receipts(
-                    StatusUpdate(
-                        mutation_id=mutation.mutation_id, status=MutationStatus.validating, code_hash=code_hash
-                    )
-                )
             else:
                 _duplicate(outcome, code_hash, holder.mutation_id, holder.status)
         if not outcome.ok:  # a rejection is an expected outcome: BENIGN keeps its traceback out of the log
@@ -95,19 +93,30 @@ class MutationRecordActivities:
         return outcome
 
     async def _claim_code_hash(self, mutation_id: str, code_hash: str, recorded: dict) -> Mutation | None:
-        """Take the live slot for this code hash (writing ``recorded`` with it); return the other
-        mutation holding it, if any (then nothing is written)."""
+        """Take the live slot for this code hash (writing ``recorded`` with it, and the signed
+        receipt of the passed validation in the same transaction); return the other mutation
+        holding it, if any (then nothing is written)."""
+        keyring = await self._signer.ready() if self._signer is not None else None
         async with self._sessions() as session:
             try:
-                await session.execute(
-                    update(Mutation)
-                    .where(Mutation.mutation_id == mutation_id)
-                    .values(code_hash=code_hash, holds_code_hash=True, **recorded)
-                )
-                await session.commit()
-                return None
+                written = (
+                    await session.execute(
+                        update(Mutation)
+                        .where(Mutation.mutation_id == mutation_id)
+                        .values(code_hash=code_hash, holds_code_hash=True, **recorded)
+                        .returning(*STAGE_SUBJECT)
+                    )
+                ).first()
             except IntegrityError:
                 await session.rollback()
+            else:
+                if written is not None and keyring is not None:
+                    passed = StatusUpdate(
+                        mutation_id=mutation_id, status=MutationStatus.validating, code_hash=code_hash
+                    )
+                    await _issue_stage_receipts(session, keyring, passed, written)
+                await session.commit()
+                return None
             holder = await session.scalar(
                 select(Mutation).where(Mutation.code_hash == code_hash, Mutation.holds_code_hash)
             )
@@ -144,50 +153,32 @@ class MutationRecordActivities:
         await self.record(change)
 
     async def record(self, change: StatusUpdate) -> None:
-        """Write a status change the workflow made (its status activity and its validation activity)."""
+        """Write a status change the workflow made (its status activity and its validation activity),
+        with the signed receipts of the stage it stands for in the same transaction: a status is
+        never recorded without its receipts, and a retry issues none twice (one per mutation and kind)."""
+        keyring = await self._signer.ready() if self._signer is not None and stage_receipts(change) else None
         async with self._sessions() as session:
             written = (
                 await session.execute(
                     update(Mutation)
                     .where(Mutation.mutation_id == change.mutation_id)
                     .values(**_record_values(change))
-                    .returning(Mutation.agent_id, Mutation.trait_name, Mutation.trait_version)
+                    .returning(*STAGE_SUBJECT)
                 )
             ).first()
+            if written is not None and keyring is not None:
+                await _issue_stage_receipts(session, keyring, change, written)
             await session.commit()
         if written is None:
             raise ApplicationError(f"no mutation record {change.mutation_id}", non_retryable=True)
-        agent_id, trait_name, version = written
+        agent_id, trait_name, version, _ = written
         STATUS_TRANSITIONS.labels(change.status.value).inc()
-        await self._receipts(change)
         if self._redis is not None and (change.final or change.status in ENDED):
             # The mutation has ended: its agent may have another one in flight. Removing an
             # absent slot is a no-op, so replays and retries release it once.
             await ratelimit.release(self._redis, agent_id, change.mutation_id)
         if self._redis is not None and change.final and change.status == MutationStatus.kept:
             await self._announce_kept(self._redis, change, trait_name, version)
-
-    async def _receipts(self, change: StatusUpdate) -> None:
-        """The signed receipts of a recorded stage (pipeline/receipts.py; once per mutation and kind)."""
-        if self._signer is None:
-            return
-        kinds = stage_receipts(change)
-        if not kinds:
-            return
-        keyring = await self._signer.ready()
-        async with self._sessions() as session, session.begin():
-            row = await session.get(Mutation, change.mutation_id)
-            if row is None:
-                return
-            subject = {
-                "mutation_id": change.mutation_id,
-                "agent_id": row.agent_id,
-                "trait_name": row.trait_name,
-                "trait_version": row.trait_version,
-                "code_hash": row.code_hash,
-            }
-            for kind, body in kinds:
-                await receipts.issue(session, keyring, kind, f"{change.mutation_id}:{kind}", subject, body)
 
     async def _announce_kept(
         self, redis: aioredis.Redis, change: StatusUpdate, trait_name: str, version: int | None
@@ -261,12 +252,50 @@ def _record_values(change: StatusUpdate) -> dict:
     return values
 
 
+# The mutation record's columns a stage receipt's subject names, in this order.
+STAGE_SUBJECT = (Mutation.agent_id, Mutation.trait_name, Mutation.trait_version, Mutation.code_hash)
+
+
+async def _issue_stage_receipts(
+    session: AsyncSession, keyring: signing.Keyring, change: StatusUpdate, written: Sequence[Any]
+) -> None:
+    """The signed receipts of a recorded stage, in the session's transaction (pipeline/receipts.py)."""
+    agent_id, trait_name, trait_version, code_hash = written
+    subject = {
+        "mutation_id": change.mutation_id,
+        "agent_id": agent_id,
+        "trait_name": trait_name,
+        "trait_version": trait_version,
+        "code_hash": code_hash,
+    }
+    for kind, body in stage_receipts(change):
+        topic = f"{change.mutation_id}:{kind}"
+        if kind == "mutation.failed":  # a failed run may be retried (a fresh run), and fail again
+            topic += f":{_workflow_run_id()}"
+            body = {**body, "workflow_run_id": _workflow_run_id()}
+        await receipts.issue(session, keyring, kind, topic, subject, body)
+
+
+def _workflow_run_id() -> str:
+    """The workflow run whose activity this is ('' outside an activity)."""
+    try:
+        return activity.info().workflow_run_id or ""
+    except RuntimeError:
+        return ""
+
+
+def _signable(value: Any) -> Any:
+    """A number as a receipt can carry it: canonical CBOR has no NaN or infinity (their text
+    instead), and a receipt that cannot be signed must not block the status it goes with."""
+    return repr(value) if isinstance(value, float) and not math.isfinite(value) else value
+
+
 def stage_receipts(change: StatusUpdate) -> list[tuple[str, dict]]:
     """The receipts a recorded status change stands for: (kind, body)."""
     effects = change.effects or {}
     observed = {
         "fitness_verdict": change.fitness_verdict,
-        "fitness_delta": effects.get("fitness_delta"),
+        "fitness_delta": _signable(effects.get("fitness_delta")),
         "window_ticks": effects.get("window_ticks"),
         "entity_count_delta": effects.get("entity_count_delta"),
         "verdict_reason": effects.get("verdict_reason"),
@@ -292,4 +321,6 @@ def stage_receipts(change: StatusUpdate) -> list[tuple[str, dict]]:
         return [*out, ("mutation.kept", {"fitness_verdict": change.fitness_verdict})]
     if status == MutationStatus.rolled_back:
         return [("mutation.rolled_back", {"reason": change.rollback_reason})]
+    if status == MutationStatus.failed:  # no verdict on the code: the run could not finish
+        return [("mutation.failed", {})]
     return []

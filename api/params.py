@@ -12,6 +12,7 @@ from pydantic import AfterValidator
 from api.schemas import TASK_ID_PATTERN
 from evolution.schedules import SCHEDULE_ID_PATTERN
 from genesis.ids import MUTATION_ID_PATTERN
+from genesis.signing import RECEIPT_ID_PATTERN
 
 # Trigger ids: trg_<12 hex> (the Watcher's) or sch_<schedule id>-<run time> (a schedule's runs).
 TRIGGER_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:+-]{0,119}$")
@@ -37,6 +38,7 @@ TriggerIdPath = _id_path(
     TRIGGER_ID_PATTERN,
     "a trigger id: trg_<12 hex> (the Watcher's) or sch_<schedule>-<time> (a schedule's run)",
 )
+ReceiptIdPath = _id_path("receipt_id", RECEIPT_ID_PATTERN, "'rcpt_' followed by 24 hex digits")
 ScheduleIdPath = _id_path(
     "schedule_id", SCHEDULE_ID_PATTERN, "1-64 letters, digits, '_', '.' or '-', starting with a letter or digit"
 )

@@ -18,10 +18,15 @@ seed or anything else guessable.
 
 from __future__ import annotations
 
+import base64
 import fcntl
 import hashlib
+import itertools
+import logging
 import os
+import re
 import secrets
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -44,12 +49,18 @@ KINDS = (
     "mutation.observed",
     "mutation.kept",
     "mutation.rolled_back",
+    "mutation.failed",
     "trait_set.changed",
     "world.rollback",
     "audit.export",
 )
 FIELDS = ("v", "id", "kind", "domain", "key_id", "prev", "issued_at", "subject", "body", "sig")
 CURRENT = "current"
+RECEIPT_ID_PATTERN = re.compile(r"^rcpt_[0-9a-f]{24}$")
+KEY_ID_PATTERN = re.compile(r"^k_[0-9a-f]{16}$")
+HASH_PATTERN = re.compile(r"^[0-9a-f]{64}$")
+ISSUED_AT_PATTERN = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{6}Z$")
+log = logging.getLogger("genesis.signing")
 
 
 class ReceiptInvalid(Exception):
@@ -137,8 +148,12 @@ def load_keyring(directory: Path) -> Keyring:
         current = (directory / CURRENT).read_text().strip()
     except FileNotFoundError:
         raise FileNotFoundError(f"no receipt keys in {directory} (`genesis keys init` creates them)") from None
+    _refuse_if_others_may_write(directory)
     private: dict[str, Ed25519PrivateKey] = {}
     for path in sorted(directory.glob("k_*.pem")):
+        _refuse_if_others_may_write(path)
+        if path.stat().st_mode & 0o077:
+            log.warning("%s can be read by other users than its owner: chmod 600 it", path)
         key = serialization.load_pem_private_key(path.read_bytes(), password=None)
         if not isinstance(key, Ed25519PrivateKey):
             raise ValueError(f"{path} is not an Ed25519 key")
@@ -146,6 +161,17 @@ def load_keyring(directory: Path) -> Keyring:
     if current not in private:
         raise ValueError(f"{directory}/{CURRENT} names {current!r}, which is not a key there")
     return Keyring(directory, current, private)
+
+
+def _refuse_if_others_may_write(path: Path) -> None:
+    """Whoever may write the key directory may plant a key and name it current, then forge
+    receipts that verify: such a keyring is refused, not used."""
+    mode = path.stat().st_mode
+    if mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise PermissionError(
+            f"{path} can be written by other users than its owner (mode {stat.S_IMODE(mode):o}): "
+            f"chmod {'700' if stat.S_ISDIR(mode) else '600'} it before signing with its keys"
+        )
 
 
 # -- signing and verifying -----------------------------------------------------------------------
@@ -189,12 +215,36 @@ def receipt_hash(receipt: Mapping[str, Any]) -> str:
 def verify(receipt: Any, public_keys: Mapping[str, bytes]) -> None:
     """Nothing if ``receipt`` is a well-formed receipt signed by one of ``public_keys`` under its
     kind's domain tag; ReceiptInvalid with the reason otherwise."""
+    _check_form(receipt)
+    raw = public_keys.get(receipt["key_id"])
+    if raw is None:
+        raise ReceiptInvalid(f"signed with key {receipt['key_id']}, which is not among the keys given")
+    public = _public_key(receipt["key_id"], raw)
+    try:
+        message = _message(receipt)
+    except canonical.NonCanonical as exc:
+        raise ReceiptInvalid(f"has no canonical encoding: {exc}") from None
+    try:
+        public.verify(receipt["sig"], message)
+    except InvalidSignature:
+        raise ReceiptInvalid(f"the signature does not verify with key {receipt['key_id']}") from None
+
+
+def _check_form(receipt: Any) -> None:
+    """Every field present, of its type and form; the domain tag the one of the kind."""
     if not isinstance(receipt, dict) or set(receipt) != set(FIELDS):
-        missing = sorted(set(FIELDS) - set(receipt)) if isinstance(receipt, dict) else FIELDS
-        extra = sorted(set(receipt) - set(FIELDS)) if isinstance(receipt, dict) else []
+        missing = sorted(set(FIELDS) - set(receipt)) if isinstance(receipt, dict) else list(FIELDS)
+        extra = sorted(map(str, set(receipt) - set(FIELDS))) if isinstance(receipt, dict) else []
         raise ReceiptInvalid(f"not a receipt: missing {missing}, unexpected {extra}")
-    if receipt["v"] != VERSION:
+    if type(receipt["v"]) is not int or receipt["v"] != VERSION:
         raise ReceiptInvalid(f"receipt version {receipt['v']!r} is not {VERSION}")
+    for name, pattern, form in (
+        ("id", RECEIPT_ID_PATTERN, "'rcpt_' followed by 24 hex digits"),
+        ("key_id", KEY_ID_PATTERN, "'k_' followed by 16 hex digits"),
+        ("issued_at", ISSUED_AT_PATTERN, "a UTC time like 2026-01-31T12:00:00.000000Z"),
+    ):
+        if type(receipt[name]) is not str or not pattern.match(receipt[name]):
+            raise ReceiptInvalid(f"{name} must be {form}")
     kind = receipt["kind"]
     if kind not in KINDS:
         raise ReceiptInvalid(f"unknown kind {kind!r}")
@@ -206,19 +256,19 @@ def verify(receipt: Any, public_keys: Mapping[str, bytes]) -> None:
         if type(receipt[name]) is not dict:
             raise ReceiptInvalid(f"{name} must be a map")
     prev = receipt["prev"]
-    if prev is not None and (type(prev) is not str or len(prev) != 64):
+    if prev is not None and (type(prev) is not str or not HASH_PATTERN.match(prev)):
         raise ReceiptInvalid("prev must be a sha256 hex digest or null")
-    raw = public_keys.get(receipt["key_id"])
-    if raw is None:
-        raise ReceiptInvalid(f"signed with key {receipt['key_id']!r}, which is not among the keys given")
+
+
+def _public_key(key_id: str, raw: Any) -> Ed25519PublicKey:
+    """The Ed25519 key of ``raw``, which must be the key ``key_id`` names (an id is its key's hash)."""
     try:
-        message = _message(receipt)
-    except canonical.NonCanonical as exc:
-        raise ReceiptInvalid(f"has no canonical encoding: {exc}") from None
-    try:
-        Ed25519PublicKey.from_public_bytes(raw).verify(receipt["sig"], message)
-    except InvalidSignature:
-        raise ReceiptInvalid(f"the signature does not verify with key {receipt['key_id']}") from None
+        public = Ed25519PublicKey.from_public_bytes(raw)
+    except (ValueError, TypeError):
+        raise ReceiptInvalid(f"the key given for {key_id} is not a raw 32-byte Ed25519 public key") from None
+    if key_id_of(public) != key_id:
+        raise ReceiptInvalid(f"the key given for {key_id} is another key (its id is {key_id_of(public)})")
+    return public
 
 
 def verify_bytes(data: bytes, public_keys: Mapping[str, bytes]) -> dict[str, Any]:
@@ -229,3 +279,34 @@ def verify_bytes(data: bytes, public_keys: Mapping[str, bytes]) -> dict[str, Any
         raise ReceiptInvalid(f"not a receipt's canonical bytes: {exc}") from None
     verify(receipt, public_keys)
     return receipt
+
+
+def keys_of_listing(answer: Any) -> dict[str, bytes]:
+    """The public keys of a ``GET /v1/keys`` answer, by key id. ValueError when it is not one, or a
+    key is not the key its id names (an id is the hash of its key: a listing cannot swap keys)."""
+    if not isinstance(answer, dict) or not isinstance(answer.get("keys"), list):
+        raise ValueError('not a GET /v1/keys answer: expected {"keys": [...]}')
+    keys: dict[str, bytes] = {}
+    for i, entry in enumerate(answer["keys"]):
+        try:
+            key_id, raw = entry["key_id"], base64.b64decode(entry["public_key"], validate=True)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"key {i} of the listing is malformed: {exc}") from None
+        if not isinstance(key_id, str):
+            raise ValueError(f"key {i} of the listing has no key id")
+        try:
+            _public_key(key_id, raw)
+        except ReceiptInvalid as exc:
+            raise ValueError(str(exc)) from None
+        keys[key_id] = raw
+    return keys
+
+
+def chain_breaks(receipts: list[Mapping[str, Any]]) -> list[str]:
+    """Where consecutive receipts do not link (each must name the previous one's hash): empty for
+    an unbroken run of the chain, whatever receipts were left out before its first."""
+    breaks = []
+    for before, after in itertools.pairwise(receipts):
+        if after.get("prev") != receipt_hash(before):
+            breaks.append(f"{after.get('id')} does not name the hash of {before.get('id')}, the receipt before it")
+    return breaks

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import select, text, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from genesis import canonical, signing
@@ -61,18 +62,24 @@ async def issue(
 
 
 async def publish_public_keys(sessions: async_sessionmaker, keyring: signing.Keyring) -> None:
-    """Every public key of the keyring into ``receipt_keys``; keys other than the current one are
-    marked retired (they still verify what they signed)."""
+    """Every public key of the keyring into ``receipt_keys`` (what ``GET /v1/keys`` serves); the
+    keyring's keys other than its current one are marked retired (they still verify what they
+    signed). Safe when several processes publish at once (the worker and the engine start together),
+    and a retired key stays retired: a process that loaded the keyring before a rotation cannot make
+    its old key current again."""
     now = datetime.now(UTC)
     async with sessions() as session, session.begin():
-        known = {k.key_id: k for k in (await session.scalars(select(ReceiptKey))).all()}
-        for kid, raw in keyring.public_keys().items():
-            if kid not in known:
-                session.add(ReceiptKey(key_id=kid, public_key=raw, retired_at=None if kid == keyring.current else now))
-            elif kid != keyring.current and known[kid].retired_at is None:
-                known[kid].retired_at = now
-        if keyring.current in known:
-            known[keyring.current].retired_at = None
+        for kid, raw in sorted(keyring.public_keys().items()):
+            retired = None if kid == keyring.current else now
+            await session.execute(
+                insert(ReceiptKey).values(key_id=kid, public_key=raw, retired_at=retired).on_conflict_do_nothing()
+            )
+            if retired is not None:
+                await session.execute(
+                    update(ReceiptKey)
+                    .where(ReceiptKey.key_id == kid, ReceiptKey.retired_at.is_(None))
+                    .values(retired_at=retired)
+                )
 
 
 class Signer:
@@ -108,14 +115,37 @@ def as_json(row: ReceiptRow) -> dict[str, Any]:
 
 
 def from_json(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The receipt (``sig`` as bytes) of :func:`as_json`'s form; from ``cbor`` when present, so the
-    bytes checked are the bytes signed."""
-    if isinstance(data.get("cbor"), str):
-        return canonical.decode(base64.b64decode(data["cbor"], validate=True))
-    receipt = {k: v for k, v in data.items() if k in signing.FIELDS}
-    if isinstance(receipt.get("sig"), str):
-        receipt["sig"] = base64.b64decode(receipt["sig"], validate=True)
+    """The receipt (``sig`` as bytes) of :func:`as_json`'s form. From ``cbor`` when present, so the
+    bytes checked are the bytes signed, and then the fields shown beside it must say the same
+    (ReceiptInvalid names the first that does not): what a reader sees is what was verified."""
+    if data.get("cbor") is None:
+        receipt = {k: v for k, v in data.items() if k in signing.FIELDS}
+        if isinstance(receipt.get("sig"), str):
+            receipt["sig"] = _base64(receipt["sig"], "sig")
+        return receipt
+    if not isinstance(data["cbor"], str):
+        raise signing.ReceiptInvalid("cbor must be base64 text")
+    try:
+        receipt = canonical.decode(_base64(data["cbor"], "cbor"))
+    except canonical.NonCanonical as exc:
+        raise signing.ReceiptInvalid(f"cbor is not a receipt's canonical bytes: {exc}") from None
+    if not isinstance(receipt, dict):
+        raise signing.ReceiptInvalid("cbor does not hold a receipt (a map)")
+    for name in signing.FIELDS:
+        if name not in data:
+            continue
+        signed = receipt.get(name)
+        shown = base64.b64encode(signed).decode() if name == "sig" and isinstance(signed, bytes) else signed
+        if data[name] != shown or type(data[name]) is not type(shown):
+            raise signing.ReceiptInvalid(f"its {name} differs from the {name} in its signed bytes (cbor)")
     return receipt
+
+
+def _base64(text: str, name: str) -> bytes:
+    try:
+        return base64.b64decode(text, validate=True)
+    except ValueError:
+        raise signing.ReceiptInvalid(f"{name} is not base64") from None
 
 
 # -- the journal's outbox ------------------------------------------------------------------------

@@ -3,7 +3,6 @@ events | export | verify`` (the journal's audit events; an export checked offlin
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
 import time
@@ -16,6 +15,7 @@ from rich.markup import escape
 from genesis import signing
 from genesis.cli.client import CliError
 from genesis.cli.output import Cli, cli_of, examples, group, handled, table
+from genesis.cli.receipts import saved_or_served_keys
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
 POLL_S = 2.0
@@ -80,14 +80,6 @@ def verify_export(text: str, keys: dict[str, bytes]) -> dict[str, Any]:
         except (signing.ReceiptInvalid, ValueError, TypeError) as exc:
             problems.append(f"the manifest's receipt does not verify: {exc}")
     return {"ok": not problems, "problems": problems, "events": len(events), "manifest": manifest}
-
-
-def _keys(cli: Cli, path: Path | None) -> dict[str, bytes]:
-    answer = json.loads(path.read_text()) if path is not None else cli.api.get("/v1/keys", expect=("keys",))
-    try:
-        return {k["key_id"]: base64.b64decode(k["public_key"], validate=True) for k in answer["keys"]}
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CliError(f"not a GET /v1/keys answer: {exc}", code=2) from exc
 
 
 def _filters(**given: Any) -> dict[str, Any]:
@@ -228,7 +220,7 @@ def register(app: typer.Typer, world: typer.Typer) -> None:
         cli = cli_of(ctx, json_out)
         if not file.exists():
             raise CliError(f"{file}: no such file", code=2)
-        result = verify_export(file.read_text(), _keys(cli, keys))
+        result = verify_export(file.read_text(), saved_or_served_keys(cli, keys))
 
         def render() -> None:
             if result["ok"]:

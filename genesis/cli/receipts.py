@@ -20,16 +20,23 @@ from genesis.config import get_settings
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
 
 
-def _keys_of(answer: Any) -> dict[str, bytes]:
-    """Public keys from a ``GET /v1/keys`` answer."""
-    import base64
-
-    if not isinstance(answer, dict) or not isinstance(answer.get("keys"), list):
-        raise CliError('not a GET /v1/keys answer: expected {"keys": [...]}', code=2)
+def keys_of(answer: Any, source: str) -> dict[str, bytes]:
+    """Public keys from a ``GET /v1/keys`` answer (each checked against its id)."""
     try:
-        return {k["key_id"]: base64.b64decode(k["public_key"], validate=True) for k in answer["keys"]}
-    except (KeyError, TypeError, ValueError) as exc:
-        raise CliError(f"a key in the keys file is malformed: {exc}", code=2) from exc
+        return signing.keys_of_listing(answer)
+    except ValueError as exc:
+        raise CliError(f"{source}: {exc}", code=2) from exc
+
+
+def saved_or_served_keys(cli: Cli, path: Path | None) -> dict[str, bytes]:
+    """The public keys of a saved ``GET /v1/keys`` answer, or else the API's."""
+    if path is None:
+        return keys_of(cli.api.get("/v1/keys", expect=("keys",)), "GET /v1/keys")
+    try:
+        answer = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CliError(f"{path}: not a saved GET /v1/keys answer: {exc}", code=2) from exc
+    return keys_of(answer, str(path))
 
 
 def _receipts_in(text: str) -> list[Any]:
@@ -48,22 +55,32 @@ def _receipts_in(text: str) -> list[Any]:
 
 
 def verify_all(items: list[Any], keys: dict[str, bytes]) -> list[dict[str, Any]]:
+    """Each item (a receipt in ``GET /v1/receipts/{id}``'s form) checked on this machine: its
+    signature over its exact bytes, its domain tag, its fields against those bytes, its hash."""
     from pipeline import receipts
 
     results = []
     for item in items:
         rid = item.get("id") if isinstance(item, dict) else None
         try:
-            receipt = receipts.from_json(item) if isinstance(item, dict) else item
+            if not isinstance(item, dict):
+                raise signing.ReceiptInvalid("not a receipt: expected a JSON object")
+            receipt = receipts.from_json(item)
             signing.verify(receipt, keys)
-            claimed = item.get("hash") if isinstance(item, dict) else None
-            actual = signing.receipt_hash(receipt)
+            claimed, actual = item.get("hash"), signing.receipt_hash(receipt)
             if claimed is not None and claimed != actual:
                 raise signing.ReceiptInvalid(f"its hash is {actual}, the file says {claimed}")
             results.append({"id": rid, "ok": True, "kind": receipt["kind"], "key_id": receipt["key_id"]})
         except (signing.ReceiptInvalid, ValueError, TypeError) as exc:
             results.append({"id": rid, "ok": False, "reason": str(exc)})
     return results
+
+
+def chain_of(items: list[Any]) -> list[str]:
+    """Where the file's receipts, in its order, do not form one unbroken run of the chain."""
+    from pipeline import receipts
+
+    return signing.chain_breaks([receipts.from_json(item) for item in items])
 
 
 def register(app: typer.Typer) -> None:
@@ -81,25 +98,42 @@ def register(app: typer.Typer) -> None:
         keys: Annotated[
             Path | None, typer.Option(help="a saved GET /v1/keys answer (else the API's keys are fetched)")
         ] = None,
+        chain: Annotated[
+            bool,
+            typer.Option(
+                "--chain", help="also require the receipts, in the file's order, to be one unbroken run of the chain"
+            ),
+        ] = False,
         json_out: JsonOpt = False,
     ) -> None:
         """Verify signed receipts on this machine.
 
         Each receipt's Ed25519 signature is checked here against the public keys (of a saved
         GET /v1/keys answer, or the API's), under its kind's domain tag, over its exact canonical
-        bytes; nothing is taken on the server's word. Exit status 1 if any fails."""
+        bytes, and the fields shown beside those bytes must say the same; nothing is taken on the
+        server's word. With --chain, each receipt must also name the previous one's hash (a
+        receipt left out or reordered shows). Exit status 1 if any check fails."""
         cli = cli_of(ctx, json_out)
         path = Path(what)
         if path.exists():
-            items = _receipts_in(path.read_text())
-        elif what.startswith("rcpt_"):
-            items = [cli.api.get(f"/v1/receipts/{segment(what, 'receipt id')}", expect=("cbor",))]
+            try:
+                items = _receipts_in(path.read_text())
+            except (OSError, UnicodeDecodeError) as exc:
+                raise CliError(f"{path}: cannot read it: {exc}", code=2) from exc
+        elif signing.RECEIPT_ID_PATTERN.match(what):
+            served = cli.api.get(f"/v1/receipts/{segment(what, 'receipt id')}", expect=("cbor",))
+            if served.get("id") != what:
+                raise CliError(f"asked for {what}, the API answered with {served.get('id')!r}")
+            items = [served]
         else:
-            raise CliError(f"{what}: no such file, and not a receipt id (rcpt_...)", code=2)
-        public = _keys_of(json.loads(keys.read_text())) if keys is not None else _keys_of(cli.api.get("/v1/keys"))
+            raise CliError(f"{what}: no such file, and not a receipt id ('rcpt_' followed by 24 hex digits)", code=2)
+        public = saved_or_served_keys(cli, keys)
         results = verify_all(items, public)
-        cli.emit({"results": results, "verified_here": True}, lambda: _render(cli, results))
-        if not results or not all(r["ok"] for r in results):
+        ok = bool(results) and all(r["ok"] for r in results)
+        breaks = chain_of(items) if chain and ok else []
+        data = {"results": results, "verified_here": True, **({"chain_breaks": breaks} if chain and ok else {})}
+        cli.emit(data, lambda: _render(cli, results, breaks if chain and ok else None))
+        if not ok or breaks:
             raise typer.Exit(1)
 
     keys_group = group(
@@ -166,11 +200,16 @@ def _show(cli: Cli, keyring: signing.Keyring) -> None:
     cli.console.print(table(f"keys in {keyring.directory}", ["key id", "use"], rows, whole=("key id",)))
 
 
-def _render(cli: Cli, results: list[dict[str, Any]]) -> None:
+def _render(cli: Cli, results: list[dict[str, Any]], breaks: list[str] | None) -> None:
     for r in results:
         if r["ok"]:
             cli.console.print(f"[green]ok[/] {r['id']} ({r['kind']}, key {r['key_id']})")
         else:
-            cli.console.print(f"[red]FAILED[/] {r['id']}: {escape(r['reason'])}", soft_wrap=True)
+            cli.console.print(f"[red]FAILED[/] {escape(str(r['id']))}: {escape(r['reason'])}", soft_wrap=True)
     good = sum(r["ok"] for r in results)
     cli.console.print(f"{good} of {len(results)} receipt(s) verified here, with the public keys only")
+    if breaks is not None:
+        for line in breaks:
+            cli.console.print(f"[red]CHAIN BROKEN[/] {escape(line)}", soft_wrap=True)
+        if not breaks:
+            cli.console.print(f"the {len(results)} receipt(s) form one unbroken run of the chain")

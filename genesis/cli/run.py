@@ -1,5 +1,6 @@
-"""``make run``: migrate the configured database, start the worker, the world engine, the Watcher
-and the API in the foreground and keep them up; Ctrl-C (or SIGTERM) stops them.
+"""``make run``: migrate the configured database, create the key that signs receipts (once), start
+the worker, the world engine, the Watcher and the API in the foreground and keep them up; Ctrl-C
+(or SIGTERM) stops them.
 
 A process that exits is restarted with a growing pause; one that keeps exiting stops everything
 with a message naming it and its log (genesis/cli/supervisor.py, settings ``GENESIS_RUN_*``).
@@ -15,6 +16,7 @@ import threading
 
 from sqlalchemy import make_url
 
+from genesis import signing
 from genesis.cli.supervisor import CrashLoop, RestartPolicy, Supervisor
 from genesis.config import PROJECT_ROOT, Settings, get_settings
 from genesis.db.migrate import upgrade_to_head
@@ -68,6 +70,22 @@ def migrate(settings: Settings) -> bool:
     return True
 
 
+def receipt_keys(settings: Settings) -> bool:
+    """Create the key that signs receipts the first time (docs/receipts.md), before the worker and
+    the engine start: both sign with it, and would otherwise race to make it."""
+    try:
+        keyring = signing.ensure_keyring(settings.receipt_keys_path)
+    except (OSError, ValueError) as exc:
+        log.error(
+            "cannot open the receipt signing keys in %s (GENESIS_RECEIPT_KEYS_DIR): %s. Nothing was started.",
+            settings.receipt_keys_path,
+            exc,
+        )
+        return False
+    log.info("receipts are signed with key %s (from %s)", keyring.current, keyring.directory)
+    return True
+
+
 def banner(settings: Settings, log_dir: str, names: list[str]) -> str:
     base = f"http://{settings.api.host}:{settings.api.port}"
     logs = f"{log_dir}/{names[0]}.log" if len(names) == 1 else f"{log_dir}/{{{','.join(names)}}}.log"
@@ -97,6 +115,8 @@ def main() -> int:
         return 1
     log_dir = settings.state_dir / "logs"
     started = commands(settings)
+    if ({"worker", "engine"} & started.keys()) and not receipt_keys(settings):
+        return 1
     supervisor = Supervisor(started, RestartPolicy.from_settings(settings.run), log_dir)
     stop, force = threading.Event(), threading.Event()
 

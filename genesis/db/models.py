@@ -10,6 +10,7 @@ from sqlalchemy import (
     Boolean,
     DateTime,
     Float,
+    ForeignKey,
     Identity,
     Index,
     Integer,
@@ -301,6 +302,8 @@ class ReceiptRow(Base):
     """A signed receipt (genesis/signing.py): ``body`` holds its exact canonical bytes."""
 
     __tablename__ = "receipts"
+    # the chain is linear: a receipt names an existing one, which no other names (migration 0015)
+    __table_args__ = (Index("ux_receipts_prev_hash", "prev_hash", unique=True, postgresql_nulls_not_distinct=True),)
 
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     seq: Mapped[int] = mapped_column(BigInteger, Identity(), unique=True)
@@ -312,7 +315,7 @@ class ReceiptRow(Base):
     topic: Mapped[str] = mapped_column(String(120), unique=True)
     issued_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     hash: Mapped[str] = mapped_column(String(64), unique=True)
-    prev_hash: Mapped[str | None] = mapped_column(String(64))
+    prev_hash: Mapped[str | None] = mapped_column(String(64), ForeignKey("receipts.hash", name="fk_receipts_prev_hash"))
     body: Mapped[bytes] = mapped_column(LargeBinary)
     journal_seq: Mapped[int | None] = mapped_column(BigInteger)
 

@@ -149,8 +149,9 @@ async def test_an_agent_reads_its_own_timeline_only(http, operator_http, session
 
 
 async def test_trait_set_changes_and_rollbacks_get_receipts_bound_to_their_journal_record(
-    http, sessions, tmp_path, settings
+    operator_http, sessions, tmp_path, settings
 ):
+    # (receipts of the world are read by the agent they concern and operators: an operator lists them)
     from genesis import signing
     from journal.reader import JournalReader
     from pipeline import receipts
@@ -158,7 +159,9 @@ async def test_trait_set_changes_and_rollbacks_get_receipts_bound_to_their_journ
     await run_with_rollback(tmp_path, 450)
     keyring = signing.ensure_keyring(settings.receipt_keys_path)
     await audit.rebuild(sessions, tmp_path)
-    before = (await http.get("/v1/receipts", params={"kind": "trait_set.changed", "limit": 500})).json()["receipts"]
+    before = (await operator_http.get("/v1/receipts", params={"kind": "trait_set.changed", "limit": 500})).json()[
+        "receipts"
+    ]
     assert not [r for r in before if r["subject"].get("journal_header")]  # a rebuild without a keyring signs none
     async with sessions() as session, session.begin():
         from sqlalchemy import delete
@@ -176,17 +179,17 @@ async def test_trait_set_changes_and_rollbacks_get_receipts_bound_to_their_journ
         ("trait_set.changed", {"trait.arrived", "trait.left"}),
         ("world.rollback", {"world.rollback"}),
     ):
-        found = (await http.get("/v1/receipts", params={"kind": kind, "limit": 500})).json()["receipts"]
+        found = (await operator_http.get("/v1/receipts", params={"kind": kind, "limit": 500})).json()["receipts"]
         mine = [r for r in found if r["subject"].get("journal_seq") in headers]
         assert mine and {r["body"]["event"] for r in mine} == event_kinds
         for r in mine:
             signing.verify(receipts.from_json(r), keys)
             assert r["subject"]["journal_header"] == headers[r["subject"]["journal_seq"]].hash().hex()
     # projecting again signs nothing twice (one receipt per journal event)
-    count = len((await http.get("/v1/receipts", params={"limit": 500})).json()["receipts"])
+    count = len((await operator_http.get("/v1/receipts", params={"limit": 500})).json()["receipts"])
     async with sessions() as session, session.begin():
         await session.execute(delete(AuditEventRow))
         await session.execute(delete(AuditProjection))
     while await audit.project(sessions, tmp_path, keyring=keyring):
         pass
-    assert len((await http.get("/v1/receipts", params={"limit": 500})).json()["receipts"]) == count
+    assert len((await operator_http.get("/v1/receipts", params={"limit": 500})).json()["receipts"]) == count
