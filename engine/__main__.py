@@ -134,9 +134,10 @@ async def keep_the_record(settings, engine: Engine, keyring: signing.Keyring, st
     finds them), and keep the audit projection (pipeline/audit.py) up with the journal, signing the
     receipts of trait-set changes and rollbacks as it goes."""
     sessions = get_sessionmaker(settings.database_url)
-    await receipts.publish_public_keys(sessions, keyring)
+    signer = receipts.Signer(sessions, keyring)
     while not stop.is_set():
         try:
+            await signer.ready()  # the public keys published once (retried while Postgres is away)
             rows = await receipts.unjournaled(sessions)
             if rows:
                 placed = engine.journal_events("receipt", [canonical.decode(r.body) for r in rows])
