@@ -28,7 +28,7 @@ from genesis.db.session import get_sessionmaker
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics, temporal_sdk_runtime
 from genesis.temporal import connect
-from genesis.workflow_api import llm_task_queue
+from genesis.workflow_api import journal_task_queue, llm_task_queue
 from gepa_steps.activities import GepaActivities
 from workflows.registry import GEPA_WORKFLOWS, WORKFLOWS
 
@@ -72,9 +72,6 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
             evolution.publish_feed,
             evolution.apply_world_params,
             evolution.revert_world_params,
-            # The world's journal: replays that verify it, signed audit manifests
-            journal.verify_replay,
-            journal.sign_audit_manifest,
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.sandbox.concurrency,  # regular activities: sandbox tests only
@@ -86,7 +83,13 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
         activities=[evolution.architect_plan, evolution.coder_generate],
         max_concurrent_activities=settings.llm.concurrency,
     )
-    return [pipeline, llm]
+    journal_worker = Worker(
+        client,
+        task_queue=journal_task_queue(settings.task_queue),
+        activities=[journal.verify_replay, journal.sign_audit_manifest],  # the world's journal
+        max_concurrent_activities=2,  # a replay is a CPU-bound subprocess
+    )
+    return [pipeline, llm, journal_worker]
 
 
 def build_gepa_worker(client, settings: Settings, executor: ThreadPoolExecutor, gepa: GepaActivities) -> Worker:
@@ -128,17 +131,18 @@ async def main() -> None:
             ThreadPoolExecutor(max_workers=settings.sandbox.concurrency) as executor,
             ThreadPoolExecutor(max_workers=settings.gepa.concurrency, thread_name_prefix="gepa") as gepa_executor,
         ):
-            pipeline, llm = build_workers(client, settings, executor, sandbox)
+            pipeline, llm, journal_worker = build_workers(client, settings, executor, sandbox)
             gepa_worker = build_gepa_worker(client, settings, gepa_executor, gepa)
             log.info("start-up heap frozen: %d objects", gc_tuning.freeze_startup_heap())
             log.info(
-                "worker polling task queues %r, %r and %r on %s",
+                "worker polling task queues %r, %r, %r and %r on %s",
                 settings.task_queue,
                 llm_task_queue(settings.task_queue),
+                journal_task_queue(settings.task_queue),
                 settings.gepa_task_queue(),
                 settings.temporal.address,
             )
-            async with pipeline, llm, gepa_worker:
+            async with pipeline, llm, journal_worker, gepa_worker:
                 await stop.wait()
     finally:
         await asyncio.to_thread(gepa.close)

@@ -51,6 +51,12 @@ def trigger_id_of(workflow_id: str) -> str:
     return workflow_id.removeprefix("evolution-")
 
 
+def journal_task_queue(task_queue: str) -> str:
+    """Replays of the journal and manifest signatures run on their own queue (worker.py): a replay
+    of an hour of world never holds a slot that sandbox tests need."""
+    return f"{task_queue}-journal"
+
+
 def llm_task_queue(task_queue: str) -> str:
     """The Architect's and Coder's LLM calls run on their own queue (worker.py), with their own
     concurrency budget."""

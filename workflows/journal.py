@@ -12,7 +12,7 @@ from temporalio.common import RetryPolicy
 with workflow.unsafe.imports_passed_through():
     from activities import names
     from genesis.dto import AuditManifestRequest, ReplayVerifyReport, ReplayVerifyRequest
-    from genesis.workflow_api import AUDIT_MANIFEST_WORKFLOW, REPLAY_VERIFY_WORKFLOW
+    from genesis.workflow_api import AUDIT_MANIFEST_WORKFLOW, REPLAY_VERIFY_WORKFLOW, journal_task_queue
 
 
 @workflow.defn(name=REPLAY_VERIFY_WORKFLOW)
@@ -23,6 +23,7 @@ class ReplayVerifyWorkflow:
             names.VERIFY_REPLAY,
             request,
             result_type=ReplayVerifyReport,
+            task_queue=journal_task_queue(workflow.info().task_queue),
             start_to_close_timeout=timedelta(hours=2),
             heartbeat_timeout=timedelta(seconds=60),
             retry_policy=RetryPolicy(maximum_attempts=3, non_retryable_error_types=["REPLAY_UNAVAILABLE"]),
@@ -37,6 +38,7 @@ class AuditManifestWorkflow:
             names.SIGN_AUDIT_MANIFEST,
             request,
             result_type=dict,
+            task_queue=journal_task_queue(workflow.info().task_queue),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(maximum_attempts=5),
         )

@@ -41,13 +41,19 @@ OPERATOR_ROUTES = {
     ("POST", "/api/schedules/{schedule_id}/resume"),
     ("DELETE", "/api/schedules/{schedule_id}"),
     ("POST", "/api/evolution/trigger"),
+    ("POST", "/v1/world/rollback"),
+    ("GET", "/v1/world/replay/verify"),
+    ("GET", "/v1/audit/events"),
+    ("GET", "/v1/audit/export"),
 }
 # A request of each operator route that only the missing key can refuse.
 SAMPLE = {
     "/api/agents/tasks": {"problem_type": "starvation", "severity": "low", "description": "auth test"},
     "/api/schedules": {"interval_s": 3600, "paused": True},
     "/api/evolution/trigger": {"anomaly_type": "stagnation"},
+    "/v1/world/rollback": {"tick": 0, "reason": "auth test"},
 }
+QUERIES = {"/v1/world/replay/verify": "?from=0&to=1"}
 
 
 def operator_routes(settings) -> set[tuple[str, str]]:
@@ -60,7 +66,7 @@ def operator_routes(settings) -> set[tuple[str, str]]:
 
 
 def concrete(path: str) -> str:
-    return path.replace("{task_id}", "task_auth_probe").replace("{schedule_id}", "auth-probe")
+    return path.replace("{task_id}", "task_auth_probe").replace("{schedule_id}", "auth-probe") + QUERIES.get(path, "")
 
 
 async def test_every_operator_route_needs_an_operator_key(http, settings):
