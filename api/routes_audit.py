@@ -34,7 +34,7 @@ from genesis.workflow_api import AUDIT_MANIFEST_WORKFLOW
 from journal.audit import EVENT_KINDS
 from pipeline import audit
 
-router = APIRouter(tags=["audit"])
+router = APIRouter()  # tags per route: the timeline is listed with the agents' routes
 log = logging.getLogger("genesis.api")
 SIGN_TIMEOUT_S = 30
 PAGES = Keyset("audit", whole(2**63), whole(2**15))
@@ -143,6 +143,7 @@ Limit = Annotated[int, Query(ge=1, le=1000, description="At most this many event
 
 @router.get(
     "/v1/audit/events",
+    tags=["audit"],
     response_model=AuditEventList,
     responses=paged({**ERRORS, **OPERATOR_ERRORS}),
     dependencies=[Depends(require_operator)],
@@ -160,6 +161,7 @@ async def audit_events(
 
 @router.get(
     "/v1/audit/export",
+    tags=["audit"],
     responses={
         **ERRORS,
         **OPERATOR_ERRORS,

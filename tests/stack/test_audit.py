@@ -19,9 +19,14 @@ from tests.journal_worlds import journal_settings, journaled_engine
 
 @pytest.fixture
 async def sessions(settings):
-    from genesis.db.session import get_sessionmaker
+    """Sessions on an engine of this test's own (no pool kept between tests: an app another test
+    runs in a thread of its own must never be handed a connection of this event loop)."""
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+    from sqlalchemy.pool import NullPool
 
-    return get_sessionmaker(settings.database_url)
+    engine = create_async_engine(settings.database_url, poolclass=NullPool)
+    yield async_sessionmaker(engine, expire_on_commit=False)
+    await engine.dispose()
 
 
 async def run_with_rollback(tmp_path, ticks: int, agents: dict[str, str] | None = None) -> Engine:

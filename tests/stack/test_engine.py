@@ -494,11 +494,20 @@ async def test_engine_not_running_is_503(engine_settings):
     from fastapi.testclient import TestClient
 
     from api.app import create_app
+    from genesis.db.session import get_engine
 
     def calls():
         with TestClient(create_app(engine_settings)) as client:
             return [client.get(path) for path in ("/api/world/state", "/api/world/entities", "/api/stats")]
 
-    for r in await asyncio.to_thread(calls):
+    # The app runs in a thread and an event loop of its own but shares the process's cached
+    # database engine: it must find no pooled connection of this loop, and leave none of its own.
+    database = get_engine(engine_settings.database_url)
+    await database.dispose()
+    try:
+        answers = await asyncio.to_thread(calls)
+    finally:
+        await database.dispose(close=False)
+    for r in answers:
         assert r.status_code == 503
         assert r.json()["error"] == "ENGINE_NOT_RUNNING" and "python -m engine" in r.json()["detail"]

@@ -88,11 +88,16 @@ async def test_replay_verification_through_the_api_and_the_cli(settings, operato
 async def test_an_audit_export_verifies_offline_and_a_tampered_one_does_not(
     settings, operator_http, api_url, operator_key, tmp_path
 ):
-    from genesis.db.session import get_sessionmaker
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+    from sqlalchemy.pool import NullPool
 
     journal = tmp_path / "journal"
     await run_journaled(journal_settings(journal, 33, journal_snapshot_interval=100), 500)
-    await audit.rebuild(get_sessionmaker(settings.database_url), journal)
+    engine = create_async_engine(settings.database_url, poolclass=NullPool)
+    try:
+        await audit.rebuild(async_sessionmaker(engine, expire_on_commit=False), journal)
+    finally:
+        await engine.dispose()
     out_file, keys_file = tmp_path / "audit.ndjson", tmp_path / "keys.json"
     code, out, _ = await invoke(api_url, "audit", "export", "--out", str(out_file), operator_key=operator_key)
     assert code == 0 and "event(s) written" in out, out
