@@ -41,6 +41,18 @@ async def run_with_rollback(tmp_path, ticks: int, agents: dict[str, str] | None 
     return engine
 
 
+async def every_receipt(http, **params) -> list[dict]:
+    """Every receipt of the chain (other tests' too), page by page."""
+    found, cursor = [], None
+    while True:
+        page = (
+            await http.get("/v1/receipts", params={**params, "limit": 500, **({"cursor": cursor} if cursor else {})})
+        ).json()
+        found += page["receipts"]
+        if (cursor := page["next_cursor"]) is None:
+            return found
+
+
 async def all_events(http, **params) -> list[dict]:
     events, cursor = [], None
     while True:
@@ -164,10 +176,12 @@ async def test_trait_set_changes_and_rollbacks_get_receipts_bound_to_their_journ
     await run_with_rollback(tmp_path, 450)
     keyring = signing.ensure_keyring(settings.receipt_keys_path)
     await audit.rebuild(sessions, tmp_path)
-    before = (await operator_http.get("/v1/receipts", params={"kind": "trait_set.changed", "limit": 500})).json()[
-        "receipts"
-    ]
-    assert not [r for r in before if r["subject"].get("journal_header")]  # a rebuild without a keyring signs none
+    headers = {r.header.seq: r.header for r in JournalReader(tmp_path / "records").records()}
+    ours = {h.hash().hex() for h in headers.values()}
+    before = await every_receipt(operator_http, kind="trait_set.changed")
+    assert not [
+        r for r in before if r["subject"].get("journal_header") in ours
+    ]  # a rebuild without a keyring signs none
     async with sessions() as session, session.begin():
         from sqlalchemy import delete
 
@@ -178,24 +192,22 @@ async def test_trait_set_changes_and_rollbacks_get_receipts_bound_to_their_journ
     while await audit.project(sessions, tmp_path, keyring=keyring):
         pass
     await receipts.publish_public_keys(sessions, keyring)
-    headers = {r.header.seq: r.header for r in JournalReader(tmp_path / "records").records()}
-    ours = {h.hash().hex() for h in headers.values()}
     keys = {k: v for k, v in keyring.public_keys().items()}
     for kind, event_kinds in (
         ("trait_set.changed", {"trait.arrived", "trait.left"}),
         ("world.rollback", {"world.rollback"}),
     ):
-        found = (await operator_http.get("/v1/receipts", params={"kind": kind, "limit": 500})).json()["receipts"]
+        found = await every_receipt(operator_http, kind=kind)
         mine = [r for r in found if r["subject"].get("journal_header") in ours]  # receipts of this journal
         assert mine and {r["body"]["event"] for r in mine} == event_kinds
         for r in mine:
             signing.verify(receipts.from_json(r), keys)
             assert r["subject"]["journal_header"] == headers[r["subject"]["journal_seq"]].hash().hex()
     # projecting again signs nothing twice (one receipt per journal event)
-    count = len((await operator_http.get("/v1/receipts", params={"limit": 500})).json()["receipts"])
+    count = len(await every_receipt(operator_http))
     async with sessions() as session, session.begin():
         await session.execute(delete(AuditEventRow))
         await session.execute(delete(AuditProjection))
     while await audit.project(sessions, tmp_path, keyring=keyring):
         pass
-    assert len((await operator_http.get("/v1/receipts", params={"limit": 500})).json()["receipts"]) == count
+    assert len(await every_receipt(operator_http)) == count
