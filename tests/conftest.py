@@ -121,7 +121,11 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         task_queue="genesis-test",
         api_port=free_port(),
         mutations_dir=tmp_path_factory.mktemp("mutations"),
-        # the journal of an engine the suite starts: tests/own_stack.py fresh_journal gives each its own
+        # The suite's shared engines run without a journal: each start is a new world, and none
+        # projects audit events or signs receipts into the suite's database while other modules
+        # read it. The journal's own tests build engines with journals of their own
+        # (tests/journal_worlds.py, test_world_journal.py); replays read journal_dir.
+        journal_enabled=False,
         journal_dir=tmp_path_factory.mktemp("journal"),
         receipt_keys_dir=tmp_path_factory.mktemp("receipt-keys"),
         # A short world clock so observation windows close in seconds.
