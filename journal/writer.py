@@ -94,21 +94,10 @@ class JournalWriter:
             self._syncer.start()
 
     @classmethod
-    def open(
-        cls,
-        directory: Path,
-        *,
-        segment_max_records: int = 3600,
-        segment_max_bytes: int = 64 << 20,
-        fsync_interval_s: float = 1.0,
-    ) -> JournalWriter:
-        """The journal in ``directory`` (created if need be), recovered, locked for this writer."""
-        return cls(
-            directory,
-            segment_max_records=segment_max_records,
-            segment_max_bytes=segment_max_bytes,
-            fsync_interval_s=fsync_interval_s,
-        )
+    def open(cls, directory: Path, **options: Any) -> JournalWriter:
+        """The journal in ``directory`` (created if need be), recovered, locked for this writer;
+        ``options`` as for the constructor."""
+        return cls(directory, **options)
 
     def _recover(self) -> tuple[Header | None, int, int, RecoveryReport]:
         segs = segments(self.directory)
