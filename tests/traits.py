@@ -1,5 +1,7 @@
 """Trait sources used across tests."""
 
+import uuid
+
 # The seed's example, verbatim (open-mutation-api.md).
 SEED_EXAMPLE = '''from __future__ import annotations
 import math
@@ -59,3 +61,9 @@ class SeekerTrait(BaseTrait):
         else:
             entity.direction = entity.direction + {variant % 7} * 0.01
 """
+
+
+def unique_seeker() -> str:
+    """A seeker no other test proposes: identical code is rejected as DUPLICATE_CODE, and the stack
+    tests share one database."""
+    return seeker(10_000 + uuid.uuid4().int % 10**9)

@@ -7,7 +7,6 @@ in this process; the viewer in headless Chromium."""
 from __future__ import annotations
 
 import json
-import random
 import re
 import uuid
 
@@ -33,7 +32,7 @@ async def test_every_surface_counts_the_same_live_traits(
     mutation_ids = []
     async with httpx.AsyncClient(base_url=endless, timeout=30) as client:
         for name in names:
-            body = {"trait_name": name, "goal": "counted", "code": traits.seeker(random.randrange(10**7))}
+            body = {"trait_name": name, "goal": "counted", "code": traits.unique_seeker()}
             response = await client.post("/api/mutations/propose", json=body, headers=agent.headers)
             assert response.status_code == 202, response.text
             mutation_ids.append(response.json()["mutation_id"])

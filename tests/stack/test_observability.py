@@ -97,7 +97,7 @@ async def test_api_metrics_count_proposals_by_outcome(http):
         return value(scraped, "genesis_api_mutation_proposals_total", source=source, outcome=outcome)
 
     before = samples((await http.get("/metrics")).text)
-    body = {"trait_name": "metrics_probe", "goal": "metrics", "code": traits.seeker(random.randrange(10**6, 10**7))}
+    body = {"trait_name": "metrics_probe", "goal": "metrics", "code": traits.unique_seeker()}
     assert (await http.post("/api/mutations/propose", json=body)).status_code == 401  # no X-API-Key
     headers = await agents.headers(http)
     batch = {"proposals": [{**body, "trait_name": "Not-Snake-Case"}, {**body, "replaces": {"trait_name": "other"}}]}
@@ -187,7 +187,7 @@ async def test_worker_metrics_and_json_logs_of_a_mutation(settings, start_api):
                     )
                 ).json()["mutation_id"]
                 for name, code in (
-                    ("metrics_seeker", traits.seeker(random.randrange(10**6, 10**7))),
+                    ("metrics_seeker", traits.unique_seeker()),
                     ("metrics_raiser", traits.RAISES),
                 )
             ]

@@ -71,8 +71,8 @@ def assert_one_verified_chain(chain: list[dict], keys: dict[str, bytes]) -> None
 async def test_every_stage_of_a_mutation_has_a_signed_receipt_in_one_chain(
     http, operator_http, api_url, temporal_client, tmp_path
 ):
-    live = await propose(http, traits.seeker(90173), trait_name="receipted_seeker")
-    kept = await propose(http, traits.seeker(902), trait_name="receipted_keeper")
+    live = await propose(http, traits.unique_seeker(), trait_name="receipted_seeker")
+    kept = await propose(http, traits.unique_seeker(), trait_name="receipted_keeper")
     raises = await propose(http, traits.RAISES, trait_name="receipted_raiser")
     forbidden = await propose(http, traits.FORBIDDEN_IMPORT, trait_name="receipted_importer")
     await wait_for_verdict(http, raises)

@@ -7,7 +7,6 @@ sandbox_ok history is tests/histories/mutation_sandbox_ok.json)."""
 from __future__ import annotations
 
 import asyncio
-import random
 import uuid
 
 import httpx
@@ -103,7 +102,7 @@ async def test_the_workflow_records_the_verdict_the_activity_returned(no_activat
     code = (
         traits.RAISES.replace('"boom"', f'"boom {uuid.uuid4().hex}"')
         if status == "rejected"
-        else traits.seeker(random.randrange(10**8, 10**9))
+        else traits.unique_seeker()
     )
     async with httpx.AsyncClient(base_url=no_activation_api, timeout=30) as http:
         mutation_id = await propose(http, code, trait_name=f"verdict_{status}")

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import colorsys
 import os
-import random
 import re
 import shutil
 import uuid
@@ -327,7 +326,7 @@ async def test_the_lineage_panel_shows_a_parent_above_its_child(page, http, star
 
 
 async def go_live(client, agent, name: str, replaces: dict | None = None) -> str:
-    body = {"trait_name": name, "goal": "lineage in the viewer", "code": traits.seeker(random.randrange(10**7))}
+    body = {"trait_name": name, "goal": "lineage in the viewer", "code": traits.unique_seeker()}
     if replaces:
         body["replaces"] = replaces
     response = await client.post("/api/mutations/propose", json=body, headers=agent.headers)
@@ -627,7 +626,7 @@ async def test_your_agent_tally_counts_a_kept_proposal(browser, start_api, http,
         key = await page.evaluate("localStorage.getItem('genesis.apiKey')")
 
         await page.fill("#trait-name", f"viewer_tally_{uuid.uuid4().hex[:6]}")
-        await page.fill("#code", traits.seeker(random.randrange(10**7)))
+        await page.fill("#code", traits.unique_seeker())
         await page.click("#propose-form button[type=submit]")
         await wait_text(page, "agent-state", "proposed 1, kept 0")
         me = (await http.get("/v1/agents/me", headers={"X-API-Key": key})).json()

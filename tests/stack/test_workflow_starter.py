@@ -4,7 +4,6 @@ right after — or, when Temporal cannot be reached, later, by a sweeper (api/wo
 from __future__ import annotations
 
 import asyncio
-import uuid
 
 import httpx
 
@@ -13,18 +12,13 @@ from tests import agents, traits
 from tests.stack.test_lifecycle import wait_for_status
 
 
-def unique_variant() -> int:
-    """Code no other test proposes (identical code is rejected as DUPLICATE_CODE)."""
-    return 10_000 + uuid.uuid4().int % 10**9
-
-
 async def test_a_proposal_made_while_temporal_is_down_is_kept_and_started_when_it_is_back(start_api, http):
     # An API process whose Temporal is unreachable (and which never sweeps itself).
     down_url = await start_api(
         "api-temporal-down", temporal_address=f"127.0.0.1:{free_port()}", workflow_start_sweep_s=3600
     )
     proposer = await agents.agent(http, "outbox-agent")
-    body = {"trait_name": "outbox_seeker", "goal": "survive an outage", "code": traits.seeker(unique_variant())}
+    body = {"trait_name": "outbox_seeker", "goal": "survive an outage", "code": traits.unique_seeker()}
     async with httpx.AsyncClient(base_url=down_url, timeout=30) as down:
         response = await down.post("/api/mutations/propose", json=body, headers=proposer.headers)
     assert response.status_code == 202, response.text
@@ -42,7 +36,7 @@ async def test_a_proposal_made_while_temporal_is_down_is_kept_and_started_when_i
 
 async def test_propose_answers_before_the_workflow_starts_and_it_still_runs(http):
     proposer = await agents.agent(http, "outbox-agent")
-    body = {"trait_name": "prompt_seeker", "goal": "the normal path", "code": traits.seeker(unique_variant())}
+    body = {"trait_name": "prompt_seeker", "goal": "the normal path", "code": traits.unique_seeker()}
     response = await http.post("/api/mutations/propose", json=body, headers=proposer.headers)
     assert response.status_code == 202 and response.json()["status"] == "queued"
     status = await wait_for_status(
