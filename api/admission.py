@@ -8,7 +8,8 @@ engine (genesis/db/session.py), held for the whole admission, in autocommit: eac
 atomic alone and none needs another's uncommitted write (activation checks the live version and
 its owner again in its own transaction), so a transaction would only add BEGIN and COMMIT round
 trips. With the pool's checkout free of pings, a proposal costs 2 round trips (3 with an
-Idempotency-Key); asyncpg prepares each statement once per connection. A concurrent retry with
+Idempotency-Key) and the policy gate's (the manifest in force, the agent's grants, the decision's
+record: api/gate.py); asyncpg prepares each statement once per connection. A concurrent retry with
 the same Idempotency-Key is ``INSERT ... ON CONFLICT DO NOTHING`` and answers with the row
 recorded first.
 """
@@ -30,6 +31,7 @@ from sqlalchemy.engine import Row
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from api import gate
 from api.errors import ApiError, unavailable
 from api.schemas import ProposeRequest, ProposeResponse, TraitSubmission
 from evolution import tasks
@@ -37,6 +39,7 @@ from genesis import netpolicy
 from genesis.db.models import Mutation, TraitVersion
 from genesis.dto import FailureCode, MutationStatus, ParentVersion, TraitRef
 from genesis.ids import mutation_id_for_idempotency_key, mutation_workflow_id, new_mutation_id
+from governance import policy
 from pipeline import lineage, ratelimit, webhooks
 
 # Postgres unreachable or failing while admitting a proposal: 503 DATABASE_UNAVAILABLE, nothing
@@ -139,6 +142,9 @@ async def _admit(
             return _same_proposal(existing, body)
     # 403 NOT_TRAIT_OWNER, 409 TRAIT_EXISTS / TRAIT_NOT_LIVE / VERSION_CONFLICT
     target = await _check_replacement(services, conn, body, agent_id, operator)
+    # 403 POLICY_DENIED (the decision is recorded either way)
+    action = "traits.modify" if target.replaces is not None else "traits.propose"
+    await gate.require(services, conn, policy.Request("agent", action, agent_id, resource=f"trait:{body.trait_name}"))
     await _check_task_claim(services, body.task_id, agent_id)  # 409 if another agent holds the task
     ip = request.client.host if request.client else "unknown"
     decision = await _take_rate_limit(services, agent_id, ip, mutation_id)

@@ -22,6 +22,7 @@ from api import (
     routes_docs,
     routes_evolution,
     routes_feed,
+    routes_governance,
     routes_health,
     routes_mutation_list,
     routes_mutation_ops,
@@ -182,6 +183,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_world_replay.router)
     app.include_router(routes_audit.router)
     app.include_router(routes_receipts.router)
+    app.include_router(routes_governance.router)
     app.include_router(routes_telemetry.router)
     app.include_router(routes_traits.router)
     # Evolution cycles (issue 5): the feed and the periodic improvement schedules

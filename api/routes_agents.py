@@ -21,7 +21,7 @@ from api.schemas import (
 )
 from genesis.db.models import Agent, Mutation
 from genesis.dto import MutationStatus, terminal_statuses
-from pipeline import apikeys, ratelimit
+from pipeline import apikeys, capabilities, manifests, ratelimit
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
@@ -38,7 +38,8 @@ def _iso(moment: datetime) -> str:
 )
 async def register(body: RegisterRequest, request: Request) -> JSONResponse:
     """Register an agent. The answer carries its ``agent_id`` and its API key; the key is shown
-    this once (only a hash is stored): send it as ``X-API-Key`` on write endpoints."""
+    this once (only a hash is stored): send it as ``X-API-Key`` on write endpoints. The agent
+    holds the manifest's default capabilities (``GET /v1/agents/{agent_id}/capabilities``)."""
     services = request.app.state.services
     for _ in range(3):  # a clash of random ids or key prefixes is rare; draw again
         issued = apikeys.issue(services.pepper)
@@ -55,6 +56,10 @@ async def register(body: RegisterRequest, request: Request) -> JSONResponse:
         async with services.sessions() as session:
             session.add(agent)
             try:
+                await session.flush()
+                conn = await session.connection()  # its default capabilities, in the same transaction
+                rules = await manifests.current(conn, services.settings)
+                await capabilities.grant_defaults(conn, agent.agent_id, rules.manifest)
                 await session.commit()
                 break
             except IntegrityError:

@@ -27,7 +27,7 @@ from genesis.effects import WorldSample
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics
 from genesis.temporal import connect
-from pipeline import audit, receipts, registry
+from pipeline import audit, journal_outbox, receipts, registry
 
 from .journaling import WorldJournal
 from .live_traits import HostTraitRunner
@@ -130,18 +130,20 @@ async def still_open(sessions, pinned: set[str]) -> set[str]:
 
 
 async def keep_the_record(settings, engine: Engine, keyring: signing.Keyring, stop: asyncio.Event) -> None:
-    """About once a second: carry the pipeline's new receipts into the journal (where the audit
-    finds them), and keep the audit projection (pipeline/audit.py) up with the journal, signing the
-    receipts of trait-set changes and rollbacks as it goes."""
+    """About once a second: carry the pipeline's new receipts and policy decisions into the journal
+    (where the audit finds them), and keep the audit projection (pipeline/audit.py) up with the
+    journal, signing the receipts of trait-set changes and rollbacks as it goes."""
     sessions = get_sessionmaker(settings.database_url)
     signer = receipts.Signer(sessions, keyring)
     while not stop.is_set():
         try:
             await signer.ready()  # the public keys published once (retried while Postgres is away)
-            rows = await receipts.unjournaled(sessions)
-            if rows:
-                placed = engine.journal_events("receipt", [canonical.decode(r.body) for r in rows])
-                await receipts.mark_journaled(sessions, {r.id: seq for r, seq in zip(rows, placed, strict=True)})
+            for outbox in journal_outbox.OUTBOXES:
+                rows = await journal_outbox.unjournaled(sessions, outbox)
+                if rows:
+                    placed = engine.journal_events(outbox.kind, [canonical.decode(r.body) for r in rows])
+                    done = {r.id: seq for r, seq in zip(rows, placed, strict=True)}
+                    await journal_outbox.mark_journaled(sessions, outbox, done)
             while not stop.is_set() and await audit.project(sessions, settings.journal_dir, keyring=keyring):
                 pass  # a backlog (after a stop): batch after batch
             if engine.journal is not None and engine.journal.pins:

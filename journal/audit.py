@@ -13,7 +13,8 @@ cause and a short summary:
 - ``params.changed`` (the parameters that changed);
 - ``host.missed``, ``host.skipped``, ``host.refused``, ``host.error``: ticks the trait host did
   not serve (the cause says why);
-- ``receipt``: a signed receipt of the mutation pipeline, as the journal carries it.
+- ``receipt``: a signed receipt of the mutation pipeline, as the journal carries it;
+- ``policy.decision``: a decision of the policy gate (the cause: ``allow`` or ``deny``).
 
 Plain ticks whose host served them yield nothing: they are in the journal (``GET
 /v1/audit/records`` lists records themselves)."""
@@ -35,6 +36,7 @@ EVENT_KINDS = (
     "params.changed",
     *(f"host.{outcome}" for outcome in HOST_TROUBLE),
     "receipt",
+    "policy.decision",
 )
 
 
@@ -109,6 +111,17 @@ def events_of(record: JournalRecord, previous_params: dict[str, Any] | None = No
             trait_name=_str(subject.get("trait_name")),
             cause=_str(body.get("kind")),
             summary={"receipt_id": body.get("id"), "receipt_kind": body.get("kind")},
+        )
+    elif h.kind == "policy.decision":
+        asked: dict[str, Any] = body["request"] if isinstance(body.get("request"), dict) else {}
+        decided: dict[str, Any] = body["decision"] if isinstance(body.get("decision"), dict) else {}
+        add(
+            "policy.decision",
+            agent_id=_str(asked.get("subject")) if asked.get("role") == "agent" else None,
+            cause=_str(decided.get("decision")),
+            summary={"decision_id": body.get("id")}
+            | {k: asked.get(k) for k in ("role", "action", "subject", "resource")}
+            | {k: decided.get(k) for k in ("rule", "reason", "manifest_hash", "dry_run")},
         )
     elif h.kind == "tick":
         traits = body.get("traits")

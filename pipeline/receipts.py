@@ -4,8 +4,8 @@
 in the caller's transaction, under a transaction-scoped advisory lock: issuers in every process
 take turns, so the chain never forks. Each receipt has a ``topic`` (what it is about, once: a
 mutation's stage, a journal record's event), so a retried activity or a replayed projection issues
-nothing twice. The engine carries every receipt into the world's journal (``unjournaled`` /
-``mark_journaled``), where the audit projection and the agents' timelines find them."""
+nothing twice. The engine carries every receipt into the world's journal
+(pipeline/journal_outbox.py), where the audit projection and the agents' timelines find them."""
 
 from __future__ import annotations
 
@@ -146,18 +146,3 @@ def _base64(text: str, name: str) -> bytes:
         return base64.b64decode(text, validate=True)
     except ValueError:
         raise signing.ReceiptInvalid(f"{name} is not base64") from None
-
-
-# -- the journal's outbox ------------------------------------------------------------------------
-
-
-async def unjournaled(sessions: async_sessionmaker, limit: int = 100) -> list[ReceiptRow]:
-    async with sessions() as session:
-        statement = select(ReceiptRow).where(ReceiptRow.journal_seq.is_(None)).order_by(ReceiptRow.seq).limit(limit)
-        return list((await session.scalars(statement)).all())
-
-
-async def mark_journaled(sessions: async_sessionmaker, placed: Mapping[str, int]) -> None:
-    async with sessions() as session, session.begin():
-        for receipt_id, seq in placed.items():
-            await session.execute(update(ReceiptRow).where(ReceiptRow.id == receipt_id).values(journal_seq=seq))

@@ -108,7 +108,7 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         await conn.execute(
             text(
                 "TRUNCATE mutations, trait_versions, trait_quarantines, agents, operator_keys, evolution_cycles, "
-                "audit_events, audit_projection, receipts, receipt_keys"
+                "audit_events, audit_projection, receipts, receipt_keys, manifests, capability_grants, policy_decisions"
             )
         )
     test_redis = aioredis.from_url(TEST_REDIS_URL)

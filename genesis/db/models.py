@@ -329,3 +329,53 @@ class ReceiptKey(Base):
     public_key: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     retired_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ManifestVersion(Base):
+    """One version of the world's rules (governance/manifest.py); the highest is in force."""
+
+    __tablename__ = "manifests"
+
+    version: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    hash: Mapped[str] = mapped_column(String(64))
+    document: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    cause: Mapped[str] = mapped_column(String(120))  # "initial", or the governance proposal applied
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+
+
+class CapabilityGrant(Base):
+    """A capability an agent holds (governance/manifest.py AGENT_CAPABILITIES) until it expires or
+    is revoked."""
+
+    __tablename__ = "capability_grants"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    agent_id: Mapped[str] = mapped_column(String(40), ForeignKey("agents.agent_id", ondelete="CASCADE"))
+    capability: Mapped[str] = mapped_column(String(40))
+    granted_by: Mapped[str] = mapped_column(String(128))
+    granted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    revoked_by: Mapped[str | None] = mapped_column(String(128))
+
+    __table_args__ = (Index("ix_capability_grants_agent", "agent_id", "capability"),)
+
+
+class PolicyDecisionRow(Base):
+    """A decision of the policy gate; ``body`` is its canonical record, carried into the journal
+    (``journal_seq`` once it is there)."""
+
+    __tablename__ = "policy_decisions"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, Identity(), unique=True)
+    decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    role: Mapped[str] = mapped_column(String(16))
+    action: Mapped[str] = mapped_column(String(40))
+    subject: Mapped[str | None] = mapped_column(String(128))
+    resource: Mapped[str] = mapped_column(String(200))
+    decision: Mapped[str] = mapped_column(String(8))
+    rule: Mapped[str] = mapped_column(String(64))
+    manifest_hash: Mapped[str] = mapped_column(String(64))
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+    journal_seq: Mapped[int | None] = mapped_column(BigInteger)

@@ -45,6 +45,10 @@ OPERATOR_ROUTES = {
     ("GET", "/v1/world/replay/verify"),
     ("GET", "/v1/audit/events"),
     ("GET", "/v1/audit/export"),
+    ("POST", "/v1/agents/{agent_id}/capabilities"),
+    ("DELETE", "/v1/agents/{agent_id}/capabilities/{capability}"),
+    ("POST", "/v1/policy/simulate"),
+    ("GET", "/v1/policy/decisions"),
 }
 # A request of each operator route that only the missing key can refuse.
 SAMPLE = {
@@ -52,6 +56,8 @@ SAMPLE = {
     "/api/schedules": {"interval_s": 3600, "paused": True},
     "/api/evolution/trigger": {"anomaly_type": "stagnation"},
     "/v1/world/rollback": {"tick": 0, "reason": "auth test"},
+    "/v1/agents/{agent_id}/capabilities": {"capabilities": ["traits.propose"]},
+    "/v1/policy/simulate": {"role": "agent", "action": "traits.propose"},
 }
 QUERIES = {"/v1/world/replay/verify": "?from=0&to=1"}
 
@@ -66,7 +72,9 @@ def operator_routes(settings) -> set[tuple[str, str]]:
 
 
 def concrete(path: str) -> str:
-    return path.replace("{task_id}", "task_auth_probe").replace("{schedule_id}", "auth-probe") + QUERIES.get(path, "")
+    concrete_path = path.replace("{task_id}", "task_auth_probe").replace("{schedule_id}", "auth-probe")
+    concrete_path = concrete_path.replace("{agent_id}", "agt_auth_probe").replace("{capability}", "traits.propose")
+    return concrete_path + QUERIES.get(path, "")
 
 
 async def test_every_operator_route_needs_an_operator_key(http, settings):

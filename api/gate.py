@@ -1,0 +1,23 @@
+"""The policy gate as the API applies it: decide, record, and refuse with the reason (403
+POLICY_DENIED, naming the rule and the decision's id) or go on (pipeline/policy_gate.py)."""
+
+from __future__ import annotations
+
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from api.errors import ApiError
+from governance import policy
+from pipeline import policy_gate
+
+
+async def require(services, conn: AsyncConnection, asked: policy.Request) -> str:
+    """The id of the recorded decision when it allows ``asked``; 403 POLICY_DENIED otherwise."""
+    decision, decision_id = await policy_gate.decide(conn, services.settings, asked)
+    if not decision.allowed:
+        raise ApiError(
+            403,
+            "POLICY_DENIED",
+            f"{asked.action} denied: {decision.reason} (decision {decision_id})",
+            extra={"decision_id": decision_id, "rule": decision.rule},
+        )
+    return decision_id
