@@ -50,6 +50,15 @@ this program connects to (the live engine's private channel, see sandbox/contain
       result may also say "killed": why (its worker was killed while it ran; "confirmed": true
       when it ran alone) or "lost": why (its worker was killed for another trait's fault or the
       machine was too busy: nobody's fault, no intents).
+  {"op": "act", "items": [{"id": ID, "agent": AGENT, "code": CODE, "state": STATE}, ...],
+   "cpu_ms": 200, "deadline_ms": 2000}
+      Agents' round actions: each item's ``agent_action(engine, member_id)`` runs once, in a
+      fresh worker of its own (forked for it, killed after it), against a proxy of its member
+      and what the member sees (STATE: "member_id", "round_id", "member", "neighbours",
+      "resources", "world"). Calls on the proxy are recorded, never executed.
+      -> {"ok": true, "op": "act", "results": {ID: {"ok": true, "actions": [[KIND, ...], ...]}
+          | {"ok": false, "error": CODE, "detail": TEXT}}}
+      CODE is one of ACTION_ERRORS.
 Attachments: a line with "attachment": N is followed by N raw bytes, which columns name by
 [offset, length]. A ``views`` request with an attachment is answered in kind.
 The host exits when stdin (or the socket) closes.
@@ -79,6 +88,24 @@ MAX_INTENTS_PER_CALL = 16
 MAX_INT = 2**53  # ints beyond this are not plain data (and a huge one would not even encode)
 MAX_REPORTED_ERRORS = 20
 LOAD_DEADLINE_S = 2.0
+MAX_ACTIONS = 16  # recorded actions of one submission
+MAX_ACTION_ITEMS = 1000  # submissions in one act request
+ACT_PARALLEL = 16  # one-shot workers alive at once
+MAX_ACTION_CODE = 64 * 1024
+MAX_MESSAGE_CHARS = 280
+ACTION_KINDS = {"move": 2, "move_towards": 2, "eat": 0, "share": 2, "attack": 1, "message": 2}  # kind -> arguments
+ACTION_ERRORS = (
+    "bad_request",  # the item itself is malformed
+    "syntax_error",  # the code does not compile
+    "no_entry_point",  # no function agent_action(engine, member_id)
+    "timeout",  # it ran past its CPU budget
+    "memory",  # it ran out of its memory
+    "error",  # it raised
+    "too_many_actions",  # it recorded more than MAX_ACTIONS
+    "bad_actions",  # what came back is not plain actions
+    "killed",  # its process died or was killed (a C-level loop, the container's memory)
+    "deadline",  # it had not finished when the request's deadline came
+)
 STATUS_SLOTS = 2  # a worker's status: [call sequence, running trait's index + 1 (0: host code)]
 
 
@@ -385,6 +412,92 @@ class Supervisor:
         }
         return (out, bytes(blob)) if attachment is not None else out
 
+    def act(self, msg, _attachment):
+        """Run agents' round actions, each in a one-shot worker (see the protocol)."""
+        items = msg.get("items")
+        if type(items) is not list or len(items) > MAX_ACTION_ITEMS:
+            raise ValueError("items must be a list of at most %d submissions" % MAX_ACTION_ITEMS)
+        cpu_ms = msg.get("cpu_ms", 200)
+        cpu_s = float(cpu_ms) / 1000.0 if type(cpu_ms) in (int, float) and 0 < cpu_ms <= 10_000 else 0.2
+        deadline_ms = msg.get("deadline_ms", 2000)
+        deadline_s = float(deadline_ms) / 1000.0 if type(deadline_ms) in (int, float) and deadline_ms > 0 else 2.0
+        deadline = time.monotonic() + deadline_s
+        results, queue = {}, []
+        for item in items:
+            item_id = item.get("id") if type(item) is dict else None
+            if type(item_id) is not str or not item_id or len(item_id) > 64 or item_id in results:
+                raise ValueError("every item needs a unique string id")
+            code, state = item.get("code"), item.get("state")
+            if type(code) is not str or len(code) > MAX_ACTION_CODE or type(state) is not dict:
+                why = "an item needs code (a string) and a state (an object)"
+                results[item_id] = action_failure("bad_request", why)
+                continue
+            results[item_id] = None
+            queue.append(item)
+        running = {}  # handle -> item id
+        selector = selectors.DefaultSelector()
+        hard_ns = 3 * cpu_s * 1e9  # the in-process alarm fires at one to two budgets
+        try:
+            while queue or running:
+                while queue and len(running) < ACT_PARALLEL and time.monotonic() < deadline:
+                    item = queue.pop(0)
+                    handle = WorkerHandle("act:" + item["id"], str(item.get("agent", ""))[:128])
+                    self.spawn(handle)
+                    handle.inbox = Inbox()
+                    handle.tick_cpu0 = cpu_ns(handle.pid)
+                    try:
+                        handle.send({"op": "act", "code": item["code"], "state": item["state"], "cpu_ms": cpu_s * 1000})
+                    except (OSError, ValueError):
+                        handle.kill()
+                        results[item["id"]] = action_failure("killed", "its process stopped reading")
+                        continue
+                    handle.sock.setblocking(False)
+                    selector.register(handle.sock, selectors.EVENT_READ, handle)
+                    running[handle] = item["id"]
+                if not running:
+                    break
+                for key, _events in selector.select(max(0.0, min(0.005, deadline - time.monotonic()))):
+                    handle = key.data
+                    try:
+                        data = handle.sock.recv(1 << 20)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        data = b""
+                    done = None
+                    if data:
+                        try:
+                            done = handle.inbox.feed(data)
+                        except ValueError:
+                            data = b""
+                    if not data or done is not None:
+                        item_id = running.pop(handle)
+                        selector.unregister(handle.sock)
+                        handle.kill()
+                        if done is None:
+                            results[item_id] = action_failure("killed", "its process died")
+                        else:
+                            results[item_id] = checked_action_reply(done[0])
+                now = time.monotonic()
+                for handle in list(running):
+                    why = None
+                    if cpu_ns(handle.pid) - handle.tick_cpu0 > hard_ns:
+                        why = action_failure("timeout", "it used over %.0f ms of CPU and was killed" % (hard_ns / 1e6))
+                    elif now >= deadline:
+                        why = action_failure("deadline", "it had not finished within %.0f ms" % (deadline_s * 1000))
+                    if why is not None:
+                        item_id = running.pop(handle)
+                        selector.unregister(handle.sock)
+                        handle.kill()
+                        results[item_id] = why
+            for item in queue:  # never started: the deadline came first
+                results[item["id"]] = action_failure("deadline", "time ran out before it could start")
+        finally:
+            selector.close()
+            for handle in running:
+                handle.kill()
+        return {"ok": True, "op": "act", "results": results}
+
     # -- workers ---------------------------------------------------------------------------
     def spawn(self, handle):
         """A fresh worker for ``handle``, forked by the zygote; no trait loaded yet."""
@@ -633,6 +746,37 @@ def checked_group(columns, base, size):
     return group
 
 
+def action_failure(code, detail):
+    return {"ok": False, "error": code, "detail": str(detail)[:500]}
+
+
+def checked_action_reply(reply):
+    """A one-shot worker's answer rebuilt from plain values: a failure with a known code, or
+    actions of known kinds and arities with plain arguments."""
+    if type(reply) is not dict:
+        return action_failure("bad_actions", "its process sent no answer")
+    if reply.get("ok") is not True:
+        code = reply.get("error")
+        return action_failure(code if code in ACTION_ERRORS else "error", reply.get("detail", ""))
+    actions = reply.get("actions")
+    if type(actions) is not list or len(actions) > MAX_ACTIONS:
+        return action_failure("bad_actions", "actions must be a list of at most %d" % MAX_ACTIONS)
+    out = []
+    for action in actions:
+        if type(action) is not list or not action or ACTION_KINDS.get(action[0]) != len(action) - 1:
+            return action_failure("bad_actions", "an action is [kind, arguments...] of a known kind")
+        args = []
+        for value in action[1:]:
+            kind = type(value)
+            number = (kind is int and abs(value) <= MAX_INT) or (kind is float and math.isfinite(value))
+            if number or (kind is str and len(value) <= MAX_MESSAGE_CHARS):
+                args.append(value)
+            else:
+                return action_failure("bad_actions", "action arguments are finite numbers or short strings")
+        out.append([action[0]] + args)
+    return {"ok": True, "actions": out}
+
+
 # ---------------------------------------------------------------------------------------------
 # The zygote and its workers.
 
@@ -720,7 +864,7 @@ def worker_main(sock, status_fd, config):
     signal.signal(signal.SIGVTALRM, WATCHDOG.on_alarm)
     stream = sock.makefile("rb")
     out = sock.makefile("wb")
-    handlers = {"load": worker.load, "views": worker.views}
+    handlers = {"load": worker.load, "views": worker.views, "act": worker.act}
     while True:
         try:
             msg, attachment = read_message(stream)
@@ -915,6 +1059,50 @@ class Worker:
             "timeouts": timeouts,
         }
 
+    def act(self, msg, _attachment):
+        """One agent's round action: compile, find ``agent_action``, call it once against the
+        proxy under a CPU budget; the recorded actions or a structured error."""
+        budget_s = float(msg.get("cpu_ms", 200)) / 1000.0
+        recorder = ActionProxy(msg["state"])
+        namespace = {"__builtins__": safe_builtins(self.config.allowed_imports), "__name__": "agent_action"}
+        try:
+            compiled = compile(msg["code"], TRAIT_FILE_PREFIX + "action>", "exec")
+        except SyntaxError as exc:
+            return action_failure("syntax_error", "line %s: %s" % (exc.lineno, exc.msg))
+        except (ValueError, MemoryError, RecursionError) as exc:
+            return action_failure("syntax_error", describe(exc))
+
+        def run():
+            exec(compiled, namespace)
+            entry = namespace.get("agent_action")
+            if not callable(entry):
+                raise NoEntryPoint()
+            result = entry(recorder, recorder.member_id)
+            if type(result) is COROUTINE:
+                drive(result)
+
+        watchdog = WATCHDOG
+        watchdog.arm(budget_s)
+        watchdog.calls += 1
+        self.status[0] = watchdog.calls
+        try:
+            watchdog.in_call = True
+            run()
+        except TraitTimeout:
+            return action_failure("timeout", "it ran past its %.0f ms of CPU" % (budget_s * 1000))
+        except NoEntryPoint:
+            return action_failure("no_entry_point", "define agent_action(engine, member_id) at the top level")
+        except TraitLimit as exc:
+            return action_failure("too_many_actions", str(exc))
+        except MemoryError:
+            return action_failure("memory", "it ran out of its %d MB" % (self.config.worker_memory // 2**20))
+        except BaseException as exc:  # anything, SystemExit included, is the action's error
+            return action_failure("error", describe(exc))
+        finally:
+            watchdog.in_call = False
+            watchdog.disarm()
+        return {"ok": True, "op": "act", "actions": [list(a) for a in recorder._recorded]}
+
     def with_cpu_alarm(self, fn):
         """Run trait code outside a batch (module body, constructor) under the watchdog."""
         watchdog = WATCHDOG
@@ -927,6 +1115,66 @@ class Worker:
         finally:
             watchdog.in_call = False
             watchdog.disarm()
+
+
+class NoEntryPoint(Exception):
+    pass
+
+
+class Seen:
+    """A read-only record of what a member sees (its own copy: nothing written to it matters)."""
+
+    def __init__(self, values):
+        for key, value in values.items():
+            if type(key) is str and key.isidentifier():
+                object.__setattr__(self, key, value)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("what a member sees is read-only")
+
+    def __repr__(self):
+        return "Seen(%s)" % ", ".join("%s=%r" % kv for kv in sorted(vars(self).items()))
+
+
+class ActionProxy:
+    """The ``engine`` an agent's action code gets: what its member sees, and methods that record
+    actions (the world applies them after checking them again). It acts only through its own
+    member: any other ``member_id`` is a PermissionError."""
+
+    def __init__(self, state):
+        self.member_id = state.get("member_id")
+        self.round_id = state.get("round_id")
+        self.member = Seen(state.get("member") or {})
+        self.neighbours = [Seen(n) for n in state.get("neighbours") or () if type(n) is dict]
+        self.resources = [Seen(r) for r in state.get("resources") or () if type(r) is dict]
+        self.world = Seen(state.get("world") or {})
+        self._recorded = []
+
+    def _record(self, member_id, kind, *args):
+        if member_id != self.member_id or type(member_id) is not int:
+            raise PermissionError("an agent acts only through its own member (%r)" % (self.member_id,))
+        if len(self._recorded) >= MAX_ACTIONS:
+            raise TraitLimit("more than %d actions in one submission" % MAX_ACTIONS)
+        self._recorded.append([kind] + [plain(a) for a in args])
+
+    def move(self, member_id, dx, dy):
+        self._record(member_id, "move", dx, dy)
+
+    def move_towards(self, member_id, x, y):
+        self._record(member_id, "move_towards", x, y)
+
+    def eat(self, member_id):
+        self._record(member_id, "eat")
+
+    def share(self, member_id, target_id, amount):
+        """Give ``amount`` of the member's energy to a neighbour."""
+        self._record(member_id, "share", target_id, amount)
+
+    def attack(self, member_id, target_id):
+        self._record(member_id, "attack", target_id)
+
+    def send_message(self, member_id, to_member_id, text):
+        self._record(member_id, "message", to_member_id, str(text)[:MAX_MESSAGE_CHARS] if type(text) is str else text)
 
 
 def safe_builtins(allowed):
@@ -1398,6 +1646,7 @@ def main():
         "unload": supervisor.unload,
         "views": supervisor.views,
         "stats": supervisor.stats,
+        "act": supervisor.act,
     }
     while True:
         try:
