@@ -6,7 +6,9 @@ The world core is deterministic; what it cannot know comes from outside, once pe
   each runs, and why one left: rolled back, quarantined, replaced);
 - ``params``: new world parameters (an evolution cycle's ``adjust_params``);
 - ``host`` and ``intents``: what the trait host returned — its intents, or that it had none to
-  give (no trait ran, it missed its deadline, it was restarting, its reply was unusable).
+  give (no trait ran, it missed its deadline, it was restarting, its reply was unusable);
+- ``round``: a settled round of agents' actions (``engine.round_rules``): the members to embody
+  and every accepted submission's recorded actions, applied before the step.
 
 :func:`apply_changes` and :func:`step` are the one apply path: the live engine calls them (the
 changes before it asks the host, the step after), and replay calls them with the decoded record,
@@ -29,6 +31,7 @@ import numpy as np
 from genesis.trait_wire import IntentColumns
 
 from .model import TickReport, WorldParams
+from .round_rules import BadRound, RoundInputs, settle
 from .world import World
 
 # The host's outcome for a tick.
@@ -90,6 +93,7 @@ class TickInputs:
     intents: IntentColumns | Mapping[int, Sequence[Sequence[Any]]] | None = None
     traits: TraitSetChange | None = None
     params: WorldParams | None = None
+    round: RoundInputs | None = None
 
     def to_data(self) -> dict[str, Any]:
         data: dict[str, Any] = {"tick": self.tick, "host": self.host}
@@ -101,6 +105,8 @@ class TickInputs:
             data["traits"] = self.traits.to_data()
         if self.params is not None:
             data["params"] = dataclasses.asdict(self.params)
+        if self.round is not None:
+            data["round"] = self.round.to_data()
         return data
 
     @classmethod
@@ -120,7 +126,15 @@ class TickInputs:
             intents=decode_intents(d["intents"]) if "intents" in d else None,
             traits=TraitSetChange.from_data(d["traits"]) if "traits" in d else None,
             params=params,
+            round=_round(d["round"]) if "round" in d else None,
         )
+
+
+def _round(d: Any) -> RoundInputs:
+    try:
+        return RoundInputs.from_data(d)
+    except BadRound as exc:
+        raise BadInputs(str(exc)) from None
 
 
 # -- intents ------------------------------------------------------------------------------------
@@ -207,10 +221,18 @@ def apply_changes(world: World, inputs: TickInputs) -> None:
 
 
 def step(world: World, inputs: TickInputs, lazy_write_back: bool = False) -> TickReport:
-    """The tick itself, with the host's intents (none unless it answered)."""
+    """The tick itself, with the host's intents (none unless it answered) and a settled round's
+    actions (the report carries their outcomes)."""
     if world.tick != inputs.tick:
         raise BadInputs(f"inputs of tick {inputs.tick} applied at tick {world.tick}")
-    return world.step(inputs.intents if inputs.intents is not None else {}, lazy_write_back=lazy_write_back)
+    settled = settle(world, inputs.round) if inputs.round is not None else None
+    report = world.step(
+        inputs.intents if inputs.intents is not None else {},
+        lazy_write_back=lazy_write_back,
+        forced=settled.forced if settled is not None else None,
+    )
+    report.round = settled
+    return report
 
 
 def apply(world: World, inputs: TickInputs) -> TickReport:

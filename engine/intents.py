@@ -191,6 +191,20 @@ def apply_intents(
     return CheckedIntents(moves, eats, [np.fromiter(by_entity, dtype=np.int64, count=len(by_entity))])
 
 
+def override_intents(own: CheckedIntents, forced: CheckedIntents) -> CheckedIntents:
+    """``own`` with ``forced``'s moves and eats in their place: an entity that ``forced`` moves
+    moves so, whatever its own last move was (a settled round's actions over its traits')."""
+    moves = dict(own.moves)
+    moves.update(forced.moves)
+    bulk = own.bulk_moves
+    if bulk is not None and forced.moves:
+        keep = ~np.isin(bulk[0], np.fromiter(forced.moves, dtype=np.int64, count=len(forced.moves)))
+        bulk = (bulk[0][keep], bulk[1][keep], bulk[2][keep], bulk[3][keep]) if keep.any() else None
+    return CheckedIntents(
+        moves, own.eats | forced.eats, own.touched + forced.touched, bulk_moves=bulk, directions=own.directions
+    )
+
+
 def apply_columns(
     ic: IntentColumns, entities: dict[int, Entity], next_id: int, limit: int, rejected: list[tuple[int, str]]
 ) -> CheckedIntents:

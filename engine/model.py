@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 DEATH_CAUSES = ("starvation", "age", "collision")
 
@@ -115,3 +116,4 @@ class TickReport:
     rejected_intents: list[tuple[int, str]] = field(default_factory=list)  # (entity_id, reason)
     respawned: list[int] = field(default_factory=list)  # fresh entities from min_population
     gained: list[tuple[int, str]] = field(default_factory=list)  # (newborn id, new trait)
+    round: Any = None  # a settled round's outcomes (engine.round_rules.Settled), when one settled

@@ -3,7 +3,8 @@ after every tick, and a small fingerprint per field that names what differs when
 
 The hash is sha256 over: the tick, the available traits and the counts; then every entity field
 as one little-endian column (ids ascending; float64 bit patterns with -0.0 as 0.0, int64); each
-entity's state and traits as text; the resources' columns; and last the probe. Exact bits rather
+entity's state and traits as text; the resources' columns; agents' members and their bodies (when
+there are any); and last the probe. Exact bits rather
 than rounded text: a snapshot round-trips floats exactly, and hashing columns costs a fraction of
 formatting numbers.
 
@@ -20,7 +21,7 @@ import hashlib
 import json
 import zlib
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -66,6 +67,7 @@ class StateColumns:
     dna: np.ndarray  # (entities, DNA_GENES) float64; a row of -1.0 where DNA is missing
     texts: list[str]  # per entity: state, "\x1f", its traits joined by "\x1f"
     resources: dict[str, np.ndarray]  # id, x, y, energy
+    members: list[tuple[int, int]] = field(default_factory=list)  # (member id, its body), ascending
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,8 @@ def digest(cols: StateColumns, text_codes: TextCodes | None = None) -> Digest:
         bits = _bits(res[name], name != "id")
         h.update(bits.tobytes())
         sums.append(_sums(bits, rids))
+    if cols.members:  # agents' members (a world without any hashes as it always did)
+        h.update(json.dumps(["members", [list(pair) for pair in cols.members]]).encode())
     packed = np.array(sums, dtype=np.uint64).astype(">u8").tobytes()
     probe = {"v": PROBE_VERSION, "n": n, "r": r, "sums": packed}
     h.update(json.dumps([PROBE_VERSION, n, r]).encode() + packed)

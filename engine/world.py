@@ -44,7 +44,7 @@ import numpy as np
 from genesis.trait_wire import IntentColumns
 
 from . import world_state
-from .intents import REJECT_REASONS, CheckedIntents, apply_intents
+from .intents import REJECT_REASONS, CheckedIntents, apply_intents, override_intents
 from .model import DEATH_CAUSES, Counters, Entity, Resource, TickReport, WorldParams
 from .physics import TickColumns, collide, eat, eaters, metabolise_and_age, move
 from .sensing import Grid, Layout, Sensed, sense, two_steps_pay
@@ -124,6 +124,7 @@ class World:
         self._counters = Counters()
         self.available_traits: tuple[str, ...] = ()
         self._trait_genes: dict[str, int] = {}
+        self.members: dict[int, int] = {}  # an agent's member id -> the entity that is its body
         self._set_bounds(params)
         self._rgrid = SpatialGrid(params.width, params.height, params.sense_radius)
 
@@ -297,6 +298,24 @@ class World:
         return r
 
     # -- traits -----------------------------------------------------------------------------
+
+    def embody(self, member_id: int) -> int:
+        """The entity that is ``member_id``'s body: the living one it has, or a fresh Molbot."""
+        body = self.members.get(member_id)
+        if body is not None and body in self._entities:
+            return body
+        e = self._spawn_fresh(self._rng(f"embody:{member_id}"))
+        self.members[member_id] = e.id
+        return e.id
+
+    def set_energies(self, energy: Mapping[int, float]) -> None:
+        """New energy of some entities outside a step (a round's sharing and attacks); the
+        columns kept between ticks are read again from the entities."""
+        ents = self.entities
+        for eid, value in energy.items():
+            ents[eid].energy = value
+        self._columns = None
+        self._prepared = None
 
     def give_trait(self, entity_id: int, trait_name: str) -> None:
         """Add a trait to one entity (no-op if it is gone, already has it, or is full)."""
@@ -479,6 +498,7 @@ class World:
         self,
         intents: Mapping[int, Sequence[Sequence[Any]]] | IntentColumns | None = None,
         lazy_write_back: bool = False,
+        forced: Mapping[int, Sequence[Sequence[Any]]] | None = None,
     ) -> TickReport:
         """Advance one tick, applying (checked) intents. Never raises on bad intents.
 
@@ -489,7 +509,10 @@ class World:
         reproduced in the world's columns until the entities are next read (``entities``,
         :meth:`prepare_step`, the next step) rather than storing them into every ``Entity`` now
         (~3 ms at 5,000 entities). Only for a caller that reads entities through the world, as
-        the engine does: an ``Entity`` object held from before shows its old numbers until then."""
+        the engine does: an ``Entity`` object held from before shows its old numbers until then.
+
+        ``forced``: movement and eating intents (``{entity_id: [intent, ...]}``) that replace
+        the entities' own for this tick (a settled round's, ``engine.round_rules``)."""
         p = self.params
         tick = self.tick
         rng = self._rng(tick)  # wanderers, births, the floor and respawn draw from it in this order
@@ -498,6 +521,11 @@ class World:
         checked = apply_intents(
             intents, self.entities, self._next_entity_id, p.max_intents_per_entity, report.rejected_intents
         )
+        if forced:
+            checked = override_intents(
+                checked,
+                apply_intents(forced, self.entities, self._next_entity_id, p.max_intents_per_entity, []),
+            )
         c = self._tick_columns(checked)
         moved = move(c, checked, rng.random, p.wander_turn, self._xmax, self._ymax)
         self._eat(c, checked.eats)
@@ -610,9 +638,12 @@ class World:
         deaths = report.deaths
         counts = self._counters.deaths
         trait_deaths = self._counters.trait_deaths
+        bodies = {eid: m for m, eid in self.members.items()} if self.members else {}
         for _, e, cause in dead:
             del entities[e.id]
             deaths.append((e.id, cause))
+            if e.id in bodies:
+                del self.members[bodies[e.id]]
             counts[cause] += 1
             for name in e.traits:
                 by_cause = trait_deaths.get(name)
@@ -768,6 +799,7 @@ class World:
         return StateColumns(
             tick=self.tick,
             available_traits=self.available_traits,
+            members=sorted(self.members.items()),
             numbers=cols,
             parent=parent,
             dna=dna,
@@ -795,6 +827,7 @@ class World:
             "available_traits": list(self.available_traits),
             "entities": [world_state.entity_to_data(self.entities[i]) for i in sorted(self.entities)],
             "resources": [world_state.resource_to_data(self.resources[i]) for i in sorted(self.resources)],
+            "members": [[m, eid] for m, eid in sorted(self.members.items())],
         }
 
     @classmethod
@@ -809,6 +842,7 @@ class World:
         w._next_resource_id = int(snap["next_resource_id"])
         w._counters = world_state.counters_from_data(snap["counters"])
         w.set_available_traits([str(t) for t in snap.get("available_traits", [])])
+        w.members = {int(m): int(eid) for m, eid in snap.get("members", [])}
         w._set_bounds(params)
         w.entities = {}
         for d in sorted(snap["entities"], key=lambda d: d["id"]):

@@ -296,9 +296,9 @@ class CostlyWorld(World):
         super().__init__(**kw)
         self._clock, self._costs, self._default = clock, costs, default
 
-    def step(self, intents=None, lazy_write_back=False):
+    def step(self, intents=None, lazy_write_back=False, forced=None):
         self._clock.t += self._costs.get(self.tick, self._default)
-        return super().step(intents, lazy_write_back)
+        return super().step(intents, lazy_write_back, forced)
 
 
 async def test_loop_paces_counts_overruns_and_catches_up_by_not_sleeping(engine_settings):

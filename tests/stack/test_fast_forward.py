@@ -188,9 +188,9 @@ class SteppedWorld(World):
         super().__init__(params, seed=seed)
         self._clock = clock
 
-    def step(self, intents=None, lazy_write_back=False):
+    def step(self, intents=None, lazy_write_back=False, forced=None):
         self._clock.t += 0.001
-        return super().step(intents, lazy_write_back)
+        return super().step(intents, lazy_write_back, forced)
 
 
 async def test_the_harness_starts_a_fast_forward_engine(engine_settings):

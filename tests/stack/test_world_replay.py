@@ -34,8 +34,8 @@ async def verified(http, params: dict, timeout_s: float = 120) -> dict:
 class CosmicRay(World):
     """A live world changed outside its rules at tick 420: one Molbot's speed."""
 
-    def step(self, intents=None, lazy_write_back=False):
-        report = super().step(intents, lazy_write_back)
+    def step(self, intents=None, lazy_write_back=False, forced=None):
+        report = super().step(intents, lazy_write_back, forced)
         if self.tick == 420:
             entity = self.entities[sorted(self.entities)[3]]
             entity.speed = entity.speed * 0.5

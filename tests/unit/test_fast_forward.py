@@ -68,9 +68,9 @@ class TimedWorld(World):
         super().__init__(**kw)
         self._clock = clock
 
-    def step(self, intents=None, lazy_write_back=False):
+    def step(self, intents=None, lazy_write_back=False, forced=None):
         self._clock.t += self._clock.costly.get(self.tick, self._clock.step_s)
-        return super().step(intents, lazy_write_back)
+        return super().step(intents, lazy_write_back, forced)
 
 
 def world_settings(**changes: Any) -> Settings:

@@ -92,8 +92,8 @@ async def test_a_perturbed_entity_is_reported_at_its_tick_with_entity_and_field(
     perturbed: dict[str, float] = {}
 
     class CosmicRay(World):
-        def step(self, intents=None, lazy_write_back=False):
-            report = super().step(intents, lazy_write_back)
+        def step(self, intents=None, lazy_write_back=False, forced=None):
+            report = super().step(intents, lazy_write_back, forced)
             if self.tick == 640:
                 eid = sorted(self.entities)[7]
                 self.entities[eid].energy += 0.5
