@@ -21,7 +21,7 @@ from api.schemas import (
 )
 from genesis.db.models import Agent, Mutation
 from genesis.dto import MutationStatus, terminal_statuses
-from pipeline import apikeys, capabilities, manifests, ratelimit
+from pipeline import apikeys, capabilities, manifests, ratelimit, rounds
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 
@@ -34,7 +34,10 @@ def _iso(moment: datetime) -> str:
     "/register",
     status_code=201,
     response_model=RegisterResponse,
-    responses={422: {"model": ErrorResponse, "description": "Invalid fields"}},
+    responses={
+        409: {"model": ErrorResponse, "description": "NO_FREE_MEMBER: every member of the world is taken"},
+        422: {"model": ErrorResponse, "description": "Invalid fields"},
+    },
 )
 async def register(body: RegisterRequest, request: Request) -> JSONResponse:
     """Register an agent. The answer carries its ``agent_id`` and its API key; the key is shown
@@ -57,7 +60,16 @@ async def register(body: RegisterRequest, request: Request) -> JSONResponse:
             session.add(agent)
             try:
                 await session.flush()
-                conn = await session.connection()  # its default capabilities, in the same transaction
+                conn = await session.connection()  # its member and capabilities, in the same transaction
+                member_id = await rounds.assign_member(conn, agent.agent_id, services.settings.rounds.max_members)
+                if member_id is None:
+                    await session.rollback()
+                    raise ApiError(
+                        409,
+                        "NO_FREE_MEMBER",
+                        f"all {services.settings.rounds.max_members} members of the world are taken; "
+                        "an agent needs a member to act through",
+                    )
                 rules = await manifests.current(conn, services.settings)
                 await capabilities.grant_defaults(conn, agent.agent_id, rules.manifest)
                 await session.commit()
@@ -73,6 +85,7 @@ async def register(body: RegisterRequest, request: Request) -> JSONResponse:
         name=agent.name,
         description=agent.description,
         registered_at=_iso(agent.created_at),
+        member_id=member_id,
         message="Store the api_key now: it is shown only once. Send it as the X-API-Key header.",
     )
     return JSONResponse(reply.model_dump(), status_code=201, headers={"Cache-Control": "no-store"})
@@ -112,6 +125,7 @@ async def me(request: Request, api_key: str | None = Depends(API_KEY)) -> AgentR
         description=agent.description,
         key_prefix=agent.key_prefix,
         registered_at=_iso(agent.created_at),
+        member_id=agent.member_id,
         reputation=Reputation(
             proposed=row[0],
             active=row[1],

@@ -33,11 +33,12 @@ from pipeline import receipts
 
 router = APIRouter(tags=["receipts"])
 PAGES = Keyset("receipts", whole(2**63))
-# Receipts anyone may read: the stages of a mutation, public like its status.
-PUBLIC_KINDS = tuple(kind for kind in signing.KINDS if kind.startswith("mutation."))
+# Receipts anyone may read: the stages of a mutation, public like its status, and settled rounds,
+# public like the round.
+PUBLIC_KINDS = tuple(kind for kind in signing.KINDS if kind.startswith("mutation.")) + ("round.settled",)
 WHO_READS = (
     "receipts of the world's journal and of audit exports are read by the agent they concern "
-    "(X-API-Key) and operators (X-Operator-Key); those of mutation stages by anyone"
+    "(X-API-Key) and operators (X-Operator-Key); those of mutation stages and settled rounds by anyone"
 )
 ERRORS: Responses = {
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},

@@ -540,6 +540,7 @@ class RegisterResponse(BaseModel):
     name: str
     description: str
     registered_at: str = Field(description="ISO 8601, UTC")
+    member_id: int = Field(description="The member (a Molbot of the world) the agent acts through in rounds")
     message: str
 
 
@@ -570,6 +571,9 @@ class AgentResponse(BaseModel):
     description: str
     key_prefix: str
     registered_at: str
+    member_id: int | None = Field(
+        description="The member the agent acts through (null: it gets one at its first action)"
+    )
     reputation: Reputation
     rate_limits: RateLimitUsage
 

@@ -22,7 +22,7 @@ from genesis import canonical, gc_tuning, signing
 from genesis.config import get_settings
 from genesis.db.models import Mutation
 from genesis.db.schema import EXIT_SCHEMA_BEHIND, exit_if_schema_behind
-from genesis.db.session import get_sessionmaker
+from genesis.db.session import get_engine, get_sessionmaker
 from genesis.effects import WorldSample
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics
@@ -37,6 +37,7 @@ from .observers import ObservationReporter
 from .quarantine import QuarantineReporter
 from .replay import ReplayError
 from .rollbacks import RollbackFollower
+from .rounds import RoundKeeper
 from .world import World
 from .world_overrides import ParamsFollower
 
@@ -183,6 +184,10 @@ async def main() -> None:
     rollbacks = asyncio.create_task(RollbackFollower(engine, redis).follow(stop))
     keyring = signing.ensure_keyring(settings.receipt_keys_path)
     projecting = asyncio.create_task(keep_the_record(settings, engine, keyring, stop)) if journal is not None else None
+    keeping_rounds = None
+    if settings.rounds.enabled:  # agents' rounds (engine/rounds.py)
+        keeper = RoundKeeper(settings, engine, get_engine(settings.database_url), keyring)
+        keeping_rounds = asyncio.create_task(keeper.run(stop))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -190,8 +195,11 @@ async def main() -> None:
         await engine.run(stop)
     finally:
         stop.set()
+        engine.cancel_rounds()
         await following
         await rollbacks
+        if keeping_rounds is not None:
+            await keeping_rounds
         if projecting is not None:
             await projecting
         await engine.close()

@@ -39,6 +39,7 @@ from genesis.config import Settings
 from .inputs import HOST_ERROR, HOST_OK, TickInputs, TraitSetChange, apply_changes, step
 from .metrics import TICK_SECONDS
 from .replay import ReplayError
+from .round_rules import RoundInputs
 from .telemetry import PeriodCounters, TelemetrySink, build_frame, build_snapshot, entity_list, to_row
 from .traits import BatchTraitRunner, Intents, NoTraits, TraitRunner, ViewsTraitRunner
 from .world import World, WorldParams
@@ -93,6 +94,8 @@ class Engine:
         self._requested_params: WorldParams | None = None  # the last parameters asked for (kept over rollbacks)
         self._rollback_requests: list[dict[str, Any]] = []
         self._rollback_outcomes: list[tuple[str, dict[str, Any]]] = []
+        # settled rounds to apply, one per tick, and who waits for each (engine/rounds.py)
+        self._round_requests: list[tuple[RoundInputs, asyncio.Future]] = []
         self.runner: TraitRunner = runner if runner is not None else NoTraits()
         # the compact form (each carrier's view once) when the runner has it, resolved once
         self._views_runner: ViewsTraitRunner | None = None
@@ -151,6 +154,13 @@ class Engine:
     def request_params(self, params: WorldParams) -> None:
         """New world parameters, applied (and journaled) at the start of the next tick."""
         self._pending_params = self._requested_params = params
+
+    def settle_round(self, inputs: RoundInputs) -> asyncio.Future:
+        """Apply a settled round at the next tick (journaled with it); the future gives that tick
+        and the round's outcomes (``engine.round_rules.Settled``) once it is stepped."""
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        self._round_requests.append((inputs, done))
+        return done
 
     def journal_events(self, kind: str, bodies: list[dict[str, Any]]) -> list[int]:
         """Append records that note events (receipts carried in from Postgres) between two ticks,
@@ -294,6 +304,9 @@ class Engine:
         world = self.world
         inputs = TickInputs(tick=world.tick)
         self._collect_changes(inputs)
+        settling = None
+        if self._round_requests:
+            inputs.round, settling = self._round_requests.pop(0)
         intents: Intents = {}
         if self.active_traits:
             try:
@@ -323,7 +336,9 @@ class Engine:
             raise failure
         self._flush_telemetry()  # whatever did not run while waiting (no host request this tick)
         inputs.intents = intents
-        step(world, inputs, lazy_write_back=True)  # stored into the entities while the host next computes
+        report = step(world, inputs, lazy_write_back=True)  # stored into the entities while the host next computes
+        if settling is not None and not settling.done():
+            settling.set_result((report.tick, report.round))
         if self.journal is not None:
             self._journal_pending.append(inputs)
         tick = world.tick
@@ -571,7 +586,14 @@ class Engine:
 
         self._refresh_task = asyncio.create_task(refresh())
 
+    def cancel_rounds(self) -> None:
+        """Settled rounds that will not be applied (the engine stops): their waiters are told."""
+        requests, self._round_requests = self._round_requests, []
+        for _, waiting in requests:
+            waiting.cancel()
+
     async def close(self) -> None:
+        self.cancel_rounds()
         self._flush_telemetry()
         if self.journal is not None:  # a snapshot of where it stopped: the next start replays nothing
             journal = self.journal

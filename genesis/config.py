@@ -233,6 +233,23 @@ class JournalSettings(BaseModel):
     )
 
 
+class RoundSettings(BaseModel):
+    """Agents' members and the rounds in which they act (docs/rounds.md); a round's length is the
+    manifest's `rounds.ticks`."""
+
+    enabled: bool = Field(default=True, description="The engine runs rounds of agents' actions.")
+    max_members: int = Field(
+        default=100,
+        ge=1,
+        le=10_000,
+        description="Members (Molbots agents control); registration is 409 when all are taken.",
+    )
+    action_cpu_ms: int = Field(default=200, ge=10, le=10_000, description="CPU one submission's action code may use.")
+    action_deadline_ms: int = Field(
+        default=3000, ge=100, le=60_000, description="Wall clock for running all of one round's submissions."
+    )
+
+
 class WorkflowSettings(BaseModel):
     """How the API starts the workflows of recorded proposals."""
 
@@ -743,6 +760,11 @@ class Settings(BaseSettings):
         default_factory=JournalSettings,
         title="Journal",
         description="The world's input journal, its hash chain and the snapshots bound to it.",
+    )
+    rounds: RoundSettings = Field(
+        default_factory=RoundSettings,
+        title="Rounds",
+        description="Agents' members in the world and the rounds of their actions.",
     )
     workflow: WorkflowSettings = Field(
         default_factory=WorkflowSettings,

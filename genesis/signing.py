@@ -53,6 +53,7 @@ KINDS = (
     "trait_set.changed",
     "world.rollback",
     "audit.export",
+    "round.settled",
 )
 FIELDS = ("v", "id", "kind", "domain", "key_id", "prev", "issued_at", "subject", "body", "sig")
 CURRENT = "current"

@@ -108,7 +108,8 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         await conn.execute(
             text(
                 "TRUNCATE mutations, trait_versions, trait_quarantines, agents, operator_keys, evolution_cycles, "
-                "audit_events, audit_projection, receipts, receipt_keys, manifests, capability_grants, policy_decisions"
+                "audit_events, audit_projection, receipts, receipt_keys, manifests, capability_grants, "
+                "policy_decisions, round_submissions, world_rounds"
             )
         )
     test_redis = aioredis.from_url(TEST_REDIS_URL)
@@ -126,6 +127,10 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         # read it. The journal's own tests build engines with journals of their own
         # (tests/journal_worlds.py, test_world_journal.py); replays read journal_dir.
         journal_enabled=False,
+        # every test registers agents of its own: members for all of them; the shared engines run
+        # no rounds (tests/stack/test_rounds.py starts an engine that does)
+        rounds_max_members=10_000,
+        rounds_enabled=False,
         journal_dir=tmp_path_factory.mktemp("journal"),
         receipt_keys_dir=tmp_path_factory.mktemp("receipt-keys"),
         # A short world clock so observation windows close in seconds.

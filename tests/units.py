@@ -10,8 +10,9 @@ TIME_WORDS = re.compile(
     r"(^|_)(s|secs|second|seconds|msec|millis|minutes|mins|hours|ns|duration|latency|elapsed|timeout|ttl|interval|"
     r"lease|delay|wait)(_|$)"
 )
-# Names kept for the reasons docs/api.md gives: an older name beside the new one, a stored record.
-DURATION_EXCEPTIONS = {"interval_s", "call_us_mean", "call_us_max"}
+# Names kept for the reasons docs/api.md gives: an older name beside the new one, a stored record,
+# the seed's name.
+DURATION_EXCEPTIONS = {"interval_s", "call_us_mean", "call_us_max", "seconds_remaining"}
 
 
 def duration_name_problem(name: str) -> str | None:

@@ -141,8 +141,12 @@ class Agent(Base):
     key_scheme: Mapped[str] = mapped_column(String(32))  # how key_hash was made: "hmac-sha256"
     client_ip: Mapped[str | None] = mapped_column(String(64))  # who registered it
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    member_id: Mapped[int | None] = mapped_column(Integer)  # the member (a Molbot) it controls
 
-    __table_args__ = (Index("uq_agents_key_prefix", "key_prefix", unique=True),)
+    __table_args__ = (
+        Index("uq_agents_key_prefix", "key_prefix", unique=True),
+        Index("uq_agents_member_id", "member_id", unique=True),
+    )
 
 
 class OperatorKey(Base):
@@ -379,3 +383,43 @@ class PolicyDecisionRow(Base):
     manifest_hash: Mapped[str] = mapped_column(String(64))
     body: Mapped[bytes] = mapped_column(LargeBinary)
     journal_seq: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class WorldRound(Base):
+    """A round of agents' actions (engine/rounds.py): accepting, then executing, then settled."""
+
+    __tablename__ = "world_rounds"
+
+    round_id: Mapped[int] = mapped_column(BigInteger, primary_key=True, autoincrement=False)
+    state: Mapped[str] = mapped_column(String(12))
+    epoch: Mapped[int] = mapped_column(Integer)
+    opens_tick: Mapped[int] = mapped_column(BigInteger)
+    closes_tick: Mapped[int] = mapped_column(BigInteger)
+    deadline_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    opened_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    closed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    settled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    settled_tick: Mapped[int | None] = mapped_column(BigInteger)
+    receipt_id: Mapped[str | None] = mapped_column(String(40))
+    summary: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+
+
+class RoundSubmission(Base):
+    """An agent's action code for a round, and what became of it."""
+
+    __tablename__ = "round_submissions"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, Identity(), unique=True)
+    round_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("world_rounds.round_id"))
+    agent_id: Mapped[str] = mapped_column(String(40), ForeignKey("agents.agent_id", ondelete="CASCADE"))
+    member_id: Mapped[int] = mapped_column(Integer)
+    idempotency_key: Mapped[str] = mapped_column(String(128))
+    body_hash: Mapped[str] = mapped_column(String(64))
+    code: Mapped[str] = mapped_column(Text)
+    decision_id: Mapped[str] = mapped_column(String(40))
+    submitted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    status: Mapped[str] = mapped_column(String(12))  # accepted, applied, rejected
+    error: Mapped[str | None] = mapped_column(String(32))
+    detail: Mapped[str | None] = mapped_column(Text)
+    outcomes: Mapped[list[Any] | None] = mapped_column(JSONB)

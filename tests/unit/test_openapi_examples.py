@@ -14,6 +14,7 @@ import gatekeeper
 from api.app import create_app
 from api.schemas import BatchProposeItem
 from evolution import schedules
+from gatekeeper.actions import validate_action
 from genesis.config import Settings
 from tests.api_routes import http_routes
 
@@ -38,7 +39,8 @@ def documented_examples(method: str, path: str) -> list[Any]:
 
 
 def proposals_in(example: dict[str, Any]) -> list[dict[str, Any]]:
-    return example.get("proposals", [example] if "code" in example else [])
+    """The trait proposals of an example (an agent's round action is code but no trait)."""
+    return example.get("proposals", [example] if "code" in example and "trait_name" in example else [])
 
 
 def test_the_write_endpoints_are_all_found():
@@ -66,6 +68,12 @@ def test_example_traits_pass_the_gatekeeper(method, path, route):
             assert result.ok, (proposal["trait_name"], result.failure_code, result.validation_log)
             hashes.add(result.code_hash)
         assert len(hashes) == len(proposals_in(example)), "the same code twice in one batch: DUPLICATE_CODE"
+
+
+def test_example_actions_pass_the_action_gatekeeper():
+    for example in documented_examples("POST", "/v1/world/actions"):
+        result = validate_action(example["code"])
+        assert result.ok, result.validation_log
 
 
 def test_ids_the_routes_check_are_well_formed():

@@ -1,0 +1,209 @@
+"""Rounds of agents' actions in Postgres: the engine opens, closes and settles them
+(engine/rounds.py); the API admits submissions into the round that is accepting.
+
+Accepting and closing exclude each other through the round's row: a submission is inserted only
+while its round is ``accepting``, under a share lock of that row, and closing the round updates
+the row, so it waits for every submission being inserted and no submission can be accepted
+after it. Every submission the API answered "accepted" is therefore in the set the engine reads
+after closing, exactly once.
+
+Idempotency keys are scoped to their agent: the same (agent, key) with the same body is answered
+as the first time, with another body it is a conflict; another agent's key of the same text is
+another submission.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, insert, select, text, update
+from sqlalchemy.engine import Row
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from genesis import canonical
+from genesis.db.models import Agent, RoundSubmission, WorldRound
+
+ACCEPTING, EXECUTING, SETTLED = "accepting", "executing", "settled"
+ACCEPTED, APPLIED, REJECTED = "accepted", "applied", "rejected"
+NOT_ACCEPTING = "Round not accepting submissions"
+
+
+def body_hash(code: str) -> str:
+    """What an idempotency key binds: the submission's body."""
+    return hashlib.sha256(canonical.encode({"code": code})).hexdigest()
+
+
+def new_submission_id() -> str:
+    return f"sub_{secrets.token_hex(8)}"
+
+
+# -- the engine's side -----------------------------------------------------------------------
+
+
+async def open_round(
+    conn: AsyncConnection, epoch: int, opens_tick: int, closes_tick: int, deadline_at: datetime
+) -> int:
+    """A new accepting round (the next id); its id."""
+    round_id = int(await conn.scalar(select(func.coalesce(func.max(WorldRound.round_id), 0))) or 0) + 1
+    await conn.execute(
+        insert(WorldRound),
+        {
+            "round_id": round_id,
+            "state": ACCEPTING,
+            "epoch": epoch,
+            "opens_tick": opens_tick,
+            "closes_tick": closes_tick,
+            "deadline_at": deadline_at,
+        },
+    )
+    return round_id
+
+
+async def close_round(conn: AsyncConnection, round_id: int) -> None:
+    """No more submissions: waits for those being inserted (see the module doc)."""
+    await conn.execute(
+        update(WorldRound)
+        .where(WorldRound.round_id == round_id, WorldRound.state == ACCEPTING)
+        .values(state=EXECUTING, closed_at=datetime.now(UTC))
+    )
+
+
+async def unsettled(conn: AsyncConnection) -> list[Row]:
+    """Rounds an engine left open or executing (it stopped before settling them)."""
+    statement = select(WorldRound.round_id, WorldRound.state).where(WorldRound.state != SETTLED)
+    return list((await conn.execute(statement.order_by(WorldRound.round_id))).all())
+
+
+async def accepted(conn: AsyncConnection, round_id: int) -> list[Row]:
+    """The round's submissions in the order they are applied: agent id, then submission order."""
+    s = RoundSubmission
+    statement = (
+        select(s.id, s.agent_id, s.member_id, s.code, s.body_hash, s.seq)
+        .where(s.round_id == round_id, s.status == ACCEPTED)
+        .order_by(s.agent_id, s.seq)
+    )
+    return list((await conn.execute(statement)).all())
+
+
+async def members(conn: AsyncConnection) -> dict[int, str]:
+    """Member id -> the agent that controls it."""
+    rows = await conn.execute(select(Agent.member_id, Agent.agent_id).where(Agent.member_id.is_not(None)))
+    return {int(m): a for m, a in rows.all() if m is not None}
+
+
+async def settle_round(
+    conn: AsyncConnection,
+    round_id: int,
+    settled_tick: int | None,
+    results: dict[str, dict[str, Any]],
+    summary: dict[str, Any],
+    receipt_id: str | None,
+) -> None:
+    """Record each submission's fate (``results``: id -> {status, error, detail, outcomes}) and
+    the round as settled."""
+    for submission_id, result in results.items():
+        await conn.execute(update(RoundSubmission).where(RoundSubmission.id == submission_id).values(**result))
+    await conn.execute(
+        update(WorldRound)
+        .where(WorldRound.round_id == round_id)
+        .values(
+            state=SETTLED,
+            settled_at=datetime.now(UTC),
+            settled_tick=settled_tick,
+            summary=summary,
+            receipt_id=receipt_id,
+        )
+    )
+
+
+# -- the API's side --------------------------------------------------------------------------
+
+
+async def current(conn: AsyncConnection) -> Row | None:
+    """The latest round (the accepting one while the engine runs rounds)."""
+    statement = select(WorldRound).order_by(WorldRound.round_id.desc()).limit(1)
+    return (await conn.execute(statement)).first()
+
+
+@dataclass(frozen=True)
+class Admitted:
+    status: str  # "accepted", or "rejected" (no accepting round)
+    round_id: int | None
+    submission_id: str | None
+    reason: str | None = None
+    conflict: bool = False  # the key was used with another body
+    first_time: bool = True
+
+
+_SUBMIT = text(
+    """
+    INSERT INTO round_submissions
+        (id, round_id, agent_id, member_id, idempotency_key, body_hash, code, decision_id, status)
+    SELECT :id, r.round_id, :agent_id, :member_id, :key, :body_hash, :code, :decision_id, 'accepted'
+    FROM (SELECT round_id FROM world_rounds WHERE state = 'accepting'
+          ORDER BY round_id DESC LIMIT 1 FOR SHARE) AS r
+    ON CONFLICT (agent_id, idempotency_key) DO NOTHING
+    RETURNING round_id
+    """
+)
+
+
+async def submit(
+    conn: AsyncConnection, agent_id: str, member_id: int, key: str, code: str, decision_id: str
+) -> Admitted:
+    """Admit a submission into the accepting round (see the module doc)."""
+    digest = body_hash(code)
+    submission_id = new_submission_id()
+    params = {
+        "id": submission_id,
+        "agent_id": agent_id,
+        "member_id": member_id,
+        "key": key,
+        "body_hash": digest,
+        "code": code,
+        "decision_id": decision_id,
+    }
+    inserted = (await conn.execute(_SUBMIT, params)).first()
+    if inserted is not None:
+        return Admitted(ACCEPTED, int(inserted.round_id), submission_id)
+    s = RoundSubmission
+    earlier = (
+        await conn.execute(
+            select(s.id, s.round_id, s.body_hash).where(s.agent_id == agent_id, s.idempotency_key == key)
+        )
+    ).first()
+    if earlier is None:
+        return Admitted(REJECTED, None, None, NOT_ACCEPTING)
+    if earlier.body_hash != digest:
+        return Admitted(
+            REJECTED, int(earlier.round_id), earlier.id, "the key was used with another body", conflict=True
+        )
+    return Admitted(ACCEPTED, int(earlier.round_id), earlier.id, first_time=False)
+
+
+async def round_with_submissions(conn: AsyncConnection, round_id: int) -> tuple[Row | None, list[Row]]:
+    row = (await conn.execute(select(WorldRound).where(WorldRound.round_id == round_id))).first()
+    if row is None:
+        return None, []
+    s = RoundSubmission
+    subs = await conn.execute(
+        select(s.id, s.agent_id, s.member_id, s.body_hash, s.status, s.error, s.detail, s.outcomes, s.submitted_at)
+        .where(s.round_id == round_id)
+        .order_by(s.agent_id, s.seq)
+    )
+    return row, list(subs.all())
+
+
+async def assign_member(conn: AsyncConnection, agent_id: str, max_members: int) -> int | None:
+    """The lowest free member id for ``agent_id`` (None: all taken). Concurrent registrations take
+    turns under an advisory lock."""
+    await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('genesis.members'))"))
+    taken = {m for (m,) in (await conn.execute(select(Agent.member_id).where(Agent.member_id.is_not(None)))).all()}
+    free = next((m for m in range(1, max_members + 1) if m not in taken), None)
+    if free is not None:
+        await conn.execute(update(Agent).where(Agent.agent_id == agent_id).values(member_id=free))
+    return free

@@ -1,0 +1,219 @@
+"""Agents acting through their members in rounds, on real services and a real engine (rounds of
+one second): registration hands out members; submissions are admitted only while a round
+accepts, idempotent per agent and key; each round settles with a signed receipt that lists every
+accepted submission once (applied, with each action's outcome, or rejected with its reason, for
+hostile code too); the settled round is in the journal and replays to the same state hashes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+
+from engine.verify import verify_range
+from genesis import signing
+from genesis.cli.processes import engine_process
+from genesis.config import Settings
+from genesis.db.models import RoundSubmission
+from journal.reader import JournalReader
+from pipeline import manifests, receipts, rounds as records
+from tests import agents
+from tests.conftest import fresh_journal
+
+ROUND_TICKS = 60
+
+FORAGE = """
+def agent_action(engine, member_id):
+    me = engine.member
+    if engine.resources:
+        food = engine.resources[0]
+        engine.move_towards(member_id, food.x, food.y)
+    engine.eat(member_id)
+    engine.send_message(member_id, member_id, "note to self at " + str(me.energy))
+"""
+BUSY = "def agent_action(engine, member_id):\n    while True:\n        pass\n"
+BOMB = "def agent_action(engine, member_id):\n    x = 'a' * (2 ** 40)\n"
+RAISES = "def agent_action(engine, member_id):\n    raise ValueError('no')\n"
+
+
+@pytest.fixture(scope="module")
+async def database(settings):
+    engine = create_async_engine(settings.database_url, poolclass=NullPool)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture(scope="module")
+async def short_rounds(database, settings):
+    """Rounds of ROUND_TICKS ticks in the manifest, for this module."""
+    async with database.begin() as conn:
+        before = await manifests.current(conn, settings)
+        document = {**before.document, "rounds": {"ticks": ROUND_TICKS}}
+        now = await manifests.record(conn, document, "test: short rounds", before.hash)
+    yield
+    async with database.begin() as conn:
+        await manifests.record(conn, before.document, "test: restored", now.hash)
+
+
+@pytest.fixture(scope="module")
+async def round_engine(settings, short_rounds, api_url):
+    """``python -m engine`` with rounds and a journal of its own."""
+    engine_settings = fresh_journal(settings, "rounds").override(rounds_enabled=True, journal_enabled=True)
+    process = engine_process(engine_settings, "engine-rounds")
+    process.start()
+    deadline = time.monotonic() + 90
+    try:
+        while not await accepting(api_url):
+            if time.monotonic() > deadline or process.proc.poll() is not None:
+                raise RuntimeError(f"the engine opened no round; see {process.log_path}")
+            await asyncio.sleep(0.2)
+        yield engine_settings
+    finally:
+        process.stop()
+
+
+async def accepting(api_url: str) -> bool:
+    async with httpx.AsyncClient(base_url=api_url, timeout=10) as http:
+        answer = await http.get("/v1/world/rounds/current/deadline")
+    return answer.status_code == 200 and answer.json()["state"] == "accepting"
+
+
+async def submit(http, agent, code: str, key: str):
+    return await http.post("/v1/world/actions", json={"code": code, "idempotency_key": key}, headers=agent.headers)
+
+
+async def settled(http, round_id: int, timeout_s: float = 60) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        body = (await http.get(f"/v1/world/rounds/{round_id}")).json()
+        if body.get("state") == "settled":
+            return body
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"round {round_id} did not settle: {body}")
+
+
+async def test_registration_hands_out_members_and_refuses_when_none_is_free(http, start_api):
+    me = await http.post("/v1/agents/register", json={"name": "member-one"})
+    assert me.status_code == 201 and isinstance(me.json()["member_id"], int)
+    mine = (await http.get("/v1/agents/me", headers={"X-API-Key": me.json()["api_key"]})).json()
+    assert mine["member_id"] == me.json()["member_id"]
+    crowded = await start_api("members-full", rounds_max_members=1)
+    async with httpx.AsyncClient(base_url=crowded, timeout=30) as full:
+        refused = await full.post("/v1/agents/register", json={"name": "member-none"})
+    assert refused.status_code == 409 and refused.json()["error"] == "NO_FREE_MEMBER", refused.text
+
+
+async def test_nothing_is_accepted_while_no_round_accepts(http, database):
+    me = await agents.register(http, "round-closed")
+    async with database.begin() as conn:  # an executing round and no accepting one: between rounds
+        round_id = await records.open_round(conn, 0, 0, 10, datetime.now(UTC) + timedelta(seconds=1))
+        await records.close_round(conn, round_id)
+    refused = await submit(http, me, FORAGE, "closed-1")
+    assert refused.status_code == 409, refused.text
+    assert refused.json() | {"detail": None} == {
+        "error": "ROUND_NOT_ACCEPTING",
+        "detail": None,
+        "status": "rejected",
+        "reason": "Round not accepting submissions",
+    }
+
+
+async def test_a_round_settles_with_a_receipt_listing_every_submission(http, round_engine, database, settings):
+    ann, bob = await agents.register(http, "round-ann"), await agents.register(http, "round-bob")
+    answers = [
+        await submit(http, ann, FORAGE, "ann-forage"),
+        await submit(http, ann, RAISES, "ann-raises"),
+        await submit(http, bob, BUSY, "bob-busy"),
+        await submit(http, bob, BOMB, "bob-bomb"),
+    ]
+    assert [a.status_code for a in answers] == [202] * 4, [a.text for a in answers]
+    rounds_of = {a.json()["round_id"] for a in answers}
+    assert len(rounds_of) <= 2  # a round may have closed between two submissions
+    by_id = {}
+    for round_id in sorted(rounds_of):
+        done = await settled(http, round_id)
+        by_id.update({s["id"]: (round_id, s) for s in done["submissions"]})
+        assert done["receipt_id"] and done["summary"]["submissions"] == len(done["submissions"])
+        served = (await http.get(f"/v1/receipts/{done['receipt_id']}")).json()  # public, like the round
+        keys = {k["key_id"]: base64.b64decode(k["public_key"]) for k in (await http.get("/v1/keys")).json()["keys"]}
+        receipt = receipts.from_json(served)
+        signing.verify(receipt, keys)
+        assert receipt["kind"] == "round.settled" and receipt["body"]["round_id"] == round_id
+        listed = [s["id"] for s in receipt["body"]["submissions"]]
+        assert sorted(listed) == sorted(s["id"] for s in done["submissions"])  # each exactly once
+    ids = [a.json()["submission_id"] for a in answers]
+    forage, raises, busy, bomb = (by_id[i][1] for i in ids)
+    assert forage["status"] == "applied"
+    kinds = [(o["action"][0], o["applied"]) for o in forage["actions"]]
+    assert kinds[-2:] == [("eat", True), ("message", True)]
+    assert (raises["status"], raises["error"]) == ("rejected", "error") and "ValueError" in raises["reason"]
+    assert (busy["status"], busy["error"]) == ("rejected", "timeout")
+    assert (bomb["status"], bomb["error"]) == ("rejected", "memory")
+    # the engine keeps its pace: later rounds open and settle
+    later = (await http.get("/v1/world/rounds/current/deadline")).json()
+    assert later["round_id"] > max(rounds_of) and later["state"] == "accepting"
+
+
+async def test_idempotency_is_per_agent_and_key(http, round_engine, database):
+    ann, bob = await agents.register(http, "idem-ann"), await agents.register(http, "idem-bob")
+    answers = await asyncio.gather(*(submit(http, ann, FORAGE, "same-key") for _ in range(100)))
+    assert {a.status_code for a in answers} == {202}
+    assert len({a.text for a in answers}) == 1  # 100 identical responses
+    async with database.connect() as conn:
+        count = await conn.scalar(
+            select(func.count()).select_from(RoundSubmission).where(RoundSubmission.agent_id == ann.agent_id)
+        )
+    assert count == 1  # one submission
+    other = await submit(http, bob, FORAGE, "same-key")
+    assert other.status_code == 202 and other.json()["submission_id"] != answers[0].json()["submission_id"]
+    changed = await submit(http, ann, FORAGE + "\n# other\n", "same-key")
+    assert changed.status_code == 409 and changed.json()["error"] == "IDEMPOTENCY_KEY_REUSED"
+
+
+async def test_bad_code_and_a_revoked_capability_are_refused_before_a_round_sees_them(
+    http, operator_http, round_engine
+):
+    me = await agents.register(http, "round-refused")
+    bad = await submit(http, me, "import os\ndef agent_action(engine, member_id):\n    os.system('id')\n", "bad-1")
+    assert bad.status_code == 422 and bad.json()["error"] == "ACTION_INVALID"
+    assert bad.json()["failure_code"] == "AST_IMPORT_FORBIDDEN" and bad.json()["status"] == "rejected"
+    missing = await submit(http, me, "def act(engine, member_id):\n    pass\n", "bad-2")
+    assert missing.status_code == 422 and missing.json()["failure_code"] == "ACTION_NO_ENTRY_POINT"
+    await operator_http.delete(f"/v1/agents/{me.agent_id}/capabilities/actions.submit")
+    denied = await submit(http, me, FORAGE, "denied-1")
+    assert denied.status_code == 403 and denied.json()["rule"] == "capability"
+    assert (await http.post("/v1/world/actions", json={"code": FORAGE, "idempotency_key": "k"})).status_code == 401
+
+
+async def test_settled_rounds_are_journaled_and_replay_equal(http, round_engine: Settings):
+    me = await agents.register(http, "round-journaled")
+    answer = await submit(http, me, FORAGE, "journaled-1")
+    round_id = answer.json()["round_id"]
+    done = await settled(http, round_id)
+    journal_dir = round_engine.journal_dir
+    found = None
+    for _ in range(50):  # the engine appends a tick's record at the next tick
+        found = next(
+            (
+                r
+                for r in JournalReader(journal_dir / "records").records()
+                if r.header.kind == "tick"
+                and (r.inputs.get("round") or {}).get("round_id") == round_id
+                and r.inputs["round"]["submissions"]
+            ),
+            None,
+        )
+        if found is not None:
+            break
+        await asyncio.sleep(0.2)
+    assert found is not None and found.inputs["tick"] == done["settled_tick"]  # the tick it was applied in
+    assert answer.json()["submission_id"] in [s[0] for s in found.inputs["round"]["submissions"]]
+    report = await asyncio.to_thread(verify_range, journal_dir, 0, found.header.tick)
+    assert report["equal"], report.get("divergence")
