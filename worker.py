@@ -14,6 +14,7 @@ import redis.asyncio as aioredis
 from temporalio.worker import Worker
 
 from activities.evolution import EvolutionActivities
+from activities.governance import GovernanceActivities
 from activities.journal import JournalActivities
 from activities.lifecycle import LifecycleActivities
 from activities.metrics import PipelineMetrics
@@ -44,6 +45,7 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
     keyring = signing.ensure_keyring(settings.receipt_keys_path)  # created once, the first time
     records = MutationRecordActivities(sessions, redis, keyring)
     journal = JournalActivities(settings, sessions, keyring)
+    governance = GovernanceActivities(settings, sessions, keyring)
     harm = (
         settings.journal.harm_fitness if settings.journal.enabled and settings.journal.rollback_world_on_harm else None
     )
@@ -72,6 +74,9 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
             evolution.publish_feed,
             evolution.apply_world_params,
             evolution.revert_world_params,
+            # governed changes of the world's rules
+            governance.decide_proposal,
+            governance.apply_proposal,
         ],
         activity_executor=executor,
         max_concurrent_activities=settings.sandbox.concurrency,  # regular activities: sandbox tests only
@@ -86,7 +91,8 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
     journal_worker = Worker(
         client,
         task_queue=journal_task_queue(settings.task_queue),
-        activities=[journal.verify_replay, journal.sign_audit_manifest],  # the world's journal
+        # the world's journal: replays, audit manifests, shadow runs of governance proposals
+        activities=[journal.verify_replay, journal.sign_audit_manifest, governance.shadow_proposal],
         max_concurrent_activities=2,  # a replay is a CPU-bound subprocess
     )
     return [pipeline, llm, journal_worker]

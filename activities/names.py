@@ -31,3 +31,6 @@ GEPA_FINISH_PROGRAM = "gepa_finish_program"
 # The world's journal (activities/journal.py)
 VERIFY_REPLAY = "verify_replay"
 SIGN_AUDIT_MANIFEST = "sign_audit_manifest"
+SHADOW_PROPOSAL = "shadow_proposal"
+DECIDE_PROPOSAL = "decide_proposal"
+APPLY_PROPOSAL = "apply_proposal"

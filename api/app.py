@@ -27,6 +27,7 @@ from api import (
     routes_mutation_list,
     routes_mutation_ops,
     routes_mutations,
+    routes_proposals,
     routes_receipts,
     routes_rounds,
     routes_schedules,
@@ -186,6 +187,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_receipts.router)
     app.include_router(routes_governance.router)
     app.include_router(routes_rounds.router)
+    app.include_router(routes_proposals.router)
     app.include_router(routes_telemetry.router)
     app.include_router(routes_traits.router)
     # Evolution cycles (issue 5): the feed and the periodic improvement schedules

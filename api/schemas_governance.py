@@ -122,3 +122,85 @@ class DecisionItem(BaseModel):
 class DecisionListResponse(BaseModel):
     decisions: list[DecisionItem]
     next_cursor: NextCursor = None
+
+
+class ProposalRequest(_Strict):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [
+                {
+                    "base_hash": "0" * 64,
+                    "ops": [
+                        {"op": "test", "path": "/approvals/first_traits", "value": 0},
+                        {"op": "replace", "path": "/approvals/first_traits", "value": 1},
+                    ],
+                    "reason": "an agent's first trait waits for an operator",
+                },
+                {
+                    "base_hash": "0" * 64,
+                    "ops": [{"op": "add", "path": "/params/resource_energy", "value": 30.0}],
+                    "reason": "richer food",
+                },
+            ]
+        },
+    )
+
+    base_hash: str = Field(
+        pattern=r"^[0-9a-f]{64}$", description="The hash of the manifest the patch is written against"
+    )
+    ops: list[dict[str, Any]] = Field(min_length=1, max_length=200, description="RFC 6902 operations")
+    reason: str = Field(min_length=1, max_length=2000)
+
+
+class ProposalAccepted(BaseModel):
+    proposal_id: str
+    status: str
+    candidate_hash: str
+    workflow_id: str
+    url: str
+
+
+class ProposalResponse(BaseModel):
+    proposal_id: str
+    status: str
+    author: str
+    author_role: str
+    reason: str
+    base_version: int
+    base_hash: str
+    ops: list[dict[str, Any]]
+    candidate_hash: str
+    diff: list[dict[str, Any]] = Field(description="The candidate against the base manifest (RFC 6902)")
+    report: dict[str, Any] | None = Field(description="The shadow report: baseline and candidate side by side")
+    report_hash: str | None = Field(description="What an approval must name")
+    decided_by: str | None
+    decision_reason: str | None
+    applied_version: int | None
+    failure: str | None
+    workflow_id: str
+    created_at: float
+    expires_at: float
+
+
+class ProposalListResponse(BaseModel):
+    proposals: list[ProposalResponse]
+    next_cursor: NextCursor = None
+
+
+class ApproveRequest(_Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"report_hash": "0" * 64}]})
+
+    report_hash: str = Field(pattern=r"^[0-9a-f]{64}$", description="The hash of the shadow report approved")
+
+
+class RejectRequest(_Strict):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"reason": "not now"}]})
+
+    reason: str = Field(default="", max_length=2000)
+
+
+class DecisionAccepted(BaseModel):
+    proposal_id: str
+    decision: Literal["approve", "reject"]
+    status: str = Field(description="The proposal's status when the decision was sent (it moves on in its workflow)")

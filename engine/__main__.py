@@ -27,7 +27,7 @@ from genesis.effects import WorldSample
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics
 from genesis.temporal import connect
-from pipeline import audit, journal_outbox, receipts, registry
+from pipeline import audit, journal_outbox, manifests, receipts, registry
 
 from .journaling import WorldJournal
 from .live_traits import HostTraitRunner
@@ -168,7 +168,13 @@ async def main() -> None:
     journal, world = open_world(settings)
     runner = HostTraitRunner(settings, redis, quarantine=quarantine)
     engine = Engine(settings, runner, world=world, journal=journal)
-    params = ParamsFollower(world_params(settings), engine.request_params, redis)
+    database = get_engine(settings.database_url)
+
+    async def governed_params() -> dict:
+        async with database.connect() as conn:
+            return dict((await manifests.current(conn, settings)).document.get("params", {}))
+
+    params = ParamsFollower(world_params(settings), engine.request_params, redis, governed_params)
     engine.snapshot_hooks.append(observation_hook(runner, params, temporal))
     REGISTRY.register(EngineCollector(engine))
     gc_tuning.observe_gc_pauses()
@@ -186,7 +192,7 @@ async def main() -> None:
     projecting = asyncio.create_task(keep_the_record(settings, engine, keyring, stop)) if journal is not None else None
     keeping_rounds = None
     if settings.rounds.enabled:  # agents' rounds (engine/rounds.py)
-        keeper = RoundKeeper(settings, engine, get_engine(settings.database_url), keyring)
+        keeper = RoundKeeper(settings, engine, database, keyring)
         keeping_rounds = asyncio.create_task(keeper.run(stop))
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

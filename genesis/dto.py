@@ -505,3 +505,27 @@ class AuditManifestRequest(BaseModel):
     """AuditManifestWorkflow: sign an audit export's manifest (the API holds no private key)."""
 
     manifest: dict[str, Any]
+
+
+class GovernanceRequest(BaseModel):
+    """GovernanceWorkflow: take proposal ``proposal_id`` through shadow, approval and apply."""
+
+    proposal_id: str
+    ttl_sec: int = Field(ge=1, description="How long it waits for an operator's decision before it expires")
+
+
+class GovernanceDecision(BaseModel):
+    """The ``decide`` signal: an operator's approval (bound to the shadow report's hash) or rejection."""
+
+    decision: Literal["approve", "reject"]
+    by: str
+    report_hash: str | None = None
+    reason: str = ""
+
+
+class GovernanceOutcome(BaseModel):
+    proposal_id: str
+    status: str
+    report_hash: str | None = None
+    applied_version: int | None = None
+    detail: str = ""

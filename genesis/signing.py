@@ -54,6 +54,13 @@ KINDS = (
     "world.rollback",
     "audit.export",
     "round.settled",
+    "governance.proposed",
+    "governance.shadowed",
+    "governance.approved",
+    "governance.rejected",
+    "governance.expired",
+    "governance.applied",
+    "governance.failed",
 )
 FIELDS = ("v", "id", "kind", "domain", "key_id", "prev", "issued_at", "subject", "body", "sig")
 CURRENT = "current"

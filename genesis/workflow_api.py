@@ -67,6 +67,8 @@ def llm_task_queue(task_queue: str) -> str:
 # signature of an audit export's manifest.
 REPLAY_VERIFY_WORKFLOW = "ReplayVerifyWorkflow"
 AUDIT_MANIFEST_WORKFLOW = "AuditManifestWorkflow"
+GOVERNANCE_WORKFLOW = "GovernanceWorkflow"
+GOVERNANCE_DECIDE_SIGNAL = "decide"
 
 
 def replay_verify_workflow_id(from_tick: int, to_tick: int, head_seq: int) -> str:

@@ -51,6 +51,10 @@ async def current(conn: AsyncConnection, settings: Settings) -> Current:
     return Current(row.version, row.hash, row.document)
 
 
+async def document_of(conn: AsyncConnection, version: int) -> dict[str, Any] | None:
+    return await conn.scalar(select(ManifestVersion.document).where(ManifestVersion.version == version))
+
+
 async def history(conn: AsyncConnection, limit: int = 50) -> list[Row]:
     """Versions newest first: rows of version, hash, cause, created_at."""
     m = ManifestVersion

@@ -7,6 +7,7 @@ from gepa_steps.connect_workflow import GepaConnectWorkflow
 from gepa_steps.step_workflow import GepaStepWorkflow
 from workflows.check import CheckWorkflow
 from workflows.evolution import EvolutionCycleWorkflow
+from workflows.governance import GovernanceWorkflow
 from workflows.journal import AuditManifestWorkflow, ReplayVerifyWorkflow
 from workflows.mutation import MutationWorkflow
 from workflows.rollback import RollbackWorkflow
@@ -20,5 +21,6 @@ WORKFLOWS = [
     CheckWorkflow,
     ReplayVerifyWorkflow,
     AuditManifestWorkflow,
+    GovernanceWorkflow,
 ]
 GEPA_WORKFLOWS = [GepaStepWorkflow, GepaConnectWorkflow]  # on the GEPA task queue (build_gepa_worker)

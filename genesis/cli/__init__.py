@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from genesis.cli import agents, check, mutations, operate, operator_keys, receipts, workflows, world
+from genesis.cli import agents, check, governance, mutations, operate, operator_keys, receipts, workflows, world
 from genesis.cli.output import Cli, examples
 
 DEFAULT_API = "http://127.0.0.1:8000"
@@ -69,4 +69,5 @@ agents.register(app)
 operate.register(app)
 operator_keys.register(app)
 receipts.register(app)
+governance.register(app)
 workflows.register(app)

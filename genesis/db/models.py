@@ -423,3 +423,31 @@ class RoundSubmission(Base):
     error: Mapped[str | None] = mapped_column(String(32))
     detail: Mapped[str | None] = mapped_column(Text)
     outcomes: Mapped[list[Any] | None] = mapped_column(JSONB)
+
+
+class GovernanceProposal(Base):
+    """A proposal to change the world's rules (governance/lifecycle.py), from propose to apply."""
+
+    __tablename__ = "governance_proposals"
+
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, Identity(), unique=True)
+    author: Mapped[str] = mapped_column(String(128))
+    author_role: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text)
+    base_version: Mapped[int] = mapped_column(Integer)
+    base_hash: Mapped[str] = mapped_column(String(64))
+    ops: Mapped[list[Any]] = mapped_column(JSONB)
+    document: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    candidate_hash: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(20))
+    report: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    report_hash: Mapped[str | None] = mapped_column(String(64))
+    decided_by: Mapped[str | None] = mapped_column(String(128))
+    decision_reason: Mapped[str | None] = mapped_column(Text)
+    applied_version: Mapped[int | None] = mapped_column(Integer)
+    failure: Mapped[str | None] = mapped_column(Text)
+    workflow_id: Mapped[str] = mapped_column(String(80))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))

@@ -49,6 +49,8 @@ OPERATOR_ROUTES = {
     ("DELETE", "/v1/agents/{agent_id}/capabilities/{capability}"),
     ("POST", "/v1/policy/simulate"),
     ("GET", "/v1/policy/decisions"),
+    ("POST", "/v1/governance/proposals/{proposal_id}/approve"),
+    ("POST", "/v1/governance/proposals/{proposal_id}/reject"),
 }
 # A request of each operator route that only the missing key can refuse.
 SAMPLE = {
@@ -58,6 +60,8 @@ SAMPLE = {
     "/v1/world/rollback": {"tick": 0, "reason": "auth test"},
     "/v1/agents/{agent_id}/capabilities": {"capabilities": ["traits.propose"]},
     "/v1/policy/simulate": {"role": "agent", "action": "traits.propose"},
+    "/v1/governance/proposals/{proposal_id}/approve": {"report_hash": "0" * 64},
+    "/v1/governance/proposals/{proposal_id}/reject": {"reason": "auth test"},
 }
 QUERIES = {"/v1/world/replay/verify": "?from=0&to=1"}
 
@@ -74,6 +78,7 @@ def operator_routes(settings) -> set[tuple[str, str]]:
 def concrete(path: str) -> str:
     concrete_path = path.replace("{task_id}", "task_auth_probe").replace("{schedule_id}", "auth-probe")
     concrete_path = concrete_path.replace("{agent_id}", "agt_auth_probe").replace("{capability}", "traits.propose")
+    concrete_path = concrete_path.replace("{proposal_id}", "gov_0123456789abcdef")
     return concrete_path + QUERIES.get(path, "")
 
 

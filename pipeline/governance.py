@@ -1,0 +1,64 @@
+"""Proposals to change the world's rules in Postgres: recorded by the API, moved along their life
+(governance/lifecycle.py) by the GovernanceWorkflow's activities. Every move is checked against
+the lifecycle under a row lock, so two deciders cannot both win and no step is skipped."""
+
+from __future__ import annotations
+
+import secrets
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from genesis.db.models import GovernanceProposal
+from governance import lifecycle
+
+
+def new_proposal_id() -> str:
+    return f"gov_{secrets.token_hex(8)}"
+
+
+def workflow_id(proposal_id: str) -> str:
+    return f"governance-{proposal_id}"
+
+
+async def create(conn: AsyncConnection, **fields: Any) -> str:
+    proposal_id = fields.pop("id", None) or new_proposal_id()
+    await conn.execute(
+        insert(GovernanceProposal).values(
+            id=proposal_id, status=lifecycle.PROPOSED, workflow_id=workflow_id(proposal_id), **fields
+        )
+    )
+    return proposal_id
+
+
+async def get(conn: AsyncConnection, proposal_id: str) -> GovernanceProposal | None:
+    row = (await conn.execute(select(GovernanceProposal.__table__).where(GovernanceProposal.id == proposal_id))).first()
+    return row  # type: ignore[return-value]  # a Row with the table's columns
+
+
+async def listing(conn: AsyncConnection, status: str | None, limit: int, before_seq: int | None) -> list[Any]:
+    table = GovernanceProposal.__table__
+    statement = select(table).order_by(table.c.seq.desc()).limit(limit)
+    if status is not None:
+        statement = statement.where(table.c.status == status)
+    if before_seq is not None:
+        statement = statement.where(table.c.seq < before_seq)
+    return list((await conn.execute(statement)).all())
+
+
+async def move(conn: AsyncConnection, proposal_id: str, to: str, **fields: Any) -> Any:
+    """Move a proposal to ``to`` (IllegalTransition when its life has no such step); the row as it
+    was before. Runs in the caller's transaction."""
+    table = GovernanceProposal.__table__
+    row = (await conn.execute(select(table).where(table.c.id == proposal_id).with_for_update())).first()
+    if row is None:
+        raise LookupError(f"no proposal {proposal_id}")
+    lifecycle.check(row.status, to)
+    await conn.execute(
+        update(GovernanceProposal)
+        .where(GovernanceProposal.id == proposal_id)
+        .values(status=to, updated_at=datetime.now(UTC), **fields)
+    )
+    return row
