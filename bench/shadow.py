@@ -1,0 +1,119 @@
+"""A governance shadow run of ``--entities`` Molbots over ``--ticks`` ticks, timed, in one run.
+
+Journals a world of N Molbots (bench/engine.py's density, population pinned at N) through the
+engine's own journal for ``--ticks`` + 300 ticks, with an in-process runner that sends every
+Molbot a move and a state each tick (so the journal holds real intents, as a live world's does);
+then runs ``engine.shadow`` over ``--ticks`` recorded ticks with a candidate that changes two
+governed parameters, twice. Prints one JSON object: the shadow's seconds (baseline and candidate
+side by side) against the target (at most 10 s for 600 ticks of 500 Molbots), the ticks per second
+of each side against the live world's unpaced step rate, and whether the two runs gave the same
+report bytes. It fails loudly when the shadow did not run on recorded inputs for the whole window.
+
+    python -m bench.shadow [--entities 500] [--ticks 600]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from bench.engine import build_world
+from genesis.config import Settings
+from genesis.trait_wire import decode_intent_groups
+from sandbox import trait_host
+
+TARGET_S = 10.0
+
+
+class Steering:
+    """Every Molbot turns by its age and names its energy: intents on every tick."""
+
+    def active_traits(self) -> list[str]:
+        return ["steer"]
+
+    async def run_tick(self, tick: int, batches: dict[str, list[dict]]):
+        merged = {
+            v["id"]: [
+                ["set", "direction", (v["age"] % 63) / 10.0],
+                ["set", "state", "low" if v["energy"] < 40 else "ok"],
+            ]
+            for v in batches.get("steer", [])
+        }
+        return decode_intent_groups([trait_host.encode_intents(merged)])
+
+    async def refresh(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
+async def journal_world(journal_dir: Path, n: int, ticks: int) -> float:
+    """Journal ``ticks`` ticks of an N-Molbot world; the live step rate (ticks/s, unpaced)."""
+    from engine.journaling import WorldJournal
+    from engine.loop import Engine
+    from engine.telemetry import TelemetrySink
+    from genesis.cli.processes import free_port
+
+    settings = Settings().override(
+        journal_dir=journal_dir, journal_snapshot_interval=300, engine_fast_forward=True, engine_metrics_port=0
+    )
+    journal, world = WorldJournal.open(settings, lambda: build_world(n, ["steer"], 5))
+    sink = TelemetrySink(f"redis://127.0.0.1:{free_port()}/0")  # nobody listens: nothing is published
+    engine = Engine(settings, Steering(), world=world, journal=journal, sink=sink)
+    try:
+        started = time.perf_counter()
+        await engine.run_ticks(ticks)
+        rate = ticks / (time.perf_counter() - started)
+    finally:
+        await engine.close()
+        journal.close()
+    return rate
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--entities", type=int, default=500)
+    parser.add_argument("--ticks", type=int, default=600)
+    args = parser.parse_args()
+    from engine.shadow import report_hash, shadow
+
+    with tempfile.TemporaryDirectory(prefix="bench-shadow-") as tmp:
+        journal_dir = Path(tmp)
+        live_rate = asyncio.run(journal_world(journal_dir, args.entities, args.ticks + 300))
+        candidate = {"resource_energy": 40.0, "base_metabolism": 0.03}
+        runs = []
+        for _ in range(2):
+            started = time.perf_counter()
+            report = shadow(journal_dir, args.ticks, {}, candidate)
+            runs.append((time.perf_counter() - started, report_hash(report), report))
+    elapsed, first_hash, report = runs[0]
+    if report["recorded_ticks"] != args.ticks:
+        raise SystemExit(f"the shadow ran {report['recorded_ticks']} of {args.ticks} ticks on recorded inputs")
+    if report["baseline"]["population_start"] != args.entities:
+        raise SystemExit(f"the shadow forked a world of {report['baseline']['population_start']} Molbots")
+    target = TARGET_S * (args.ticks / 600) * (args.entities / 500)
+    out = {
+        "entities": args.entities,
+        "ticks": args.ticks,
+        "shadow_s": round(elapsed, 3),
+        "shadow_s_second_run": round(runs[1][0], 3),
+        "target_s": target,
+        "shadow_vs_target": round(elapsed / target, 3),
+        "side_ticks_per_second": round(2 * args.ticks / elapsed, 1),
+        "live_ticks_per_second_unpaced": round(live_rate, 1),
+        "same_report_bytes": first_hash == runs[1][1],
+        "report_hash": first_hash,
+        "differences": report["differences"],
+    }
+    if not out["same_report_bytes"]:
+        raise SystemExit("two shadow runs of one request gave different reports")
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
