@@ -70,6 +70,7 @@ async def current_deadline(request: Request) -> DeadlineResponse:
             "description": "ROUND_NOT_ACCEPTING (with status rejected and the reason), IDEMPOTENCY_KEY_REUSED, "
             "NO_FREE_MEMBER",
         },
+        429: {"model": ErrorResponse, "description": "ROUND_QUOTA_EXCEEDED: the agent's submissions to this round"},
         422: {"model": ErrorResponse, "description": "ACTION_INVALID: the gatekeeper refused the code (its log)"},
     },
 )
@@ -103,13 +104,18 @@ async def submit_action(body: ActionRequest, request: Request, api_key: str | No
             if member_id is None:
                 raise ApiError(409, "NO_FREE_MEMBER", "every member of the world is taken: your agent has none")
         async with services.database.connect() as conn:
-            # each statement its own transaction: the submission's insert holds its round's row only
-            # while it runs (pipeline/rounds.py)
-            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")  # the decision stands alone
             asked = policy.Request("agent", "actions.submit", agent.agent_id, resource=f"member:{member_id}")
             decision_id = await gate.require(services, conn, asked)
+        async with services.database.begin() as tx:  # held briefly: closing the round waits for it
             admitted = await rounds.submit(
-                conn, agent.agent_id, member_id, body.idempotency_key, body.code, decision_id
+                tx,
+                agent.agent_id,
+                member_id,
+                body.idempotency_key,
+                body.code,
+                decision_id,
+                services.settings.rounds.max_submissions_per_agent,
             )
     except (SQLAlchemyError, OSError) as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
@@ -118,6 +124,15 @@ async def submit_action(body: ActionRequest, request: Request, api_key: str | No
             409,
             "IDEMPOTENCY_KEY_REUSED",
             f"idempotency_key {body.idempotency_key!r} was used for other code (submission {admitted.submission_id})",
+        )
+    if admitted.quota:
+        retry = await _seconds_to_next_round(services)
+        raise ApiError(
+            429,
+            "ROUND_QUOTA_EXCEEDED",
+            admitted.reason or "too many submissions to this round",
+            headers={"Retry-After": str(retry)},
+            extra={"status": "rejected", "reason": admitted.reason, "round_id": admitted.round_id},
         )
     if admitted.status != rounds.ACCEPTED or admitted.round_id is None or admitted.submission_id is None:
         raise ApiError(
@@ -133,6 +148,17 @@ async def submit_action(body: ActionRequest, request: Request, api_key: str | No
         round_url=f"/v1/world/rounds/{admitted.round_id}",
     )
     return JSONResponse(accepted.model_dump(), status_code=202)
+
+
+async def _seconds_to_next_round(services) -> int:
+    try:
+        async with services.database.connect() as conn:
+            row = await rounds.current(conn)
+    except (SQLAlchemyError, OSError):
+        return 1
+    if row is None:
+        return 1
+    return max(1, int((row.deadline_at - datetime.now(UTC)).total_seconds() + 1))
 
 
 @router.get(

@@ -77,6 +77,7 @@ class ActionHost:
             "items": items,
             "cpu_ms": rounds.action_cpu_ms,
             "deadline_ms": rounds.action_deadline_ms,
+            "parallel": rounds.action_parallel,
         }
         try:
             reply = self._host.request(request, rounds.action_deadline_ms / 1000.0 + 10.0)
@@ -188,7 +189,7 @@ class RoundKeeper:
             if state is not None:
                 items.append({"id": s.id, "agent": s.agent_id, "code": s.code, "state": state})
         started = time.monotonic()
-        ran = await asyncio.to_thread(self.host.run, items) if items else {}
+        ran = await asyncio.to_thread(self.host.run, fair(items)) if items else {}
         log.info("round %d: %d submissions ran in %.2f s", round_id, len(items), time.monotonic() - started)
         results: dict[str, dict[str, Any]] = {}
         submissions = []
@@ -268,6 +269,20 @@ class RoundKeeper:
         for row in left:
             log.warning("round %d was left %s by an engine that stopped; settling it", row.round_id, row.state)
             await self._reject_all(row.round_id, STOPPED)
+
+
+def fair(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The order submissions run in: each agent's first, then each agent's second, ...; so an
+    agent whose code uses its whole budget delays nobody's first submission (they are applied in
+    agent order whatever order they ran in)."""
+    by_agent: dict[str, list[dict[str, Any]]] = {}
+    for item in items:
+        by_agent.setdefault(item["agent"], []).append(item)
+    queues = [by_agent[a] for a in sorted(by_agent)]
+    out: list[dict[str, Any]] = []
+    for i in range(max((len(q) for q in queues), default=0)):
+        out.extend(q[i] for q in queues if i < len(q))
+    return out
 
 
 def _rejected(error: str, detail: str) -> dict[str, Any]:

@@ -2,10 +2,11 @@
 (engine/rounds.py); the API admits submissions into the round that is accepting.
 
 Accepting and closing exclude each other through the round's row: a submission is inserted only
-while its round is ``accepting``, under a share lock of that row, and closing the round updates
-the row, so it waits for every submission being inserted and no submission can be accepted
-after it. Every submission the API answered "accepted" is therefore in the set the engine reads
-after closing, exactly once.
+while its round is ``accepting``, under a share lock of that row held until its transaction
+commits, and closing the round updates the row, so it waits for every submission being inserted
+and no submission can be accepted after it. Every submission the API answered "accepted" is
+therefore in the set the engine reads after closing, exactly once. An agent makes at most
+``GENESIS_ROUNDS_MAX_SUBMISSIONS_PER_AGENT`` submissions to a round.
 
 Idempotency keys are scoped to their agent: the same (agent, key) with the same body is answered
 as the first time, with another body it is a conflict; another agent's key of the same text is
@@ -136,53 +137,63 @@ class Admitted:
     submission_id: str | None
     reason: str | None = None
     conflict: bool = False  # the key was used with another body
+    quota: bool = False  # the agent has made as many submissions to the round as it may
     first_time: bool = True
 
 
-_SUBMIT = text(
-    """
-    INSERT INTO round_submissions
-        (id, round_id, agent_id, member_id, idempotency_key, body_hash, code, decision_id, status)
-    SELECT :id, r.round_id, :agent_id, :member_id, :key, :body_hash, :code, :decision_id, 'accepted'
-    FROM (SELECT round_id FROM world_rounds WHERE state = 'accepting'
-          ORDER BY round_id DESC LIMIT 1 FOR SHARE) AS r
-    ON CONFLICT (agent_id, idempotency_key) DO NOTHING
-    RETURNING round_id
-    """
+_ACCEPTING = text(
+    "SELECT round_id FROM world_rounds WHERE state = 'accepting' ORDER BY round_id DESC LIMIT 1 FOR SHARE"
 )
 
 
 async def submit(
-    conn: AsyncConnection, agent_id: str, member_id: int, key: str, code: str, decision_id: str
+    conn: AsyncConnection,
+    agent_id: str,
+    member_id: int,
+    key: str,
+    code: str,
+    decision_id: str,
+    max_per_round: int,
 ) -> Admitted:
-    """Admit a submission into the accepting round (see the module doc)."""
+    """Admit a submission into the accepting round (see the module doc), in the caller's
+    transaction: one agent's submissions take turns (an advisory lock), and the accepting round's
+    row is share-locked until the caller commits, so closing the round waits for it."""
+    await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('genesis.submit'), hashtext(:a))"), {"a": agent_id})
     digest = body_hash(code)
-    submission_id = new_submission_id()
-    params = {
-        "id": submission_id,
-        "agent_id": agent_id,
-        "member_id": member_id,
-        "key": key,
-        "body_hash": digest,
-        "code": code,
-        "decision_id": decision_id,
-    }
-    inserted = (await conn.execute(_SUBMIT, params)).first()
-    if inserted is not None:
-        return Admitted(ACCEPTED, int(inserted.round_id), submission_id)
     s = RoundSubmission
     earlier = (
         await conn.execute(
             select(s.id, s.round_id, s.body_hash).where(s.agent_id == agent_id, s.idempotency_key == key)
         )
     ).first()
-    if earlier is None:
+    if earlier is not None:
+        if earlier.body_hash != digest:
+            return Admitted(
+                REJECTED, int(earlier.round_id), earlier.id, "the key was used with another body", conflict=True
+            )
+        return Admitted(ACCEPTED, int(earlier.round_id), earlier.id, first_time=False)
+    accepting = await conn.scalar(_ACCEPTING)
+    if accepting is None:
         return Admitted(REJECTED, None, None, NOT_ACCEPTING)
-    if earlier.body_hash != digest:
-        return Admitted(
-            REJECTED, int(earlier.round_id), earlier.id, "the key was used with another body", conflict=True
+    made = await conn.scalar(select(func.count()).select_from(s).where(s.round_id == accepting, s.agent_id == agent_id))
+    if (made or 0) >= max_per_round:
+        why = f"at most {max_per_round} submissions per agent and round; this round has {made} of yours"
+        return Admitted(REJECTED, int(accepting), None, why, quota=True)
+    submission_id = new_submission_id()
+    await conn.execute(
+        insert(RoundSubmission).values(
+            id=submission_id,
+            round_id=accepting,
+            agent_id=agent_id,
+            member_id=member_id,
+            idempotency_key=key,
+            body_hash=digest,
+            code=code,
+            decision_id=decision_id,
+            status=ACCEPTED,
         )
-    return Admitted(ACCEPTED, int(earlier.round_id), earlier.id, first_time=False)
+    )
+    return Admitted(ACCEPTED, int(accepting), submission_id)
 
 
 async def round_with_submissions(conn: AsyncConnection, round_id: int) -> tuple[Row | None, list[Row]]:

@@ -51,7 +51,7 @@ this program connects to (the live engine's private channel, see sandbox/contain
       when it ran alone) or "lost": why (its worker was killed for another trait's fault or the
       machine was too busy: nobody's fault, no intents).
   {"op": "act", "items": [{"id": ID, "agent": AGENT, "code": CODE, "state": STATE}, ...],
-   "cpu_ms": 200, "deadline_ms": 2000}
+   "cpu_ms": 20, "deadline_ms": 2000, "parallel": 1}
       Agents' round actions: each item's ``agent_action(engine, member_id)`` runs once, in a
       fresh worker of its own (forked for it, killed after it), against a proxy of its member
       and what the member sees (STATE: "member_id", "round_id", "member", "neighbours",
@@ -90,7 +90,7 @@ MAX_REPORTED_ERRORS = 20
 LOAD_DEADLINE_S = 2.0
 MAX_ACTIONS = 16  # recorded actions of one submission
 MAX_ACTION_ITEMS = 1000  # submissions in one act request
-ACT_PARALLEL = 16  # one-shot workers alive at once
+ACT_PARALLEL_MAX = 16  # one-shot workers alive at once (the request's "parallel", default 1)
 MAX_ACTION_CODE = 64 * 1024
 MAX_MESSAGE_CHARS = 280
 ACTION_KINDS = {"move": 2, "move_towards": 2, "eat": 0, "share": 2, "attack": 1, "message": 2}  # kind -> arguments
@@ -422,6 +422,8 @@ class Supervisor:
         deadline_ms = msg.get("deadline_ms", 2000)
         deadline_s = float(deadline_ms) / 1000.0 if type(deadline_ms) in (int, float) and deadline_ms > 0 else 2.0
         deadline = time.monotonic() + deadline_s
+        parallel = msg.get("parallel", 1)
+        parallel = parallel if type(parallel) is int and 1 <= parallel <= ACT_PARALLEL_MAX else 1
         results, queue = {}, []
         for item in items:
             item_id = item.get("id") if type(item) is dict else None
@@ -439,7 +441,7 @@ class Supervisor:
         hard_ns = 3 * cpu_s * 1e9  # the in-process alarm fires at one to two budgets
         try:
             while queue or running:
-                while queue and len(running) < ACT_PARALLEL and time.monotonic() < deadline:
+                while queue and len(running) < parallel and time.monotonic() < deadline:
                     item = queue.pop(0)
                     handle = WorkerHandle("act:" + item["id"], str(item.get("agent", ""))[:128])
                     self.spawn(handle)

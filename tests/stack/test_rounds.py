@@ -125,6 +125,23 @@ async def test_nothing_is_accepted_while_no_round_accepts(http, database):
     }
 
 
+async def test_an_agent_makes_at_most_its_quota_of_submissions_to_a_round(http, database, settings):
+    me = await agents.register(http, "round-quota")
+    async with database.begin() as conn:  # a round that accepts, with no engine yet
+        round_id = await records.open_round(conn, 0, 0, 10, datetime.now(UTC) + timedelta(seconds=30))
+    try:
+        cap = settings.rounds.max_submissions_per_agent
+        answers = [await submit(http, me, FORAGE, f"quota-{i}") for i in range(cap + 1)]
+        assert [a.status_code for a in answers] == [202] * cap + [429], [a.text for a in answers]
+        over = answers[-1]
+        assert over.json()["error"] == "ROUND_QUOTA_EXCEEDED" and int(over.headers["Retry-After"]) >= 1
+        assert f"at most {cap} submissions" in over.json()["reason"]
+        assert (await submit(http, me, FORAGE, "quota-0")).status_code == 202  # a retry is no new submission
+    finally:
+        async with database.begin() as conn:
+            await records.close_round(conn, round_id)
+
+
 async def test_a_round_settles_with_a_receipt_listing_every_submission(http, round_engine, database, settings):
     ann, bob = await agents.register(http, "round-ann"), await agents.register(http, "round-bob")
     answers = [
