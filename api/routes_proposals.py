@@ -142,14 +142,21 @@ async def propose(
             )
     except (SQLAlchemyError, OSError) as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
-    client = await services.temporal()
     workflow_id = proposals.workflow_id(proposal_id)
-    await client.start_workflow(
-        GOVERNANCE_WORKFLOW,
-        GovernanceRequest(proposal_id=proposal_id, ttl_sec=ttl),
-        id=workflow_id,
-        task_queue=services.settings.task_queue,
-    )
+    try:
+        client = await services.temporal()
+        await client.start_workflow(
+            GOVERNANCE_WORKFLOW,
+            GovernanceRequest(proposal_id=proposal_id, ttl_sec=ttl),
+            id=workflow_id,
+            task_queue=services.settings.task_queue,
+        )
+    except Exception as exc:  # recorded, never started: it fails, saying why (propose it again)
+        async with services.database.begin() as conn:
+            await proposals.move(conn, proposal_id, lifecycle.FAILED, failure="its workflow could not be started")
+        if isinstance(exc, ApiError):
+            raise
+        raise unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc, "starting a governance workflow") from exc
     accepted = ProposalAccepted(
         proposal_id=proposal_id,
         status=lifecycle.PROPOSED,

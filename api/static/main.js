@@ -8,6 +8,7 @@ import { Chart, sampleOf } from "./chart.js";
 import { Feed } from "./feed.js";
 import { WorldHistory } from "./history.js";
 import { Inspector } from "./inspector.js";
+import { GovernancePanel } from "./governance.js";
 import { LineagePanel } from "./lineage.js";
 import { MutationList } from "./mutations.js";
 import { TraitChart } from "./trait_chart.js";
@@ -67,12 +68,14 @@ async function main() {
   const feed = new Feed({ list: $("feed"), note: $("feed-note") }, config);
   const traits = new TraitList({ list: $("traits"), note: $("traits-note") }, openLineage);
 
-  window.genesisViewer = { config, world, chart, history, traitChart, inspector, agent, mutations, feed, traits, lineage };
+  const governance = new GovernancePanel({ manifest: $("manifest-version"), list: $("proposals"), note: $("proposals-note") });
+  window.genesisViewer = { config, world, chart, history, traitChart, inspector, agent, mutations, feed, traits, lineage, governance };
   history.start();
   await agent.start();
   mutations.start();
   feed.start();
   traits.start();
+  governance.start();
 }
 
 // The live traits (the set GET /api/traits lists) and, when they differ for now, how many the

@@ -738,3 +738,54 @@ async def test_world_history_and_entity_endpoints(http, settings, engine_proc):
         response = await http.get(f"/api/world/entities/{bad}")
         assert response.status_code == 422, (bad, response.text)
         assert [e["field"] for e in response.json()["errors"]] == ["path.entity_id"], response.text
+
+
+async def test_the_rules_panel_shows_proposals_and_their_shadow_reports(page, settings, tmp_path):
+    """A proposal awaiting approval, with a real shadow report (of a journaled run), is listed with
+    its status; opening it shows its ops and baseline and candidate side by side."""
+    from engine.shadow import report_hash, shadow
+    from governance import lifecycle, manifest as rules
+    from pipeline import governance as proposals, manifests
+    from tests.journal_worlds import journal_settings, run_journaled
+
+    await run_journaled(journal_settings(tmp_path, 12, journal_snapshot_interval=100), 300)
+    report = await asyncio.to_thread(shadow, tmp_path, 150, {}, {"resource_energy": 44.0})
+    database = get_engine(settings.database_url)
+    async with database.begin() as conn:
+        now = await manifests.current(conn, settings)
+        document = rules.normalized({**now.document, "params": {"resource_energy": 44.0}})
+        pid = await proposals.create(
+            conn,
+            author="viewer-test",
+            author_role="operator",
+            reason=f"richer food {uuid.uuid4().hex[:6]}",
+            base_version=now.version,
+            base_hash=now.hash,
+            ops=[{"op": "add", "path": "/params/resource_energy", "value": 44.0}],
+            document=document,
+            candidate_hash=rules.manifest_hash(document),
+            expires_at=now_plus_a_day(),
+        )
+        await proposals.move(conn, pid, lifecycle.SHADOWING)
+        await proposals.move(conn, pid, lifecycle.AWAITING_APPROVAL, report=report, report_hash=report_hash(report))
+    try:
+        row = page.locator(f'#proposals li[data-proposal-id="{pid}"]')
+        await row.wait_for(timeout=20_000)
+        assert "awaiting approval" in await row.text_content()
+        await wait_text(page, "manifest-version", f"rules v{now.version}")
+        await row.get_by_role("button", name="show").click()
+        await row.locator("table.shadow").wait_for(timeout=10_000)
+        table = await row.locator("table.shadow").inner_text()
+        assert "baseline" in table and "candidate" in table and str(report["candidate"]["population_end"]) in table
+        assert "add /params/resource_energy = 44" in await row.text_content()
+        assert report_hash(report) in await row.text_content()
+        assert page.errors == []
+    finally:
+        async with database.begin() as conn:
+            await proposals.move(conn, pid, lifecycle.EXPIRED)
+
+
+def now_plus_a_day():
+    from datetime import UTC, datetime, timedelta
+
+    return datetime.now(UTC) + timedelta(days=1)
