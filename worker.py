@@ -60,6 +60,7 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
         activities=[
             records.validate_and_record_mutation,
             records.record_mutation_status,
+            records.approval_needed,
             records.check_trait_code,
             sandbox.run_sandbox_test,
             lifecycle.activate_trait,

@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import redis.asyncio as aioredis
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -23,6 +23,8 @@ from activities.metrics import STATUS_TRANSITIONS
 from genesis import signing
 from genesis.db.models import Mutation
 from genesis.dto import (
+    ApprovalNeed,
+    ApprovalQuery,
     FailureCode,
     MutationInput,
     MutationStatus,
@@ -32,7 +34,7 @@ from genesis.dto import (
     ValidationRequest,
     terminal_statuses,
 )
-from pipeline import ratelimit, receipts
+from pipeline import manifests, ratelimit, receipts
 
 ENDED = terminal_statuses(activate=True)
 DEDUPLICATION_OK = "Deduplication: OK"
@@ -146,6 +148,27 @@ class MutationRecordActivities:
         else:
             _duplicate(outcome, outcome.code_hash, holder.mutation_id, holder.status)
         return outcome
+
+    @activity.defn(name=names.APPROVAL_NEEDED)
+    async def approval_needed(self, query: ApprovalQuery) -> ApprovalNeed:
+        """Whether the manifest's approval rules hold this mutation for an operator: an agent's
+        first ``approvals.first_traits`` traits (counted by the ones that went live), and, with
+        ``approvals.replaces_live``, any trait that replaces a live one."""
+        async with self._sessions() as session:
+            conn = await session.connection()
+            approvals = (await manifests.current(conn)).manifest.approvals
+            reasons = []
+            if approvals.first_traits:
+                went_live = await session.scalar(
+                    select(func.count())
+                    .select_from(Mutation)
+                    .where(Mutation.agent_id == query.agent_id, Mutation.activated_at.is_not(None))
+                )
+                if (went_live or 0) < approvals.first_traits:
+                    reasons.append(f"one of the agent's first {approvals.first_traits} traits")
+            if approvals.replaces_live and query.replaces_live:
+                reasons.append("it replaces a live trait")
+        return ApprovalNeed(required=bool(reasons), reason="; ".join(reasons), ttl_sec=approvals.ttl_sec)
 
     @activity.defn(name=names.RECORD_MUTATION_STATUS)
     async def record_mutation_status(self, change: StatusUpdate) -> None:

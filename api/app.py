@@ -15,6 +15,7 @@ from sqlalchemy.orm import configure_mappers
 from api import (
     admission,
     routes_agents,
+    routes_approvals,
     routes_audit,
     routes_batch,
     routes_check,
@@ -188,6 +189,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_governance.router)
     app.include_router(routes_rounds.router)
     app.include_router(routes_proposals.router)
+    app.include_router(routes_approvals.router)
     app.include_router(routes_telemetry.router)
     app.include_router(routes_traits.router)
     # Evolution cycles (issue 5): the feed and the periodic improvement schedules

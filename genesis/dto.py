@@ -14,6 +14,8 @@ class MutationStatus(str, Enum):
     queued = "queued"
     validating = "validating"
     sandbox_ok = "sandbox_ok"
+    # The manifest's approval rules say an operator must approve it before it goes live.
+    awaiting_approval = "awaiting_approval"
     rejected = "rejected"
     activated = "activated"
     kept = "kept"
@@ -54,6 +56,10 @@ class FailureCode(str, Enum):
     # At activation the trait's live version was made by another agent (it went live after the
     # proposal was checked) and no operator approved replacing it.
     NOT_TRAIT_OWNER = "NOT_TRAIT_OWNER"
+    # It waited for an operator's approval (the manifest's approval rules) and was rejected, or
+    # nobody decided before the manifest's approvals.ttl_sec.
+    APPROVAL_REJECTED = "APPROVAL_REJECTED"
+    APPROVAL_EXPIRED = "APPROVAL_EXPIRED"
 
 
 class TraitRef(BaseModel):
@@ -529,3 +535,26 @@ class GovernanceOutcome(BaseModel):
     report_hash: str | None = None
     applied_version: int | None = None
     detail: str = ""
+
+
+class ApprovalQuery(BaseModel):
+    """Whether a mutation that passed its sandbox test must wait for an operator's approval."""
+
+    mutation_id: str
+    agent_id: str
+    trait_name: str
+    replaces_live: bool = False
+
+
+class ApprovalNeed(BaseModel):
+    required: bool
+    reason: str = ""
+    ttl_sec: int = 86_400
+
+
+class MutationApproval(BaseModel):
+    """The ``approval`` signal of a MutationWorkflow awaiting approval: an operator's decision."""
+
+    decision: Literal["approve", "reject"]
+    by: str
+    reason: str = ""

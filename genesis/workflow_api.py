@@ -69,6 +69,7 @@ REPLAY_VERIFY_WORKFLOW = "ReplayVerifyWorkflow"
 AUDIT_MANIFEST_WORKFLOW = "AuditManifestWorkflow"
 GOVERNANCE_WORKFLOW = "GovernanceWorkflow"
 GOVERNANCE_DECIDE_SIGNAL = "decide"
+MUTATION_APPROVAL_SIGNAL = "approval"
 
 
 def replay_verify_workflow_id(from_tick: int, to_tick: int, head_seq: int) -> str:

@@ -33,11 +33,13 @@ class Current:
         return rules.Manifest.model_validate(self.document)
 
 
-def initial_document(settings: Settings) -> dict[str, Any]:
+def initial_document(settings: Settings | None) -> dict[str, Any]:
+    if settings is None:
+        return rules.default_document()
     return rules.default_document(keep_last=settings.journal.keep_last, keep_every=settings.journal.keep_every)
 
 
-async def current(conn: AsyncConnection, settings: Settings) -> Current:
+async def current(conn: AsyncConnection, settings: Settings | None = None) -> Current:
     """The manifest in force (version 1 is written the first time anyone asks)."""
     row = (await conn.execute(_CURRENT.limit(1))).first()
     if row is None:

@@ -17,7 +17,10 @@ with workflow.unsafe.imports_passed_through():
     from genesis.dto import (
         ActivationRequest,
         ActivationResult,
+        ApprovalNeed,
+        ApprovalQuery,
         FailureCode,
+        MutationApproval,
         MutationInput,
         MutationResult,
         MutationStatus,
@@ -32,6 +35,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from genesis.effects import INCONCLUSIVE, CarrierMinimum, WorldSample, compute_effects, trait_verdict, verdict
     from genesis.workflow_api import (
+        MUTATION_APPROVAL_SIGNAL,
         MUTATION_WORKFLOW,
         SA_AGENT_ID,
         SA_FAILURE_CODE,
@@ -51,6 +55,8 @@ LIFECYCLE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=1), maximum_int
 WEBHOOK_EVENT = "MutationStatusChanged"
 # Histories recorded before a verdict needed carriers replay with the world-only verdict.
 VERDICT_NEEDS_CARRIERS = "verdict-needs-carriers"
+# Histories recorded before the manifest's approval rules replay without asking about them.
+APPROVALS = "approvals"
 
 
 @workflow.defn(name=MUTATION_WORKFLOW)
@@ -66,6 +72,7 @@ class MutationWorkflow:
         self._webhook_sender: asyncio.Task | None = None
         self._notified_status: MutationStatus | None = None
         self._webhook_sequence = 0
+        self._approval: MutationApproval | None = None
 
     @workflow.query(name="status")
     def status(self) -> MutationResult | None:
@@ -76,6 +83,12 @@ class MutationWorkflow:
         """Operator or API: deregister this trait (restoring the previous version, if any)."""
         if self._rollback_reason is None:
             self._rollback_reason = reason or "requested"
+
+    @workflow.signal(name=MUTATION_APPROVAL_SIGNAL)
+    def decide_approval(self, decision: MutationApproval) -> None:
+        """An operator's decision on a mutation awaiting approval (the first one counts)."""
+        if self._approval is None:
+            self._approval = decision
 
     @workflow.signal(name="world_snapshot")
     def world_snapshot(self, sample: WorldSample) -> None:
@@ -146,9 +159,47 @@ class MutationWorkflow:
             if not mutation.activate:
                 return await self._finish(MutationStatus.sandbox_ok, None, log, sandbox_report)
             await self._transition(MutationStatus.sandbox_ok, log=log, sandbox_report=sandbox_report)
+            if workflow.patched(APPROVALS):
+                refused = await self._await_approval(mutation, log, sandbox_report)
+                if refused is not None:
+                    return refused
             return await self._live(mutation, outcome, log, sandbox_report)
         log = [*log[:-1], report.log_line()]
         return await self._finish(MutationStatus.rejected, report.verdict, log, sandbox_report)
+
+    async def _await_approval(
+        self, mutation: MutationInput, log: list[str], sandbox_report: dict
+    ) -> MutationResult | None:
+        """Where the manifest's approval rules say so, wait for an operator's decision on a
+        durable timer: None when approved (``log`` says by whom), else the rejected result."""
+        need: ApprovalNeed = await _local_activity(
+            names.APPROVAL_NEEDED,
+            ApprovalQuery(
+                mutation_id=mutation.mutation_id,
+                agent_id=mutation.agent_id,
+                trait_name=mutation.trait_name,
+                replaces_live=mutation.replaces is not None,
+            ),
+            result_type=ApprovalNeed,
+        )
+        if not need.required:
+            return None
+        log.append(f"Approval: waiting for an operator ({need.reason}); it expires in {need.ttl_sec} s")
+        await self._transition(MutationStatus.awaiting_approval, log=log, sandbox_report=sandbox_report)
+        try:
+            await workflow.wait_condition(lambda: self._approval is not None, timeout=timedelta(seconds=need.ttl_sec))
+        except TimeoutError:
+            expired = [*log, f"Approval: expired, no operator decided within {need.ttl_sec} s"]
+            return await self._finish(
+                MutationStatus.rejected, FailureCode.APPROVAL_EXPIRED.value, expired, sandbox_report
+            )
+        decided = self._approval
+        assert decided is not None
+        if decided.decision == "reject":
+            why = [*log, f"Approval: rejected by {decided.by}: {decided.reason or 'no reason given'}"]
+            return await self._finish(MutationStatus.rejected, FailureCode.APPROVAL_REJECTED.value, why, sandbox_report)
+        log.append(f"Approval: approved by {decided.by}")
+        return None
 
     async def _transition(
         self,

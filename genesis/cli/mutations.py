@@ -460,6 +460,34 @@ def register(app: typer.Typer) -> None:
         cli.say(f"{mutation_id}: {answer['message']}")
         _follow_and_report(cli, mutation_id, timeout, "verdict", started, {"retry": answer})
 
+    def _decide(ctx: typer.Context, mutation_id: str, decision: str, reason: str, json_out: bool) -> None:
+        cli = cli_of(ctx, json_out)
+        path = f"/api/mutations/{segment(mutation_id, 'mutation id')}/approval"
+        answer = cli.api.post(path, json={"decision": decision, "reason": reason})
+        cli.emit(answer, lambda: cli.console.print(f"{mutation_id}: {decision} sent (it was {answer['status']})"))
+
+    @mutations.command(epilog=examples("genesis mutations approve mut_3f9c2a1b7d40"))
+    @handled
+    def approve(
+        ctx: typer.Context,
+        mutation_id: MutationId,
+        reason: Annotated[str, typer.Option(help="a note")] = "",
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Approve a mutation awaiting approval (operator): it goes live."""
+        _decide(ctx, mutation_id, "approve", reason, json_out)
+
+    @mutations.command(epilog=examples("genesis mutations reject mut_3f9c2a1b7d40 --reason 'starves its neighbours'"))
+    @handled
+    def reject(
+        ctx: typer.Context,
+        mutation_id: MutationId,
+        reason: Annotated[str, typer.Option(help="why")] = "",
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Reject a mutation awaiting approval (operator): it ends rejected, APPROVAL_REJECTED."""
+        _decide(ctx, mutation_id, "reject", reason, json_out)
+
     @mutations.command(
         "status", epilog=examples("genesis mutations status", "genesis mutations status mut_3f9c2a1b7d40 --json")
     )

@@ -50,6 +50,7 @@ OPERATOR_ROUTES = {
     ("POST", "/v1/policy/simulate"),
     ("GET", "/v1/policy/decisions"),
     ("POST", "/v1/governance/proposals/{proposal_id}/approve"),
+    ("POST", "/api/mutations/{mutation_id}/approval"),
     ("POST", "/v1/governance/proposals/{proposal_id}/reject"),
 }
 # A request of each operator route that only the missing key can refuse.
@@ -62,6 +63,7 @@ SAMPLE = {
     "/v1/policy/simulate": {"role": "agent", "action": "traits.propose"},
     "/v1/governance/proposals/{proposal_id}/approve": {"report_hash": "0" * 64},
     "/v1/governance/proposals/{proposal_id}/reject": {"reason": "auth test"},
+    "/api/mutations/{mutation_id}/approval": {"decision": "approve"},
 }
 QUERIES = {"/v1/world/replay/verify": "?from=0&to=1"}
 
@@ -79,6 +81,7 @@ def concrete(path: str) -> str:
     concrete_path = path.replace("{task_id}", "task_auth_probe").replace("{schedule_id}", "auth-probe")
     concrete_path = concrete_path.replace("{agent_id}", "agt_auth_probe").replace("{capability}", "traits.propose")
     concrete_path = concrete_path.replace("{proposal_id}", "gov_0123456789abcdef")
+    concrete_path = concrete_path.replace("{mutation_id}", "mut_0123456789ab")
     return concrete_path + QUERIES.get(path, "")
 
 

@@ -1,0 +1,86 @@
+"""An operator's decision on a mutation that the manifest's approval rules hold before it goes
+live: ``POST /api/mutations/{mutation_id}/approval`` (docs/governance.md#approval-of-risky-mutations).
+
+The MutationWorkflow waits at ``awaiting_approval`` on a durable timer; the decision reaches it as
+its ``approval`` signal. Approved, it goes live as any other; rejected, or with no decision before
+the manifest's ``approvals.ttl_sec``, it ends ``rejected`` with ``APPROVAL_REJECTED`` or
+``APPROVAL_EXPIRED``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, Field
+from temporalio.service import RPCError
+
+from api import gate
+from api.auth import OPERATOR_ERRORS, require_operator
+from api.errors import ApiError, unavailable
+from api.mutation_records import MUTATION_ERRORS, load_mutation
+from api.params import MutationIdPath
+from api.schemas import ErrorResponse
+from genesis.dto import MutationApproval, MutationStatus
+from genesis.workflow_api import MUTATION_APPROVAL_SIGNAL
+from governance import policy
+from pipeline.operators import Operator
+
+router = APIRouter(prefix="/api/mutations", tags=["mutations"])
+
+
+class ApprovalRequest(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={
+            "examples": [{"decision": "approve"}, {"decision": "reject", "reason": "it starves its neighbours"}]
+        },
+    )
+
+    decision: Literal["approve", "reject"]
+    reason: str = Field(default="", max_length=2000)
+
+
+class ApprovalAccepted(BaseModel):
+    mutation_id: str
+    decision: Literal["approve", "reject"]
+    status: str = Field(description="Its status when the decision was sent; its workflow moves it on")
+
+
+@router.post(
+    "/{mutation_id}/approval",
+    status_code=202,
+    response_model=ApprovalAccepted,
+    responses={
+        **MUTATION_ERRORS,
+        **OPERATOR_ERRORS,
+        409: {"model": ErrorResponse, "description": "NOT_AWAITING_APPROVAL"},
+        503: {"model": ErrorResponse, "description": "Temporal or Postgres unavailable"},
+    },
+)
+async def decide(
+    mutation_id: MutationIdPath,
+    body: ApprovalRequest,
+    request: Request,
+    operator: Operator | None = Depends(require_operator),
+) -> JSONResponse:
+    """Approve or reject a mutation awaiting approval (operators only)."""
+    services = request.app.state.services
+    record = await load_mutation(request, mutation_id)
+    by = operator.label if operator is not None else "open-mode"
+    async with services.database.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        asked = policy.Request("operator", "mutations.approve", by, resource=f"mutation:{mutation_id}")
+        await gate.require(services, conn, asked)
+    if record.status != MutationStatus.awaiting_approval.value:
+        raise ApiError(409, "NOT_AWAITING_APPROVAL", f"{mutation_id} is {record.status}, not awaiting approval")
+    client = await services.temporal()
+    try:
+        handle = client.get_workflow_handle(record.workflow_id)
+        await handle.signal(
+            MUTATION_APPROVAL_SIGNAL, MutationApproval(decision=body.decision, by=by, reason=body.reason)
+        )
+    except RPCError as exc:
+        raise unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc, "signalling the mutation's workflow") from exc
+    answer = ApprovalAccepted(mutation_id=mutation_id, decision=body.decision, status=record.status)
+    return JSONResponse(answer.model_dump(), status_code=202)

@@ -1,0 +1,121 @@
+"""Approval of risky mutations on real services: with the manifest holding an agent's first trait
+for an operator, a proposal passes its sandbox test and waits at ``awaiting_approval``; an
+operator's approval sends it live, a rejection ends it ``APPROVAL_REJECTED``, an agent's key
+decides nothing, and an undecided one expires as ``APPROVAL_EXPIRED`` on its durable timer
+(time-skipping server, the real worker's activities in this process)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.pool import NullPool
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from activities.sandbox import SandboxActivities
+from genesis.cli.processes import TEMPORAL_CLI
+from genesis.temporal_setup import ensure_search_attributes
+from pipeline import manifests
+from tests import agents, traits
+from tests.stack.test_lifecycle import wait_for_status
+from worker import build_workers
+
+QUEUE = "genesis-test-approvals"
+
+
+@pytest.fixture(scope="module")
+async def first_trait_waits(settings):
+    """The manifest holds an agent's first trait for an operator, for this module."""
+    database = create_async_engine(settings.database_url, poolclass=NullPool)
+    async with database.begin() as conn:
+        before = await manifests.current(conn, settings)
+        approvals = {**before.document["approvals"], "first_traits": 1, "ttl_sec": 3600}
+        now = await manifests.record(conn, {**before.document, "approvals": approvals}, "test: approvals", before.hash)
+    yield now
+    async with database.begin() as conn:
+        await manifests.record(conn, before.document, "test: restored", now.hash)
+    await database.dispose()
+
+
+async def propose(http, agent, name: str) -> str:
+    body = {"trait_name": name, "goal": "approval", "code": traits.unique_seeker()}
+    answer = await http.post("/api/mutations/propose", json=body, headers=agent.headers)
+    assert answer.status_code == 202, answer.text
+    return answer.json()["mutation_id"]
+
+
+async def test_an_agents_first_trait_waits_for_an_operator(http, operator_http, first_trait_waits):
+    ann = await agents.register(http, "approval-ann")
+    mutation_id = await propose(http, ann, "approval_first")
+    waiting = await wait_for_status(http, mutation_id, {"awaiting_approval"})
+    assert "waiting for an operator (one of the agent's first 1 traits)" in waiting["validation_log"][-1]
+    assert waiting["sandbox_report"]["verdict"] == "ok"
+    await asyncio.sleep(1.0)  # it waits: nothing moves without a decision
+    assert (await http.get(f"/api/mutations/{mutation_id}/status")).json()["status"] == "awaiting_approval"
+    refused = await http.post(
+        f"/api/mutations/{mutation_id}/approval", json={"decision": "approve"}, headers=ann.headers
+    )
+    assert refused.status_code == 403 and refused.json()["error"] == "OPERATOR_KEY_REQUIRED"
+    approved = await operator_http.post(f"/api/mutations/{mutation_id}/approval", json={"decision": "approve"})
+    assert approved.status_code == 202, approved.text
+    live = await wait_for_status(http, mutation_id, {"activated", "kept"})
+    assert any(line.startswith("Approval: approved by ") for line in live["validation_log"])
+    again = await operator_http.post(f"/api/mutations/{mutation_id}/approval", json={"decision": "approve"})
+    assert again.status_code == 409 and again.json()["error"] == "NOT_AWAITING_APPROVAL"
+    # its second trait does not wait: one trait went live
+    second = await propose(http, ann, "approval_second")
+    assert (await wait_for_status(http, second, {"activated", "kept", "awaiting_approval"}))[
+        "status"
+    ] != "awaiting_approval"
+
+
+async def test_a_rejected_one_ends_rejected_with_the_reason(http, operator_http, first_trait_waits):
+    bob = await agents.register(http, "approval-bob")
+    mutation_id = await propose(http, bob, "approval_rejected")
+    await wait_for_status(http, mutation_id, {"awaiting_approval"})
+    answer = await operator_http.post(
+        f"/api/mutations/{mutation_id}/approval", json={"decision": "reject", "reason": "not in my world"}
+    )
+    assert answer.status_code == 202
+    done = await wait_for_status(http, mutation_id, {"rejected"})
+    assert done["failure_reason_code"] == "APPROVAL_REJECTED"
+    assert done["validation_log"][-1].endswith(": not in my world")
+
+
+@pytest.fixture(scope="module")
+async def skipping_env():
+    env = await WorkflowEnvironment.start_time_skipping_v2(
+        dev_server_existing_path=str(TEMPORAL_CLI),
+        dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
+        dev_server_log_level="error",
+        data_converter=pydantic_data_converter,
+    )
+    yield env
+    await env.shutdown()
+
+
+async def test_an_undecided_one_expires_on_its_durable_timer(settings, skipping_env, start_api, first_trait_waits):
+    await ensure_search_attributes(skipping_env.client, "default")  # the workflow sets them
+    worker_settings = settings.override(task_queue=QUEUE)
+    sandbox = await asyncio.to_thread(SandboxActivities, worker_settings)
+    try:
+        with ThreadPoolExecutor(max_workers=2) as executor:
+            pipeline, _llm, _journal = build_workers(skipping_env.client, worker_settings, executor, sandbox)
+            async with pipeline:
+                target = skipping_env.client.service_client.config.target_host
+                url = await start_api("approvals-skipping", task_queue=QUEUE, temporal_address=target)
+                async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+                    carl = await agents.register(http, "approval-carl")
+                    mutation_id = await propose(http, carl, "approval_expired")
+                    started = time.monotonic()
+                    done = await wait_for_status(http, mutation_id, {"rejected", "activated"}, timeout_s=120)
+    finally:
+        await asyncio.to_thread(sandbox.close)
+    assert done["failure_reason_code"] == "APPROVAL_EXPIRED", done
+    assert "no operator decided within 3600 s" in done["validation_log"][-1]
+    assert time.monotonic() - started < 90  # an hour of waiting, in seconds
