@@ -125,7 +125,9 @@ class RoundKeeper:
                 try:
                     async with self.database.begin() as conn:
                         await records.close_round(conn, round_id)
-                    current = await self.open(closes_tick)
+                    # the next round starts where this one closed (or, after a rollback took the
+                    # world back, where the world is now)
+                    current = await self.open(min(closes_tick, self.engine.world.tick))
                 except Exception as exc:
                     log.warning("round %d could not be closed: %s; trying again", round_id, exc)
                     await _sleep(stop, 1.0)
@@ -138,8 +140,14 @@ class RoundKeeper:
                 await settling
             await asyncio.to_thread(self.host.close)
 
+    def _epoch(self) -> int:
+        return self.engine.journal.epoch if self.engine.journal is not None else 0
+
     async def _wait_for_tick(self, tick: int, stop: asyncio.Event) -> bool:
-        while self.engine.world.tick < tick:
+        """Until the world reaches ``tick`` (or a rollback starts a new epoch: the round closes
+        then, instead of waiting for the world to live those ticks again); False when stopping."""
+        epoch = self._epoch()
+        while self.engine.world.tick < tick and self._epoch() == epoch:
             if stop.is_set():
                 return False
             await asyncio.sleep(POLL_S)
@@ -151,7 +159,7 @@ class RoundKeeper:
             ticks = rules.rounds.ticks
             closes = opens_tick + ticks
             left_s = max(0, closes - self.engine.world.tick) / self.settings.engine.tick_rate
-            epoch = self.engine.journal.epoch if self.engine.journal is not None else 0
+            epoch = self._epoch()
             deadline = datetime.now(UTC) + timedelta(seconds=left_s)
             round_id = await records.open_round(conn, epoch, opens_tick, closes, deadline)
         log.debug("round %d accepting until tick %d", round_id, closes)
