@@ -12,15 +12,18 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
-from sqlalchemy.ext.asyncio import create_async_engine
+from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.pool import NullPool
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from activities.sandbox import SandboxActivities
+from api.workflow_starter import start_mutation_workflow
 from genesis.cli.processes import TEMPORAL_CLI
+from genesis.db.models import Mutation
 from genesis.temporal_setup import ensure_search_attributes
 from pipeline import manifests
+from pipeline.proposals import mutation_input
 from tests import agents, traits
 from tests.stack.test_lifecycle import wait_for_status
 from worker import build_workers
@@ -100,22 +103,31 @@ async def skipping_env():
 
 
 async def test_an_undecided_one_expires_on_its_durable_timer(settings, skipping_env, start_api, first_trait_waits):
+    """The proposal is admitted by an API whose workflows start on a queue nobody polls; its
+    workflow is started again on the time-skipping server (whose client lets it skip the
+    workflow's time while a result is awaited), where this process runs the real worker."""
     await ensure_search_attributes(skipping_env.client, "default")  # the workflow sets them
     worker_settings = settings.override(task_queue=QUEUE)
+    url = await start_api("approvals-idle", task_queue=f"{QUEUE}-idle")
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        carl = await agents.register(http, "approval-carl")
+        mutation_id = await propose(http, carl, "approval_expired")
+    database = create_async_engine(settings.database_url, poolclass=NullPool)
+    async with async_sessionmaker(database)() as session:
+        record = await session.get(Mutation, mutation_id)
+    await database.dispose()
     sandbox = await asyncio.to_thread(SandboxActivities, worker_settings)
     try:
         with ThreadPoolExecutor(max_workers=2) as executor:
             pipeline, _llm, _journal = build_workers(skipping_env.client, worker_settings, executor, sandbox)
             async with pipeline:
-                target = skipping_env.client.service_client.config.target_host
-                url = await start_api("approvals-skipping", task_queue=QUEUE, temporal_address=target)
-                async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-                    carl = await agents.register(http, "approval-carl")
-                    mutation_id = await propose(http, carl, "approval_expired")
-                    started = time.monotonic()
-                    done = await wait_for_status(http, mutation_id, {"rejected", "activated"}, timeout_s=120)
+                started = time.monotonic()
+                handle = await start_mutation_workflow(
+                    skipping_env.client, worker_settings, mutation_input(record, settings), record.workflow_id
+                )
+                result = await asyncio.wait_for(handle.result(), 90)
     finally:
         await asyncio.to_thread(sandbox.close)
-    assert done["failure_reason_code"] == "APPROVAL_EXPIRED", done
-    assert "no operator decided within 3600 s" in done["validation_log"][-1]
-    assert time.monotonic() - started < 90  # an hour of waiting, in seconds
+    assert (result["status"], result["failure_reason_code"]) == ("rejected", "APPROVAL_EXPIRED"), result
+    assert "no operator decided within 3600 s" in result["validation_log"][-1]
+    assert time.monotonic() - started < 60  # an hour of waiting, in seconds
