@@ -107,6 +107,10 @@ async def propose(
     else:
         role, author = "agent", (await authenticate(services, api_key)).agent_id
     try:
+        async with services.database.connect() as decided:  # the decision is recorded, allow or deny
+            decided = await decided.execution_options(isolation_level="AUTOCOMMIT")
+            asked = policy.Request(role, "rules.propose", author, resource=f"manifest:{body.base_hash[:16]}")
+            await gate.require(services, decided, asked)
         async with services.database.begin() as conn:
             now = await manifests.current(conn, services.settings)
             if body.base_hash != now.hash:
@@ -125,8 +129,6 @@ async def propose(
             candidate_hash = rules.manifest_hash(document)
             if candidate_hash == now.hash:
                 raise _bad_ops("NO_CHANGE", "the patch changes nothing")
-            asked = policy.Request(role, "rules.propose", author, resource=f"manifest:{now.hash[:16]}")
-            await gate.require(services, conn, asked)
             ttl = now.manifest.governance.proposal_ttl_sec
             proposal_id = await proposals.create(
                 conn,

@@ -211,6 +211,8 @@ async def test_bad_proposals_are_refused_with_the_reason(governance_api, setting
         "/v1/governance/proposals", json={"base_hash": base["hash"], "ops": change, "reason": "x"}, headers=me.headers
     )
     assert denied.status_code == 403 and denied.json()["rule"] == "capability"
+    recorded = (await http.get("/v1/policy/decisions", params={"subject": me.agent_id}, headers=operator)).json()
+    assert [(d["action"], d["decision"]) for d in recorded["decisions"]] == [("rules.propose", "deny")]
 
 
 @pytest.fixture(scope="module")
