@@ -72,9 +72,11 @@ async def test_an_agents_first_trait_waits_for_an_operator(http, operator_http, 
     assert again.status_code == 409 and again.json()["error"] == "NOT_AWAITING_APPROVAL"
     # its second trait does not wait: one trait went live
     second = await propose(http, ann, "approval_second")
-    assert (await wait_for_status(http, second, {"activated", "kept", "awaiting_approval"}))[
-        "status"
-    ] != "awaiting_approval"
+    second_status = await wait_for_status(http, second, {"activated", "kept", "awaiting_approval"})
+    assert second_status["status"] != "awaiting_approval"
+    for live_one in (mutation_id, second):  # out of the world again, for the modules after this one
+        await http.post(f"/api/mutations/{live_one}/rollback", json={"reason": "test over"}, headers=ann.headers)
+        await wait_for_status(http, live_one, {"rolled_back"}, timeout_s=90)
 
 
 async def test_a_rejected_one_ends_rejected_with_the_reason(http, operator_http, first_trait_waits):

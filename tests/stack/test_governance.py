@@ -39,6 +39,18 @@ async def database(settings):
     await engine.dispose()
 
 
+@pytest.fixture(scope="module", autouse=True)
+async def rules_restored(database, settings):
+    """The manifest this module's proposals change is put back as it was for the modules after it."""
+    async with database.begin() as conn:
+        before = await manifests.current(conn, settings)
+    yield
+    async with database.begin() as conn:
+        now = await manifests.current(conn, settings)
+        if now.hash != before.hash:
+            await manifests.record(conn, before.document, "test: restored", now.hash)
+
+
 @pytest.fixture(scope="module")
 async def journal(tmp_path_factory):
     path = tmp_path_factory.mktemp("governance-journal")
