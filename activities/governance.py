@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from typing import Any
 
@@ -97,6 +98,7 @@ class GovernanceActivities:
             json.dumps(candidate),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
+            preexec_fn=_behind_the_world,
         )
         try:
             out, err = await asyncio.wait_for(proc.communicate(), SHADOW_TIMEOUT_S)
@@ -162,3 +164,9 @@ class GovernanceActivities:
         return GovernanceOutcome(
             proposal_id=proposal_id, status=lifecycle.APPLIED, report_hash=row.report_hash, applied_version=now.version
         )
+
+
+def _behind_the_world() -> None:
+    """A shadow run yields the CPU to the live world's engine on the same machine (it can wait;
+    the world's ticks cannot)."""
+    os.nice(10)
