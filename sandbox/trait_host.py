@@ -237,6 +237,23 @@ class WorkerHandle:
         self.sock.settimeout(timeout)
         self.sock.sendall(encode_line(msg, attachment))
 
+    def receive(self):
+        """Read what the worker sent (its socket is non-blocking): None while its reply is still
+        incomplete, else ``(reply,)``, with None for a worker that closed or sent garbage."""
+        try:
+            data = self.sock.recv(1 << 20)
+        except BlockingIOError:
+            return None
+        except OSError:
+            return (None,)
+        if not data:
+            return (None,)
+        try:
+            done = self.inbox.feed(data)
+        except ValueError:
+            return (None,)
+        return None if done is None else (done,)
+
     def kill(self):
         if self.pid is not None:
             try:
@@ -460,19 +477,9 @@ class Supervisor:
                     break
                 for key, _events in selector.select(max(0.0, min(0.005, deadline - time.monotonic()))):
                     handle = key.data
-                    try:
-                        data = handle.sock.recv(1 << 20)
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        data = b""
-                    done = None
-                    if data:
-                        try:
-                            done = handle.inbox.feed(data)
-                        except ValueError:
-                            data = b""
-                    if not data or done is not None:
+                    got = handle.receive()
+                    if got is not None:
+                        (done,) = got
                         item_id = running.pop(handle)
                         selector.unregister(handle.sock)
                         handle.kill()
@@ -597,19 +604,9 @@ class Supervisor:
             while pending:
                 for key, _events in selector.select(max(0.0, min(poll, deadline - time.monotonic()))):
                     handle = key.data
-                    try:
-                        data = handle.sock.recv(1 << 20)
-                    except BlockingIOError:
-                        continue
-                    except OSError:
-                        data = b""
-                    done = None
-                    if data:
-                        try:
-                            done = handle.inbox.feed(data)
-                        except ValueError:
-                            data = b""
-                    if not data or done is not None:
+                    got = handle.receive()
+                    if got is not None:
+                        (done,) = got
                         selector.unregister(handle.sock)
                         pending.discard(handle)
                         if done is not None:
