@@ -21,6 +21,7 @@ from activities.metrics import PipelineMetrics
 from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
 from activities.tasks import TaskActivities
+from activities.trait_shadow import TraitShadowActivities
 from activities.webhooks import WebhookActivities
 from genesis import gc_tuning, signing
 from genesis.config import Settings, get_settings
@@ -53,6 +54,7 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
     webhooks = WebhookActivities(settings)
     task_activities = TaskActivities(redis)
     evolution = EvolutionActivities(settings, sessions, redis)
+    shadows = TraitShadowActivities(settings, sessions, sandbox.client)
     pipeline = Worker(
         client,
         task_queue=settings.task_queue,
@@ -92,8 +94,14 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
     journal_worker = Worker(
         client,
         task_queue=journal_task_queue(settings.task_queue),
-        # the world's journal: replays, audit manifests, shadow runs of governance proposals
-        activities=[journal.verify_replay, journal.sign_audit_manifest, governance.shadow_proposal],
+        # the world's journal: replays, audit manifests, shadow runs of governance proposals and
+        # of held mutations
+        activities=[
+            journal.verify_replay,
+            journal.sign_audit_manifest,
+            governance.shadow_proposal,
+            shadows.shadow_mutation,
+        ],
         max_concurrent_activities=2,  # a replay is a CPU-bound subprocess
     )
     return [pipeline, llm, journal_worker]

@@ -262,6 +262,7 @@ def _record_values(change: StatusUpdate) -> dict:
         "validation_log",
         "class_name",
         "sandbox_report",
+        "shadow_report",
         "trait_version",
         "effects",
         "fitness_verdict",

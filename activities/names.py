@@ -35,3 +35,5 @@ SHADOW_PROPOSAL = "shadow_proposal"
 DECIDE_PROPOSAL = "decide_proposal"
 APPLY_PROPOSAL = "apply_proposal"
 APPROVAL_NEEDED = "approval_needed"
+# a held mutation's trait in a world forked from the live one (activities/trait_shadow.py)
+SHADOW_MUTATION = "shadow_mutation"

@@ -296,6 +296,10 @@ class SandboxActivities:
                 settings.sandbox.host_socket,
             ).start()
 
+    @property
+    def client(self) -> docker.DockerClient:
+        return self._client
+
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()

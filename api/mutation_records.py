@@ -138,6 +138,7 @@ def status_response(record: Mutation, quarantine: TraitQuarantine | None = None)
         code_hash=record.code_hash,
         workflow_id=record.workflow_id,
         sandbox_report=record.sandbox_report,
+        shadow_report=record.shadow_report,
         trait_version=record.trait_version,
         fitness_verdict=record.fitness_verdict,
         verdict_reason=verdict_reason(record),

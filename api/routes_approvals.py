@@ -33,12 +33,22 @@ class ApprovalRequest(BaseModel):
     model_config = ConfigDict(
         extra="forbid",
         json_schema_extra={
-            "examples": [{"decision": "approve"}, {"decision": "reject", "reason": "it starves its neighbours"}]
+            "examples": [
+                {"decision": "approve"},
+                {"decision": "approve", "report_hash": "9f2c" + "0" * 60},
+                {"decision": "reject", "reason": "it starves its neighbours"},
+            ]
         },
     )
 
     decision: Literal["approve", "reject"]
     reason: str = Field(default="", max_length=2000)
+    report_hash: str | None = Field(
+        default=None,
+        pattern=r"^[0-9a-f]{64}$",
+        description="The shadow report you read (its shadow_report.report_hash): an approval of another "
+        "report is refused with 409 REPORT_MISMATCH",
+    )
 
 
 class ApprovalAccepted(BaseModel):
@@ -54,7 +64,7 @@ class ApprovalAccepted(BaseModel):
     responses={
         **MUTATION_ERRORS,
         **OPERATOR_ERRORS,
-        409: {"model": ErrorResponse, "description": "NOT_AWAITING_APPROVAL"},
+        409: {"model": ErrorResponse, "description": "NOT_AWAITING_APPROVAL, REPORT_MISMATCH"},
         503: {"model": ErrorResponse, "description": "Temporal or Postgres unavailable"},
     },
 )
@@ -74,6 +84,11 @@ async def decide(
         await gate.require(services, conn, asked)
     if record.status != MutationStatus.awaiting_approval.value:
         raise ApiError(409, "NOT_AWAITING_APPROVAL", f"{mutation_id} is {record.status}, not awaiting approval")
+    if body.report_hash is not None:  # the report is final once the mutation awaits approval
+        held = (record.shadow_report or {}).get("report_hash")
+        if body.report_hash != held:
+            shown = f"its shadow report is {held}" if held else "it has no shadow report"
+            raise ApiError(409, "REPORT_MISMATCH", f"report_hash {body.report_hash} is not {mutation_id}'s: {shown}")
     client = await services.temporal()
     try:
         handle = client.get_workflow_handle(record.workflow_id)

@@ -267,6 +267,12 @@ class MutationStatusResponse(BaseModel):
     code_hash: str | None
     workflow_id: str
     sandbox_report: dict[str, Any] | None
+    shadow_report: dict[str, Any] | None = Field(
+        default=None,
+        description="A mutation held for approval: its trait run beside the live traits in a world forked from the "
+        "latest snapshot, against the same world without it (population, energy, births, deaths, each trait's "
+        "calls, errors and quarantine, the trait's carriers; see docs/governance.md). Null when none was run",
+    )
     trait_version: int | None
     fitness_verdict: str | None = Field(default=None, description=FITNESS_VERDICT)
     verdict_reason: str | None = Field(default=None, description=VERDICT_REASON)

@@ -139,14 +139,20 @@ def shadow(journal_dir: Path, ticks: int, baseline: dict[str, float], candidate:
         "recorded_ticks": recorded,
         "baseline": b,
         "candidate": c,
-        "differences": {
-            "population_end": c["population_end"] - b["population_end"],
-            "population_mean": round(c["population_mean"] - b["population_mean"], 6),
-            "energy_end": round(c["energy_end"] - b["energy_end"], 6),
-            "births": c["births"] - b["births"],
-            "deaths": sum(c["deaths"].values()) - sum(b["deaths"].values()),
-            "same_end_state": c["end_state_hash"] == b["end_state_hash"],
-        },
+        "differences": differences(b, c),
+    }
+
+
+def differences(baseline: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
+    """What the candidate's run did otherwise than the baseline's (two :meth:`Run.summary`)."""
+    b, c = baseline, candidate
+    return {
+        "population_end": c["population_end"] - b["population_end"],
+        "population_mean": round(c["population_mean"] - b["population_mean"], 6),
+        "energy_end": round(c["energy_end"] - b["energy_end"], 6),
+        "births": c["births"] - b["births"],
+        "deaths": sum(c["deaths"].values()) - sum(b["deaths"].values()),
+        "same_end_state": c["end_state_hash"] == b["end_state_hash"],
     }
 
 

@@ -158,6 +158,25 @@ class SandboxReport(BaseModel):
         return f"Sandbox: FAILED — {self.verdict}: {self.summary}"
 
 
+class TraitShadowRequest(BaseModel):
+    """A held mutation's shadow: its trait beside the live ones in a world forked from the live one."""
+
+    mutation_id: str
+    agent_id: str
+    trait_name: str
+    class_name: str
+    code: str
+    code_hash: str = ""
+
+
+class TraitShadowOutcome(BaseModel):
+    """The shadow's report and its hash, or why no shadow could be run (``not_run``)."""
+
+    report: dict[str, Any] | None = None
+    report_hash: str | None = None
+    not_run: str | None = None
+
+
 class TraitCheck(BaseModel):
     """What a CheckWorkflow is started with: code to judge as a proposal would be, recording
     nothing. ``timeout_s``: the sandbox test's time limit (set by the API from Settings)."""
@@ -189,6 +208,7 @@ class StatusUpdate(BaseModel):
     class_name: str | None = None
     code_hash: str | None = None
     sandbox_report: dict[str, Any] | None = None
+    shadow_report: dict[str, Any] | None = None
     trait_version: int | None = None
     effects: dict[str, Any] | None = None
     fitness_verdict: str | None = None
@@ -263,6 +283,7 @@ class MutationResult(BaseModel):
     trait_version: int | None = None
     effects: dict[str, Any] | None = None
     fitness_verdict: str | None = None
+    shadow_report: dict[str, Any] | None = None
 
 
 class WebhookDelivery(BaseModel):

@@ -29,6 +29,8 @@ with workflow.unsafe.imports_passed_through():
         SandboxReport,
         SandboxRequest,
         StatusUpdate,
+        TraitShadowOutcome,
+        TraitShadowRequest,
         ValidationOutcome,
         ValidationRequest,
         WebhookDelivery,
@@ -42,6 +44,7 @@ with workflow.unsafe.imports_passed_through():
         SA_STATUS,
         SA_TRAIT_NAME,
         TASK_SIGNAL_MUTATION_ACTIVATED,
+        journal_task_queue,
         task_workflow_id,
     )
 
@@ -57,6 +60,11 @@ WEBHOOK_EVENT = "MutationStatusChanged"
 VERDICT_NEEDS_CARRIERS = "verdict-needs-carriers"
 # Histories recorded before the manifest's approval rules replay without asking about them.
 APPROVALS = "approvals"
+# ... and before the shadow of a held mutation's trait in a fork of the live world.
+APPROVAL_SHADOW = "approval-shadow"
+# A shadow is information for the operator, never a verdict: after these attempts the mutation
+# waits for a decision without one.
+SHADOW_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)
 
 
 @workflow.defn(name=MUTATION_WORKFLOW)
@@ -160,7 +168,7 @@ class MutationWorkflow:
                 return await self._finish(MutationStatus.sandbox_ok, None, log, sandbox_report)
             await self._transition(MutationStatus.sandbox_ok, log=log, sandbox_report=sandbox_report)
             if workflow.patched(APPROVALS):
-                refused = await self._await_approval(mutation, log, sandbox_report)
+                refused = await self._await_approval(mutation, outcome, log, sandbox_report)
                 if refused is not None:
                     return refused
             return await self._live(mutation, outcome, log, sandbox_report)
@@ -168,7 +176,7 @@ class MutationWorkflow:
         return await self._finish(MutationStatus.rejected, report.verdict, log, sandbox_report)
 
     async def _await_approval(
-        self, mutation: MutationInput, log: list[str], sandbox_report: dict
+        self, mutation: MutationInput, outcome: ValidationOutcome, log: list[str], sandbox_report: dict
     ) -> MutationResult | None:
         """Where the manifest's approval rules say so, wait for an operator's decision on a
         durable timer: None when approved (``log`` says by whom), else the rejected result."""
@@ -184,8 +192,11 @@ class MutationWorkflow:
         )
         if not need.required:
             return None
+        shadow_report = await self._shadow(mutation, outcome, log) if workflow.patched(APPROVAL_SHADOW) else None
         log.append(f"Approval: waiting for an operator ({need.reason}); it expires in {need.ttl_sec} s")
-        await self._transition(MutationStatus.awaiting_approval, log=log, sandbox_report=sandbox_report)
+        await self._transition(
+            MutationStatus.awaiting_approval, log=log, sandbox_report=sandbox_report, shadow_report=shadow_report
+        )
         try:
             await workflow.wait_condition(lambda: self._approval is not None, timeout=timedelta(seconds=need.ttl_sec))
         except TimeoutError:
@@ -200,6 +211,37 @@ class MutationWorkflow:
             return await self._finish(MutationStatus.rejected, FailureCode.APPROVAL_REJECTED.value, why, sandbox_report)
         log.append(f"Approval: approved by {decided.by}")
         return None
+
+    async def _shadow(self, mutation: MutationInput, outcome: ValidationOutcome, log: list[str]) -> dict | None:
+        """The trait's shadow in a fork of the live world, for the operator who decides (its line
+        in ``log``): the report with its hash, or None when none could be run."""
+        log.append(f"Shadow: running {mutation.trait_name} beside the live traits in a fork of the world")
+        await self._transition(MutationStatus.sandbox_ok, log=log)
+        try:
+            shadow: TraitShadowOutcome = await workflow.execute_activity(
+                names.SHADOW_MUTATION,
+                TraitShadowRequest(
+                    mutation_id=mutation.mutation_id,
+                    agent_id=mutation.agent_id,
+                    trait_name=mutation.trait_name,
+                    class_name=outcome.class_name or "",
+                    code=mutation.code,
+                    code_hash=outcome.code_hash or "",
+                ),
+                result_type=TraitShadowOutcome,
+                task_queue=journal_task_queue(workflow.info().task_queue),
+                start_to_close_timeout=timedelta(minutes=15),
+                heartbeat_timeout=timedelta(seconds=30),
+                retry_policy=SHADOW_RETRY,
+            )
+        except ActivityError as err:
+            log[-1] = f"Shadow: could not run ({_root_message(err)}); decide on the sandbox report"
+            return None
+        if shadow.report is None:
+            log[-1] = f"Shadow: not run ({shadow.not_run}); decide on the sandbox report"
+            return None
+        log[-1] = _shadow_line(shadow.report)
+        return {**shadow.report, "report_hash": shadow.report_hash}
 
     async def _transition(
         self,
@@ -241,7 +283,9 @@ class MutationWorkflow:
         """A status change in the workflow's own state (the status query, search attributes);
         returns the record of it, for an activity to persist."""
         assert self._result is not None
-        carried = {k: getattr(self._result, k) for k in ("trait_version", "effects", "fitness_verdict")}
+        carried = {
+            k: getattr(self._result, k) for k in ("trait_version", "effects", "fitness_verdict", "shadow_report")
+        }
         self._result = MutationResult(
             mutation_id=self._result.mutation_id,
             status=status,
@@ -463,6 +507,20 @@ class MutationWorkflow:
     def _window_complete(self, window: int) -> bool:
         first, latest = self._first_sample, self._latest_sample
         return first is not None and latest is not None and latest.tick - first.tick >= window
+
+
+def _shadow_line(report: dict) -> str:
+    """The validation log's line for a shadow report (activities/trait_shadow.py)."""
+    b, c, name = report["baseline"], report["candidate"], report["trait"]["name"]
+    line = (
+        f"Shadow: {report['ticks']} ticks from tick {report['from_tick']} — population {c['population_end']} "
+        f"with it, {b['population_end']} without ({report['differences']['population_end']:+d}), deaths "
+        f"{report['differences']['deaths']:+d}, up to {c['carriers']['max']} carriers"
+    )
+    quarantined = c["traits"].get(name, {}).get("quarantined_at_tick")
+    if quarantined is not None:
+        line += f"; the engine would quarantine it at tick {quarantined}"
+    return line
 
 
 def _carriers_note(fitness: str, seen: int, needed: int | None) -> str:

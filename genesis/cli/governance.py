@@ -22,6 +22,23 @@ def _segment(value: str, what: str, prefix: str) -> str:
     return value
 
 
+def shadow_table(report: dict[str, Any], title: str) -> Any:
+    """A shadow report's baseline and candidate side by side (a proposal's or a held mutation's)."""
+    b, c = report["baseline"], report["candidate"]
+    names = ["population_start", "population_min", "population_mean", "population_end", "energy_end", "births"]
+    rows = [[name, b[name], c[name]] for name in names]
+    rows.append(["deaths", sum(b["deaths"].values()), sum(c["deaths"].values())])
+    trait = report.get("trait")
+    if trait:  # a held mutation's: its trait on the candidate's side only
+        mine = c["traits"].get(trait["name"], {})
+        rows.append(["carriers (max)", "", c["carriers"]["max"]])
+        rows.append(["its calls / errors", "", f"{mine.get('calls', 0)} / {mine.get('errors', 0)}"])
+        if mine.get("quarantined_at_tick") is not None:
+            rows.append(["quarantined at tick", "", mine["quarantined_at_tick"]])
+    rows.append(["end state", b["end_state_hash"][:16], c["end_state_hash"][:16]])
+    return table(title, ["", "baseline", "candidate"], rows)
+
+
 def render_proposal(cli: Cli, p: dict[str, Any]) -> None:
     cli.console.print(
         f"[bold]{p['proposal_id']}[/] {p['status']} — {escape(p['reason'])} "
@@ -32,19 +49,11 @@ def render_proposal(cli: Cli, p: dict[str, Any]) -> None:
     cli.console.print(table("what it changes", ["op", "path", "value"], rows))
     report = p.get("report")
     if report:
-        b, c = report["baseline"], report["candidate"]
-        names = ["population_start", "population_min", "population_mean", "population_end", "energy_end", "births"]
-        rows = [[name, b[name], c[name]] for name in names]
-        rows.append(["deaths", sum(b["deaths"].values()), sum(c["deaths"].values())])
-        rows.append(["end state", b["end_state_hash"][:16], c["end_state_hash"][:16]])
-        cli.console.print(
-            table(
-                f"shadow: {report['ticks']} ticks from snapshot {report['snapshot']} "
-                f"({report['recorded_ticks']} on recorded inputs)",
-                ["", "baseline", "candidate"],
-                rows,
-            )
+        title = (
+            f"shadow: {report['ticks']} ticks from snapshot {report['snapshot']} "
+            f"({report['recorded_ticks']} on recorded inputs)"
         )
+        cli.console.print(shadow_table(report, title))
         cli.console.print(f"report hash: {p['report_hash']}  (what `genesis governance approve` names)")
     if p.get("failure"):
         cli.console.print(f"[red]failed[/]: {escape(p['failure'])}", soft_wrap=True)

@@ -23,6 +23,7 @@ from genesis.cli.client import (
     CliError,
     segment,
 )
+from genesis.cli.governance import shadow_table
 from genesis.cli.output import Cli, cli_of, examples, group, handled, styled, table, versioned, when, when_short
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (for scripts)")]
@@ -358,6 +359,13 @@ def register(app: typer.Typer) -> None:
             cli.console.print(table(mutation_id, ["field", "value"], [r for r in rows if r[1] is not None]))
             for line in record.get("validation_log") or []:
                 cli.console.print(f"  [dim]{escape(line)}[/]")
+            shadow = record.get("shadow_report")
+            if shadow:
+                title = (
+                    f"shadow: {shadow['ticks']} ticks from snapshot {shadow['snapshot']}, "
+                    f"without and with {shadow['trait']['name']}"
+                )
+                cli.console.print(shadow_table(shadow, title))
 
         cli.emit(record, render)
         raise typer.Exit(VERDICT_EXIT.get(record["status"], EXIT_OK))  # scripts: 3 rejected, 4 rolled back, 5 failed
@@ -460,22 +468,35 @@ def register(app: typer.Typer) -> None:
         cli.say(f"{mutation_id}: {answer['message']}")
         _follow_and_report(cli, mutation_id, timeout, "verdict", started, {"retry": answer})
 
-    def _decide(ctx: typer.Context, mutation_id: str, decision: str, reason: str, json_out: bool) -> None:
+    def _decide(
+        ctx: typer.Context, mutation_id: str, decision: str, reason: str, json_out: bool, report_hash: str | None = None
+    ) -> None:
         cli = cli_of(ctx, json_out)
         path = f"/api/mutations/{segment(mutation_id, 'mutation id')}/approval"
-        answer = cli.api.post(path, json={"decision": decision, "reason": reason})
+        body = {"decision": decision, "reason": reason}
+        if report_hash:
+            body["report_hash"] = report_hash
+        answer = cli.api.post(path, json=body)
         cli.emit(answer, lambda: cli.console.print(f"{mutation_id}: {decision} sent (it was {answer['status']})"))
 
-    @mutations.command(epilog=examples("genesis mutations approve mut_3f9c2a1b7d40"))
+    @mutations.command(
+        epilog=examples(
+            "genesis mutations approve mut_3f9c2a1b7d40",
+            "genesis mutations approve mut_3f9c2a1b7d40 --report-hash HASH",
+        )
+    )
     @handled
     def approve(
         ctx: typer.Context,
         mutation_id: MutationId,
         reason: Annotated[str, typer.Option(help="a note")] = "",
+        report_hash: Annotated[
+            str | None, typer.Option("--report-hash", help="the shadow report you read: refused if it is not its")
+        ] = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Approve a mutation awaiting approval (operator): it goes live."""
-        _decide(ctx, mutation_id, "approve", reason, json_out)
+        _decide(ctx, mutation_id, "approve", reason, json_out, report_hash)
 
     @mutations.command(epilog=examples("genesis mutations reject mut_3f9c2a1b7d40 --reason 'starves its neighbours'"))
     @handled

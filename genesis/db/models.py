@@ -47,6 +47,8 @@ class Mutation(Base):
     failure_reason_code: Mapped[str | None] = mapped_column(String(64))
     validation_log: Mapped[list[str]] = mapped_column(JSONB, default=list)
     sandbox_report: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # A held mutation's shadow: its trait in a fork of the live world (migration 0019).
+    shadow_report: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # Set on activation and after observation (issue: the living world).
     trait_version: Mapped[int | None] = mapped_column()
     activated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

@@ -54,6 +54,9 @@ async def test_an_agents_first_trait_waits_for_an_operator(http, operator_http, 
     mutation_id = await propose(http, ann, "approval_first")
     waiting = await wait_for_status(http, mutation_id, {"awaiting_approval"})
     assert "waiting for an operator (one of the agent's first 1 traits)" in waiting["validation_log"][-1]
+    # the suite's worker has no journal to fork a shadow from (tests/stack/test_trait_shadow.py has)
+    assert waiting["validation_log"][-2] == "Shadow: not run (no journal to fork from); decide on the sandbox report"
+    assert waiting["shadow_report"] is None
     assert waiting["sandbox_report"]["verdict"] == "ok"
     await asyncio.sleep(1.0)  # it waits: nothing moves without a decision
     assert (await http.get(f"/api/mutations/{mutation_id}/status")).json()["status"] == "awaiting_approval"
@@ -106,8 +109,8 @@ async def test_an_undecided_one_expires_on_its_durable_timer(settings, skipping_
     sandbox = await asyncio.to_thread(SandboxActivities, worker_settings)
     try:
         with ThreadPoolExecutor(max_workers=2) as executor:
-            pipeline, _llm, _journal = build_workers(skipping_env.client, worker_settings, executor, sandbox)
-            async with pipeline:
+            pipeline, _llm, journal = build_workers(skipping_env.client, worker_settings, executor, sandbox)
+            async with pipeline, journal:
                 started = time.monotonic()
                 handle = await start_mutation_workflow(
                     skipping_env.client, worker_settings, mutation_input(record, settings), record.workflow_id

@@ -1,0 +1,354 @@
+"""The shadow of a held mutation: what its trait would do in the live world, run beside the world
+without it before an operator decides.
+
+Two copies of the world are forked from the latest kept snapshot of the journal. Both run the
+traits live now; the **candidate** also runs the mutation's trait (in place of the live version it
+replaces, if it replaces one), available to newborns as activation would make it. Each side's
+traits run in a trait-host container of its own — this process runs only the world core — and
+the side's world applies their intents through the live apply path (``engine.inputs``), tick by
+tick, for the manifest's ``governance.shadow_ticks``. A trait that fails as the live engine would
+quarantine it (errors or CPU overruns on ``STRIKES_TO_QUARANTINE`` ticks in a row, or a kill
+confirmed while it ran alone) leaves its side's world at that tick, as a quarantine would.
+
+The report has, for each side, population, energy, births and deaths (``engine.shadow``'s
+summary) and each trait's calls, errors, timeouts and quarantine tick, with the candidate trait's
+carriers; with deterministic traits, two runs give the same bytes (``report_hash``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import docker
+from sqlalchemy.ext.asyncio import async_sessionmaker
+from temporalio import activity
+
+from activities import names
+from engine.inputs import HOST_MISSED, HOST_OK, TickInputs
+from engine.live_traits import STRIKES_TO_QUARANTINE, WORKERS_SHARE, TraitState
+from engine.replay import ReplayError, load_world
+from engine.shadow import Run, differences, pick_snapshot, report_hash
+from engine.world import World
+from genesis.config import Settings
+from genesis.dto import TraitShadowOutcome, TraitShadowRequest
+from genesis.trait_wire import MalformedIntents, decode_intent_groups
+from journal.reader import JournalReader
+from journal.snapshots import SnapshotStore
+from pipeline import manifests, registry
+from pipeline.live import live_versions
+from sandbox import image
+from sandbox.container import HostCrashed, HostDeadlineExceeded, IsolationLimits, TraitHostContainer, hello_message
+
+REPORT_VERSION = 1
+HOST_START_DEADLINE_S = 20.0
+LOAD_DEADLINE_S = 5.0
+MAX_HOST_RESTARTS = 3  # per side; past them the run is an infrastructure failure (retried)
+LOST_TICK_RETRIES = 3  # a tick the busy machine kept from finishing is run again
+PROGRESS_EVERY = 50  # ticks
+
+
+class ShadowStopped(Exception):
+    """The activity was cancelled while the shadow ran."""
+
+
+@dataclass
+class TraitRecord(TraitState):
+    """One trait's run on one side: what the live engine counts, and where it would have left."""
+
+    first_error: str | None = None
+    quarantined_at: int | None = None
+    quarantine_reason: str | None = None
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "version": self.entry.version or None,  # None: the held mutation's own
+            "mutation_id": self.entry.mutation_id,
+            "calls": self.calls,
+            "errors": self.errors,
+            "timeouts": self.timeouts,
+            "first_error": self.first_error,
+            "quarantined_at_tick": self.quarantined_at,
+            "quarantine_reason": self.quarantine_reason,
+        }
+
+
+@dataclass
+class Side:
+    """One side of the shadow: its world, its trait host and what its traits did."""
+
+    name: str
+    run: Run
+    traits: dict[str, TraitRecord]
+    new_host: Callable[[str], TraitHostContainer]
+    host: TraitHostContainer | None = None
+    restarts: int = 0
+    missed_ticks: int = 0
+    unloadable: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def world(self) -> World:
+        return self.run.world
+
+    def running(self) -> list[str]:
+        return sorted(n for n, t in self.traits.items() if t.quarantined_at is None and n not in self.unloadable)
+
+    def start_host(self) -> None:
+        self.host = self.new_host(self.name)
+        for name, record in sorted(self.traits.items()):
+            if name in self.unloadable or record.quarantined_at is not None:
+                continue
+            entry = record.entry
+            reply = self.host.request(
+                {
+                    "op": "load",
+                    "trait": name,
+                    "source": entry.code,
+                    "class_name": entry.class_name,
+                    "agent": entry.agent_id,
+                },
+                LOAD_DEADLINE_S,
+            )
+            if not reply.get("ok"):
+                self.unloadable[name] = str(reply.get("error"))[:300]
+
+    def host_failed(self) -> None:
+        if self.host is not None:
+            self.host.close()
+            self.host = None
+        self.restarts += 1
+        if self.restarts > MAX_HOST_RESTARTS:
+            raise RuntimeError(f"the {self.name} side's trait host failed {self.restarts} times")
+        self.start_host()
+
+    def close(self) -> None:
+        if self.host is not None:
+            self.host.close()
+            self.host = None
+
+    def tick(self, deadline_s: float) -> None:
+        """One tick: the running traits' intents from the host, then the world's step."""
+        world = self.world
+        inputs = TickInputs(tick=world.tick)
+        run = self.running()
+        views = world.trait_views(run, raw=True) if run else {"count": 0}
+        if views["count"]:
+            inputs.host, inputs.intents = self._ask(world.tick, views, run, deadline_s)
+        self.run.tick(inputs)
+
+    def _ask(self, tick: int, views: dict, run: list[str], deadline_s: float) -> tuple[str, Any]:
+        message = {"op": "views", "tick": tick, **views, "run": run, "deadline_ms": deadline_s * WORKERS_SHARE * 1000}
+        for _attempt in range(LOST_TICK_RETRIES + 1):
+            assert self.host is not None
+            try:
+                reply = self.host.request(message, deadline_s)
+                attachment = reply.get("attachment")
+                if not reply.get("ok"):
+                    raise MalformedIntents(f"the host refused the tick: {reply.get('error')}")
+                intents = decode_intent_groups(
+                    reply.get("intent_groups"), attachment if isinstance(attachment, bytes) else None
+                )
+                results = reply.get("results")
+                if not isinstance(results, dict):
+                    raise MalformedIntents("results must be an object")
+            except (HostDeadlineExceeded, HostCrashed, MalformedIntents):
+                self.missed_ticks += 1  # as live: the tick runs on instinct and the host is replaced
+                self.host_failed()
+                return HOST_MISSED, None
+            if any(isinstance(r, dict) and r.get("lost") for r in results.values()):
+                continue  # nobody's fault (the machine was busy): the same tick again
+            self._account(tick, results)
+            return HOST_OK, intents
+        raise RuntimeError(f"tick {tick} of the {self.name} side could not finish {LOST_TICK_RETRIES + 1} times")
+
+    def _account(self, tick: int, results: dict) -> None:
+        """As the live engine counts a trait's results (``engine.live_traits``); a trait it would
+        quarantine leaves this side's world."""
+        for name in sorted(results):
+            record, result = self.traits.get(name), results[name]
+            if record is None or not isinstance(result, dict):
+                continue
+            record.calls += int(result.get("calls", 0))
+            if result.get("killed"):
+                if result.get("confirmed"):
+                    self._quarantine(record, name, tick, f"stopped from outside its process: {result['killed']}")
+                continue
+            errors = int(result.get("error_count", len(result.get("errors", []))))
+            timeouts = len(result.get("timeouts", []))
+            record.errors += errors
+            record.timeouts += timeouts
+            if errors or timeouts:
+                record.strikes += 1
+                if record.first_error is None:
+                    record.first_error = (
+                        str(result["errors"][0].get("error"))[:300]
+                        if result.get("errors")
+                        else "exceeded its CPU budget"
+                    )
+                if record.strikes >= STRIKES_TO_QUARANTINE:
+                    why = f"{record.strikes} ticks in a row with errors or timeouts: {record.first_error}"
+                    self._quarantine(record, name, tick, why)
+            else:
+                record.strikes = 0
+
+    def _quarantine(self, record: TraitRecord, name: str, tick: int, why: str) -> None:
+        record.quarantined_at, record.quarantine_reason = tick, why
+        self.world.remove_trait(name)  # what the quarantine's trait-set change does to the world
+
+    def summary(self, ticks: int) -> dict[str, Any]:
+        return {
+            **self.run.summary(ticks),
+            "traits": {name: record.summary() for name, record in sorted(self.traits.items())},
+            "unloadable": dict(sorted(self.unloadable.items())),
+            "missed_ticks": self.missed_ticks,
+        }
+
+
+def fork(store: SnapshotStore, meta: Any, live: list[str]) -> World:
+    """A world from the snapshot with exactly the ``live`` traits: traits its Molbots carry that
+    are not live now leave it, as their rollback or quarantine did to the live world."""
+    world = load_world(store, meta)
+    carried = {name for e in world.entities.values() for name in e.traits}
+    for name in sorted((carried | set(world.available_traits)) - set(live)):
+        world.remove_trait(name)
+    world.set_available_traits(live)
+    return world
+
+
+def carriers(world: World, trait: str) -> int:
+    return sum(1 for e in world.entities.values() if trait in e.traits)
+
+
+def run_trait_shadow(
+    request: TraitShadowRequest,
+    settings: Settings,
+    client: docker.DockerClient,
+    live: list[registry.RegistryEntry],
+    ticks: int,
+    progress: Callable[[str], None] = lambda _: None,
+    stop: threading.Event | None = None,
+) -> dict[str, Any]:
+    """The report of a held mutation's shadow (see the module doc). Raises ReplayError when
+    there is no snapshot to fork from, RuntimeError when the trait hosts keep failing."""
+    if ticks < 1:
+        raise ReplayError("a shadow runs at least one tick")
+    journal_dir = settings.journal_dir
+    store = SnapshotStore(journal_dir / "snapshots")
+    meta, _ = pick_snapshot(store, JournalReader(journal_dir / "records"), 0)
+    candidate_entry = registry.RegistryEntry(
+        trait_name=request.trait_name,
+        version=0,  # not a registry version yet
+        mutation_id=request.mutation_id,
+        class_name=request.class_name,
+        code=request.code,
+        code_hash=request.code_hash,
+        agent_id=request.agent_id,
+    )
+    baseline_traits = {e.trait_name: e for e in live}
+    candidate_traits = {**baseline_traits, request.trait_name: candidate_entry}
+    replaces = baseline_traits.get(request.trait_name)
+    tag = image.ensure(client)
+    limits = IsolationLimits.for_engine(settings)
+    deadline_s = settings.sandbox.tick_deadline_s
+
+    def new_host(side: str) -> TraitHostContainer:
+        owner = f"shadow-{request.mutation_id}-{side}"
+        host = TraitHostContainer(client, tag, limits, owner, private_socket=settings.sandbox.host_socket)
+        try:
+            host.say_hello(hello_message(settings, deadline_s * WORKERS_SHARE), HOST_START_DEADLINE_S)
+        except BaseException:
+            host.close()
+            raise
+        return host
+
+    sides = [
+        Side(
+            name,
+            Run(fork(store, meta, sorted(entries))),
+            {n: TraitRecord(e) for n, e in sorted(entries.items())},
+            new_host,
+        )
+        for name, entries in (("baseline", baseline_traits), ("candidate", candidate_traits))
+    ]
+    baseline, candidate = sides
+    carried = [carriers(candidate.world, request.trait_name)]
+    try:
+        for side in sides:
+            side.start_host()
+        if request.trait_name in candidate.unloadable:
+            raise RuntimeError(f"the trait did not load: {candidate.unloadable[request.trait_name]}")
+        for done in range(ticks):
+            if stop is not None and stop.is_set():
+                raise ShadowStopped()
+            for side in sides:
+                side.tick(deadline_s)
+            carried.append(carriers(candidate.world, request.trait_name))
+            if (done + 1) % PROGRESS_EVERY == 0:
+                progress(f"tick {done + 1}/{ticks}")
+    finally:
+        for side in sides:
+            side.close()
+    b, c = baseline.summary(ticks), candidate.summary(ticks)
+    c["carriers"] = {"start": carried[0], "max": max(carried), "end": carried[-1]}
+    return {
+        "version": REPORT_VERSION,
+        "kind": "trait",
+        "snapshot": meta.name,
+        "epoch": meta.epoch,
+        "from_tick": meta.tick,
+        "ticks": ticks,
+        "trait": {
+            "name": request.trait_name,
+            "mutation_id": request.mutation_id,
+            "replaces_version": replaces.version if replaces is not None else None,
+        },
+        "baseline": b,
+        "candidate": c,
+        "differences": differences(b, c),
+    }
+
+
+class TraitShadowActivities:
+    def __init__(self, settings: Settings, sessions: async_sessionmaker, client: docker.DockerClient) -> None:
+        self._settings = settings
+        self._sessions = sessions
+        self._client = client
+
+    @activity.defn(name=names.SHADOW_MUTATION)
+    async def shadow_mutation(self, request: TraitShadowRequest) -> TraitShadowOutcome:
+        """The shadow report of a held mutation, or why none could be made (no journal or
+        snapshot to fork from): never a verdict on the trait. Infrastructure failures raise."""
+        async with self._sessions() as session:
+            rows = (await session.execute(live_versions())).all()
+            ticks = (
+                await manifests.current(await session.connection(), self._settings)
+            ).manifest.governance.shadow_ticks
+        live = [registry.entry_from_row(version, mutation.agent_id if mutation else "") for version, mutation in rows]
+        progress = ["starting"]
+        stop = threading.Event()
+
+        def shadow() -> dict[str, Any]:
+            # Linux nices a thread on its own: the live world's engine comes first on this machine.
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+            return run_trait_shadow(request, self._settings, self._client, live, ticks, progress.append, stop)
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trait-shadow") as thread:
+            running = asyncio.get_running_loop().run_in_executor(thread, shadow)
+            try:
+                while True:
+                    done, _ = await asyncio.wait([running], timeout=5)
+                    if done:
+                        break
+                    activity.heartbeat(progress[-1])
+                report = running.result()
+            except ReplayError as exc:
+                return TraitShadowOutcome(not_run=str(exc))
+            except asyncio.CancelledError:
+                stop.set()
+                raise
+        return TraitShadowOutcome(report=report, report_hash=report_hash(report))
