@@ -1,10 +1,11 @@
 // Talking to the Genesis API: JSON requests, readable errors, reconnecting WebSockets, and a
 // tiny DOM builder (text goes through textContent only: API data is never parsed as HTML).
 
-export async function request(path, { method = "GET", body, apiKey } = {}) {
+export async function request(path, { method = "GET", body, apiKey, operatorKey } = {}) {
   const headers = {};
   if (body !== undefined) headers["Content-Type"] = "application/json";
   if (apiKey) headers["X-API-Key"] = apiKey;
+  if (operatorKey) headers["X-Operator-Key"] = operatorKey;
   let response;
   try {
     response = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });

@@ -1,7 +1,7 @@
 // The world's rules (GET /v1/manifest) and the proposals to change them
 // (GET /v1/governance/proposals), refreshed every few seconds; each proposal opens its diff and
-// its shadow report: baseline and candidate side by side. Deciding is an operator's, by key
-// (the CLI or the REST API): the viewer only shows.
+// its shadow report: baseline and candidate side by side. Deciding on a proposal is an
+// operator's, by key (the CLI or the REST API): the viewer only shows.
 
 import { describeError, el, request } from "./api.js";
 
@@ -13,6 +13,23 @@ const ROWS = [
   ["energy at the end", "energy_end"],
   ["births", "births"],
 ];
+
+const sum = (counts) => Object.values(counts).reduce((a, n) => a + n, 0);
+
+// A shadow report's baseline and candidate side by side: a proposal's, or a held mutation's (with
+// its trait's carriers, calls and errors, and where the engine would have quarantined it).
+export function shadowTable(report) {
+  const b = report.baseline, c = report.candidate;
+  const row = (label, left, right) => el("tr", {}, el("td", { text: label }), el("td", { text: String(left) }), el("td", { text: String(right) }));
+  const rows = [...ROWS.map(([label, key]) => row(label, b[key], c[key])), row("deaths", sum(b.deaths), sum(c.deaths))];
+  if (report.trait) {
+    const mine = c.traits[report.trait.name] ?? {};
+    rows.push(row("its carriers (most)", "", c.carriers.max), row("its calls / errors", "", `${mine.calls ?? 0} / ${mine.errors ?? 0}`));
+    if (mine.quarantined_at_tick != null) rows.push(row("quarantined at tick", "", mine.quarantined_at_tick));
+  }
+  return el("table", { class: "shadow" },
+    el("tr", {}, el("th", { text: "" }), el("th", { text: "baseline" }), el("th", { text: "candidate" })), ...rows);
+}
 
 export class GovernancePanel {
   constructor({ manifest, list, note }) {
@@ -62,15 +79,9 @@ export class GovernancePanel {
       el("li", { text: `${op.op} ${op.path}${"value" in op ? ` = ${JSON.stringify(op.value)}` : ""}` })));
     const parts = [ops];
     if (p.report) {
-      const b = p.report.baseline, c = p.report.candidate;
-      const deaths = (side) => Object.values(side.deaths).reduce((a, n) => a + n, 0);
-      const table = el("table", { class: "shadow" },
-        el("tr", {}, el("th", { text: "" }), el("th", { text: "baseline" }), el("th", { text: "candidate" })),
-        ...ROWS.map(([label, key]) => el("tr", {}, el("td", { text: label }), el("td", { text: String(b[key]) }), el("td", { text: String(c[key]) }))),
-        el("tr", {}, el("td", { text: "deaths" }), el("td", { text: String(deaths(b)) }), el("td", { text: String(deaths(c)) })));
       parts.push(
         el("p", { class: "note", text: `shadow: ${p.report.ticks} ticks from tick ${p.report.from_tick} (${p.report.recorded_ticks} on recorded inputs)` }),
-        table,
+        shadowTable(p.report),
         el("p", { class: "note report-hash", text: `report ${p.report_hash}` }));
     }
     if (p.failure) parts.push(el("p", { class: "note reason", text: p.failure }));

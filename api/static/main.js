@@ -8,6 +8,7 @@ import { Chart, sampleOf } from "./chart.js";
 import { Feed } from "./feed.js";
 import { WorldHistory } from "./history.js";
 import { Inspector } from "./inspector.js";
+import { ApprovalBox } from "./approval.js";
 import { GovernancePanel } from "./governance.js";
 import { LineagePanel } from "./lineage.js";
 import { MutationList } from "./mutations.js";
@@ -58,9 +59,13 @@ async function main() {
     panel: $("inspector"), title: $("inspector-title"), note: $("inspector-note"), facts: $("inspector-facts"),
     traits: $("inspector-traits"), close: $("inspector-close"),
   }, world, openLineage);
+  const approval = new ApprovalBox({
+    box: $("approval"), title: $("approval-title"), key: $("approval-key"), reason: $("approval-reason"),
+    approve: $("approval-approve"), reject: $("approval-reject"), close: $("approval-close"), message: $("approval-message"),
+  }, () => mutations.refresh());
   const mutations = new MutationList({
     list: $("mutations"), note: $("mutations-note"), statusFilter: $("status-filter"), mineFilter: $("mine-filter"),
-  }, config, agent, openLineage);
+  }, config, agent, openLineage, (m) => approval.open(m));
   new ProposeForm({
     form: $("propose-form"), traitName: $("trait-name"), goal: $("goal"), replaces: $("replaces"),
     code: $("code"), result: $("propose-result"),
@@ -69,7 +74,9 @@ async function main() {
   const traits = new TraitList({ list: $("traits"), note: $("traits-note") }, openLineage);
 
   const governance = new GovernancePanel({ manifest: $("manifest-version"), list: $("proposals"), note: $("proposals-note") });
-  window.genesisViewer = { config, world, chart, history, traitChart, inspector, agent, mutations, feed, traits, lineage, governance };
+  window.genesisViewer = {
+    config, world, chart, history, traitChart, inspector, agent, mutations, approval, feed, traits, lineage, governance,
+  };
   history.start();
   await agent.start();
   mutations.start();

@@ -1,8 +1,10 @@
 // The mutation list (GET /api/mutations, newest first), refreshed every few seconds; each row
-// links to its workflow in the Temporal UI and unfolds its validation log, and its trait's name
-// opens the trait's versions and verdicts (the Lineage panel).
+// links to its workflow in the Temporal UI and unfolds its validation log (and, for a mutation
+// held for approval, its shadow report and a button that opens the decision box), and its
+// trait's name opens the trait's versions and verdicts (the Lineage panel).
 
 import { describeError, el, request, timeOf } from "./api.js";
+import { shadowTable } from "./governance.js";
 import { madeBy } from "./lineage.js";
 
 const REFRESH_MS = 2000;
@@ -25,9 +27,9 @@ function lineageLine(lineage) {
 }
 
 export class MutationList {
-  // onLineage(traitName): open a trait's family tree.
-  constructor({ list, note, statusFilter, mineFilter }, config, agent, onLineage = () => {}) {
-    Object.assign(this, { list, note, statusFilter, mineFilter, config, agent, onLineage });
+  // onLineage(traitName): open a trait's family tree; onDecide(mutation): open the decision box.
+  constructor({ list, note, statusFilter, mineFilter }, config, agent, onLineage = () => {}, onDecide = () => {}) {
+    Object.assign(this, { list, note, statusFilter, mineFilter, config, agent, onLineage, onDecide });
     this.expanded = new Set();
     this.timer = null;
     statusFilter.addEventListener("change", () => this.refresh());
@@ -97,7 +99,18 @@ export class MutationList {
         m.lineage ? el("p", { class: "note lineage" }, lineageLine(m.lineage), " ",
           m.trait_version != null ? el("button", { type: "button", class: "link", text: "family tree",
             onclick: () => this.onLineage(m.trait_name) }) : null) : null,
+        m.shadow_report ? shadowBlock(m.shadow_report) : null,
+        m.status === "awaiting_approval" ? el("button", { type: "button", class: "decide", text: "decide…",
+          title: "approve or reject it (an operator's key)", onclick: () => this.onDecide(m) }) : null,
         logList(m.validation_log)) : null,
     );
   }
+}
+
+// A held mutation's shadow: its trait beside the live ones in a fork of the world, against the fork without it.
+function shadowBlock(report) {
+  return el("div", { class: "shadow-report" },
+    el("p", { class: "note", text: `shadow: ${report.ticks} ticks from tick ${report.from_tick}, without and with ${report.trait.name}` }),
+    shadowTable(report),
+    el("p", { class: "note report-hash", text: `report ${report.report_hash}` }));
 }

@@ -789,3 +789,79 @@ def now_plus_a_day():
     from datetime import UTC, datetime, timedelta
 
     return datetime.now(UTC) + timedelta(days=1)
+
+
+async def test_a_held_mutation_shows_its_shadow_and_an_operator_approves_it_in_the_viewer(
+    page, http, settings, tmp_path
+):
+    """With an agent's first trait held for an operator, the mutation's row unfolds its shadow
+    report side by side; the decision box takes an operator's key and approves it for that report,
+    and it goes live. (The suite's worker has no journal to fork a shadow from, so the record gets
+    the report of a real shadow run of the same trait on a journaled world, as the worker of a
+    world with a journal writes it.)"""
+    import docker
+    from sqlalchemy import update
+
+    from activities.trait_shadow import run_trait_shadow
+    from engine.shadow import report_hash
+    from genesis.db.models import Mutation
+    from genesis.dto import TraitShadowRequest
+    from pipeline import manifests
+    from tests.journal_worlds import journal_settings, run_journaled
+
+    database = get_engine(settings.database_url)
+    async with database.begin() as conn:
+        before = await manifests.current(conn, settings)
+        held = {**before.document, "approvals": {**before.document["approvals"], "first_traits": 1}}
+        now = await manifests.record(conn, held, "test: viewer approvals", before.hash)
+    try:
+        eve = await agents.register(http, "viewer-eve")
+        code = traits.unique_seeker()
+        body = {"trait_name": "viewer_held", "goal": "an operator decides", "code": code}
+        answer = await http.post("/api/mutations/propose", json=body, headers=eve.headers)
+        assert answer.status_code == 202, answer.text
+        mutation_id = answer.json()["mutation_id"]
+        await wait_for_status(http, mutation_id, {"awaiting_approval"})
+        await run_journaled(journal_settings(tmp_path, 12, journal_snapshot_interval=100), 200)
+        shadow_request = TraitShadowRequest(
+            mutation_id=mutation_id,
+            agent_id=eve.agent_id,
+            trait_name="viewer_held",
+            class_name="SeekerTrait",
+            code=code,
+        )
+        client = docker.from_env()
+        try:
+            report = await asyncio.to_thread(
+                run_trait_shadow, shadow_request, journal_settings(tmp_path, 12), client, [], 80
+            )
+        finally:
+            client.close()
+        report["report_hash"] = report_hash(report)
+        async with database.begin() as conn:
+            await conn.execute(update(Mutation).where(Mutation.mutation_id == mutation_id).values(shadow_report=report))
+
+        row = page.locator(f'#mutations li[data-mutation-id="{mutation_id}"]')
+        await row.wait_for(timeout=20_000)
+        await row.locator(".head").click()
+        await row.locator("table.shadow").wait_for(timeout=10_000)
+        table = await row.locator("table.shadow").inner_text()
+        assert "baseline" in table and "its carriers" in table and str(report["candidate"]["population_end"]) in table
+        assert report["report_hash"] in await row.text_content()
+        await row.get_by_role("button", name="decide…").click()
+        assert mutation_id in await page.locator("#approval-title").text_content()
+        await page.locator("#approval-approve").click()  # no key yet: the box says what is missing
+        await wait_text(page, "approval-message", "an operator key is needed")
+        operator = await agents.operator_headers(settings)
+        await page.locator("#approval-key").fill(operator["X-Operator-Key"])
+        await page.locator("#approval-reason").fill("its shadow looks harmless")
+        await page.locator("#approval-approve").click()
+        await wait_text(page, "approval-message", "approve sent")
+        live = await wait_for_status(http, mutation_id, {"activated", "kept"})
+        assert any(line.startswith("Approval: approved by ") for line in live["validation_log"])
+        assert page.errors == []
+        await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "test over"}, headers=eve.headers)
+        await wait_for_status(http, mutation_id, {"rolled_back"}, timeout_s=90)
+    finally:
+        async with database.begin() as conn:
+            await manifests.record(conn, before.document, "test: restored", now.hash)
