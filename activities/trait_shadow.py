@@ -2,8 +2,11 @@
 without it before an operator decides.
 
 Two copies of the world are forked from the latest kept snapshot of the journal. Both run the
-traits live now; the **candidate** also runs the mutation's trait (in place of the live version it
-replaces, if it replaces one), available to newborns as activation would make it. Each side's
+traits live now; the **candidate** also runs the mutation's trait, available to newborns as
+activation would make it. A replacement runs in place of the live version, on its carriers; a
+new trait starts on a tenth of the Molbots (at least ``MIN_SEEDED``, the ones with room for a
+trait, evenly by id): with dozens of live traits a newborn rarely gains a new one within a
+window, and a shadow with no carrier would show nothing of what the trait does. Each side's
 traits run in a trait-host container of its own — this process runs only the world core — and
 the side's world applies their intents through the live apply path (``engine.inputs``), tick by
 tick, for the manifest's ``governance.shadow_ticks``. A trait that fails as the live engine would
@@ -18,6 +21,7 @@ carriers; with deterministic traits, two runs give the same bytes (``report_hash
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import threading
 from collections.abc import Callable
@@ -51,6 +55,8 @@ LOAD_DEADLINE_S = 5.0
 MAX_HOST_RESTARTS = 3  # per side; past them the run is an infrastructure failure (retried)
 LOST_TICK_RETRIES = 3  # a tick the busy machine kept from finishing is run again
 PROGRESS_EVERY = 50  # ticks
+SEEDED_SHARE = 0.1  # of the fork's Molbots that start with a new trait
+MIN_SEEDED = 5  # the carriers a verdict needs by default (MutationInput.min_carriers)
 
 
 class ShadowStopped(Exception):
@@ -220,6 +226,19 @@ def fork(store: SnapshotStore, meta: Any, live: list[str]) -> World:
     return world
 
 
+def seed_carriers(world: World, trait: str) -> int:
+    """Give a new trait to a share of the Molbots with room for it, evenly spread by id (the same
+    ones for the same fork); how many got it."""
+    full = world.params.max_traits_per_entity
+    room = [eid for eid, e in sorted(world.entities.items()) if len(e.traits) < full]
+    if not room:
+        return 0
+    n = min(len(room), max(MIN_SEEDED, math.ceil(len(world.entities) * SEEDED_SHARE)))
+    for i in range(n):
+        world.give_trait(room[i * len(room) // n], trait)
+    return n
+
+
 def carriers(world: World, trait: str) -> int:
     return sum(1 for e in world.entities.values() if trait in e.traits)
 
@@ -276,6 +295,7 @@ def run_trait_shadow(
         for name, entries in (("baseline", baseline_traits), ("candidate", candidate_traits))
     ]
     baseline, candidate = sides
+    seeded = seed_carriers(candidate.world, request.trait_name) if replaces is None else 0
     carried = [carriers(candidate.world, request.trait_name)]
     try:
         for side in sides:
@@ -294,7 +314,7 @@ def run_trait_shadow(
         for side in sides:
             side.close()
     b, c = baseline.summary(ticks), candidate.summary(ticks)
-    c["carriers"] = {"start": carried[0], "max": max(carried), "end": carried[-1]}
+    c["carriers"] = {"seeded": seeded, "start": carried[0], "max": max(carried), "end": carried[-1]}
     return {
         "version": REPORT_VERSION,
         "kind": "trait",

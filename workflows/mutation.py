@@ -515,7 +515,8 @@ def _shadow_line(report: dict) -> str:
     line = (
         f"Shadow: {report['ticks']} ticks from tick {report['from_tick']} — population {c['population_end']} "
         f"with it, {b['population_end']} without ({report['differences']['population_end']:+d}), deaths "
-        f"{report['differences']['deaths']:+d}, up to {c['carriers']['max']} carriers"
+        f"{report['differences']['deaths']:+d}; {c['carriers']['start']} Molbots carried it at the start, "
+        f"{c['carriers']['max']} at most"
     )
     quarantined = c["traits"].get(name, {}).get("quarantined_at_tick")
     if quarantined is not None:

@@ -18,6 +18,7 @@ EXIT_ROLLED_BACK = 4  # the mutation went live and was rolled back
 EXIT_FAILED = 5  # the mutation's workflow failed for an infrastructure reason (retry it)
 EXIT_TIMEOUT = 6  # no verdict within --timeout
 EXIT_NONDETERMINISM = 7  # a replayed history does not match the current workflow code
+EXIT_AWAITING_APPROVAL = 8  # the mutation waits for an operator's decision (the manifest's approval rules)
 
 
 class CliError(Exception):

@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from genesis.cli.agents import me
 from genesis.cli.client import (
+    EXIT_AWAITING_APPROVAL,
     EXIT_FAILED,
     EXIT_OK,
     EXIT_REJECTED,
@@ -31,7 +32,14 @@ TimeoutOpt = Annotated[float, typer.Option("--timeout", min=0.1, help="Give up f
 
 # The pipeline in order; a verdict ends it.
 PIPELINE = ["queued", "validating", "sandbox_ok", "activated"]
-VERDICT_EXIT = {"kept": EXIT_OK, "rolled_back": EXIT_ROLLED_BACK, "rejected": EXIT_REJECTED, "failed": EXIT_FAILED}
+VERDICT_EXIT = {
+    "kept": EXIT_OK,
+    "rolled_back": EXIT_ROLLED_BACK,
+    "rejected": EXIT_REJECTED,
+    "failed": EXIT_FAILED,
+    # not a verdict, but following stops there: an operator decides, within the manifest's TTL
+    "awaiting_approval": EXIT_AWAITING_APPROVAL,
+}
 UNTIL = {"verdict": set(), "activated": {"activated"}, "sandbox_ok": {"sandbox_ok", "activated"}}
 POLL_S = 0.1
 _MUTATION_ID = re.compile(r"^mut_[0-9a-f]{6,32}$")
@@ -168,6 +176,8 @@ def _implied_stage(status: dict) -> str | None:
         return current
     if current in ("kept", "rolled_back"):
         return "activated" if status.get("trait_version") else "sandbox_ok"
+    if current == "awaiting_approval":
+        return "sandbox_ok"
     if current == "rejected":
         report = status.get("sandbox_report") or {}
         return "sandbox_ok" if report.get("verdict") == "ok" else "validating"
@@ -196,6 +206,13 @@ def render_verdict(cli: Cli, status: dict, stages: list[dict]) -> None:
             f"[bold magenta]Failed (infrastructure, not a verdict on the code):[/] "
             f"retry it with `genesis mutations retry {status.get('mutation_id')}`"
         )
+    elif final == "awaiting_approval":
+        cli.console.print(
+            f"[bold yellow]Awaiting approval:[/] an operator decides (`genesis status {status.get('mutation_id')}` "
+            "shows its shadow report; `genesis mutations approve|reject` decide, with an operator key)"
+        )
+        for line in (status.get("validation_log") or [])[-2:]:
+            cli.console.print(f"  [yellow]{escape(line)}[/]", soft_wrap=True)
     elif final == "rolled_back":
         cli.console.print(
             f"[yellow]Rolled back:[/] {escape(status.get('rollback_reason') or '')} "
@@ -268,8 +285,9 @@ def register(app: typer.Typer) -> None:
         """Propose a trait and follow it live to its verdict.
 
         queued → validating → sandbox_ok → activated → kept/rolled_back, or rejected with its
-        failure code and validation log. Exit code 0 kept/live, 3 rejected, 4 rolled back,
-        5 failed, 6 timeout."""
+        failure code and validation log; a mutation the approval rules hold stops the follow at
+        awaiting_approval. Exit code 0 kept/live, 3 rejected, 4 rolled back, 5 failed, 6 timeout,
+        8 awaiting an operator's approval."""
         cli = cli_of(ctx, json_out)
         if until not in UNTIL:
             raise typer.BadParameter(f"--until must be one of {', '.join(UNTIL)}")

@@ -17,11 +17,13 @@ from sqlalchemy.pool import NullPool
 
 from activities.sandbox import SandboxActivities
 from api.workflow_starter import start_mutation_workflow
+from genesis.cli.client import EXIT_AWAITING_APPROVAL
 from genesis.db.models import Mutation
 from genesis.temporal_setup import ensure_search_attributes
 from pipeline import manifests
 from pipeline.proposals import mutation_input
 from tests import agents, traits
+from tests.stack.test_cli import invoke, run_cli
 from tests.stack.test_lifecycle import wait_for_status
 from worker import build_workers
 
@@ -79,14 +81,19 @@ async def test_an_agents_first_trait_waits_for_an_operator(http, operator_http, 
         await wait_for_status(http, live_one, {"rolled_back"}, timeout_s=90)
 
 
-async def test_a_rejected_one_ends_rejected_with_the_reason(http, operator_http, first_trait_waits):
+async def test_a_rejected_one_ends_rejected_with_the_reason(api_url, http, settings, first_trait_waits):
+    """Over the CLI: following a held mutation stops at awaiting_approval (exit 8), and an
+    operator's key rejects it."""
     bob = await agents.register(http, "approval-bob")
     mutation_id = await propose(http, bob, "approval_rejected")
     await wait_for_status(http, mutation_id, {"awaiting_approval"})
-    answer = await operator_http.post(
-        f"/api/mutations/{mutation_id}/approval", json={"decision": "reject", "reason": "not in my world"}
+    code, out, _ = await run_cli(api_url, "status", mutation_id, "--follow", key=bob.api_key, timeout=60)
+    assert code == EXIT_AWAITING_APPROVAL and "Awaiting approval: an operator decides" in out, out
+    operator = (await agents.operator_headers(settings))["X-Operator-Key"]
+    code, out, err = await invoke(
+        api_url, "mutations", "reject", mutation_id, "--reason", "not in my world", operator_key=operator
     )
-    assert answer.status_code == 202
+    assert code == 0 and "reject sent" in out, out + err
     done = await wait_for_status(http, mutation_id, {"rejected"})
     assert done["failure_reason_code"] == "APPROVAL_REJECTED"
     assert done["validation_log"][-1].endswith(": not in my world")

@@ -80,9 +80,10 @@ async def test_a_new_trait_runs_beside_the_live_ones_and_reports_the_same_bytes_
     assert set(baseline["traits"]) == {"forager"} and set(candidate["traits"]) == {"forager", "newcomer"}
     assert baseline["traits"]["forager"]["calls"] > 0  # the live trait ran on both sides, in its host
     assert candidate["traits"]["forager"]["calls"] > 0
-    # a newborn gains it (the journal's world gives every newborn a live trait), then it runs
-    assert candidate["carriers"]["start"] == 0 and candidate["carriers"]["max"] >= 1
-    assert candidate["traits"]["newcomer"]["calls"] > 0
+    # a new trait starts on a tenth of the Molbots with room for it (at least 5), then it runs
+    seeded = candidate["carriers"]["seeded"]
+    assert seeded >= 5 and candidate["carriers"]["start"] == seeded
+    assert candidate["traits"]["newcomer"]["calls"] >= seeded
     assert first["trait"] == {"name": "newcomer", "mutation_id": newcomer.mutation_id, "replaces_version": None}
     assert baseline["missed_ticks"] == candidate["missed_ticks"] == 0
     assert first["differences"]["same_end_state"] is False  # the trait moved its carriers
@@ -94,7 +95,8 @@ async def test_a_replacement_the_engine_would_quarantine_is_quarantined_in_the_f
     report = await asyncio.to_thread(run_trait_shadow, exploding, settings, docker_client, [LIVE], SHADOW_TICKS)
     assert report["trait"]["replaces_version"] == LIVE.version
     candidate, baseline = report["candidate"], report["baseline"]
-    assert candidate["carriers"]["start"] > 0  # the live version's carriers run the replacement at once
+    # the live version's carriers run the replacement at once; nobody else is given it
+    assert candidate["carriers"]["start"] > 0 and candidate["carriers"]["seeded"] == 0
     replaced = candidate["traits"]["forager"]
     assert replaced["quarantined_at_tick"] == SNAPSHOT_TICK + 2  # the third tick in a row that raised
     assert "ValueError: boom" in replaced["first_error"] and replaced["errors"] > 0
