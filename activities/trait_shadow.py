@@ -4,8 +4,8 @@ without it before an operator decides.
 Two copies of the world are forked from the latest kept snapshot of the journal. Both run the
 traits live now; the **candidate** also runs the mutation's trait, available to newborns as
 activation would make it. A replacement runs in place of the live version, on its carriers; a
-new trait starts on a tenth of the Molbots (at least ``MIN_SEEDED``, the ones with room for a
-trait, evenly by id): with dozens of live traits a newborn rarely gains a new one within a
+new trait starts on a tenth of the Molbots (at least ``MIN_SEEDED``, evenly by id, even past
+their limit of traits): with dozens of live traits a newborn rarely gains a new one within a
 window, and a shadow with no carrier would show nothing of what the trait does. Each side's
 traits run in a trait-host container of its own — this process runs only the world core — and
 the side's world applies their intents through the live apply path (``engine.inputs``), tick by
@@ -227,15 +227,14 @@ def fork(store: SnapshotStore, meta: Any, live: list[str]) -> World:
 
 
 def seed_carriers(world: World, trait: str) -> int:
-    """Give a new trait to a share of the Molbots with room for it, evenly spread by id (the same
-    ones for the same fork); how many got it."""
-    full = world.params.max_traits_per_entity
-    room = [eid for eid, e in sorted(world.entities.items()) if len(e.traits) < full]
-    if not room:
-        return 0
-    n = min(len(room), max(MIN_SEEDED, math.ceil(len(world.entities) * SEEDED_SHARE)))
+    """Give a new trait to a share of the Molbots, evenly spread by id (the same ones for the same
+    fork), even past their limit of traits (a world with many live traits fills every Molbot's);
+    how many got it."""
+    ids = sorted(world.entities)
+    n = min(len(ids), max(MIN_SEEDED, math.ceil(len(ids) * SEEDED_SHARE)))
     for i in range(n):
-        world.give_trait(room[i * len(room) // n], trait)
+        e = world.entities[ids[i * len(ids) // n]]
+        e.traits = (*e.traits, trait)
     return n
 
 

@@ -80,7 +80,7 @@ async def test_a_new_trait_runs_beside_the_live_ones_and_reports_the_same_bytes_
     assert set(baseline["traits"]) == {"forager"} and set(candidate["traits"]) == {"forager", "newcomer"}
     assert baseline["traits"]["forager"]["calls"] > 0  # the live trait ran on both sides, in its host
     assert candidate["traits"]["forager"]["calls"] > 0
-    # a new trait starts on a tenth of the Molbots with room for it (at least 5), then it runs
+    # a new trait starts on a tenth of the Molbots (at least 5), then it runs
     seeded = candidate["carriers"]["seeded"]
     assert seeded >= 5 and candidate["carriers"]["start"] == seeded
     assert candidate["traits"]["newcomer"]["calls"] >= seeded
