@@ -23,7 +23,7 @@ from genesis.temporal_setup import ensure_search_attributes
 from pipeline import manifests
 from pipeline.proposals import mutation_input
 from tests import agents, traits
-from tests.stack.test_cli import invoke, run_cli
+from tests.stack.test_cli import invoke, record_history, run_cli
 from tests.stack.test_lifecycle import wait_for_status
 from worker import build_workers
 
@@ -81,7 +81,9 @@ async def test_an_agents_first_trait_waits_for_an_operator(http, operator_http, 
         await wait_for_status(http, live_one, {"rolled_back"}, timeout_s=90)
 
 
-async def test_a_rejected_one_ends_rejected_with_the_reason(api_url, http, settings, first_trait_waits):
+async def test_a_rejected_one_ends_rejected_with_the_reason(
+    api_url, http, settings, temporal_client, first_trait_waits
+):
     """Over the CLI: following a held mutation stops at awaiting_approval (exit 8), and an
     operator's key rejects it."""
     bob = await agents.register(http, "approval-bob")
@@ -97,6 +99,7 @@ async def test_a_rejected_one_ends_rejected_with_the_reason(api_url, http, setti
     done = await wait_for_status(http, mutation_id, {"rejected"})
     assert done["failure_reason_code"] == "APPROVAL_REJECTED"
     assert done["validation_log"][-1].endswith(": not in my world")
+    await record_history(temporal_client, f"mutation-{mutation_id}", "mutation_approval_rejected")
 
 
 async def test_an_undecided_one_expires_on_its_durable_timer(settings, skipping_env, start_api, first_trait_waits):

@@ -24,6 +24,7 @@ from pipeline import manifests
 from pipeline.registry import RegistryEntry
 from tests import agents, traits
 from tests.journal_worlds import journal_settings, run_journaled
+from tests.stack.test_cli import record_history
 from tests.stack.test_lifecycle import wait_for_status
 from worker import build_workers
 
@@ -166,6 +167,7 @@ async def test_a_held_mutation_shows_its_shadow_report_and_is_approved_for_it(
                     )
                     assert rollback.status_code in (200, 202), rollback.text
                     await wait_for_status(http, mutation_id, {"rolled_back"}, timeout_s=90)
+                    await record_history(temporal_client, f"mutation-{mutation_id}", "mutation_approved_shadowed")
     finally:
         await asyncio.to_thread(sandbox.close)
     shadow = held["shadow_report"]
