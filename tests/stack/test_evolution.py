@@ -255,8 +255,8 @@ async def test_engine_applies_world_parameter_overrides(redis_client):
         await redis_client.delete(keys.WORLD_PARAMS_OVERRIDES)
 
 
-async def write_snapshots(redis_client, interval: int, *changes: dict) -> None:
-    """Snapshots of a fresh run, as the engine writes them (newest last)."""
+async def write_snapshots(redis_client, interval: int, *changes: dict) -> int:
+    """Snapshots of a fresh run, as the engine writes them (newest last); the newest tick."""
     tick, run_id = 10_000_000 + int(time.time()) % 1_000_000, uuid.uuid4().hex
     for change in changes:
         tick += interval
@@ -265,6 +265,19 @@ async def write_snapshots(redis_client, interval: int, *changes: dict) -> None:
         await redis_client.hset(key, mapping=to_redis_hash(snap))
         await redis_client.expire(key, 60)
         await redis_client.set(keys.WORLD_TICK, tick)
+    return tick
+
+
+async def analyze_written(watcher: Watcher, redis_client, interval: int, *changes: dict):
+    """The watcher's outcome on these snapshots. The suite's engine publishes its own tick to the
+    same key about once a second: an analysis that may have read the engine's tick instead of
+    ours (the key moved before it finished) is run again on fresh snapshots."""
+    for _ in range(5):
+        newest = await write_snapshots(redis_client, interval, *changes)
+        outcome = await watcher.analyze()
+        if outcome.status == GO or int(await redis_client.get(keys.WORLD_TICK)) == newest:
+            return outcome
+    raise AssertionError("the engine's tick kept replacing the test's snapshots")
 
 
 # -- whole cycles ----------------------------------------------------------------------------------
@@ -275,13 +288,13 @@ async def test_starvation_anomaly_runs_a_full_cycle_to_a_live_trait(
 ):
     script.script(plan_answer("starvation_saver"), code_answer(forager(1, "StarvationSaver")))
     await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER)
-    await write_snapshots(redis_client, evo_settings.engine.snapshot_interval, {}, STARVATION)  # 200, then 90
 
     async def temporal():
         return temporal_client
 
     watcher = Watcher(evo_settings.override(watcher_cooldown_s=0.0), redis_client, temporal)
-    outcome = await watcher.analyze()
+    interval = evo_settings.engine.snapshot_interval
+    outcome = await analyze_written(watcher, redis_client, interval, {}, STARVATION)  # 200, then 90
     await watcher.drain()
     assert outcome.status == GO and outcome.anomaly.type == "starvation" and outcome.anomaly.severity == "critical"
     trigger_id = outcome.trigger_id
@@ -699,13 +712,13 @@ async def test_the_builtin_operator_runs_a_whole_cycle_without_a_model(
     operator (no LLM is asked), its trait passes the gatekeeper and the sandbox, goes live and is
     kept when its observation window closes well."""
     await redis_client.delete(keys.WATCHER_CIRCUIT_BREAKER, keys.WATCHER_TRIGGER_COUNTER)
-    await write_snapshots(redis_client, builtin_settings.engine.snapshot_interval, {}, STARVATION)
 
     async def temporal():
         return temporal_client
 
     watcher = Watcher(builtin_settings.override(watcher_cooldown_s=0.0), redis_client, temporal)
-    outcome = await watcher.analyze()
+    interval = builtin_settings.engine.snapshot_interval
+    outcome = await analyze_written(watcher, redis_client, interval, {}, STARVATION)
     await watcher.drain()
     assert outcome.status == GO and outcome.anomaly.type == "starvation"
     trigger_id = outcome.trigger_id
