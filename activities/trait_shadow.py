@@ -21,6 +21,7 @@ carriers; with deterministic traits, two runs give the same bytes (``report_hash
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import os
 import threading
@@ -55,6 +56,7 @@ LOAD_DEADLINE_S = 5.0
 MAX_HOST_RESTARTS = 3  # per side; past them the run is an infrastructure failure (retried)
 LOST_TICK_RETRIES = 3  # a tick the busy machine kept from finishing is run again
 PROGRESS_EVERY = 50  # ticks
+SHADOW_CPU_SHARES = 256  # of Docker's default 1024
 SEEDED_SHARE = 0.1  # of the fork's Molbots that start with a new trait
 MIN_SEEDED = 5  # the carriers a verdict needs by default (MutationInput.min_carriers)
 
@@ -271,7 +273,8 @@ def run_trait_shadow(
     candidate_traits = {**baseline_traits, request.trait_name: candidate_entry}
     replaces = baseline_traits.get(request.trait_name)
     tag = image.ensure(client)
-    limits = IsolationLimits.for_engine(settings)
+    # the live engine's limits, with a quarter of its CPU weight: the live world's traits come first
+    limits = dataclasses.replace(IsolationLimits.for_engine(settings), cpu_shares=SHADOW_CPU_SHARES)
     deadline_s = settings.sandbox.tick_deadline_s
 
     def new_host(side: str) -> TraitHostContainer:

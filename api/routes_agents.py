@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 
 from api.auth import API_KEY, authenticate
 from api.errors import ApiError
+from api.moments import iso_utc
 from api.schemas import (
     AgentResponse,
     ErrorResponse,
@@ -24,10 +25,6 @@ from genesis.dto import MutationStatus, terminal_statuses
 from pipeline import apikeys, capabilities, manifests, ratelimit, rounds
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 @router.post(
@@ -84,7 +81,7 @@ async def register(body: RegisterRequest, request: Request) -> JSONResponse:
         key_prefix=issued.prefix,
         name=agent.name,
         description=agent.description,
-        registered_at=_iso(agent.created_at),
+        registered_at=iso_utc(agent.created_at),
         member_id=member_id,
         message="Store the api_key now: it is shown only once. Send it as the X-API-Key header.",
     )
@@ -124,7 +121,7 @@ async def me(request: Request, api_key: str | None = Depends(API_KEY)) -> AgentR
         name=agent.name,
         description=agent.description,
         key_prefix=agent.key_prefix,
-        registered_at=_iso(agent.created_at),
+        registered_at=iso_utc(agent.created_at),
         member_id=agent.member_id,
         reputation=Reputation(
             proposed=row[0],

@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from api.auth import API_KEY, OPERATOR_ERRORS, OPERATOR_KEY, authenticate, operator_of, require_operator
 from api.errors import ApiError, Responses, invalid_field, unavailable
+from api.moments import maybe_unix, unix
 from api.paging import Cursor, Keyset, paged, whole
 from api.schemas import ErrorResponse
 from api.schemas_governance import (
@@ -49,14 +50,6 @@ AgentIdPath = Annotated[str, Path(max_length=40, pattern=r"^[A-Za-z0-9_-]+$")]
 DECISIONS = Keyset("policy-decisions", whole(2**63))
 
 
-def _unix(moment: datetime) -> float:
-    return round(moment.timestamp(), 3)
-
-
-def _maybe_unix(moment: datetime | None) -> float | None:
-    return _unix(moment) if moment is not None else None
-
-
 def _db_down(exc: SQLAlchemyError | OSError) -> ApiError:
     return unavailable("DATABASE_UNAVAILABLE", "Postgres", exc)
 
@@ -86,7 +79,7 @@ async def manifest_history(request: Request, limit: int = Query(50, ge=1, le=500
         raise _db_down(exc) from exc
     return ManifestHistoryResponse(
         versions=[
-            ManifestVersionItem(version=r.version, hash=r.hash, cause=r.cause, created_at=_unix(r.created_at))
+            ManifestVersionItem(version=r.version, hash=r.hash, cause=r.cause, created_at=unix(r.created_at))
             for r in rows
         ]
     )
@@ -111,9 +104,9 @@ async def _capabilities(services, agent_id: str) -> CapabilitiesResponse:
             id=g.id,
             capability=g.capability,
             granted_by=g.granted_by,
-            granted_at=_unix(g.granted_at),
-            expires_at=_maybe_unix(g.expires_at),
-            revoked_at=_maybe_unix(g.revoked_at),
+            granted_at=unix(g.granted_at),
+            expires_at=maybe_unix(g.expires_at),
+            revoked_at=maybe_unix(g.revoked_at),
             revoked_by=g.revoked_by,
             live=g.revoked_at is None and (g.expires_at is None or g.expires_at > now),
         )
@@ -257,7 +250,7 @@ def _decision_item(row: PolicyDecisionRow) -> DecisionItem:
     return DecisionItem(
         id=row.id,
         seq=row.seq,
-        decided_at=_unix(row.decided_at),
+        decided_at=unix(row.decided_at),
         role=row.role,
         action=row.action,
         subject=row.subject,

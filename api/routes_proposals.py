@@ -19,6 +19,7 @@ from temporalio.service import RPCError
 from api import gate
 from api.auth import API_KEY, OPERATOR_ERRORS, OPERATOR_KEY, authenticate, operator_of, require_operator
 from api.errors import ApiError, Responses, unavailable
+from api.moments import unix
 from api.paging import Cursor, Keyset, paged, whole
 from api.schemas import ErrorResponse
 from api.schemas_governance import (
@@ -45,10 +46,6 @@ PAGES = Keyset("governance-proposals", whole(2**63))
 ProposalIdPath = Annotated[str, Path(pattern=r"^gov_[0-9a-f]{16}$", description="'gov_' and 16 hex digits")]
 
 
-def _unix(moment: datetime) -> float:
-    return round(moment.timestamp(), 3)
-
-
 def _bad_ops(error: str, message: str) -> ApiError:
     return ApiError(422, error, f"body.ops: {message}", extra={"errors": [{"field": "body.ops", "message": message}]})
 
@@ -72,8 +69,8 @@ def _shown(row: Any, base: dict[str, Any] | None = None) -> ProposalResponse:
         applied_version=row.applied_version,
         failure=row.failure,
         workflow_id=row.workflow_id,
-        created_at=_unix(row.created_at),
-        expires_at=_unix(row.expires_at),
+        created_at=unix(row.created_at),
+        expires_at=unix(row.expires_at),
     )
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from api import gate
 from api.auth import API_KEY, authenticate
 from api.errors import ApiError, Responses, unavailable
+from api.moments import iso_utc
 from api.schemas import ErrorResponse
 from api.schemas_rounds import ActionAccepted, ActionRequest, DeadlineResponse, RoundResponse, SubmissionItem
 from gatekeeper.actions import validate_action
@@ -26,10 +27,6 @@ from pipeline import rounds
 router = APIRouter(prefix="/v1/world", tags=["rounds"])
 ERRORS: Responses = {503: {"model": ErrorResponse, "description": "Postgres unavailable"}}
 RoundIdPath = Annotated[int, Path(ge=1, le=2**62)]
-
-
-def _iso(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 @router.get(
@@ -51,7 +48,7 @@ async def current_deadline(request: Request) -> DeadlineResponse:
     return DeadlineResponse(
         round_id=row.round_id,
         state=row.state,
-        deadline_utc=_iso(row.deadline_at),
+        deadline_utc=iso_utc(row.deadline_at),
         seconds_remaining=round(max(0.0, left), 3) if row.state == rounds.ACCEPTING else 0.0,
         closes_tick=row.closes_tick,
     )
@@ -183,7 +180,7 @@ async def get_round(round_id: RoundIdPath, request: Request) -> RoundResponse:
         epoch=row.epoch,
         opens_tick=row.opens_tick,
         closes_tick=row.closes_tick,
-        deadline_utc=_iso(row.deadline_at),
+        deadline_utc=iso_utc(row.deadline_at),
         settled_tick=row.settled_tick,
         receipt_id=row.receipt_id,
         summary=row.summary,

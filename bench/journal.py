@@ -11,7 +11,9 @@ production). Prints one JSON object keyed by N with:
 
 - ``plain_ms_p50`` / ``journaled_ms_p50``: the median tick (``Engine.tick_once``: views, the host,
   the step, the journal) after ``--warmup`` ticks, and ``journal_overhead`` = their ratio - 1
-  (the target: at most 0.05);
+  (the target: at most 0.05); ``overhead_block_pairs``: the same ratio within each pair of
+  blocks (which arm runs first alternates), its median and quartiles: how far one run's figure
+  can be trusted on a machine whose load drifts;
 - ``append_ms_mean``: the journal's own time per record (state digest, encoding, write);
 - ``bytes_per_tick_per_1000_entities``: the journal's segment bytes per tick, per 1,000 Molbots;
 - ``replay_ticks_per_second``: ``engine.verify`` over the journaled ticks (no trait host), and its
@@ -109,14 +111,22 @@ async def measure(n: int, ticks: int, warmup: int, block: int, seed: int, redis_
                     await engine.tick_once()
             gc.collect()
             done = 0
+            pairs: list[float] = []  # each pair of blocks: journaled median / plain median - 1
             while done < ticks:
-                for name, engine in arms.items():
+                # which arm goes first alternates, so neither always follows the other's caches
+                order = list(arms.items()) if (done // block) % 2 == 0 else list(reversed(arms.items()))
+                medians = {}
+                for name, engine in order:
                     started = clock()
+                    block_times = []
                     for _ in range(min(block, ticks - done)):
                         t = clock()
                         await engine.tick_once()
-                        times[name].append(clock() - t)
+                        block_times.append(clock() - t)
                     walls[name] += clock() - started
+                    times[name].extend(block_times)
+                    medians[name] = statistics.median(block_times)
+                pairs.append(medians["journaled"] / medians["plain"] - 1.0)
                 done += block
             journaled._flush_telemetry()
             first_tick = journaled.world.tick - len(times["journaled"])
@@ -150,6 +160,13 @@ async def measure(n: int, ticks: int, warmup: int, block: int, seed: int, redis_
         "plain_ms_p50": round(plain_p50, 3),
         "journaled_ms_p50": round(journaled_p50, 3),
         "journal_overhead": round(journaled_p50 / plain_p50 - 1.0, 4),
+        # the same, block pair by block pair: its median and spread (how much to trust the figure)
+        "overhead_block_pairs": {
+            "median": round(statistics.median(pairs), 4),
+            "p25": round(_quantile(pairs, 0.25), 4),
+            "p75": round(_quantile(pairs, 0.75), 4),
+            "pairs": len(pairs),
+        },
         "overhead_within_target": journaled_p50 / plain_p50 - 1.0 <= TARGET_OVERHEAD,
         "append_ms_mean": append_ms,
         "bytes_per_tick_per_1000_entities": round(segment_bytes / journal_ticks / (n / 1000.0)),
@@ -160,6 +177,11 @@ async def measure(n: int, ticks: int, warmup: int, block: int, seed: int, redis_
         "replay_ticks_checked": report["ticks_checked"],
         "health": healthy,
     }
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def main() -> None:

@@ -67,6 +67,9 @@ class IsolationLimits:
     pids_limit: int
     cpus: float
     tmpfs_size: str = "8m"
+    # Docker's relative CPU weight (1024 by default): less, and the container yields the CPU to
+    # the others when they want it, and still uses what nobody wants.
+    cpu_shares: int | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> IsolationLimits:
@@ -221,6 +224,7 @@ class TraitHostContainer:
             memswap_limit=limits.memory,
             pids_limit=limits.pids_limit,
             nano_cpus=int(limits.cpus * 1e9),
+            cpu_shares=limits.cpu_shares,
             labels=labels,
             environment=environment,
             mounts=mounts,
