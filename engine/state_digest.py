@@ -81,11 +81,6 @@ class Digest:
         return self.state_hash.hex()
 
 
-def entity_text(state: str, traits: Sequence[str]) -> str:
-    # states are printable and trait names snake_case: the separators cannot occur inside them
-    return state + "\x1f" + "\x1f".join(traits)
-
-
 def _bits(values: np.ndarray, is_float: bool) -> np.ndarray:
     """The column as little-endian 64-bit patterns (floats with -0.0 as 0.0)."""
     if is_float:
@@ -93,9 +88,9 @@ def _bits(values: np.ndarray, is_float: bool) -> np.ndarray:
     return np.asarray(values).astype("<i8")
 
 
-def _sums(bits: np.ndarray, ids: np.ndarray) -> list[int]:
-    v = bits.view(np.uint64)
-    return [int(v.sum(dtype=np.uint64)), int((ids * v).sum(dtype=np.uint64))]
+def _probe_sums(rows: np.ndarray) -> np.ndarray:
+    """Per row: sum(v) and sum(id * v), wrapping mod 2**64 (the first row holds the ids)."""
+    return np.stack([rows.sum(axis=1, dtype=np.uint64), (rows * rows[0]).sum(axis=1, dtype=np.uint64)], axis=1)
 
 
 class ConstantColumns:
@@ -149,31 +144,30 @@ def digest(cols: StateColumns, text_codes: TextCodes | None = None) -> Digest:
     res = cols.resources
     r = len(res["id"])
     h.update(json.dumps([cols.tick, list(cols.available_traits), n, r]).encode())
-    ids = np.asarray(cols.numbers["id"]).astype(np.uint64)
-    rids = np.asarray(res["id"]).astype(np.uint64)
-    sums: list[list[int]] = []
-    for name in NUMBER_FIELDS:
+    # Each probe field's column as 64-bit patterns, one row per field (PROBE_FIELDS order): the
+    # hash takes them column by column, the probe's sums come from all rows at once.
+    rows = np.empty((len(NUMBER_FIELDS) + 1 + DNA_GENES + 1, n), dtype=np.uint64)
+    for i, name in enumerate(NUMBER_FIELDS):
         bits = _bits(cols.numbers[name], name not in INT_FIELDS)
-        h.update(bits.tobytes())
-        sums.append(_sums(bits, ids))
+        h.update(bits.data)
+        rows[i] = bits.view(np.uint64)
     parent = _bits(cols.parent, False)
-    h.update(parent.tobytes())
-    sums.append(_sums(parent, ids))
+    h.update(parent.data)
+    rows[len(NUMBER_FIELDS)] = parent.view(np.uint64)
     dna = (np.asarray(cols.dna, dtype=np.float64).reshape(n, DNA_GENES) + 0.0).astype("<f8")
     h.update(dna.tobytes())
-    for g in range(DNA_GENES):
-        sums.append(_sums(np.ascontiguousarray(dna[:, g]), ids))
+    rows[len(NUMBER_FIELDS) + 1 : -1] = dna.view(np.uint64).T
     text = "\x1e".join(cols.texts).encode("utf-8", "backslashreplace")
     h.update(text)
-    codes = (text_codes or TextCodes()).of(cols.texts)
-    sums.append([int(codes.sum(dtype=np.uint64)), int((ids * codes).sum(dtype=np.uint64))])
-    for name in ("id", "x", "y", "energy"):
+    rows[-1] = (text_codes or TextCodes()).of(cols.texts)
+    resource_rows = np.empty((len(RESOURCE_FIELDS), r), dtype=np.uint64)
+    for i, name in enumerate(("id", "x", "y", "energy")):
         bits = _bits(res[name], name != "id")
-        h.update(bits.tobytes())
-        sums.append(_sums(bits, rids))
+        h.update(bits.data)
+        resource_rows[i] = bits.view(np.uint64)
     if cols.members:  # agents' members (a world without any hashes as it always did)
         h.update(json.dumps(["members", [list(pair) for pair in cols.members]]).encode())
-    packed = np.array(sums, dtype=np.uint64).astype(">u8").tobytes()
+    packed = np.concatenate([_probe_sums(rows), _probe_sums(resource_rows)]).astype(">u8").tobytes()
     probe = {"v": PROBE_VERSION, "n": n, "r": r, "sums": packed}
     h.update(json.dumps([PROBE_VERSION, n, r]).encode() + packed)
     return Digest(h.digest(), probe)

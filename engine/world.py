@@ -50,7 +50,7 @@ from .physics import TickColumns, collide, eat, eaters, metabolise_and_age, move
 from .sensing import Grid, Layout, Sensed, sense, two_steps_pay
 from .spatial import SpatialGrid
 from .spawning import DNA_GENES, fresh_entity, new_trait, newborn, placed_entity, trait_gene
-from .state_digest import ConstantColumns, Digest, StateColumns, TextCodes, digest, entity_text
+from .state_digest import ConstantColumns, Digest, StateColumns, TextCodes, digest
 from .views import (
     VIEW_ATTR_COLUMNS,
     VIEW_FIELDS,
@@ -803,7 +803,9 @@ class World:
             numbers=cols,
             parent=parent,
             dna=dna,
-            texts=[entity_text(e.state, e.traits) for e in order],
+            # states are printable and trait names snake_case: the separators cannot occur inside
+            # them (written out here: a function call per entity was most of this method's time)
+            texts=[e.state + "\x1f" + "\x1f".join(e.traits) for e in order],
             resources={
                 "id": np.array(rkeys, dtype=np.int64),
                 "x": np.fromiter(map(_X, rorder), dtype=np.float64, count=m),
