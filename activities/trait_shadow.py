@@ -36,7 +36,7 @@ from temporalio import activity
 
 from activities import names
 from engine.inputs import HOST_MISSED, HOST_OK, TickInputs
-from engine.live_traits import STRIKES_TO_QUARANTINE, WORKERS_SHARE, TraitState
+from engine.live_traits import WORKERS_SHARE, TraitState, account
 from engine.replay import ReplayError, load_world
 from engine.shadow import Run, differences, pick_snapshot, report_hash
 from engine.world import World
@@ -175,34 +175,17 @@ class Side:
         raise RuntimeError(f"tick {tick} of the {self.name} side could not finish {LOST_TICK_RETRIES + 1} times")
 
     def _account(self, tick: int, results: dict) -> None:
-        """As the live engine counts a trait's results (``engine.live_traits``); a trait it would
-        quarantine leaves this side's world."""
+        """As the live engine judges a trait's results (``engine.live_traits.account``); a trait
+        it would quarantine leaves this side's world."""
         for name in sorted(results):
             record, result = self.traits.get(name), results[name]
             if record is None or not isinstance(result, dict):
                 continue
-            record.calls += int(result.get("calls", 0))
-            if result.get("killed"):
-                if result.get("confirmed"):
-                    self._quarantine(record, name, tick, f"stopped from outside its process: {result['killed']}")
-                continue
-            errors = int(result.get("error_count", len(result.get("errors", []))))
-            timeouts = len(result.get("timeouts", []))
-            record.errors += errors
-            record.timeouts += timeouts
-            if errors or timeouts:
-                record.strikes += 1
-                if record.first_error is None:
-                    record.first_error = (
-                        str(result["errors"][0].get("error"))[:300]
-                        if result.get("errors")
-                        else "exceeded its CPU budget"
-                    )
-                if record.strikes >= STRIKES_TO_QUARANTINE:
-                    why = f"{record.strikes} ticks in a row with errors or timeouts: {record.first_error}"
-                    self._quarantine(record, name, tick, why)
-            else:
-                record.strikes = 0
+            why = account(record, result)
+            if record.first_error is None and record.last_error is not None:
+                record.first_error = record.last_error[:300]
+            if why is not None:
+                self._quarantine(record, name, tick, why[:500])
 
     def _quarantine(self, record: TraitRecord, name: str, tick: int, why: str) -> None:
         record.quarantined_at, record.quarantine_reason = tick, why

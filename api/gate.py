@@ -8,6 +8,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from api.errors import ApiError
 from governance import policy
 from pipeline import policy_gate
+from pipeline.operators import Operator
 
 
 async def require(services, conn: AsyncConnection, asked: policy.Request) -> str:
@@ -21,3 +22,14 @@ async def require(services, conn: AsyncConnection, asked: policy.Request) -> str
             extra={"decision_id": decision_id, "rule": decision.rule},
         )
     return decision_id
+
+
+async def operator_decides(services, operator: Operator | None, action: str, resource: str) -> str:
+    """Who decides on ``resource`` (the operator's label; "open-mode" without keys), once the gate
+    allowed ``action``. The decision is recorded on a connection of its own: it stands whatever
+    the request does next."""
+    by = operator.label if operator is not None else "open-mode"
+    async with services.database.connect() as conn:
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await require(services, conn, policy.Request("operator", action, by, resource=resource))
+    return by

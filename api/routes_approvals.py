@@ -23,7 +23,6 @@ from api.params import MutationIdPath
 from api.schemas import ErrorResponse
 from genesis.dto import MutationApproval, MutationStatus
 from genesis.workflow_api import MUTATION_APPROVAL_SIGNAL
-from governance import policy
 from pipeline.operators import Operator
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
@@ -77,11 +76,7 @@ async def decide(
     """Approve or reject a mutation awaiting approval (operators only)."""
     services = request.app.state.services
     record = await load_mutation(request, mutation_id)
-    by = operator.label if operator is not None else "open-mode"
-    async with services.database.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        asked = policy.Request("operator", "mutations.approve", by, resource=f"mutation:{mutation_id}")
-        await gate.require(services, conn, asked)
+    by = await gate.operator_decides(services, operator, "mutations.approve", f"mutation:{mutation_id}")
     if record.status != MutationStatus.awaiting_approval.value:
         raise ApiError(409, "NOT_AWAITING_APPROVAL", f"{mutation_id} is {record.status}, not awaiting approval")
     if body.report_hash is not None:  # the report is final once the mutation awaits approval

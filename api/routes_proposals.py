@@ -236,12 +236,7 @@ async def approve(
     The workflow then applies the candidate, unless the manifest moved meanwhile."""
     services = request.app.state.services
     row = await _load(services, proposal_id)
-    by = operator.label if operator is not None else "open-mode"
-    async with services.database.connect() as conn:
-        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
-        await gate.require(
-            services, conn, policy.Request("operator", "rules.approve", by, resource=f"proposal:{proposal_id}")
-        )
+    by = await gate.operator_decides(services, operator, "rules.approve", f"proposal:{proposal_id}")
     if row.status != lifecycle.AWAITING_APPROVAL:
         raise ApiError(409, "NOT_AWAITING_APPROVAL", f"the proposal is {row.status}, not awaiting approval")
     if body.report_hash != row.report_hash:

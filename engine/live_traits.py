@@ -75,6 +75,34 @@ class TraitState:
     last_error: str | None = None
 
 
+def account(state: TraitState, result: dict) -> str | None:
+    """Count a trait's result for one tick into ``state``; why it must be quarantined now, or
+    None. Only evidence about the trait itself counts against it: its own errors and CPU
+    overruns, ``STRIKES_TO_QUARANTINE`` ticks in a row, or a kill confirmed while it ran alone. A
+    first kill (its process ran other traits too) only makes it a suspect, which the host runs
+    alone from then on; a result "lost" through nobody's fault counts for nothing. (The live
+    engine and a held mutation's shadow judge alike.)"""
+    state.calls += result.get("calls", 0)
+    state.total_us += result.get("total_us", 0.0)
+    if result.get("lost"):
+        state.lost += 1
+        return None
+    if result.get("killed"):
+        state.last_error = f"stopped from outside its process: {result['killed']}"
+        return f"{state.last_error} (confirmed while it ran alone)" if result.get("confirmed") else None
+    errors, timeouts = result.get("error_count", len(result.get("errors", []))), len(result.get("timeouts", []))
+    state.errors += errors
+    state.timeouts += timeouts
+    if not (errors or timeouts):
+        state.strikes = 0
+        return None
+    state.strikes += 1
+    state.last_error = result["errors"][0]["error"] if result.get("errors") else "exceeded its CPU budget"
+    if state.strikes >= STRIKES_TO_QUARANTINE:
+        return f"{state.strikes} ticks in a row with errors or timeouts: {state.last_error}"
+    return None
+
+
 @dataclass
 class HostStats:
     restarts: int = 0
@@ -346,39 +374,18 @@ class HostTraitRunner:
 
     # -- failures ------------------------------------------------------------------------------
     async def _account(self, name: str, result: dict) -> None:
-        """A trait's result for one tick. Only evidence about the trait itself counts against it:
-        its own errors and CPU overruns. A kill confirmed while it ran alone quarantines it at
-        once; a first kill (its process ran other traits too) only makes it a suspect, which the
-        host runs alone from then on. A result "lost" through nobody's fault counts for nothing."""
+        """A trait's result for one tick (``account``): quarantined when it must be."""
         state = self._traits.get(name)
         if state is None or not isinstance(result, dict):
             return
-        state.calls += result.get("calls", 0)
-        state.total_us += result.get("total_us", 0.0)
+        why = account(state, result)
         if result.get("lost"):
-            state.lost += 1
             self.stats.lost_results += 1
-            return
-        if result.get("killed"):
-            state.last_error = f"stopped from outside its process: {result['killed']}"
-            if result.get("confirmed"):
-                await self._quarantine(name, f"{state.last_error} (confirmed while it ran alone)")
-            else:
-                self.stats.suspects += 1
-                log.warning("trait %s is a suspect and runs alone now: %s", name, state.last_error)
-            return
-        errors, timeouts = result.get("error_count", len(result.get("errors", []))), len(result.get("timeouts", []))
-        state.errors += errors
-        state.timeouts += timeouts
-        if errors or timeouts:
-            state.strikes += 1
-            state.last_error = result["errors"][0]["error"] if result.get("errors") else "exceeded its CPU budget"
-            if state.strikes >= STRIKES_TO_QUARANTINE:
-                await self._quarantine(
-                    name, f"{state.strikes} ticks in a row with errors or timeouts: {state.last_error}"
-                )
-        else:
-            state.strikes = 0
+        elif result.get("killed") and not result.get("confirmed"):
+            self.stats.suspects += 1
+            log.warning("trait %s is a suspect and runs alone now: %s", name, state.last_error)
+        if why is not None:
+            await self._quarantine(name, why)
 
     async def _host_failed(self, exc: Exception) -> None:
         """Drop the host (a new one starts in the background). No trait is blamed: the host's

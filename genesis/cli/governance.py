@@ -22,13 +22,16 @@ def _segment(value: str, what: str, prefix: str) -> str:
     return value
 
 
-def shadow_table(report: dict[str, Any], title: str) -> Any:
+def shadow_table(report: dict[str, Any]) -> Any:
     """A shadow report's baseline and candidate side by side (a proposal's or a held mutation's)."""
     b, c = report["baseline"], report["candidate"]
+    trait = report.get("trait")
+    title = f"shadow: {report['ticks']} ticks from snapshot {report['snapshot']}" + (
+        f", without and with {trait['name']}" if trait else f" ({report['recorded_ticks']} on recorded inputs)"
+    )
     names = ["population_start", "population_min", "population_mean", "population_end", "energy_end", "births"]
     rows = [[name, b[name], c[name]] for name in names]
     rows.append(["deaths", sum(b["deaths"].values()), sum(c["deaths"].values())])
-    trait = report.get("trait")
     if trait:  # a held mutation's: its trait on the candidate's side only
         mine = c["traits"].get(trait["name"], {})
         rows.append(["carriers (max)", "", c["carriers"]["max"]])
@@ -49,11 +52,7 @@ def render_proposal(cli: Cli, p: dict[str, Any]) -> None:
     cli.console.print(table("what it changes", ["op", "path", "value"], rows))
     report = p.get("report")
     if report:
-        title = (
-            f"shadow: {report['ticks']} ticks from snapshot {report['snapshot']} "
-            f"({report['recorded_ticks']} on recorded inputs)"
-        )
-        cli.console.print(shadow_table(report, title))
+        cli.console.print(shadow_table(report))
         cli.console.print(f"report hash: {p['report_hash']}  (what `genesis governance approve` names)")
     if p.get("failure"):
         cli.console.print(f"[red]failed[/]: {escape(p['failure'])}", soft_wrap=True)

@@ -377,13 +377,8 @@ def register(app: typer.Typer) -> None:
             cli.console.print(table(mutation_id, ["field", "value"], [r for r in rows if r[1] is not None]))
             for line in record.get("validation_log") or []:
                 cli.console.print(f"  [dim]{escape(line)}[/]")
-            shadow = record.get("shadow_report")
-            if shadow:
-                title = (
-                    f"shadow: {shadow['ticks']} ticks from snapshot {shadow['snapshot']}, "
-                    f"without and with {shadow['trait']['name']}"
-                )
-                cli.console.print(shadow_table(shadow, title))
+            if record.get("shadow_report"):
+                cli.console.print(shadow_table(record["shadow_report"]))
 
         cli.emit(record, render)
         raise typer.Exit(VERDICT_EXIT.get(record["status"], EXIT_OK))  # scripts: 3 rejected, 4 rolled back, 5 failed
