@@ -265,7 +265,7 @@ async def reject(
     row = await _load(services, proposal_id)
     if row.status not in (lifecycle.PROPOSED, lifecycle.SHADOWING, lifecycle.AWAITING_APPROVAL):
         raise ApiError(409, "NOT_AWAITING_APPROVAL", f"the proposal is {row.status}: it is decided already")
-    by = operator.label if operator is not None else "open-mode"
+    by = await gate.operator_decides(services, operator, "rules.approve", f"proposal:{proposal_id}")
     await _signal(services, row, GovernanceDecision(decision="reject", by=by, reason=body.reason))
     answer = DecisionAccepted(proposal_id=proposal_id, decision="reject", status=row.status)
     return JSONResponse(answer.model_dump(), status_code=202)

@@ -174,6 +174,15 @@ async def test_rejection_and_a_manifest_that_moved(governance_api, settings, dat
     )
     assert rejected.status_code == 202
     assert (await wait_for(http, first["proposal_id"], {"rejected"}))["decision_reason"] == "no"
+    # a rejection is a decision of the gate too, recorded like an approval
+    label = f"operator '{(await agents.operator(settings)).name}'"
+    decided = (await http.get("/v1/policy/decisions", params={"subject": label}, headers=operator)).json()
+    mine = [
+        (d["action"], d["decision"])
+        for d in decided["decisions"]
+        if d["resource"] == f"proposal:{first['proposal_id']}"
+    ]
+    assert ("rules.approve", "allow") in mine, decided
     # the manifest moves under the second one before it is approved: it is not applied
     async with database.begin() as conn:
         now = await manifests.current(conn, settings)
