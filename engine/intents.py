@@ -132,14 +132,17 @@ class CheckedIntents:
 
     moves: dict[int, tuple]  # entity id -> its last move intent (towards, a, b), checked one by one
     eats: set[int]  # the ids that asked to eat
-    # ids of the entities whose speed, direction or rate may have been set on the Entity: the
-    # tick's columns, read before the intents, take these again
+    # ids of the entities whose speed or rate may have been set on the Entity: the tick's columns,
+    # read before the intents, take these again
     touched: list[np.ndarray] = field(default_factory=list)
     # columnar intents only: each entity's last move as columns (ids, towards, a, b), ids unique
-    # and none of them in ``moves``; and the direction sets (ids, values), applied to the tick's
-    # direction column rather than to the entities
+    # and none of them in ``moves``; and the direction sets (ids, values)
     bulk_moves: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
     directions: tuple[np.ndarray, np.ndarray] | None = None
+    # entity id -> its last direction set, checked one by one (none of them in ``directions``).
+    # Directions go to the tick's direction column, never to the Entity: the step takes an
+    # entity's other numbers from the columns too, and stores them all back after it.
+    one_by_one_directions: dict[int, float] = field(default_factory=dict)
 
 
 def _collect_intents(
@@ -180,15 +183,23 @@ def apply_intents(
     if isinstance(intents, IntentColumns):
         return apply_columns(intents, entities, next_id, limit, rejected)
     by_entity = _collect_intents(intents, entities, next_id, rejected)
-    moves: dict[int, tuple] = {}
-    eats: set[int] = set()
+    checked = CheckedIntents({}, set(), [np.fromiter(by_entity, dtype=np.int64, count=len(by_entity))])
     for eid in sorted(by_entity):
-        move, eat = apply_intent_list(entities[eid], by_entity[eid], limit, rejected)
-        if move is not None:
-            moves[eid] = move
-        if eat:
-            eats.add(eid)
-    return CheckedIntents(moves, eats, [np.fromiter(by_entity, dtype=np.int64, count=len(by_entity))])
+        _check_one_by_one(checked, entities[eid], by_entity[eid], limit, rejected)
+    return checked
+
+
+def _check_one_by_one(
+    checked: CheckedIntents, e: Entity, lst: Any, limit: int, rejected: list[tuple[int, str]]
+) -> None:
+    """``e``'s intent list through :func:`apply_intent_list`, its outcome into ``checked``."""
+    move, eat, direction = apply_intent_list(e, lst, limit, rejected)
+    if move is not None:
+        checked.moves[e.id] = move
+    if eat:
+        checked.eats.add(e.id)
+    if direction is not None:
+        checked.one_by_one_directions[e.id] = direction
 
 
 def override_intents(own: CheckedIntents, forced: CheckedIntents) -> CheckedIntents:
@@ -201,7 +212,12 @@ def override_intents(own: CheckedIntents, forced: CheckedIntents) -> CheckedInte
         keep = ~np.isin(bulk[0], np.fromiter(forced.moves, dtype=np.int64, count=len(forced.moves)))
         bulk = (bulk[0][keep], bulk[1][keep], bulk[2][keep], bulk[3][keep]) if keep.any() else None
     return CheckedIntents(
-        moves, own.eats | forced.eats, own.touched + forced.touched, bulk_moves=bulk, directions=own.directions
+        moves,
+        own.eats | forced.eats,
+        own.touched + forced.touched,
+        bulk_moves=bulk,
+        directions=own.directions,
+        one_by_one_directions=own.one_by_one_directions | forced.one_by_one_directions,
     )
 
 
@@ -296,28 +312,26 @@ def apply_columns(
         order = np.argsort(ids, kind="stable")  # each entity's intents stay in order
         ends = np.cumsum(counts)
         for j in odd_alive.tolist():
-            eid = uniq_ids[j]
-            move, eat = apply_intent_list(
-                entities[eid], ic.lists_of(order[ends[j] - counts[j] : ends[j]]), limit, rejected
-            )
-            if move is not None:
-                moves[eid] = move
-            if eat:
-                eats.add(eid)
+            lst = ic.lists_of(order[ends[j] - counts[j] : ends[j]])
+            _check_one_by_one(checked, entities[uniq_ids[j]], lst, limit, rejected)
     return checked
 
 
-def apply_intent_list(e: Entity, lst: Any, limit: int, rejected: list[tuple[int, str]]) -> tuple[Any, bool]:
-    """Apply ``set`` intents to ``e``; return (last move intent or None, eat requested)."""
+def apply_intent_list(
+    e: Entity, lst: Any, limit: int, rejected: list[tuple[int, str]]
+) -> tuple[Any, bool, float | None]:
+    """Apply ``set`` intents to ``e``, but for direction; return (last move intent or None, eat
+    requested, last direction set or None)."""
     eid = e.id
     if type(lst) not in (list, tuple):
         rejected.append((eid, "bad_intent_list"))
-        return None, False
+        return None, False, None
     if len(lst) > limit:
         rejected.append((eid, "too_many_intents"))
         lst = lst[:limit]
     move = None
     eat = False
+    direction = None
     for it in lst:
         if type(it) not in (list, tuple) or not it or type(it[0]) is not str:
             rejected.append((eid, "malformed_intent"))
@@ -350,7 +364,7 @@ def apply_intent_list(e: Entity, lst: Any, limit: int, rejected: list[tuple[int,
                 rejected.append((eid, v))
                 continue
             if attr == "direction":
-                e.direction = _wrap_angle(v)
+                direction = _wrap_angle(v)
             else:
                 lo, hi = _NUMBERS[attr]
                 if v < lo:
@@ -376,7 +390,7 @@ def apply_intent_list(e: Entity, lst: Any, limit: int, rejected: list[tuple[int,
             eat = True
         else:
             rejected.append((eid, "unknown_kind"))
-    return move, eat
+    return move, eat, direction
 
 
 # -- the tick ---------------------------------------------------------------------------

@@ -36,6 +36,7 @@ import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict
+from itertools import compress
 from operator import attrgetter
 from typing import Any
 
@@ -163,11 +164,14 @@ class World:
         # step() left them; None when an entity was added from outside. They are what the next
         # step and trait_views read: a number changed on an Entity from outside is not seen.
         self._columns: dict[str, np.ndarray] | None = None
+        # (_columns, the entities in their order) as step() left them: valid while _columns is
+        # that same object (every change of who lives replaces or drops _columns)
+        self._column_order: tuple[dict[str, np.ndarray], list[Entity]] | None = None
         # prepare_step(): (tick, _columns then, the tick's columns read ahead)
         self._prepared: tuple[int, dict[str, np.ndarray] | None, TickColumns] | None = None
         # What step(lazy_write_back=True) computed and has not yet stored into the Entity objects:
         # (entities, x, y, direction, energy, age). Storing 5 numbers into each of 5,000 objects
-        # costs ~3 ms, so the engine leaves it to whoever reads the entities next (``entities``,
+        # costs ~1.5 ms, so the engine leaves it to whoever reads the entities next (``entities``,
         # or its prepare_step while the trait host computes) instead of holding up the tick.
         self._unwritten: tuple | None = None
 
@@ -191,6 +195,13 @@ class World:
         unwritten, self._unwritten = self._unwritten, None
         if unwritten is not None:
             _store_numbers(*unwritten)
+
+    def _ordered_columns(self) -> tuple[dict[str, np.ndarray], list[Entity]] | None:
+        """:attr:`_columns` and the entities in their order, if they are still every entity's."""
+        kept = self._column_order
+        if kept is None or kept[0] is not self._columns or len(kept[1]) != len(self._entities):
+            return None
+        return kept
 
     def _cached_columns(self, ids: np.ndarray) -> dict[str, np.ndarray] | None:
         """:attr:`_columns` if they are those of exactly these entities (ids ascending)."""
@@ -472,27 +483,29 @@ class World:
         the trait host computes this tick's intents, so that this work overlaps the host's.
 
         ``step`` uses it only for the same tick and if no entity was added or removed since;
-        the speed, direction and rate of the entities that intents set are read again. Nothing
-        else may change an entity's numbers in between (they are changed only by ``World``).
+        the speed and rate of the entities that intents set are read again (directions set come
+        as columns). Nothing else may change an entity's numbers in between (they are changed
+        only by ``World``).
         The last step's numbers are stored into the entities here, off the tick's path."""
         self._write_back()
         self._prepared = (self.tick, self._columns, self._read_columns())
         if self.resources:
             self._resource_near_layout()
 
-    def _read_columns(self) -> TickColumns:
-        """The columns of every entity as the tick starts (before its intents)."""
+    def _read_columns(self, stale: tuple | None = None) -> TickColumns:
+        """The columns of every entity as the tick starts (before its intents): the world's own,
+        else read from the entities (once ``stale``, numbers not yet stored into them, are)."""
+        kept = self._ordered_columns()
+        if kept is not None:
+            return TickColumns.of(kept[1], kept[0]["id"], kept[0])
+        if stale is not None:
+            _store_numbers(*stale)
         entities = self.entities
         keys = sorted(entities)
         order = [entities[eid] for eid in keys]
         n = len(order)
-        ids = np.array(keys, dtype=np.int64)
-        cols = self._cached_columns(ids)
-        if cols is None:
-            cols = {
-                name: np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n) for name, dtype in _WORLD_COLUMNS
-            }
-        return TickColumns.of(order, ids, cols)
+        cols = {name: np.fromiter(map(attrgetter(name), order), dtype=dtype, count=n) for name, dtype in _WORLD_COLUMNS}
+        return TickColumns.of(order, np.array(keys, dtype=np.int64), cols)
 
     def step(
         self,
@@ -507,9 +520,10 @@ class World:
 
         ``lazy_write_back``: leave the new numbers of the entities that neither died nor
         reproduced in the world's columns until the entities are next read (``entities``,
-        :meth:`prepare_step`, the next step) rather than storing them into every ``Entity`` now
-        (~3 ms at 5,000 entities). Only for a caller that reads entities through the world, as
-        the engine does: an ``Entity`` object held from before shows its old numbers until then.
+        :meth:`prepare_step`) rather than storing them into every ``Entity`` now (~1.5 ms at
+        5,000 entities); the next step reads the columns, so a replay never stores them. Only
+        for a caller that reads entities through the world, as the engine does: an ``Entity``
+        object held from before shows its old numbers until then.
 
         ``forced``: movement and eating intents (``{entity_id: [intent, ...]}``) that replace
         the entities' own for this tick (a settled round's, ``engine.round_rules``)."""
@@ -517,7 +531,9 @@ class World:
         tick = self.tick
         rng = self._rng(tick)  # wanderers, births, the floor and respawn draw from it in this order
         report = TickReport(tick=tick)
-        self._write_back()  # before intents set attributes (unless prepare_step did it)
+        # The last step's numbers not yet stored into the entities are in the world's columns, which
+        # this step reads instead (the entities it reads, it stores its new numbers into first).
+        stale, self._unwritten = self._unwritten, None
         checked = apply_intents(
             intents, self.entities, self._next_entity_id, p.max_intents_per_entity, report.rejected_intents
         )
@@ -526,7 +542,7 @@ class World:
                 checked,
                 apply_intents(forced, self.entities, self._next_entity_id, p.max_intents_per_entity, []),
             )
-        c = self._tick_columns(checked)
+        c = self._tick_columns(checked, stale)
         moved = move(c, checked, rng.random, p.wander_turn, self._xmax, self._ymax)
         self._eat(c, checked.eats)
         metabolise_and_age(c, moved, p)
@@ -540,7 +556,7 @@ class World:
         self.tick = tick + 1
         return report
 
-    def _tick_columns(self, checked: CheckedIntents) -> TickColumns:
+    def _tick_columns(self, checked: CheckedIntents, stale: tuple | None) -> TickColumns:
         """The tick's columns (read ahead by prepare_step if still valid), with what the intents
         set."""
         prepared, self._prepared = self._prepared, None
@@ -551,16 +567,19 @@ class World:
             if tick == self.tick and columns_then is not None and columns_then is self._columns:
                 c = read_ahead
         if c is None:
-            c = self._read_columns()
+            c = self._read_columns(stale)
         order, ids = c.order, c.ids
         if checked.touched:  # the columns are from before the intents: refresh what they set
             at = np.searchsorted(ids, np.unique(np.concatenate(checked.touched))).tolist()
-            for name, col in (("direction", c.direction), ("energy_consumption_rate", c.rate), ("speed", c.speed)):
+            for name, col in (("energy_consumption_rate", c.rate), ("speed", c.speed)):
                 get = attrgetter(name)
                 col[at] = [get(order[i]) for i in at]
         if checked.directions is not None:
             set_ids, values = checked.directions
             c.direction[np.searchsorted(ids, set_ids)] = values
+        if checked.one_by_one_directions:
+            one = checked.one_by_one_directions
+            c.direction[np.searchsorted(ids, np.fromiter(one, dtype=np.int64, count=len(one)))] = list(one.values())
         return c
 
     def _eat(self, c: TickColumns, eats: set[int]) -> None:
@@ -691,13 +710,17 @@ class World:
             keep[[i for i, _, _ in dead]] = False
             entities = self.entities
             new = [entities[i] for i in report.births + report.respawned]
+            order = list(compress(c.order, keep.tolist())) + new
             after = {
                 name: np.concatenate(
                     [after[name][keep], np.fromiter(map(attrgetter(name), new), dtype=dtype, count=len(new))]
                 )
                 for name, dtype in _WORLD_COLUMNS
             }
+        else:
+            order = c.order
         self._columns = after
+        self._column_order = (after, order)
         self._positions = Layout(self._grid, after["x"], after["y"], after["id"])
         self._unwritten = (c.order, c.nx, c.ny, c.direction, energy, c.age)
         if not lazy_write_back:
@@ -773,11 +796,11 @@ class World:
         """The exact state as columns. Without ``constants`` every value is read from the entity
         objects; with them, the numbers come from the world's columns when they are current, and
         parent_id and DNA from ``constants``."""
-        cols = self._columns if constants is not None else None
-        if cols is not None and len(cols["id"]) == len(self._entities):
+        kept = self._ordered_columns() if constants is not None else None
+        if kept is not None:
             ents = self._entities  # only ids, traits and states are read from them: never left unwritten
             n = len(ents)
-            order = [ents[i] for i in cols["id"].tolist()]
+            cols, order = kept
         else:
             ents = self.entities  # every number up to date in the objects
             n = len(ents)
