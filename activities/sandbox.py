@@ -170,7 +170,7 @@ def run_trial(
         prepare_ms = 0.0
 
         def prepare_step() -> None:
-            """As the engine does: the step's reading ahead overlaps the host's work (timed, as
+            """As the engine does: the step's preparation overlaps the host's work (timed, as
             part of the world's step)."""
             nonlocal prepare_ms
             began = time.perf_counter()

@@ -167,12 +167,10 @@ class World:
         # (_columns, the entities in their order) as step() left them: valid while _columns is
         # that same object (every change of who lives replaces or drops _columns)
         self._column_order: tuple[dict[str, np.ndarray], list[Entity]] | None = None
-        # prepare_step(): (tick, _columns then, the tick's columns read ahead)
-        self._prepared: tuple[int, dict[str, np.ndarray] | None, TickColumns] | None = None
         # What step(lazy_write_back=True) computed and has not yet stored into the Entity objects:
         # (entities, x, y, direction, energy, age). Storing 5 numbers into each of 5,000 objects
-        # costs ~1.5 ms, so the engine leaves it to whoever reads the entities next (``entities``,
-        # or its prepare_step while the trait host computes) instead of holding up the tick.
+        # costs 1.5-3 ms; the next step reads the columns instead, so the engine and replay leave
+        # it to whoever reads the entities next (``entities``: telemetry, status, rounds).
         self._unwritten: tuple | None = None
 
     @property
@@ -326,7 +324,6 @@ class World:
         for eid, value in energy.items():
             ents[eid].energy = value
         self._columns = None
-        self._prepared = None
 
     def give_trait(self, entity_id: int, trait_name: str) -> None:
         """Add a trait to one entity (no-op if it is gone, already has it, or is full)."""
@@ -478,17 +475,9 @@ class World:
     # -- the tick ---------------------------------------------------------------------------
 
     def prepare_step(self) -> None:
-        """Read ahead what the next :meth:`step` reads whatever the intents are (the entities in
-        id order, their columns, the resource layout of eating) — for the engine to call while
-        the trait host computes this tick's intents, so that this work overlaps the host's.
-
-        ``step`` uses it only for the same tick and if no entity was added or removed since;
-        the speed and rate of the entities that intents set are read again (directions set come
-        as columns). Nothing else may change an entity's numbers in between (they are changed
-        only by ``World``).
-        The last step's numbers are stored into the entities here, off the tick's path."""
-        self._write_back()
-        self._prepared = (self.tick, self._columns, self._read_columns())
+        """Build what the next :meth:`step` needs whatever the intents are (the resources' layout
+        for eating) — for the engine to call while the trait host computes this tick's intents,
+        so that this work overlaps the host's."""
         if self.resources:
             self._resource_near_layout()
 
@@ -519,11 +508,11 @@ class World:
         :class:`IntentColumns` (see ``engine.intents``).
 
         ``lazy_write_back``: leave the new numbers of the entities that neither died nor
-        reproduced in the world's columns until the entities are next read (``entities``,
-        :meth:`prepare_step`) rather than storing them into every ``Entity`` now (~1.5 ms at
-        5,000 entities); the next step reads the columns, so a replay never stores them. Only
-        for a caller that reads entities through the world, as the engine does: an ``Entity``
-        object held from before shows its old numbers until then.
+        reproduced in the world's columns until the entities are next read (``entities``)
+        rather than storing them into every ``Entity`` now (1.5-3 ms at 5,000 entities); the
+        next step reads the columns. Only for a caller that reads entities through the world, as
+        the engine and replay do: an ``Entity`` object held from before shows its old numbers
+        until then.
 
         ``forced``: movement and eating intents (``{entity_id: [intent, ...]}``) that replace
         the entities' own for this tick (a settled round's, ``engine.round_rules``)."""
@@ -557,17 +546,8 @@ class World:
         return report
 
     def _tick_columns(self, checked: CheckedIntents, stale: tuple | None) -> TickColumns:
-        """The tick's columns (read ahead by prepare_step if still valid), with what the intents
-        set."""
-        prepared, self._prepared = self._prepared, None
-        c = None
-        if prepared is not None:
-            tick, columns_then, read_ahead = prepared
-            # A step or an added entity replaces _columns: the same object means nothing moved since.
-            if tick == self.tick and columns_then is not None and columns_then is self._columns:
-                c = read_ahead
-        if c is None:
-            c = self._read_columns(stale)
+        """The tick's columns, with what the intents set."""
+        c = self._read_columns(stale)
         order, ids = c.order, c.ids
         if checked.touched:  # the columns are from before the intents: refresh what they set
             at = np.searchsorted(ids, np.unique(np.concatenate(checked.touched))).tolist()

@@ -256,8 +256,9 @@ def _hostile_intents(rnd, w: World, dead: list[int]) -> dict[int, list[list]]:
 
 
 def test_prepare_step_while_the_host_computes_changes_nothing():
-    # The engine calls World.prepare_step while the trait host computes the tick's intents:
-    # step then starts from columns read before the intents were applied. With hostile intents
+    # The engine calls World.prepare_step while the trait host computes the tick's intents, and
+    # steps lazily: a step starts from the world's columns, whose numbers the entities may not
+    # hold yet, and takes what the intents set on the entities again. With hostile intents
     # (speed, direction and rate set in bulk and one by one, rejections, dead and unknown ids),
     # births, deaths and collisions, every tick's state must equal that of a plain step.
     import random
@@ -271,8 +272,8 @@ def test_prepare_step_while_the_host_computes_changes_nothing():
         collision_radius=6.0,
         resource_spawn_chance=1.0,
     )
-    # plain, plain prepared, columns, columns prepared; then as the engine steps (columns, the
-    # write-back left to prepare_step), lazily written back without prepare_step; and as replay
+    # plain, plain prepared, columns, columns prepared; then as the engine steps (columns,
+    # prepared, lazily), lazily without prepare_step; and as replay
     # steps (columns, lazily, never asked for views: only its digest reads it between steps)
     worlds = [World(params, seed=9) for _ in range(7)]
     replayed = worlds[6]
@@ -307,7 +308,7 @@ def test_prepare_step_while_the_host_computes_changes_nothing():
     lazy.step(lazy_write_back=True)
     assert (held.x, held.y, held.age) == before  # not yet stored: the object is stale ...
     assert lazy.entities[held.id] is held and held.age == before[2] + 1  # ... until the world is read
-    # a prepared step is not used for another tick, nor after an entity was added
+    # an entity added after prepare_step takes part in the step
     w = worlds[1]
     w.prepare_step()
     w.add_entity(10.0, 10.0, speed=2.0)
