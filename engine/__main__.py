@@ -27,6 +27,7 @@ from genesis.effects import WorldSample
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics
 from genesis.temporal import connect
+from journal.reader import JournalTail
 from pipeline import audit, journal_outbox, manifests, receipts, registry
 
 from .journaling import WorldJournal
@@ -136,6 +137,7 @@ async def keep_the_record(settings, engine: Engine, keyring: signing.Keyring, st
     journal, signing the receipts of trait-set changes and rollbacks as it goes."""
     sessions = get_sessionmaker(settings.database_url)
     signer = receipts.Signer(sessions, keyring)
+    tail = JournalTail(settings.journal_dir / "records")  # the projection's place, kept between rounds
     while not stop.is_set():
         try:
             await signer.ready()  # the public keys published once (retried while Postgres is away)
@@ -145,7 +147,7 @@ async def keep_the_record(settings, engine: Engine, keyring: signing.Keyring, st
                     placed = engine.journal_events(outbox.kind, [canonical.decode(r.body) for r in rows])
                     done = {r.id: seq for r, seq in zip(rows, placed, strict=True)}
                     await journal_outbox.mark_journaled(sessions, outbox, done)
-            while not stop.is_set() and await audit.project(sessions, settings.journal_dir, keyring=keyring):
+            while not stop.is_set() and await audit.project(sessions, settings.journal_dir, keyring=keyring, tail=tail):
                 pass  # a backlog (after a stop): batch after batch
             if engine.journal is not None and engine.journal.pins:
                 engine.journal.unpin(await still_open(sessions, set(engine.journal.pins)))

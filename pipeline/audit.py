@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from genesis import signing
 from genesis.db.models import AuditEventRow, AuditProjection
 from journal.audit import AuditEvent, events_of
-from journal.reader import JournalReader
+from journal.reader import JournalTail
 from journal.record import ZERO_HASH
 from pipeline import receipts
 
@@ -60,11 +60,14 @@ async def project(
     journal_dir: Path,
     max_records: int = BATCH,
     keyring: signing.Keyring | None = None,
+    tail: JournalTail | None = None,
 ) -> int:
     """Project up to ``max_records`` new journal records; how many were read. With ``keyring``,
     each trait-set change and world rollback also gets its signed receipt, bound to the journal
-    record (its sequence number and header hash), in the same transaction."""
-    reader = JournalReader(journal_dir / "records")
+    record (its sequence number and header hash), in the same transaction. ``tail``: the reader
+    to go on with from one call to the next (else each call finds its place from the start of
+    the segment)."""
+    tail = tail if tail is not None else JournalTail(journal_dir / "records")
     async with sessions() as session, session.begin():
         state = await session.get(AuditProjection, 1, with_for_update=True)
         if state is None:
@@ -75,7 +78,9 @@ async def project(
         events: list[AuditEvent] = []
         last = None
         anchors: dict[int, str] = {}  # seq -> header hash, of the records that get receipts
-        for record in reader.records(from_seq=state.projected_seq + 1):
+        tail.seek(state.projected_seq + 1)
+        # read and checked in a thread: the engine's event loop runs this beside the world's ticks
+        for record in await asyncio.to_thread(tail.read, max_records):
             if last is None and record.header.parent_hash != state.chain_head:
                 raise RuntimeError(
                     f"the journal in {journal_dir} does not continue the projected one at record "
@@ -89,8 +94,6 @@ async def project(
                 params = record.inputs["params"]
             last = record.header
             read += 1
-            if read >= max_records:
-                break
         if last is None:
             return 0
         await _fill_agents(session, events)
@@ -155,8 +158,9 @@ async def rebuild(sessions: async_sessionmaker, journal_dir: Path) -> int:
         await session.execute(delete(AuditEventRow))
         await session.execute(delete(AuditProjection))
     total = 0
+    tail = JournalTail(journal_dir / "records")
     while True:
-        read = await project(sessions, journal_dir)
+        read = await project(sessions, journal_dir, tail=tail)
         if not read:
             return total
         total += read
@@ -231,7 +235,8 @@ def main() -> None:
         if args.rebuild:
             return await rebuild(sessions, settings.journal_dir)
         total = 0
-        while read := await project(sessions, settings.journal_dir):
+        tail = JournalTail(settings.journal_dir / "records")
+        while read := await project(sessions, settings.journal_dir, tail=tail):
             total += read
         return total
 

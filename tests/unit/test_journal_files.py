@@ -12,7 +12,7 @@ import pytest
 
 from genesis import canonical
 from journal.framing import Walk, frame, frames
-from journal.reader import JournalReader
+from journal.reader import JournalReader, JournalTail
 from journal.record import ZERO_HASH, Header, JournalCorrupt, JournalRecord, encode_record
 from journal.segments import segments
 from journal.snapshots import SnapshotCorrupt, SnapshotMeta, SnapshotStore, verify_against
@@ -171,6 +171,51 @@ def test_a_damaged_last_frame_is_not_taken_for_a_torn_tail(tmp_path):
     assert not check.ok and check.first_bad_seq == N - 3
     with pytest.raises(JournalCorrupt, match=f"record {N - 3}"):
         JournalWriter.open(tmp_path)  # never "repaired" by cutting good records off
+
+
+def test_a_tail_follows_the_journal_as_it_grows_without_walking_a_segment_again(tmp_path):
+    writer = JournalWriter.open(tmp_path, fsync_interval_s=0, segment_max_records=7)
+    try:
+        headers = [writer.append("tick", 0, i + 1, inputs_of(i), bytes(32)) for i in range(10)]
+        tail = JournalTail(tmp_path, from_seq=3)
+        assert [r.header for r in tail.read(4)] == headers[3:7]  # up to a segment's end
+        assert [r.header for r in tail.read(100)] == headers[7:10]  # on into the next segment
+        assert tail.read(100) == [] and tail.next_seq == 10  # the journal's end: nothing, yet
+        # a record it has passed, damaged now in its segment: a walk from the segment's start
+        # stops there; the tail goes on from where it stood
+        path, start, _ = frame_spans(tmp_path)[8]
+        with path.open("r+b") as f:
+            f.seek(start + 6)
+            byte = f.read(1)
+            f.seek(start + 6)
+            f.write(bytes([byte[0] ^ 0xFF]))
+        headers += [writer.append("tick", 0, i + 1, inputs_of(i), bytes(32)) for i in range(10, 16)]
+        with pytest.raises(JournalCorrupt, match="record 8"):
+            list(JournalReader(tmp_path).records(from_seq=10))
+        assert [r.header for r in tail.read(100)] == headers[10:16]
+        with path.open("r+b") as f:
+            f.seek(start + 6)
+            f.write(byte)
+    finally:
+        writer.close()
+    # a record being written (half of its frame on disk) is left for the next read
+    path, start, end = frame_spans(tmp_path)[-1]
+    whole = path.read_bytes()
+    path.write_bytes(whole[: start + (end - start) // 2])
+    tail = JournalTail(tmp_path, from_seq=12)
+    assert [r.header.seq for r in tail.read(100)] == [12, 13, 14]
+    path.write_bytes(whole)
+    assert [r.header.seq for r in tail.read(100)] == [15]
+    # the chain is checked across reads: a record changed behind the tail's back is caught
+    tail = JournalTail(tmp_path, from_seq=0)
+    assert len(tail.read(15)) == 15
+    data = bytearray(whole)
+    data[start + 4] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(JournalCorrupt, match="record 15"):
+        tail.read(100)
+    tail.seek(3)
+    assert tail.next_seq == 3 and [r.header.seq for r in tail.read(2)] == [3, 4]
 
 
 def test_one_writer_per_journal(tmp_path):
