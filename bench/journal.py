@@ -16,6 +16,8 @@ production). Prints one JSON object keyed by N with:
   can be trusted on a machine whose load drifts;
 - ``append_ms_mean``: the journal's own time per record (state digest, encoding, write);
 - ``bytes_per_tick_per_1000_entities``: the journal's segment bytes per tick, per 1,000 Molbots;
+- ``projection_ms_per_record``: what the engine's audit projection spends per record outside
+  Postgres (``JournalTail.read``: read, check, decode; then ``events_of``), over the whole journal;
 - ``replay_ticks_per_second``: ``engine.verify`` over the journaled ticks (no trait host), and its
   ratios to the live unpaced rate (``replay_vs_live``) and to the paced 60 ticks/s
   (``replay_vs_paced``) (the target: at least 10);
@@ -141,6 +143,7 @@ async def measure(n: int, ticks: int, warmup: int, block: int, seed: int, redis_
             for r in (r1, r2):
                 await r.aclose()
         segment_bytes = sum(p.stat().st_size for p in (journal_dir / "records").glob("seg-*.gjl"))
+        projection_ms = projection_ms_per_record(journal_dir / "records")
         journal_ticks = last_tick  # every tick since the world was created is in the journal
         report = verify_range(journal_dir, first_tick, last_tick)
         if not report["equal"]:
@@ -170,6 +173,7 @@ async def measure(n: int, ticks: int, warmup: int, block: int, seed: int, redis_
         "overhead_within_target": journaled_p50 / plain_p50 - 1.0 <= TARGET_OVERHEAD,
         "append_ms_mean": append_ms,
         "bytes_per_tick_per_1000_entities": round(segment_bytes / journal_ticks / (n / 1000.0)),
+        "projection_ms_per_record": projection_ms,
         "live_ticks_per_s": round(live_rate, 1),
         "replay_ticks_per_second": replay_rate,
         "replay_vs_live": round(replay_rate / live_rate, 2),
@@ -177,6 +181,24 @@ async def measure(n: int, ticks: int, warmup: int, block: int, seed: int, redis_
         "replay_ticks_checked": report["ticks_checked"],
         "health": healthy,
     }
+
+
+def projection_ms_per_record(records_dir: Path) -> float:
+    """The audit projection's own time per record (as the engine follows the journal: a second's
+    worth of records at a time), Postgres left out."""
+    from journal.audit import events_of
+    from journal.reader import JournalTail
+
+    tail = JournalTail(records_dir)
+    count = 0
+    started = time.perf_counter()
+    while batch := tail.read(60):
+        for record in batch:
+            events_of(record)
+        count += len(batch)
+    if not count:
+        raise SystemExit("the journal held no records to project")
+    return round((time.perf_counter() - started) * 1000 / count, 4)
 
 
 def _quantile(values: list[float], q: float) -> float:
