@@ -140,8 +140,8 @@ class JournalReader:
 class JournalTail:
     """The journal's records as it grows, for a reader that comes back for more (the audit
     projection, about once a second beside the live engine): each :meth:`read` goes on from
-    where the last stopped instead of walking its segment from the start again, which at a
-    segment's end re-read thousands of records a second. The chain is checked across reads."""
+    where the last stopped rather than walking its segment from the start (near a segment's end,
+    thousands of records each time). The chain is checked across reads."""
 
     def __init__(self, directory: Path, from_seq: int = 0) -> None:
         self.directory = Path(directory)
