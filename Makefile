@@ -79,6 +79,7 @@ bench: services
 	$(PY) -m bench.bench_api
 	$(PY) -m bench.engine --entities 500,5000 --traits 3 --ticks 300 --compare-mesa
 	$(PY) -m bench.journal --entities 500,5000 --ticks 600
+	$(PY) -m bench.engine_process --seconds 60
 	$(PY) -m bench.rounds --agents 100 --rate 50 --seconds 20
 	$(PY) -m bench.shadow --entities 500 --ticks 600
 	$(PY) -m bench.soak --minutes 10 --traits 60 --agents 20
