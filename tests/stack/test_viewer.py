@@ -497,7 +497,8 @@ async def test_clicking_a_molbot_opens_its_inspector(browser, api_url, http, car
         assert shown < 800 - 50, shown  # drawn on 800 pixels, shown on fewer
 
         target = None
-        for _ in range(40):
+        # carriers come and go, and a crowd hides them from a click: keep looking for up to 30 s
+        for _ in range(120):
             entities = (await http.get("/api/world/entities", params={"limit": 500})).json()["entities"]
             carriers = [e["id"] for e in entities if kept_name in e["traits"]]
             target = await page.evaluate(ISOLATED_CARRIER, [carriers])
