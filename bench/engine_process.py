@@ -5,7 +5,7 @@ outboxes, governed parameters), with and without its journal, side by side.
 
 The other world benchmarks drive the ``Engine`` class; this one starts the process ``make run``
 starts, against the services (``make services``), on a Postgres database and a Redis database of
-its own (``--database``, created and migrated, emptied before each arm; ``--redis-db``, flushed)
+its own (``--database``, created anew and migrated for each arm; ``--redis-db``, flushed)
 and a fresh journal directory. The world is the default one, paced at its tick rate, with no live
 trait. Each arm runs ``--seconds`` after ``--warmup-s``: ``plain`` with the journal off
 (``GENESIS_JOURNAL_ENABLED=false``), then ``journaled``. Prints one JSON object with, per arm:
@@ -38,36 +38,11 @@ from sqlalchemy.ext.asyncio import create_async_engine
 
 from genesis.cli.processes import ManagedProcess, engine_process
 from genesis.config import Settings
-from genesis.db.migrate import upgrade_to_head
+from genesis.db.migrate import fresh_database
 from genesis.redis_keys import ENGINE_STATUS
 from journal.reader import JournalReader
 
-TABLES = (
-    "mutations, trait_versions, trait_quarantines, agents, operator_keys, evolution_cycles, audit_events, "
-    "audit_projection, receipts, receipt_keys, manifests, capability_grants, policy_decisions, "
-    "round_submissions, world_rounds"
-)
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-
-
-async def own_database(base_url: str, name: str) -> str:
-    """The URL of database ``name`` beside ``base_url``'s, created if missing, migrated, emptied."""
-    url = make_url(base_url)
-    admin = create_async_engine(url.set(database="postgres"), isolation_level="AUTOCOMMIT")
-    async with admin.connect() as conn:
-        if not await conn.scalar(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}):
-            await conn.execute(text(f'CREATE DATABASE "{name}"'))
-    await admin.dispose()
-    own = url.set(database=name).render_as_string(hide_password=False)
-    await asyncio.to_thread(upgrade_to_head, own)
-    return own
-
-
-async def empty(database_url: str) -> None:
-    engine = create_async_engine(database_url)
-    async with engine.begin() as conn:
-        await conn.execute(text(f"TRUNCATE {TABLES}"))
-    await engine.dispose()
 
 
 def cpu_seconds(pid: int) -> float:
@@ -94,7 +69,7 @@ async def run_arm(settings: Settings, name: str, seconds: float, warmup_s: float
 
     redis = aioredis.from_url(settings.redis_url)
     await redis.flushdb()
-    await empty(settings.database_url)
+    await fresh_database(settings.database_url)
     process: ManagedProcess = engine_process(settings, f"bench-engine-{name}")
     process.start()
     proc = process.proc
@@ -136,7 +111,7 @@ async def run_arm(settings: Settings, name: str, seconds: float, warmup_s: float
 
 async def measure(args: argparse.Namespace) -> dict[str, Any]:
     base = Settings()
-    database_url = await own_database(base.database_url, args.database)
+    database_url = make_url(base.database_url).set(database=args.database).render_as_string(hide_password=False)
     redis_url = base.redis_url.rsplit("/", 1)[0] + f"/{args.redis_db}"
     arms: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-engine-process-") as tmp:

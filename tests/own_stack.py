@@ -8,16 +8,14 @@ The Redis db is ``GENESIS_TEST_OWN_STACK_REDIS_URL``, by default the db three be
 
 from __future__ import annotations
 
-import asyncio
 import os
 from urllib.parse import urlsplit, urlunsplit
 
-import asyncpg
 import redis.asyncio as aioredis
 
 from genesis.cli.processes import free_port
 from genesis.config import Settings
-from genesis.db.migrate import upgrade
+from genesis.db.migrate import fresh_database
 from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL, fresh_journal
 
 
@@ -30,19 +28,6 @@ def redis_db_below(offset: int) -> str:
     """The URL of the Redis db ``offset`` below the suite's (tests that need a registry of their own)."""
     suite_db = int(urlsplit(TEST_REDIS_URL).path.lstrip("/") or 0)
     return with_path(TEST_REDIS_URL, f"/{(suite_db - offset) % 16}")
-
-
-async def fresh_database(url: str, revision: str | None = "head") -> None:
-    """Create the database anew, migrated to ``revision`` (None: an empty, never migrated one)."""
-    name = urlsplit(url).path.lstrip("/")
-    admin = await asyncpg.connect(with_path(url, "/postgres").replace("postgresql+asyncpg://", "postgresql://"))
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    if revision is not None:
-        await asyncio.to_thread(upgrade, url, revision)
 
 
 async def own_settings(settings: Settings, name: str, *, revision: str | None = "head", **changes) -> Settings:
