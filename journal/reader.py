@@ -150,7 +150,7 @@ class JournalTail:
 
     def seek(self, seq: int) -> None:
         """Go on from record ``seq`` (found again from the start of its segment)."""
-        if seq != self.next_seq or self._position is None:
+        if seq != self.next_seq:
             self.next_seq, self._position = max(seq, 0), None
 
     def read(self, max_records: int) -> list[JournalRecord]:
