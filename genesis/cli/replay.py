@@ -9,10 +9,12 @@ number the message names, and the list of commands the history recorded."""
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import re
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -220,12 +222,33 @@ async def replay(
         runtime=_quiet_runtime(),
     )
     reports: list[ReplayReport] = []
-    async with replayer.workflow_replay_iterator(_iterate(histories)) as results:
-        async for result in results:
-            reports.append(_report(result.history, result.replay_failure))
-            if on_result is not None:
-                on_result(reports[-1])
+    with _cyclic_collector_paused():
+        async with replayer.workflow_replay_iterator(_iterate(histories)) as results:
+            async for result in results:
+                reports.append(_report(result.history, result.replay_failure))
+                if on_result is not None:
+                    on_result(reports[-1])
     return reports
+
+
+@contextmanager
+def _cyclic_collector_paused() -> Iterator[None]:
+    """No cyclic garbage collection while the workflow sandbox imports a workflow's modules.
+
+    Before Python 3.12 a module's import lock is not re-entrant, and the sandbox's importer takes
+    it even for modules already loaded. A finalizer of cyclic garbage that imports (an unclosed
+    transport's or a never-awaited coroutine's warning) can run at any allocation, on the thread
+    holding that lock: the import then fails with ``KeyError: <thread id>`` inside importlib and
+    the replay with "Failed validating workflow", though the history is fine. Collected garbage
+    waits until the replay is over."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 _runtime: Runtime | None = None

@@ -27,6 +27,7 @@ from genesis.db.models import Mutation
 from genesis.workflow_api import MUTATION_WORKFLOW, rollback_workflow_id
 from tests import agents, traits
 from tests.nondeterministic_workflows import TaskWorkflowWithoutTimer
+from tests.replays import assert_replays
 from tests.stack.test_lifecycle import sample, signal_window, wait_for_status
 from tests.stack.test_mutation_pipeline import HISTORIES, wait_for_verdict
 
@@ -80,8 +81,7 @@ async def record_history(temporal_client, workflow_id: str, name: str) -> Workfl
     """Replay a finished run against the current code (the worker's workflows); with
     GENESIS_RECORD_HISTORIES=1 also store it in tests/histories/ for every later run."""
     history = await temporal_client.get_workflow_handle(workflow_id).fetch_history()
-    [report] = await replaying.replay([history])
-    assert report.ok, report.to_json()
+    await assert_replays(history)
     if os.environ.get("GENESIS_RECORD_HISTORIES"):
         Path(HISTORIES, f"{name}.json").write_text(history.to_json())
     return history

@@ -13,8 +13,6 @@ import uuid
 import httpx
 import pytest
 from pydantic import SecretStr
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 
 from engine.telemetry import to_redis_hash
 from engine.world import World as WorldCore, WorldParams
@@ -30,6 +28,7 @@ from genesis.redis_keys import Channels
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, evolution_workflow_id, task_workflow_id
 from tests import agents
 from tests.llm_server import Answer, ScriptedLLM
+from tests.replays import assert_replays
 from tests.stack.test_lifecycle import wait_for_status
 from tests.stack.test_mutation_pipeline import HISTORIES
 from workflows.evolution import EvolutionCycleWorkflow
@@ -154,7 +153,7 @@ async def start(temporal_client, trigger_id: str | None = None) -> str:
 
 async def record_history(temporal_client, workflow_id: str, name: str) -> None:
     history = await temporal_client.get_workflow_handle(workflow_id).fetch_history()
-    await Replayer(workflows=[EvolutionCycleWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+    await assert_replays(history, [EvolutionCycleWorkflow])
     if os.environ.get("GENESIS_RECORD_HISTORIES"):
         with open(os.path.join(HISTORIES, f"{name}.json"), "w") as f:
             f.write(history.to_json())

@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 
 from doubles.scripted_lm import transform
 from gepa_steps.connect_workflow import GepaConnectWorkflow
 from gepa_steps.step_workflow import GepaStepWorkflow
 from tests import agents
 from tests.gepa_stack import wait_for_program
+from tests.replays import assert_replays
 
 QUESTION = "hello world"
 
@@ -199,7 +198,7 @@ async def check_replay(temporal_client, workflow_id: str, name: str) -> None:
     """The finished run replays against the current code; GENESIS_RECORD_HISTORIES=1 also keeps
     it in tests/histories/gepa/, replayed by every later run."""
     history = await temporal_client.get_workflow_handle(workflow_id).fetch_history()
-    await Replayer(workflows=GEPA_WORKFLOWS, data_converter=pydantic_data_converter).replay_workflow(history)
+    await assert_replays(history, GEPA_WORKFLOWS)
     if os.environ.get("GENESIS_RECORD_HISTORIES"):
         GEPA_HISTORIES.mkdir(parents=True, exist_ok=True)
         (GEPA_HISTORIES / f"{name}.json").write_text(history.to_json())
@@ -218,7 +217,7 @@ async def test_finished_steps_replay_deterministically(gepa_stack, gepa_http, ge
 @pytest.mark.parametrize("path", sorted(GEPA_HISTORIES.glob("*.json")), ids=lambda p: p.name)
 async def test_recorded_gepa_histories_replay(path):
     history = WorkflowHistory.from_json(f"recorded-{path.name}", path.read_text())
-    await Replayer(workflows=GEPA_WORKFLOWS, data_converter=pydantic_data_converter).replay_workflow(history)
+    await assert_replays(history, GEPA_WORKFLOWS)
 
 
 async def test_a_client_is_used_only_by_the_agent_that_connected_it(gepa_stack, gepa_http, gepa_client_id):

@@ -10,8 +10,6 @@ import uuid
 
 import pytest
 from sqlalchemy import select
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 
 from activities.lifecycle import LifecycleActivities
 from genesis.db.models import Mutation, TraitVersion
@@ -22,6 +20,7 @@ from genesis.redis_keys import Channels
 from genesis.workflow_api import SA_TRAIT_NAME
 from pipeline import registry
 from tests import agents, traits
+from tests.replays import assert_replays
 from tests.stack.test_mutation_pipeline import HISTORIES, propose, wait_for_verdict
 from workflows.mutation import MutationWorkflow
 
@@ -172,7 +171,7 @@ async def replay_and_maybe_record(temporal_client, mutation_id: str, name: str) 
     """Replay the finished workflow against the current code; with GENESIS_RECORD_HISTORIES=1
     also store it in tests/histories/ so every later run replays it."""
     history = await temporal_client.get_workflow_handle(f"mutation-{mutation_id}").fetch_history()
-    await Replayer(workflows=[MutationWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+    await assert_replays(history, [MutationWorkflow])
     if os.environ.get("GENESIS_RECORD_HISTORIES"):
         with open(os.path.join(HISTORIES, f"{name}.json"), "w") as f:
             f.write(history.to_json())

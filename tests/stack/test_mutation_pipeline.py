@@ -11,12 +11,11 @@ import docker
 import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 
 from genesis.workflow_api import SA_STATUS
 from sandbox.container import containers_of as sandbox_containers_of
 from tests import agents, traits
+from tests.replays import assert_replays
 from workflows.mutation import MutationWorkflow
 
 # A verdict on the sandbox has been reached once the status leaves queued/validating.
@@ -87,7 +86,7 @@ async def test_seed_example_reaches_sandbox_ok(http, temporal_client):
     assert queried.status.value in PASSED
     # The same run (so far) replays deterministically against the current workflow code.
     history = await handle.fetch_history()
-    await Replayer(workflows=[MutationWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+    await assert_replays(history, [MutationWorkflow])
 
 
 async def test_workflow_is_searchable_by_custom_attributes(http, temporal_client):
@@ -211,7 +210,4 @@ async def test_recorded_histories_replay(path):
 
     with open(os.path.join(HISTORIES, path)) as f:
         history = WorkflowHistory.from_json(f"recorded-{path}", f.read())
-    from genesis.cli.replay import default_workflows  # every workflow the worker registers
-
-    replayer = Replayer(workflows=default_workflows(), data_converter=pydantic_data_converter)
-    await replayer.replay_workflow(history)
+    await assert_replays(history)  # on every workflow the worker registers

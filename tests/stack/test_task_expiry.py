@@ -16,8 +16,7 @@ import uuid
 
 import pytest
 import redis.asyncio as aioredis
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer, Worker
+from temporalio.worker import Worker
 
 from activities.tasks import TaskActivities
 from genesis import redis_keys as keys
@@ -26,6 +25,7 @@ from genesis.dto import AgentTask, TaskEndReason, TaskResult, TaskSeverity
 from genesis.redis_keys import Channels
 from genesis.workflow_api import TASK_WORKFLOW, task_workflow_id
 from tests.conftest import TEST_REDIS_URL
+from tests.replays import assert_replays
 from workflows.task import TaskWorkflow
 
 HISTORIES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "histories")
@@ -107,7 +107,7 @@ async def test_task_expires_on_its_durable_timer(skipping_env, redis_client, sev
     assert elapsed < 30, f"time skipping took {elapsed:.1f}s of real time"
 
     history = await handle.fetch_history()
-    await Replayer(workflows=[TaskWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+    await assert_replays(history, [TaskWorkflow])
     if os.environ.get("GENESIS_RECORD_HISTORIES") and severity == TaskSeverity.critical:  # replayed by
         # test_mutation_pipeline.test_recorded_histories_replay on every later run
         with open(os.path.join(HISTORIES, "task_expired.json"), "w") as f:

@@ -11,8 +11,6 @@ import time
 import uuid
 
 import pytest
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.worker import Replayer
 
 from evolution import tasks
 from genesis import redis_keys as keys
@@ -20,6 +18,7 @@ from genesis.dto import AgentTask, TaskClose, TaskEndReason, TaskResult, TaskSev
 from genesis.redis_keys import Channels
 from genesis.workflow_api import task_workflow_id
 from tests import agents, traits
+from tests.replays import assert_replays
 from tests.stack.test_mutation_pipeline import HISTORIES, propose, wait_for_verdict
 from workflows.mutation import MutationWorkflow
 from workflows.task import TaskWorkflow
@@ -226,7 +225,7 @@ async def test_resolve_ends_the_task(http, temporal_client, task_events, redis_c
     assert response.status_code == 404 and response.json()["error"] == "TASK_NOT_FOUND"
     # The finished run replays against the current workflow code.
     history = await temporal_client.get_workflow_handle(task_workflow_id(task_id)).fetch_history()
-    await Replayer(workflows=[TaskWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+    await assert_replays(history, [TaskWorkflow])
     if os.environ.get("GENESIS_RECORD_HISTORIES"):
         with open(os.path.join(HISTORIES, "task_resolved.json"), "w") as f:
             f.write(history.to_json())
@@ -363,7 +362,7 @@ async def test_claimed_task_gates_proposals_and_ends_when_the_mutation_is_activa
     handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
     await asyncio.wait_for(handle.result(), 60)
     history = await handle.fetch_history()
-    await Replayer(workflows=[MutationWorkflow], data_converter=pydantic_data_converter).replay_workflow(history)
+    await assert_replays(history, [MutationWorkflow])
     if os.environ.get("GENESIS_RECORD_HISTORIES"):
         with open(os.path.join(HISTORIES, "mutation_task_activated.json"), "w") as f:
             f.write(history.to_json())
