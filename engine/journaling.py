@@ -176,8 +176,12 @@ class WorldJournal:
     def digest(self, world: World) -> Digest:
         return world.state_digest(self.constants, self.text_codes)
 
-    def _append(self, kind: str, world: World, body: dict[str, Any], digest: Digest | None = None) -> Header:
-        started = time.perf_counter()
+    def _append(
+        self, kind: str, world: World, body: dict[str, Any], digest: Digest | None = None, started: float | None = None
+    ) -> Header:
+        """Append a record; ``append_s`` counts its time from ``started`` (default: now), the
+        state digest included."""
+        started = time.perf_counter() if started is None else started
         d = digest if digest is not None else self.digest(world)
         header = self.writer.append(kind, self.epoch, world.tick, body, d.state_hash)
         self.records += 1
@@ -195,10 +199,11 @@ class WorldJournal:
     def append_tick(self, world: World, inputs: TickInputs) -> Header:
         """The record of a tick just stepped: its inputs, and the probe and hash of the state after
         it (``world`` is that state)."""
+        started = time.perf_counter()
         d = self.digest(world)
         body = inputs.to_data()
         body["probe"] = d.probe
-        return self._append(KIND_TICK, world, body, d)
+        return self._append(KIND_TICK, world, body, d, started)
 
     # -- snapshots -------------------------------------------------------------------------
 
