@@ -228,6 +228,7 @@ async def replay(
                 reports.append(_report(result.history, result.replay_failure))
                 if on_result is not None:
                     on_result(reports[-1])
+                gc.collect()  # here, on this thread, outside any sandboxed import: memory stays bounded
     return reports
 
 
@@ -239,8 +240,8 @@ def _cyclic_collector_paused() -> Iterator[None]:
     it even for modules already loaded. A finalizer of cyclic garbage that imports (an unclosed
     transport's or a never-awaited coroutine's warning) can run at any allocation, on the thread
     holding that lock: the import then fails with ``KeyError: <thread id>`` inside importlib and
-    the replay with "Failed validating workflow", though the history is fine. Collected garbage
-    waits until the replay is over."""
+    the replay with "Failed validating workflow", though the history is fine. Garbage is collected
+    between histories instead, on the caller's thread."""
     was_enabled = gc.isenabled()
     gc.collect()
     gc.disable()
