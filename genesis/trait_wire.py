@@ -143,8 +143,8 @@ def _column_bytes(value: Any, keys: tuple[str, ...], count: int, attachment: byt
 def _joined(parts: list[tuple[str, bytes]]) -> np.ndarray:
     """The columns of several groups as one array (int64 or float64, native order): their bytes
     joined when they share a type (one numpy call however many groups), else each converted."""
-    as_type = np.float64 if parts and parts[0][0] == "f8" else np.int64
-    key = parts[0][0] if parts else "i8"
+    key = parts[0][0]
+    as_type = np.float64 if key == "f8" else np.int64
     if all(k == key for k, _ in parts):  # the wire is little-endian; astype gives a writable array
         return np.frombuffer(b"".join(raw for _, raw in parts), dtype="<" + key).astype(as_type)
     return np.concatenate([np.frombuffer(raw, dtype="<" + k).astype(as_type) for k, raw in parts])
@@ -251,12 +251,12 @@ def _decode(groups: list[_Group]) -> IntentColumns:
     over_b: dict[int, Any] = {}
     base = 0
     for g in groups:
-        over_a.update({base + i: v for i, v in g.over_a.items()} if base else g.over_a)
-        over_b.update({base + i: v for i, v in g.over_b.items()} if base else g.over_b)
+        over_a.update({base + i: v for i, v in g.over_a.items()})
+        over_b.update({base + i: v for i, v in g.over_b.items()})
         base += g.count
     # each intent's group's number of attribute names (a set's attr indexes its group's names)
     name_counts = [len(g.names) for g in groups]
-    names_of = np.repeat(np.array(name_counts, dtype=np.int64), counts) if len(groups) > 1 else len(groups[0].names)
+    names_of = np.repeat(np.array(name_counts, dtype=np.int64), counts)
     kind = np.frombuffer(kinds.encode("utf-32-le", "surrogatepass"), dtype="<u4").astype(np.uint32)
     is_set = kind == KIND_SET
     is_move = (kind == KIND_MOVE) | (kind == KIND_TOWARDS)
