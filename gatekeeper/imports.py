@@ -1,9 +1,9 @@
 """Step 4, import whitelist: which modules a trait may import, and which of their names it may use.
 
 A module is allowed only by itself (never a submodule, never relatively), and of an allowed
-module only its public names that are not modules and not refused by the sandbox rules
-(``typing.sys``, ``enum.bltns`` and ``functools.update_wrapper`` are not). The names are read
-once from the real modules."""
+module only the names the sandbox rules list for it (``rules.ALLOWED_MODULE_NAMES``): data,
+reviewed, the same whatever interpreter validates. A name the rules refuse says why; one they do
+not know is refused as unknown, whether or not this interpreter happens to define it."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import ast
 import importlib
 import types
 from ast import Import
-from functools import cache
 
 from gatekeeper.names import name_problem
 from gatekeeper.state import ScanState
@@ -19,30 +18,16 @@ from gatekeeper.tables import (
     ALLOWED_MODULES,
     ALLOWED_MODULES_TEXT,
     AST_IMPORT_FORBIDDEN,
-    FUTURE_FEATURES,
     MODULE_ATTR_DENYLIST,
+    MODULE_NAMES,
     STEP_BANNED,
     STEP_IMPORTS,
 )
 
 
-@cache
-def module_public_names(module: str) -> frozenset[str]:
-    """Public, non-module, non-denied attributes of an allowed module."""
-    if module == "__future__":
-        return FUTURE_FEATURES
-    loaded = importlib.import_module(module)  # trusted stdlib, in the allow-list
-    denied = MODULE_ATTR_DENYLIST.get(module, {})
-    return frozenset(
-        name
-        for name in dir(loaded)
-        if not name.startswith("_") and name not in denied and not isinstance(getattr(loaded, name), types.ModuleType)
-    )
-
-
 def module_name_problem(module: str, name: str) -> str | None:
     """Why ``module.name`` (or ``from module import name``) is refused, or None."""
-    if name in module_public_names(module):
+    if name in MODULE_NAMES.get(module, ()):
         return None
     if name.startswith("_"):
         return f"'{module}.{name}' is private"
@@ -51,14 +36,13 @@ def module_name_problem(module: str, name: str) -> str | None:
         return f"'{module}.{name}' is not allowed: it {denied[name]}"
     if module == "__future__":
         return f"'{name}' is not a __future__ feature; use 'from __future__ import annotations'"
-    value = getattr(importlib.import_module(module), name, None)
+    # Refused either way; the interpreter is asked only to word the message.
+    value = getattr(importlib.import_module(module), name, None)  # trusted stdlib, in the allow-list
     if isinstance(value, types.ModuleType):
         return f"'{module}.{name}' is a module; only modules in the allow-list may be used"
-    return f"module '{module}' has no public name '{name}'"
-
-
-for _module in ALLOWED_MODULES:  # read once at import, so the first validation is fast too
-    module_public_names(_module)
+    if value is None and not hasattr(importlib.import_module(module), name):
+        return f"module '{module}' has no public name '{name}'"
+    return f"'{module}.{name}' is not in the allow-list of module '{module}' (the sandbox rules list its names)"
 
 
 def module_aliases(tree: ast.Module) -> dict[str, str]:

@@ -9,7 +9,6 @@ of its own analysis.
 """
 
 from __future__ import annotations
-import __future__ as future_module
 
 import re
 from ast import (
@@ -78,8 +77,8 @@ TRAIT_NAME = re.compile(rules.TRAIT_NAME_PATTERN)
 MAX_CODE_BYTES = rules.MAX_CODE_BYTES
 ALLOWED_MODULES = frozenset(rules.ALLOWED_IMPORTS)
 ALLOWED_MODULES_TEXT = ", ".join(sorted(ALLOWED_MODULES))
+MODULE_NAMES = rules.ALLOWED_MODULE_NAMES  # module -> the names a trait may use
 MODULE_ATTR_DENYLIST = rules.MODULE_ATTR_DENYLIST  # module -> refused public name -> why
-FUTURE_FEATURES = frozenset(future_module.all_feature_names)
 BANNED_CALLS = rules.BANNED_CALLS  # names that may not appear at all
 BANNED_EXCEPTIONS = rules.BANNED_EXCEPTION_NAMES
 SUSPECT_NAMES = BANNED_CALLS | BANNED_EXCEPTIONS

@@ -16,8 +16,7 @@ from typing import Any
 
 from genesis import entity_api
 
-SANDBOX_RULES_VERSION = "5"  # 5: one runtime (CPython 3.11), at most 16 intents per call, entity aliases,
-# stores outside self, in-place class changers
+SANDBOX_RULES_VERSION = "6"  # 6: each allowed module's names listed explicitly (ALLOWED_MODULE_NAMES)
 
 # The Python language traits are written in: the one trait runtime's (CPython 3.11, in the
 # sandbox test and live). The gatekeeper parses at this level and sandbox/image.py checks the
@@ -48,13 +47,78 @@ ALLOWED_IMPORTS: tuple[str, ...] = (
 # Examples shown to agents; anything not in ALLOWED_IMPORTS is forbidden.
 FORBIDDEN_IMPORTS_EXAMPLES: tuple[str, ...] = ("os", "sys", "subprocess", "socket", "shutil", "backend")
 
-# Public, non-module names of allowed modules that are still refused, with the reason.
-# They evaluate strings as code, copy attributes by name, build functions from code objects,
-# change the object they are given in place (a class of a module is shared by every trait in
-# the process), keep process-wide registries, or reseed the RNG that traits in a process share.
+def _names(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+# The names of each allowed module a trait may use: an explicit, reviewed list, never what an
+# interpreter happens to define (a bugfix release can add a public name, as 3.11.7 added
+# enum.pickle_by_enum_name, which hands out the builtin getattr). Anything not listed is refused.
+# tests/unit/test_module_names.py fails when an allowed module of an installed CPython 3.11
+# defines a public name that is neither here nor in MODULE_ATTR_DENYLIST: a review is due.
+ALLOWED_MODULE_NAMES: dict[str, frozenset[str]] = {
+    "__future__": _names(
+        "nested_scopes generators division absolute_import with_statement print_function "
+        "unicode_literals barry_as_FLUFL generator_stop annotations"
+    ),
+    "math": _names(
+        "acos acosh asin asinh atan atan2 atanh cbrt ceil comb copysign cos cosh degrees dist e erf "
+        "erfc exp exp2 expm1 fabs factorial floor fmod frexp fsum gamma gcd hypot inf isclose "
+        "isfinite isinf isnan isqrt lcm ldexp lgamma log log10 log1p log2 modf nan nextafter perm pi "
+        "pow prod radians remainder sin sinh sqrt tan tanh tau trunc ulp"
+    ),
+    "random": _names(
+        "BPF LOG4 NV_MAGICCONST RECIP_BPF Random SG_MAGICCONST SystemRandom TWOPI betavariate choice "
+        "choices expovariate gammavariate gauss getrandbits getstate lognormvariate normalvariate "
+        "paretovariate randbytes randint random randrange sample shuffle triangular uniform "
+        "vonmisesvariate weibullvariate"
+    ),
+    "dataclasses": _names(
+        "Field FrozenInstanceError GenericAlias InitVar KW_ONLY MISSING asdict astuple field fields "
+        "is_dataclass replace"
+    ),
+    "typing": _names(
+        "AbstractSet Annotated Any AnyStr AsyncContextManager AsyncGenerator AsyncIterable "
+        "AsyncIterator Awaitable BinaryIO ByteString CT_co Callable ChainMap ClassVar Collection "
+        "Concatenate Container ContextManager Coroutine Counter DefaultDict Deque Dict Final "
+        "FrozenSet Generator Generic GenericAlias Hashable IO ItemsView Iterable Iterator KT KeysView "
+        "List Literal LiteralString Mapping MappingView Match MethodDescriptorType MethodWrapperType "
+        "MutableMapping MutableSequence MutableSet NamedTuple Never NewType NoReturn NotRequired "
+        "Optional OrderedDict ParamSpec ParamSpecArgs ParamSpecKwargs Pattern Protocol Required "
+        "Reversible Self Sequence Set Sized SupportsAbs SupportsBytes SupportsComplex SupportsFloat "
+        "SupportsIndex SupportsInt SupportsRound T TYPE_CHECKING T_co T_contra Text TextIO Tuple Type "
+        "TypeAlias TypeGuard TypeVar TypeVarTuple TypedDict Union Unpack VT VT_co V_co ValuesView "
+        "WrapperDescriptorType abstractmethod assert_never assert_type cast defaultdict get_args "
+        "get_origin is_typeddict"
+    ),
+    "enum": _names(
+        "CONFORM CONTINUOUS EJECT Enum EnumCheck Flag FlagBoundary IntEnum IntFlag KEEP "
+        "MappingProxyType NAMED_FLAGS ReprEnum STRICT StrEnum UNIQUE auto bin member nonmember reduce "
+        "show_flag_values unique verify"
+    ),
+    "collections": _names("ChainMap Counter OrderedDict UserDict UserList UserString defaultdict deque namedtuple"),
+    "functools": _names(
+        "GenericAlias RLock WRAPPER_ASSIGNMENTS WRAPPER_UPDATES cache cmp_to_key get_cache_token "
+        "lru_cache namedtuple partial partialmethod reduce"
+    ),
+    "itertools": _names(
+        "accumulate chain combinations combinations_with_replacement compress count cycle dropwhile "
+        "filterfalse groupby islice pairwise permutations product repeat starmap takewhile tee "
+        "zip_longest"
+    ),
+}
+
+# Public names of allowed modules that are refused, with the reason (shown to agents). They
+# evaluate strings as code, copy attributes by name, build functions from code objects, make
+# attribute access run code, change the object they are given in place (a class of a module is
+# shared by every trait in the process), keep process-wide registries, reach other modules'
+# namespaces, or reseed the RNG that traits in a process share. Modules themselves (typing.sys,
+# enum.bltns) are never names a trait may use.
 _CLASS_FACTORY = "creates classes from a dictionary of members, like type()"
 _IN_PLACE = "changes the class or function it is given in place, which may be shared with other traits"
 _REGISTRY = "reads or changes a registry shared by every trait in the process"
+_DESCRIPTOR = "is a descriptor: attribute access would run code, like property"
+_OTHER_MODULES = "reads or writes another module's namespace"
 MODULE_ATTR_DENYLIST: dict[str, dict[str, str]] = {
     "typing": {
         "get_type_hints": "evaluates annotation strings as code",
@@ -71,18 +135,29 @@ MODULE_ATTR_DENYLIST: dict[str, dict[str, str]] = {
         "get_overloads": _REGISTRY,
         "clear_overloads": _REGISTRY,
         "reveal_type": "writes to the process's error output; traits have no console",
+        "io": "is a deprecated namespace of other names; import those names from typing",
+        "re": "is a deprecated namespace of other names; import those names from typing",
     },
     "enum": {
         "EnumMeta": _CLASS_FACTORY,
         "EnumType": _CLASS_FACTORY,
-        "global_enum": "writes the members into another module's namespace",
+        "global_enum": _OTHER_MODULES,
+        "global_enum_repr": _OTHER_MODULES,
+        "global_flag_repr": _OTHER_MODULES,
+        "global_str": _OTHER_MODULES,
+        "pickle_by_enum_name": "hands out the builtin getattr (pickling support)",
+        "pickle_by_global_name": "pickling support that names objects of other modules",
+        "property": _DESCRIPTOR,
+        "DynamicClassAttribute": _DESCRIPTOR,
     },
     "functools": {
         "singledispatch": "evaluates annotation strings as code",
         "singledispatchmethod": "evaluates annotation strings as code",
         "update_wrapper": "copies attributes named by strings",
         "wraps": "copies attributes named by strings",
+        "recursive_repr": "copies attributes named by strings",
         "total_ordering": _IN_PLACE,
+        "cached_property": _DESCRIPTOR,
     },
     "dataclasses": {
         "FunctionType": "builds functions from code objects",
@@ -359,6 +434,7 @@ def sandbox_api_document() -> dict[str, Any]:
         "max_intents_per_call": MAX_INTENTS_PER_CALL,
         "trait_name_pattern": TRAIT_NAME_PATTERN,
         "allowed_builtins": sorted(ALLOWED_BUILTINS),
+        "allowed_module_names": {module: sorted(names) for module, names in ALLOWED_MODULE_NAMES.items()},
         "forbidden_module_attrs": {module: sorted(names) for module, names in sorted(MODULE_ATTR_DENYLIST.items())},
         "entity_api": entity_api.as_wire(),
         "entity_readable_attrs": {

@@ -19,10 +19,12 @@ from __future__ import annotations
 import json
 import logging
 import os
+import platform
 import secrets
 import shutil
 import socket
 import struct
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -59,6 +61,23 @@ class HostDeadlineExceeded(Exception):
 
 class HostCrashed(Exception):
     """The trait host closed its output (crashed, was OOM-killed, or exited)."""
+
+
+class RuntimeMismatch(Exception):
+    """The trait host runs another Python than the gatekeeper that validated its traits."""
+
+
+def check_runtime(hello_reply: dict[str, Any]) -> None:
+    """The gatekeeper validates traits in this process's interpreter; the host that runs them must
+    be the same CPython to the patch level (a bugfix release adds public names to modules)."""
+    ours = (sys.implementation.name, platform.python_version())
+    theirs = (hello_reply.get("implementation"), hello_reply.get("python"))
+    if theirs != ours:
+        raise RuntimeMismatch(
+            f"the trait host runs {theirs[0]} {theirs[1]} but this process (the gatekeeper's side) runs "
+            f"{ours[0]} {ours[1]}: build the trait-host image from the same interpreter "
+            "(python -m sandbox.image build, or sandbox/Dockerfile FROM the Genesis image)"
+        )
 
 
 @dataclass(frozen=True)
@@ -235,10 +254,16 @@ class TraitHostContainer:
         return self._container.id
 
     def say_hello(self, hello: dict[str, Any], deadline_s: float) -> None:
-        """Wait until the host answers (it has started) and give it the rules (``hello_message``)."""
+        """Wait until the host answers (it has started) and give it the rules (``hello_message``);
+        the host must run this process's CPython, to the patch level (``check_runtime``)."""
         reply = self.request(hello, deadline_s)
         if not reply.get("ok"):
             raise HostCrashed(f"trait host refused hello: {reply}")
+        try:
+            check_runtime(reply)
+        except RuntimeMismatch:
+            self.close()
+            raise
 
     def assign_to(self, owner: str) -> None:
         """A pooled container now serves ``owner``: rename it so leftovers can be found by owner."""

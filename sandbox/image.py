@@ -86,11 +86,14 @@ COMMAND = [PYTHON_IN_IMAGE, *INTERPRETER_FLAGS, HOST_PATH_IN_IMAGE]
 
 @functools.cache  # the binary does not change while a process runs
 def python_binary() -> Path:
-    """This machine's python3.11, checked to implement the language the gatekeeper validates."""
+    """The python3.11 the image is built from, checked to implement the language the gatekeeper
+    validates: the interpreter running this process first, so that the gatekeeper, the sandbox
+    test and the live host run one CPython, to the patch level (the host's hello is checked
+    against it, see ``sandbox.container.check_runtime``)."""
     binary = next(
         (
             Path(os.path.realpath(found))
-            for candidate in ("/usr/bin/python3.11", "/usr/local/bin/python3.11", sys.executable)
+            for candidate in (sys.executable, "/usr/bin/python3.11", "/usr/local/bin/python3.11")
             if (found := shutil.which(candidate) if "/" not in candidate else candidate) and Path(found).exists()
         ),
         None,
@@ -104,6 +107,12 @@ def python_binary() -> Path:
             f"{rules.TRAIT_LANGUAGE[0]}.{rules.TRAIT_LANGUAGE[1]} (genesis/rules.py TRAIT_LANGUAGE)"
         )
     return binary
+
+
+@functools.cache
+def python_version() -> str:
+    """The image's CPython version to the patch level ("3.11.2")."""
+    return _ask(python_binary(), "import platform; print(platform.python_version())")
 
 
 def _ask(binary: Path, code: str) -> str:
@@ -130,7 +139,7 @@ def image_tag() -> str:
     digest = hashlib.sha256()
     digest.update(TRAIT_HOST.read_bytes())
     digest.update(Path(__file__).read_bytes())
-    digest.update(f"{python_binary()}:{rules.TRAIT_LANGUAGE}".encode())
+    digest.update(f"{python_binary()}:{python_version()}:{rules.TRAIT_LANGUAGE}".encode())
     return f"{IMAGE_REPOSITORY}:cpython-{digest.hexdigest()[:12]}"
 
 

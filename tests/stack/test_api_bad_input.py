@@ -124,7 +124,7 @@ async def test_sandbox_api_document(http):
     response = await http.get("/api/agents/context/sandbox-api")
     assert response.status_code == 200
     doc = response.json()
-    assert doc["sandbox_rules_version"] == "5" and doc["timeout_ms"] == 5
+    assert doc["sandbox_rules_version"] == "6" and doc["timeout_ms"] == 5
     assert "energy_consumption_rate" in doc["entity_allowed_attrs"]
     assert "os" in doc["forbidden_imports"] and "math" in doc["allowed_imports"]
 

@@ -1298,7 +1298,7 @@ def test_sandbox_api_document_matches_seed() -> None:
     document = rules.sandbox_api_document()
     assert set(document) >= SEED_KEYS
     assert document["api_version"] == "1"
-    assert document["sandbox_rules_version"] == "5" == rules.SANDBOX_RULES_VERSION
+    assert document["sandbox_rules_version"] == "6" == rules.SANDBOX_RULES_VERSION
     assert document["trait_pattern"] == "define class BaseTrait stub inline, then inherit from it"
     assert document["required_method"] == "async execute(self, entity) -> None"
     assert document["allowed_imports"] == [
