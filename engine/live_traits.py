@@ -30,7 +30,7 @@ import docker
 import redis.asyncio as aioredis
 
 from genesis.config import Settings
-from genesis.trait_wire import MalformedIntents, decode_intent_groups
+from genesis.trait_wire import Carriers, MalformedIntents, decode_intent_groups
 from pipeline import registry
 from sandbox import image
 from sandbox.container import (
@@ -53,6 +53,11 @@ log = logging.getLogger("genesis.engine.traits")
 def host_owner(pid: int | None = None) -> str:
     """The engine's host container is named after the engine process: genesis-sbx-engine-<pid>-…"""
     return f"engine-{pid if pid is not None else os.getpid()}"
+
+
+def host_agent(entry: registry.RegistryEntry) -> str:
+    """The agent a trait's worker belongs to in the host: its owner, or the trait alone."""
+    return entry.agent_id or f"trait:{entry.trait_name}"
 
 
 STRIKES_TO_QUARANTINE = 3  # consecutive ticks with a timeout or an exception
@@ -110,6 +115,7 @@ class HostStats:
     skipped_ticks: int = 0  # ticks whose traits did not run because the host was (re)starting
     lost_results: int = 0  # a trait's tick lost through nobody's fault (its process was killed for another's)
     suspects: int = 0  # traits moved to a process of their own after a kill while they ran
+    foreign_intents: int = 0  # intents refused: their entity carried no trait of the sending agent
     quarantined: list[str] = field(default_factory=list)
     host_memory_bytes: int = 0  # the host container's anonymous memory, sampled by refresh()
     host_processes: int = 0  # its worker processes, sampled by refresh()
@@ -173,6 +179,10 @@ class HostTraitRunner:
     def quarantined(self) -> dict[str, str]:
         """Trait -> the mutation id of its quarantined version."""
         return dict(self._quarantined)
+
+    def agent_of(self) -> dict[str, str]:
+        """Live trait -> the agent whose worker in the host runs it (as the host names it)."""
+        return {name: host_agent(state.entry) for name, state in self._traits.items()}
 
     def agent_ids(self) -> dict[str, str]:
         """Live trait -> the agent whose version is running."""
@@ -241,7 +251,10 @@ class HostTraitRunner:
                 raise MalformedIntents(f"the host refused the tick: {reply.get('error')}")
             attachment = reply.get("attachment")
             intents = decode_intent_groups(
-                reply.get("intent_groups"), attachment if isinstance(attachment, bytes) else None
+                reply.get("intent_groups"),
+                attachment if isinstance(attachment, bytes) else None,
+                reply.get("group_agents"),
+                Carriers.of(views, self.agent_of()),
             )
             results = reply.get("results")
             if not isinstance(results, dict):
@@ -254,6 +267,9 @@ class HostTraitRunner:
             await self._host_failed(HostCrashed(f"unusable reply: {exc}"))
             return {}
         self.last_outcome = ("ok", "")
+        if intents.foreign:
+            self.stats.foreign_intents += intents.foreign
+            log.warning("refused %d intent(s) for entities carrying no trait of their agent", intents.foreign)
         for name in sorted(results):
             await self._account(name, results[name])
         return intents
@@ -310,7 +326,7 @@ class HostTraitRunner:
                 "trait": entry.trait_name,
                 "source": entry.code,
                 "class_name": entry.class_name,
-                "agent": entry.agent_id,
+                "agent": host_agent(entry),
             },
             LOAD_DEADLINE_S,
         )

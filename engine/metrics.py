@@ -90,6 +90,11 @@ class EngineCollector(Collector):
                 "Traits moved to a process of their own after a kill while they ran",
                 value=stats.suspects,
             )
+            yield CounterMetricFamily(
+                "genesis_engine_trait_intents_foreign",
+                "Intents refused because their entity carried no trait of the agent whose worker sent them",
+                value=stats.foreign_intents,
+            )
             yield GaugeMetricFamily(
                 "genesis_engine_trait_host_memory_bytes",
                 "Anonymous memory of the trait-host container (its cgroup), sampled every few seconds",

@@ -47,6 +47,7 @@ ALLOWED_IMPORTS: tuple[str, ...] = (
 # Examples shown to agents; anything not in ALLOWED_IMPORTS is forbidden.
 FORBIDDEN_IMPORTS_EXAMPLES: tuple[str, ...] = ("os", "sys", "subprocess", "socket", "shutil", "backend")
 
+
 def _names(text: str) -> frozenset[str]:
     return frozenset(text.split())
 

@@ -36,7 +36,7 @@ class IntentColumns(Mapping):
     second argument), and ``over_a``/``over_b``: index -> the argument that replaces the float
     (a value the host could not send as a finite float: int, str, bool, ...)."""
 
-    __slots__ = ("entity", "kind", "attr", "a", "b", "names", "over_a", "over_b", "_dict")
+    __slots__ = ("entity", "kind", "attr", "a", "b", "names", "over_a", "over_b", "foreign", "_dict")
 
     def __init__(
         self,
@@ -57,6 +57,7 @@ class IntentColumns(Mapping):
         self.names = names
         self.over_a = over_a
         self.over_b = over_b
+        self.foreign = 0  # intents dropped: their entity carried no trait of the agent that sent them
         self._dict: dict[int, list[list]] | None = None
 
     def __len__(self) -> int:
@@ -161,10 +162,65 @@ def _missing(values: np.ndarray, over: dict[int, Any]) -> np.ndarray:
 MAX_GROUPS = 4096
 
 
-def decode_intent_groups(groups: Any, attachment: bytes | None = None) -> IntentColumns:
+@dataclass(frozen=True, slots=True)
+class Carriers:
+    """Who may receive whose intents in one tick: the carriers of a ``views`` request (ids
+    ascending) and, for each, the agents whose traits it carries. A worker runs one agent's
+    traits, so an intent from it for an entity that carries none of that agent's traits can only
+    come from code that escaped its interpreter: the world refuses it."""
+
+    ids: np.ndarray  # int64, ascending
+    agents: np.ndarray  # bool [len(ids), len(agent_index)]: row carries a trait of that agent
+    agent_index: dict[str, int]
+
+    @classmethod
+    def of(cls, views: Mapping[str, Any], agent_of: Mapping[str, str]) -> Carriers:
+        """From a ``views`` request (as ``World.trait_views`` packs it) and trait -> agent."""
+        fields = views["fields"]
+        count = views["count"]
+        ids = _int_column(views["columns"][fields.index("id")], count)
+        sets = _int_column(views["columns"][fields.index("traits")], count)
+        agent_index: dict[str, int] = {}
+        for agent in agent_of.values():
+            agent_index.setdefault(agent, len(agent_index))
+        per_set = np.zeros((max(len(views["trait_sets"]), 1), max(len(agent_index), 1)), dtype=bool)
+        for at, names in enumerate(views["trait_sets"]):
+            for name in names:
+                if name in agent_of:
+                    per_set[at, agent_index[agent_of[name]]] = True
+        return cls(ids, per_set[sets], agent_index)
+
+    def may_act(self, owner: np.ndarray, entity: np.ndarray) -> np.ndarray:
+        """Per intent: its entity carries a trait of its group's agent (``owner``: agent index,
+        -1 for an agent with no carrier)."""
+        if not len(self.ids):
+            return np.zeros(len(entity), dtype=bool)
+        row = np.searchsorted(self.ids, entity).clip(0, len(self.ids) - 1)
+        return (self.ids[row] == entity) & (owner >= 0) & self.agents[row, owner.clip(0)]
+
+
+def _int_column(column: Any, count: int) -> np.ndarray:
+    """An int column of a ``views`` request ({"same": v}, {"i4"|"i8": bytes or base64})."""
+    if "same" in column:
+        return np.full(count, column["same"], dtype=np.int64)
+    ((key, data),) = column.items()
+    raw = data if isinstance(data, bytes) else base64.b64decode(data)
+    return np.frombuffer(raw, dtype="<" + key).astype(np.int64)
+
+
+def decode_intent_groups(
+    groups: Any,
+    attachment: bytes | None = None,
+    group_agents: Any = None,
+    carriers: Carriers | None = None,
+) -> IntentColumns:
     """The intents of a host's reply: one group of intent columns per trait that ran (each
     entity-sorted), merged into one :class:`IntentColumns` sorted by entity id, an entity's
     intents in group order (the host's), then in the order its group holds them.
+
+    With ``carriers``, ``group_agents`` (the reply's, one agent per group) says whose worker sent
+    each group, and an intent for an entity that carries no trait of that agent is dropped
+    (counted in the result's ``foreign``).
 
     Each group's shape is checked on its own; its numbers are checked and converted together
     with every other group's, so a reply costs a fixed number of numpy calls however many traits
@@ -174,7 +230,52 @@ def decode_intent_groups(groups: Any, attachment: bytes | None = None) -> Intent
     if not groups:
         ints = np.empty(0, dtype=np.int64)
         return IntentColumns(ints, np.empty(0, dtype=np.uint32), ints, np.empty(0), np.empty(0), [], {}, {})
-    return _decode([_Group.of(group, attachment) for group in groups])
+    parsed = [_Group.of(group, attachment) for group in groups]
+    foreign = 0
+    if carriers is not None:
+        if type(group_agents) is not list or len(group_agents) != len(parsed):
+            raise MalformedIntents("group_agents must name the agent of every group")
+        owners = np.array([carriers.agent_index.get(a, -1) if type(a) is str else -1 for a in group_agents])
+        owner = np.repeat(owners, [g.count for g in parsed])
+        keep = carriers.may_act(owner, _joined([g.entity for g in parsed]))
+        if not keep.all():
+            foreign = int(len(keep) - keep.sum())
+            parsed = _kept(parsed, keep)
+    merged = _decode(parsed)
+    merged.foreign = foreign
+    return merged
+
+
+def _kept(groups: list[_Group], keep: np.ndarray) -> list[_Group]:
+    """``groups`` without the intents ``keep`` (over all groups, in order) says to drop."""
+    out = []
+    base = 0
+    for g in groups:
+        mine = keep[base : base + g.count]
+        base += g.count
+        if mine.all():
+            out.append(g)
+            continue
+        at = np.flatnonzero(mine)
+        moved = {int(old): new for new, old in enumerate(at.tolist())}
+
+        def cut(column: tuple[str, bytes], at: np.ndarray = at) -> tuple[str, bytes]:
+            return column[0], np.frombuffer(column[1], dtype="<" + column[0])[at].tobytes()
+
+        out.append(
+            _Group(
+                len(at),
+                "".join(g.kinds[i] for i in at.tolist()),
+                g.names,
+                cut(g.entity),
+                cut(g.attr),
+                cut(g.a),
+                cut(g.b),
+                {moved[i]: v for i, v in g.over_a.items() if i in moved},
+                {moved[i]: v for i, v in g.over_b.items() if i in moved},
+            )
+        )
+    return out
 
 
 def _name_index(names: list[str], name: str) -> int:

@@ -34,7 +34,7 @@ from typing import Any
 import docker
 from docker.errors import APIError, NotFound
 from docker.models.containers import Container
-from docker.types import Mount
+from docker.types import LogConfig, Mount
 from docker.utils.socket import STDERR, STDOUT, next_frame_header, read_exactly
 
 from genesis import entity_api, rules
@@ -51,6 +51,7 @@ SOCKET_DIR_PREFIX = "genesis-host-"
 SOCKET_ENV = "GENESIS_HOST_SOCKET"  # tells sandbox/trait_host.py to connect there
 SOCKET_BUFFER = 4 * 2**20
 MAX_ATTACHMENT = 64 * 2**20  # a reply's binary part; far above what 100,000 intents need
+LOG_MAX_SIZE = "1m"  # the container's log (its stderr) is capped at one file of this size
 
 log = logging.getLogger("genesis.sandbox.container")
 
@@ -247,6 +248,8 @@ class TraitHostContainer:
             labels=labels,
             environment=environment,
             mounts=mounts,
+            # Workers write nowhere; the supervisor's few lines must not grow the host's disk either.
+            log_config=LogConfig(type=LogConfig.types.JSON, config={"max-size": LOG_MAX_SIZE, "max-file": "1"}),
         )
 
     @property

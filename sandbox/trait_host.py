@@ -43,10 +43,12 @@ this program connects to (the live engine's private channel, see sandbox/contain
       "deadline_ms" overrides the hello's tick deadline.
       -> {"ok": true, "op": "views", "tick": N, "intent_groups": [COLUMNS, ...],
           "results": {TRAIT: {"calls": n, "total_us": t, "max_us": m, "errors": [...],
-          "error_count": k, "timeouts": [ids], "blocks": b}}}
+          "error_count": k, "timeouts": [ids], "blocks": b}}, "group_agents": [AGENT, ...]}
       One group of intent columns (see ``IntentColumns``) per trait that ran, entities ascending
       within each: the groups of each worker in the order of its first trait in ``run``, each
-      worker's in ``run`` order. An entity's intents are its groups' in that order. A trait's
+      worker's in ``run`` order; ``group_agents`` names the agent whose worker sent each group
+      (the trusted side accepts a group's intents only for carriers of that agent's traits).
+      An entity's intents are its groups' in that order. A trait's
       result may also say "killed": why (its worker was killed while it ran; "confirmed": true
       when it ran alone) or "lost": why (its worker was killed for another trait's fault or the
       machine was too busy: nobody's fault, no intents).
@@ -250,7 +252,7 @@ class WorkerHandle:
             return (None,)
         try:
             done = self.inbox.feed(data)
-        except ValueError:
+        except Exception:  # garbage of any kind (a reply nested too deep raises RecursionError)
             return (None,)
         return None if done is None else (done,)
 
@@ -398,7 +400,7 @@ class Supervisor:
                     results.setdefault(name, lost_result("its process is being started"))
         # The deadline counts from the request's arrival, whatever starting workers took.
         replies = self.run_workers(work, msg, attachment, max(0.0, arrived + deadline_s - time.monotonic()), results)
-        groups, blob = [], bytearray()
+        groups, group_agents, blob = [], [], bytearray()
         for handle, names in work.items():
             got = replies.get(handle)
             if got is None:
@@ -411,21 +413,26 @@ class Supervisor:
                 else [None]
             )
             worker_results = reply.get("results")
-            if not reply.get("ok") or None in worker_groups or type(worker_results) is not dict:
-                why = "its process sent an unusable reply: %s" % str(reply.get("error", "malformed"))[:200]
+            if reply.get("ok") is not True:  # it could not handle the request: every trait's error
+                why = "its process refused the tick: %s" % str(reply.get("error"))[:200]
                 for name in names:
                     results[name] = failed_result(why)
+                continue
+            if None in worker_groups or type(worker_results) is not dict:  # garbage: only trait code makes it
+                self.failed(handle, names, "its process sent an unusable reply", results, blame=True, all_ran=True)
                 continue
             for name in names:
                 results[name] = checked_result(worker_results.get(name))
             blob += reply_attachment
             groups.extend(worker_groups)
+            group_agents.extend([handle.agent] * len(worker_groups))
         out = {
             "ok": True,
             "op": "views",
             "tick": msg.get("tick") if type(msg.get("tick")) is int else None,
             "results": results,
             "intent_groups": groups,
+            "group_agents": group_agents,
         }
         return (out, bytes(blob)) if attachment is not None else out
 
@@ -612,7 +619,8 @@ class Supervisor:
                         if done is not None:
                             replies[handle] = done
                         else:
-                            self.failed(handle, work[handle], "its process died", results, blame)
+                            why = "its process died or sent garbage"
+                            self.failed(handle, work[handle], why, results, blame, all_ran=True)
                 now = time.monotonic()
                 for handle in list(pending):
                     cpu = cpu_ns(handle.pid)
@@ -637,27 +645,33 @@ class Supervisor:
                     handle.sock.setblocking(True)
         return replies
 
-    def failed(self, handle, names, why, results, blame):
-        """``handle``'s worker is killed. With ``blame``, the trait it was running is a suspect:
-        if it ran alone the fault is confirmed; else it goes to a worker of its own to prove
+    def failed(self, handle, names, why, results, blame, all_ran=False):
+        """``handle``'s worker is killed. With ``blame``, the trait it was running is a suspect
+        (with ``all_ran``, when none was running: it died or sent garbage in its own code, which
+        only the code of a trait it ran can have made it do, so every one of ``names`` is): if it
+        ran alone the fault is confirmed; else each suspect goes to a worker of its own to prove
         itself. The worker's other traits lost this tick through no fault of theirs."""
         _seq, culprit = handle.running() if handle.alive else (None, None)
         handle.kill()
         for name in names:
             results[name] = lost_result(why)
-        if not blame or culprit is None:
+        if not blame:
             return
-        results[culprit] = dict(failed_result(why), killed=why, confirmed=handle.solo)
-        if handle.solo:
-            self.forget(culprit)
-        else:  # the suspect moves out; the agent's worker is forked again without it
-            handle.traits.remove(culprit)
-            suspect = WorkerHandle("suspect:" + culprit, handle.agent, solo=True)
-            self.handles[suspect.key] = suspect
-            suspect.traits.append(culprit)
-            self.trait_handle[culprit] = suspect
-            if not handle.traits:
-                self.drop(handle)
+        culprits = [culprit] if culprit is not None else list(names) if all_ran else []
+        for name in culprits:
+            if name not in handle.traits:
+                continue
+            results[name] = dict(failed_result(why), killed=why, confirmed=handle.solo)
+            if handle.solo:
+                self.forget(name)
+            else:  # the suspect moves out; the agent's worker is forked again without it
+                handle.traits.remove(name)
+                suspect = WorkerHandle("suspect:" + name, handle.agent, solo=True)
+                self.handles[suspect.key] = suspect
+                suspect.traits.append(name)
+                self.trait_handle[name] = suspect
+        if not handle.traits:
+            self.drop(handle)
 
     def forget(self, name):
         """A trait confirmed at fault: its process is gone and it is never run again."""
@@ -823,9 +837,9 @@ def zygote_main(control, config):
 
 
 def keep_only_fds(keep):
-    """Close every descriptor but ``keep`` (stdin/stdout point at /dev/null)."""
+    """Close every descriptor but ``keep`` (stdin, stdout and stderr point at /dev/null unless kept)."""
     null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1):
+    for fd in (0, 1, 2):
         if fd not in keep:
             os.dup2(null, fd)
     os.close(null)
@@ -857,6 +871,8 @@ def worker_main(sock, status_fd, config):
         pass
     if not forbid_syscalls():
         sys.stderr.write("trait host: a worker runs without its seccomp filter\n")
+    # From here on trait code may run: what it writes goes nowhere (not into the container's log).
+    keep_only_fds([sock.fileno(), status_fd])
     status_map = mmap.mmap(status_fd, 8 * STATUS_SLOTS)
     os.close(status_fd)
     worker = Worker(config, memoryview(status_map).cast("Q"))
@@ -1524,7 +1540,9 @@ def answer(handler, msg, attachment):
 
 
 # System calls a worker never needs and another agent's process must be safe from: signalling,
-# tracing or reading another process, starting processes or programs. Per architecture.
+# tracing, reading, limiting, re-prioritising or pinning another process, starting processes or
+# programs. Per architecture: (audit arch, {refused name: number}, {name: (number, index of its pid
+# argument)}): the second kind is allowed on the caller itself only (pid 0, what glibc passes).
 FORBIDDEN_SYSCALLS = {
     "x86_64": (
         0xC000003E,
@@ -1546,6 +1564,20 @@ FORBIDDEN_SYSCALLS = {
             "clone3": 435,
             "execve": 59,
             "execveat": 322,
+            "setpriority": 141,
+            "ioprio_set": 251,
+            "migrate_pages": 256,
+            "move_pages": 279,
+            "perf_event_open": 298,
+            "process_madvise": 440,
+            "process_mrelease": 448,
+        },
+        {
+            "prlimit64": (302, 0),
+            "sched_setaffinity": (203, 0),
+            "sched_setscheduler": (144, 0),
+            "sched_setparam": (142, 0),
+            "sched_setattr": (314, 0),
         },
     ),
     "aarch64": (
@@ -1566,28 +1598,61 @@ FORBIDDEN_SYSCALLS = {
             "clone3": 435,
             "execve": 221,
             "execveat": 281,
+            "setpriority": 140,
+            "ioprio_set": 30,
+            "migrate_pages": 238,
+            "move_pages": 239,
+            "perf_event_open": 241,
+            "process_madvise": 440,
+            "process_mrelease": 448,
+        },
+        {
+            "prlimit64": (261, 0),
+            "sched_setaffinity": (122, 0),
+            "sched_setscheduler": (119, 0),
+            "sched_setparam": (118, 0),
+            "sched_setattr": (274, 0),
         },
     ),
 }
 
 
-def forbid_syscalls():
-    """A seccomp filter on this process (a worker): FORBIDDEN_SYSCALLS fail with EPERM. Even code
-    that escaped the interpreter's restrictions then cannot signal, trace or read another
-    agent's process, nor start one. True if the filter is in place."""
-    machine = os.uname().machine
+def seccomp_program(machine):
+    """The classic-BPF seccomp program of FORBIDDEN_SYSCALLS for ``machine``: a list of
+    (code, jt, jf, k), or None for an architecture it does not know."""
     if machine not in FORBIDDEN_SYSCALLS:
-        return False
-    audit_arch, numbers = FORBIDDEN_SYSCALLS[machine]
-    # classic BPF: struct sock_filter {u16 code; u8 jt; u8 jf; u32 k}
+        return None
+    audit_arch, refused, self_only = FORBIDDEN_SYSCALLS[machine]
+    # struct seccomp_data: nr (u32) at 0, arch (u32) at 4, instruction pointer at 8, args (u64) at 16
     LD_W_ABS, JEQ, JGE, RET = 0x20, 0x15, 0x35, 0x06
     ALLOW, ERRNO_EPERM, KILL = 0x7FFF0000, 0x00050000 | 1, 0x80000000
     program = [(LD_W_ABS, 0, 0, 4), (JEQ, 1, 0, audit_arch), (RET, 0, 0, KILL), (LD_W_ABS, 0, 0, 0)]
     if machine == "x86_64":  # the x32 ABI's numbers (bit 30 set) would dodge the list
         program += [(JGE, 0, 1, 0x40000000), (RET, 0, 0, ERRNO_EPERM)]
-    for number in sorted(numbers.values()):
+    for number in sorted(refused.values()):
         program += [(JEQ, 0, 1, number), (RET, 0, 0, ERRNO_EPERM)]
+    for number, arg in sorted(self_only.values()):
+        low = 16 + 8 * arg  # both halves of the 64-bit pid argument must be 0 (little-endian)
+        program += [
+            (JEQ, 0, 6, number),  # not this call: on to the next block, the number still loaded
+            (LD_W_ABS, 0, 0, low),
+            (JEQ, 0, 3, 0),
+            (LD_W_ABS, 0, 0, low + 4),
+            (JEQ, 0, 1, 0),
+            (RET, 0, 0, ALLOW),
+            (RET, 0, 0, ERRNO_EPERM),
+        ]
     program.append((RET, 0, 0, ALLOW))
+    return program
+
+
+def forbid_syscalls():
+    """A seccomp filter on this process (a worker): FORBIDDEN_SYSCALLS fail with EPERM. Even code
+    that escaped the interpreter's restrictions then cannot signal, trace, read, limit or
+    re-prioritise another agent's process, nor start one. True if the filter is in place."""
+    program = seccomp_program(os.uname().machine)
+    if program is None:
+        return False
     try:
         import ctypes
 

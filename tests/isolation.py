@@ -18,3 +18,4 @@ def assert_isolated(attrs: dict[str, Any], memory_bytes: int) -> None:
     assert "/tmp" in config["Tmpfs"]
     assert attrs["Config"]["User"] == "10001:10001"
     assert not config.get("Binds"), "no host bind (-v) inside the sandbox"
+    assert config["LogConfig"] == {"Type": "json-file", "Config": {"max-size": "1m", "max-file": "1"}}

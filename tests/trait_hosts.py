@@ -11,6 +11,7 @@ import docker
 from engine.world import World, WorldParams
 from genesis.config import Settings
 from genesis.trait_wire import decode_intent_groups
+from pipeline import registry
 from sandbox import image
 from sandbox.container import IsolationLimits, TraitHostContainer, hello_message
 
@@ -40,6 +41,20 @@ def start(
 def load(host: TraitHostContainer, trait: str, source: str, agent: str = "", class_name: str | None = None) -> dict:
     class_name = class_name or trait_class(source)
     return host.request({"op": "load", "trait": trait, "source": source, "class_name": class_name, "agent": agent}, 10)
+
+
+def registry_entry(name: str, source: str, agent: str, number: int, prefix: str = "c0a") -> registry.RegistryEntry:
+    """A live version of trait ``name`` (``source``) by ``agent``, as the registry holds it;
+    ``number`` and ``prefix`` make its mutation id and code hash unique."""
+    return registry.RegistryEntry(
+        trait_name=name,
+        version=1,
+        mutation_id=f"mut_{prefix}{number:09d}",
+        class_name=trait_class(source),
+        code=source,
+        code_hash=f"{number:064d}",
+        agent_id=agent,
+    )
 
 
 def trait_class(source: str) -> str:

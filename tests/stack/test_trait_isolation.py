@@ -222,18 +222,7 @@ async def test_hostile_traits_are_quarantined_alone_within_seconds_and_the_world
         "d_bob": (named(BENIGN, "Bob"), "bob"),
     }
     for i, (name, (source, agent)) in enumerate({**hostile, **benign}.items()):
-        await registry.put_entry(
-            redis,
-            registry.RegistryEntry(
-                trait_name=name,
-                version=1,
-                mutation_id=f"mut_15a{i:09d}",
-                class_name=trait_hosts.trait_class(source),
-                code=source,
-                code_hash=f"{i:064d}",
-                agent_id=agent,
-            ),
-        )
+        await registry.put_entry(redis, trait_hosts.registry_entry(name, source, agent, i, prefix="15a"))
     world = World(WorldParams(initial_population=300, min_population=300, max_population=300), seed=5)
     names = sorted({**hostile, **benign})
     world.set_available_traits(names)

@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from genesis.trait_wire import MalformedIntents, decode_intent_groups
+from genesis.trait_wire import Carriers, MalformedIntents, decode_intent_groups
 from sandbox import trait_host
 
 NAMES = ["speed", "direction", "state", "energy_consumption_rate"]
@@ -92,3 +92,55 @@ def test_no_groups_and_too_many_groups():
         decode_intent_groups([{}] * 5000)
     with pytest.raises(MalformedIntents, match="must be a list"):
         decode_intent_groups({"not": "a list"})
+
+
+def carriers_of(carried: dict[int, list[str]], agent_of: dict[str, str]) -> Carriers:
+    """Carriers of a views request (packed as the engine packs it) of ``carried``: id -> traits."""
+    sets = sorted({tuple(sorted(t)) for t in carried.values()})
+    ids = sorted(carried)
+    views = {
+        "fields": ["id", "traits"],
+        "count": len(ids),
+        "columns": [
+            {"i8": np.array(ids, dtype="<i8").tobytes()},
+            {"i4": np.array([sets.index(tuple(sorted(carried[i]))) for i in ids], dtype="<i4").tobytes()},
+        ],
+        "trait_sets": [list(s) for s in sets],
+    }
+    return Carriers.of(views, agent_of)
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["base64", "attachment"])
+@pytest.mark.parametrize("seed", range(20))
+def test_intents_for_entities_of_another_agent_are_dropped(seed, raw):
+    """Each group keeps exactly the intents of entities carrying a trait of its agent, in order,
+    values (ints, strings, markers) untouched; the count of the others is reported."""
+    rnd = random.Random(seed)
+    groups = random_groups(rnd, rnd.choice([2, 3, 10]))
+    agents = [rnd.choice(["alice", "bob", "mallory"]) for _ in groups]
+    agent_of = {"t_alice": "alice", "t_bob": "bob", "t_mallory": "mallory"}
+    carried = {eid: rnd.sample(sorted(agent_of), rnd.randint(1, 2)) for eid in [1, 2, 3, 5, 8, 13, 21, 2**40]}
+    wire, attachment = on_the_wire(groups, raw)
+    decoded = decode_intent_groups(wire, attachment, agents, carriers_of(carried, agent_of))
+    expected: dict[int, list[list]] = {}
+    dropped = 0
+    for group, agent in zip(groups, agents):
+        for eid in sorted(group):
+            if any(agent_of[t] == agent for t in carried[eid]):
+                expected.setdefault(eid, []).extend(group[eid])
+            else:
+                dropped += len(group[eid])
+    assert repr(dict(sorted(decoded.items()))) == repr(dict(sorted(expected.items())))
+    assert decoded.foreign == dropped
+
+
+def test_an_unknown_agent_or_a_missing_owner_list_refuses_everything():
+    groups = [{1: [["eat"]], 2: [["move", 1.0, 2.0]]}]
+    wire, _ = on_the_wire(groups, raw=False)
+    carriers = carriers_of({1: ["t_alice"], 2: ["t_alice"]}, {"t_alice": "alice"})
+    assert decode_intent_groups(wire, None, ["stranger"], carriers).foreign == 2
+    assert dict(decode_intent_groups(wire, None, ["alice"], carriers)) == {1: [["eat"]], 2: [["move", 1.0, 2.0]]}
+    with pytest.raises(MalformedIntents, match="group_agents"):
+        decode_intent_groups(wire, None, None, carriers)
+    with pytest.raises(MalformedIntents, match="group_agents"):
+        decode_intent_groups(wire, None, ["alice", "alice"], carriers)
