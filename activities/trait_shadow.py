@@ -150,7 +150,14 @@ class Side:
         self.run.tick(inputs)
 
     def _ask(self, tick: int, views: dict, run: list[str], deadline_s: float) -> tuple[str, Any]:
-        message = {"op": "views", "tick": tick, **views, "run": run, "deadline_ms": deadline_s * WORKERS_SHARE * 1000}
+        message = {
+            "op": "views",
+            "tick": tick,
+            **views,
+            "run": run,
+            "deadline_ms": deadline_s * WORKERS_SHARE * 1000,
+            "wait_for_workers": True,
+        }
         for _attempt in range(LOST_TICK_RETRIES + 1):
             assert self.host is not None
             try:

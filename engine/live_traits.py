@@ -61,6 +61,7 @@ def host_agent(entry: registry.RegistryEntry) -> str:
 
 
 STRIKES_TO_QUARANTINE = 3  # consecutive ticks with a timeout or an exception
+KILL_BLAME_TICKS = 10  # a host failure this many ticks after a worker's kill is charged to the killed trait
 # The host's workers get this share of the tick's deadline: the rest is the supervisor's, to
 # merge and answer in time even when its container is short of CPU.
 WORKERS_SHARE = 0.6
@@ -71,6 +72,7 @@ HOST_SAMPLE_S = 5.0  # how often the host's memory and processes are sampled for
 @dataclass
 class TraitState:
     entry: registry.RegistryEntry
+    suspect: bool = False  # killed once while it ran beside its mates: it runs alone, across host restarts
     strikes: int = 0
     calls: int = 0
     errors: int = 0
@@ -94,7 +96,10 @@ def account(state: TraitState, result: dict) -> str | None:
         return None
     if result.get("killed"):
         state.last_error = f"stopped from outside its process: {result['killed']}"
-        return f"{state.last_error} (confirmed while it ran alone)" if result.get("confirmed") else None
+        if result.get("confirmed"):
+            return f"{state.last_error} (confirmed while it ran alone)"
+        state.suspect = True
+        return None
     errors, timeouts = result.get("error_count", len(result.get("errors", []))), len(result.get("timeouts", []))
     state.errors += errors
     state.timeouts += timeouts
@@ -117,6 +122,7 @@ class HostStats:
     suspects: int = 0  # traits moved to a process of their own after a kill while they ran
     foreign_intents: int = 0  # intents refused: their entity carried no trait of the sending agent
     quarantined: list[str] = field(default_factory=list)
+    restarts_caused: dict[str, int] = field(default_factory=dict)  # trait -> host restarts charged to it
     host_memory_bytes: int = 0  # the host container's anonymous memory, sampled by refresh()
     host_processes: int = 0  # its worker processes, sampled by refresh()
 
@@ -143,6 +149,8 @@ class HostTraitRunner:
         # loaded: a fork and a module body, milliseconds) waits for it.
         self._host_lock = asyncio.Lock()
         self._restart_task: asyncio.Task | None = None
+        self._last_kill: tuple[str, int] | None = None  # (trait, tick) of the last kill of a worker
+        self._tick = 0
         self._background: set[asyncio.Task] = set()
         self._next_sample = 0.0
         self.stats = HostStats()
@@ -212,6 +220,7 @@ class HostTraitRunner:
         ``while_waiting``: work that runs once the request is sent, while the host computes
         (``World.prepare_step``), only if the request is sent."""
         self.last_outcome = ("idle", "")
+        self._tick = tick
         run = [name for name in views["run"] if name in self._traits]
         if not run or not views["count"]:
             return {}
@@ -230,6 +239,8 @@ class HostTraitRunner:
             **views,
             "run": run,
             "deadline_ms": self.deadline_s * WORKERS_SHARE * 1000,
+            # Fast-forward: a worker being started is waited for, as the host itself is.
+            "wait_for_workers": self.fast_forward,
         }
         async with self._host_lock:  # a trait being loaded: the tick waits (a few ms) for it
             if self._host is None:
@@ -267,6 +278,12 @@ class HostTraitRunner:
             await self._host_failed(HostCrashed(f"unusable reply: {exc}"))
             return {}
         self.last_outcome = ("ok", "")
+        loads = reply.get("loads")
+        for name, outcome in sorted(loads.items()) if isinstance(loads, dict) else ():
+            state = self._traits.get(name)
+            if state is not None and isinstance(outcome, dict) and outcome.get("ok") is not True:
+                # it loaded in its sandbox test: here it is the trait's doing
+                await self._quarantine(name, f"it failed to load in the live host: {str(outcome.get('error'))[:500]}")
         if intents.foreign:
             self.stats.foreign_intents += intents.foreign
             log.warning("refused %d intent(s) for entities carrying no trait of their agent", intents.foreign)
@@ -314,11 +331,16 @@ class HostTraitRunner:
                 host.close()
                 raise
             self._host = host
-            for state in self._traits.values():  # after a restart: reload what was live
-                self._send_load(state.entry)
+            for state in self._traits.values():  # after a restart: reload what was live, suspects alone
+                self._send_load(state.entry, state.suspect, background=True)
         return self._host
 
-    def _send_load(self, entry: registry.RegistryEntry) -> dict:
+    def _send_load(self, entry: registry.RegistryEntry, suspect: bool = False, background: bool = False) -> dict:
+        """Give ``entry`` to the host. A new trait's load is waited for (one trait's module body
+        and instance, within the host's load CPU limit), so that it runs from the next tick on in
+        a paced world as in fast-forward; after a restart every live trait is given back in the
+        ``background`` (the outcome comes with a tick's reply, ``loads``), so no reload of any
+        agent's traits ever holds up a tick."""
         assert self._host is not None
         return self._host.request(
             {
@@ -327,6 +349,8 @@ class HostTraitRunner:
                 "source": entry.code,
                 "class_name": entry.class_name,
                 "agent": host_agent(entry),
+                "suspect": suspect,
+                "background": background,
             },
             LOAD_DEADLINE_S,
         )
@@ -339,7 +363,7 @@ class HostTraitRunner:
         if reply.get("ok"):
             self._traits[entry.trait_name] = TraitState(entry)
             log.info(
-                "loaded trait %s v%d (%s)",
+                "loading trait %s v%d (%s)",
                 entry.trait_name,
                 entry.version,
                 entry.mutation_id,
@@ -394,6 +418,8 @@ class HostTraitRunner:
         state = self._traits.get(name)
         if state is None or not isinstance(result, dict):
             return
+        if result.get("killed"):
+            self._last_kill = (name, self._tick)
         why = account(state, result)
         if result.get("lost"):
             self.stats.lost_results += 1
@@ -404,13 +430,24 @@ class HostTraitRunner:
             await self._quarantine(name, why)
 
     async def _host_failed(self, exc: Exception) -> None:
-        """Drop the host (a new one starts in the background). No trait is blamed: the host's
-        supervisor runs no trait code and answers for its workers within its own deadline, so a
-        host that misses the engine's deadline or dies failed on its own (or the machine did)."""
+        """Drop the host (a new one starts in the background, and reloads every live trait,
+        suspects alone). The supervisor runs no trait code and answers for its workers within
+        its own deadline, so a host failure is the host's own or the machine's, with one
+        exception: one that follows a kill of a worker within ``KILL_BLAME_TICKS`` ticks is
+        charged to the trait that was killed (a second strike against a suspect: quarantined)."""
         hung = isinstance(exc, HostDeadlineExceeded)
         self.stats.deadline_misses += hung
         self.stats.restarts += 1
-        log.warning("trait host failed (%s); restarting it", exc)
+        culprit = None
+        if self._last_kill is not None and self._tick - self._last_kill[1] <= KILL_BLAME_TICKS:
+            culprit = self._last_kill[0]
+            self._last_kill = None
+        if culprit is not None and culprit in self._traits:
+            self.stats.restarts_caused[culprit] = self.stats.restarts_caused.get(culprit, 0) + 1
+            log.warning("trait host failed (%s) right after %s was killed; restarting it", exc, culprit)
+            await self._quarantine(culprit, f"the trait host failed right after it was stopped from outside: {exc}")
+        else:
+            log.warning("trait host failed (%s); restarting it", exc)
         await asyncio.to_thread(self._drop_host)
 
     def _unload_later(self, name: str) -> None:

@@ -66,6 +66,14 @@ class EngineCollector(Collector):
                 "Trait-host containers replaced (died, hung, or replied malformed)",
                 value=stats.restarts,
             )
+            caused = CounterMetricFamily(
+                "genesis_engine_trait_host_restarts_caused",
+                "Trait-host restarts charged to a trait (the host failed right after that trait's worker was killed)",
+                labels=["trait"],
+            )
+            for trait, count in sorted(stats.restarts_caused.items()):
+                caused.add_metric([trait], count)
+            yield caused
             yield CounterMetricFamily(
                 "genesis_engine_trait_host_deadline_misses",
                 "Trait-host ticks that missed GENESIS_ENGINE_TRAIT_DEADLINE_MS",

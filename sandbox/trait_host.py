@@ -26,8 +26,14 @@ this program connects to (the live engine's private channel, see sandbox/contain
   {"op": "hello", "entity_api": {...}, "allowed_imports": [...], "call_timeout_ms": 5,
    "tick_cpu_ms": 100, "tick_deadline_ms": 150, "worker_memory_mb": 128, "max_intents_per_call": 16}
       -> {"ok": true, "op": "hello", "python": "3.11.2", "implementation": "cpython"}
-  {"op": "load", "trait": NAME, "source": CODE, "class_name": CLS, "agent": AGENT_ID}
+  {"op": "load", "trait": NAME, "source": CODE, "class_name": CLS, "agent": AGENT_ID,
+   "suspect": false, "background": false}
       -> {"ok": true, "op": "load", "trait": NAME} | {"ok": false, "op": "load", "error": ...}
+      A suspect runs in a worker of its own. A worker loads its traits one at a time while the
+      supervisor goes on answering ticks (a load's CPU beyond two calls' hard limits fails it:
+      the trait's own cost). Without "background" the answer waits for this trait's load (put
+      first in line); with it the answer is at once ({"ok": true, "pending": true}) and the
+      outcome comes with a later ``views`` reply.
   {"op": "unload", "trait": NAME}                  -> {"ok": true, "op": "unload"}
   {"op": "stats"} -> {"ok": true, "op": "stats", "supervisor_rss_kb": n, "workers": [{"agent": A,
       "traits": [...], "solo": bool, "pid": p, "rss_kb": n, "cpu_ms": t, "blocks": b}, ...]}
@@ -40,10 +46,13 @@ this program connects to (the live engine's private channel, see sandbox/contain
       (UTF-8 strings joined by "\\x1f" in the attachment) or {"same": value} (every one of the
       ``count`` rows holds it); a NaN ``nearest_dx`` means no resource in range. Each trait of
       ``run`` runs, in that order, on the rows whose trait set contains it. Optional
-      "deadline_ms" overrides the hello's tick deadline.
+      "deadline_ms" overrides the hello's tick deadline. A worker still starting (forked again
+      after a kill or an unload, loading its traits) sits the tick out, its traits' results
+      "lost", unless "wait_for_workers" is true (then it is waited for, within half the deadline).
       -> {"ok": true, "op": "views", "tick": N, "intent_groups": [COLUMNS, ...],
           "results": {TRAIT: {"calls": n, "total_us": t, "max_us": m, "errors": [...],
-          "error_count": k, "timeouts": [ids], "blocks": b}}, "group_agents": [AGENT, ...]}
+          "error_count": k, "timeouts": [ids], "blocks": b}}, "group_agents": [AGENT, ...],
+          "loads": {TRAIT: {"ok": true} | {"ok": false, "error": ...}}}
       One group of intent columns (see ``IntentColumns``) per trait that ran, entities ascending
       within each: the groups of each worker in the order of its first trait in ``run``, each
       worker's in ``run`` order; ``group_agents`` names the agent whose worker sent each group
@@ -51,7 +60,8 @@ this program connects to (the live engine's private channel, see sandbox/contain
       An entity's intents are its groups' in that order. A trait's
       result may also say "killed": why (its worker was killed while it ran; "confirmed": true
       when it ran alone) or "lost": why (its worker was killed for another trait's fault or the
-      machine was too busy: nobody's fault, no intents).
+      machine was too busy: nobody's fault, no intents). ``loads`` (only when there are any):
+      the outcomes of background loads that ended since the last reply.
   {"op": "act", "items": [{"id": ID, "agent": AGENT, "code": CODE, "state": STATE}, ...],
    "cpu_ms": 20, "deadline_ms": 2000, "parallel": 1}
       Agents' round actions: each item's ``agent_action(engine, member_id)`` runs once, in a
@@ -108,6 +118,7 @@ ACTION_ERRORS = (
     "killed",  # its process died or was killed (a C-level loop, the container's memory)
     "deadline",  # it had not finished when the request's deadline came
 )
+PENDING = object()  # a load's outcome while its worker has not answered
 STATUS_SLOTS = 2  # a worker's status: [call sequence, running trait's index + 1 (0: host code)]
 
 
@@ -225,10 +236,17 @@ class WorkerHandle:
         self.status = None  # that page as [call sequence, running trait's index (0: none)]
         self.inbox = Inbox()
         self.load_errors = {}  # trait -> why it failed to load again after a recycle
+        self.queue = []  # traits still to load into the running process, in order
+        self.loading = None  # (trait, index, CPU ns, monotonic s) of the load it is running
 
     @property
     def alive(self):
         return self.sock is not None
+
+    @property
+    def ready(self):
+        """Alive with every trait loaded: it may run a tick."""
+        return self.sock is not None and self.loading is None and not self.queue
 
     def running(self):
         """(call sequence, the trait running now or None), as the worker's status says."""
@@ -276,6 +294,8 @@ class WorkerHandle:
         self.sock = self.status = self.status_map = None
         self.inbox = Inbox()
         self.by_index = {}
+        self.queue = []
+        self.loading = None
 
 
 def cpu_ns(pid):
@@ -302,6 +322,8 @@ class Supervisor:
         self.handles = {}  # key -> WorkerHandle
         self.trait_handle = {}  # trait -> WorkerHandle
         self.sources = {}  # trait -> (source, class_name, agent)
+        self.outcomes = {}  # trait -> None (loaded) or why not, for a first load not yet answered for
+        self.background = set()  # first loads whose outcome goes out with the next tick's reply
 
     # -- requests --------------------------------------------------------------------------
     def hello(self, msg, _attachment):
@@ -315,6 +337,11 @@ class Supervisor:
         return {"ok": True, "op": "hello", "python": sys.version.split()[0], "implementation": sys.implementation.name}
 
     def load(self, msg, _attachment):
+        """Give a trait to its agent's worker (a suspect's: a worker of its own). With
+        ``background`` the answer is at once and the outcome comes with a later tick's reply
+        (``loads``): loading runs one trait's module body and constructor, whose CPU is the
+        trait's to pay, and never holds up another agent's tick. Without it, the answer waits
+        for the outcome (a sandbox test, a shadow)."""
         name, source, class_name = msg["trait"], msg["source"], msg["class_name"]
         if type(name) is not str or type(source) is not str or type(class_name) is not str:
             raise ValueError("trait, source and class_name must be strings")
@@ -322,15 +349,32 @@ class Supervisor:
         if type(agent) is not str:
             raise ValueError("agent must be a string")
         self.unload({"trait": name}, None)
-        handle = self.handles.get(agent)
+        key = ("suspect:" + name) if msg.get("suspect") is True else agent
+        handle = self.handles.get(key)
         if handle is None:
-            handle = self.handles[agent] = WorkerHandle(agent, agent)
+            handle = self.handles[key] = WorkerHandle(key, agent, solo=key != agent)
         self.sources[name] = (source, class_name, agent)
-        error = self.load_into(handle, name, source, class_name)
+        handle.traits.append(name)
+        self.trait_handle[name] = handle
+        self.outcomes[name] = PENDING
+        if handle.alive:  # first in line: a load that is waited for waits for no one else's
+            handle.queue.insert(0, name)
+            self.pump(handle)
+        else:
+            self.start(handle, first=name)
+        if msg.get("background") is True:
+            self.background.add(name)
+            return {"ok": True, "op": "load", "trait": name, "pending": True}
+        started = time.monotonic()
+        while self.outcomes.get(name) is PENDING and time.monotonic() - started < 4 * LOAD_DEADLINE_S:
+            if not handle.alive:  # killed for a busy machine, not for its CPU: again
+                self.start(handle)
+            self.wait_for_loads([handle], LOAD_DEADLINE_S)
+        error = self.outcomes.pop(name, "it was unloaded while loading")
+        if error is PENDING:
+            self.forget(name)
+            error = "loading the trait took too long"
         if error is not None:
-            del self.sources[name]
-            if not handle.traits:
-                self.drop(handle)
             return {"ok": False, "op": "load", "trait": name, "error": error}
         return {"ok": True, "op": "load", "trait": name}
 
@@ -338,6 +382,8 @@ class Supervisor:
         name = msg["trait"]
         handle = self.trait_handle.pop(name, None)
         self.sources.pop(name, None)
+        self.outcomes.pop(name, None)
+        self.background.discard(name)
         if handle is not None:
             handle.traits.remove(name)
             handle.load_errors.pop(name, None)
@@ -346,15 +392,18 @@ class Supervisor:
                 self.drop(handle)
         return {"ok": True, "op": "unload", "trait": name}
 
-    def maintain(self, request_waiting):
-        """Between requests (the engine is stepping its world): fork again the workers that
-        were killed or recycled, so that the next tick need not wait for it. Stops as soon as
-        ``request_waiting()``: a request is never kept waiting for this."""
-        for handle in list(self.handles.values()):
-            if request_waiting():
+    def maintain(self, requests):
+        """Between requests (the engine is stepping its world): fork again the workers that were
+        killed or recycled and load their traits, so that the next tick finds them ready. Stops as
+        soon as a request is readable on ``requests``: a request never waits for this."""
+        while not select.select([requests], [], [], 0)[0]:
+            for handle in list(self.handles.values()):
+                if not handle.alive and handle.traits:
+                    self.start(handle)
+            loading = [h for h in self.handles.values() if h.loading is not None]
+            if not loading:
                 return
-            if not handle.alive and handle.traits:
-                self.respawn(handle)
+            self.wait_for_loads(loading, 0.05, requests)
 
     def stats(self, _msg, _attachment):
         workers = []
@@ -387,15 +436,26 @@ class Supervisor:
                 results[name] = failed_result("trait not loaded")
             else:
                 work.setdefault(handle, []).append(name)
+        wait = msg.pop("wait_for_workers", False) is True
+        self.poll_loads()
+        for handle in work:
+            if not handle.alive:
+                self.start(handle)
+        # A worker still starting sits this tick out (its agent's traits lose it): the live world
+        # never waits for one, so it costs no other agent a moment. A request that must not lose
+        # ticks (fast-forward, a sandbox test, a shadow) waits for it, within half its deadline.
+        starting = [h for h in work if not h.ready] if wait else []
+        while starting and time.monotonic() - arrived < deadline_s / 2:
+            for handle in starting:
+                if not handle.alive:
+                    self.start(handle)
+            self.wait_for_loads(starting, deadline_s / 2)
+            starting = [h for h in starting if not h.ready]
         for handle in list(work):
-            # Workers the last maintenance did not get to start now, while half the deadline
-            # remains (the rest goes to running the tick); later ones sit this tick out.
-            if not handle.alive and time.monotonic() - arrived < deadline_s / 2:
-                self.respawn(handle)
             for name in [n for n in work[handle] if n in handle.load_errors]:
                 results[name] = failed_result(handle.load_errors.pop(name))
                 work[handle].remove(name)
-            if not handle.alive or not work[handle]:
+            if not handle.ready or not work[handle]:
                 for name in work.pop(handle):
                     results.setdefault(name, lost_result("its process is being started"))
         # The deadline counts from the request's arrival, whatever starting workers took.
@@ -434,6 +494,15 @@ class Supervisor:
             "intent_groups": groups,
             "group_agents": group_agents,
         }
+        loads = {}
+        for name in list(self.background):
+            outcome = self.outcomes.get(name, PENDING)
+            if outcome is not PENDING:
+                self.background.discard(name)
+                self.outcomes.pop(name, None)
+                loads[name] = {"ok": True} if outcome is None else {"ok": False, "error": outcome}
+        if loads:
+            out["loads"] = loads
         return (out, bytes(blob)) if attachment is not None else out
 
     def act(self, msg, _attachment):
@@ -534,48 +603,97 @@ class Supervisor:
         os.close(fds[1])
         handle.status = memoryview(handle.status_map).cast("Q")
 
-    def respawn(self, handle):
-        """Fork the worker again and load its traits (after a kill, a death or an unload). A
-        trait that fails to load again stays the handle's; its next run reports why."""
-        while True:
-            self.spawn(handle)
-            for name in handle.traits:
-                if name in handle.load_errors:
-                    continue
-                source, class_name, _agent = self.sources[name]
-                error = self.load_one(handle, name, source, class_name)
-                if error is not None:
-                    handle.load_errors[name] = "failed to load again: %s" % error
-                    if not handle.alive:
-                        break  # its process went with it: start over without it
-            else:
+    def start(self, handle, first=None):
+        """Fork ``handle``'s worker afresh and start loading its traits (``first`` first), one at
+        a time, in the background (``pump``, ``poll_loads``): a fork costs the supervisor ~2 ms,
+        a load nothing."""
+        self.spawn(handle)
+        queue = [name for name in handle.traits if name not in handle.load_errors and name != first]
+        handle.queue = ([first] if first in handle.traits else []) + queue
+        self.pump(handle)
+
+    def pump(self, handle):
+        """Send the next queued trait to ``handle``'s worker unless one is loading already."""
+        while handle.loading is None and handle.queue and handle.alive:
+            name = handle.queue.pop(0)
+            source, class_name, _agent = self.sources[name]
+            index = handle.next_index
+            handle.next_index += 1
+            try:
+                handle.send({"op": "load", "trait": name, "source": source, "class_name": class_name, "index": index})
+            except (OSError, ValueError):
+                self.load_failed(handle, name, "its process stopped reading")
                 return
+            handle.sock.setblocking(False)
+            handle.inbox = Inbox()
+            handle.loading = (name, index, cpu_ns(handle.pid), time.monotonic())
 
-    def load_into(self, handle, name, source, class_name):
-        """Load a new trait into ``handle``'s worker; the error text, or None."""
-        if not handle.alive:
-            self.respawn(handle)
-        error = self.load_one(handle, name, source, class_name)
-        if error is None:
-            handle.traits.append(name)
-            self.trait_handle[name] = handle
-        return error
+    def poll_loads(self):
+        for handle in list(self.handles.values()):
+            if handle.loading is not None:
+                self.poll_load(handle)
 
-    def load_one(self, handle, name, source, class_name):
-        index = handle.next_index
-        handle.next_index += 1
-        try:
-            handle.send({"op": "load", "trait": name, "source": source, "class_name": class_name, "index": index})
-            reply = self.collect({handle: [name]}, LOAD_DEADLINE_S, {}, blame=False).get(handle, (None, None))[0]
-        except OSError:
-            reply = None
-        if reply is not None and reply.get("ok"):
+    def wait_for_loads(self, handles, timeout_s, requests=None):
+        """Wait up to ``timeout_s`` (or until ``requests`` is readable) for a loading worker to
+        answer, then take what arrived."""
+        socks = [h.sock for h in handles if h.loading is not None and h.sock is not None]
+        step = min(timeout_s, max(self.config.call_timeout_s, 0.002))  # a load's CPU is checked at this pace
+        if socks:
+            select.select(socks + ([requests] if requests is not None else []), [], [], step)
+        else:
+            time.sleep(step)
+        for handle in handles:
+            if handle.loading is not None:
+                self.poll_load(handle)
+
+    def poll_load(self, handle):
+        """Take ``handle``'s answer to the load it is running, if it came; enforce the load's CPU
+        limit (the trait's module body and constructor: two calls' hard limits) from outside."""
+        name, index, cpu0, began = handle.loading
+        got = handle.receive()
+        if got is None:
+            used = cpu_ns(handle.pid) - cpu0
+            if used > 8 * self.config.call_timeout_s * 1e9:
+                self.load_failed(handle, name, "loading it used over %.0f ms of CPU" % (used / 1e6))
+            elif time.monotonic() - began > LOAD_DEADLINE_S:  # starved, not slow: try again later
+                handle.kill()
+            return
+        (done,) = got
+        if done is None:
+            self.load_failed(handle, name, "loading it killed its process")
+            return
+        reply = done[0]
+        handle.loading = None
+        if reply.get("ok") is True:
             handle.by_index[index] = name
-            return None
-        if reply is not None:
-            return str(reply.get("error"))[:500]
+            self.settled(name, None)
+        else:
+            self.settled(name, str(reply.get("error"))[:500], handle)
+        self.pump(handle)
+
+    def load_failed(self, handle, name, why):
+        """The load of ``name`` killed or overran its worker: it is the trait's failure (its
+        mates are loaded again in a fresh process, without it)."""
         handle.kill()
-        return "loading the trait took too long or killed its process"
+        self.settled(name, why, handle)
+        if handle.traits:
+            self.start(handle)
+
+    def settled(self, name, error, handle=None):
+        """A load of ``name`` ended: loaded (``error`` None) or not. A first load is answered
+        (and a trait that never loaded leaves its worker); a load again, after a recycle, that
+        fails is reported when the trait next runs."""
+        if self.outcomes.get(name) is PENDING:
+            self.outcomes[name] = error
+            if error is not None:
+                self.trait_handle.pop(name, None)
+                self.sources.pop(name, None)
+                if handle is not None and name in handle.traits:
+                    handle.traits.remove(name)
+                    if not handle.traits:
+                        self.drop(handle)
+        elif error is not None and handle is not None:
+            handle.load_errors[name] = "failed to load again: %s" % error
 
     def run_workers(self, work, msg, attachment, deadline_s, results):
         """Send each worker its share of the tick; collect the replies within the deadline."""
@@ -1726,7 +1844,7 @@ def main():
         out.write(answer(handler, msg, attachment))
         out.flush()
         if supervisor.config is not None:
-            supervisor.maintain(lambda: bool(select.select([requests.raw], [], [], 0)[0]))
+            supervisor.maintain(requests.raw)
     for handle in list(supervisor.handles.values()):
         handle.kill()
 

@@ -57,6 +57,31 @@ def registry_entry(name: str, source: str, agent: str, number: int, prefix: str 
     )
 
 
+async def register(redis: Any, traits: dict[str, tuple[str, str]], first: int, prefix: str = "c0a") -> None:
+    """Put ``traits`` (name -> (source, agent)) in the registry as live versions."""
+    for i, (name, (source, agent)) in enumerate(traits.items()):
+        await registry.put_entry(redis, registry_entry(name, source, agent, first + i, prefix))
+
+
+def crowd(traits: list[str], population: int, seed: int, born_together: bool = False) -> World:
+    """A world of a constant ``population`` whose every Molbot carries all of ``traits``
+    (``born_together``: all of age 0, so a trait gated on age acts on all at once)."""
+    params = WorldParams(
+        initial_population=population,
+        min_population=population,
+        max_population=population,
+        max_traits_per_entity=max(5, len(traits)),
+    )
+    w = World(params, seed=seed)
+    if born_together:
+        for entity in w.entities.values():
+            entity.age = 0
+    w.set_available_traits(sorted(traits))
+    for name in traits:
+        w.give_trait_to_all(name)
+    return w
+
+
 def trait_class(source: str) -> str:
     """The class of ``source`` that defines ``async def execute``."""
     return next(
@@ -78,7 +103,8 @@ def world(traits: list[str], population: int = 12, seed: int = 3) -> World:
 def tick(host: TraitHostContainer, w: World, run: list[str], deadline_s: float = 10.0) -> dict[str, Any]:
     """One ``views`` request for ``w``'s carriers; the reply with its intents decoded
     (``"intents"``: ``{entity_id: [intent, ...]}``)."""
-    reply = host.request({"op": "views", "tick": w.tick, **w.trait_views(run), "run": run}, deadline_s)
+    message = {"op": "views", "tick": w.tick, **w.trait_views(run), "run": run, "wait_for_workers": True}
+    reply = host.request(message, deadline_s)
     assert reply.get("ok"), reply
     reply["intents"] = dict(decode_intent_groups(reply["intent_groups"]))
     return reply

@@ -16,7 +16,6 @@ import redis.asyncio as aioredis
 
 from engine.live_traits import HostTraitRunner
 from engine.loop import Engine
-from engine.world import World, WorldParams
 from pipeline import registry
 from tests import trait_hosts
 from tests.own_stack import redis_db_below
@@ -221,13 +220,9 @@ async def test_hostile_traits_are_quarantined_alone_within_seconds_and_the_world
         "c_alice": (BENIGN, "alice"),
         "d_bob": (named(BENIGN, "Bob"), "bob"),
     }
-    for i, (name, (source, agent)) in enumerate({**hostile, **benign}.items()):
-        await registry.put_entry(redis, trait_hosts.registry_entry(name, source, agent, i, prefix="15a"))
-    world = World(WorldParams(initial_population=300, min_population=300, max_population=300), seed=5)
+    await trait_hosts.register(redis, {**hostile, **benign}, 0, prefix="15a")
     names = sorted({**hostile, **benign})
-    world.set_available_traits(names)
-    for name in names:
-        world.give_trait_to_all(name)
+    world = trait_hosts.crowd(names, 300, seed=5)
     runner = HostTraitRunner(own, redis)
     engine = Engine(own, runner, world=world)
     try:
