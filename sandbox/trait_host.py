@@ -118,6 +118,7 @@ ACTION_ERRORS = (
     "killed",  # its process died or was killed (a C-level loop, the container's memory)
     "deadline",  # it had not finished when the request's deadline came
 )
+BLOCKED_STATES = ("S", "D", "T", "t")  # a process waiting (sleep, I/O, stopped), not running or runnable
 PENDING = object()  # a load's outcome while its worker has not answered
 STATUS_SLOTS = 2  # a worker's status: [call sequence, running trait's index + 1 (0: host code)]
 
@@ -305,6 +306,16 @@ def cpu_ns(pid):
             return int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def process_state(pid):
+    """A process's scheduling state letter (R running or runnable, S sleeping, D waiting on I/O,
+    ...), from the kernel; "?" if it cannot be read."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0].decode("ascii")
+    except (OSError, ValueError, IndexError):
+        return "?"
 
 
 def rss_kb(pid):
@@ -750,12 +761,16 @@ class Supervisor:
                         why = "one call ran over %.0f ms of CPU" % (call_hard_ns / 1e6)
                     elif cpu - handle.tick_cpu0 > tick_hard_ns:
                         why = "its calls used over %.0f ms of CPU in one tick" % (tick_hard_ns / 1e6)
+                    elif now >= deadline and trait is not None and process_state(handle.pid) in BLOCKED_STATES:
+                        # a trait call that waits rather than runs: only escaped code can block
+                        why = "one call was blocked (not running) at the tick's deadline"
                     elif now >= deadline:
                         why = "the machine was too busy to finish it in time"
                     if why is not None:
                         selector.unregister(handle.sock)
                         pending.discard(handle)
-                        self.failed(handle, work[handle], why, results, blame and now < deadline)
+                        guilty = blame and (now < deadline or why.startswith("one call was blocked"))
+                        self.failed(handle, work[handle], why, results, guilty)
         finally:
             selector.close()
             for handle in work:

@@ -100,10 +100,14 @@ def world(traits: list[str], population: int = 12, seed: int = 3) -> World:
     return w
 
 
-def tick(host: TraitHostContainer, w: World, run: list[str], deadline_s: float = 10.0) -> dict[str, Any]:
+def tick(
+    host: TraitHostContainer, w: World, run: list[str], deadline_s: float = 10.0, workers_ms: float | None = None
+) -> dict[str, Any]:
     """One ``views`` request for ``w``'s carriers; the reply with its intents decoded
     (``"intents"``: ``{entity_id: [intent, ...]}``)."""
     message = {"op": "views", "tick": w.tick, **w.trait_views(run), "run": run, "wait_for_workers": True}
+    if workers_ms is not None:  # the workers' deadline, instead of the hello's
+        message["deadline_ms"] = workers_ms
     reply = host.request(message, deadline_s)
     assert reply.get("ok"), reply
     reply["intents"] = dict(decode_intent_groups(reply["intent_groups"]))

@@ -310,3 +310,30 @@ async def test_a_host_failure_after_a_kill_is_charged_and_suspects_survive_a_res
         await engine.close()
         await redis.flushdb()
         await redis.aclose()
+
+
+# Blocks in a system call (it waits without using CPU) on every call.
+SLEEPER = """import random
+
+class Sleeper:
+    async def execute(self, entity) -> None:
+        random._os.read(random._os.pipe()[0], 1)
+"""
+
+
+def test_a_call_that_blocks_instead_of_running_is_blamed_at_the_deadline(client):
+    """Waiting uses no CPU, so no CPU limit catches it; at the tick's deadline a worker whose
+    trait is asleep (not starved: not runnable) is killed and the trait blamed, first as a
+    suspect, then, alone, confirmed. Another agent's trait runs every tick."""
+    with trait_hosts.start(client, "test-contain-sleep") as host:
+        assert trait_hosts.load(host, "a_sleeper", SLEEPER, agent="mallory")["ok"]
+        assert trait_hosts.load(host, "b_mate", BENIGN.replace("class Benign", "class Mate"), agent="mallory")["ok"]
+        assert trait_hosts.load(host, "c_other", BENIGN, agent="alice")["ok"]
+        run = ["a_sleeper", "b_mate", "c_other"]
+        w = trait_hosts.world(run, population=3)
+        first = trait_hosts.tick(host, w, run, workers_ms=500)["results"]
+        assert "blocked" in str(first["a_sleeper"].get("killed")) and first["a_sleeper"]["confirmed"] is False, first
+        assert first["c_other"]["calls"] == 3 and not first["c_other"].get("lost"), first
+        second = trait_hosts.tick(host, w, run, workers_ms=500)["results"]
+        assert second["a_sleeper"].get("confirmed") is True, second
+        assert second["b_mate"]["calls"] == 3 and second["c_other"]["calls"] == 3, second
