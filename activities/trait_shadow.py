@@ -156,7 +156,7 @@ class Side:
             **views,
             "run": run,
             "deadline_ms": deadline_s * WORKERS_SHARE * 1000,
-            "wait_for_workers": True,
+            "complete": True,
         }
         for _attempt in range(LOST_TICK_RETRIES + 1):
             assert self.host is not None

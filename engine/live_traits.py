@@ -78,6 +78,7 @@ class TraitState:
     errors: int = 0
     timeouts: int = 0
     lost: int = 0  # ticks it did not run through nobody's fault
+    throttled: int = 0  # ticks it sat out because its agent was over its share of the traits' CPU
     total_us: float = 0.0
     last_error: str | None = None
 
@@ -91,6 +92,12 @@ def account(state: TraitState, result: dict) -> str | None:
     engine and a held mutation's shadow judge alike.)"""
     state.calls += result.get("calls", 0)
     state.total_us += result.get("total_us", 0.0)
+    if result.get("throttled"):
+        state.throttled += 1
+        return None
+    if result.get("over_share"):  # the host names its agent's heaviest trait after a long overuse
+        state.last_error = str(result["over_share"])[:500]
+        return state.last_error
     if result.get("lost"):
         state.lost += 1
         return None
@@ -119,6 +126,7 @@ class HostStats:
     deadline_misses: int = 0
     skipped_ticks: int = 0  # ticks whose traits did not run because the host was (re)starting
     lost_results: int = 0  # a trait's tick lost through nobody's fault (its process was killed for another's)
+    throttled_results: int = 0  # a trait's tick sat out: its agent was over its share of the traits' CPU
     suspects: int = 0  # traits moved to a process of their own after a kill while they ran
     foreign_intents: int = 0  # intents refused: their entity carried no trait of the sending agent
     quarantined: list[str] = field(default_factory=list)
@@ -239,8 +247,9 @@ class HostTraitRunner:
             **views,
             "run": run,
             "deadline_ms": self.deadline_s * WORKERS_SHARE * 1000,
-            # Fast-forward: a worker being started is waited for, as the host itself is.
-            "wait_for_workers": self.fast_forward,
+            # Fast-forward: every trait runs every tick (a worker being started is waited for, as the
+            # host itself is; nobody is throttled), as in a paced world that kept its pace.
+            "complete": self.fast_forward,
         }
         async with self._host_lock:  # a trait being loaded: the tick waits (a few ms) for it
             if self._host is None:
@@ -307,6 +316,7 @@ class HostTraitRunner:
                 "errors": s.errors,
                 "timeouts": s.timeouts,
                 "lost": s.lost,
+                "throttled": s.throttled,
                 "mean_us": round(s.total_us / s.calls, 2) if s.calls else 0.0,
                 "last_error": s.last_error,
             }
@@ -421,7 +431,9 @@ class HostTraitRunner:
         if result.get("killed"):
             self._last_kill = (name, self._tick)
         why = account(state, result)
-        if result.get("lost"):
+        if result.get("throttled"):
+            self.stats.throttled_results += 1
+        elif result.get("lost"):
             self.stats.lost_results += 1
         elif result.get("killed") and not result.get("confirmed"):
             self.stats.suspects += 1

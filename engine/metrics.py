@@ -94,6 +94,11 @@ class EngineCollector(Collector):
                 value=stats.lost_results,
             )
             yield CounterMetricFamily(
+                "genesis_engine_trait_results_throttled",
+                "A trait's tick sat out because its agent used more than its fair share of the traits' CPU",
+                value=stats.throttled_results,
+            )
+            yield CounterMetricFamily(
                 "genesis_engine_trait_suspects",
                 "Traits moved to a process of their own after a kill while they ran",
                 value=stats.suspects,

@@ -98,6 +98,14 @@ class TraitSettings(BaseModel):
         description="CPU one agent's traits may use in one tick before the host kills their process "
         "(the trait that was running is blamed).",
     )
+    tick_cpu_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1.0,
+        description="Share of the live trait host's CPU time per tick (its CPUs times the tick period) that all "
+        "traits together may use; when they use more, it is split evenly between the agents with traits in the "
+        "tick, and an agent over its share is throttled (its traits sit ticks out) until it is back within it.",
+    )
     worker_memory_mb: int = Field(
         default=128,
         ge=32,

@@ -155,13 +155,16 @@ def container_name(owner: str) -> str:
 def hello_message(settings: Settings, tick_deadline_s: float) -> dict[str, Any]:
     """The first request to every host: the Entity API and the rules and limits it enforces.
     ``tick_deadline_s``: the wall clock the host gives its workers for one tick (less than the
-    deadline its caller kills the whole host at)."""
+    deadline its caller kills the whole host at). The traits' CPU per tick (``tick_share_ms``)
+    is the live host's share of its CPUs over one tick period."""
+    period_ms = 1000.0 / settings.engine.tick_rate
     return {
         "op": "hello",
         "entity_api": entity_api.as_wire(),
         "allowed_imports": sorted(rules.ALLOWED_IMPORTS),
         "call_timeout_ms": settings.sandbox.call_timeout_ms,
         "tick_cpu_ms": settings.trait.tick_cpu_ms,
+        "tick_share_ms": settings.trait.tick_cpu_share * period_ms * settings.engine.trait_host_cpus,
         "tick_deadline_ms": tick_deadline_s * 1000.0,
         "worker_memory_mb": settings.trait.worker_memory_mb,
         "max_intents_per_call": rules.MAX_INTENTS_PER_CALL,

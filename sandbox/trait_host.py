@@ -48,7 +48,10 @@ this program connects to (the live engine's private channel, see sandbox/contain
       ``run`` runs, in that order, on the rows whose trait set contains it. Optional
       "deadline_ms" overrides the hello's tick deadline. A worker still starting (forked again
       after a kill or an unload, loading its traits) sits the tick out, its traits' results
-      "lost", unless "wait_for_workers" is true (then it is waited for, within half the deadline).
+      "lost", and so does an agent over its fair share of CPU (see ``Fairness``; "throttled":
+      why), unless "complete" is true: then every trait runs (a starting worker is waited for,
+      within half the deadline; nobody is throttled), as fast-forward, sandbox tests and shadows
+      need to equal a paced run.
       -> {"ok": true, "op": "views", "tick": N, "intent_groups": [COLUMNS, ...],
           "results": {TRAIT: {"calls": n, "total_us": t, "max_us": m, "errors": [...],
           "error_count": k, "timeouts": [ids], "blocks": b}}, "group_agents": [AGENT, ...],
@@ -79,6 +82,7 @@ The host exits when stdin (or the socket) closes.
 import array
 import binascii
 import builtins
+import collections
 import gc
 import json
 import math
@@ -217,6 +221,8 @@ class Config:
         self.tick_cpu_s = max(float(msg.get("tick_cpu_ms", 100)) / 1000.0, 3 * self.call_timeout_s)
         self.tick_deadline_s = float(msg.get("tick_deadline_ms", 1000)) / 1000.0
         self.worker_memory = int(float(msg.get("worker_memory_mb", 128)) * 2**20)
+        # All traits' CPU per tick before it is split between agents (0: never split).
+        self.tick_share_s = max(0.0, float(msg.get("tick_share_ms", 0.0)) / 1000.0)
         global MAX_INTENTS_PER_CALL
         MAX_INTENTS_PER_CALL = int(msg.get("max_intents_per_call", MAX_INTENTS_PER_CALL))
 
@@ -334,6 +340,7 @@ class Supervisor:
         self.trait_handle = {}  # trait -> WorkerHandle
         self.sources = {}  # trait -> (source, class_name, agent)
         self.outcomes = {}  # trait -> None (loaded) or why not, for a first load not yet answered for
+        self.fairness = {}  # agent -> Fairness
         self.background = set()  # first loads whose outcome goes out with the next tick's reply
 
     # -- requests --------------------------------------------------------------------------
@@ -447,7 +454,7 @@ class Supervisor:
                 results[name] = failed_result("trait not loaded")
             else:
                 work.setdefault(handle, []).append(name)
-        wait = msg.pop("wait_for_workers", False) is True
+        complete = msg.pop("complete", False) is True
         self.poll_loads()
         for handle in work:
             if not handle.alive:
@@ -455,7 +462,7 @@ class Supervisor:
         # A worker still starting sits this tick out (its agent's traits lose it): the live world
         # never waits for one, so it costs no other agent a moment. A request that must not lose
         # ticks (fast-forward, a sandbox test, a shadow) waits for it, within half its deadline.
-        starting = [h for h in work if not h.ready] if wait else []
+        starting = [h for h in work if not h.ready] if complete else []
         while starting and time.monotonic() - arrived < deadline_s / 2:
             for handle in starting:
                 if not handle.alive:
@@ -469,6 +476,7 @@ class Supervisor:
             if not handle.ready or not work[handle]:
                 for name in work.pop(handle):
                     results.setdefault(name, lost_result("its process is being started"))
+        shares = None if complete else self.throttle(work, results)
         # The deadline counts from the request's arrival, whatever starting workers took.
         replies = self.run_workers(work, msg, attachment, max(0.0, arrived + deadline_s - time.monotonic()), results)
         groups, group_agents, blob = [], [], bytearray()
@@ -497,6 +505,8 @@ class Supervisor:
             blob += reply_attachment
             groups.extend(worker_groups)
             group_agents.extend([handle.agent] * len(worker_groups))
+        if shares is not None:
+            self.charge(shares, work, results)
         out = {
             "ok": True,
             "op": "views",
@@ -515,6 +525,62 @@ class Supervisor:
         if loads:
             out["loads"] = loads
         return (out, bytes(blob)) if attachment is not None else out
+
+    def throttle(self, work, results):
+        """Fair CPU: take out of ``work`` the workers of agents that owe CPU (their traits'
+        results say "throttled"); the fair share of this tick, per agent, or None when the
+        traits' CPU is not limited."""
+        budget = self.config.tick_share_s
+        if budget <= 0 or not work:
+            return None
+        agents = {handle.agent for handle in work}
+        share = budget / len(agents)
+        for agent in agents:
+            fair = self.fairness.get(agent)
+            if fair is None:
+                fair = self.fairness[agent] = Fairness()
+            fair.begin_tick(share)
+        for handle in list(work):
+            fair = self.fairness[handle.agent]
+            if fair.owes():
+                why = "throttled: its agent used more than its share of the traits' CPU (%.2f ms a tick)" % (
+                    share * 1000
+                )
+                for name in work.pop(handle):
+                    results[name] = dict(lost_result(why), throttled=why)
+                fair.skipped()
+        return share
+
+    def charge(self, share, work, results):
+        """After a tick: when the traits together used more than the budget, each agent that ran
+        pays what its workers used against its share; an agent that owed CPU on most of its
+        recent ticks has its heaviest trait reported ("over_share") for the engine to quarantine."""
+        used_by = {}
+        for handle, names in work.items():
+            used = handle.tick_used if handle.tick_used is not None else 0.0
+            used_by[handle.agent] = used_by.get(handle.agent, 0.0) + used
+            fair = self.fairness[handle.agent]
+            for name in names:
+                result = results.get(name)
+                if type(result) is dict:
+                    fair.trait_us[name] = fair.trait_us.get(name, 0.0) + result.get("total_us", 0.0)
+        contended = sum(used_by.values()) > self.config.tick_share_s
+        for agent, used in used_by.items():
+            fair = self.fairness[agent]
+            fair.ran(used if contended else 0.0)
+            if fair.persistent():
+                live = {name: us for name, us in fair.trait_us.items() if name in results and name in self.trait_handle}
+                heaviest = max(live, key=live.get, default=None)
+                if heaviest is not None:
+                    results[heaviest]["over_share"] = (
+                        "its agent kept using more than its fair share of the traits' CPU (%.2f ms a tick): "
+                        "throttled on %d of its last %d ticks; it is the agent's heaviest trait"
+                        % (share * 1000, fair.throttled, Fairness.WINDOW)
+                    )
+                fair.forgive()
+        gone = set(self.fairness) - {handle.agent for handle in self.handles.values()}
+        for agent in gone:
+            del self.fairness[agent]
 
     def act(self, msg, _attachment):
         """Run agents' round actions, each in a one-shot worker (see the protocol)."""
@@ -709,6 +775,8 @@ class Supervisor:
     def run_workers(self, work, msg, attachment, deadline_s, results):
         """Send each worker its share of the tick; collect the replies within the deadline."""
         sent = {}
+        for handle in work:
+            handle.tick_used = None
         for handle, names in work.items():
             try:
                 handle.send(dict(msg, op="views", run=names), attachment, deadline_s)
@@ -728,6 +796,7 @@ class Supervisor:
         for handle in work:
             handle.sock.setblocking(False)
             handle.inbox = Inbox()
+            handle.tick_used = None
             handle.tick_cpu0 = handle.seq_cpu = cpu_ns(handle.pid)
             handle.seq_seen = handle.status[0]
             selector.register(handle.sock, selectors.EVENT_READ, handle)
@@ -745,6 +814,7 @@ class Supervisor:
                         (done,) = got
                         selector.unregister(handle.sock)
                         pending.discard(handle)
+                        handle.tick_used = (cpu_ns(handle.pid) - handle.tick_cpu0) / 1e9
                         if done is not None:
                             replies[handle] = done
                         else:
@@ -769,6 +839,7 @@ class Supervisor:
                     if why is not None:
                         selector.unregister(handle.sock)
                         pending.discard(handle)
+                        handle.tick_used = (cpu - handle.tick_cpu0) / 1e9
                         guilty = blame and (now < deadline or why.startswith("one call was blocked"))
                         self.failed(handle, work[handle], why, results, guilty)
         finally:
@@ -819,6 +890,56 @@ class Supervisor:
         handle.kill()
         if self.handles.get(handle.key) is handle:
             del self.handles[handle.key]
+
+
+class Fairness:
+    """One agent's account of the traits' CPU, a token bucket in seconds of CPU: each tick it has
+    work in adds its fair share (the traits' budget per tick split evenly between the agents with
+    work), up to BURST_TICKS shares (where a new agent starts); each tick it runs while the traits
+    together use more than the budget costs it what its workers used (measured by the kernel). An
+    agent in debt sits ticks out until the shares repay it. Without contention nobody pays, so agents that fit the
+    budget together are never throttled, however uneven their use. An agent in debt on at least
+    half of its last WINDOW ticks persists: its heaviest trait is reported."""
+
+    BURST_TICKS = 30
+    WINDOW = 300
+
+    def __init__(self):
+        self.credit = None  # a new agent starts with a full bucket
+        self.recent = collections.deque(maxlen=self.WINDOW)  # 1: a tick it sat out, 0: one it ran
+        self.throttled = 0  # sum(recent)
+        self.trait_us = {}  # trait -> its CPU (its worker's own count) since the window began
+
+    def begin_tick(self, share):
+        full = self.BURST_TICKS * share
+        self.credit = full if self.credit is None else min(self.credit + share, full)
+
+    def owes(self):
+        return self.credit < 0.0
+
+    def skipped(self):
+        self.note(1)
+
+    def ran(self, used_s):
+        self.credit -= used_s
+        self.note(0)
+
+    def note(self, throttled):
+        if len(self.recent) == self.WINDOW:
+            self.throttled -= self.recent[0]
+        self.recent.append(throttled)
+        self.throttled += throttled
+
+    def persistent(self):
+        return len(self.recent) == self.WINDOW and 2 * self.throttled >= self.WINDOW
+
+    def forgive(self):
+        """After its heaviest trait was reported: a new window, and no debt (what remains of
+        the agent's traits starts afresh)."""
+        self.recent.clear()
+        self.throttled = 0
+        self.trait_us = {}
+        self.credit = 0.0
 
 
 def failed_result(why):

@@ -101,11 +101,17 @@ def world(traits: list[str], population: int = 12, seed: int = 3) -> World:
 
 
 def tick(
-    host: TraitHostContainer, w: World, run: list[str], deadline_s: float = 10.0, workers_ms: float | None = None
+    host: TraitHostContainer,
+    w: World,
+    run: list[str],
+    deadline_s: float = 10.0,
+    workers_ms: float | None = None,
+    complete: bool = True,
 ) -> dict[str, Any]:
     """One ``views`` request for ``w``'s carriers; the reply with its intents decoded
-    (``"intents"``: ``{entity_id: [intent, ...]}``)."""
-    message = {"op": "views", "tick": w.tick, **w.trait_views(run), "run": run, "wait_for_workers": True}
+    (``"intents"``: ``{entity_id: [intent, ...]}``). ``complete``: every trait runs (no worker
+    sits the tick out for starting or for its agent's CPU), as tests that compare ticks need."""
+    message = {"op": "views", "tick": w.tick, **w.trait_views(run), "run": run, "complete": complete}
     if workers_ms is not None:  # the workers' deadline, instead of the hello's
         message["deadline_ms"] = workers_ms
     reply = host.request(message, deadline_s)
