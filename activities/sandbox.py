@@ -187,7 +187,7 @@ def run_trial(
             prepare_ms = 0.0
             try:
                 reply = host.request(
-                    {"op": "views", "tick": world.tick, **views, "run": run, "complete": True},
+                    {"op": "views", "tick": world.tick, **views, "run": run, "complete": True, "count_blocks": True},
                     settings.sandbox.tick_deadline_s,
                     prepare_step if not lost else None,
                 )
