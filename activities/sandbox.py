@@ -8,6 +8,8 @@ compares tick time against a baseline run of the same world without the trait.
 from __future__ import annotations
 
 import functools
+import random
+import secrets
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -44,6 +46,17 @@ def test_world_params() -> WorldParams:
     return WorldParams()
 
 
+def test_world(seed: int) -> World:
+    """The seeded test world, its Molbots of every age up to their lifespans (as in a live world
+    that has run a while), so that code gated on an age runs in the test too."""
+    world = World(test_world_params(), seed=seed)
+    ages = random.Random(seed)
+    for entity_id in sorted(world.entities):
+        entity = world.entities[entity_id]
+        entity.age = ages.randrange(max(1, entity.max_age))
+    return world
+
+
 def sandbox_hello(settings: Settings) -> dict:
     """The hello of a sandbox test's host: its workers get most of the tick deadline."""
     return hello_message(settings, settings.sandbox.tick_deadline_s * 0.8)
@@ -51,7 +64,7 @@ def sandbox_hello(settings: Settings) -> dict:
 
 def baseline_tick_ms(seed: int, ticks: int) -> float:
     """Mean world-step time without any trait: what the trait's cost is compared against."""
-    world = World(test_world_params(), seed=seed)
+    world = test_world(seed)
     started = time.perf_counter()
     for _ in range(ticks):
         world.step({})
@@ -115,9 +128,10 @@ def run_trial(
             heartbeat("building the trait-host image")
             image.build(client)
 
-    ticks = settings.sandbox.ticks
-    baseline_ms = cached_baseline_tick_ms(settings.sandbox.seed, ticks)
-    world = World(test_world_params(), seed=settings.sandbox.seed)
+    # Not a number a trait can count to: between ticks and twice that, drawn for each test.
+    ticks = settings.sandbox.ticks + secrets.randbelow(settings.sandbox.ticks)
+    baseline_ms = cached_baseline_tick_ms(settings.sandbox.seed, settings.sandbox.ticks)
+    world = test_world(settings.sandbox.seed)
     world.give_trait_to_all(request.trait_name)
     report = SandboxReport(verdict="ok", summary="", ticks_run=0, baseline_tick_ms=round(baseline_ms, 3), image=tag)
     call_us_total = call_us_max = 0.0

@@ -340,7 +340,7 @@ class TraitShadowActivities:
             ticks = (
                 await manifests.current(await session.connection(), self._settings)
             ).manifest.governance.shadow_ticks
-        live = [registry.entry_from_row(version, mutation.agent_id if mutation else "") for version, mutation in rows]
+        live = [registry.entry_from_row(version, mutation) for version, mutation in rows]
         progress = ["starting"]
         stop = threading.Event()
 

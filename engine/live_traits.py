@@ -81,6 +81,44 @@ class TraitState:
     throttled: int = 0  # ticks it sat out because its agent was over its share of the traits' CPU
     total_us: float = 0.0
     last_error: str | None = None
+    window: Window = field(default_factory=lambda: Window())  # live behaviour since the last drift check
+
+
+@dataclass
+class Window:
+    """A trait's live behaviour over the ticks since its last comparison with its sandbox profile."""
+
+    ticks: int = 0
+    calls: int = 0
+    total_us: float = 0.0
+    errors: int = 0
+    intents: int = 0
+
+
+DRIFT_WINDOW_CALLS = 500  # calls (and DRIFT_WINDOW_TICKS ticks) between comparisons with the profile
+DRIFT_WINDOW_TICKS = 60
+DRIFT_CPU_FACTOR, DRIFT_CPU_MARGIN_US = 10.0, 200.0  # live CPU per call beyond both is a departure
+DRIFT_ERRORS_MIN, DRIFT_ERRORS_FACTOR = 0.2, 5.0  # errors per call beyond both
+DRIFT_INTENTS_FACTOR, DRIFT_INTENTS_MARGIN = 3.0, 2.0  # intents per call beyond both
+
+
+def drift(state: TraitState) -> str | None:
+    """How ``state``'s live behaviour departs sharply from its sandbox profile (its CPU per call,
+    its errors per call, the intents it makes per call), or None; judged once a window of calls is
+    full, which then starts again. A trait that behaved in its test and changes once live (gated
+    on a count of calls, an age, a date) shows here, however long its test ran."""
+    profile, w = state.entry.profile, state.window
+    if profile is None or w.calls < DRIFT_WINDOW_CALLS or w.ticks < DRIFT_WINDOW_TICKS:
+        return None
+    state.window = Window()
+    us, errors, intents = w.total_us / w.calls, w.errors / w.calls, w.intents / w.calls
+    if us > max(DRIFT_CPU_FACTOR * profile.call_us_mean, profile.call_us_mean + DRIFT_CPU_MARGIN_US):
+        return f"its calls cost {us:.0f} us of CPU each live against {profile.call_us_mean:.1f} us in its sandbox test"
+    if errors >= DRIFT_ERRORS_MIN and errors > DRIFT_ERRORS_FACTOR * profile.errors_per_call + 0.05:
+        return f"{errors:.0%} of its calls fail live against {profile.errors_per_call:.0%} in its sandbox test"
+    if intents > DRIFT_INTENTS_FACTOR * profile.intents_per_call + DRIFT_INTENTS_MARGIN:
+        return f"it makes {intents:.1f} intents a call live against {profile.intents_per_call:.1f} in its sandbox test"
+    return None
 
 
 def account(state: TraitState, result: dict) -> str | None:
@@ -110,6 +148,12 @@ def account(state: TraitState, result: dict) -> str | None:
     errors, timeouts = result.get("error_count", len(result.get("errors", []))), len(result.get("timeouts", []))
     state.errors += errors
     state.timeouts += timeouts
+    window = state.window
+    window.ticks += 1
+    window.calls += result.get("calls", 0)
+    window.total_us += result.get("total_us", 0.0)
+    window.errors += errors + timeouts
+    window.intents += result.get("intents", 0)
     if not (errors or timeouts):
         state.strikes = 0
         return None
@@ -128,6 +172,7 @@ class HostStats:
     lost_results: int = 0  # a trait's tick lost through nobody's fault (its process was killed for another's)
     throttled_results: int = 0  # a trait's tick sat out: its agent was over its share of the traits' CPU
     suspects: int = 0  # traits moved to a process of their own after a kill while they ran
+    drift_suspects: int = 0  # ... or because they departed sharply from their sandbox profile
     foreign_intents: int = 0  # intents refused: their entity carried no trait of the sending agent
     quarantined: list[str] = field(default_factory=list)
     restarts_caused: dict[str, int] = field(default_factory=dict)  # trait -> host restarts charged to it
@@ -440,6 +485,13 @@ class HostTraitRunner:
             log.warning("trait %s is a suspect and runs alone now: %s", name, state.last_error)
         if why is not None:
             await self._quarantine(name, why)
+            return
+        departed = drift(state)
+        if departed is not None and not state.suspect:
+            state.suspect = True
+            self.stats.drift_suspects += 1
+            log.warning("trait %s is a suspect and runs alone now: %s", name, departed)
+            self._isolate_later(state.entry)
 
     async def _host_failed(self, exc: Exception) -> None:
         """Drop the host (a new one starts in the background, and reloads every live trait,
@@ -461,6 +513,23 @@ class HostTraitRunner:
         else:
             log.warning("trait host failed (%s); restarting it", exc)
         await asyncio.to_thread(self._drop_host)
+
+    def _isolate_later(self, entry: registry.RegistryEntry) -> None:
+        """Move a live trait into a worker of its own (its agent's worker is forked again
+        without it), in the background: a suspect that behaves stays there."""
+
+        async def isolate() -> None:
+            async with self._host_lock:
+                if self._host is None or entry.trait_name not in self._traits:
+                    return  # a restarted host loads it alone anyway
+                try:
+                    await asyncio.to_thread(self._send_load, entry, True, True)
+                except (HostDeadlineExceeded, HostCrashed) as exc:
+                    await self._host_failed(exc)
+
+        task = asyncio.create_task(isolate())
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     def _unload_later(self, name: str) -> None:
         async def unload() -> None:

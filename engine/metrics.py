@@ -104,6 +104,11 @@ class EngineCollector(Collector):
                 value=stats.suspects,
             )
             yield CounterMetricFamily(
+                "genesis_engine_trait_drift_suspects",
+                "Live traits moved to a process of their own because they departed sharply from their sandbox profile",
+                value=stats.drift_suspects,
+            )
+            yield CounterMetricFamily(
                 "genesis_engine_trait_intents_foreign",
                 "Intents refused because their entity carried no trait of the agent whose worker sent them",
                 value=stats.foreign_intents,

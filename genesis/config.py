@@ -52,7 +52,11 @@ class SandboxSettings(BaseModel):
         description="Trait-host image of the sandbox test and the live engine. Empty: the image built offline "
         "from this machine's CPython 3.11 (`python -m sandbox.image name` prints its tag).",
     )
-    ticks: int = Field(default=50, description="Ticks of the seeded test world a new trait runs in its sandbox test.")
+    ticks: int = Field(
+        default=50,
+        description="Ticks of the seeded test world a new trait runs in its sandbox test, at least: each test draws "
+        "its length between this and twice this, so that it is no number a trait can count to.",
+    )
     seed: int = Field(default=1234, description="Seed of the sandbox test world.")
     call_timeout_ms: float = Field(
         default=5.0, description="CPU time one `execute` call may use (SANDBOX_TIMEOUT in the test, a strike live)."

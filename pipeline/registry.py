@@ -8,6 +8,7 @@ pipeline/live.py."""
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import redis.asyncio as aioredis
 from pydantic import BaseModel
@@ -19,6 +20,28 @@ from genesis.redis_keys import REGISTRY_TRAITS, REGISTRY_VERSION
 from pipeline.live import live_versions
 
 
+class SandboxProfile(BaseModel):
+    """How a trait behaved in its sandbox test, per call: the live engine compares its live
+    behaviour with it (a trait that departs from it sharply becomes a suspect)."""
+
+    call_us_mean: float
+    errors_per_call: float
+    intents_per_call: float
+
+    @classmethod
+    def of(cls, report: dict[str, Any] | None) -> SandboxProfile | None:
+        """From a mutation's recorded sandbox report (None: no test ran, nothing to compare)."""
+        if not report or not report.get("calls"):
+            return None
+        calls = float(report["calls"])
+        intents = report.get("intents_applied", 0) + sum((report.get("intents_rejected") or {}).values())
+        return cls(
+            call_us_mean=float(report.get("call_us_mean", 0.0)),
+            errors_per_call=(report.get("exceptions", 0) + report.get("timeouts", 0)) / calls,
+            intents_per_call=intents / calls,
+        )
+
+
 class RegistryEntry(BaseModel):
     trait_name: str
     version: int
@@ -28,9 +51,11 @@ class RegistryEntry(BaseModel):
     code_hash: str
     # Who proposed it: traits of different agents never share a process in the trait host.
     agent_id: str = ""
+    profile: SandboxProfile | None = None
 
 
-def entry_from_row(row: TraitVersion, agent_id: str) -> RegistryEntry:
+def entry_from_row(row: TraitVersion, mutation: Mutation | None) -> RegistryEntry:
+    """The entry of a trait version, with the agent that proposed it and its sandbox profile."""
     return RegistryEntry(
         trait_name=row.trait_name,
         version=row.version,
@@ -38,14 +63,15 @@ def entry_from_row(row: TraitVersion, agent_id: str) -> RegistryEntry:
         class_name=row.class_name,
         code=row.code,
         code_hash=row.code_hash,
-        agent_id=agent_id,
+        agent_id=(mutation.agent_id if mutation is not None else "") or "",
+        profile=SandboxProfile.of(mutation.sandbox_report if mutation is not None else None),
     )
 
 
 async def entry_of(session: AsyncSession, row: TraitVersion) -> RegistryEntry:
     """The registry entry of a trait version, with the agent that proposed it."""
-    agent_id = await session.scalar(select(Mutation.agent_id).where(Mutation.mutation_id == row.mutation_id))
-    return entry_from_row(row, agent_id or "")
+    mutation = await session.scalar(select(Mutation).where(Mutation.mutation_id == row.mutation_id))
+    return entry_from_row(row, mutation)
 
 
 async def put_entry(redis: aioredis.Redis, entry: RegistryEntry) -> int:
@@ -94,7 +120,7 @@ async def rebuild_from_postgres(sessions: async_sessionmaker, redis: aioredis.Re
     happened yet)."""
     async with sessions() as session:
         rows = (await session.execute(live_versions())).all()
-    entries = [entry_from_row(row, mutation.agent_id if mutation else "") for row, mutation in rows]
+    entries = [entry_from_row(row, mutation) for row, mutation in rows]
     return await replace_all(redis, entries)
 
 

@@ -55,7 +55,7 @@ this program connects to (the live engine's private channel, see sandbox/contain
       need to equal a paced run.
       -> {"ok": true, "op": "views", "tick": N, "intent_groups": [COLUMNS, ...],
           "results": {TRAIT: {"calls": n, "total_us": t, "max_us": m, "errors": [...],
-          "error_count": k, "timeouts": [ids], "blocks": b}}, "group_agents": [AGENT, ...],
+          "error_count": k, "timeouts": [ids], "intents": i, "blocks": b}}, "group_agents": [AGENT, ...],
           "loads": {TRAIT: {"ok": true} | {"ok": false, "error": ...}}}
       One group of intent columns (see ``IntentColumns``) per trait that ran, entities ascending
       within each: the groups of each worker in the order of its first trait in ``run``, each
@@ -1009,6 +1009,7 @@ def checked_result(result):
         "errors": errors,
         "timeouts": timeouts,
         "blocks": number("blocks", int),
+        "intents": number("intents", int),
     }
 
 
@@ -1288,6 +1289,7 @@ class Worker:
             try:
                 intents[name] = IntentColumns()
                 results[name] = self.run_calls(name, ids, rows, proxy_class, intents[name])
+                results[name]["intents"] = len(intents[name].kinds)
             finally:
                 self.status[1] = 0
 

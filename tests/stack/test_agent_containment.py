@@ -374,3 +374,54 @@ def test_an_agent_over_its_share_of_cpu_is_throttled_then_its_heaviest_trait_rep
         assert reported is not None and 300 <= reported[0] < 400, (reported, ran)
         assert "fair share" in reported[1] and "heaviest" in reported[1]
         assert ran["a_hog"] < reported[0] / 2 and ran["c_alice"] == ran["d_bob"] == reported[0], ran
+
+
+# Cheap for its carriers' first 30 ticks of age (as in its sandbox test), then ~1 ms of Python per call.
+SLOW_AFTER_A_WHILE = """import math
+
+class SlowAfterAWhile:
+    async def execute(self, entity) -> None:
+        if entity.age > 30:
+            total = 0.0
+            for i in range(3000):
+                total = total + math.sin(i)
+            entity.direction = total % 6.28
+"""
+
+
+async def test_a_trait_that_departs_from_its_sandbox_profile_becomes_a_suspect(settings):
+    """Its sandbox profile says a call costs a few microseconds; live, past a gate, its calls cost
+    a hundred times that, within every limit. The engine moves it into a worker of its own (its
+    mate stays in the agent's); nothing is quarantined."""
+    own = settings.override(redis_url=redis_db_below(7), engine_snapshot_interval=10**9, engine_trait_gain_chance=0.0)
+    redis = aioredis.from_url(own.redis_url)
+    await redis.flushdb()
+    profile = registry.SandboxProfile(call_us_mean=4.0, errors_per_call=0.0, intents_per_call=1.0)
+    traits = {
+        "a_slow": (SLOW_AFTER_A_WHILE, "mallory"),
+        "b_mate": (BENIGN.replace("class Benign", "class Mate"), "mallory"),
+    }
+    for i, (name, (source, agent)) in enumerate(traits.items()):
+        entry = trait_hosts.registry_entry(name, source, agent, 300 + i).model_copy(update={"profile": profile})
+        await registry.put_entry(redis, entry)
+    world = trait_hosts.crowd(list(traits), 20, seed=3, born_together=True)
+    runner = HostTraitRunner(own, redis)
+    engine = Engine(own, runner, world=world)
+    try:
+        await engine.start()
+        while runner.stats.drift_suspects == 0 and engine.world.tick < 400:
+            await engine.tick_once()
+        assert runner.stats.drift_suspects == 1 and not runner.stats.quarantined, runner.stats
+        assert engine.world.tick > 30 + 60  # not before the gate opened and a window was full
+        for _ in range(100):
+            await engine.tick_once()
+            stats = await runner.host_stats()
+            workers = {tuple(w["traits"]): w["solo"] for w in stats["workers"]} if stats else {}
+            if workers == {("a_slow",): True, ("b_mate",): False}:
+                break
+            await asyncio.sleep(0.01)
+        assert workers == {("a_slow",): True, ("b_mate",): False}, workers
+    finally:
+        await engine.close()
+        await redis.flushdb()
+        await redis.aclose()

@@ -94,7 +94,7 @@ async def test_good_examples_pass_with_a_sandbox_report_and_leave_nothing_behind
         assert log[0] == "Schema: OK" and log[-2] == "Deduplication: OK", log
         assert log[-1].startswith("Sandbox: OK — 50 ticks"), log
         report = answer["sandbox_report"]
-        assert report["verdict"] == "ok" and report["ticks_run"] == 50 and report["calls"] > 0, report
+        assert report["verdict"] == "ok" and 50 <= report["ticks_run"] < 100 and report["calls"] > 0, report
         assert report["container_id"] and report["image"], report  # it ran in a container, not in the API
         assert log[-1] == f"Sandbox: OK — {report['summary']}"
 

@@ -76,7 +76,7 @@ async def test_seed_example_reaches_sandbox_ok(http, temporal_client):
     assert log[0] == "Schema: OK" and "AST parse: OK" in log
     assert any(line.startswith("Sandbox: OK") for line in log)
     report = status["sandbox_report"]
-    assert report["verdict"] == "ok" and report["ticks_run"] == 50 and report["calls"] > 0
+    assert report["verdict"] == "ok" and 50 <= report["ticks_run"] < 100 and report["calls"] > 0
     assert report["projected_fps"] > 30
     await assert_containers_gone(mutation_id)
 
