@@ -24,6 +24,7 @@ import asyncio
 import dataclasses
 import math
 import os
+import secrets
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -340,6 +341,8 @@ class TraitShadowActivities:
             ticks = (
                 await manifests.current(await session.connection(), self._settings)
             ).manifest.governance.shadow_ticks
+        # Not a number a trait can count to: up to half as long again, drawn for each shadow.
+        ticks += secrets.randbelow(ticks // 2 + 1)
         live = [registry.entry_from_row(version, mutation) for version, mutation in rows]
         progress = ["starting"]
         stop = threading.Event()

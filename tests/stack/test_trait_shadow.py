@@ -171,10 +171,11 @@ async def test_a_held_mutation_shows_its_shadow_report_and_is_approved_for_it(
     finally:
         await asyncio.to_thread(sandbox.close)
     shadow = held["shadow_report"]
-    assert shadow["kind"] == "trait" and shadow["from_tick"] == SNAPSHOT_TICK and shadow["ticks"] == SHADOW_TICKS
+    assert shadow["kind"] == "trait" and shadow["from_tick"] == SNAPSHOT_TICK
+    assert SHADOW_TICKS <= shadow["ticks"] <= SHADOW_TICKS * 3 // 2  # drawn for each shadow
     assert shadow["trait"]["mutation_id"] == mutation_id
     assert "shadowed" in shadow["candidate"]["traits"] and "shadowed" not in shadow["baseline"]["traits"]
     assert shadow["report_hash"] == report_hash({k: v for k, v in shadow.items() if k != "report_hash"})
     line = held["validation_log"][-2]
-    assert line.startswith(f"Shadow: {SHADOW_TICKS} ticks from tick {SNAPSHOT_TICK} — population "), line
+    assert line.startswith(f"Shadow: {shadow['ticks']} ticks from tick {SNAPSHOT_TICK} — population "), line
     assert held["validation_log"][-1].startswith("Approval: waiting for an operator")
