@@ -24,7 +24,6 @@ from activities import names
 from engine.world import World, WorldParams
 from genesis.config import Settings
 from genesis.dto import FailureCode, SandboxReport, SandboxRequest
-from genesis.trait_wire import MalformedIntents, decode_intent_groups
 from sandbox import image
 from sandbox.container import (
     HostCrashed,
@@ -34,6 +33,7 @@ from sandbox.container import (
     hello_message,
     remove_containers_of,
 )
+from sandbox.host_client import MISSED, HostClient
 from sandbox.pool import WarmPool
 
 HOST_START_DEADLINE_S = 20.0  # first answer includes container start on a busy machine
@@ -166,19 +166,19 @@ def run_trial(
     leftovers.shutdown(wait=False)
     try:
         report.container_id = host.id
+        trusted = HostClient(host)
         try:
-            loaded = host.request(
-                {"op": "load", "trait": request.trait_name, "source": request.code, "class_name": request.class_name},
-                settings.sandbox.tick_deadline_s,
+            error = trusted.load(
+                request.trait_name, request.code, request.class_name, deadline_s=settings.sandbox.tick_deadline_s
             )
         except HostDeadlineExceeded:
             return finish(FailureCode.SANDBOX_TIMEOUT.value, "loading the trait did not finish in time")
         except HostCrashed as exc:
             return finish(FailureCode.SANDBOX_EXCEPTION.value, f"trait host crashed while loading: {exc}")
-        if not loaded.get("ok"):
+        if error is not None:
             report.exceptions = 1
-            report.first_error = loaded.get("error")
-            return finish(FailureCode.SANDBOX_EXCEPTION.value, f"loading the trait failed: {loaded.get('error')}")
+            report.first_error = error
+            return finish(FailureCode.SANDBOX_EXCEPTION.value, f"loading the trait failed: {error}")
 
         run = [request.trait_name]
         prepare_ms = 0.0
@@ -192,42 +192,45 @@ def run_trial(
             prepare_ms = (time.perf_counter() - began) * 1000
 
         blocks: dict[int, int] = {}  # tick -> memory blocks of the trait's process after it
-        lost = 0
-        tick = 0
-        while tick < ticks:
-            # The live engine's compact per-tick request: one protocol, used twice.
-            views = world.trait_views(run)
-            sent = time.perf_counter()
+        for tick in range(ticks):
+            # The live engine's request, through the same client: one protocol, used twice. A tick
+            # the busy machine kept from finishing (a lost result) is run again.
             prepare_ms = 0.0
-            try:
-                reply = host.request(
-                    {"op": "views", "tick": world.tick, **views, "run": run, "complete": True, "count_blocks": True},
-                    settings.sandbox.tick_deadline_s,
-                    prepare_step if not lost else None,
-                )
-            except HostDeadlineExceeded:
+            reply = trusted.tick(
+                world.tick,
+                world.trait_views(run, raw=True),
+                run,
+                settings.sandbox.tick_deadline_s,
+                agent_of={request.trait_name: ""},  # loaded without an owner: a worker of its own
+                complete=True,
+                count_blocks=True,
+                lost_retries=LOST_TICK_RETRIES,
+                while_waiting=prepare_step,
+            )
+            if isinstance(reply.failure, HostDeadlineExceeded):
                 report.timeouts += 1
                 return finish(
                     FailureCode.SANDBOX_TIMEOUT.value,
                     f"tick {tick}: the trait host gave no answer within {settings.sandbox.tick_deadline_s}s "
                     "and its container was killed",
                 )
-            except HostCrashed as exc:
-                return finish(FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: trait host crashed: {exc}")
-            elapsed_ms = (time.perf_counter() - sent) * 1000 - prepare_ms
-            result = reply.get("results", {}).get(request.trait_name, {})
+            if reply.outcome == MISSED:
+                return finish(FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: trait host crashed: {reply.why}")
+            if not reply.ok:
+                return finish(
+                    FailureCode.SANDBOX_EXCEPTION.value,
+                    f"tick {tick}: the trait host sent malformed intents: {reply.why}",
+                )
+            elapsed_ms = reply.elapsed_s * 1000
+            result = reply.results.get(request.trait_name, {})
             if result.get("killed"):
                 report.timeouts += 1
                 return finish(
                     FailureCode.SANDBOX_TIMEOUT.value,
                     f"tick {tick}: execute() was stopped from outside its process: {result['killed']}",
                 )
-            if result.get("lost"):  # nobody's fault (the machine was busy): the same tick again
-                lost += 1
-                if lost > LOST_TICK_RETRIES:
-                    raise RuntimeError(f"tick {tick} could not finish {lost} times: {result['lost']}")
-                continue
-            lost = 0
+            if result.get("lost"):  # nobody's fault, every time
+                raise RuntimeError(f"tick {tick} could not finish {reply.lost_retries + 1} times: {result['lost']}")
             blocks[tick] = result.get("blocks", 0)
             report.calls += result.get("calls", 0)
             call_us_total += result.get("total_us", 0.0)
@@ -248,12 +251,7 @@ def run_trial(
                 return finish(
                     FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: execute() raised {report.first_error}"
                 )
-            try:
-                intents = decode_intent_groups(reply.get("intent_groups"))
-            except MalformedIntents as exc:
-                return finish(
-                    FailureCode.SANDBOX_EXCEPTION.value, f"tick {tick}: the trait host sent malformed intents: {exc}"
-                )
+            intents = reply.intents
             stepped = time.perf_counter()
             tick_report = world.step(intents, lazy_write_back=True)
             world_ms.append((time.perf_counter() - stepped) * 1000 + prepare_ms)
@@ -262,7 +260,6 @@ def run_trial(
             report.intents_applied += sum(len(v) for v in intents.values()) - len(tick_report.rejected_intents)
             if tick % 10 == 0:
                 heartbeat(f"tick {tick}/{ticks}")
-            tick += 1
     finally:
         hosts.retire(host)
         if removed.result():

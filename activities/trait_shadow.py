@@ -37,23 +37,20 @@ from temporalio import activity
 
 from activities import names
 from engine.inputs import HOST_MISSED, HOST_OK, TickInputs
-from engine.live_traits import WORKERS_SHARE, TraitState, account
 from engine.replay import ReplayError, load_world
 from engine.shadow import Run, differences, pick_snapshot, report_hash
 from engine.world import World
 from genesis.config import Settings
 from genesis.dto import TraitShadowOutcome, TraitShadowRequest
-from genesis.trait_wire import MalformedIntents, decode_intent_groups
 from journal.reader import JournalReader
 from journal.snapshots import SnapshotStore
 from pipeline import manifests, registry
 from pipeline.live import live_versions
 from sandbox import image
-from sandbox.container import HostCrashed, HostDeadlineExceeded, IsolationLimits, TraitHostContainer, hello_message
+from sandbox.container import IsolationLimits, TraitHostContainer, hello_message
+from sandbox.host_client import HOST_START_DEADLINE_S, WORKERS_SHARE, HostClient, TraitAccount, account
 
 REPORT_VERSION = 1
-HOST_START_DEADLINE_S = 20.0
-LOAD_DEADLINE_S = 5.0
 MAX_HOST_RESTARTS = 3  # per side; past them the run is an infrastructure failure (retried)
 LOST_TICK_RETRIES = 3  # a tick the busy machine kept from finishing is run again
 PROGRESS_EVERY = 50  # ticks
@@ -67,9 +64,10 @@ class ShadowStopped(Exception):
 
 
 @dataclass
-class TraitRecord(TraitState):
+class TraitRecord(TraitAccount):
     """One trait's run on one side: what the live engine counts, and where it would have left."""
 
+    entry: registry.RegistryEntry = field(kw_only=True)
     first_error: str | None = None
     quarantined_at: int | None = None
     quarantine_reason: str | None = None
@@ -94,8 +92,8 @@ class Side:
     name: str
     run: Run
     traits: dict[str, TraitRecord]
-    new_host: Callable[[str], TraitHostContainer]
-    host: TraitHostContainer | None = None
+    new_host: Callable[[str], HostClient]
+    host: HostClient | None = None
     restarts: int = 0
     missed_ticks: int = 0
     unloadable: dict[str, str] = field(default_factory=dict)
@@ -113,18 +111,9 @@ class Side:
             if name in self.unloadable or record.quarantined_at is not None:
                 continue
             entry = record.entry
-            reply = self.host.request(
-                {
-                    "op": "load",
-                    "trait": name,
-                    "source": entry.code,
-                    "class_name": entry.class_name,
-                    "agent": entry.agent_id,
-                },
-                LOAD_DEADLINE_S,
-            )
-            if not reply.get("ok"):
-                self.unloadable[name] = str(reply.get("error"))[:300]
+            error = self.host.load(name, entry.code, entry.class_name, entry.agent_id)
+            if error is not None:
+                self.unloadable[name] = error[:300]
 
     def host_failed(self) -> None:
         if self.host is not None:
@@ -151,39 +140,24 @@ class Side:
         self.run.tick(inputs)
 
     def _ask(self, tick: int, views: dict, run: list[str], deadline_s: float) -> tuple[str, Any]:
-        message = {
-            "op": "views",
-            "tick": tick,
-            **views,
-            "run": run,
-            "deadline_ms": deadline_s * WORKERS_SHARE * 1000,
-            "complete": True,
-        }
-        for _attempt in range(LOST_TICK_RETRIES + 1):
-            assert self.host is not None
-            try:
-                reply = self.host.request(message, deadline_s)
-                attachment = reply.get("attachment")
-                if not reply.get("ok"):
-                    raise MalformedIntents(f"the host refused the tick: {reply.get('error')}")
-                intents = decode_intent_groups(
-                    reply.get("intent_groups"), attachment if isinstance(attachment, bytes) else None
-                )
-                results = reply.get("results")
-                if not isinstance(results, dict):
-                    raise MalformedIntents("results must be an object")
-            except (HostDeadlineExceeded, HostCrashed, MalformedIntents):
-                self.missed_ticks += 1  # as live: the tick runs on instinct and the host is replaced
-                self.host_failed()
-                return HOST_MISSED, None
-            if any(isinstance(r, dict) and r.get("lost") for r in results.values()):
-                continue  # nobody's fault (the machine was busy): the same tick again
-            self._account(tick, results)
-            return HOST_OK, intents
-        raise RuntimeError(f"tick {tick} of the {self.name} side could not finish {LOST_TICK_RETRIES + 1} times")
+        assert self.host is not None
+        agents = {name: record.entry.agent_id for name, record in self.traits.items()}
+        # A tick the busy machine kept from finishing (a result lost through nobody's fault) is
+        # run again: a shadow must equal a paced run that kept its pace.
+        reply = self.host.tick(
+            tick, views, run, deadline_s, agent_of=agents, complete=True, lost_retries=LOST_TICK_RETRIES
+        )
+        if not reply.ok:
+            self.missed_ticks += 1  # as live: the tick runs on instinct and the host is replaced
+            self.host_failed()
+            return HOST_MISSED, None
+        if any(r.get("lost") for r in reply.results.values()):
+            raise RuntimeError(f"tick {tick} of the {self.name} side could not finish {LOST_TICK_RETRIES + 1} times")
+        self._account(tick, reply.results)
+        return HOST_OK, reply.intents
 
     def _account(self, tick: int, results: dict) -> None:
-        """As the live engine judges a trait's results (``engine.live_traits.account``); a trait
+        """As the live engine judges a trait's results (``sandbox.host_client.account``); a trait
         it would quarantine leaves this side's world."""
         for name in sorted(results):
             record, result = self.traits.get(name), results[name]
@@ -268,7 +242,7 @@ def run_trait_shadow(
     limits = dataclasses.replace(IsolationLimits.for_engine(settings), cpu_shares=SHADOW_CPU_SHARES)
     deadline_s = settings.sandbox.tick_deadline_s
 
-    def new_host(side: str) -> TraitHostContainer:
+    def new_host(side: str) -> HostClient:
         owner = f"shadow-{request.mutation_id}-{side}"
         host = TraitHostContainer(client, tag, limits, owner, private_socket=settings.sandbox.host_socket)
         try:
@@ -276,13 +250,13 @@ def run_trait_shadow(
         except BaseException:
             host.close()
             raise
-        return host
+        return HostClient(host)
 
     sides = [
         Side(
             name,
             Run(fork(store, meta, sorted(entries))),
-            {n: TraitRecord(e) for n, e in sorted(entries.items())},
+            {n: TraitRecord(entry=e) for n, e in sorted(entries.items())},
             new_host,
         )
         for name, entries in (("baseline", baseline_traits), ("candidate", candidate_traits))

@@ -30,7 +30,6 @@ import docker
 import redis.asyncio as aioredis
 
 from genesis.config import Settings
-from genesis.trait_wire import Carriers, MalformedIntents, decode_intent_groups
 from pipeline import registry
 from sandbox import image
 from sandbox.container import (
@@ -41,6 +40,16 @@ from sandbox.container import (
     container_memory_bytes,
     hello_message,
     remove_abandoned_trait_hosts,
+)
+from sandbox.host_client import (
+    HOST_START_DEADLINE_S,
+    MISSED,
+    OK,
+    WORKERS_SHARE,
+    HostClient,
+    TraitAccount,
+    account,
+    drift,
 )
 
 if TYPE_CHECKING:
@@ -55,113 +64,19 @@ def host_owner(pid: int | None = None) -> str:
     return f"engine-{pid if pid is not None else os.getpid()}"
 
 
-def host_agent(entry: registry.RegistryEntry) -> str:
-    """The agent a trait's worker belongs to in the host: its owner, or the trait alone."""
-    return entry.agent_id or f"trait:{entry.trait_name}"
-
-
-STRIKES_TO_QUARANTINE = 3  # consecutive ticks with a timeout or an exception
 KILL_BLAME_TICKS = 10  # a host failure this many ticks after a worker's kill is charged to the killed trait
-# The host's workers get this share of the tick's deadline: the rest is the supervisor's, to
-# merge and answer in time even when its container is short of CPU.
-WORKERS_SHARE = 0.6
-LOAD_DEADLINE_S = 5.0  # a load forks a process and runs the trait's module body (the host caps it at 2 s)
 HOST_SAMPLE_S = 5.0  # how often the host's memory and processes are sampled for the metrics
 
 
 @dataclass
-class TraitState:
-    entry: registry.RegistryEntry
-    suspect: bool = False  # killed once while it ran beside its mates: it runs alone, across host restarts
-    strikes: int = 0
-    calls: int = 0
-    errors: int = 0
-    timeouts: int = 0
-    lost: int = 0  # ticks it did not run through nobody's fault
-    throttled: int = 0  # ticks it sat out because its agent was over its share of the traits' CPU
-    total_us: float = 0.0
-    last_error: str | None = None
-    window: Window = field(default_factory=lambda: Window())  # live behaviour since the last drift check
+class TraitState(TraitAccount):
+    """A live trait: its registry entry and what the engine knows of its results."""
 
+    entry: registry.RegistryEntry = field(kw_only=True)
 
-@dataclass
-class Window:
-    """A trait's live behaviour over the ticks since its last comparison with its sandbox profile."""
-
-    ticks: int = 0
-    calls: int = 0
-    total_us: float = 0.0
-    errors: int = 0
-    intents: int = 0
-
-
-DRIFT_WINDOW_CALLS = 500  # calls (and DRIFT_WINDOW_TICKS ticks) between comparisons with the profile
-DRIFT_WINDOW_TICKS = 60
-DRIFT_CPU_FACTOR, DRIFT_CPU_MARGIN_US = 10.0, 200.0  # live CPU per call beyond both is a departure
-DRIFT_ERRORS_MIN, DRIFT_ERRORS_FACTOR = 0.2, 5.0  # errors per call beyond both
-DRIFT_INTENTS_FACTOR, DRIFT_INTENTS_MARGIN = 3.0, 2.0  # intents per call beyond both
-
-
-def drift(state: TraitState) -> str | None:
-    """How ``state``'s live behaviour departs sharply from its sandbox profile (its CPU per call,
-    its errors per call, the intents it makes per call), or None; judged once a window of calls is
-    full, which then starts again. A trait that behaved in its test and changes once live (gated
-    on a count of calls, an age, a date) shows here, however long its test ran."""
-    profile, w = state.entry.profile, state.window
-    if profile is None or w.calls < DRIFT_WINDOW_CALLS or w.ticks < DRIFT_WINDOW_TICKS:
-        return None
-    state.window = Window()
-    us, errors, intents = w.total_us / w.calls, w.errors / w.calls, w.intents / w.calls
-    if us > max(DRIFT_CPU_FACTOR * profile.call_us_mean, profile.call_us_mean + DRIFT_CPU_MARGIN_US):
-        return f"its calls cost {us:.0f} us of CPU each live against {profile.call_us_mean:.1f} us in its sandbox test"
-    if errors >= DRIFT_ERRORS_MIN and errors > DRIFT_ERRORS_FACTOR * profile.errors_per_call + 0.05:
-        return f"{errors:.0%} of its calls fail live against {profile.errors_per_call:.0%} in its sandbox test"
-    if intents > DRIFT_INTENTS_FACTOR * profile.intents_per_call + DRIFT_INTENTS_MARGIN:
-        return f"it makes {intents:.1f} intents a call live against {profile.intents_per_call:.1f} in its sandbox test"
-    return None
-
-
-def account(state: TraitState, result: dict) -> str | None:
-    """Count a trait's result for one tick into ``state``; why it must be quarantined now, or
-    None. Only evidence about the trait itself counts against it: its own errors and CPU
-    overruns, ``STRIKES_TO_QUARANTINE`` ticks in a row, or a kill confirmed while it ran alone. A
-    first kill (its process ran other traits too) only makes it a suspect, which the host runs
-    alone from then on; a result "lost" through nobody's fault counts for nothing. (The live
-    engine and a held mutation's shadow judge alike.)"""
-    state.calls += result.get("calls", 0)
-    state.total_us += result.get("total_us", 0.0)
-    if result.get("throttled"):
-        state.throttled += 1
-        return None
-    if result.get("over_share"):  # the host names its agent's heaviest trait after a long overuse
-        state.last_error = str(result["over_share"])[:500]
-        return state.last_error
-    if result.get("lost"):
-        state.lost += 1
-        return None
-    if result.get("killed"):
-        state.last_error = f"stopped from outside its process: {result['killed']}"
-        if result.get("confirmed"):
-            return f"{state.last_error} (confirmed while it ran alone)"
-        state.suspect = True
-        return None
-    errors, timeouts = result.get("error_count", len(result.get("errors", []))), len(result.get("timeouts", []))
-    state.errors += errors
-    state.timeouts += timeouts
-    window = state.window
-    window.ticks += 1
-    window.calls += result.get("calls", 0)
-    window.total_us += result.get("total_us", 0.0)
-    window.errors += errors + timeouts
-    window.intents += result.get("intents", 0)
-    if not (errors or timeouts):
-        state.strikes = 0
-        return None
-    state.strikes += 1
-    state.last_error = result["errors"][0]["error"] if result.get("errors") else "exceeded its CPU budget"
-    if state.strikes >= STRIKES_TO_QUARANTINE:
-        return f"{state.strikes} ticks in a row with errors or timeouts: {state.last_error}"
-    return None
+    @classmethod
+    def of(cls, entry: registry.RegistryEntry) -> TraitState:
+        return cls(entry=entry, profile=entry.profile)
 
 
 @dataclass
@@ -194,7 +109,7 @@ class HostTraitRunner:
         self._reporter = quarantine  # None: a quarantine stays in this process (benchmarks)
         self._redis = redis
         self._client = client or docker.from_env()
-        self._host: TraitHostContainer | None = None
+        self._host: HostClient | None = None
         self._traits: dict[str, TraitState] = {}
         self._quarantined: dict[str, str] = {}  # trait -> mutation_id of the quarantined version
         self._registry_version = -1
@@ -241,10 +156,6 @@ class HostTraitRunner:
         """Trait -> the mutation id of its quarantined version."""
         return dict(self._quarantined)
 
-    def agent_of(self) -> dict[str, str]:
-        """Live trait -> the agent whose worker in the host runs it (as the host names it)."""
-        return {name: host_agent(state.entry) for name, state in self._traits.items()}
-
     def agent_ids(self) -> dict[str, str]:
         """Live trait -> the agent whose version is running."""
         return {name: state.entry.agent_id for name, state in self._traits.items()}
@@ -285,55 +196,40 @@ class HostTraitRunner:
                 self.stats.skipped_ticks += 1
                 self.last_outcome = ("skipped", "the trait host is starting")
                 return {}
-        # The workers get less than the whole deadline: the host answers for them in time.
-        message = {
-            "op": "views",
-            "tick": tick,
-            **views,
-            "run": run,
-            "deadline_ms": self.deadline_s * WORKERS_SHARE * 1000,
-            # Fast-forward: every trait runs every tick (a worker being started is waited for, as the
-            # host itself is; nobody is throttled), as in a paced world that kept its pace.
-            "complete": self.fast_forward,
-        }
         async with self._host_lock:  # a trait being loaded: the tick waits (a few ms) for it
             if self._host is None:
                 self.stats.skipped_ticks += 1
                 self.last_outcome = ("skipped", "the trait host is starting")
                 return {}
-            try:
-                # In the loop's own thread: the tick waits for this reply anyway, and handing the
-                # call to a worker thread cost ~0.7-1 ms of CPU per tick (500 entities: ~10% of
-                # it). The loop is held at most deadline_s (the host is killed then); other tasks
-                # run between ticks. The host exists here, so no container is started.
-                reply = self._host.request(message, self.deadline_s, while_waiting)
-            except (HostDeadlineExceeded, HostCrashed) as exc:
-                self.last_outcome = ("missed", str(exc))
-                await self._host_failed(exc)
-                return {}
-        try:
-            if not reply.get("ok"):
-                raise MalformedIntents(f"the host refused the tick: {reply.get('error')}")
-            attachment = reply.get("attachment")
-            intents = decode_intent_groups(
-                reply.get("intent_groups"),
-                attachment if isinstance(attachment, bytes) else None,
-                reply.get("group_agents"),
-                Carriers.of(views, self.agent_of()),
+            # In the loop's own thread: the tick waits for this reply anyway, and handing the call
+            # to a worker thread cost ~0.7-1 ms of CPU per tick (500 entities: ~10% of it). The
+            # loop is held at most deadline_s (the host is killed then); other tasks run between
+            # ticks. The host exists here, so no container is started. Fast-forward: every trait
+            # runs every tick (a worker being started is waited for, as the host itself is;
+            # nobody is throttled), as in a paced world that kept its pace.
+            reply = self._host.tick(
+                tick,
+                views,
+                run,
+                self.deadline_s,
+                agent_of=self.agent_ids(),
+                complete=self.fast_forward,
+                while_waiting=while_waiting,
             )
-            results = reply.get("results")
-            if not isinstance(results, dict):
-                raise MalformedIntents("results must be an object")
-        except MalformedIntents as exc:
-            # The supervisor never runs trait code and checks its workers' replies, so garbage
-            # here is the host's own failure: it is replaced, no trait is blamed, and this tick
-            # runs on instinct.
-            self.last_outcome = ("refused", f"unusable reply: {exc}")
-            await self._host_failed(HostCrashed(f"unusable reply: {exc}"))
+        if reply.outcome == MISSED:
+            self.last_outcome = (MISSED, reply.why)
+            await self._host_failed(reply.failure or HostCrashed(reply.why))
             return {}
-        self.last_outcome = ("ok", "")
-        loads = reply.get("loads")
-        for name, outcome in sorted(loads.items()) if isinstance(loads, dict) else ():
+        if reply.outcome != OK:
+            # The supervisor never runs trait code and checks its workers' replies, so garbage
+            # here is the host's own failure: it is replaced, no trait is blamed (unless a kill
+            # just preceded it), and this tick runs on instinct.
+            self.last_outcome = (reply.outcome, reply.why)
+            await self._host_failed(HostCrashed(reply.why))
+            return {}
+        intents, results = reply.intents, reply.results
+        self.last_outcome = (OK, "")
+        for name, outcome in sorted(reply.loads.items()):
             state = self._traits.get(name)
             if state is not None and isinstance(outcome, dict) and outcome.get("ok") is not True:
                 # it loaded in its sandbox test: here it is the trait's doing
@@ -369,7 +265,7 @@ class HostTraitRunner:
         }
 
     # -- host management (blocking Docker I/O: called through asyncio.to_thread) ---------------
-    def _ensure_host(self) -> TraitHostContainer:
+    def _ensure_host(self) -> HostClient:
         if self._host is None:
             tag = image.ensure(self._client)
             remove_abandoned_trait_hosts(self._client)  # e.g. the host of an engine that was killed
@@ -381,42 +277,38 @@ class HostTraitRunner:
                 private_socket=self._settings.engine.trait_host_socket,
             )
             try:
-                host.say_hello(hello_message(self._settings, self.deadline_s * WORKERS_SHARE), 20.0)
+                host.say_hello(hello_message(self._settings, self.deadline_s * WORKERS_SHARE), HOST_START_DEADLINE_S)
             except BaseException:
                 host.close()
                 raise
-            self._host = host
+            self._host = HostClient(host)
             for state in self._traits.values():  # after a restart: reload what was live, suspects alone
                 self._send_load(state.entry, state.suspect, background=True)
         return self._host
 
-    def _send_load(self, entry: registry.RegistryEntry, suspect: bool = False, background: bool = False) -> dict:
-        """Give ``entry`` to the host. A new trait's load is waited for (one trait's module body
-        and instance, within the host's load CPU limit), so that it runs from the next tick on in
-        a paced world as in fast-forward; after a restart every live trait is given back in the
-        ``background`` (the outcome comes with a tick's reply, ``loads``), so no reload of any
-        agent's traits ever holds up a tick."""
+    def _send_load(self, entry: registry.RegistryEntry, suspect: bool = False, background: bool = False) -> str | None:
+        """Give ``entry`` to the host; why it failed to load, or None. A new trait's load is
+        waited for (one trait's module body and instance, within the host's load CPU limit), so
+        that it runs from the next tick on in a paced world as in fast-forward; after a restart
+        every live trait is given back in the ``background`` (the outcome comes with a tick's
+        reply, ``loads``), so no reload of any agent's traits ever holds up a tick."""
         assert self._host is not None
-        return self._host.request(
-            {
-                "op": "load",
-                "trait": entry.trait_name,
-                "source": entry.code,
-                "class_name": entry.class_name,
-                "agent": host_agent(entry),
-                "suspect": suspect,
-                "background": background,
-            },
-            LOAD_DEADLINE_S,
+        return self._host.load(
+            entry.trait_name,
+            entry.code,
+            entry.class_name,
+            entry.agent_id,
+            suspect=suspect,
+            background=background,
         )
 
     def _load(self, entry: registry.RegistryEntry) -> str | None:
         """Load a trait into the host; why it failed to load, or None. (A host that fails
         raises: the registry is applied again at the next refresh.)"""
         self._ensure_host()
-        reply = self._send_load(entry)
-        if reply.get("ok"):
-            self._traits[entry.trait_name] = TraitState(entry)
+        error = self._send_load(entry)
+        if error is None:
+            self._traits[entry.trait_name] = TraitState.of(entry)
             log.info(
                 "loading trait %s v%d (%s)",
                 entry.trait_name,
@@ -425,7 +317,7 @@ class HostTraitRunner:
                 extra={"mutation_id": entry.mutation_id, "trait_name": entry.trait_name},
             )
             return None
-        return str(reply.get("error"))[:500]
+        return error
 
     async def host_memory_bytes(self) -> int | None:
         """The host container's anonymous memory now (its cgroup), or None without a host."""
@@ -448,7 +340,7 @@ class HostTraitRunner:
             if self._host is None:
                 return None
             try:
-                return await asyncio.to_thread(self._host.request, {"op": "stats"}, LOAD_DEADLINE_S)
+                return await asyncio.to_thread(self._host.stats)
             except (HostDeadlineExceeded, HostCrashed) as exc:
                 await self._host_failed(exc)
                 return None
@@ -457,7 +349,7 @@ class HostTraitRunner:
         self._traits.pop(name, None)
         if self._host is not None:
             try:
-                self._host.request({"op": "unload", "trait": name}, 2.0)
+                self._host.unload(name)
             except (HostDeadlineExceeded, HostCrashed):
                 self._drop_host()
         log.info("unloaded trait %s", name)

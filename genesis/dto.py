@@ -158,6 +158,28 @@ class SandboxReport(BaseModel):
         return f"Sandbox: FAILED — {self.verdict}: {self.summary}"
 
 
+class SandboxProfile(BaseModel):
+    """How a trait behaved in its sandbox test, per call: the live engine compares its live
+    behaviour with it (a trait that departs from it sharply becomes a suspect)."""
+
+    call_us_mean: float
+    errors_per_call: float
+    intents_per_call: float
+
+    @classmethod
+    def of(cls, report: dict[str, Any] | None) -> SandboxProfile | None:
+        """From a mutation's recorded sandbox report (None: no test ran, nothing to compare)."""
+        if not report or not report.get("calls"):
+            return None
+        calls = float(report["calls"])
+        intents = report.get("intents_applied", 0) + sum((report.get("intents_rejected") or {}).values())
+        return cls(
+            call_us_mean=float(report.get("call_us_mean", 0.0)),
+            errors_per_call=(report.get("exceptions", 0) + report.get("timeouts", 0)) / calls,
+            intents_per_call=intents / calls,
+        )
+
+
 class TraitShadowRequest(BaseModel):
     """A held mutation's shadow: its trait beside the live ones in a world forked from the live one."""
 

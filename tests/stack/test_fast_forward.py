@@ -91,7 +91,7 @@ async def run_with_host(settings, traits: list[str], fast_forward: bool, kill_ho
         else:
             await engine.run(max_ticks=kill_host_at)
             assert runner._host is not None
-            await asyncio.to_thread(runner._host.kill)  # as if it died: the next tick finds it gone
+            await asyncio.to_thread(runner._host.host.kill)  # as if it died: the next tick finds it gone
             await engine.run(max_ticks=TICKS - kill_host_at)
         calls = {name: timing["calls"] for name, timing in runner.trait_timings().items()}
     finally:

@@ -1,0 +1,65 @@
+"""One client of the trait host: the sandbox test's requests and the live engine's are the same
+requests, so the same trait over the same views makes byte-identical intents through both."""
+
+from __future__ import annotations
+
+import docker
+import numpy as np
+import redis.asyncio as aioredis
+
+from engine.live_traits import HostTraitRunner
+from pipeline import registry
+from sandbox import image
+from sandbox.container import TraitHostContainer
+from sandbox.host_client import OK, HostClient
+from tests import trait_hosts
+from tests.own_stack import redis_db_below
+
+# Uses every kind of intent and a value that is not a float (an int, a string).
+BUSY = """import math
+
+class Busy:
+    async def execute(self, entity) -> None:
+        found = entity.nearest_resource()
+        if found is not None and entity.energy < 70:
+            entity.move_towards(entity.x + found[0], entity.y + found[1])
+            entity.eat()
+        else:
+            entity.move(math.cos(entity.age * 0.1), 1)
+        entity.state = "e%d" % int(entity.energy)
+        entity.speed = 1.5
+"""
+
+
+async def test_the_sandbox_test_and_the_live_engine_get_identical_intents(settings):
+    own = settings.override(redis_url=redis_db_below(7))
+    redis = aioredis.from_url(own.redis_url)
+    await redis.flushdb()
+    await registry.put_entry(redis, trait_hosts.registry_entry("busy", BUSY, "alice", 400))
+    world = trait_hosts.crowd(["busy"], 60, seed=13)
+    runner = HostTraitRunner(own, redis)
+    client = docker.from_env()
+    sandbox_side = HostClient(TraitHostContainer(client, image.ensure(client), trait_hosts.LIMITS, "test-one-client"))
+    try:
+        sandbox_side.host.say_hello(trait_hosts.hello(), 20)
+        assert sandbox_side.load("busy", BUSY, "Busy") is None  # as the sandbox test loads it: no owner
+        await runner.refresh()
+        for _ in range(5):
+            views = world.trait_views(["busy"], raw=True)
+            live = await runner.run_tick_views(world.tick, views)
+            assert runner.last_outcome[0] == OK, runner.last_outcome
+            tested = sandbox_side.tick(
+                world.tick, views, ["busy"], 10.0, agent_of={"busy": ""}, complete=True, count_blocks=True
+            )
+            assert tested.ok, tested.why
+            for column in ("entity", "kind", "attr", "a", "b"):
+                assert getattr(live, column).tobytes() == getattr(tested.intents, column).tobytes(), column
+            assert live.names == tested.intents.names
+            assert live.over_a == tested.intents.over_a and live.over_b == tested.intents.over_b
+            assert len(live) == len(world.entities) and np.any(live.kind == ord("e"))
+            world.step(live)
+    finally:
+        sandbox_side.close()
+        await runner.close()
+        await redis.flushdb()
+        await redis.aclose()
