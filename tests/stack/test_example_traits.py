@@ -43,7 +43,7 @@ async def test_the_examples_get_the_verdicts_their_headers_state(no_activation_a
             assert status["agent_id"] == agent.agent_id and status["trait_name"] == example.trait_name
             if example.failure_code is None:
                 assert status["status"] == "sandbox_ok", (example.path.name, status)
-                assert status["validation_log"][-1].startswith("Sandbox: OK — 50 ticks"), status["validation_log"]
+                assert status["validation_log"][-1].startswith("Sandbox: OK — "), status["validation_log"]
                 assert status["sandbox_report"], status
             else:
                 assert status["status"] == "rejected", (example.path.name, status)
