@@ -310,7 +310,7 @@ class HostTraitRunner:
         if error is None:
             self._traits[entry.trait_name] = TraitState.of(entry)
             log.info(
-                "loading trait %s v%d (%s)",
+                "loaded trait %s v%d (%s)",
                 entry.trait_name,
                 entry.version,
                 entry.mutation_id,
