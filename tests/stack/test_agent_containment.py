@@ -20,6 +20,7 @@ import redis.asyncio as aioredis
 from engine.live_traits import HostTraitRunner
 from engine.loop import Engine
 from engine.world import World, WorldParams
+from genesis.dto import SandboxProfile
 from pipeline import registry
 from tests import trait_hosts
 from tests.own_stack import redis_db_below
@@ -396,7 +397,7 @@ async def test_a_trait_that_departs_from_its_sandbox_profile_becomes_a_suspect(s
     own = settings.override(redis_url=redis_db_below(7), engine_snapshot_interval=10**9, engine_trait_gain_chance=0.0)
     redis = aioredis.from_url(own.redis_url)
     await redis.flushdb()
-    profile = registry.SandboxProfile(call_us_mean=4.0, errors_per_call=0.0, intents_per_call=1.0)
+    profile = SandboxProfile(call_us_mean=4.0, errors_per_call=0.0, intents_per_call=1.0)
     traits = {
         "a_slow": (SLOW_AFTER_A_WHILE, "mallory"),
         "b_mate": (BENIGN.replace("class Benign", "class Mate"), "mallory"),
