@@ -1,0 +1,293 @@
+"""Does the judge see? Traits of known effect proposed through the whole pipeline, and their verdicts.
+
+    python -m bench.verdicts [--each 3] [--busy-traits 60] [--worlds fresh,busy]
+
+Three kinds of trait whose effect is known by construction, ``--each`` of each (each a variant
+with its own constants, so none is a duplicate of another):
+
+- ``harmful``: its carriers burn energy at the highest rate and speed the Entity API allows and
+  run *away* from food (they starve within a few hundred ticks);
+- ``helpful``: a forager that walks to the nearest food and eats when hungry;
+- ``neutral``: writes a label into its carriers' state and nothing else.
+
+Each world is a whole Genesis of its own (a Temporal dev server the bench starts, a worker, the
+engine paced at its tick rate with its live trait host, the API; the database ``genesis_bench``
+and Redis db ``--redis-db``, both emptied first): ``fresh`` (the default world, no live trait)
+and ``busy`` (first ``--busy-traits`` benign traits of many agents are proposed and go live). The
+planted traits are then proposed one of each kind at a time, as a user would, and each is
+followed to its end (kept or rolled back, or rejected).
+
+Prints one JSON object: for each world the confusion matrix (truth -> verdict -> count), the
+rolled-back share of each kind, time to verdict (p50, p95, from the proposal), the live world's
+ticks per second meanwhile (p50 over each round), and the verdicts' reasons; and the same over
+all worlds. Fails (exit 1, saying why) when the world was not whole: the trait host restarted or
+skipped ticks, a process died, or a planted trait never reached a verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import httpx
+import redis.asyncio as aioredis
+
+from bench.bench_pipeline import bench_settings, start_temporal
+from bench.evolution import engine_counters, engine_status, prepare_database
+from bench.soak import KINDS as BENIGN_KINDS
+from genesis import entity_api
+from genesis.cli.processes import api_process, engine_process, free_port, wait_for_api, worker_process
+
+TABLES = "mutations, trait_versions, trait_quarantines, evolution_cycles, world_snapshots"
+TERMINAL = ("kept", "rolled_back", "rejected", "failed")
+TRUTHS = ("harmful", "helpful", "neutral")
+VERDICTS = ("positive", "negative", "neutral", "inconclusive", None)
+
+_RATE_MAX = entity_api.WRITABLE_ATTRS["energy_consumption_rate"][2]
+_SPEED_MAX = entity_api.WRITABLE_ATTRS["speed"][2]
+
+PLANTED = {
+    "harmful": f"""class BaseTrait:
+    pass
+
+
+class Reckless{{k}}(BaseTrait):
+    async def execute(self, entity) -> None:
+        entity.energy_consumption_rate = {_RATE_MAX}
+        entity.speed = {_SPEED_MAX}
+        found = entity.nearest_resource()
+        if found is not None:
+            entity.move(-found[0] - 0.{{k}}, -found[1])
+""",
+    "helpful": """class BaseTrait:
+    pass
+
+
+class Forager{k}(BaseTrait):
+    async def execute(self, entity) -> None:
+        if entity.energy < 60.0 + {k}:
+            found = entity.nearest_resource()
+            if found is not None:
+                entity.move_towards(entity.x + found[0], entity.y + found[1])
+                entity.eat()
+""",
+    "neutral": """class BaseTrait:
+    pass
+
+
+class Label{k}(BaseTrait):
+    async def execute(self, entity) -> None:
+        entity.state = "label {k}"
+""",
+}
+
+
+def log(message: str) -> None:
+    print(f"[bench.verdicts] {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    s = sorted(values)
+    return round(s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))], 2)
+
+
+async def reset(database_url: str, redis: aioredis.Redis) -> None:
+    conn = await asyncpg.connect(database_url.replace("+asyncpg", ""))
+    try:
+        await conn.execute(f"TRUNCATE {TABLES}")
+    finally:
+        await conn.close()
+    await redis.flushdb()
+
+
+async def propose(http: httpx.AsyncClient, name: str, code: str, agent: str) -> str:
+    response = await http.post(
+        "/api/mutations/propose", json={"trait_name": name, "code": code, "agent_id": agent, "goal": "bench.verdicts"}
+    )
+    if response.status_code != 202:
+        raise SystemExit(f"bench.verdicts: proposing {name} failed: {response.status_code} {response.text[:300]}")
+    return response.json()["mutation_id"]
+
+
+async def follow(http: httpx.AsyncClient, mutation_id: str, until: tuple[str, ...], timeout_s: float) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        status = (await http.get(f"/api/mutations/{mutation_id}/status")).json()
+        if status.get("status") in until:
+            return status
+        if time.monotonic() > deadline:
+            return status
+        await asyncio.sleep(0.25)
+
+
+async def ticks_per_s(redis: aioredis.Redis, seconds: float) -> float:
+    before = int((await engine_status(redis)).get("tick", 0))
+    await asyncio.sleep(seconds)
+    after = int((await engine_status(redis)).get("tick", 0))
+    return (after - before) / seconds
+
+
+async def run_world(kind: str, args: argparse.Namespace, database_url: str, temporal: Any) -> dict[str, Any]:
+    settings = bench_settings(
+        temporal,
+        database_url=database_url,
+        redis_url=f"redis://127.0.0.1:6379/{args.redis_db}",
+        task_queue=f"bench-verdicts-{kind}-{uuid.uuid4().hex[:6]}",
+        mutations_dir=Path(tempfile.mkdtemp(prefix="bench-verdicts-")),
+        engine_metrics_port=free_port(),
+        worker_metrics_port=0,
+        evolution_cycles_enabled=False,
+        llm_provider="off",
+    )
+    settings = settings.override(journal_dir=settings.mutations_dir / "journal")
+    redis = aioredis.from_url(settings.redis_url)
+    await reset(database_url, redis)
+    worker, engine, api = (
+        worker_process(settings, "bench-verdicts-worker"),
+        engine_process(settings, "bench-verdicts-engine"),
+        api_process(settings, "bench-verdicts-api"),
+    )
+    processes = (worker, engine, api)
+    for process in processes:
+        process.start()
+    rounds: list[dict[str, Any]] = []
+    rates: list[float] = []
+    try:
+        url = await asyncio.to_thread(wait_for_api, api, 60)
+        async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+            for _ in range(600):  # the engine's first status: its world runs
+                if (await engine_status(redis)).get("tick"):
+                    break
+                await asyncio.sleep(0.2)
+            if kind == "busy":
+                log(f"{kind}: proposing {args.busy_traits} benign traits")
+                kinds = list(BENIGN_KINDS.values())
+                ids = [
+                    await propose(
+                        http, f"busy_{i:03d}", kinds[i % len(kinds)].replace("{k}", str(i)), f"busy-agent-{i % 20:02d}"
+                    )
+                    for i in range(args.busy_traits)
+                ]
+                for mutation_id in ids:
+                    await follow(http, mutation_id, ("activated", *TERMINAL), 600)
+                live = len((await http.get("/api/traits")).json()["traits"])
+                log(f"{kind}: {live} live traits")
+            for round_number in range(args.each):
+                names = {truth: f"{truth}_{round_number}_{uuid.uuid4().hex[:4]}" for truth in TRUTHS}
+                started = time.monotonic()
+                ids = {
+                    truth: await propose(
+                        http, names[truth], PLANTED[truth].replace("{k}", str(round_number + 1)), f"planter-{truth}"
+                    )
+                    for truth in TRUTHS
+                }
+                rate = asyncio.create_task(ticks_per_s(redis, 5.0))
+                ends = await asyncio.gather(*(follow(http, ids[t], TERMINAL, args.timeout_s) for t in TRUTHS))
+                rates.append(await rate)
+                for truth, end in zip(TRUTHS, ends):
+                    effects = (await http.get(f"/api/mutations/{ids[truth]}/effects")).json().get("effects") or {}
+                    rounds.append(
+                        {
+                            "truth": truth,
+                            "mutation_id": ids[truth],
+                            "status": end.get("status"),
+                            "verdict": end.get("fitness_verdict"),
+                            "reason": end.get("verdict_reason"),
+                            "carriers_seen": effects.get("carriers_seen"),
+                            "seconds": round(time.monotonic() - started, 1) if end.get("status") in TERMINAL else None,
+                        }
+                    )
+                log(
+                    f"{kind}: round {round_number + 1}: "
+                    + ", ".join(f"{r['truth']} {r['status']}/{r['verdict']}" for r in rounds[-3:])
+                )
+            counters = await engine_counters(settings.engine.metrics_port)
+    finally:
+        for process in reversed(processes):
+            process.stop()
+        await redis.aclose()
+    died = [p.name for p in processes if p.proc is not None and p.proc.returncode not in (0, -15, None)]
+    return {"world": kind, "rounds": rounds, "ticks_per_s": rates, "counters": counters, "died": died}
+
+
+def matrix(rows: list[dict]) -> dict[str, dict[str, int]]:
+    return {
+        t: {str(v): sum(1 for r in rows if r["truth"] == t and r["verdict"] == v) for v in VERDICTS} for t in TRUTHS
+    }
+
+
+def summary(rows: list[dict], rates: list[float]) -> dict[str, Any]:
+    times = [r["seconds"] for r in rows if r["seconds"] is not None]
+    kinds = {t: [r for r in rows if r["truth"] == t] for t in TRUTHS}
+    return {
+        "confusion": matrix(rows),
+        "rolled_back_share": {
+            t: round(sum(r["status"] == "rolled_back" for r in rs) / len(rs), 2) if rs else None
+            for t, rs in kinds.items()
+        },
+        "inconclusive_share": round(sum(r["verdict"] == "inconclusive" for r in rows) / len(rows), 2) if rows else None,
+        "time_to_verdict_s": {"p50": percentile(times, 50), "p95": percentile(times, 95)},
+        "world_ticks_per_s_p50": round(statistics.median(rates), 1) if rates else None,
+        "reasons": dict(Counter(str(r["reason"])[:80] for r in rows).most_common(6)),
+    }
+
+
+def problems(world: dict[str, Any]) -> list[str]:
+    found = []
+    counters = world["counters"]
+    for key in ("genesis_engine_trait_host_restarts", "genesis_engine_trait_host_skipped_ticks"):
+        if counters.get(key):
+            found.append(f"{world['world']}: {key} = {counters[key]}")
+    if world["died"]:
+        found.append(f"{world['world']}: processes died: {world['died']}")
+    missing = [r["mutation_id"] for r in world["rounds"] if r["status"] not in TERMINAL]
+    if missing:
+        found.append(f"{world['world']}: no verdict within the timeout for {missing}")
+    return found
+
+
+async def main_async(args: argparse.Namespace) -> int:
+    database_url = await prepare_database()
+    env = await start_temporal()
+    try:
+        worlds = [await run_world(kind, args, database_url, env) for kind in args.worlds.split(",")]
+    finally:
+        await env.shutdown()
+    every = [r for w in worlds for r in w["rounds"]]
+    out = {
+        "each": args.each,
+        "busy_traits": args.busy_traits,
+        "worlds": {w["world"]: {**summary(w["rounds"], w["ticks_per_s"]), "verdicts": w["rounds"]} for w in worlds},
+        "all": summary(every, [x for w in worlds for x in w["ticks_per_s"]]),
+    }
+    print(json.dumps(out, indent=2))
+    found = [p for w in worlds for p in problems(w)]
+    for problem in found:
+        print(f"bench.verdicts: not a valid run: {problem}", file=sys.stderr)
+    return 1 if found else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--each", type=int, default=3, help="planted traits of each kind, per world")
+    ap.add_argument("--busy-traits", type=int, default=60, help="live traits of the busy world")
+    ap.add_argument("--worlds", default="fresh,busy")
+    ap.add_argument("--timeout-s", type=float, default=300.0, help="the longest a planted trait is followed")
+    ap.add_argument("--redis-db", type=int, default=13, help="Redis database owned by the bench (flushed)")
+    return asyncio.run(main_async(ap.parse_args(argv)))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
