@@ -216,17 +216,18 @@ class HostTraitRunner:
                 complete=self.fast_forward,
                 while_waiting=while_waiting,
             )
-        if reply.outcome == MISSED:
-            self.last_outcome = (MISSED, reply.why)
-            await self._host_failed(reply.failure or HostCrashed(reply.why))
-            return {}
-        if reply.outcome != OK:
-            # The supervisor never runs trait code and checks its workers' replies, so garbage
-            # here is the host's own failure: it is replaced, no trait is blamed (unless a kill
-            # just preceded it), and this tick runs on instinct.
-            self.last_outcome = (reply.outcome, reply.why)
-            await self._host_failed(HostCrashed(reply.why))
-            return {}
+            # A failed host is dropped under the lock: nothing else may be using it meanwhile.
+            if reply.outcome == MISSED:
+                self.last_outcome = (MISSED, reply.why)
+                await self._host_failed(reply.failure or HostCrashed(reply.why))
+                return {}
+            if reply.outcome != OK:
+                # The supervisor never runs trait code and checks its workers' replies, so garbage
+                # here is the host's own failure: it is replaced, no trait is blamed (unless a kill
+                # just preceded it), and this tick runs on instinct.
+                self.last_outcome = (reply.outcome, reply.why)
+                await self._host_failed(HostCrashed(reply.why))
+                return {}
         intents, results = reply.intents, reply.results
         self.last_outcome = (OK, "")
         for name, outcome in sorted(reply.loads.items()):

@@ -51,6 +51,7 @@ SOCKET_DIR_PREFIX = "genesis-host-"
 SOCKET_ENV = "GENESIS_HOST_SOCKET"  # tells sandbox/trait_host.py to connect there
 SOCKET_BUFFER = 4 * 2**20
 MAX_ATTACHMENT = 64 * 2**20  # a reply's binary part; far above what 100,000 intents need
+LIVE_CPU_SHARES = 4096  # the live world's host, against Docker's default of 1024
 LOG_MAX_SIZE = "1m"  # the container's log (its stderr) is capped at one file of this size
 
 log = logging.getLogger("genesis.sandbox.container")
@@ -98,8 +99,15 @@ class IsolationLimits:
 
     @classmethod
     def for_engine(cls, settings: Settings) -> IsolationLimits:
-        """The live world's host: a worker process per agent with live traits."""
-        return cls(settings.engine.trait_host_memory, settings.engine.trait_host_pids, settings.engine.trait_host_cpus)
+        """The live world's host: a worker process per agent with live traits. Four times
+        Docker's default CPU weight: when sandbox tests and shadows crowd the machine, the live
+        world's traits come first (its deadline is the world's pace)."""
+        return cls(
+            settings.engine.trait_host_memory,
+            settings.engine.trait_host_pids,
+            settings.engine.trait_host_cpus,
+            cpu_shares=LIVE_CPU_SHARES,
+        )
 
 
 # Where the kernel keeps a container's memory accounting: cgroup v1 (cgroupfs or systemd
