@@ -85,6 +85,7 @@ bench: services
 	$(PY) -m bench.soak --minutes 10 --traits 60 --agents 20
 	$(PY) -m bench.bench_gepa
 	$(PY) -m bench.evolution --seeds 5 --ticks 20000
+	$(PY) -m bench.verdicts
 
 image: venv
 	$(PY) -m sandbox.image build
