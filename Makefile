@@ -83,6 +83,7 @@ bench: services
 	$(PY) -m bench.rounds --agents 100 --rate 50 --seconds 20
 	$(PY) -m bench.shadow --entities 500 --ticks 600
 	$(PY) -m bench.soak --minutes 10 --traits 60 --agents 20
+	$(PY) -m bench.soak --hostile --minutes 1 --kinds stateless,stateful
 	$(PY) -m bench.bench_gepa
 	$(PY) -m bench.evolution --seeds 5 --ticks 20000
 	$(PY) -m bench.verdicts
