@@ -32,7 +32,7 @@ from pathlib import Path
 from bench.engine import build_world, validated_traits
 from genesis.config import Settings
 from genesis.trait_wire import decode_intent_groups
-from sandbox import trait_host
+from sandbox.traithost import wire as trait_host
 
 TARGET_S = 10.0
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from engine import world as this_world
 from genesis.trait_wire import IntentColumns, decode_intents
-from sandbox import trait_host
+from sandbox.traithost import wire as trait_host
 
 
 def load_engine(checkout: str) -> Any:

@@ -2,7 +2,7 @@
 
 The engine process never imports or executes trait code. Each tick it sends plain entity views
 to the host and gets intents back (the world checks them). Inside the host each agent's traits
-run in a process of their own (sandbox/trait_host.py), which enforces their limits and says
+run in a process of their own (sandbox/traithost/), which enforces their limits and says
 which trait was at fault. A trait that raises or overruns repeatedly, or that is stopped from
 outside while it ran alone, is quarantined; what that means beyond this process (the Postgres
 record, the mutation's rollback, the feed) is engine/quarantine.py's job. A host that misses its

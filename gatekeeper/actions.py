@@ -3,7 +3,7 @@ in the trait language, imports only allowed modules, uses no banned name or attr
 action's contract instead of a trait's: a top-level ``def agent_action(engine, member_id)``.
 
 Like every check here it never runs the code; the code runs in a one-shot process of the trait
-host (``sandbox/trait_host.py``, ``act``), which is the boundary."""
+host (``sandbox/traithost/``, ``act``), which is the boundary."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The trusted side of the trait host's wire protocol: intents in columns.
 
-The host (sandbox/trait_host.py, standard library only, untrusted) records each trait's
+The host (sandbox/traithost/, standard library only, untrusted) records each trait's
 intents as columns (``IntentColumns.encode`` there) and answers a tick with a group of them per
 trait. :func:`decode_intent_groups` turns those groups back into one :class:`IntentColumns`,
 after checking their shape, for ``World.step`` to check and apply in bulk. The host runs

@@ -1,4 +1,4 @@
-"""The one trusted client of the trait host (sandbox/trait_host.py).
+"""The one trusted client of the trait host (sandbox/traithost/).
 
 Every caller that runs traits — the live engine (engine/live_traits.py), a mutation's sandbox
 test (activities/sandbox.py), a held mutation's shadow (activities/trait_shadow.py) — speaks to

@@ -36,6 +36,7 @@ log = logging.getLogger("genesis.sandbox.image")
 
 HERE = Path(__file__).resolve().parent
 TRAIT_HOST = HERE / "trait_host.py"
+HOST_PACKAGE = HERE / "traithost"  # the host itself, beside its entry point in the image
 IMAGE_REPOSITORY = "genesis-trait-host"
 SANDBOX_UID = 10001
 HOST_PATH_IN_IMAGE = "/opt/genesis/trait_host.py"
@@ -137,7 +138,8 @@ def image_tag() -> str:
     if settings.sandbox.image:
         return settings.sandbox.image
     digest = hashlib.sha256()
-    digest.update(TRAIT_HOST.read_bytes())
+    for path in host_files():
+        digest.update(path.name.encode() + path.read_bytes())
     digest.update(Path(__file__).read_bytes())
     digest.update(f"{python_binary()}:{python_version()}:{rules.TRAIT_LANGUAGE}".encode())
     return f"{IMAGE_REPOSITORY}:cpython-{digest.hexdigest()[:12]}"
@@ -150,6 +152,11 @@ def _shared_libraries(paths: list[Path]) -> set[Path]:
         for match in re.finditer(r"(/\S+\.so[^\s]*)", out):
             libs.add(Path(match.group(1)))
     return libs
+
+
+def host_files() -> list[Path]:
+    """What the image carries of Genesis: the host's entry point and its package (no caches)."""
+    return [TRAIT_HOST, *sorted(HOST_PACKAGE.glob("*.py"))]
 
 
 def _rootfs_tar() -> bytes:
@@ -182,7 +189,10 @@ def _rootfs_tar() -> bytes:
         )
         add_bytes("etc/group", f"root:x:0:\nsandbox:x:{SANDBOX_UID}:\n".encode())
         tar.add(str(python), arcname=PYTHON_IN_IMAGE.lstrip("/"), filter=root_owned)
-        tar.add(str(TRAIT_HOST), arcname=HOST_PATH_IN_IMAGE.lstrip("/"), filter=root_owned)
+        add_dir(f"opt/genesis/{HOST_PACKAGE.name}")
+        for path in host_files():
+            where = HOST_PATH_IN_IMAGE if path == TRAIT_HOST else f"/opt/genesis/{HOST_PACKAGE.name}/{path.name}"
+            tar.add(str(path), arcname=where.lstrip("/"), filter=root_owned)
 
         def skip_unneeded(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
             relative = info.name[len(stdlib.as_posix().lstrip("/")) + 1 :]

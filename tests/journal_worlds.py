@@ -17,7 +17,7 @@ from engine.telemetry import TelemetrySink
 from genesis.cli.processes import free_port
 from genesis.config import Settings
 from genesis.trait_wire import IntentColumns, decode_intent_groups
-from sandbox import trait_host
+from sandbox.traithost import wire as trait_host
 
 TRAITS = ("forager", "labeller", "wanderer")
 LABELLER_LEAVES, LABELLER_RETURNS = 150, 400  # a trait-set change journaled in every run

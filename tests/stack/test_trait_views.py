@@ -12,8 +12,8 @@ from engine.state_digest import ConstantColumns, TextCodes
 from engine.world import VIEW_FIELDS, World, decode_views
 from genesis import entity_api
 from genesis.trait_wire import MalformedIntents, decode_intent_groups, decode_intents
-from sandbox import trait_host
 from sandbox.container import IsolationLimits, TraitHostContainer
+from sandbox.traithost import wire as trait_host
 from tests import trait_hosts
 
 # Writes then reads back (the write is visible within the call), reads every kind of attribute.

@@ -1,6 +1,6 @@
 """The trait host's reply decoded: a group of intent columns per trait, merged into one
 (genesis.trait_wire), checked against the plain ``{entity_id: [intent, ...]}`` form the host
-encoded (sandbox/trait_host.py's encoder, the one the host itself uses)."""
+encoded (sandbox/traithost/wire.py's encoder, the one the host itself uses)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from genesis.trait_wire import Carriers, MalformedIntents, decode_intent_groups
-from sandbox import trait_host
+from sandbox.traithost import wire as trait_host
 
 NAMES = ["speed", "direction", "state", "energy_consumption_rate"]
 VALUES = [0.5, -0.0, 7, 2.5e300, "saving", True]
