@@ -97,16 +97,18 @@ async def prepare_database() -> str:
     return url
 
 
-async def reset(database_url: str, redis: aioredis.Redis) -> None:
-    """A fresh world: no records of an earlier arm, no registry, the hard setting in force from
-    the engine's first tick (it reads the overrides before it starts)."""
+async def reset(database_url: str, redis: aioredis.Redis, overrides: dict | None = HARD) -> None:
+    """A fresh world: no records of an earlier arm, no registry, and ``overrides`` (the hard
+    setting unless None) in force from the engine's first tick (it reads them before it starts)."""
     conn = await asyncpg.connect(database_url.replace("+asyncpg", ""))
     try:
         await conn.execute(f"TRUNCATE {TABLES}")
     finally:
         await conn.close()
     await redis.flushdb()
-    record = {"overrides": HARD, "trigger_id": None, "workflow_id": None, "applied_at": time.time()}
+    if overrides is None:
+        return
+    record = {"overrides": overrides, "trigger_id": None, "workflow_id": None, "applied_at": time.time()}
     await redis.set(keys.WORLD_PARAMS_OVERRIDES, json.dumps(record))
 
 

@@ -38,17 +38,15 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import redis.asyncio as aioredis
 
 from bench.bench_pipeline import bench_settings, start_temporal
-from bench.evolution import engine_counters, engine_status, prepare_database
+from bench.evolution import engine_counters, engine_status, prepare_database, reset
 from bench.soak import KINDS as BENIGN_KINDS
 from genesis import entity_api
 from genesis.cli.processes import api_process, engine_process, free_port, wait_for_api, worker_process
 
-TABLES = "mutations, trait_versions, trait_quarantines, evolution_cycles, world_snapshots"
 TERMINAL = ("kept", "rolled_back", "rejected", "failed")
 TRUTHS = ("harmful", "helpful", "neutral")
 VERDICTS = ("positive", "negative", "neutral", "inconclusive", None)
@@ -103,15 +101,6 @@ def percentile(values: list[float], q: float) -> float | None:
     return round(s[min(len(s) - 1, max(0, round(q / 100 * (len(s) - 1))))], 2)
 
 
-async def reset(database_url: str, redis: aioredis.Redis) -> None:
-    conn = await asyncpg.connect(database_url.replace("+asyncpg", ""))
-    try:
-        await conn.execute(f"TRUNCATE {TABLES}")
-    finally:
-        await conn.close()
-    await redis.flushdb()
-
-
 async def propose(http: httpx.AsyncClient, name: str, code: str, agent: str) -> str:
     response = await http.post(
         "/api/mutations/propose", json={"trait_name": name, "code": code, "agent_id": agent, "goal": "bench.verdicts"}
@@ -153,7 +142,7 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
     )
     settings = settings.override(journal_dir=settings.mutations_dir / "journal")
     redis = aioredis.from_url(settings.redis_url)
-    await reset(database_url, redis)
+    await reset(database_url, redis, overrides=None)
     worker, engine, api = (
         worker_process(settings, "bench-verdicts-worker"),
         engine_process(settings, "bench-verdicts-engine"),
