@@ -22,6 +22,7 @@ from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
 from activities.tasks import TaskActivities
 from activities.trait_shadow import TraitShadowActivities
+from activities.verdict_experiment import VerdictActivities
 from activities.webhooks import WebhookActivities
 from genesis import gc_tuning, signing
 from genesis.config import Settings, get_settings
@@ -30,7 +31,7 @@ from genesis.db.session import get_sessionmaker
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics, temporal_sdk_runtime
 from genesis.temporal import connect
-from genesis.workflow_api import journal_task_queue, llm_task_queue
+from genesis.workflow_api import journal_task_queue, llm_task_queue, verdict_task_queue
 from gepa_steps.activities import GepaActivities
 from workflows.registry import GEPA_WORKFLOWS, WORKFLOWS
 
@@ -104,7 +105,15 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
         ],
         max_concurrent_activities=2,  # a replay is a CPU-bound subprocess
     )
-    return [pipeline, llm, journal_worker]
+    verdicts = VerdictActivities(settings, sessions, sandbox.client)
+    verdict_worker = Worker(
+        client,
+        task_queue=verdict_task_queue(settings.task_queue),
+        # a trait's verdict: its plan, and replicates of paired forks of the live world
+        activities=[verdicts.plan_verdict, verdicts.run_verdict_replicate],
+        max_concurrent_activities=settings.verdict.concurrency,
+    )
+    return [pipeline, llm, journal_worker, verdict_worker]
 
 
 def build_gepa_worker(client, settings: Settings, executor: ThreadPoolExecutor, gepa: GepaActivities) -> Worker:
@@ -146,18 +155,19 @@ async def main() -> None:
             ThreadPoolExecutor(max_workers=settings.sandbox.concurrency) as executor,
             ThreadPoolExecutor(max_workers=settings.gepa.concurrency, thread_name_prefix="gepa") as gepa_executor,
         ):
-            pipeline, llm, journal_worker = build_workers(client, settings, executor, sandbox)
+            pipeline, llm, journal_worker, verdict_worker = build_workers(client, settings, executor, sandbox)
             gepa_worker = build_gepa_worker(client, settings, gepa_executor, gepa)
             log.info("start-up heap frozen: %d objects", gc_tuning.freeze_startup_heap())
             log.info(
-                "worker polling task queues %r, %r, %r and %r on %s",
+                "worker polling task queues %r, %r, %r, %r and %r on %s",
                 settings.task_queue,
                 llm_task_queue(settings.task_queue),
                 journal_task_queue(settings.task_queue),
+                verdict_task_queue(settings.task_queue),
                 settings.gepa_task_queue(),
                 settings.temporal.address,
             )
-            async with pipeline, llm, journal_worker, gepa_worker:
+            async with pipeline, llm, journal_worker, verdict_worker, gepa_worker:
                 await stop.wait()
     finally:
         await asyncio.to_thread(gepa.close)

@@ -266,6 +266,7 @@ def _record_values(change: StatusUpdate) -> dict:
         "trait_version",
         "effects",
         "fitness_verdict",
+        "verdict_report",
         "rollback_reason",
     ):
         value = getattr(change, field)

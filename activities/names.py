@@ -37,3 +37,7 @@ APPLY_PROPOSAL = "apply_proposal"
 APPROVAL_NEEDED = "approval_needed"
 # a held mutation's trait in a world forked from the live one (activities/trait_shadow.py)
 SHADOW_MUTATION = "shadow_mutation"
+# a trait's verdict, an experiment in forks of the live world (activities/verdict_experiment.py),
+# on the verdict task queue
+PLAN_VERDICT = "plan_verdict"
+RUN_VERDICT_REPLICATE = "run_verdict_replicate"

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 from sqlalchemy.ext.asyncio import async_sessionmaker
@@ -39,7 +39,7 @@ from activities import names
 from engine.inputs import HOST_MISSED, HOST_OK, TickInputs
 from engine.replay import ReplayError, load_world
 from engine.shadow import Run, differences, pick_snapshot, report_hash
-from engine.world import World
+from engine.world import TickReport, World
 from genesis.config import Settings
 from genesis.dto import TraitShadowOutcome, TraitShadowRequest
 from journal.reader import JournalReader
@@ -57,6 +57,9 @@ PROGRESS_EVERY = 50  # ticks
 SHADOW_CPU_SHARES = 256  # of Docker's default 1024
 SEEDED_SHARE = 0.1  # of the fork's Molbots that start with a new trait
 MIN_SEEDED = 5  # the carriers a verdict needs by default (MutationInput.min_carriers)
+
+
+T = TypeVar("T")
 
 
 class ShadowStopped(Exception):
@@ -129,7 +132,7 @@ class Side:
             self.host.close()
             self.host = None
 
-    def tick(self, deadline_s: float) -> None:
+    def tick(self, deadline_s: float) -> TickReport:
         """One tick: the running traits' intents from the host, then the world's step."""
         world = self.world
         inputs = TickInputs(tick=world.tick)
@@ -137,7 +140,7 @@ class Side:
         views = world.trait_views(run, raw=True) if run else {"count": 0}
         if views["count"]:
             inputs.host, inputs.intents = self._ask(world.tick, views, run, deadline_s)
-        self.run.tick(inputs)
+        return self.run.tick(inputs)
 
     def _ask(self, tick: int, views: dict, run: list[str], deadline_s: float) -> tuple[str, Any]:
         assert self.host is not None
@@ -209,6 +212,49 @@ def carriers(world: World, trait: str) -> int:
     return sum(1 for e in world.entities.values() if trait in e.traits)
 
 
+def host_factory(settings: Settings, client: docker.DockerClient, owner: str) -> Callable[[str], HostClient]:
+    """Trait hosts for the copies of a fork, each named ``<owner>-<side>``: the live engine's
+    limits with a quarter of its CPU weight (the live world's traits come first)."""
+    tag = image.ensure(client)
+    limits = dataclasses.replace(IsolationLimits.for_engine(settings), cpu_shares=SHADOW_CPU_SHARES)
+    deadline_s = settings.sandbox.tick_deadline_s
+
+    def new_host(side: str) -> HostClient:
+        host = TraitHostContainer(client, tag, limits, f"{owner}-{side}", private_socket=settings.sandbox.host_socket)
+        try:
+            host.say_hello(hello_message(settings, deadline_s * WORKERS_SHARE), HOST_START_DEADLINE_S)
+        except BaseException:
+            host.close()
+            raise
+        return HostClient(host)
+
+    return new_host
+
+
+async def beside_the_world(work: Callable[[Callable[[str], None], threading.Event], T], name: str) -> T:
+    """``work(progress, stop)`` in a thread of its own, niced (Linux nices a thread on its own:
+    the live world's engine comes first on this machine), heartbeating its latest progress; a
+    cancelled activity sets ``stop``."""
+    progress = ["starting"]
+    stop = threading.Event()
+
+    def run() -> T:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        return work(progress.append, stop)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix=name) as thread:
+        running = asyncio.get_running_loop().run_in_executor(thread, run)
+        try:
+            while True:
+                done, _ = await asyncio.wait([running], timeout=5)
+                if done:
+                    return running.result()
+                activity.heartbeat(progress[-1])
+        except asyncio.CancelledError:
+            stop.set()
+            raise
+
+
 def run_trait_shadow(
     request: TraitShadowRequest,
     settings: Settings,
@@ -237,21 +283,8 @@ def run_trait_shadow(
     baseline_traits = {e.trait_name: e for e in live}
     candidate_traits = {**baseline_traits, request.trait_name: candidate_entry}
     replaces = baseline_traits.get(request.trait_name)
-    tag = image.ensure(client)
-    # the live engine's limits, with a quarter of its CPU weight: the live world's traits come first
-    limits = dataclasses.replace(IsolationLimits.for_engine(settings), cpu_shares=SHADOW_CPU_SHARES)
     deadline_s = settings.sandbox.tick_deadline_s
-
-    def new_host(side: str) -> HostClient:
-        owner = f"shadow-{request.mutation_id}-{side}"
-        host = TraitHostContainer(client, tag, limits, owner, private_socket=settings.sandbox.host_socket)
-        try:
-            host.say_hello(hello_message(settings, deadline_s * WORKERS_SHARE), HOST_START_DEADLINE_S)
-        except BaseException:
-            host.close()
-            raise
-        return HostClient(host)
-
+    new_host = host_factory(settings, client, f"shadow-{request.mutation_id}")
     sides = [
         Side(
             name,
@@ -318,26 +351,12 @@ class TraitShadowActivities:
         # Not a number a trait can count to: up to half as long again, drawn for each shadow.
         ticks += secrets.randbelow(ticks // 2 + 1)
         live = [registry.entry_from_row(version, mutation) for version, mutation in rows]
-        progress = ["starting"]
-        stop = threading.Event()
 
-        def shadow() -> dict[str, Any]:
-            # Linux nices a thread on its own: the live world's engine comes first on this machine.
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
-            return run_trait_shadow(request, self._settings, self._client, live, ticks, progress.append, stop)
+        def shadow(progress: Callable[[str], None], stop: threading.Event) -> dict[str, Any]:
+            return run_trait_shadow(request, self._settings, self._client, live, ticks, progress, stop)
 
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trait-shadow") as thread:
-            running = asyncio.get_running_loop().run_in_executor(thread, shadow)
-            try:
-                while True:
-                    done, _ = await asyncio.wait([running], timeout=5)
-                    if done:
-                        break
-                    activity.heartbeat(progress[-1])
-                report = running.result()
-            except ReplayError as exc:
-                return TraitShadowOutcome(not_run=str(exc))
-            except asyncio.CancelledError:
-                stop.set()
-                raise
+        try:
+            report = await beside_the_world(shadow, "trait-shadow")
+        except ReplayError as exc:
+            return TraitShadowOutcome(not_run=str(exc))
         return TraitShadowOutcome(report=report, report_hash=report_hash(report))

@@ -139,6 +139,7 @@ def status_response(record: Mutation, quarantine: TraitQuarantine | None = None)
         workflow_id=record.workflow_id,
         sandbox_report=record.sandbox_report,
         shadow_report=record.shadow_report,
+        verdict_report=record.verdict_report,
         trait_version=record.trait_version,
         fitness_verdict=record.fitness_verdict,
         verdict_reason=verdict_reason(record),
@@ -156,8 +157,15 @@ def status_response(record: Mutation, quarantine: TraitQuarantine | None = None)
 def verdict_reason(record: Mutation) -> str | None:
     """Why its fitness verdict is what it is (recorded with the effects; null before a verdict,
     and for verdicts recorded before reasons were)."""
-    reason = record.effects.get("verdict_reason") if isinstance(record.effects, dict) else None
-    return reason if isinstance(reason, str) else None
+    for source in (record.verdict_report, record.effects):
+        reason = (
+            source.get("reason" if source is record.verdict_report else "verdict_reason")
+            if isinstance(source, dict)
+            else None
+        )
+        if isinstance(reason, str):
+            return reason
+    return None
 
 
 def replaces_ref(record: Mutation) -> TraitVersionRef | None:

@@ -239,8 +239,9 @@ class TraitVersionRef(BaseModel):
 
 
 FITNESS_VERDICT = (
-    "positive | neutral | negative | inconclusive (too few Molbots carried the trait during its window to judge "
-    "it: kept); null: not observed (yet), or kept without a verdict"
+    "positive | neutral | negative | inconclusive (the experiment's budget ran out before its interval was "
+    "decisive, or too few Molbots carried the trait during its window to judge it: kept); null: not observed "
+    "(yet), or kept without a verdict"
 )
 VERDICT_REASON = "Why the fitness verdict is what it is (null: no verdict yet)"
 
@@ -274,6 +275,13 @@ class MutationStatusResponse(BaseModel):
         "calls, errors and quarantine, the trait's carriers; see docs/governance.md). Null when none was run",
     )
     trait_version: int | None
+    verdict_report: dict[str, Any] | None = Field(
+        default=None,
+        description="The experiment that decided the fitness verdict: the trait's effects (carriers' fitness, "
+        "survival, energy, offspring; the world's population and starvation) with 95 % intervals, the replicates "
+        "and ticks it took, its plan (snapshot, trait versions) and report_hash (see docs/evolution.md). Null "
+        "before a verdict, or when the window decided it",
+    )
     fitness_verdict: str | None = Field(default=None, description=FITNESS_VERDICT)
     verdict_reason: str | None = Field(default=None, description=VERDICT_REASON)
     rollback_reason: str | None
@@ -312,6 +320,9 @@ class EffectsResponse(BaseModel):
     observation_window_ticks: int
     observed: bool
     effects: dict[str, Any] | None
+    verdict_report: dict[str, Any] | None = Field(
+        default=None, description="The experiment that decided the fitness verdict (see MutationStatus)"
+    )
     fitness_verdict: str | None = Field(default=None, description=FITNESS_VERDICT)
     verdict_reason: str | None = Field(default=None, description=VERDICT_REASON)
     replaces: TraitVersionRef | None = None

@@ -34,7 +34,7 @@ from journal.snapshots import SnapshotMeta, SnapshotStore
 
 from .inputs import TickInputs, apply
 from .replay import KIND_TICK, ReplayError, load_world, tick_inputs
-from .world import World
+from .world import TickReport, World
 
 REPORT_VERSION = 1
 
@@ -74,7 +74,7 @@ class Run:
         self.births = 0
         self.deaths: dict[str, int] = {}
 
-    def tick(self, inputs: TickInputs) -> None:
+    def tick(self, inputs: TickInputs) -> TickReport:
         report = apply(self.world, inputs)
         self.births += len(report.births) + len(report.respawned)
         for _, cause in report.deaths:
@@ -82,6 +82,7 @@ class Run:
         population = self.world.population
         self.min_population = min(self.min_population, population)
         self.population_sum += population
+        return report
 
     def summary(self, ticks: int) -> dict[str, Any]:
         w = self.world

@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from genesis import github_grants, netpolicy
+from genesis.verdicts import ExperimentSettings
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -317,6 +318,51 @@ class ObservationSettings(BaseModel):
         description="A trait's verdict also needs at least this share of the population at the window's start "
         "carrying it (0.02: 20 of 1,000): a large world needs more carriers before its change can be a trait's doing.",
     )
+
+
+class VerdictSettings(BaseModel):
+    """A trait's fitness verdict: an experiment in forks of the live world (docs/evolution.md)."""
+
+    mode: Literal["experiment", "window"] = Field(
+        default="experiment",
+        description="`experiment`: paired forks of the live world with and without the trait decide, from an "
+        "interval; `window`: the world's change over the observation window decides (the seed's reading, which "
+        "cannot tell one trait's doing from the rest's in a busy world).",
+    )
+    horizon_ticks: int = Field(default=600, ge=10, description="Ticks each copy of a replicate runs.")
+    unit_share: float = Field(
+        default=0.5, gt=0, lt=1, description="Share of the Molbots alive at the fork that get the trait."
+    )
+    min_replicates: int = Field(default=4, ge=2, description="Replicates run before the interval is first read.")
+    batch: int = Field(default=2, ge=1, description="Replicates added each time the interval is not decisive.")
+    max_replicates: int = Field(
+        default=12, ge=2, description="The budget: past it an undecided verdict is `inconclusive` (the trait is kept)."
+    )
+    margin: float = Field(
+        default=0.05,
+        gt=0,
+        lt=1,
+        description="Equivalence margin on the relative effects: `positive` when the carriers' fitness interval "
+        "lies above it, `negative` below its negative (or the population's), `neutral` when inside it.",
+    )
+    concurrency: int = Field(
+        default=1,
+        ge=1,
+        description="Replicates one worker runs at once (task queue `<task_queue>-verdicts`); each holds two "
+        "trait-host containers and a thread of world steps.",
+    )
+
+    def experiment(self) -> ExperimentSettings | None:
+        if self.mode != "experiment":
+            return None
+        return ExperimentSettings(
+            horizon_ticks=self.horizon_ticks,
+            unit_share=self.unit_share,
+            min_replicates=self.min_replicates,
+            batch=self.batch,
+            max_replicates=max(self.max_replicates, self.min_replicates),
+            margin=self.margin,
+        )
 
 
 class RatelimitSettings(BaseModel):
@@ -802,6 +848,11 @@ class Settings(BaseSettings):
         default_factory=ObservationSettings,
         title="Observation",
         description="The observation window after activation that decides keep or roll back.",
+    )
+    verdict: VerdictSettings = Field(
+        default_factory=VerdictSettings,
+        title="Verdicts",
+        description="A trait's fitness verdict: an experiment in forks of the live world.",
     )
     ratelimit: RatelimitSettings = Field(
         default_factory=RatelimitSettings,

@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from genesis.verdicts import ExperimentSettings
+
 
 class MutationStatus(str, Enum):
     queued = "queued"
@@ -88,6 +90,9 @@ class MutationInput(BaseModel):
     # population (genesis.effects.trait_verdict); with fewer it is inconclusive.
     min_carriers: int = 5
     min_carrier_share: float = 0.02
+    # The verdict as an experiment beside the live world (genesis/verdicts.py); None: the
+    # world's change over the window decides, as above.
+    experiment: ExperimentSettings | None = None
     # Webhooks: each status change is POSTed (signed) to notify_url, retried with backoff for up
     # to webhook_retry_window_s after the change (pipeline/webhooks.py).
     notify_url: str | None = None
@@ -234,6 +239,7 @@ class StatusUpdate(BaseModel):
     trait_version: int | None = None
     effects: dict[str, Any] | None = None
     fitness_verdict: str | None = None
+    verdict_report: dict[str, Any] | None = None
     rollback_reason: str | None = None
     # The workflow's last transition: the mutation stops counting as active (rate limits).
     final: bool = False
@@ -306,6 +312,7 @@ class MutationResult(BaseModel):
     effects: dict[str, Any] | None = None
     fitness_verdict: str | None = None
     shadow_report: dict[str, Any] | None = None
+    verdict_report: dict[str, Any] | None = None  # the experiment that decided the verdict
 
 
 class WebhookDelivery(BaseModel):

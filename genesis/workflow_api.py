@@ -57,6 +57,12 @@ def journal_task_queue(task_queue: str) -> str:
     return f"{task_queue}-journal"
 
 
+def verdict_task_queue(task_queue: str) -> str:
+    """A trait's verdict experiment runs on its own queue (worker.py): workers on more machines add
+    verdict capacity, and a replicate never holds a slot that sandbox tests need."""
+    return f"{task_queue}-verdicts"
+
+
 def llm_task_queue(task_queue: str) -> str:
     """The Architect's and Coder's LLM calls run on their own queue (worker.py), with their own
     concurrency budget."""

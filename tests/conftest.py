@@ -138,6 +138,10 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         engine_snapshot_interval=30,
         observation_window_ticks=60,
         observation_timeout_s=600,
+        # Without a journal there is no snapshot to fork: the window decides the shared stack's
+        # verdicts, driven by its tests; tests/stack/test_verdict_experiment.py runs experiments
+        # on a stack of its own, with a journal.
+        verdict_mode="window",
         engine_trait_gain_chance=1.0,
         # GENESIS_AUTH=required (the default): tests propose with registered agents' keys
         # (tests/agents.py). The seed's rate limits, and the checks', are tested on API processes

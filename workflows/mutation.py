@@ -14,6 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, FailureError
 
 with workflow.unsafe.imports_passed_through():
     from activities import names
+    from genesis import verdicts
     from genesis.dto import (
         ActivationRequest,
         ActivationResult,
@@ -46,6 +47,7 @@ with workflow.unsafe.imports_passed_through():
         TASK_SIGNAL_MUTATION_ACTIVATED,
         journal_task_queue,
         task_workflow_id,
+        verdict_task_queue,
     )
 
 VERDICT_CODES = {code.value for code in FailureCode}
@@ -62,6 +64,10 @@ VERDICT_NEEDS_CARRIERS = "verdict-needs-carriers"
 APPROVALS = "approvals"
 # ... and before the shadow of a held mutation's trait in a fork of the live world.
 APPROVAL_SHADOW = "approval-shadow"
+# ... and before a trait's verdict was an experiment in forks of the live world.
+VERDICT_EXPERIMENT = "verdict-experiment"
+# A replicate that keeps failing (its trait host, Docker) is given up after these attempts.
+REPLICATE_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)
 # A shadow is information for the operator, never a verdict: after these attempts the mutation
 # waits for a decision without one.
 SHADOW_RETRY = RetryPolicy(initial_interval=timedelta(seconds=2), maximum_attempts=3)
@@ -284,7 +290,8 @@ class MutationWorkflow:
         returns the record of it, for an activity to persist."""
         assert self._result is not None
         carried = {
-            k: getattr(self._result, k) for k in ("trait_version", "effects", "fitness_verdict", "shadow_report")
+            k: getattr(self._result, k)
+            for k in ("trait_version", "effects", "fitness_verdict", "shadow_report", "verdict_report")
         }
         self._result = MutationResult(
             mutation_id=self._result.mutation_id,
@@ -435,6 +442,8 @@ class MutationWorkflow:
         await self._transition(MutationStatus.activated, log=log, trait_version=activation.trait_version)
         if mutation.task_id:
             await self._close_task(mutation)
+        if mutation.experiment is not None and workflow.patched(VERDICT_EXPERIMENT):
+            return await self._judge_by_experiment(mutation, mutation.experiment, activation, log)
 
         window = mutation.observation_window_ticks
         try:
@@ -477,13 +486,17 @@ class MutationWorkflow:
             )
             return await self._finish(MutationStatus.kept, None, log)
 
+        return await self._roll_back(mutation, log, effects.fitness_delta if effects else None)
+
+    async def _roll_back(self, mutation: MutationInput, log: list[str], fitness_delta: float | None) -> MutationResult:
+        assert self._rollback_reason is not None
         rollback: RollbackResult = await workflow.execute_activity(
             names.ROLLBACK_TRAIT,
             RollbackRequest(
                 mutation_id=mutation.mutation_id,
                 trait_name=mutation.trait_name,
                 reason=self._rollback_reason,
-                fitness_delta=effects.fitness_delta if effects else None,
+                fitness_delta=fitness_delta,
             ),
             result_type=RollbackResult,
             start_to_close_timeout=timedelta(seconds=30),
@@ -493,6 +506,95 @@ class MutationWorkflow:
         restored = f"; v{rollback.restored_version} restored" if rollback.restored_version else ""
         log.append(f"Rollback: {self._rollback_reason}{restored}")
         return await self._finish(MutationStatus.rolled_back, None, log, rollback_reason=self._rollback_reason)
+
+    async def _judge_by_experiment(
+        self,
+        mutation: MutationInput,
+        settings: verdicts.ExperimentSettings,
+        activation: ActivationResult,
+        log: list[str],
+    ) -> MutationResult:
+        """The verdict from an experiment beside the live world (genesis/verdicts.py): replicates
+        in batches on the verdict queue until the interval decides or the budget is spent; kept
+        unless negative. The seed's world deltas over the window are reported beside it when the
+        engine has reported the window by then; they do not decide."""
+        assert activation.trait_version is not None
+        queue = verdict_task_queue(workflow.info().task_queue)
+        log[-1] = (
+            f"Verdict: an experiment in forks of the live world, {settings.horizon_ticks} ticks a copy, "
+            f"{settings.min_replicates} to {settings.max_replicates} replicates"
+        )
+        planned: verdicts.PlanOutcome = await workflow.execute_activity(
+            names.PLAN_VERDICT,
+            verdicts.PlanRequest(
+                mutation_id=mutation.mutation_id,
+                trait_name=mutation.trait_name,
+                trait_version=activation.trait_version,
+                previous_version=activation.previous_version,
+                settings=settings,
+            ),
+            result_type=verdicts.PlanOutcome,
+            task_queue=queue,
+            start_to_close_timeout=timedelta(minutes=1),
+            schedule_to_close_timeout=timedelta(minutes=30),
+            retry_policy=LIFECYCLE_RETRY,
+        )
+        outcomes: list[verdicts.ReplicateOutcome] = []
+        fitness: str | None = None
+        report: dict | None = None
+        if planned.plan is None:
+            fitness, reason = INCONCLUSIVE, f"no experiment could run: {planned.not_run}"
+        while planned.plan is not None and fitness is None and self._rollback_reason is None:
+            start = len(outcomes)
+            count = min(settings.min_replicates if not outcomes else settings.batch, settings.max_replicates - start)
+            try:
+                outcomes += await asyncio.gather(
+                    *(self._replicate(planned.plan, index, queue) for index in range(start, start + count))
+                )
+            except ActivityError as err:
+                fitness, reason = INCONCLUSIVE, f"the experiment could not run: {_root_message(err)}"
+                break
+            fitness, reason, _ = verdicts.decide(settings, outcomes)
+            log[-1] = f"Verdict: {len(outcomes)} replicates — {reason}"
+            await self._transition(MutationStatus.activated, log=log)
+        if planned.plan is not None and outcomes:
+            report = verdicts.report(planned.plan, outcomes)
+            if fitness == INCONCLUSIVE and report["verdict"] != INCONCLUSIVE:
+                report["verdict"] = INCONCLUSIVE  # it failed part-way: the replicates run say nothing final
+        if self._rollback_reason is None:
+            assert fitness is not None
+            ticks = sum(2 * o.ticks for o in outcomes)
+            log[-1] = f"Verdict: {fitness} — {reason} ({len(outcomes)} replicates, {ticks:,} ticks)"
+            effects = self._window_effects(mutation, reason)
+            if fitness != verdicts.NEGATIVE:
+                return await self._finish(
+                    MutationStatus.kept, None, log, effects=effects, fitness_verdict=fitness, verdict_report=report
+                )
+            self._rollback_reason = f"negative verdict: {reason}"
+            await self._transition(
+                MutationStatus.activated, log=log, effects=effects, fitness_verdict=fitness, verdict_report=report
+            )
+        return await self._roll_back(mutation, log, None)
+
+    async def _replicate(self, plan: verdicts.ExperimentPlan, index: int, queue: str) -> verdicts.ReplicateOutcome:
+        return await workflow.execute_activity(
+            names.RUN_VERDICT_REPLICATE,
+            verdicts.ReplicateRequest(plan=plan, index=index),
+            result_type=verdicts.ReplicateOutcome,
+            task_queue=queue,
+            schedule_to_close_timeout=timedelta(hours=1),  # queued behind other verdicts' replicates
+            start_to_close_timeout=timedelta(minutes=15),
+            heartbeat_timeout=timedelta(seconds=30),
+            retry_policy=REPLICATE_RETRY,
+        )
+
+    def _window_effects(self, mutation: MutationInput, reason: str) -> dict | None:
+        """The seed's world deltas over the window, if the engine has reported it by now."""
+        if not self._window_complete(mutation.observation_window_ticks):
+            return None
+        assert self._first_sample is not None and self._latest_sample is not None
+        effects = compute_effects(mutation.trait_name, self._first_sample, self._latest_sample)
+        return effects.model_copy(update={"verdict_reason": reason}).model_dump()
 
     async def _close_task(self, mutation: MutationInput) -> None:
         """The task this mutation answers is done: tell its TaskWorkflow (it may have ended already)."""

@@ -49,6 +49,7 @@ class Mutation(Base):
     sandbox_report: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # A held mutation's shadow: its trait in a fork of the live world (migration 0019).
     shadow_report: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    verdict_report: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     # Set on activation and after observation (issue: the living world).
     trait_version: Mapped[int | None] = mapped_column()
     activated_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))

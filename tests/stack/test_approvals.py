@@ -119,7 +119,7 @@ async def test_an_undecided_one_expires_on_its_durable_timer(settings, skipping_
     sandbox = await asyncio.to_thread(SandboxActivities, worker_settings)
     try:
         with ThreadPoolExecutor(max_workers=2) as executor:
-            pipeline, _llm, journal = build_workers(skipping_env.client, worker_settings, executor, sandbox)
+            pipeline, _llm, journal, *_ = build_workers(skipping_env.client, worker_settings, executor, sandbox)
             async with pipeline, journal:
                 started = time.monotonic()
                 handle = await start_mutation_workflow(

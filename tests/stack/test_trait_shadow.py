@@ -144,7 +144,7 @@ async def test_a_held_mutation_shows_its_shadow_report_and_is_approved_for_it(
     sandbox = await asyncio.to_thread(SandboxActivities, worker_settings)
     try:
         with ThreadPoolExecutor(max_workers=2) as executor:
-            pipeline, _llm, journal_worker = build_workers(temporal_client, worker_settings, executor, sandbox)
+            pipeline, _llm, journal_worker, *_ = build_workers(temporal_client, worker_settings, executor, sandbox)
             async with pipeline, journal_worker:
                 url = await start_api("trait-shadow", task_queue=QUEUE)
                 async with httpx.AsyncClient(base_url=url, timeout=30) as http:
