@@ -16,9 +16,12 @@ deterministic traits, which is what makes a verdict's report hash checkable.
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import threading
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import docker
@@ -44,6 +47,7 @@ from genesis.verdicts import (
     ReplicateRequest,
     Tally,
     TraitPin,
+    replicate_effects,
     replicate_seed,
     report,
 )
@@ -202,19 +206,26 @@ def run_replicate(
     copies = [Copy(control, watched, cost), Copy(treated, watched, cost)]
     horizon = plan_.settings.horizon_ticks
     deadline_s = settings.sandbox.tick_deadline_s
+
+    def run(copy: Copy) -> None:
+        for done in range(horizon):
+            if stop is not None and stop.is_set():
+                raise ShadowStopped()
+            copy.tick(deadline_s)
+            if copy.side.name == "treated" and (done + 1) % PROGRESS_EVERY == 0:
+                progress(f"replicate {index}: tick {done + 1}/{horizon}")
+
     try:
         for side in sides:
             side.start_host()
         for side in sides:
             if side.unloadable:
                 raise PlanChanged(f"the {side.name} copy could not load {sorted(side.unloadable)}")
-        for done in range(horizon):
-            if stop is not None and stop.is_set():
-                raise ShadowStopped()
-            for c in copies:
-                c.tick(deadline_s)
-            if (done + 1) % PROGRESS_EVERY == 0:
-                progress(f"replicate {index}: tick {done + 1}/{horizon}")
+        # The copies share nothing: each runs in a thread of its own, so one copy's world steps
+        # while the other's trait host computes.
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="verdict-copy") as pool:
+            for running in [pool.submit(nice_and_run, run, c) for c in copies]:
+                running.result()
     finally:
         for side in sides:
             side.close()
@@ -246,6 +257,11 @@ async def recompute(
         for i in range(int(recorded["replicates"]))
     ]
     return report(plan_, outcomes)
+
+
+def nice_and_run(run: Callable[[Copy], None], copy: Copy) -> None:
+    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)  # the live world comes first
+    run(copy)
 
 
 class VerdictActivities:
@@ -286,10 +302,19 @@ class VerdictActivities:
             new_host = host_factory(self._settings, self._client, owner)
             return run_replicate(request, entries, self._settings, new_host, progress, stop)
 
+        started = time.monotonic()
         try:
-            return await beside_the_world(replicate, "verdict")
+            outcome = await beside_the_world(replicate, "verdict")
         except (PlanChanged, ReplayError) as exc:
             raise ApplicationError(str(exc), non_retryable=True) from exc
+        activity.logger.info(
+            "verdict replicate %d of %s: %.1f s, carriers' fitness %+.1f%%",
+            request.index,
+            request.plan.mutation_id,
+            time.monotonic() - started,
+            100 * replicate_effects(outcome)["fitness"],
+        )
+        return outcome
 
     @staticmethod
     async def entries(session: AsyncSession, keys: list[tuple[str, int]]) -> dict[TraitKey, registry.RegistryEntry]:

@@ -7,13 +7,16 @@ with its own constants, so none is a duplicate of another):
 
 - ``harmful``: its carriers burn energy at the highest rate and speed the Entity API allows and
   run *away* from food (they starve within a few hundred ticks);
-- ``helpful``: a forager that walks to the nearest food and eats when hungry;
+- ``helpful``: a careful forager: when hungry it walks to food within reach and eats it (food
+  further away it leaves to instinct, so its carriers do not crowd and collide);
 - ``neutral``: writes a label into its carriers' state and nothing else.
 
 Each world is a whole Genesis of its own (a Temporal dev server the bench starts, a worker, the
 engine paced at its tick rate with its live trait host, the API; the database ``genesis_bench``
 and Redis db ``--redis-db``, both emptied first): ``fresh`` (the default world, no live trait)
-and ``busy`` (first ``--busy-traits`` benign traits of many agents are proposed and go live). The
+and ``busy`` (first ``--busy-traits`` benign traits of 20 agents, the soak's stateless and
+stateful kinds, are proposed through an API of their own whose verdicts read the window, so the
+bench does not wait for 60 experiments, and go live). The
 planted traits are then proposed one of each kind at a time, as a user would, and each is
 followed to its end (kept or rolled back, or rejected).
 
@@ -71,11 +74,11 @@ class Reckless{{k}}(BaseTrait):
     pass
 
 
-class Forager{k}(BaseTrait):
+class CarefulForager{k}(BaseTrait):
     async def execute(self, entity) -> None:
-        if entity.energy < 60.0 + {k}:
+        if entity.energy < 50.0 + 0.{k}:
             found = entity.nearest_resource()
-            if found is not None:
+            if found is not None and found[2] < 30.0:
                 entity.move_towards(entity.x + found[0], entity.y + found[1])
                 entity.eat()
 """,
@@ -143,12 +146,13 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
     settings = settings.override(journal_dir=settings.mutations_dir / "journal")
     redis = aioredis.from_url(settings.redis_url)
     await reset(database_url, redis, overrides=None)
-    worker, engine, api = (
+    worker, engine, api, filler_api = (
         worker_process(settings, "bench-verdicts-worker"),
         engine_process(settings, "bench-verdicts-engine"),
         api_process(settings, "bench-verdicts-api"),
+        api_process(settings.override(verdict_mode="window", api_port=free_port()), "bench-verdicts-filler-api"),
     )
-    processes = (worker, engine, api)
+    processes = (worker, engine, api, filler_api)
     for process in processes:
         process.start()
     rounds: list[dict[str, Any]] = []
@@ -162,15 +166,21 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
                 await asyncio.sleep(0.2)
             if kind == "busy":
                 log(f"{kind}: proposing {args.busy_traits} benign traits")
-                kinds = list(BENIGN_KINDS.values())
+                filler_url = await asyncio.to_thread(wait_for_api, filler_api, 60)
+                filler = httpx.AsyncClient(base_url=filler_url, timeout=30)
+                kinds = [BENIGN_KINDS["stateless"], BENIGN_KINDS["stateful"]]
                 ids = [
                     await propose(
-                        http, f"busy_{i:03d}", kinds[i % len(kinds)].replace("{k}", str(i)), f"busy-agent-{i % 20:02d}"
+                        filler,
+                        f"busy_{i:03d}",
+                        kinds[i % len(kinds)].replace("{k}", str(i)),
+                        f"busy-agent-{i % 20:02d}",
                     )
                     for i in range(args.busy_traits)
                 ]
                 for mutation_id in ids:
-                    await follow(http, mutation_id, ("activated", *TERMINAL), 600)
+                    await follow(filler, mutation_id, ("activated", *TERMINAL), 600)
+                await filler.aclose()
                 live = len((await http.get("/api/traits")).json()["traits"])
                 log(f"{kind}: {live} live traits")
             for round_number in range(args.each):
@@ -186,7 +196,7 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
                 ends = await asyncio.gather(*(follow(http, ids[t], TERMINAL, args.timeout_s) for t in TRUTHS))
                 rates.append(await rate)
                 for truth, end in zip(TRUTHS, ends):
-                    effects = (await http.get(f"/api/mutations/{ids[truth]}/effects")).json().get("effects") or {}
+                    report = end.get("verdict_report") or {}
                     rounds.append(
                         {
                             "truth": truth,
@@ -194,7 +204,8 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
                             "status": end.get("status"),
                             "verdict": end.get("fitness_verdict"),
                             "reason": end.get("verdict_reason"),
-                            "carriers_seen": effects.get("carriers_seen"),
+                            "replicates": report.get("replicates"),
+                            "fitness": (report.get("effects") or {}).get("fitness"),
                             "seconds": round(time.monotonic() - started, 1) if end.get("status") in TERMINAL else None,
                         }
                     )

@@ -29,7 +29,7 @@ REPORT_VERSION = 1
 POSITIVE, NEGATIVE, NEUTRAL, INCONCLUSIVE = "positive", "negative", "neutral", "inconclusive"
 
 # Two-sided Student's t quantiles (0.975) by degrees of freedom: a 95 % interval. Data, checked
-# against scipy in tests/unit/test_verdicts.py; past the table the normal quantile is close enough.
+# against scipy in tests/unit/test_verdict_experiment.py; past the table the normal quantile is close enough.
 T_975 = (
     12.7062, 4.3027, 3.1824, 2.7764, 2.5706, 2.4469, 2.3646, 2.3060, 2.2622, 2.2281,
     2.2010, 2.1788, 2.1604, 2.1448, 2.1314, 2.1199, 2.1098, 2.1009, 2.0930, 2.0860,

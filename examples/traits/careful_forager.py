@@ -3,7 +3,7 @@
 # collisions cost energy).
 #
 # Verdict: passes the gatekeeper and the sandbox test.
-# Propose it: genesis propose examples/traits/careful_forager.py --name careful_forager --goal "Eat nearby food when hungry"
+# Propose it: genesis propose examples/traits/careful_forager.py --name careful_forager --goal "Eat food nearby"
 #
 # What it shows: a trait selection keeps. Its experiment (docs/evolution.md, "Verdicts") finds its
 # carriers' fitness well above their twins' without it while the world's population holds, and
