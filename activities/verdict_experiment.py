@@ -58,6 +58,7 @@ from pipeline.live import live_versions
 from sandbox.host_client import HostClient
 
 PROGRESS_EVERY = 100  # ticks
+SAMPLE_EVERY = 10  # ticks between two readings of the watched Molbots' fitness
 TraitKey = tuple[str, int]  # (name, version)
 
 
@@ -122,10 +123,10 @@ def give(world: World, trait: str, ids: list[int]) -> None:
 
 class Copy:
     """One copy of a replicate: its side (world, host, traits) and what its Molbots did. A
-    watched Molbot's fitness is read every tick — its energy (0 once dead) plus ``cost`` for each
-    of its offspring so far — and averaged over the horizon: a birth moves energy from parent to
-    child without lowering the parent's fitness, and the average is far steadier than one
-    reading at the end."""
+    watched Molbot's fitness is read every ``SAMPLE_EVERY`` ticks — its energy (0 once dead)
+    plus ``cost`` for each of its offspring so far — and averaged over the horizon: a birth
+    moves energy from parent to child without lowering the parent's fitness, and the average is
+    far steadier than one reading at the end."""
 
     def __init__(self, side: Side, watched: set[int], cost: float) -> None:
         self.side = side
@@ -134,20 +135,25 @@ class Copy:
         self.fitness_sum = dict.fromkeys(watched, 0.0)
         self.births = 0
         self.ticks = 0
+        self.samples = 0
 
     def tick(self, deadline_s: float) -> None:
         report = self.side.tick(deadline_s)
-        entities = self.side.world.entities
-        offspring, fitness, cost = self.offspring, self.fitness_sum, self.cost
-        for child in report.births:
-            parent = entities[child].parent_id
-            if parent in offspring:
-                offspring[parent] += 1
-        self.births += len(report.births)
         self.ticks += 1
-        for i, children in offspring.items():
-            e = entities.get(i)
-            fitness[i] += (e.energy if e is not None else 0.0) + cost * children
+        offspring = self.offspring
+        if report.births:
+            entities = self.side.world.entities
+            for child in report.births:
+                parent = entities[child].parent_id
+                if parent in offspring:
+                    offspring[parent] += 1
+            self.births += len(report.births)
+        if self.ticks % SAMPLE_EVERY == 0:
+            entities, fitness, cost = self.side.world.entities, self.fitness_sum, self.cost
+            for i, children in offspring.items():
+                e = entities.get(i)
+                fitness[i] += (e.energy if e is not None else 0.0) + cost * children
+            self.samples += 1
 
     def tally(self, ids: list[int]) -> Tally:
         tally = Tally()
@@ -157,7 +163,7 @@ class Copy:
             tally.alive += e is not None
             tally.energy += e.energy if e is not None else 0.0
             tally.offspring += self.offspring[i]
-            tally.fitness += self.fitness_sum[i] / max(self.ticks, 1)
+            tally.fitness += self.fitness_sum[i] / max(self.samples, 1)
         tally.energy, tally.fitness = round(tally.energy, 6), round(tally.fitness, 6)
         return tally
 

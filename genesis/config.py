@@ -329,14 +329,14 @@ class VerdictSettings(BaseModel):
         "interval; `window`: the world's change over the observation window decides (the seed's reading, which "
         "cannot tell one trait's doing from the rest's in a busy world).",
     )
-    horizon_ticks: int = Field(default=600, ge=10, description="Ticks each copy of a replicate runs.")
+    horizon_ticks: int = Field(default=400, ge=10, description="Ticks each copy of a replicate runs.")
     unit_share: float = Field(
         default=0.5, gt=0, lt=1, description="Share of the Molbots alive at the fork that get the trait."
     )
-    min_replicates: int = Field(default=4, ge=2, description="Replicates run before the interval is first read.")
+    min_replicates: int = Field(default=3, ge=2, description="Replicates run before the interval is first read.")
     batch: int = Field(default=2, ge=1, description="Replicates added each time the interval is not decisive.")
     max_replicates: int = Field(
-        default=12, ge=2, description="The budget: past it an undecided verdict is `inconclusive` (the trait is kept)."
+        default=9, ge=2, description="The budget: past it an undecided verdict is `inconclusive` (the trait is kept)."
     )
     margin: float = Field(
         default=0.05,

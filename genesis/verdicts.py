@@ -48,11 +48,11 @@ class ExperimentSettings(BaseModel):
     """How a trait's experiment runs and decides (``GENESIS_VERDICT_*``; workflows read no
     configuration, so it travels in MutationInput)."""
 
-    horizon_ticks: int = Field(default=600, ge=10)
+    horizon_ticks: int = Field(default=400, ge=10)
     unit_share: float = Field(default=0.5, gt=0, lt=1)
-    min_replicates: int = Field(default=4, ge=2)
+    min_replicates: int = Field(default=3, ge=2)
     batch: int = Field(default=2, ge=1)
-    max_replicates: int = Field(default=12, ge=2)
+    max_replicates: int = Field(default=9, ge=2)
     margin: float = Field(default=0.05, gt=0)
 
 

@@ -222,8 +222,23 @@ def render_verdict(cli: Cli, status: dict, stages: list[dict]) -> None:
         version = f" v{status['trait_version']}" if status.get("trait_version") else ""
         verdict = f", fitness {status['fitness_verdict']}" if status.get("fitness_verdict") else ""
         cli.console.print(f"[bold green]{final}:[/] {status.get('trait_name')}{version}{verdict}")
-        if status.get("fitness_verdict") == "inconclusive" and status.get("verdict_reason"):
-            cli.console.print(f"  [yellow]{escape(status['verdict_reason'])}[/]", soft_wrap=True)
+        if status.get("verdict_reason"):
+            colour = "yellow" if status.get("fitness_verdict") == "inconclusive" else "dim"
+            cli.console.print(f"  [{colour}]{escape(status['verdict_reason'])}[/]", soft_wrap=True)
+
+
+def verdict_table(report: dict) -> Any:
+    """A verdict's experiment: each effect with its 95 % interval."""
+    title = (
+        f"verdict {report['verdict']}: {report['replicates']} replicates, {report['ticks']:,} ticks "
+        f"from snapshot {report['plan']['snapshot']} (margin ±{report['margin']:.0%})"
+    )
+    percent = {"fitness", "others_fitness", "population"}
+    rows = []
+    for name, e in sorted(report.get("effects", {}).items()):
+        shown = (lambda v: f"{v:+.1%}") if name in percent else (lambda v: f"{v:+.2f}")
+        rows.append([name, shown(e["mean"]), f"{shown(e['low'])} … {shown(e['high'])}"])
+    return table(title, ["effect", "mean", "95 % interval"], rows)
 
 
 def _follow_and_report(
@@ -379,6 +394,8 @@ def register(app: typer.Typer) -> None:
                 cli.console.print(f"  [dim]{escape(line)}[/]")
             if record.get("shadow_report"):
                 cli.console.print(shadow_table(record["shadow_report"]))
+            if record.get("verdict_report"):
+                cli.console.print(verdict_table(record["verdict_report"]))
 
         cli.emit(record, render)
         raise typer.Exit(VERDICT_EXIT.get(record["status"], EXIT_OK))  # scripts: 3 rejected, 4 rolled back, 5 failed

@@ -114,7 +114,7 @@ def render_traits(cli: Cli, answer: dict) -> None:
             )
             cli.console.print(f"  {t.get('trait_name')} is quarantined: {reason} ({after})", soft_wrap=True)
     if any(t.get("fitness_verdict") == "inconclusive" for t in live):
-        cli.console.print("[dim]inconclusive: too few Molbots carried it during its window to judge it[/]")
+        cli.console.print("[dim]inconclusive: its verdict could not decide (`genesis status <mutation>` says why)[/]")
 
 
 def render_tasks(cli: Cli, answer: dict) -> None:

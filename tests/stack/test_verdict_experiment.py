@@ -120,7 +120,7 @@ async def test_a_harmful_trait_is_judged_negative_and_a_helpful_one_positive(wor
     for status in ended:
         report = status["verdict_report"]
         assert report["verdict"] == status["fitness_verdict"] and report["reason"] == status["verdict_reason"]
-        assert report["replicates"] >= 4 and report["ticks"] == report["replicates"] * 2 * 600
+        assert report["replicates"] >= 3 and report["ticks"] == report["replicates"] * 2 * 400
         plan = report["plan"]
         assert len(plan["treated"]) == len(plan["control"]) + 1 and len(plan["control"]) >= LIVE_TRAITS
         for outcome in report["outcomes"]:
