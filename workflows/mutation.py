@@ -559,8 +559,9 @@ class MutationWorkflow:
             await self._transition(MutationStatus.activated, log=log)
         if planned.plan is not None and outcomes:
             report = verdicts.report(planned.plan, outcomes)
-            if fitness == INCONCLUSIVE and report["verdict"] != INCONCLUSIVE:
-                report["verdict"] = INCONCLUSIVE  # it failed part-way: the replicates run say nothing final
+            if fitness == INCONCLUSIVE and report["verdict"] != INCONCLUSIVE:  # it failed part-way
+                report.update(verdict=INCONCLUSIVE, reason=reason)
+                report["report_hash"] = verdicts.report_hash(report)
         if self._rollback_reason is None:
             assert fitness is not None
             ticks = sum(2 * o.ticks for o in outcomes)
