@@ -15,6 +15,8 @@ VERDICTS = {
     "forager.py": None,
     "energy_saver.py": None,
     "flocking.py": None,
+    "careful_forager.py": None,
+    "reckless.py": None,
     "rejected_import_os.py": "AST_IMPORT_FORBIDDEN",
     "rejected_open_file.py": "AST_BANNED_CALL",
 }
