@@ -202,10 +202,16 @@ def seed_carriers(world: World, trait: str) -> int:
     how many got it."""
     ids = sorted(world.entities)
     n = min(len(ids), max(MIN_SEEDED, math.ceil(len(ids) * SEEDED_SHARE)))
-    for i in range(n):
-        e = world.entities[ids[i * len(ids) // n]]
-        e.traits = (*e.traits, trait)
+    give(world, trait, [ids[i * len(ids) // n] for i in range(n)])
     return n
+
+
+def give(world: World, trait: str, ids: list[int]) -> None:
+    """``trait`` to each of ``ids`` that lacks it, even past their limit of traits."""
+    for i in ids:
+        e = world.entities[i]
+        if trait not in e.traits:
+            e.traits = (*e.traits, trait)
 
 
 def carriers(world: World, trait: str) -> int:

@@ -31,7 +31,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names
-from activities.trait_shadow import ShadowStopped, Side, TraitRecord, beside_the_world, fork, host_factory
+from activities.trait_shadow import ShadowStopped, Side, TraitRecord, beside_the_world, fork, give, host_factory
 from engine.replay import ReplayError
 from engine.shadow import Run, pick_snapshot
 from engine.world import World
@@ -52,7 +52,7 @@ from genesis.verdicts import (
     report,
 )
 from journal.reader import JournalReader
-from journal.snapshots import SnapshotMeta, SnapshotStore
+from journal.snapshots import SnapshotStore
 from pipeline import registry
 from pipeline.live import live_versions
 from sandbox.host_client import HostClient
@@ -97,13 +97,6 @@ def plan(
     )
 
 
-def snapshot_of(store: SnapshotStore, name: str) -> SnapshotMeta:
-    for meta in store.kept():
-        if meta.name == name:
-            return meta
-    raise PlanChanged(f"snapshot {name} is no longer kept")
-
-
 def draw_units(world: World, share: float, seed: int) -> list[int]:
     """The Molbots alive at the fork that get the trait: a random ``share`` of them (at least one)."""
     ids = sorted(world.entities)
@@ -111,14 +104,6 @@ def draw_units(world: World, share: float, seed: int) -> list[int]:
         raise PlanChanged("the snapshot holds no Molbot to experiment on")
     count = min(len(ids), max(1, round(len(ids) * share)))
     return sorted(random.Random(seed).sample(ids, count))
-
-
-def give(world: World, trait: str, ids: list[int]) -> None:
-    """``trait`` to each of ``ids`` that lacks it, even past their limit of traits."""
-    for i in ids:
-        e = world.entities[i]
-        if trait not in e.traits:
-            e.traits = (*e.traits, trait)
 
 
 class Copy:
@@ -190,7 +175,9 @@ def run_replicate(
     """One replicate of the plan (see the module doc). ``entries``: the pinned trait versions."""
     plan_, index = request.plan, request.index
     store = SnapshotStore(settings.journal_dir / "snapshots")
-    meta = snapshot_of(store, plan_.snapshot)
+    meta = store.kept_named(plan_.snapshot)
+    if meta is None:
+        raise PlanChanged(f"snapshot {plan_.snapshot} is no longer kept")
     seed = replicate_seed(plan_, index)
     sides = []
     for name, pins in (("control", plan_.control), ("treated", plan_.treated)):

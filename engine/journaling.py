@@ -268,16 +268,15 @@ class WorldJournal:
         """The kept snapshot a rollback goes back to: by name, the latest at or before ``tick`` in
         the current epoch's history, or the rollback point pinned for a mutation. ReplayError says
         why there is none."""
-        metas = self.store.kept()
         if mutation_id is not None:
             snapshot = self.pins.get(mutation_id)
             if snapshot is None:
                 raise ReplayError(f"no rollback point is pinned for mutation {mutation_id}")
         if snapshot is not None:
-            found = [m for m in metas if m.name == snapshot]
-            if not found:
+            found = self.store.kept_named(snapshot)
+            if found is None:
                 raise ReplayError(f"snapshot {snapshot!r} is not kept (GET /v1/world/snapshots lists them)")
-            return found[0]
+            return found
         head = self.writer.head
         assert head is not None and tick is not None
         reader = JournalReader(self.writer_directory)

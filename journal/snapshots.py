@@ -125,6 +125,10 @@ class SnapshotStore:
             raise SnapshotCorrupt(f"{CATALOG} must be a list of snapshots")
         return sorted((SnapshotMeta.from_data(d) for d in data), key=lambda m: m.number)
 
+    def kept_named(self, name: str) -> SnapshotMeta | None:
+        """The kept snapshot called ``name``, if the catalog still holds it."""
+        return next((m for m in self.kept() if m.name == name), None)
+
     def list(self) -> builtins.list[SnapshotMeta]:
         """The catalog's snapshots by epoch, then tick (then the order taken)."""
         return sorted(self.kept(), key=lambda m: (m.epoch, m.tick, m.number))

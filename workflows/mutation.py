@@ -564,7 +564,7 @@ class MutationWorkflow:
                 report["report_hash"] = verdicts.report_hash(report)
         if self._rollback_reason is None:
             assert fitness is not None
-            ticks = sum(2 * o.ticks for o in outcomes)
+            ticks = report["ticks"] if report is not None else 0
             log[-1] = f"Verdict: {fitness} — {reason} ({len(outcomes)} replicates, {ticks:,} ticks)"
             effects = self._window_effects(mutation, reason)
             if fitness != verdicts.NEGATIVE:
