@@ -66,18 +66,20 @@ class PlanChanged(Exception):
     """A pinned trait version or snapshot is gone, or its code is not what the plan pinned."""
 
 
+def pin_of(entry: registry.RegistryEntry) -> TraitPin:
+    return TraitPin(trait_name=entry.trait_name, version=entry.version, code_hash=entry.code_hash)
+
+
 def plan(
     request: PlanRequest, live: list[registry.RegistryEntry], previous: registry.RegistryEntry | None, journal_dir: Path
 ) -> PlanOutcome:
-    pins = {e.trait_name: TraitPin(trait_name=e.trait_name, version=e.version, code_hash=e.code_hash) for e in live}
+    pins = {e.trait_name: pin_of(e) for e in live}
     mine = pins.get(request.trait_name)
     if mine is None or mine.version != request.trait_version:
         return PlanOutcome(not_run=f"v{request.trait_version} of {request.trait_name} is no longer live")
     control = {n: p for n, p in pins.items() if n != request.trait_name}
     if previous is not None:
-        control[previous.trait_name] = TraitPin(
-            trait_name=previous.trait_name, version=previous.version, code_hash=previous.code_hash
-        )
+        control[previous.trait_name] = pin_of(previous)
     store = SnapshotStore(journal_dir / "snapshots")
     try:
         meta, _ = pick_snapshot(store, JournalReader(journal_dir / "records"), 0)
@@ -166,7 +168,7 @@ class Copy:
 
 def run_replicate(
     request: ReplicateRequest,
-    entries: dict[tuple[str, int], registry.RegistryEntry],
+    entries: dict[TraitKey, registry.RegistryEntry],
     settings: Settings,
     new_host: Callable[[str], HostClient],
     progress: Callable[[str], None] = lambda _: None,
@@ -193,8 +195,8 @@ def run_replicate(
     if replacing:  # old version against new, on the same Molbots
         units = sorted({*units, *(i for i, e in treated.world.entities.items() if trait in e.traits)})
         give(control.world, trait, units)
-    others = sorted(set(treated.world.entities) - set(units))
-    watched = {*units, *others}
+    watched = set(treated.world.entities)  # every Molbot alive at the fork
+    others = sorted(watched - set(units))
     cost = control.world.params.reproduction_cost
     copies = [Copy(control, watched, cost), Copy(treated, watched, cost)]
     horizon = plan_.settings.horizon_ticks
