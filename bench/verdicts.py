@@ -114,13 +114,13 @@ async def propose(http: httpx.AsyncClient, name: str, code: str, agent: str) -> 
 
 
 async def follow(http: httpx.AsyncClient, mutation_id: str, until: tuple[str, ...], timeout_s: float) -> dict:
-    deadline = time.monotonic() + timeout_s
+    """The mutation's status once it reaches ``until`` (or at the timeout), with ``seconds``: how
+    long it was followed."""
+    started = time.monotonic()
     while True:
         status = (await http.get(f"/api/mutations/{mutation_id}/status")).json()
-        if status.get("status") in until:
-            return status
-        if time.monotonic() > deadline:
-            return status
+        if status.get("status") in until or time.monotonic() - started > timeout_s:
+            return {**status, "seconds": round(time.monotonic() - started, 1)}
         await asyncio.sleep(0.25)
 
 
@@ -185,7 +185,6 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
                 log(f"{kind}: {live} live traits")
             for round_number in range(args.each):
                 names = {truth: f"{truth}_{round_number}_{uuid.uuid4().hex[:4]}" for truth in TRUTHS}
-                started = time.monotonic()
                 ids = {
                     truth: await propose(
                         http, names[truth], PLANTED[truth].replace("{k}", str(round_number + 1)), f"planter-{truth}"
@@ -206,7 +205,7 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
                             "reason": end.get("verdict_reason"),
                             "replicates": report.get("replicates"),
                             "fitness": (report.get("effects") or {}).get("fitness"),
-                            "seconds": round(time.monotonic() - started, 1) if end.get("status") in TERMINAL else None,
+                            "seconds": end["seconds"] if end.get("status") in TERMINAL else None,
                         }
                     )
                 log(
