@@ -37,6 +37,11 @@ apt_install() {
 if ! docker info >/dev/null 2>&1; then
   command -v dockerd >/dev/null 2>&1 || apt_install docker.io
   command -v docker >/dev/null 2>&1 || apt_install docker.io
+  if ! pgrep -x dockerd >/dev/null 2>&1; then
+    # pid files left by a machine that stopped without shutting down: their pids may belong to
+    # other processes now, and dockerd would wait for a containerd that is not there
+    rm -f /var/run/docker.pid /var/run/docker/containerd/containerd.pid
+  fi
   say "starting dockerd"
   nohup dockerd >"$STATE/logs/dockerd.log" 2>&1 &
   wait_for "Docker engine" 60 docker info
