@@ -20,6 +20,7 @@ from activities.lifecycle import LifecycleActivities
 from activities.metrics import PipelineMetrics
 from activities.mutations import MutationRecordActivities
 from activities.sandbox import SandboxActivities
+from activities.selection import SelectionActivities
 from activities.tasks import TaskActivities
 from activities.trait_shadow import TraitShadowActivities
 from activities.verdict_experiment import VerdictActivities
@@ -51,7 +52,8 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
     harm = (
         settings.journal.harm_fitness if settings.journal.enabled and settings.journal.rollback_world_on_harm else None
     )
-    lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir, harm)
+    lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir, records.record, harm)
+    selection = SelectionActivities(sessions, redis, records.record)
     webhooks = WebhookActivities(settings)
     task_activities = TaskActivities(redis)
     evolution = EvolutionActivities(settings, sessions, redis)
@@ -68,6 +70,8 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
             sandbox.run_sandbox_test,
             lifecycle.activate_trait,
             lifecycle.rollback_trait,
+            selection.retire_trait,
+            selection.revive_trait,
             webhooks.deliver_webhook,
             task_activities.publish_task,
             task_activities.close_task,

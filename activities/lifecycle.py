@@ -3,38 +3,26 @@ engine loads from, then the telemetry event. Both are idempotent on mutation_id.
 
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime
 from pathlib import Path
 
 import redis.asyncio as aioredis
 from sqlalchemy import func, select, update
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names
-from evolution import feed
-from genesis.db.models import EvolutionCycle, Mutation, TraitVersion
+from activities.selection import Departure, Record, finish, make_room, unfinished_departures
+from activities.trait_records import announce, lock_trait
+from genesis.db.models import Mutation, TraitVersion
 from genesis.dto import ActivationRequest, ActivationResult, FailureCode, RollbackRequest, RollbackResult
-from genesis.ids import mutation_workflow_id
 from genesis.redis_keys import Channels
 from pipeline import registry, world_rollbacks
 
 
 def trait_file_name(trait_name: str, version: int) -> str:
     return f"trait_{trait_name}_v{version}.py"
-
-
-def trait_lock_key(trait_name: str) -> int:
-    """A stable signed 64-bit key for the trait's transaction-level advisory lock."""
-    return int.from_bytes(hashlib.sha256(f"genesis-trait:{trait_name}".encode()).digest()[:8], "big", signed=True)
-
-
-async def lock_trait(session: AsyncSession, trait_name: str) -> None:
-    """Serialise the activations and rollbacks of one trait (released at commit or rollback):
-    the live-version check and the swap happen as one step, even for a trait not yet live."""
-    await session.execute(select(func.pg_advisory_xact_lock(trait_lock_key(trait_name))))
 
 
 def version_conflict_message(request: ActivationRequest, live: TraitVersion | None) -> str:
@@ -77,9 +65,11 @@ class LifecycleActivities:
         sessions: async_sessionmaker,
         redis: aioredis.Redis,
         mutations_dir: Path,
+        record: Record,
         harm_fitness: float | None = None,
     ):
         self._sessions = sessions
+        self._record = record  # a mutation's status change (a trait taken out to make room)
         self._redis = redis
         self._mutations_dir = mutations_dir
         # a trait rolled back for a population decline at or below this fitness delta takes the
@@ -104,6 +94,7 @@ class LifecycleActivities:
                 .where(TraitVersion.trait_name == request.trait_name, TraitVersion.status == "active")
                 .with_for_update()
             )
+            departures: list[Departure] = []
             if row is None:  # first attempt; a retry finds the row and only re-publishes
                 live = previous.version if previous is not None else None
                 if request.check_live_version and live != request.expected_live_version:
@@ -133,6 +124,17 @@ class LifecycleActivities:
                             live_version=live,
                             conflict_code=FailureCode.NOT_TRAIT_OWNER.value,
                         )
+                departures, refused = await make_room(session, self._redis, request.trait_name)
+                if refused is not None:
+                    return ActivationResult(
+                        trait_version=None,
+                        previous_version=None,
+                        registry_version=None,
+                        file_path=None,
+                        conflict=refused,
+                        live_version=live,
+                        conflict_code=FailureCode.LIVE_SET_FULL.value,
+                    )
                 latest = await session.scalar(
                     select(func.max(TraitVersion.version)).where(TraitVersion.trait_name == request.trait_name)
                 )
@@ -159,7 +161,9 @@ class LifecycleActivities:
                     .where(Mutation.mutation_id == request.mutation_id)
                     .values(trait_version=version, replaced_version=live, activated_at=datetime.now(UTC))
                 )
-            elif row.status != "active":
+            else:  # a retry: what the first attempt took out may still need finishing
+                departures = await unfinished_departures(session)
+            if row.status != "active":
                 raise ApplicationError(
                     f"mutation {request.mutation_id} was already {row.status}; not activating it again",
                     non_retryable=True,
@@ -170,6 +174,7 @@ class LifecycleActivities:
                     select(Mutation.replaced_version).where(Mutation.mutation_id == request.mutation_id)
                 )
             entry = await registry.entry_of(session, row)
+        await finish(self._sessions, self._redis, self._record, departures)
         registry_version = await registry.put_entry(self._redis, entry)
         await self._redis.publish(
             Channels.MUTATION_APPLIED,
@@ -283,23 +288,3 @@ class LifecycleActivities:
 
     async def _feed(self, action: str, mutation_id: str, message: str, **extra) -> None:
         await announce(self._sessions, self._redis, action, mutation_id, message, **extra)
-
-
-async def announce(
-    sessions: async_sessionmaker, redis: aioredis.Redis, action: str, mutation_id: str, message: str, **extra
-) -> None:
-    """The Evolution Feed line of a step in a mutation's life (with the cycle that proposed it, if any)."""
-    async with sessions() as session:
-        trigger_id = await session.scalar(
-            select(EvolutionCycle.trigger_id).where(EvolutionCycle.mutation_id == mutation_id).limit(1)
-        )
-    await feed.publish(
-        redis,
-        "patcher",
-        action,
-        message,
-        trigger_id=trigger_id,
-        mutation_id=mutation_id,
-        workflow_id=mutation_workflow_id(mutation_id),
-        **extra,
-    )

@@ -18,8 +18,8 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 import gatekeeper
 from activities import names
-from activities.lifecycle import announce
 from activities.metrics import STATUS_TRANSITIONS
+from activities.trait_records import announce
 from genesis import signing
 from genesis.db.models import Mutation
 from genesis.dto import (
@@ -295,10 +295,14 @@ async def _issue_stage_receipts(
     }
     for kind, body in stage_receipts(change):
         topic = f"{change.mutation_id}:{kind}"
-        if kind == "mutation.failed":  # a failed run may be retried (a fresh run), and fail again
+        if kind in REPEATABLE_RECEIPTS:  # may happen again to the same mutation, in another workflow run
             topic += f":{_workflow_run_id()}"
             body = {**body, "workflow_run_id": _workflow_run_id()}
         await receipts.issue(session, keyring, kind, topic, subject, body)
+
+
+# a failed run may be retried (a fresh run) and fail again; an extinct trait revived and extinct again
+REPEATABLE_RECEIPTS = ("mutation.failed", "mutation.extinct", "mutation.revived")
 
 
 def _workflow_run_id() -> str:
@@ -341,11 +345,15 @@ def stage_receipts(change: StatusUpdate) -> list[tuple[str, dict]]:
         if change.effects:
             return [("mutation.observed", observed)]
         return [("mutation.activated", {"trait_version": change.trait_version})]
-    if status == MutationStatus.kept:
+    if status == MutationStatus.kept and change.fate_reason is None:
         out = [("mutation.observed", observed)] if change.effects else []
         return [*out, ("mutation.kept", {"fitness_verdict": change.fitness_verdict})]
     if status == MutationStatus.rolled_back:
         return [("mutation.rolled_back", {"reason": change.rollback_reason})]
     if status == MutationStatus.failed:  # no verdict on the code: the run could not finish
         return [("mutation.failed", {})]
+    if status == MutationStatus.extinct:
+        return [("mutation.extinct", {"reason": change.fate_reason})]
+    if status == MutationStatus.kept and change.fate_reason is not None:
+        return [("mutation.revived", {"reason": change.fate_reason})]
     return []

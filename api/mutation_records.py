@@ -154,6 +154,17 @@ def status_response(record: Mutation, quarantine: TraitQuarantine | None = None)
     )
 
 
+EXTINCT_LINE = "Extinct: "
+
+
+def extinct_reason(record: Mutation) -> str | None:
+    """Why an extinct mutation's trait left the live set (the last such line of its log)."""
+    if record.status != "extinct":
+        return None
+    lines = [line for line in record.validation_log or [] if isinstance(line, str) and line.startswith(EXTINCT_LINE)]
+    return lines[-1].removeprefix(EXTINCT_LINE) if lines else None
+
+
 def verdict_reason(record: Mutation) -> str | None:
     """Why its fitness verdict is what it is (recorded with the effects; null before a verdict,
     and for verdicts recorded before reasons were)."""

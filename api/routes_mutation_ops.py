@@ -1,4 +1,6 @@
-"""Re-run a mutation whose workflow failed for an infrastructure reason (POST /api/mutations/{id}/retry).
+"""Operations on a mutation after its workflow: re-run one whose workflow failed for an
+infrastructure reason (POST /api/mutations/{id}/retry), and bring an extinct trait back
+(POST /api/mutations/{id}/revive, a RevivalWorkflow).
 
 Retry is a *fresh run with the same workflow id*, not a Temporal reset: every step of a
 MutationWorkflow is cheap (validation ~10 ms, the sandbox test ~0.5 s) and idempotent on the
@@ -8,12 +10,14 @@ same id. A verdict (rejected, kept, rolled_back) or a live trait (activated) is 
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from sqlalchemy import update
 from temporalio.client import WorkflowExecutionStatus
+from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import API_KEY, OPERATOR_KEY
@@ -21,10 +25,11 @@ from api.errors import ApiError, unavailable
 from api.mutation_records import MUTATION_WRITE_ERRORS, load_own_mutation
 from api.params import MutationIdPath
 from api.schemas import ErrorResponse
-from api.schemas_mutation_ops import RetryResponse
+from api.schemas_mutation_ops import RetryResponse, ReviveResponse
 from api.workflow_starter import start_mutation_workflow
 from genesis.db.models import Mutation
-from genesis.dto import MutationStatus
+from genesis.dto import FateRequest, FateResult, MutationStatus
+from genesis.workflow_api import REVIVAL_WORKFLOW, revival_workflow_id
 from pipeline.proposals import mutation_input
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
@@ -36,7 +41,10 @@ NOT_RETRYABLE = {
     MutationStatus.rolled_back.value: "its verdict is in (rolled_back): propose a new version instead",
     MutationStatus.activated.value: "its trait is live and under observation: roll it back "
     "(POST /api/mutations/{id}/rollback) instead of re-running it",
+    MutationStatus.extinct.value: "its verdict is in (kept), and it went extinct since: bring it back with "
+    "POST /api/mutations/{id}/revive",
 }
+REVIVAL_WAIT_S = 30.0
 
 
 @router.post(
@@ -133,6 +141,68 @@ async def retry(
         message=f"re-running {mutation_id} (previous run: {ended or 'none'})",
     )
     return JSONResponse(body.model_dump(), status_code=202)
+
+
+@router.post(
+    "/{mutation_id}/revive",
+    response_model=ReviveResponse,
+    responses={
+        **MUTATION_WRITE_ERRORS,
+        409: {
+            "model": ErrorResponse,
+            "description": "NOT_EXTINCT (only an extinct trait comes back), VERSION_CONFLICT (another version of "
+            "the trait is live), LIVE_SET_FULL (the live set is at the manifest's max_live_traits and nothing "
+            "in it can make room)",
+        },
+    },
+)
+async def revive(
+    mutation_id: MutationIdPath,
+    request: Request,
+    api_key: str | None = Depends(API_KEY),
+    operator_key: str | None = Depends(OPERATOR_KEY),
+) -> JSONResponse:
+    """Bring an extinct trait back into the live set (status ``kept`` again): newborns may gain it
+    again, and the engine's ledger measures it afresh. A full live set makes room as an activation
+    does. Needs the ``X-API-Key`` of the agent that proposed it or an ``X-Operator-Key`` (unless
+    GENESIS_AUTH=open)."""
+    services = request.app.state.services
+    allowed = await load_own_mutation(request, mutation_id, api_key, operator_key, "revive it")
+    record = allowed.record
+    if record.status != MutationStatus.extinct.value:
+        raise ApiError(
+            409, "NOT_EXTINCT", f"mutation {mutation_id} is {record.status}: only an extinct trait can be revived"
+        )
+    who = allowed.by or (f"its owner, agent '{record.agent_id}'" if api_key else "a caller (GENESIS_AUTH=open)")
+    client = await services.temporal()
+    try:
+        handle = await client.start_workflow(
+            REVIVAL_WORKFLOW,
+            FateRequest(mutation_id=mutation_id, trait_name=record.trait_name, reason=f"revived by {who}"),
+            id=revival_workflow_id(mutation_id),
+            task_queue=services.settings.task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            result_type=FateResult,
+        )
+        result = await asyncio.wait_for(handle.result(), REVIVAL_WAIT_S)
+    except TimeoutError as exc:
+        raise ApiError(
+            503,
+            "REVIVAL_PENDING",
+            f"the revival of {mutation_id} is under way but did not finish within {REVIVAL_WAIT_S:.0f} s: "
+            f"follow GET /api/mutations/{mutation_id}/status",
+        ) from exc
+    except RPCError as exc:
+        raise unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc, "starting the revival") from exc
+    if not result.changed:
+        raise ApiError(409, result.conflict_code or "NOT_EXTINCT", f"mutation {mutation_id}: {result.conflict}")
+    body = ReviveResponse(
+        mutation_id=mutation_id,
+        status=MutationStatus.kept.value,
+        registry_version=result.registry_version,
+        message=f"'{record.trait_name}' v{record.trait_version} is live again",
+    )
+    return JSONResponse(body.model_dump(), status_code=200)
 
 
 async def _workflow_status(client, workflow_id: str) -> WorkflowExecutionStatus | None:

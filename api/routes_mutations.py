@@ -142,6 +142,10 @@ async def rollback(
         return _rollback_reply(record.mutation_id, record.status, "already rolled back", 200)
     if record.status in (MutationStatus.rejected.value, MutationStatus.failed.value):
         raise ApiError(409, "NOT_ROLLBACKABLE", f"mutation {mutation_id} is {record.status}: it never went live")
+    if record.status == MutationStatus.extinct.value:
+        raise ApiError(
+            409, "NOT_ROLLBACKABLE", f"mutation {mutation_id} is extinct: it is not live, there is nothing to roll back"
+        )
     note = await _not_live_note(request, record)  # read before the rollback changes the version's status
     client = await services.temporal()
     try:  # a kept mutation's workflow has ended: a RollbackWorkflow does it (pipeline/rollbacks.py)

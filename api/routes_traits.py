@@ -4,19 +4,23 @@ live trait is part of api/admission.py.)"""
 
 from __future__ import annotations
 
+import json
 import logging
 from datetime import datetime
+from typing import Any
 
 from fastapi import APIRouter, Query, Request, Response
 from redis.exceptions import RedisError
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import aliased
 
 from api import engine_status
 from api.errors import ApiError, Responses, unavailable
-from api.mutation_records import quarantine_info, replaces_ref, verdict_reason
+from api.mutation_records import extinct_reason, quarantine_info, replaces_ref, verdict_reason
 from api.paging import Cursor, Keyset, paged, text, whole
 from api.schemas import (
+    DepartedTrait,
     ErrorResponse,
     LineageEdge,
     LineageNode,
@@ -25,6 +29,7 @@ from api.schemas import (
     QuarantinedTrait,
     QuarantineInfo,
     TraitDetailResponse,
+    TraitLedgerInfo,
     TraitLineageResponse,
     TraitsResponse,
     TraitSummary,
@@ -32,10 +37,10 @@ from api.schemas import (
     trait_name_problem,
 )
 from evolution import world_metrics
-from genesis import rules
+from genesis import redis_keys as keys, rules
 from genesis.db.models import Mutation, TraitQuarantine, TraitVersion
 from genesis.dto import MutationStatus, terminal_statuses
-from pipeline import lineage, live
+from pipeline import lineage, live, manifests
 from pipeline.quarantines import quarantines_of
 
 log = logging.getLogger("genesis.api")
@@ -85,6 +90,63 @@ async def _carriers(request: Request) -> tuple[dict[str, int] | None, int | None
     return {str(k): int(v) for k, v in usage.items() if isinstance(v, (int, float))}, latest[0].get("tick")
 
 
+DEPARTED_LIMIT = 20
+LATE_VERDICT = "late verdict:"
+
+
+async def _departed(session) -> list[DepartedTrait]:
+    """The latest kept traits selection took out: extinct, or rolled back by a late verdict."""
+    live_row = aliased(TraitVersion)
+    live_version = (
+        select(live_row.version)
+        .where(live_row.trait_name == TraitVersion.trait_name, live_row.status == "active")
+        .correlate(TraitVersion)
+        .scalar_subquery()
+    )
+    rows = (
+        await session.execute(
+            select(TraitVersion, Mutation, live_version)
+            .join(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
+            .where(
+                (TraitVersion.status == "extinct")
+                | ((TraitVersion.status == "rolled_back") & Mutation.rollback_reason.startswith(LATE_VERDICT))
+            )
+            .order_by(Mutation.updated_at.desc())
+            .limit(DEPARTED_LIMIT)
+        )
+    ).all()
+    return [
+        DepartedTrait(
+            trait_name=row.trait_name,
+            version=row.version,
+            mutation_id=row.mutation_id,
+            agent_id=mutation.agent_id,
+            how="extinct" if row.status == "extinct" else "late_verdict",
+            reason=extinct_reason(mutation) if row.status == "extinct" else mutation.rollback_reason,
+            at=mutation.updated_at.timestamp(),
+            live_version=live,
+        )
+        for row, mutation, live in rows
+    ]
+
+
+async def _ledger(request: Request) -> dict[str, Any]:
+    """The engine's live fitness ledger as it last published it (``ledger:traits``; {} without one)."""
+    try:
+        raw = await request.app.state.services.redis.get(keys.LEDGER_TRAITS)
+        return dict(json.loads(raw)) if raw else {}
+    except (RedisError, OSError, ValueError) as exc:  # optional information: the traits are still listed
+        log.warning("ledger unavailable: %s", exc)
+        return {}
+
+
+def _ledger_info(ledger: dict[str, Any], trait_name: str, mutation_id: str) -> TraitLedgerInfo | None:
+    entry = (ledger.get("traits") or {}).get(trait_name)
+    if not isinstance(entry, dict) or entry.get("mutation_id") != mutation_id:
+        return None  # not measured yet, or the ledger's entry is another version's
+    return TraitLedgerInfo.model_validate({**entry, "tick": ledger.get("tick", 0)})
+
+
 async def _running_traits(request: Request) -> set[str] | None:
     """The traits the engine ran at its last report; None when it is not running (or Redis is down)."""
     try:
@@ -116,11 +178,14 @@ async def list_traits(
         async with services.sessions() as session:
             rows = (await session.execute(query)).all()
             quarantines = await live.latest_quarantines(session) if after is None else []
+            departed = await _departed(session) if after is None else []
+            max_live = (await manifests.current(await session.connection())).manifest.selection.max_live_traits
     except (SQLAlchemyError, OSError) as exc:
         raise _db_down(exc) from exc
     rows, next_cursor = TRAIT_PAGES.page(request, response, rows, limit, lambda row: (row[0].trait_name,))
     carriers, tick = await _carriers(request)
     running = await _running_traits(request)
+    ledger = await _ledger(request)
     return TraitsResponse(
         traits=[
             TraitSummary(
@@ -136,6 +201,7 @@ async def list_traits(
                 mutation_status=mutation.status if mutation else None,
                 fitness_verdict=mutation.fitness_verdict if mutation else None,
                 verdict_reason=verdict_reason(mutation) if mutation else None,
+                ledger=_ledger_info(ledger, row.trait_name, row.mutation_id),
             )
             for row, mutation in rows
         ],
@@ -153,7 +219,9 @@ async def list_traits(
             )
             for quarantine, version, mutation, live_version in quarantines
         ],
+        departed=departed,
         snapshot_tick=tick,
+        max_live_traits=max_live,
         next_cursor=next_cursor,
     )
 
@@ -320,5 +388,6 @@ def _version_info(row: TraitVersion, mutation: Mutation | None, quarantine: Trai
         mutation_status=mutation.status if mutation else None,
         replaced_version=mutation.replaced_version if mutation else None,
         rollback_reason=mutation.rollback_reason if mutation else None,
+        extinct_reason=extinct_reason(mutation) if mutation else None,
         quarantine=quarantine_info(quarantine),
     )

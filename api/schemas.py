@@ -665,6 +665,24 @@ class WebhookSecretResponse(BaseModel):
     headers: list[str]
 
 
+class LedgerEffect(BaseModel):
+    mean: float = Field(description="Mean relative effect: carriers' fitness against comparable non-carriers'")
+    low: float = Field(description="Lower end of its 95 % interval")
+    high: float = Field(description="Upper end of its 95 % interval")
+
+
+class TraitLedgerInfo(BaseModel):
+    """A live trait in the engine's fitness ledger (measured at each WorldSnapshot since it went live)."""
+
+    carriers: int = Field(description="Molbots carrying it at the ledger's latest snapshot")
+    uncarried_ticks: int = Field(
+        description="Ticks since a Molbot last carried it (it goes extinct at the manifest's extinction_ticks)"
+    )
+    snapshots: int = Field(description="Snapshots with enough carriers behind its effect (the newest ones)")
+    effect: LedgerEffect | None = Field(description="null: fewer than two snapshots with enough carriers")
+    tick: int = Field(description="The ledger's latest snapshot")
+
+
 class TraitSummary(BaseModel):
     """One live trait of ``GET /api/traits``."""
 
@@ -692,6 +710,9 @@ class TraitSummary(BaseModel):
         "or kept without a verdict",
     )
     verdict_reason: str | None = Field(default=None, description="Why its fitness verdict is what it is")
+    ledger: TraitLedgerInfo | None = Field(
+        default=None, description="Its evidence since the verdict (null: the engine has not measured it yet)"
+    )
 
 
 class QuarantinedTrait(BaseModel):
@@ -709,6 +730,19 @@ class QuarantinedTrait(BaseModel):
     )
 
 
+class DepartedTrait(BaseModel):
+    """A kept trait selection took out after its verdict: extinct, or rolled back by a late verdict."""
+
+    trait_name: str
+    version: int
+    mutation_id: str
+    agent_id: str | None
+    how: Literal["extinct", "late_verdict"]
+    reason: str | None = Field(description="In plain words, as recorded")
+    at: float = Field(description="When (unix seconds)")
+    live_version: int | None = Field(description="The version of the trait live now, if any")
+
+
 class TraitsResponse(BaseModel):
     traits: list[TraitSummary] = Field(
         description="The live traits: the same set GET /api/stats counts as live_traits, by name"
@@ -718,7 +752,15 @@ class TraitsResponse(BaseModel):
         description="Traits whose newest version the engine quarantined (not live), newest quarantine first, "
         "at most 100, on the first page only; a newer version of a trait removes it from here",
     )
+    departed: list[DepartedTrait] = Field(
+        default_factory=list,
+        description="Kept traits selection took out since (extinct, or rolled back by a late verdict of the live "
+        "ledger), newest first, at most 20, on the first page only",
+    )
     snapshot_tick: int | None = Field(default=None, description="The WorldSnapshot the carriers come from")
+    max_live_traits: int | None = Field(
+        default=None, description="The manifest's bound on the live set (selection.max_live_traits)"
+    )
     next_cursor: NextCursor = None
 
 
@@ -726,7 +768,8 @@ class TraitVersionInfo(BaseModel):
     version: int
     status: str = Field(
         description="active (live) | quarantined (the engine stopped running it; its rollback "
-        "follows) | superseded (a newer version replaced it) | rolled_back"
+        "follows) | superseded (a newer version replaced it) | rolled_back | extinct (selection took it out "
+        "of the live set: no carrier for the manifest's extinction_ticks, or crowded out; its owner may revive it)"
     )
     mutation_id: str
     agent_id: str | None
@@ -735,7 +778,10 @@ class TraitVersionInfo(BaseModel):
     activated_at: float | None
     mutation_status: str | None = Field(description="The status of the mutation that made this version")
     replaced_version: int | None = Field(description="The version this one replaced when it was activated")
-    rollback_reason: str | None
+    rollback_reason: str | None = Field(
+        description="Why it was rolled back: its verdict, a late verdict of the live ledger, a quarantine, a request"
+    )
+    extinct_reason: str | None = Field(default=None, description="Why it went extinct (status extinct)")
     quarantine: QuarantineInfo | None = Field(default=None, description="Set if the engine quarantined this version")
 
 

@@ -1,4 +1,4 @@
-"""Response model of POST /api/mutations/{id}/retry (api/routes_mutation_ops.py)."""
+"""Response models of POST /api/mutations/{id}/retry and /revive (api/routes_mutation_ops.py)."""
 
 from __future__ import annotations
 
@@ -15,4 +15,11 @@ class RetryResponse(BaseModel):
         description="how the earlier run ended (FAILED, TIMED_OUT, TERMINATED, CANCELED, COMPLETED), "
         "or null if it never started"
     )
+    message: str
+
+
+class ReviveResponse(BaseModel):
+    mutation_id: str
+    status: str = Field(description="kept: the trait is live again")
+    registry_version: int | None = Field(description="the trait registry's version with it back in")
     message: str

@@ -39,6 +39,7 @@ from .quarantine import QuarantineReporter
 from .replay import ReplayError
 from .rollbacks import RollbackFollower
 from .rounds import RoundKeeper
+from .selection import SelectionKeeper
 from .world import World
 from .world_overrides import ParamsFollower
 
@@ -178,6 +179,7 @@ async def main() -> None:
 
     params = ParamsFollower(world_params(settings), engine.request_params, redis, governed_params)
     engine.snapshot_hooks.append(observation_hook(runner, params, temporal))
+    engine.snapshot_hooks.append(SelectionKeeper(settings, engine, redis, database, temporal))
     REGISTRY.register(EngineCollector(engine))
     gc_tuning.observe_gc_pauses()
     # A full collection over the start-up heap costs several ticks' budget: skip it from now on.

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any
 from genesis.config import Settings
 
 from .inputs import HOST_ERROR, HOST_OK, TickInputs, TraitSetChange, apply_changes, step
+from .ledger import TraitLedger
 from .metrics import TICK_SECONDS
 from .replay import ReplayError
 from .round_rules import RoundInputs
@@ -125,6 +126,8 @@ class Engine:
         self.active_traits: tuple[str, ...] = tuple(self.world.available_traits) if journal is not None else ()
         # live trait -> the mutation id whose version runs (as the journal ends, when resumed)
         self.trait_versions: dict[str, str] = dict(journal.versions) if journal is not None else {}
+        # every live trait measured at each snapshot (engine/ledger.py); selection reads it
+        self.ledger = TraitLedger(settings.verdict.ledger_rule())
         # measurements
         self.ticks_run = 0
         self.tick_overruns = 0
@@ -431,6 +434,7 @@ class Engine:
             run_id=self.run_id,
         )
         self._period_tick, self._period_wall = tick, now
+        self.ledger.observe(tick, self.world.entities, self.active_traits, self.world.params)
         self.snapshots_taken += 1
         self.sink.submit_snapshot(snap)
         for hook in self.snapshot_hooks:

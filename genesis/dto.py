@@ -22,6 +22,9 @@ class MutationStatus(str, Enum):
     activated = "activated"
     kept = "kept"
     rolled_back = "rolled_back"
+    # Kept, then out of the live set by selection: no Molbot carried it for the manifest's
+    # extinction_ticks, or a full live set made room; its owner may revive it (back to kept).
+    extinct = "extinct"
     # The workflow failed for an infrastructure reason (not a verdict on the code).
     failed = "failed"
 
@@ -29,7 +32,13 @@ class MutationStatus(str, Enum):
 def terminal_statuses(activate: bool = True) -> frozenset[MutationStatus]:
     """States in which a mutation's workflow has ended (it no longer counts as active).
     ``sandbox_ok`` is one only when activation is switched off."""
-    ended = {MutationStatus.rejected, MutationStatus.kept, MutationStatus.rolled_back, MutationStatus.failed}
+    ended = {
+        MutationStatus.rejected,
+        MutationStatus.kept,
+        MutationStatus.rolled_back,
+        MutationStatus.failed,
+        MutationStatus.extinct,
+    }
     return frozenset(ended if activate else ended | {MutationStatus.sandbox_ok})
 
 
@@ -58,6 +67,8 @@ class FailureCode(str, Enum):
     # At activation the trait's live version was made by another agent (it went live after the
     # proposal was checked) and no operator approved replacing it.
     NOT_TRAIT_OWNER = "NOT_TRAIT_OWNER"
+    # The live set holds the manifest's max_live_traits and none of them could make room.
+    LIVE_SET_FULL = "LIVE_SET_FULL"
     # It waited for an operator's approval (the manifest's approval rules) and was rejected, or
     # nobody decided before the manifest's approvals.ttl_sec.
     APPROVAL_REJECTED = "APPROVAL_REJECTED"
@@ -93,6 +104,9 @@ class MutationInput(BaseModel):
     # The verdict as an experiment beside the live world (genesis/verdicts.py); None: the
     # world's change over the window decides, as above.
     experiment: ExperimentSettings | None = None
+    # False: selection is off (GENESIS_VERDICT_MODE=off): an activated trait is kept at once,
+    # unjudged (the evolution bench's arm that measures what selection adds).
+    selection: bool = True
     # Webhooks: each status change is POSTed (signed) to notify_url, retried with backoff for up
     # to webhook_retry_window_s after the change (pipeline/webhooks.py).
     notify_url: str | None = None
@@ -243,6 +257,9 @@ class StatusUpdate(BaseModel):
     rollback_reason: str | None = None
     # The workflow's last transition: the mutation stops counting as active (rate limits).
     final: bool = False
+    # Selection after the verdict: why it went extinct, or who revived it (kept again). Its
+    # receipt's reason; the record keeps it in its validation log.
+    fate_reason: str | None = None
 
 
 class ValidationRequest(BaseModel):
@@ -278,7 +295,7 @@ class ActivationResult(BaseModel):
     registry_version: int | None
     file_path: str | None
     conflict: str | None = None  # why nothing was activated (the validation_log line)
-    conflict_code: str = FailureCode.VERSION_CONFLICT.value  # or NOT_TRAIT_OWNER
+    conflict_code: str = FailureCode.VERSION_CONFLICT.value  # or NOT_TRAIT_OWNER, LIVE_SET_FULL
     live_version: int | None = None  # the live version found, with a conflict
 
 
@@ -292,6 +309,23 @@ class RollbackRequest(BaseModel):
     notify_url: str | None = None
     webhook_retry_window_s: float = 3600.0
     webhook_max_retry_interval_s: float = 60.0
+
+
+class FateRequest(BaseModel):
+    """A kept trait leaves the live set by selection (ExtinctionWorkflow), or an extinct one comes
+    back (RevivalWorkflow)."""
+
+    mutation_id: str
+    trait_name: str
+    reason: str  # in plain words: the validation log's line and the receipt's
+
+
+class FateResult(BaseModel):
+    changed: bool  # False: it already was (idempotent), or ``conflict`` says why not
+    log: list[str] = Field(default_factory=list)  # the mutation's validation log before this change
+    conflict: str | None = None
+    conflict_code: str | None = None
+    registry_version: int | None = None
 
 
 class RollbackResult(BaseModel):

@@ -94,6 +94,9 @@ WORLD_ROLLBACK_REQUESTS = "world:rollback:requests"
 WORLD_ROLLBACK_TTL_S = 7 * 24 * 3600
 # JSON list of the snapshots the engine keeps (name, epoch, tick, journal_seq, state_hash, ...).
 ENGINE_SNAPSHOTS = "engine:snapshots"
+# JSON: the engine's live fitness ledger (engine/ledger.py), every trait's evidence since its
+# verdict, rewritten at each telemetry snapshot
+LEDGER_TRAITS = "ledger:traits"
 
 
 def world_rollback(request_id: str) -> str:

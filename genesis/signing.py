@@ -50,6 +50,8 @@ KINDS = (
     "mutation.kept",
     "mutation.rolled_back",
     "mutation.failed",
+    "mutation.extinct",
+    "mutation.revived",
     "trait_set.changed",
     "world.rollback",
     "audit.export",

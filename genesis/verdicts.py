@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import math
 import statistics
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -42,6 +43,16 @@ def t_975(df: int) -> float:
     if df < 1:
         raise ValueError("an interval needs at least two replicates")
     return T_975[df - 1] if df <= len(T_975) else Z_975
+
+
+@dataclass(frozen=True)
+class LedgerRule:
+    """When the live ledger (engine/ledger.py) judges a kept trait harmful after its verdict."""
+
+    window: int = 10  # the newest effects the interval is read from
+    min_snapshots: int = 5  # effects needed before the ledger judges
+    min_carriers: int = 5  # carriers matched with a non-carrier of their age band for an effect to count
+    margin: float = 0.2  # a late verdict: the interval lies wholly below -margin
 
 
 class ExperimentSettings(BaseModel):

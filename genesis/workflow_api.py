@@ -27,6 +27,20 @@ def rollback_workflow_id(mutation_id: str) -> str:
     return f"rollback-{mutation_id}"
 
 
+# Selection after the verdict (workflows/extinction.py): a kept trait goes extinct, an extinct
+# one is revived by its owner.
+EXTINCTION_WORKFLOW = "ExtinctionWorkflow"
+REVIVAL_WORKFLOW = "RevivalWorkflow"
+
+
+def extinction_workflow_id(mutation_id: str) -> str:
+    return f"extinction-{mutation_id}"
+
+
+def revival_workflow_id(mutation_id: str) -> str:
+    return f"revival-{mutation_id}"
+
+
 TASK_WORKFLOW = "TaskWorkflow"
 TASK_SIGNAL_MUTATION_ACTIVATED = "mutation_activated"  # arg: mutation_id (from MutationWorkflow)
 TASK_SIGNAL_RESOLVE = "resolve"  # arg: reason (the Watcher, or POST /api/agents/tasks/{id}/resolve)

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from genesis.verdicts import ExperimentSettings
+from genesis.verdicts import ExperimentSettings, LedgerRule
 
 
 class EngineSettings(BaseModel):
@@ -195,11 +195,13 @@ class ObservationSettings(BaseModel):
 class VerdictSettings(BaseModel):
     """A trait's fitness verdict: an experiment in forks of the live world (docs/evolution.md)."""
 
-    mode: Literal["experiment", "window"] = Field(
+    mode: Literal["experiment", "window", "off"] = Field(
         default="experiment",
         description="`experiment`: paired forks of the live world with and without the trait decide, from an "
         "interval; `window`: the world's change over the observation window decides (the seed's reading, which "
-        "cannot tell one trait's doing from the rest's in a busy world).",
+        "cannot tell one trait's doing from the rest's in a busy world); `off`: no selection — every activated "
+        "trait is kept at once and the live ledger rolls nothing back (the evolution bench's control for "
+        "selection itself).",
     )
     horizon_ticks: int = Field(default=400, ge=10, description="Ticks each copy of a replicate runs.")
     unit_share: float = Field(
@@ -223,6 +225,29 @@ class VerdictSettings(BaseModel):
         description="Replicates one worker runs at once (task queue `<task_queue>-verdicts`); each holds two "
         "trait-host containers and a thread of world steps.",
     )
+
+    ledger_window: int = Field(default=10, ge=2, description="A live trait's newest ledger snapshots it is judged on.")
+    ledger_min_snapshots: int = Field(
+        default=5, ge=2, description="Ledger snapshots with enough carriers before a late verdict can be given."
+    )
+    ledger_min_carriers: int = Field(
+        default=5, ge=1, description="Carriers matched with non-carriers of their age for a ledger snapshot to count."
+    )
+    ledger_margin: float = Field(
+        default=0.2,
+        gt=0,
+        lt=1,
+        description="A late verdict rolls a kept trait back when its ledger interval lies wholly below minus this "
+        "(observational evidence: stricter than the experiment's margin).",
+    )
+
+    def ledger_rule(self) -> LedgerRule:
+        return LedgerRule(
+            window=self.ledger_window,
+            min_snapshots=min(self.ledger_min_snapshots, self.ledger_window),
+            min_carriers=self.ledger_min_carriers,
+            margin=self.ledger_margin,
+        )
 
     def experiment(self) -> ExperimentSettings | None:
         if self.mode != "experiment":

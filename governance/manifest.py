@@ -1,9 +1,10 @@
 """The world's rules as one document: the manifest.
 
 Parameters a governed change may set, the policy that decides gated requests, the capabilities a
-new agent is granted, which mutations wait for an operator's approval, snapshot retention and the
-length of a round. The document is plain JSON data; :func:`manifest_hash` is the sha256 of its
-canonical CBOR, so two processes agree on a hash without agreeing on key order. A change is an RFC
+new agent is granted, which mutations wait for an operator's approval, snapshot retention, the
+length of a round and how selection bounds the live traits. The document is plain JSON data;
+:func:`manifest_hash` is the sha256 of its canonical CBOR, so two processes agree on a hash
+without agreeing on key order. A change is an RFC
 6902 patch against a base hash (``governance.patches``); :func:`validate` is what the patched
 document must pass before it can be proposed.
 
@@ -101,6 +102,23 @@ class Governance(_Strict):
     shadow_ticks: int = Field(default=600, ge=60, le=36_000, description="Length of a shadow run.")
 
 
+class Selection(_Strict):
+    max_live_traits: int = Field(
+        default=40,
+        ge=1,
+        le=1000,
+        description="Traits live at once. When the set is full, an activation makes room by taking out the least "
+        "fit kept trait by the live ledger (one no Molbot carries first); with none to take out it is refused.",
+    )
+    extinction_ticks: int = Field(
+        default=18_000,
+        ge=300,
+        le=10_000_000,
+        description="A kept trait no Molbot has carried for this many ticks goes extinct: it leaves the live set "
+        "(its owner may revive it).",
+    )
+
+
 class Manifest(_Strict):
     params: dict[str, float] = Field(
         default_factory=dict, description="Governed world parameters set by this manifest (absent: as configured)."
@@ -111,6 +129,7 @@ class Manifest(_Strict):
     retention: Retention = Field(default_factory=Retention)
     rounds: Rounds = Field(default_factory=Rounds)
     governance: Governance = Field(default_factory=Governance)
+    selection: Selection = Field(default_factory=Selection)
 
     @field_validator("params")
     @classmethod

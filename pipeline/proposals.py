@@ -33,6 +33,7 @@ def mutation_input(record: Mutation, settings: Settings) -> MutationInput:
         min_carriers=settings.observation.min_carriers,
         min_carrier_share=settings.observation.min_carrier_share,
         experiment=settings.verdict.experiment(),
+        selection=settings.verdict.mode != "off",
         notify_url=record.notify_url,
         webhook_retry_window_s=settings.webhook.retry_window_s,
         webhook_max_retry_interval_s=settings.webhook.max_retry_interval_s,

@@ -7,6 +7,7 @@ from gepa_steps.connect_workflow import GepaConnectWorkflow
 from gepa_steps.step_workflow import GepaStepWorkflow
 from workflows.check import CheckWorkflow
 from workflows.evolution import EvolutionCycleWorkflow
+from workflows.extinction import ExtinctionWorkflow, RevivalWorkflow
 from workflows.governance import GovernanceWorkflow
 from workflows.journal import AuditManifestWorkflow, ReplayVerifyWorkflow
 from workflows.mutation import MutationWorkflow
@@ -16,6 +17,8 @@ from workflows.task import TaskWorkflow
 WORKFLOWS = [
     MutationWorkflow,
     RollbackWorkflow,
+    ExtinctionWorkflow,
+    RevivalWorkflow,
     TaskWorkflow,
     EvolutionCycleWorkflow,
     CheckWorkflow,

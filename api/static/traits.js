@@ -20,9 +20,14 @@ export class TraitList {
     clearTimeout(this.timer);
     const answer = await request("/api/traits");
     if (answer.ok) {
-      const { traits, quarantined = [] } = answer.data;
-      this.note.textContent = traits.length ? `${traits.length} live` : "no live traits yet";
-      this.list.replaceChildren(...traits.map((t) => this.row(t)), ...quarantined.map((q) => this.quarantinedRow(q)));
+      const { traits, quarantined = [], departed = [], max_live_traits: bound } = answer.data;
+      const of = bound != null ? ` of at most ${bound}` : "";
+      this.note.textContent = traits.length ? `${traits.length}${of} live` : "no live traits yet";
+      this.list.replaceChildren(
+        ...traits.map((t) => this.row(t)),
+        ...quarantined.map((q) => this.quarantinedRow(q)),
+        ...departed.map((d) => this.departedRow(d)),
+      );
     } else {
       const { title, lines } = describeError(answer);
       this.note.textContent = `the traits are unavailable: ${title} ${lines.join("; ")}`;
@@ -39,6 +44,20 @@ export class TraitList {
       t.running === false ? el("span", { class: "status loading", title: "the engine loads it within a second or two", text: "not running yet" }) : null,
       el("span", { class: "note", text: `${t.agent_id ?? "unknown agent"}${carriers}` }),
       el("button", { type: "button", class: "link lineage-open", onclick: () => this.onLineage(t.trait_name), text: "Lineage" }),
+    );
+  }
+
+  // A kept trait selection took out since its verdict: extinct (its owner may revive it), or
+  // rolled back by a late verdict of the live ledger.
+  departedRow(d) {
+    const label = d.how === "extinct" ? "extinct" : "rolled back late";
+    const now = d.live_version != null ? ` · v${d.live_version} is live` : "";
+    return el("li", { "data-trait-name": d.trait_name, "data-departed": d.how, class: "departed" },
+      el("i", { style: `background: ${traitColour(d.trait_name)}` }),
+      el("strong", { text: `${d.trait_name} v${d.version}` }),
+      el("span", { class: `status ${d.how}`, title: d.reason ?? "", text: label }),
+      el("span", { class: "note", text: `${d.agent_id ?? "unknown agent"}${now}` }),
+      el("p", { class: "note reason", text: d.reason ?? "" }),
     );
   }
 

@@ -34,6 +34,7 @@ TimeoutOpt = Annotated[float, typer.Option("--timeout", min=0.1, help="Give up f
 PIPELINE = ["queued", "validating", "sandbox_ok", "activated"]
 VERDICT_EXIT = {
     "kept": EXIT_OK,
+    "extinct": EXIT_OK,  # kept, then taken out by selection
     "rolled_back": EXIT_ROLLED_BACK,
     "rejected": EXIT_REJECTED,
     "failed": EXIT_FAILED,
@@ -427,6 +428,18 @@ def register(app: typer.Typer) -> None:
                 f"{mutation_id}: {escape(str(answer['message']))} (was {styled(answer['status'])})", soft_wrap=True
             ),
         )
+
+    @app.command(epilog=examples("genesis revive mut_3f2a9c1b7d4e"))
+    @handled
+    def revive(ctx: typer.Context, mutation_id: MutationId, json_out: JsonOpt = False) -> None:
+        """Bring an extinct trait back into the live set (kept again). Needs the proposer's key.
+
+        Selection takes a kept trait out when no Molbot carried it for the manifest's
+        extinction_ticks, or to make room in a full live set; it comes back as it was, and newborns
+        may gain it again."""
+        cli = cli_of(ctx, json_out)
+        answer = cli.api.post(f"/api/mutations/{segment(mutation_id, 'mutation id')}/revive", expect=("message",))
+        cli.emit(answer, lambda: cli.console.print(f"{mutation_id}: {escape(str(answer['message']))}", soft_wrap=True))
 
     @mutations.command(
         "list",

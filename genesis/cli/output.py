@@ -28,6 +28,7 @@ STATUS_STYLE = {
     "activated": "bold green",
     "kept": "bold green",
     "rolled_back": "yellow",
+    "extinct": "dim yellow",
     "rejected": "bold red",
     "failed": "bold magenta",
 }

@@ -71,9 +71,11 @@ def verdict(trait: dict) -> str:
 
 def live_traits(cli: Cli) -> dict:
     """``GET /api/traits``: the live traits, then the traits whose newest version the engine
-    quarantined (not live; marked ``quarantined``)."""
+    quarantined (not live; marked ``quarantined``), and the kept traits selection took out since
+    (``departed``: extinct, or rolled back by a late verdict)."""
     answer = cli.api.get("/api/traits", expect=("traits",))
     listed, quarantined = list(answer["traits"]), list(answer.get("quarantined") or [])
+    departed = [d for d in answer.get("departed") or [] if isinstance(d, dict)]  # on the first page
     while answer.get("next_cursor"):  # more live traits than one page holds
         answer = cli.api.get("/api/traits", params={"cursor": answer["next_cursor"]}, expect=("traits",))
         listed += answer["traits"]
@@ -81,13 +83,29 @@ def live_traits(cli: Cli) -> dict:
     for q in quarantined:
         if isinstance(q, dict):
             traits.append({**q, "carriers": None, "running": False, "fitness_verdict": None, "quarantined": True})
-    return {"traits": traits, "snapshot_tick": answer.get("snapshot_tick")}
+    return {
+        "traits": traits,
+        "departed": departed,
+        "snapshot_tick": answer.get("snapshot_tick"),
+        "max_live_traits": answer.get("max_live_traits"),
+    }
+
+
+def render_departed(cli: Cli, answer: dict) -> None:
+    """The kept traits selection took out since their verdict, newest first."""
+    for d in answer.get("departed") or []:
+        how = "went extinct" if d.get("how") == "extinct" else "was rolled back late"
+        again = f" (revive: genesis revive {d.get('mutation_id')})" if d.get("how") == "extinct" else ""
+        cli.console.print(
+            f"  {d.get('trait_name')} v{d.get('version')} {how}: {escape(str(d.get('reason')))}{again}", soft_wrap=True
+        )
 
 
 def render_traits(cli: Cli, answer: dict) -> None:
     traits = answer["traits"]
     if not traits:
         cli.console.print("no live traits yet: propose one with `genesis propose FILE --name NAME`")
+        render_departed(cli, answer)
         return
     rows = [
         [
@@ -101,7 +119,9 @@ def render_traits(cli: Cli, answer: dict) -> None:
     ]
     live = [t for t in traits if not t["quarantined"]]
     tick = answer.get("snapshot_tick")
-    title = f"{len(live)} live trait(s)" + (f", carriers at tick {tick:,}" if isinstance(tick, int) else "")
+    bound = answer.get("max_live_traits")
+    title = f"{len(live)}" + (f" of at most {bound}" if isinstance(bound, int) else "") + " live trait(s)"
+    title += f", carriers at tick {tick:,}" if isinstance(tick, int) else ""
     columns = ["trait", "mutation", "agent", "carriers", "verdict"]
     cli.console.print(table(title, columns, rows, whole=("trait", "mutation", "agent")))
     for t in traits:
@@ -113,6 +133,7 @@ def render_traits(cli: Cli, answer: dict) -> None:
                 else "it no longer runs; its rollback follows"
             )
             cli.console.print(f"  {t.get('trait_name')} is quarantined: {reason} ({after})", soft_wrap=True)
+    render_departed(cli, answer)
     if any(t.get("fitness_verdict") == "inconclusive" for t in live):
         cli.console.print("[dim]inconclusive: its verdict could not decide (`genesis status <mutation>` says why)[/]")
 

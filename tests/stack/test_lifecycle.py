@@ -12,6 +12,7 @@ import pytest
 from sqlalchemy import select
 
 from activities.lifecycle import LifecycleActivities
+from activities.mutations import MutationRecordActivities
 from genesis.db.models import Mutation, TraitVersion
 from genesis.db.session import get_sessionmaker
 from genesis.dto import ActivationRequest, RollbackRequest
@@ -31,7 +32,9 @@ def new_mutation_id() -> str:
 
 @pytest.fixture
 def lifecycle(settings, redis_client):
-    return LifecycleActivities(get_sessionmaker(settings.database_url), redis_client, settings.mutations_dir)
+    sessions = get_sessionmaker(settings.database_url)
+    records = MutationRecordActivities(sessions, redis_client)
+    return LifecycleActivities(sessions, redis_client, settings.mutations_dir, records.record)
 
 
 async def insert_mutation(settings, mutation_id: str, trait_name: str, code: str) -> None:
