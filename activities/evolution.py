@@ -202,26 +202,31 @@ class EvolutionActivities:
 
     async def _fit_parents(self) -> dict[str, tuple[str, ParentVersion]]:
         """The live traits whose carriers did well (``operator.fit_parent``): the operator's
-        parents, each with its source and its live version."""
-        async with self._sessions() as session:
-            rows = await session.execute(
-                select(
-                    TraitVersion.trait_name,
-                    TraitVersion.version,
-                    TraitVersion.mutation_id,
-                    TraitVersion.code,
-                    Mutation.fitness_verdict,
-                    Mutation.effects,
-                )
-                .join(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
-                .where(TraitVersion.status == "active")
-                .where(Mutation.fitness_verdict.in_(operator.FIT_VERDICTS))
+        parents, each with its source and its live version. With selection off
+        (GENESIS_VERDICT_MODE=off) fitness informs nothing: every live trait may be a parent."""
+        selection = self._settings.verdict.mode != "off"
+        query = (
+            select(
+                TraitVersion.trait_name,
+                TraitVersion.version,
+                TraitVersion.mutation_id,
+                TraitVersion.code,
+                Mutation.fitness_verdict,
+                Mutation.effects,
+                Mutation.verdict_report.is_not(None),
             )
-            return {
-                name: (code, lineage.parent_version(name, version, mutation_id))
-                for name, version, mutation_id, code, verdict, effects in rows.all()
-                if operator.fit_parent(verdict, effects)
-            }
+            .join(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
+            .where(TraitVersion.status == "active")
+        )
+        if selection:
+            query = query.where(Mutation.fitness_verdict.in_(operator.FIT_VERDICTS))
+        async with self._sessions() as session:
+            rows = (await session.execute(query)).all()
+        return {
+            name: (code, lineage.parent_version(name, version, mutation_id))
+            for name, version, mutation_id, code, verdict, effects, by_experiment in rows
+            if not selection or operator.fit_parent(verdict, effects, by_experiment)
+        }
 
     async def _known_code(self, code_hash: str | None) -> Mutation | None:
         """A mutation that already had this code (any status): proposing it again is a waste of

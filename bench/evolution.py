@@ -1,8 +1,8 @@
-"""Does evolution make the world better? Paired worlds from one seed, evolution on and off.
+"""Does evolution make the world better, and does selection? Three worlds from one seed.
 
-    python -m bench.evolution --seeds 5 --ticks 20000 [--plot docs/img/evolution.png]
+    python -m bench.evolution --seeds 3 --ticks 50000 [--plot docs/img/evolution.png]
 
-For each seed, two worlds run one after the other under a hard setting (``HARD``: little energy
+For each seed, three worlds run one after the other under a hard setting (``HARD``: little energy
 per food, food that appears slowly, a harsh metabolism), each on a whole Genesis of its own — the
 engine in fast-forward with its live trait host, a worker, the Watcher — against a Temporal dev
 server the bench starts, a database of its own (``genesis_bench``, made and migrated on first use)
@@ -10,24 +10,36 @@ and Redis db ``--redis-db``:
 
 - ``control``: evolution off (``GENESIS_EVOLUTION_CYCLES_ENABLED=false``): the Watcher watches,
   no cycle runs, no trait is ever proposed;
-- ``evolving``: the built-in operator (``GENESIS_LLM_PROVIDER=builtin``), cycles started by the
-  Watcher and by a periodic-improvement schedule every ``--schedule-s`` seconds. Every proposal
-  goes the whole way: gatekeeper, sandbox test, activation, observation, kept or rolled back.
+- ``selection_off``: the built-in operator (``GENESIS_LLM_PROVIDER=builtin``), cycles started by
+  the Watcher and by a periodic-improvement schedule every ``--schedule-s`` seconds, every
+  proposal through gatekeeper, sandbox test and activation, then kept unjudged
+  (``GENESIS_VERDICT_MODE=off``: no verdict, no late rollback);
+- ``selection_on``: the same operator and cycles, with selection: each trait's verdict is an
+  experiment in forks of the live world (``GENESIS_VERDICT_MODE=experiment``), and the live
+  ledger rolls back late what turns harmful.
+
+Both evolving arms keep the world's own housekeeping of the live set: a trait no Molbot carries
+for the manifest's ``extinction_ticks`` goes extinct, and ``max_live_traits`` bounds the set (a
+trait no Molbot carries has no effect on the world; left in place it would only slow the ticks).
 
 The Watcher's cooldowns are shortened (``--cooldown-s``) because the fast-forwarded world lives
 several times faster than real time; the control's setting is otherwise the same.
 
 Each world's WorldSnapshots (every ``SNAPSHOT_INTERVAL`` ticks, all written to Postgres) give
 population, mean energy and starvation deaths over time. Per seed one JSON line; the last line is
-one JSON object: for each metric the evolving arm's lead over the control (mean over the seeds
-and a 95 % confidence interval, Student's t over the paired differences), the mutations
-proposed / kept / rolled back, the wall time, the plot, and ``evolving_arm_ahead``: true only
-when the evolving arm leads in mean population or in starvation deaths per 1,000 Molbot-ticks
-by more than that interval (the interval excludes zero in its favour).
+one JSON object: each arm's means, and for each metric the lead of one arm over another (mean of
+the paired differences over the seeds and its 95 % interval, Student's t): ``selection_on`` over
+``control`` (``evolving_arm_ahead``), ``selection_off`` over ``control``, and ``selection_on``
+over ``selection_off`` (``selection_helps``), each true only when the lead in mean population or
+in starvation deaths per 1,000 Molbot-ticks is larger than its interval (the interval excludes
+zero in its favour). Per arm also the live-trait count (mean, largest, against
+``max_live_traits``) and the mean tick time (first and last quarter of the run, and its slope),
+the mutations proposed / kept / rolled back / extinct, the verdicts, the wall time and the plot.
 
 A world that was not whole fails the run (exit 1, saying why): the trait host restarted, ticks
 ran without their traits (skipped, or a deadline missed), a trait's results were lost, a process
-died, snapshots are missing, or the evolving arm proposed nothing (it did not measure evolution).
+died, snapshots are missing, an evolving arm proposed nothing (it did not measure evolution), or
+the live set grew past ``max_live_traits``.
 """
 
 from __future__ import annotations
@@ -61,7 +73,15 @@ from genesis.db.migrate import upgrade_to_head
 
 PG = "genesis:genesis@127.0.0.1:5432"
 DATABASE = "genesis_bench"
-ARMS = ("control", "evolving")
+ARMS = ("control", "selection_off", "selection_on")
+EVOLVING = ("selection_off", "selection_on")
+VERDICT_MODE = {"control": "window", "selection_off": "off", "selection_on": "experiment"}
+# (arm, over arm, its name in the result) — the comparisons the last line prints
+COMPARISONS = (
+    ("selection_on", "control", "evolving_arm_ahead"),
+    ("selection_off", "control", "unselected_arm_ahead"),
+    ("selection_on", "selection_off", "selection_helps"),
+)
 # The hard world: every arm runs it; evolution may not change it (the built-in operator only
 # plans new traits, never parameter changes).
 # Traits reach Molbots only at birth; births are rare in a hard world, so a newborn gains a live
@@ -74,7 +94,7 @@ HEALTH_COUNTERS = (
     "genesis_engine_trait_host_deadline_misses",
     "genesis_engine_trait_results_lost",
 )
-TABLES = "mutations, trait_versions, trait_quarantines, evolution_cycles, world_snapshots"
+TABLES = "mutations, trait_versions, trait_quarantines, evolution_cycles, world_snapshots, manifests"
 
 
 class Unhealthy(RuntimeError):
@@ -113,8 +133,9 @@ async def reset(database_url: str, redis: aioredis.Redis, overrides: dict | None
 
 
 def arm_settings(base: Settings, arm: str, seed: int, args: argparse.Namespace, mutations_dir: Path) -> Settings:
-    evolving = arm == "evolving"
+    evolving = arm in EVOLVING
     return base.override(
+        verdict_mode=VERDICT_MODE[arm],
         task_queue=f"bench-evolution-{seed}-{arm}-{uuid.uuid4().hex[:6]}",
         mutations_dir=mutations_dir,
         journal_dir=mutations_dir / "journal",  # each arm's world starts new
@@ -166,8 +187,9 @@ async def series(database_url: str, ticks: int) -> list[asyncpg.Record]:
     conn = await asyncpg.connect(database_url.replace("+asyncpg", ""))
     try:
         return await conn.fetch(
-            "SELECT DISTINCT ON (tick) tick, entity_count, avg_energy, death_starvation FROM world_snapshots "
-            "WHERE tick <= $1 ORDER BY tick",
+            "SELECT DISTINCT ON (tick) tick, entity_count, avg_energy, death_starvation, "
+            "(data->>'live_traits')::int AS live_traits, (data->>'tick_ms')::float AS tick_ms "
+            "FROM world_snapshots WHERE tick <= $1 ORDER BY tick",
             ticks,
         )
     finally:
@@ -177,7 +199,9 @@ async def series(database_url: str, ticks: int) -> list[asyncpg.Record]:
 async def mutation_counts(database_url: str) -> dict[str, int]:
     conn = await asyncpg.connect(database_url.replace("+asyncpg", ""))
     try:
-        rows = await conn.fetch("SELECT status, fitness_verdict FROM mutations")
+        rows = await conn.fetch(
+            "SELECT status, fitness_verdict, rollback_reason, verdict_report->>'verdict' AS judged FROM mutations"
+        )
         cycles = await conn.fetch("SELECT status FROM evolution_cycles")
     finally:
         await conn.close()
@@ -186,11 +210,16 @@ async def mutation_counts(database_url: str) -> dict[str, int]:
         "proposed": len(rows),
         "kept": by_status["kept"],
         "rolled_back": by_status["rolled_back"],
+        "late_rollbacks": sum(1 for r in rows if (r["rollback_reason"] or "").startswith("late verdict:")),
+        "extinct": by_status["extinct"],
         "rejected": by_status["rejected"],
         "failed": by_status["failed"],
         "still_observing": sum(by_status[s] for s in ("activated", "observing", "sandbox_ok", "queued", "validating")),
         "cycles": len(cycles),
         "cycles_succeeded": sum(1 for c in cycles if c["status"] == "succeeded"),
+        # the experiment's verdicts, acted on or (selection off) only recorded
+        "verdicts": dict(Counter(row["judged"] or row["fitness_verdict"] or "none" for row in rows)),
+        "kept_though_negative": sum(1 for r in rows if r["status"] == "kept" and r["judged"] == "negative"),
     }
 
 
@@ -212,7 +241,7 @@ async def run_arm(
         try:
             for process in processes:
                 process.start()
-            if arm == "evolving":
+            if arm in EVOLVING:
                 schedule = await schedules.create(
                     temporal, settings.task_queue, interval_s=args.schedule_s, min_interval_s=1.0, note="bench"
                 )
@@ -260,8 +289,11 @@ def summarise(
     broken = {name: value for name, value in health.items() if value}
     if broken:
         raise Unhealthy(f"seed {seed} {arm}: the world was not whole: {broken}")
-    if arm == "evolving" and mutations["proposed"] == 0:
-        raise Unhealthy(f"seed {seed}: the evolving arm proposed no mutation: it did not measure evolution")
+    if arm in EVOLVING and mutations["proposed"] == 0:
+        raise Unhealthy(f"seed {seed}: the {arm} arm proposed no mutation: it did not measure evolution")
+    live = [row["live_traits"] or 0 for row in rows]
+    if max(live) > args.max_live_traits:
+        raise Unhealthy(f"seed {seed} {arm}: {max(live)} live traits, past max_live_traits {args.max_live_traits}")
     population = [row["entity_count"] for row in rows]
     starvation = sum(row["death_starvation"] for row in rows)
     molbot_ticks = sum(population) * SNAPSHOT_INTERVAL
@@ -280,6 +312,9 @@ def summarise(
         "starvation_per_1k_molbot_ticks": round(1000 * starvation / max(molbot_ticks, 1), 4),
         "mutations": mutations,
         "traits_quarantined": int(counters.get("genesis_engine_traits_quarantined", 0)),
+        "live_traits_mean": round(statistics.fmean(live), 1),
+        "live_traits_max": max(live),
+        "tick_ms": tick_time(rows),
         "live_traits_at_end": int(counters.get("genesis_engine_live_traits", 0)),
         "health": health,
         "series": {
@@ -287,11 +322,28 @@ def summarise(
             "population": [row["entity_count"] for row in sampled],
             "avg_energy": [round(row["avg_energy"], 2) for row in sampled],
             "starvation_deaths": [row["death_starvation"] for row in sampled],
+            "live_traits": [row["live_traits"] for row in sampled],
+            "tick_ms": [row["tick_ms"] for row in sampled],
         },
     }
 
 
-# (metric, +1 when more is better for the evolving arm, -1 when less is)
+def tick_time(rows: list[asyncpg.Record]) -> dict[str, Any]:
+    """The engine's mean tick work over the run: its first and last quarter, and the slope of a
+    least-squares line through every snapshot's (ms per 10,000 ticks)."""
+    points = [(row["tick"], row["tick_ms"]) for row in rows if row["tick_ms"] is not None]
+    if len(points) < 8:
+        return {"first_quarter": None, "last_quarter": None, "slope_per_10k_ticks": None}
+    quarter = len(points) // 4
+    slope = scipy_stats.linregress([t for t, _ in points], [ms for _, ms in points]).slope
+    return {
+        "first_quarter": round(statistics.fmean(ms for _, ms in points[:quarter]), 3),
+        "last_quarter": round(statistics.fmean(ms for _, ms in points[-quarter:]), 3),
+        "slope_per_10k_ticks": round(slope * 10_000, 4),
+    }
+
+
+# (metric, +1 when more is better for the leading arm, -1 when less is)
 METRICS = (("population_mean", 1), ("avg_energy_mean", 1), ("starvation_per_1k_molbot_ticks", -1))
 DECIDING = ("population_mean", "starvation_per_1k_molbot_ticks")
 
@@ -305,52 +357,71 @@ def confidence(differences: list[float]) -> dict[str, Any]:
     return {"mean": round(mean, 4), "ci95": [round(mean - half, 4), round(mean + half, 4)]}
 
 
-def overall(pairs: list[dict[str, Any]], args: argparse.Namespace, wall_s: float, plot: str | None) -> dict[str, Any]:
+def lead(pairs: list[dict[str, Any]], arm: str, over: str) -> dict[str, Any]:
+    """``arm``'s lead over ``over`` in each metric, and the deciding metrics it is ahead on."""
     difference, ahead_on = {}, []
     for metric, sign in METRICS:
-        result = confidence([p["evolving"][metric] - p["control"][metric] for p in pairs])
+        result = confidence([p[arm][metric] - p[over][metric] for p in pairs])
         difference[metric] = result
         interval = result["ci95"]
         if metric in DECIDING and interval is not None and (interval[0] > 0 if sign > 0 else interval[1] < 0):
             ahead_on.append(metric)
-    totals: Counter[str] = Counter()
-    for pair in pairs:
-        totals.update(pair["evolving"]["mutations"])
-    return {
+    return {"difference": difference, "ahead_on": ahead_on}
+
+
+def overall(pairs: list[dict[str, Any]], args: argparse.Namespace, wall_s: float, plot: str | None) -> dict[str, Any]:
+    arms: dict[str, Any] = {}
+    for arm in ARMS:
+        totals: Counter[str] = Counter()
+        verdicts: Counter[str] = Counter()
+        for pair in pairs:
+            counts = dict(pair[arm]["mutations"])
+            verdicts.update(counts.pop("verdicts", {}))
+            totals.update(counts)
+        arms[arm] = {m: round(statistics.fmean(p[arm][m] for p in pairs), 4) for m, _ in METRICS} | {
+            "live_traits_max": max(p[arm]["live_traits_max"] for p in pairs),
+            "tick_ms_slope_per_10k_ticks": [p[arm]["tick_ms"]["slope_per_10k_ticks"] for p in pairs],
+            "mutations": dict(totals),
+            "verdicts": dict(verdicts),
+        }
+    result: dict[str, Any] = {
         "bench": "evolution",
         "seeds": [p["seed"] for p in pairs],
         "ticks": args.ticks,
         "setting": HARD,
-        "control": {m: round(statistics.fmean(p["control"][m] for p in pairs), 4) for m, _ in METRICS},
-        "evolving": {m: round(statistics.fmean(p["evolving"][m] for p in pairs), 4) for m, _ in METRICS},
-        "difference": difference,
-        "mutations": dict(totals),
-        "wall_s": round(wall_s, 1),
-        "plot": plot,
-        "ahead_on": ahead_on,
-        "evolving_arm_ahead": bool(ahead_on),
+        "max_live_traits": args.max_live_traits,
+        "arms": arms,
     }
+    for arm, over, name in COMPARISONS:
+        compared = lead(pairs, arm, over)
+        result[f"{arm}_vs_{over}"] = compared
+        result[name] = bool(compared["ahead_on"])
+    return result | {"wall_s": round(wall_s, 1), "plot": plot}
 
 
 def draw(pairs: list[dict[str, Any]], path: Path) -> None:
-    """Population over time, both arms: the mean over the seeds and the range of the seeds."""
+    """Population over time, every arm: the mean over the seeds and the range of the seeds."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 4.2), dpi=110)
-    for arm, colour in (("control", "#888888"), ("evolving", "#1f77b4")):
+    labels = {
+        "control": "evolution off",
+        "selection_off": "built-in operator, selection off",
+        "selection_on": "built-in operator, selection on",
+    }
+    for arm, colour in (("control", "#888888"), ("selection_off", "#ff7f0e"), ("selection_on", "#1f77b4")):
         length = min(len(p[arm]["series"]["tick"]) for p in pairs)
         ticks = pairs[0][arm]["series"]["tick"][:length]
         runs = [p[arm]["series"]["population"][:length] for p in pairs]
         mean = [statistics.fmean(values) for values in zip(*runs)]
         ax.fill_between(ticks, [min(v) for v in zip(*runs)], [max(v) for v in zip(*runs)], color=colour, alpha=0.2)
-        label = "evolution on (built-in operator)" if arm == "evolving" else "evolution off"
-        ax.plot(ticks, mean, color=colour, linewidth=2, label=f"{label}: mean of {len(pairs)} seeds")
+        ax.plot(ticks, mean, color=colour, linewidth=2, label=f"{labels[arm]}: mean of {len(pairs)} seeds")
     ax.set_xlabel("tick")
     ax.set_ylabel("population (Molbots)")
-    ax.set_title("Population in a hard world, evolution on vs off (band: range over the seeds)")
+    ax.set_title("Population in a hard world: evolution off, selection off, selection on (band: seed range)")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left")
     fig.tight_layout()
@@ -375,8 +446,8 @@ async def main(args: argparse.Namespace) -> int:
             for arm in ARMS:
                 log(f"seed {seed}: {arm} arm, {args.ticks} ticks")
                 pair[arm] = await run_arm(arm, seed, args, base, database_url, env.client)
-            for metric, _ in METRICS:
-                pair.setdefault("difference", {})[metric] = round(pair["evolving"][metric] - pair["control"][metric], 4)
+            for arm, over, _ in COMPARISONS:
+                pair[f"{arm}_vs_{over}"] = {m: round(pair[arm][m] - pair[over][m], 4) for m, _ in METRICS}
             pairs.append(pair)
             print(json.dumps(pair), flush=True)
     except Unhealthy as exc:
@@ -395,15 +466,18 @@ async def main(args: argparse.Namespace) -> int:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.evolution", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seeds", type=int, default=5, help="world pairs to run (seeds first-seed, first-seed+1, ...)")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds to run (first-seed, first-seed+1, ...)")
     parser.add_argument("--first-seed", type=int, default=1)
-    parser.add_argument("--ticks", type=int, default=20000, help="ticks each world runs")
+    parser.add_argument("--ticks", type=int, default=50000, help="ticks each world runs")
     parser.add_argument("--schedule-s", type=float, default=2.0, help="periodic improvement every this many seconds")
     parser.add_argument("--cooldown-s", type=float, default=2.0, help="the Watcher's cooldown per anomaly type")
     parser.add_argument("--sample-ticks", type=int, default=500, help="ticks between two points of a printed series")
     parser.add_argument("--plot", default="docs/img/evolution.png", help="PNG of population over time ('' : none)")
     parser.add_argument("--redis-db", type=int, default=14, help="flushed by the run (the benches' db)")
-    parser.add_argument("--arm-timeout-s", type=float, default=1800.0, help="an arm slower than this fails")
+    parser.add_argument("--arm-timeout-s", type=float, default=3600.0, help="an arm slower than this fails")
+    parser.add_argument(
+        "--max-live-traits", type=int, default=40, help="the manifest's bound (its default): a live set past it fails"
+    )
     return parser.parse_args(argv)
 
 

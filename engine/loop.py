@@ -141,6 +141,7 @@ class Engine:
         self._period = PeriodCounters(self.world.stats())
         self._period_tick = self.world.tick
         self._period_wall = self.clock()
+        self._period_work = (0, 0.0)  # ticks run and their work (s) at the last snapshot
         self._window_ticks = 0
         self._window_work_s = 0.0
         self._window_max_s = 0.0
@@ -434,6 +435,10 @@ class Engine:
             run_id=self.run_id,
         )
         self._period_tick, self._period_wall = tick, now
+        ticks, work = self.ticks_run - self._period_work[0], self.work_total_s - self._period_work[1]
+        snap["tick_ms"] = round(1000 * work / ticks, 3) if ticks else 0.0  # the period's mean tick work
+        snap["live_traits"] = len(self.active_traits)
+        self._period_work = (self.ticks_run, self.work_total_s)
         self.ledger.observe(tick, self.world.entities, self.active_traits, self.world.params)
         self.snapshots_taken += 1
         self.sink.submit_snapshot(snap)

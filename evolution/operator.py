@@ -35,8 +35,12 @@ FIT_VERDICTS = ("positive", "neutral")
 MIN_PARENT_CARRIERS = 3
 
 
-def fit_parent(verdict: str | None, effects: dict | None) -> bool:
-    """Whether a live trait with this verdict and these observed effects may be a parent."""
+def fit_parent(verdict: str | None, effects: dict | None, by_experiment: bool = False) -> bool:
+    """Whether a live trait with this verdict and these observed effects may be a parent. A
+    verdict of an experiment (carriers against a counterfactual, with an interval) says enough by
+    itself; a window's verdict needs the carriers' energy at its end to be at least the others'."""
+    if by_experiment:
+        return verdict in FIT_VERDICTS
     effects = effects or {}
     carriers = effects.get("carriers_after") or 0
     mine, others = effects.get("carrier_avg_energy"), effects.get("non_carrier_avg_energy")

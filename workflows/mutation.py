@@ -442,7 +442,7 @@ class MutationWorkflow:
         await self._transition(MutationStatus.activated, log=log, trait_version=activation.trait_version)
         if mutation.task_id:
             await self._close_task(mutation)
-        if not mutation.selection:  # only inputs made with selection off take this branch
+        if not mutation.selection and mutation.experiment is None:  # only inputs made with selection off
             log[-1] = "Observation: selection is off (GENESIS_VERDICT_MODE=off): kept without a verdict"
             return await self._finish(MutationStatus.kept, None, log)
         if mutation.experiment is not None and workflow.patched(VERDICT_EXPERIMENT):
@@ -519,8 +519,9 @@ class MutationWorkflow:
     ) -> MutationResult:
         """The verdict from an experiment beside the live world (genesis/verdicts.py): replicates
         in batches on the verdict queue until the interval decides or the budget is spent; kept
-        unless negative. The seed's world deltas over the window are reported beside it when the
-        engine has reported the window by then; they do not decide."""
+        unless negative (with selection off: kept, the report recorded and no verdict given). The
+        seed's world deltas over the window are reported beside it when the engine has reported
+        the window by then; they do not decide."""
         assert activation.trait_version is not None
         queue = verdict_task_queue(workflow.info().task_queue)
         log[-1] = (
@@ -570,6 +571,9 @@ class MutationWorkflow:
             ticks = report["ticks"] if report is not None else 0
             log[-1] = f"Verdict: {fitness} — {reason} ({len(outcomes)} replicates, {ticks:,} ticks)"
             effects = self._window_effects(mutation, reason)
+            if not mutation.selection:  # only inputs made with selection off: recorded, not acted on
+                log[-1] = f"Verdict, not acted on (selection is off): {log[-1].removeprefix('Verdict: ')}"
+                return await self._finish(MutationStatus.kept, None, log, effects=effects, verdict_report=report)
             if fitness != verdicts.NEGATIVE:
                 return await self._finish(
                     MutationStatus.kept, None, log, effects=effects, fitness_verdict=fitness, verdict_report=report
