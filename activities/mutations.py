@@ -209,7 +209,11 @@ class MutationRecordActivities:
         """The feed line of a kept trait, saying what its verdict was and why (best effort: the
         record is written, and a retry for a feed hiccup would announce it twice)."""
         reason = (change.effects or {}).get("verdict_reason")
-        if change.fitness_verdict is None:
+        report = change.verdict_report
+        if change.fitness_verdict is None and report is not None:  # selection off: recorded, not acted on
+            reason = report.get("reason")
+            verdict = f"kept whatever its verdict (selection is off): the experiment found it {report.get('verdict')}"
+        elif change.fitness_verdict is None:
             verdict = "kept without a verdict: the engine reported no complete observation window"
         else:
             verdict = f"kept: fitness {change.fitness_verdict}" + (f" — {reason}" if reason else "")

@@ -1,7 +1,7 @@
 """Selection after the verdict: a kept trait leaves the live set (extinct) and comes back (revived),
 and a full live set makes room for a newcomer.
 
-The live set is the active ``trait_versions``; the manifest's ``selection`` bounds it
+The live set is the live ``trait_versions`` (active, not quarantined); the manifest's ``selection`` bounds it
 (``max_live_traits``) and says when an uncarried trait goes extinct (``extinction_ticks``, which
 the engine's ledger watches, engine/selection.py). When an activation or a revival would grow the
 set past its bound, :func:`make_room` takes out the least fit kept traits by the live ledger —
@@ -32,7 +32,7 @@ from activities.trait_records import announce, lock_trait
 from genesis import redis_keys as keys
 from genesis.db.models import Mutation, TraitVersion
 from genesis.dto import FailureCode, FateRequest, FateResult, MutationStatus, StatusUpdate
-from pipeline import manifests, registry
+from pipeline import live, manifests, registry
 
 LIVE_SET_LOCK = 0x6C6976655F736574  # the transaction-level advisory lock of the live set's size
 
@@ -92,14 +92,14 @@ async def make_room(
         await session.execute(
             select(TraitVersion.trait_name, TraitVersion.mutation_id, Mutation.status)
             .join(Mutation, Mutation.mutation_id == TraitVersion.mutation_id, isouter=True)
-            .where(TraitVersion.status == "active")
+            .where(live.is_live())  # a quarantined version is on its way out: it takes no room
         )
     ).all()
-    live = {name for name, _, _ in active}
-    if trait_name in live:
+    live_names = {name for name, _, _ in active}
+    if trait_name in live_names:
         return [], None  # it replaces a live version: the set does not grow
     bound = (await manifests.current(await session.connection())).manifest.selection.max_live_traits
-    excess = len(live) + 1 - bound
+    excess = len(live_names) + 1 - bound
     if excess <= 0:
         return [], None
     ledger = await read_ledger(redis)
@@ -129,7 +129,7 @@ async def make_room(
             if row is not None:
                 row.status = "active"
         return [], (
-            f"{FailureCode.LIVE_SET_FULL.value}: the live set holds {len(live)} traits (the manifest's "
+            f"{FailureCode.LIVE_SET_FULL.value}: the live set holds {len(live_names)} traits (the manifest's "
             f"max_live_traits is {bound}) and none of them can make room: a trait under its verdict is never "
             f"taken out. Try again once a verdict is given, or ask an operator to raise selection.max_live_traits"
         )
@@ -229,15 +229,15 @@ class SelectionActivities:
                 return FateResult(changed=False, conflict="no trait version of this mutation is on record")
             if row.status != "extinct":
                 return FateResult(changed=False, conflict=f"its version is {row.status}, not extinct")
-            live = await session.scalar(
+            live_version = await session.scalar(
                 select(TraitVersion.version).where(
                     TraitVersion.trait_name == row.trait_name, TraitVersion.status == "active"
                 )
             )
-            if live is not None:
+            if live_version is not None:
                 return FateResult(
                     changed=False,
-                    conflict=f"v{live} of '{row.trait_name}' is live now: propose a new version instead",
+                    conflict=f"v{live_version} of '{row.trait_name}' is live now: propose a new version instead",
                     conflict_code=FailureCode.VERSION_CONFLICT.value,
                 )
             departures, refused = await make_room(session, self._redis, row.trait_name)

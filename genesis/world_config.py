@@ -199,10 +199,10 @@ class VerdictSettings(BaseModel):
         default="experiment",
         description="`experiment`: paired forks of the live world with and without the trait decide, from an "
         "interval; `window`: the world's change over the observation window decides (the seed's reading, which "
-        "cannot tell one trait's doing from the rest's in a busy world); `off`: no selection — the experiment "
-        "runs and its report is recorded, but every activated trait is kept whatever it says, the live ledger "
-        "rolls nothing back and the built-in operator takes any live trait as a parent (the evolution bench's "
-        "control for selection itself).",
+        "cannot tell one trait's doing from the rest's in a busy world); `off`: no selection by fitness — the "
+        "experiment runs and its report is recorded, but every activated trait is kept whatever it says, the live "
+        "ledger rolls nothing back and the built-in operator takes any live trait as a parent (the evolution "
+        "bench's control for selection itself); extinction of uncarried traits and the live-set bound stay.",
     )
     horizon_ticks: int = Field(default=400, ge=10, description="Ticks each copy of a replicate runs.")
     unit_share: float = Field(

@@ -442,9 +442,6 @@ class MutationWorkflow:
         await self._transition(MutationStatus.activated, log=log, trait_version=activation.trait_version)
         if mutation.task_id:
             await self._close_task(mutation)
-        if not mutation.selection and mutation.experiment is None:  # only inputs made with selection off
-            log[-1] = "Observation: selection is off (GENESIS_VERDICT_MODE=off): kept without a verdict"
-            return await self._finish(MutationStatus.kept, None, log)
         if mutation.experiment is not None and workflow.patched(VERDICT_EXPERIMENT):
             return await self._judge_by_experiment(mutation, mutation.experiment, activation, log)
 

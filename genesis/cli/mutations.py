@@ -435,7 +435,7 @@ def register(app: typer.Typer) -> None:
         """Bring an extinct trait back into the live set (kept again). Needs the proposer's key.
 
         Selection takes a kept trait out when no Molbot carried it for the manifest's
-        extinction_ticks, or to make room in a full live set; it comes back as it was, and newborns
+        extinction_ticks, or to make room in a full live set. It comes back as it was; newborns
         may gain it again."""
         cli = cli_of(ctx, json_out)
         answer = cli.api.post(f"/api/mutations/{segment(mutation_id, 'mutation id')}/revive", expect=("message",))
