@@ -19,6 +19,7 @@ import pytest
 import redis.asyncio as aioredis
 from pydantic import SecretStr
 from sqlalchemy import text
+from sqlalchemy.ext.asyncio import create_async_engine
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
@@ -29,6 +30,7 @@ from genesis.db.session import get_engine
 from genesis.redis_keys import ENGINE_STATUS
 from genesis.temporal import connect
 from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME
+from pipeline import manifests
 from tests import agents
 
 # GEPA tests share one worker + API of their own (tests/gepa_stack.py), started once per session.
@@ -101,6 +103,23 @@ def fresh_journal(settings: Settings, name: str) -> Settings:
     return settings.override(journal_dir=settings.mutations_dir.parent / f"journal-{name}-{uuid.uuid4().hex[:8]}")
 
 
+KEEP_ALL = {"max_live_traits": 1000, "extinction_ticks": 10_000_000}  # the manifest's largest bounds
+
+
+async def set_rules(database_url: str, cause: str, **changes) -> None:
+    """A new manifest version with ``changes`` (section -> fields) on the one in force."""
+    database = create_async_engine(database_url)
+    try:
+        async with database.begin() as conn:
+            current = await manifests.current(conn)
+            document = dict(current.document)
+            for section, fields in changes.items():
+                document[section] = {**(document.get(section) or {}), **fields}
+            await manifests.record(conn, document, cause, current.hash)
+    finally:
+        await database.dispose()
+
+
 @pytest.fixture(scope="session")
 async def settings(temporal_env, tmp_path_factory) -> Settings:
     await asyncio.to_thread(upgrade_to_head, TEST_DATABASE_URL)  # alembic runs its own loop
@@ -113,6 +132,10 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
                 "policy_decisions, round_submissions, world_rounds"
             )
         )
+    # The shared world keeps every trait the modules leave live for the whole session: nothing goes
+    # extinct or is crowded out under a later module (tests/stack/test_selection.py and
+    # test_live_set.py run selection on stacks of their own).
+    await set_rules(TEST_DATABASE_URL, "test suite: no selection by extinction or crowding", selection=KEEP_ALL)
     test_redis = aioredis.from_url(TEST_REDIS_URL)
     await test_redis.flushdb()  # the registry and telemetry of an earlier run
     await test_redis.aclose()
@@ -142,6 +165,9 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         # verdicts, driven by its tests; tests/stack/test_verdict_experiment.py runs experiments
         # on a stack of its own, with a journal.
         verdict_mode="window",
+        # ... and no late verdict takes a trait out from under the module that put it there (the
+        # ledger is tested on a stack of its own, tests/stack/test_selection.py).
+        verdict_ledger_margin=0.99,
         engine_trait_gain_chance=1.0,
         # GENESIS_AUTH=required (the default): tests propose with registered agents' keys
         # (tests/agents.py). The seed's rate limits, and the checks', are tested on API processes

@@ -12,13 +12,11 @@ import os
 from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
-from sqlalchemy.ext.asyncio import create_async_engine
 
 from genesis.cli.processes import free_port
 from genesis.config import Settings
 from genesis.db.migrate import fresh_database
-from pipeline import manifests
-from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL, fresh_journal
+from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL, fresh_journal, set_rules
 
 
 def with_path(url: str, path: str) -> str:
@@ -52,15 +50,4 @@ async def own_settings(settings: Settings, name: str, *, revision: str | None = 
     return own if "journal_dir" in changes else fresh_journal(own, name)
 
 
-async def set_rules(database_url: str, cause: str, **changes) -> None:
-    """A new manifest version with ``changes`` (section -> fields) on the one in force."""
-    database = create_async_engine(database_url)
-    try:
-        async with database.begin() as conn:
-            current = await manifests.current(conn)
-            document = dict(current.document)
-            for section, fields in changes.items():
-                document[section] = {**(document.get(section) or {}), **fields}
-            await manifests.record(conn, document, cause, current.hash)
-    finally:
-        await database.dispose()
+__all__ = ["own_settings", "set_rules"]

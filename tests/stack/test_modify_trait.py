@@ -329,9 +329,17 @@ async def test_traits_endpoints(client, start_api):
         "mutation_status",
         "fitness_verdict",
         "verdict_reason",
+        "ledger",
     }
     assert ours[0]["mutation_status"] in ("activated", "kept")
-    assert set(listing.json()) == {"traits", "quarantined", "snapshot_tick", "next_cursor"}
+    assert set(listing.json()) == {
+        "traits",
+        "quarantined",
+        "departed",
+        "snapshot_tick",
+        "max_live_traits",
+        "next_cursor",
+    }
     assert ours[0]["version"] == 1 and ours[0]["mutation_id"] == v1["mutation_id"]
     assert ours[0]["agent_id"] == me.agent_id and ours[0]["class_name"] == "SeekerTrait"
     assert ours[0]["code_hash"] == v1["code_hash"] and ours[0]["activated_at"] <= time.time()

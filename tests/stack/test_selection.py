@@ -55,6 +55,7 @@ async def world(settings):
         verdict_ledger_window=5,
         verdict_ledger_min_snapshots=3,
         verdict_ledger_min_carriers=5,
+        verdict_ledger_margin=0.2,  # the default (the suite's shared settings turn late verdicts off)
     )
     await set_rules(own.database_url, "test: short extinction", selection={"extinction_ticks": EXTINCTION_TICKS})
     async with worker_and_api(own, "selection") as url, httpx.AsyncClient(base_url=url, timeout=30) as http:
