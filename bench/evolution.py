@@ -430,7 +430,32 @@ def draw(pairs: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
+def finish(pairs: list[dict[str, Any]], args: argparse.Namespace, wall_s: float) -> None:
+    """The plot and the last line, over every seed's line."""
+    plot = None
+    if args.plot:
+        path = Path(args.plot)
+        draw(pairs, path if path.is_absolute() else PROJECT_ROOT / path)
+        plot = str(args.plot)
+    print(json.dumps(overall(pairs, args, wall_s, plot)), flush=True)
+
+
+def summarise_lines(args: argparse.Namespace) -> int:
+    """``--summarise FILE``: the last line (and the plot) from the seed lines of earlier runs,
+    e.g. seeds run on different machines or a run stopped before its last seed."""
+    pairs = [json.loads(line) for line in Path(args.summarise).read_text().splitlines() if line.strip()]
+    pairs = [p for p in pairs if all(arm in p for arm in ARMS)]
+    if not pairs:
+        log(f"FAILED: no seed line with all of {', '.join(ARMS)} in {args.summarise}")
+        return 1
+    args.ticks = min(p[ARMS[0]]["ticks"] for p in pairs)
+    finish(pairs, args, sum(p[arm]["wall_s"] for p in pairs for arm in ARMS))
+    return 0
+
+
 async def main(args: argparse.Namespace) -> int:
+    if args.summarise:
+        return summarise_lines(args)
     started = time.monotonic()
     database_url = await prepare_database()
     env = await start_temporal()
@@ -455,12 +480,7 @@ async def main(args: argparse.Namespace) -> int:
         return 1
     finally:
         await env.shutdown()
-    plot = None
-    if args.plot:
-        path = Path(args.plot)
-        draw(pairs, path if path.is_absolute() else PROJECT_ROOT / path)
-        plot = str(args.plot)
-    print(json.dumps(overall(pairs, args, time.monotonic() - started, plot)), flush=True)
+    finish(pairs, args, time.monotonic() - started)
     return 0
 
 
@@ -475,6 +495,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--plot", default="docs/img/evolution.png", help="PNG of population over time ('' : none)")
     parser.add_argument("--redis-db", type=int, default=14, help="flushed by the run (the benches' db)")
     parser.add_argument("--arm-timeout-s", type=float, default=3600.0, help="an arm slower than this fails")
+    parser.add_argument(
+        "--summarise", metavar="FILE", help="the last line and plot from the seed lines in FILE (runs nothing)"
+    )
     parser.add_argument(
         "--max-live-traits", type=int, default=40, help="the manifest's bound (its default): a live set past it fails"
     )
