@@ -19,9 +19,9 @@ from api import engine_status
 from api.errors import ApiError, Responses, unavailable
 from api.mutation_records import extinct_reason, quarantine_info, replaces_ref, verdict_reason
 from api.paging import Cursor, Keyset, paged, text, whole
-from api.schemas import (
+from api.schemas import ErrorResponse, trait_name_problem
+from api.schemas_traits import (
     DepartedTrait,
-    ErrorResponse,
     LineageEdge,
     LineageNode,
     LiveTraitVersion,
@@ -34,7 +34,6 @@ from api.schemas import (
     TraitsResponse,
     TraitSummary,
     TraitVersionInfo,
-    trait_name_problem,
 )
 from evolution import world_metrics
 from genesis import redis_keys as keys, rules
