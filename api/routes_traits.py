@@ -13,7 +13,6 @@ from fastapi import APIRouter, Query, Request, Response
 from redis.exceptions import RedisError
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
-from sqlalchemy.orm import aliased
 
 from api import engine_status
 from api.errors import ApiError, Responses, unavailable
@@ -89,31 +88,9 @@ async def _carriers(request: Request) -> tuple[dict[str, int] | None, int | None
     return {str(k): int(v) for k, v in usage.items() if isinstance(v, (int, float))}, latest[0].get("tick")
 
 
-DEPARTED_LIMIT = 20
-LATE_VERDICT = "late verdict:"
-
-
 async def _departed(session) -> list[DepartedTrait]:
     """The latest kept traits selection took out: extinct, or rolled back by a late verdict."""
-    live_row = aliased(TraitVersion)
-    live_version = (
-        select(live_row.version)
-        .where(live_row.trait_name == TraitVersion.trait_name, live_row.status == "active")
-        .correlate(TraitVersion)
-        .scalar_subquery()
-    )
-    rows = (
-        await session.execute(
-            select(TraitVersion, Mutation, live_version)
-            .join(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
-            .where(
-                (TraitVersion.status == "extinct")
-                | ((TraitVersion.status == "rolled_back") & Mutation.rollback_reason.startswith(LATE_VERDICT))
-            )
-            .order_by(Mutation.updated_at.desc())
-            .limit(DEPARTED_LIMIT)
-        )
-    ).all()
+    rows = await live.latest_departures(session)
     return [
         DepartedTrait(
             trait_name=row.trait_name,
@@ -123,9 +100,9 @@ async def _departed(session) -> list[DepartedTrait]:
             how="extinct" if row.status == "extinct" else "late_verdict",
             reason=extinct_reason(mutation) if row.status == "extinct" else mutation.rollback_reason,
             at=mutation.updated_at.timestamp(),
-            live_version=live,
+            live_version=live_version,
         )
-        for row, mutation, live in rows
+        for row, mutation, live_version in rows
     ]
 
 

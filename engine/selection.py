@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from .loop import Engine
 
 log = logging.getLogger("genesis.engine.selection")
+RULES_TTL_S = 5.0
 
 
 class SelectionKeeper:
@@ -53,6 +55,7 @@ class SelectionKeeper:
         self._database = database
         self._sessions = async_sessionmaker(database, expire_on_commit=False)
         self._temporal = temporal
+        self._rules: tuple[float, int] | None = None  # (read at, extinction_ticks)
         self._asked: set[str] = set()  # mutation ids whose late rollback or extinction was asked for
         self.late_rollbacks = 0
         self.extinctions = 0
@@ -65,8 +68,7 @@ class SelectionKeeper:
         for name, entry in summary["traits"].items():
             entry["mutation_id"] = live.get(name)
         await self._redis.set(keys.LEDGER_TRAITS, json.dumps(summary, separators=(",", ":")))
-        async with self._database.connect() as conn:
-            extinction_ticks = (await manifests.current(conn, self._settings)).manifest.selection.extinction_ticks
+        extinction_ticks = await self._extinction_ticks()
         harmful = {} if self._settings.verdict.mode == "off" else {v.trait: v for v in ledger.late_verdicts()}
         uncarried = set(ledger.uncarried(extinction_ticks))
         wanted = {live[n] for n in (set(harmful) | uncarried) if n in live and live[n] not in self._asked}
@@ -83,6 +85,16 @@ class SelectionKeeper:
                 await self._roll_back(client, record, harmful[name].reason)
             else:
                 await self._go_extinct(client, record, extinction_ticks)
+
+    async def _extinction_ticks(self) -> int:
+        """The manifest's selection.extinction_ticks, read again at most every RULES_TTL_S (a
+        fast-forwarded world takes several snapshots a second)."""
+        now = time.monotonic()
+        if self._rules is None or now - self._rules[0] > RULES_TTL_S:
+            async with self._database.connect() as conn:
+                rules = (await manifests.current(conn, self._settings)).manifest.selection
+            self._rules = (now, rules.extinction_ticks)
+        return self._rules[1]
 
     async def _roll_back(self, client: Client, record: Mutation, reason: str) -> None:
         try:

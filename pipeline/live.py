@@ -63,11 +63,41 @@ async def latest_quarantines(
             .limit(QUARANTINES_SHOWN)
         )
     ).all()
-    names = sorted({version.trait_name for _, version, _ in rows})
-    live_now: dict[str, int] = {}
-    if names:
-        found = await session.execute(
-            select(TraitVersion.trait_name, TraitVersion.version).where(is_live(), TraitVersion.trait_name.in_(names))
+    now = await live_now(session, {version.trait_name for _, version, _ in rows})
+    return [(quarantine, version, mutation, now.get(version.trait_name)) for quarantine, version, mutation in rows]
+
+
+async def live_now(session: AsyncSession, names: set[str]) -> dict[str, int]:
+    """The live version of each of ``names`` that has one."""
+    if not names:
+        return {}
+    found = await session.execute(
+        select(TraitVersion.trait_name, TraitVersion.version).where(
+            is_live(), TraitVersion.trait_name.in_(sorted(names))
         )
-        live_now = {name: version for name, version in found.all()}
-    return [(quarantine, version, mutation, live_now.get(version.trait_name)) for quarantine, version, mutation in rows]
+    )
+    return {name: version for name, version in found.all()}
+
+
+DEPARTURES_SHOWN = 20
+LATE_VERDICT = "late verdict:"  # the rollback_reason of a late verdict of the live ledger
+
+
+async def latest_departures(session: AsyncSession) -> list[tuple[TraitVersion, Mutation, int | None]]:
+    """The kept traits selection took out latest (extinct, or rolled back by a late verdict),
+    newest first, at most DEPARTURES_SHOWN: each version, its mutation and the version of that
+    trait live now (None: none)."""
+    rows = (
+        await session.execute(
+            select(TraitVersion, Mutation)
+            .join(Mutation, Mutation.mutation_id == TraitVersion.mutation_id)
+            .where(
+                (TraitVersion.status == "extinct")
+                | ((TraitVersion.status == "rolled_back") & Mutation.rollback_reason.startswith(LATE_VERDICT))
+            )
+            .order_by(Mutation.updated_at.desc())
+            .limit(DEPARTURES_SHOWN)
+        )
+    ).all()
+    now = await live_now(session, {row.trait_name for row, _ in rows})
+    return [(row, mutation, now.get(row.trait_name)) for row, mutation in rows]
