@@ -89,9 +89,9 @@ def unreachable_sink() -> TelemetrySink:
 
 
 async def run_world(fast_forward: bool) -> dict[str, Any]:
-    """TICKS ticks of the same seeded world in real time, paced at 400 ticks/s or fast-forward;
+    """TICKS ticks of the same seeded world in real time, paced at 200 ticks/s or fast-forward;
     every tick's state hash (a snapshot every tick), the sleeps the loop asked for, its counters."""
-    settings = world_settings(engine_tick_rate=400.0, engine_snapshot_interval=1, engine_fast_forward=fast_forward)
+    settings = world_settings(engine_tick_rate=200.0, engine_snapshot_interval=1, engine_fast_forward=fast_forward)
     runner = ScheduledForager()
     world = World(world_params(settings), seed=settings.engine.seed)
     world.set_available_traits(["forager"])
