@@ -45,6 +45,8 @@ from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
 from api.metrics import RequestMetrics, router as metrics_router
 from api.request_guard import RequestGuard
+from api.socket_budget import SocketBudget
+from api.stream_hubs import FeedHub, WorldFramesHub
 from api.strict_requests import check_declared_inputs
 from api.telemetry_hub import TelemetryHub
 from api.workflow_starter import WorkflowStarter
@@ -107,6 +109,19 @@ async def _warm_connections(services: Services) -> None:
             log.info("warm-up step skipped: %s", exc)
 
 
+def request_redis(settings: Settings) -> aioredis.Redis:
+    """The Redis client of the API's requests: a pool of its own size, in which a request waits
+    briefly for a connection rather than failing at once when all are in use."""
+    pool = aioredis.BlockingConnectionPool.from_url(
+        settings.redis_url,
+        max_connections=settings.api.redis_pool,
+        timeout=2,
+        socket_timeout=2,
+        socket_connect_timeout=2,
+    )
+    return aioredis.Redis.from_pool(pool)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or get_settings()
     configure_logging("api", settings)
@@ -120,7 +135,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings=settings,
             database=get_engine(settings.database_url),
             sessions=get_sessionmaker(settings.database_url),
-            redis=aioredis.from_url(settings.redis_url, socket_timeout=2, socket_connect_timeout=2),
+            redis=request_redis(settings),
             pepper=load_pepper(settings.api.key_pepper.get_secret_value(), settings.state_dir),
             webhook_secret=load_server_secret(settings.webhook.secret.get_secret_value(), settings.state_dir),
         )
@@ -130,7 +145,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             queue_size=settings.telemetry.client_queue,
             reconnect_max_s=settings.telemetry.reconnect_max_s,
         )
-        app.state.telemetry.start()
+        reconnect_s = settings.telemetry.reconnect_max_s
+        app.state.world_frames = WorldFramesHub(settings.redis_url, queue_size=1, reconnect_max_s=reconnect_s)
+        app.state.feed = FeedHub(
+            settings.redis_url, queue_size=settings.telemetry.client_queue, reconnect_max_s=reconnect_s
+        )
+        hubs = (app.state.telemetry, app.state.world_frames, app.state.feed)
+        for hub in hubs:
+            hub.start()
         app.state.services.starter = WorkflowStarter(app.state.services)
         app.state.services.starter.start_sweeping()
         _build_lazy_state(app)
@@ -142,7 +164,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         yield
         warming.cancel()
         await app.state.services.starter.close()
-        await app.state.telemetry.close()
+        for hub in hubs:
+            await hub.close()
         await app.state.services.redis.aclose()
         await app.state.services.database.dispose()
 
@@ -164,6 +187,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Control characters in the URL, duplicate keys and unreadable integers in JSON: 422 before
     # routing (api/request_guard.py); inside BodySizeLimit, so it never reads more than the limit.
     app.add_middleware(RequestGuard)
+    app.add_middleware(SocketBudget, per_client=settings.api.sockets_per_client, total=settings.api.sockets_total)
     app.add_middleware(
         BodySizeLimit,
         max_bytes=MAX_BODY_BYTES,

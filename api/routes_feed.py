@@ -4,24 +4,25 @@ those after ``?after=`` first). Both serve the same JSON objects, each with its 
 
 from __future__ import annotations
 
-import asyncio
 import json
+from collections.abc import Awaitable, Callable
 
+import redis.asyncio as aioredis
 from fastapi import APIRouter, Query, Request, Response, WebSocket
 from redis.exceptions import RedisError
-from starlette.websockets import WebSocketDisconnect
 
 from api.errors import invalid_field, unavailable
+from api.fanout import Subscriber, pump
 from api.paging import Cursor, Keyset, paged
 from api.schemas import ErrorResponse
 from api.schemas_evolution import FeedResponse
+from api.stream_hubs import FeedHub
 from evolution import feed
-from genesis.redis_keys import FEED_STREAM
 
 router = APIRouter(tags=["evolution"])
 MAX_LIMIT = 500
 CLOSE_POLICY_VIOLATION = 1008
-BLOCK_MS = 1000
+REPLAY_PAGE = 100
 
 
 def _check_after(after: str | None) -> str | None:
@@ -93,36 +94,39 @@ async def follow_feed(websocket: WebSocket, after: str | None = None) -> None:
         await websocket.send_text(json.dumps({"error": "VALIDATION_ERROR", "detail": f"query.after: {exc}"}))
         await websocket.close(code=CLOSE_POLICY_VIOLATION, reason="VALIDATION_ERROR")
         return
-    await websocket.accept()
-    if after is None:  # from now on: the newest id as the start (XREAD '$' could miss one in between)
-        newest = await redis.xrevrange(FEED_STREAM, count=1)
-        after = newest[0][0].decode() if newest else "0-0"
-    cursor: str = after
+    hub: FeedHub = websocket.app.state.feed
+    subscriber = hub.subscribe()  # before the replay: nothing published meanwhile is missed
+    try:
+        await websocket.accept()
+    except Exception:
+        hub.unsubscribe(subscriber)
+        raise
+    await pump(websocket, hub, subscriber, None if after is None else _replay(redis, after, subscriber))
 
-    async def push() -> None:
-        nonlocal cursor
+
+def _replay(
+    redis: aioredis.Redis, after: str, subscriber: Subscriber
+) -> Callable[[Callable[[str], Awaitable[None]]], Awaitable[None]]:
+    """Send the messages after ``after`` the stream still holds, then those the hub queued
+    meanwhile that the replay has not sent already."""
+
+    async def replay(send: Callable[[str], Awaitable[None]]) -> None:
+        cursor = after
         while True:
             try:
-                messages = await feed.wait_new(redis, cursor, block_ms=BLOCK_MS)
-            except (RedisError, OSError):  # Redis away: keep the socket, try again
-                await asyncio.sleep(1.0)
-                continue
-            for message in messages:
-                await websocket.send_text(feed.dumps(message))
+                page = await feed.read(redis, after=cursor, limit=REPLAY_PAGE)
+            except (RedisError, OSError):  # Redis away: the live messages still come
+                break
+            for message in page:
+                await send(feed.dumps(message))
                 cursor = message["id"]
+            if len(page) < REPLAY_PAGE:
+                break
+        queued = []
+        while not subscriber.queue.empty():
+            queued.append(subscriber.queue.get_nowait())
+        for text in queued:
+            if feed.id_order(json.loads(text)["id"]) > feed.id_order(cursor):
+                await send(text)
 
-    async def watch_client() -> None:
-        while (await websocket.receive())["type"] != "websocket.disconnect":
-            pass
-
-    tasks = [asyncio.create_task(push()), asyncio.create_task(watch_client())]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    try:
-        await websocket.close()
-    except (RuntimeError, WebSocketDisconnect, OSError):
-        pass
+    return replay

@@ -4,19 +4,17 @@ subscription of this process; each socket gets the events its filter wants."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 from fastapi import APIRouter, Request, WebSocket
-from starlette.websockets import WebSocketDisconnect, WebSocketState
 
-from api.telemetry_hub import CLOSE_SLOW_CONSUMER, EVENT_TYPES, SLOW_CONSUMER, TelemetryHub
+from api.fanout import pump
+from api.telemetry_hub import EVENT_TYPES, TelemetryHub
 
 router = APIRouter(tags=["telemetry"])
 
 CLOSE_POLICY_VIOLATION = 1008
 INVALID_EVENT_FILTER = "INVALID_EVENT_FILTER"
-CLOSE_WAIT_S = 10
 
 
 def parse_filter(raw: str | None) -> frozenset[str]:
@@ -57,46 +55,7 @@ async def telemetry(websocket: WebSocket, events: str | None = None) -> None:
     except Exception:
         hub.unsubscribe(subscriber)
         raise
-
-    async def send_events() -> None:
-        while True:
-            await websocket.send_text(await subscriber.queue.get())
-
-    async def watch_client() -> None:
-        while (await websocket.receive())["type"] != "websocket.disconnect":
-            pass  # frames from the client are ignored
-
-    tasks = [
-        asyncio.create_task(send_events()),
-        asyncio.create_task(watch_client()),
-        asyncio.create_task(subscriber.overflowed.wait()),
-    ]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        hub.unsubscribe(subscriber)
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    if subscriber.overflowed.is_set():
-        hub.counters["slow_consumers_closed"] += 1
-        await _close(
-            websocket,
-            CLOSE_SLOW_CONSUMER,
-            f"{SLOW_CONSUMER}: more than {subscriber.queue.maxsize} events behind; reconnect",
-        )
-    else:
-        await _close(websocket, 1000, "")
-
-
-async def _close(websocket: WebSocket, code: int, reason: str) -> None:
-    if websocket.client_state != WebSocketState.CONNECTED or websocket.application_state != WebSocketState.CONNECTED:
-        return
-    try:  # the close frame queues behind what the socket already holds; a client that reads
-        # nothing never takes it, so give up after a while (the connection is dropped then)
-        await asyncio.wait_for(websocket.close(code=code, reason=reason), timeout=CLOSE_WAIT_S)
-    except (TimeoutError, WebSocketDisconnect, RuntimeError, OSError):
-        pass
+    await pump(websocket, hub, subscriber)
 
 
 @router.get("/api/agents/telemetry/status")

@@ -21,16 +21,16 @@ from typing import Any
 from fastapi import APIRouter, Path, Query, Request, Response, WebSocket
 from redis.exceptions import RedisError
 from sqlalchemy import func, select
-from starlette.websockets import WebSocketDisconnect, WebSocketState
 
 from api import engine_status
 from api.errors import ApiError, Responses, unavailable
+from api.fanout import pump
 from api.paging import Cursor, Keyset, paged, whole
 from api.schemas import ErrorResponse, HistoryResponse
+from api.stream_hubs import WorldFramesHub
 from api.world_history import read_history
 from genesis import redis_keys as keys
 from genesis.db.models import Mutation
-from genesis.redis_keys import Channels
 from pipeline.live import live_trait_names
 from pipeline.quarantines import quarantined
 
@@ -234,60 +234,15 @@ async def stats(request: Request) -> dict:
 @router.websocket("/ws/world")
 async def world_frames(websocket: WebSocket) -> None:
     """Relay the engine's viewer frames: ``{"tick", "entities": [[id, x, y, energy, trait|null]],
-    "resources": [[x, y]]}`` about 30 times a second. A slow client gets the newest frame and
-    skips the ones in between; a Redis outage pauses the stream without closing it."""
-    await websocket.accept()
-    redis = websocket.app.state.services.redis
-    gone = asyncio.Event()
-
-    async def watch_client() -> None:
-        try:
-            while True:
-                message = await websocket.receive()
-                if message["type"] == "websocket.disconnect":
-                    break
-        except Exception:
-            pass
-        finally:
-            gone.set()
-
-    watcher = asyncio.create_task(watch_client())
+    "resources": [[x, y]]}`` about 30 times a second, from this process's one subscription
+    (api/stream_hubs.py). A slow client gets the newest frame and skips the ones in between; a
+    client that takes no frame for a while is closed (1013); a Redis outage pauses the stream
+    without closing it."""
+    hub: WorldFramesHub = websocket.app.state.world_frames
+    subscriber = hub.subscribe(latest_only=True)
     try:
-        while not gone.is_set():
-            pubsub = redis.pubsub(ignore_subscribe_messages=True)
-            try:
-                await pubsub.subscribe(Channels.WORLD_FRAMES)
-                while not gone.is_set():
-                    message = await pubsub.get_message(timeout=1.0)
-                    if message is None:
-                        continue
-                    while True:  # behind? keep only the newest frame
-                        newer = await pubsub.get_message(timeout=0)
-                        if newer is None:
-                            break
-                        message = newer
-                    await websocket.send_text(_text(message["data"]))
-            except (RedisError, OSError) as exc:
-                log.warning("world frames: Redis subscription lost (%s); resubscribing", exc)
-                try:
-                    await asyncio.wait_for(gone.wait(), timeout=1.0)
-                except TimeoutError:
-                    pass
-            finally:
-                try:
-                    await pubsub.aclose()
-                except Exception:
-                    pass
-    except (WebSocketDisconnect, RuntimeError):
-        pass  # the client went away while we were sending
-    finally:
-        watcher.cancel()
-        await asyncio.gather(watcher, return_exceptions=True)
-        if (
-            websocket.client_state == WebSocketState.CONNECTED
-            and websocket.application_state == WebSocketState.CONNECTED
-        ):
-            try:
-                await websocket.close()
-            except Exception:
-                pass
+        await websocket.accept()
+    except Exception:
+        hub.unsubscribe(subscriber)
+        raise
+    await pump(websocket, hub, subscriber)

@@ -119,3 +119,9 @@ def is_stream_id(value: str) -> bool:
         return False
     ms, seq = int(found[1]), int(found[2])
     return ms <= _STREAM_ID_MAX and seq <= _STREAM_ID_MAX and (ms, seq) != (_STREAM_ID_MAX, _STREAM_ID_MAX)
+
+
+def id_order(stream_id: str) -> tuple[int, int]:
+    """A stream id as the pair it is ordered by (ids from Redis, or checked by ``is_stream_id``)."""
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq or 0)

@@ -43,6 +43,21 @@ class ApiSettings(BaseModel):
         "in `<state_dir>/api-key-pepper`. Set it when several API hosts share a database; changing it "
         "invalidates every key.",
     )
+    sockets_per_client: int = Field(
+        default=16,
+        ge=1,
+        description="WebSockets one client address may hold open on an API process (`/ws/world`, `/ws/feed`, "
+        "`/api/agents/telemetry` together); one more is closed with 1013 TOO_MANY_SOCKETS.",
+    )
+    sockets_total: int = Field(
+        default=1000, ge=1, description="WebSockets an API process holds open at most, from all clients together."
+    )
+    redis_pool: int = Field(
+        default=64,
+        ge=4,
+        description="Redis connections the API's requests share (a request waits up to 2 s for one when all are in "
+        "use). Streams to WebSockets read on connections of their own, one per stream per process.",
+    )
 
 
 class SandboxSettings(BaseModel):
