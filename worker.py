@@ -6,6 +6,7 @@ python worker.py
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import signal
 from concurrent.futures import ThreadPoolExecutor
@@ -32,7 +33,7 @@ from genesis.db.session import get_sessionmaker
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics, temporal_sdk_runtime
 from genesis.temporal import connect
-from genesis.workflow_api import journal_task_queue, llm_task_queue, verdict_task_queue
+from genesis.workflow_api import audit_task_queue, journal_task_queue, llm_task_queue, verdict_task_queue
 from gepa_steps.activities import GepaActivities
 from workflows.registry import GEPA_WORKFLOWS, WORKFLOWS
 
@@ -99,8 +100,8 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
     journal_worker = Worker(
         client,
         task_queue=journal_task_queue(settings.task_queue),
-        # the world's journal: replays, audit manifests, shadow runs of governance proposals and
-        # of held mutations
+        # the world's journal: replays, shadow runs of governance proposals and of held mutations
+        # (and audit manifests of runs started before they had a queue of their own)
         activities=[
             journal.verify_replay,
             journal.sign_audit_manifest,
@@ -108,6 +109,12 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
             shadows.shadow_mutation,
         ],
         max_concurrent_activities=2,  # a replay is a CPU-bound subprocess
+    )
+    audit_worker = Worker(
+        client,
+        task_queue=audit_task_queue(settings.task_queue),
+        activities=[journal.sign_audit_manifest],  # quick: a signature over an export's digest
+        max_concurrent_activities=4,
     )
     verdicts = VerdictActivities(settings, sessions, sandbox.client)
     verdict_worker = Worker(
@@ -117,7 +124,7 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
         activities=[verdicts.plan_verdict, verdicts.run_verdict_replicate],
         max_concurrent_activities=settings.verdict.concurrency,
     )
-    return [pipeline, llm, journal_worker, verdict_worker]
+    return [pipeline, llm, journal_worker, audit_worker, verdict_worker]
 
 
 def build_gepa_worker(client, settings: Settings, executor: ThreadPoolExecutor, gepa: GepaActivities) -> Worker:
@@ -159,19 +166,17 @@ async def main() -> None:
             ThreadPoolExecutor(max_workers=settings.sandbox.concurrency) as executor,
             ThreadPoolExecutor(max_workers=settings.gepa.concurrency, thread_name_prefix="gepa") as gepa_executor,
         ):
-            pipeline, llm, journal_worker, verdict_worker = build_workers(client, settings, executor, sandbox)
+            workers = build_workers(client, settings, executor, sandbox)
             gepa_worker = build_gepa_worker(client, settings, gepa_executor, gepa)
             log.info("start-up heap frozen: %d objects", gc_tuning.freeze_startup_heap())
             log.info(
-                "worker polling task queues %r, %r, %r, %r and %r on %s",
-                settings.task_queue,
-                llm_task_queue(settings.task_queue),
-                journal_task_queue(settings.task_queue),
-                verdict_task_queue(settings.task_queue),
-                settings.gepa_task_queue(),
+                "worker polling task queues %s on %s",
+                ", ".join(repr(w.task_queue) for w in (*workers, gepa_worker)),
                 settings.temporal.address,
             )
-            async with pipeline, llm, journal_worker, verdict_worker, gepa_worker:
+            async with contextlib.AsyncExitStack() as running:
+                for worker in (*workers, gepa_worker):
+                    await running.enter_async_context(worker)
                 await stop.wait()
     finally:
         await asyncio.to_thread(gepa.close)

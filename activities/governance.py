@@ -61,7 +61,8 @@ class GovernanceActivities:
             await self._step(proposal_id, lifecycle.SHADOWING, "governance.proposed", body)
         async with self._sessions() as session:
             base = await manifests.current(await session.connection(), self._settings)
-        ticks = int(row.document.get("governance", {}).get("shadow_ticks", 600))
+        # the rules in force say how long a shadow runs, never the candidate under test
+        ticks = base.manifest.governance.shadow_ticks
         answer = await self._run_shadow(ticks, base.document.get("params", {}), row.document.get("params", {}))
         if "error" in answer:
             await self._step(

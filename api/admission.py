@@ -347,6 +347,17 @@ async def take_check_limit(services, agent_id: str, ip: str) -> None:
         raise _over_limit(decision, agent_id, ip)
 
 
+async def take_rule_proposal_limit(services, agent_id: str) -> None:
+    """Count an agent's proposal of a rule change in its hour, or raise 429."""
+    per_hour = services.settings.ratelimit.rule_proposals_per_agent_hour
+    try:
+        decision = await ratelimit.take_rule_proposal(services.redis, per_hour, agent_id)
+    except Exception as exc:  # limits cannot be enforced: record nothing
+        raise unavailable("RATE_LIMITER_UNAVAILABLE", "Redis", exc, "the rate limits") from exc
+    if not decision.allowed:
+        raise _over_limit(decision, agent_id, "")
+
+
 def _over_limit(decision: ratelimit.Decision, agent_id: str, ip: str) -> ApiError:
     return ApiError(
         429,

@@ -8,6 +8,7 @@ the manifest's ``governance.proposal_ttl_sec`` and it expires."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
@@ -16,7 +17,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.exc import SQLAlchemyError
 from temporalio.service import RPCError
 
-from api import gate
+from api import admission, gate
 from api.auth import API_KEY, OPERATOR_ERRORS, OPERATOR_KEY, authenticate, operator_of, require_operator
 from api.errors import ApiError, Responses, unavailable
 from api.moments import unix
@@ -44,6 +45,22 @@ ERRORS: Responses = {
 }
 PAGES = Keyset("governance-proposals", whole(2**63))
 ProposalIdPath = Annotated[str, Path(pattern=r"^gov_[0-9a-f]{16}$", description="'gov_' and 16 hex digits")]
+
+
+async def _within_pending_limit(conn, author: str, limit: int) -> None:
+    pending = await proposals.undecided_of(conn, author)
+    if pending >= limit:
+        raise ApiError(
+            429,
+            "TOO_MANY_PENDING_PROPOSALS",
+            f"agent_id '{author}' has {pending} rule proposal(s) not decided yet (limit: {limit}); "
+            "propose again once one is decided or has expired",
+            extra={"pending": pending, "limit": limit},
+        )
+
+
+def _patched(document: dict, ops: list[dict]) -> dict:
+    return rules.normalized(patches.apply(document, ops))
 
 
 def _bad_ops(error: str, message: str) -> ApiError:
@@ -108,6 +125,8 @@ async def propose(
             decided = await decided.execution_options(isolation_level="AUTOCOMMIT")
             asked = policy.Request(role, "rules.propose", author, resource=f"manifest:{body.base_hash[:16]}")
             await gate.require(services, decided, asked)
+        if role == "agent":
+            await admission.take_rule_proposal_limit(services, author)
         async with services.database.begin() as conn:
             now = await manifests.current(conn, services.settings)
             if body.base_hash != now.hash:
@@ -117,8 +136,11 @@ async def propose(
                     f"base_hash is not the manifest in force (version {now.version}, hash {now.hash})",
                     extra={"version": now.version, "hash": now.hash},
                 )
+            if role == "agent":
+                await _within_pending_limit(conn, author, services.settings.ratelimit.pending_rule_proposals_per_agent)
             try:
-                document = rules.normalized(patches.apply(now.document, body.ops))
+                # off the event loop: the budget bounds the work, a thread keeps it from others
+                document = await asyncio.to_thread(_patched, now.document, body.ops)
             except patches.PatchError as exc:
                 raise _bad_ops("PATCH_INVALID", str(exc)) from None
             except rules.ManifestError as exc:

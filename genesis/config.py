@@ -170,6 +170,18 @@ class RatelimitSettings(BaseModel):
     active_retry_after_s: int = Field(
         default=30, ge=1, description="`retry_after_sec` answered when the active-mutations limit is hit."
     )
+    rule_proposals_per_agent_hour: int = Field(
+        default=12,
+        ge=1,
+        description="Proposals of rule changes (`POST /api/governance/proposals`) one agent may make per hour, "
+        "counted when made, whatever becomes of them; operators are not limited.",
+    )
+    pending_rule_proposals_per_agent: int = Field(
+        default=2,
+        ge=1,
+        description="Proposals of rule changes of one agent not yet decided (proposed, shadowing, awaiting "
+        "approval, approved); one more is 429 TOO_MANY_PENDING_PROPOSALS.",
+    )
     checks_per_agent_minute: int = Field(
         default=10,
         ge=1,

@@ -46,6 +46,10 @@ def ratelimit_agent_hour(agent_id: str) -> str:
 
 
 # Checks (POST /api/mutations/check) have windows of their own, apart from proposals'.
+def ratelimit_rules_agent_hour(agent_id: str) -> str:
+    return f"ratelimit:rules:agent:hr:{agent_id}"
+
+
 def ratelimit_check_agent_minute(agent_id: str) -> str:
     return f"ratelimit:check:agent:min:{agent_id}"
 

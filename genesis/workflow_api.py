@@ -71,6 +71,12 @@ def journal_task_queue(task_queue: str) -> str:
     return f"{task_queue}-journal"
 
 
+def audit_task_queue(task_queue: str) -> str:
+    """Audit manifests are signed on a queue of their own (worker.py): however busy replays and
+    shadows keep the journal queue, an export's signature is never waiting behind them."""
+    return f"{task_queue}-audit"
+
+
 def verdict_task_queue(task_queue: str) -> str:
     """A trait's verdict experiment runs on its own queue (worker.py): workers on more machines add
     verdict capacity, and a replicate never holds a slot that sandbox tests need."""

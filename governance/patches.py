@@ -22,6 +22,8 @@ in any order to the same result: the merged patch is their ops in the order give
 from __future__ import annotations
 
 import copy
+import json
+import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -35,6 +37,11 @@ from .manifest import manifest_hash
 OPS = ("add", "remove", "replace", "move", "copy", "test")
 MAX_OPS = 200
 MAX_PATH = 500
+# A patched document may grow to this many bytes of compact JSON (the default manifest is under
+# 1 KB): checked before each op is applied, so a patch whose ``copy`` ops double the document
+# is refused after a few of them, having done no more work than the budget allows.
+MAX_DOCUMENT_BYTES = 64 * 1024
+MAX_APPLY_S = 0.5  # and a patch is refused once applying it took this long
 
 ConflictKind = Literal["base_mismatch", "failed_precondition", "same_path", "prefix_overlap"]
 
@@ -114,12 +121,36 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def apply(document: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]:
-    """A new document: ``ops`` applied in order to a copy of ``document``."""
+def _json_size(value: Any) -> int:
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False))
+
+
+def apply(
+    document: dict[str, Any],
+    ops: list[dict[str, Any]],
+    max_bytes: int = MAX_DOCUMENT_BYTES,
+    max_seconds: float = MAX_APPLY_S,
+) -> dict[str, Any]:
+    """A new document: ``ops`` applied in order to a copy of ``document``, within a budget: the
+    document's size (compact JSON, counted as an upper bound: what an op adds or copies is added,
+    nothing removed is taken off) may not pass ``max_bytes`` and applying may not take longer
+    than ``max_seconds`` (PatchError, before the op that would pass either)."""
     check_ops(ops)
+    started = time.monotonic()
     doc: Any = copy.deepcopy(document)
+    size = _json_size(doc)
     for i, op in enumerate(ops):
         path = op["path"]
+        if time.monotonic() - started > max_seconds:
+            raise PatchError(f"op {i}: applying the patch took longer than {max_seconds:g} s; it is refused", i, path)
+        size += _added_size(doc, op, i)
+        if size > max_bytes:
+            raise PatchError(
+                f"op {i} ({op['op']} {path}): the patched manifest would pass {max_bytes:,} bytes of JSON, "
+                "the most a manifest may hold",
+                i,
+                path,
+            )
         if op["op"] == "test":
             try:
                 current = jsonpointer.resolve_pointer(doc, path)
@@ -135,6 +166,19 @@ def apply(document: dict[str, Any], ops: list[dict[str, Any]]) -> dict[str, Any]
     if not isinstance(doc, dict):
         raise PatchError("the patched manifest is no longer an object")
     return doc
+
+
+def _added_size(doc: Any, op: dict[str, Any], index: int) -> int:
+    """The bytes ``op`` may add to ``doc`` (a bound: a replace's old value is not taken off)."""
+    if op["op"] in ("add", "replace"):
+        return _json_size(op["value"])
+    if op["op"] == "copy":
+        try:
+            return _json_size(jsonpointer.resolve_pointer(doc, op["from"]))
+        except jsonpointer.JsonPointerException:
+            where = op["path"]
+            raise PatchError(f"op {index} (copy {where}): {op['from']} does not exist", index, where) from None
+    return 0
 
 
 def diff(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:

@@ -8,7 +8,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from genesis.db.models import GovernanceProposal
@@ -31,6 +31,15 @@ async def create(conn: AsyncConnection, **fields: Any) -> str:
         )
     )
     return proposal_id
+
+
+async def undecided_of(conn: AsyncConnection, author: str) -> int:
+    """How many of ``author``'s proposals are not decided yet, counted under a lock of that author
+    held to the end of the caller's transaction (so two at once cannot both pass a limit)."""
+    await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('genesis.rules'), hashtext(:a))"), {"a": author})
+    table = GovernanceProposal.__table__
+    statement = select(func.count()).where(table.c.author == author, table.c.status.not_in(lifecycle.FINAL))
+    return int((await conn.execute(statement)).scalar_one())
 
 
 async def get(conn: AsyncConnection, proposal_id: str) -> GovernanceProposal | None:

@@ -16,7 +16,8 @@ clock (``TIME``), so several API hosts agree on time. All keys must live on one 
 
 Checks count in windows of their own, so trying code never uses up proposals (and the other way
 round): ``ratelimit:check:agent:min:{agent_id}`` and ``ratelimit:check:ip:min:{ip}``, counters
-with a TTL of 60 s, both checked and taken (or neither) by one script.
+with a TTL of 60 s, both checked and taken (or neither) by one script. Proposals of rule changes
+(manifest patches) by agents count in ``ratelimit:rules:agent:hr:{agent_id}`` (TTL 3600 s).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from genesis.redis_keys import (
     ratelimit_check_agent_minute,
     ratelimit_check_ip_minute,
     ratelimit_ip_minute,
+    ratelimit_rules_agent_hour,
 )
 
 IP_WINDOW_S = 60
@@ -143,7 +145,7 @@ class Limits:
 class Decision:
     allowed: bool
     already_held: bool = False  # the same mutation asked again (idempotent retry): nothing taken
-    limit: str | None = None  # "active" | "agent_hour" | "ip_minute" | "check_agent_minute" | "check_ip_minute"
+    limit: str | None = None  # "active", "agent_hour", "ip_minute", "check_*_minute" or "rules_agent_hour"
     limit_value: int = 0
     retry_after_sec: int = 0
 
@@ -152,6 +154,8 @@ class Decision:
             return f"Too many active mutations for agent_id '{agent_id}' (limit: {self.limit_value})"
         if self.limit == "agent_hour":
             return f"Too many proposals from agent_id '{agent_id}' this hour (limit: {self.limit_value} per hour)"
+        if self.limit == "rules_agent_hour":
+            return f"Too many rule proposals from agent_id '{agent_id}' this hour (limit: {self.limit_value} per hour)"
         if self.limit == "check_agent_minute":
             return f"Too many checks from agent_id '{agent_id}' this minute (limit: {self.limit_value} per minute)"
         if self.limit == "check_ip_minute":
@@ -205,6 +209,7 @@ class CheckLimits:
 
 
 _CHECK_LIMIT_NAMES = ("check_agent_minute", "check_ip_minute")  # in the order of the script's keys
+RULES_WINDOW_S = 3600
 
 
 async def take_check(redis: aioredis.Redis, limits: CheckLimits, agent_id: str, ip: str) -> Decision:
@@ -218,6 +223,21 @@ async def take_check(redis: aioredis.Redis, limits: CheckLimits, agent_id: str, 
     return Decision(
         allowed=False,
         limit=_CHECK_LIMIT_NAMES[int(result[1]) - 1],
+        limit_value=int(result[3]),
+        retry_after_sec=max(1, math.ceil(int(result[2]) / 1000)),
+    )
+
+
+async def take_rule_proposal(redis: aioredis.Redis, per_hour: int, agent_id: str) -> Decision:
+    """Count one proposal of a rule change (a manifest patch) by ``agent_id`` in its hour."""
+    result = await _script(redis, _TAKE_WINDOWS)(
+        keys=[ratelimit_rules_agent_hour(agent_id)], args=[per_hour, RULES_WINDOW_S]
+    )
+    if int(result[0]) == 0:
+        return Decision(allowed=True)
+    return Decision(
+        allowed=False,
+        limit="rules_agent_hour",
         limit_value=int(result[3]),
         retry_after_sec=max(1, math.ceil(int(result[2]) / 1000)),
     )

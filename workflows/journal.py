@@ -12,7 +12,15 @@ from temporalio.common import RetryPolicy
 with workflow.unsafe.imports_passed_through():
     from activities import names
     from genesis.dto import AuditManifestRequest, ReplayVerifyReport, ReplayVerifyRequest
-    from genesis.workflow_api import AUDIT_MANIFEST_WORKFLOW, REPLAY_VERIFY_WORKFLOW, journal_task_queue
+    from genesis.workflow_api import (
+        AUDIT_MANIFEST_WORKFLOW,
+        REPLAY_VERIFY_WORKFLOW,
+        audit_task_queue,
+        journal_task_queue,
+    )
+
+# Runs started before it signed on the journal queue, behind replays and shadows.
+AUDIT_QUEUE = "audit-queue"
 
 
 @workflow.defn(name=REPLAY_VERIFY_WORKFLOW)
@@ -34,11 +42,12 @@ class ReplayVerifyWorkflow:
 class AuditManifestWorkflow:
     @workflow.run
     async def run(self, request: AuditManifestRequest) -> dict:
+        queue = audit_task_queue if workflow.patched(AUDIT_QUEUE) else journal_task_queue
         return await workflow.execute_activity(
             names.SIGN_AUDIT_MANIFEST,
             request,
             result_type=dict,
-            task_queue=journal_task_queue(workflow.info().task_queue),
+            task_queue=queue(workflow.info().task_queue),
             start_to_close_timeout=timedelta(seconds=30),
             retry_policy=RetryPolicy(maximum_attempts=5),
         )

@@ -118,7 +118,8 @@ async def test_a_proposal_is_shadowed_waits_for_approval_of_its_report_and_is_ap
     waiting = await wait_for(http, pid, {"awaiting_approval", "failed"})
     assert waiting["status"] == "awaiting_approval", waiting
     report = waiting["report"]
-    assert report["ticks"] == 300 and report["recorded_ticks"] == 300
+    in_force = base["document"]["governance"]["shadow_ticks"]  # the length in force, not the candidate's
+    assert in_force != 300 and report["ticks"] == in_force and report["recorded_ticks"] == in_force
     assert report["candidate"]["params"]["resource_energy"] == 45.0
     assert report["baseline"]["params"]["resource_energy"] != 45.0
     assert not report["differences"]["same_end_state"]
@@ -231,6 +232,51 @@ async def test_bad_proposals_are_refused_with_the_reason(governance_api, setting
     assert denied.status_code == 403 and denied.json()["rule"] == "capability"
     recorded = (await http.get("/v1/policy/decisions", params={"subject": me.agent_id}, headers=operator)).json()
     assert [(d["action"], d["decision"]) for d in recorded["decisions"]] == [("rules.propose", "deny")]
+
+
+async def test_an_agents_proposals_are_bounded_in_number_and_in_work(governance_api, settings):
+    """A patch whose copies double the document is refused at the op that would pass the budget;
+    an agent has two proposals undecided at most, and makes twelve an hour, refused ones too."""
+    http = governance_api
+    operator = await agents.operator_headers(settings)
+    me = await agents.register(http, "gov-flooder")
+    base = await current(http)
+
+    async def propose(ops: list[dict]) -> httpx.Response:
+        body = {"base_hash": base["hash"], "ops": ops, "reason": "flood"}
+        return await http.post("/v1/governance/proposals", json=body, headers=me.headers)
+
+    doubling = [{"op": "add", "path": "/policy/x", "value": {}}]
+    doubling += [{"op": "copy", "from": "/policy", "path": f"/policy/x/c{i}"} for i in range(199)]
+    refused = await propose(doubling)
+    assert refused.status_code == 422 and refused.json()["error"] == "PATCH_INVALID", refused.text
+    assert "would pass 65,536 bytes" in refused.json()["detail"]
+    assert refused.json()["detail"].startswith("body.ops: op 8 (copy /policy/x/c7)")  # after a few doublings
+
+    pending = []
+    for ticks in (610, 620):
+        made = await propose([{"op": "replace", "path": "/governance/shadow_ticks", "value": ticks}])
+        assert made.status_code == 202, made.text
+        pending.append(made.json()["proposal_id"])
+    third = await propose([{"op": "replace", "path": "/governance/shadow_ticks", "value": 630}])
+    assert third.status_code == 429 and third.json()["error"] == "TOO_MANY_PENDING_PROPOSALS", third.text
+    assert (third.json()["pending"], third.json()["limit"]) == (2, 2)
+    for pid in pending:  # decided: room again (the shadow may still run: reject once it waits)
+        await wait_for(http, pid, {"awaiting_approval"})
+        rejected = await http.post(f"/v1/governance/proposals/{pid}/reject", json={"reason": "flood"}, headers=operator)
+        assert rejected.status_code == 202, rejected.text
+        await wait_for(http, pid, {"rejected"})
+    answers = [(await propose([{"op": "remove", "path": "/nope"}])).status_code for _ in range(8)]
+    assert answers == [422] * 8  # 1 + 2 + 1 + 8: the hour's twelve are used
+    limited = await propose([{"op": "replace", "path": "/governance/shadow_ticks", "value": 640}])
+    assert limited.status_code == 429 and limited.json()["error"] == "RATE_LIMIT_EXCEEDED", limited.text
+    assert int(limited.headers["Retry-After"]) > 0 and "rule proposals" in limited.json()["detail"]
+    unlimited = await http.post(  # an operator is not limited
+        "/v1/governance/proposals",
+        json={"base_hash": base["hash"], "ops": [{"op": "remove", "path": "/nope"}], "reason": "x"},
+        headers=operator,
+    )
+    assert unlimited.status_code == 422
 
 
 async def test_an_undecided_proposal_expires_on_its_durable_timer(skipping_env, settings, journal, database, tmp_path):

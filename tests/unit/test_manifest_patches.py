@@ -172,3 +172,21 @@ def test_the_default_manifest_validates_and_a_bad_one_names_the_field():
     bad = patches.apply(doc, [{"op": "add", "path": "/surprise", "value": 1}])
     with pytest.raises(manifest.ManifestError, match="/surprise: Extra inputs"):
         manifest.validate(bad)
+
+
+def test_a_patch_that_doubles_the_document_is_refused_within_its_budget():
+    base = manifest.default_document()
+    ops = [{"op": "add", "path": "/policy/x", "value": {}}]
+    ops += [{"op": "copy", "from": "/policy", "path": f"/policy/x/c{i}"} for i in range(199)]
+    with pytest.raises(patches.PatchError, match="would pass 65,536 bytes") as refused:
+        patches.apply(base, ops)
+    assert refused.value.op_index is not None and refused.value.op_index < 12  # log2(64 KiB / 0.4 KB) ops
+    small = patches.apply(base, ops[:4], max_bytes=patches.MAX_DOCUMENT_BYTES)  # within the budget: applied
+    assert set(small["policy"]["x"]) == {"c0", "c1", "c2"}
+
+
+def test_a_patch_that_adds_past_the_budget_is_refused_before_applying_it():
+    ops = [{"op": "add", "path": f"/params/p{i}", "value": "x" * 1000} for i in range(100)]
+    with pytest.raises(patches.PatchError, match=r"op 6[0-9] .*would pass") as refused:
+        patches.apply(manifest.default_document(), ops)
+    assert refused.value.path is not None and refused.value.path.startswith("/params/p")
