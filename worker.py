@@ -50,9 +50,7 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
     records = MutationRecordActivities(sessions, redis, keyring)
     journal = JournalActivities(settings, sessions, keyring)
     governance = GovernanceActivities(settings, sessions, keyring)
-    harm = (
-        settings.journal.harm_fitness if settings.journal.enabled and settings.journal.rollback_world_on_harm else None
-    )
+    harm = settings.journal.harm_fitness if settings.journal.enabled else None
     lifecycle = LifecycleActivities(sessions, redis, settings.mutations_dir, records.record, harm)
     selection = SelectionActivities(sessions, redis, records.record)
     webhooks = WebhookActivities(settings)

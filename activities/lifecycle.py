@@ -18,7 +18,7 @@ from activities.trait_records import announce, lock_trait
 from genesis.db.models import Mutation, TraitVersion
 from genesis.dto import ActivationRequest, ActivationResult, FailureCode, RollbackRequest, RollbackResult
 from genesis.redis_keys import Channels
-from pipeline import registry, world_rollbacks
+from pipeline import registry
 
 
 def trait_file_name(trait_name: str, version: int) -> str:
@@ -72,8 +72,8 @@ class LifecycleActivities:
         self._record = record  # a mutation's status change (a trait taken out to make room)
         self._redis = redis
         self._mutations_dir = mutations_dir
-        # a trait rolled back for a population decline at or below this fitness delta takes the
-        # world back to its rollback point too (None: never)
+        # a trait rolled back for a population decline at or below this fitness delta did harm:
+        # operators are told they may take the world back to before it (None: never said)
         self._harm_fitness = harm_fitness
 
     @activity.defn(name=names.ACTIVATE_TRAIT)
@@ -266,20 +266,15 @@ class LifecycleActivities:
             and request.fitness_delta is not None
             and request.fitness_delta <= self._harm_fitness
         ):
+            # Rewinding the world abandons every agent's progress since: an operator's decision
+            # (POST /v1/world/rollback with this mutation_id), never one agent's trait's.
             why = (
-                f"trait '{row.trait_name}' v{row.version} did harm: "
-                f"population decline, fitness {request.fitness_delta:+.3f}"
+                f"trait '{row.trait_name}' v{row.version} did harm (population decline, fitness "
+                f"{request.fitness_delta:+.3f}); an operator may take the world back to before it went live: "
+                f"genesis world rollback --mutation {row.mutation_id} --reason '...'"
             )
-            if await world_rollbacks.request(
-                self._redis,
-                world_rollbacks.harm_request_id(row.mutation_id),
-                {"mutation_id": row.mutation_id},
-                why,
-                "mutation pipeline",
-            ):
-                await self._feed(
-                    "world_rollback", row.mutation_id, f"World rolled back: {why}", trait_name=row.trait_name
-                )
+            activity.logger.warning("rewind suggested: %s", why)
+            await self._feed("rewind_suggested", row.mutation_id, f"Rewind suggested: {why}", trait_name=row.trait_name)
         return RollbackResult(
             rolled_back=True,
             restored_version=restored.version if restored is not None else None,

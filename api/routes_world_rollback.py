@@ -75,9 +75,11 @@ async def request_rollback(
 ) -> JSONResponse:
     """Take the world back to a kept snapshot, as a new epoch of the journal. Returns at once with
     the request's id; ``GET /v1/world/rollbacks/{request_id}`` says when the engine applied it (or
-    why it refused: an unknown snapshot, no snapshot before that tick, the journal off)."""
+    why it refused: an unknown snapshot, no snapshot before that tick, a mutation with no rollback
+    point kept, the journal off). Only an operator rewinds the world: it abandons every agent's
+    progress since."""
     request_id = f"rbk_{secrets.token_hex(8)}"
-    target = {"snapshot": body.snapshot} if body.snapshot is not None else {"tick": body.tick}
+    target = body.target()
     by = operator.label if operator is not None else "open"
     try:
         await world_rollbacks.request(request.app.state.services.redis, request_id, target, body.reason, by)

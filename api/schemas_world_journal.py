@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from genesis.ids import MUTATION_ID_PATTERN
+
 SNAPSHOT_NAME_PATTERN = re.compile(r"^snap-[A-Za-z0-9._-]{1,120}$")
 ROLLBACK_ID_PATTERN = re.compile(r"^rbk_[0-9a-f]{16}$")
 
@@ -30,8 +32,10 @@ class SnapshotListResponse(BaseModel):
 
 
 class WorldRollbackRequest(BaseModel):
-    """Exactly one of ``snapshot`` (a kept snapshot's name) or ``tick`` (the latest kept snapshot at
-    or before it, in the current epoch's history)."""
+    """Exactly one of ``snapshot`` (a kept snapshot's name), ``tick`` (the latest kept snapshot at
+    or before it, in the current epoch's history) or ``mutation_id`` (the snapshot the engine kept
+    when that mutation's trait went live: its rollback point, kept while it is live and for a day
+    after a rollback)."""
 
     model_config = ConfigDict(
         extra="forbid",
@@ -40,13 +44,22 @@ class WorldRollbackRequest(BaseModel):
 
     snapshot: str | None = Field(default=None, pattern=SNAPSHOT_NAME_PATTERN.pattern, max_length=125)
     tick: int | None = Field(default=None, ge=0)
+    mutation_id: str | None = Field(default=None, pattern=MUTATION_ID_PATTERN.pattern)
     reason: str = Field(min_length=1, max_length=500, description="Why; recorded in the journal")
 
     @model_validator(mode="after")
     def _one_target(self) -> WorldRollbackRequest:
-        if (self.snapshot is None) == (self.tick is None):
-            raise ValueError("give exactly one of snapshot or tick")
+        if sum(target is not None for target in (self.snapshot, self.tick, self.mutation_id)) != 1:
+            raise ValueError("give exactly one of snapshot, tick or mutation_id")
         return self
+
+    def target(self) -> dict[str, str | int]:
+        if self.snapshot is not None:
+            return {"snapshot": self.snapshot}
+        if self.tick is not None:
+            return {"tick": self.tick}
+        assert self.mutation_id is not None
+        return {"mutation_id": self.mutation_id}
 
 
 class WorldRollbackAccepted(BaseModel):

@@ -112,12 +112,14 @@ def open_world(settings) -> tuple[WorldJournal | None, World]:
         sys.exit(EXIT_SCHEMA_BEHIND)
 
 
-PIN_AFTER_ROLLBACK_S = 600.0  # a rolled-back mutation's rollback point stays this long (a harm rollback may follow)
+# A rolled-back mutation's rollback point stays this long: an operator may take the world back to
+# before it (POST /v1/world/rollback {"mutation_id"}), as the feed suggests for one that did harm.
+PIN_AFTER_ROLLBACK_S = 24 * 3600.0
 
 
 async def still_open(sessions, pinned: set[str]) -> set[str]:
     """The pinned mutations whose rollback points are still needed: under observation, or rolled
-    back only recently (the pipeline may still take the world back to before them)."""
+    back within a day (an operator may still take the world back to before them)."""
     async with sessions() as session:
         rows = (
             await session.execute(

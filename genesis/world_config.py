@@ -121,13 +121,12 @@ class JournalSettings(BaseModel):
         "nothing written; a machine that loses power loses at most this much, detected as a torn tail.",
     )
     segment_records: int = Field(default=3600, ge=1, description="Records per journal segment file.")
-    rollback_world_on_harm: bool = Field(
-        default=True,
-        description="When a trait is rolled back for a population decline with a fitness delta at or below "
-        "`harm_fitness`, the world also goes back to the trait's rollback point (the snapshot before it went live).",
-    )
     harm_fitness: float = Field(
-        default=-0.5, le=0, description="The fitness delta at or below which a population-declining trait did harm."
+        default=-0.5,
+        le=0,
+        description="The fitness delta at or below which a trait rolled back for a population decline did harm: the "
+        "feed and the worker's log suggest that an operator take the world back to before it went live (its "
+        "rollback point is kept for a day). The world is never rewound without an operator.",
     )
     verify_max_ticks: int = Field(
         default=1_000_000, ge=1, description="Most ticks one `GET /v1/world/replay/verify` may replay."

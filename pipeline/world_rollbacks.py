@@ -1,9 +1,8 @@
 """Asking the engine to take the world back to a kept snapshot (engine/rollbacks.py applies it):
-the queue the API's ``POST /v1/world/rollback`` and the mutation pipeline share."""
+the queue of the operators' ``POST /v1/world/rollback``."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import time
 from typing import Any
@@ -23,8 +22,3 @@ async def request(redis: aioredis.Redis, request_id: str, target: dict[str, Any]
     queued = {"request_id": request_id, **target, "reason": reason, "requested_by": by, "requested_at": now}
     await redis.rpush(keys.WORLD_ROLLBACK_REQUESTS, json.dumps(queued))
     return True
-
-
-def harm_request_id(mutation_id: str) -> str:
-    """One world rollback per harmful mutation, however often its rollback activity runs."""
-    return "rbk_" + hashlib.sha256(f"harm:{mutation_id}".encode()).hexdigest()[:16]

@@ -60,6 +60,7 @@ def register(world: typer.Typer) -> None:
         epilog=examples(
             'genesis world rollback --to-tick 36000 --reason "a trait starved the world"',
             'genesis world rollback --snapshot snap-e0000-t000000036000-s000000036009.gsn --reason "bad params"',
+            'genesis world rollback --mutation mut_5d0c2e9a41f3 --reason "its trait starved the world"',
         ),
     )
     @handled
@@ -70,6 +71,9 @@ def register(world: typer.Typer) -> None:
             int | None, typer.Option("--to-tick", min=0, help="the latest kept snapshot at or before this tick")
         ] = None,
         snapshot: Annotated[str | None, typer.Option(help="a kept snapshot's name (genesis world snapshots)")] = None,
+        mutation: Annotated[
+            str | None, typer.Option(help="the snapshot from just before this mutation's trait went live")
+        ] = None,
         wait: Annotated[bool, typer.Option(help="wait until the engine applied or refused it")] = True,
         json_out: JsonOpt = False,
     ) -> None:
@@ -78,10 +82,12 @@ def register(world: typer.Typer) -> None:
         The journal only grows: the rollback is a new epoch, recorded with where it came from, the
         snapshot and the reason; the abandoned epoch's records stay in the journal. The engine
         applies it between two ticks, usually within a second."""
-        if (to_tick is None) == (snapshot is None):
-            raise CliError("give exactly one of --to-tick or --snapshot", code=2)
+        targets = {"tick": to_tick, "snapshot": snapshot, "mutation_id": mutation}
+        given = {key: value for key, value in targets.items() if value is not None}
+        if len(given) != 1:
+            raise CliError("give exactly one of --to-tick, --snapshot or --mutation", code=2)
         cli = cli_of(ctx, json_out)
-        body = {"reason": reason, "tick": to_tick} if to_tick is not None else {"reason": reason, "snapshot": snapshot}
+        body = {"reason": reason, **given}
         accepted = cli.api.post("/v1/world/rollback", json=body, expect=("request_id",))
         answer = accepted
         if wait:

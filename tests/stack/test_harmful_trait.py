@@ -1,6 +1,7 @@
 """A harmful trait is rolled back by the world itself: it goes live in a real engine, the observing
 workflow measures the world over its window, judges it negative and rolls it back, and every
-carrier loses it.
+carrier loses it; the world itself is not rewound (an operator's decision, which the feed
+suggests).
 
 This runs on a stack of its own (Postgres database, Redis db, worker, API, engine): the suite's
 registry holds the traits other modules left live, and a newborn gains one trait among all of
@@ -89,5 +90,14 @@ async def test_a_harmful_trait_is_rolled_back_by_its_observation_and_leaves_ever
             return "energy_burner" not in stats["active_traits"] and await _carriers(http, "energy_burner") == 0
 
         await wait_until(gone, timeout_s=30, what="the trait to leave every carrier")
+        # The trait is out; the world is not rewound (only an operator does that): the feed
+        # suggests it when the trait did harm, as the journal's harm threshold says.
+        messages = (await http.get("/api/feed", params={"limit": 500})).json()["messages"]
+        actions = [m["action"] for m in messages if m.get("mutation_id") == mutation_id]
+        assert "rolled_back" in actions and "world_rollback" not in actions, actions
+        harm = status["rollback_reason"] == "population_decline" and (
+            effects["effects"]["fitness_delta"] <= own.journal.harm_fitness
+        )
+        assert ("rewind_suggested" in actions) == harm, (actions, status["rollback_reason"], effects)
     finally:
         engine.stop()

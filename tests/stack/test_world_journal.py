@@ -9,6 +9,7 @@ import json
 import os
 
 import docker
+import httpx
 import pytest
 import redis.asyncio as aioredis
 
@@ -24,6 +25,7 @@ from genesis import redis_keys as keys
 from journal.reader import JournalReader
 from journal.snapshots import SnapshotStore
 from pipeline import registry
+from tests import agents
 
 ENGINE_REDIS_URL = os.environ.get("GENESIS_TEST_ENGINE_REDIS_URL", "redis://127.0.0.1:6379/13")
 TICKS = 10_000
@@ -154,30 +156,37 @@ async def test_a_rollback_is_a_new_epoch_and_the_journal_only_grows(settings, en
     assert report["equal"] and report["epoch"] == 1, report
 
 
-async def test_a_harmful_mutation_takes_the_world_back_to_its_rollback_point(engine_redis, tmp_path):
-    """When a version went live the engine pinned the latest snapshot before it; the pipeline's
-    request (as rollback_trait makes it for a trait that did harm) names only the mutation, and
-    the engine goes back to that snapshot — once, however often it is asked."""
-    from pipeline import world_rollbacks
+async def test_an_operator_takes_the_world_back_to_before_a_mutation(engine_redis, tmp_path, settings, start_api):
+    """When a version went live the engine pinned the latest snapshot before it; an operator's
+    ``POST /v1/world/rollback {"mutation_id"}`` names only the mutation, and the engine goes back
+    to that snapshot, recording who asked and why."""
     from tests.journal_worlds import LABELLER_RETURNS, journal_settings, journaled_engine
 
+    api_url = await start_api("api-rewind", redis_url=ENGINE_REDIS_URL)
+    operator = await agents.operator_headers(settings)
     engine = journaled_engine(journal_settings(tmp_path, 4, journal_snapshot_interval=100))
     follower = RollbackFollower(engine, engine_redis)
     harmful = "mut_1abe02"  # the labeller's second version, live from tick 400
-    request_id = world_rollbacks.harm_request_id(harmful)
     try:
-        await engine.run_ticks(650)
-        pinned = engine.journal.pins[harmful]
-        assert f"-t{LABELLER_RETURNS:012d}-" in pinned  # the snapshot of the world just before it
-        for _ in range(2):  # a retried rollback activity asks twice: one request
-            await world_rollbacks.request(engine_redis, request_id, {"mutation_id": harmful}, "did harm", "pipeline")
-        await follower.poll()
-        await engine.run_ticks(1)
-        await follower.poll()
-        outcome = json.loads(await engine_redis.get(keys.world_rollback(request_id)))
+        async with httpx.AsyncClient(base_url=api_url, timeout=30) as http:
+            await engine.run_ticks(650)
+            pinned = engine.journal.pins[harmful]
+            assert f"-t{LABELLER_RETURNS:012d}-" in pinned  # the snapshot of the world just before it
+            for bad in ({"mutation_id": "harmful", "reason": "x"}, {"mutation_id": harmful, "tick": 5, "reason": "x"}):
+                refused = await http.post("/v1/world/rollback", json=bad, headers=operator)
+                assert refused.status_code == 422, refused.text
+            body = {"mutation_id": harmful, "reason": "its trait starved the world"}
+            accepted = await http.post("/v1/world/rollback", json=body, headers=operator)
+            assert accepted.status_code == 202, accepted.text
+            await follower.poll()
+            await engine.run_ticks(1)
+            await follower.poll()
+            outcome = (await http.get(accepted.json()["status_url"])).json()
     finally:
         await engine.close()
         engine.journal.close()
     assert outcome["status"] == "applied" and outcome["snapshot"] == pinned and outcome["to_tick"] == LABELLER_RETURNS
     rollbacks = [r for r in JournalReader(tmp_path / "records").records() if r.header.kind == KIND_ROLLBACK]
-    assert len(rollbacks) == 1 and rollbacks[0].inputs["request"]["mutation_id"] == harmful
+    assert len(rollbacks) == 1 and rollbacks[0].inputs["reason"] == "its trait starved the world"
+    assert rollbacks[0].inputs["request"]["mutation_id"] == harmful
+    assert rollbacks[0].inputs["request"]["requested_by"].startswith("operator")
