@@ -4,6 +4,8 @@ caller is an operator (X-Operator-Key, pipeline/operators.py)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader
 from sqlalchemy import select
@@ -109,6 +111,33 @@ async def operator_of(services: Services, operator_key: str | None) -> operators
             headers=_OPERATOR_CHALLENGE,
         )
     return operator
+
+
+@dataclass(frozen=True)
+class Reader:
+    """Who reads a public answer. What is private to an agent (its proposals' ``notify_url``,
+    where webhook URLs often carry a token) is shown only to that agent and to operators."""
+
+    operator: bool = False
+    agent_id: str | None = None
+
+    def sees_private_of(self, agent_id: str | None) -> bool:
+        return self.operator or (self.agent_id is not None and self.agent_id == agent_id)
+
+
+async def reader(
+    request: Request,
+    api_key: str | None = Depends(API_KEY),
+    operator_key: str | None = Depends(OPERATOR_KEY),
+) -> Reader:
+    """Dependency of public reads: the reader a key names (401 for a key that is sent and is not
+    valid); nobody in particular without one. In GENESIS_AUTH=open everyone reads as an operator."""
+    services: Services = request.app.state.services
+    if await operator_of(services, operator_key) is not None or services.settings.auth == "open":
+        return Reader(operator=True)
+    if api_key:
+        return Reader(agent_id=(await authenticate(services, api_key)).agent_id)
+    return Reader()
 
 
 async def require_operator(

@@ -121,9 +121,12 @@ async def _replaced_version_owner(request: Request, record: Mutation) -> tuple[i
     return (row[0], row[1]) if row is not None else None
 
 
-def status_response(record: Mutation, quarantine: TraitQuarantine | None = None) -> MutationStatusResponse:
+def status_response(
+    record: Mutation, quarantine: TraitQuarantine | None = None, *, private: bool = False
+) -> MutationStatusResponse:
     """The status shape of one mutation row (GET /api/mutations/{id}/status and each item of
-    GET /api/mutations), with the engine's quarantine record of its trait, if any."""
+    GET /api/mutations), with the engine's quarantine record of its trait, if any; ``private``:
+    for its agent or an operator (``notify_url`` shown)."""
     return MutationStatusResponse(
         mutation_id=record.mutation_id,
         trait_name=record.trait_name,
@@ -144,7 +147,7 @@ def status_response(record: Mutation, quarantine: TraitQuarantine | None = None)
         fitness_verdict=record.fitness_verdict,
         verdict_reason=verdict_reason(record),
         rollback_reason=record.rollback_reason,
-        notify_url=record.notify_url,
+        notify_url=record.notify_url if private else None,
         replaces=replaces_ref(record),
         replaced_version=record.replaced_version,
         restored_version=record.restored_version,

@@ -45,8 +45,9 @@ class ApprovalRequest(BaseModel):
     report_hash: str | None = Field(
         default=None,
         pattern=r"^[0-9a-f]{64}$",
-        description="The shadow report you read (its shadow_report.report_hash): an approval of another "
-        "report is refused with 409 REPORT_MISMATCH",
+        description="The shadow report you read (its shadow_report.report_hash): required to approve a mutation "
+        "that has one (422 without it); an approval of another report is refused with 409 REPORT_MISMATCH, and "
+        "the workflow takes an approval only of the report it holds",
     )
 
 
@@ -79,16 +80,24 @@ async def decide(
     by = await gate.operator_decides(services, operator, "mutations.approve", f"mutation:{mutation_id}")
     if record.status != MutationStatus.awaiting_approval.value:
         raise ApiError(409, "NOT_AWAITING_APPROVAL", f"{mutation_id} is {record.status}, not awaiting approval")
-    if body.report_hash is not None:  # the report is final once the mutation awaits approval
-        held = (record.shadow_report or {}).get("report_hash")
-        if body.report_hash != held:
-            shown = f"its shadow report is {held}" if held else "it has no shadow report"
-            raise ApiError(409, "REPORT_MISMATCH", f"report_hash {body.report_hash} is not {mutation_id}'s: {shown}")
+    held = (record.shadow_report or {}).get("report_hash")  # final once the mutation awaits approval
+    if body.decision == "approve" and held and body.report_hash is None:
+        message = f"required: an approval names the shadow report it approves; {mutation_id}'s is {held}"
+        raise ApiError(
+            422,
+            "VALIDATION_ERROR",
+            f"body.report_hash: {message}",
+            extra={"errors": [{"field": "body.report_hash", "message": message}]},
+        )
+    if body.report_hash is not None and body.report_hash != held:
+        shown = f"its shadow report is {held}" if held else "it has no shadow report"
+        raise ApiError(409, "REPORT_MISMATCH", f"report_hash {body.report_hash} is not {mutation_id}'s: {shown}")
     client = await services.temporal()
     try:
         handle = client.get_workflow_handle(record.workflow_id)
         await handle.signal(
-            MUTATION_APPROVAL_SIGNAL, MutationApproval(decision=body.decision, by=by, reason=body.reason)
+            MUTATION_APPROVAL_SIGNAL,
+            MutationApproval(decision=body.decision, by=by, reason=body.reason, report_hash=body.report_hash),
         )
     except RPCError as exc:
         raise unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc, "signalling the mutation's workflow") from exc

@@ -6,10 +6,11 @@ Temporal workflow to open in its UI). The world viewer's mutation list reads it.
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from pydantic import BaseModel
 from sqlalchemy import select, tuple_
 
+from api.auth import Reader, reader
 from api.mutation_records import status_response
 from api.paging import Cursor, Keyset, NextCursor, moment, paged, text
 from api.schemas import AGENT_ID_PATTERN, ErrorResponse, MutationStatusResponse
@@ -50,8 +51,10 @@ async def list_mutations(
     limit: int = Query(50, ge=1, le=MAX_LIMIT, description=f"how many (1..{MAX_LIMIT}), newest first"),
     trait_name: str | None = Query(None, pattern=rules.TRAIT_NAME_PATTERN, description="only this trait's mutations"),
     cursor: Cursor = None,
+    who: Reader = Depends(reader),
 ) -> MutationListResponse:
-    """Mutations, newest first, optionally of one status and/or one agent."""
+    """Mutations, newest first, optionally of one status and/or one agent (each ``notify_url``
+    only for its agent's key or an operator's)."""
     after = PAGES.decode(cursor)
     query = select(Mutation).order_by(Mutation.created_at.desc(), Mutation.mutation_id.desc()).limit(limit + 1)
     if after is not None:
@@ -68,5 +71,8 @@ async def list_mutations(
         )
         quarantines = await quarantines_of(session, (r.mutation_id for r in records))
     return MutationListResponse(
-        mutations=[status_response(r, quarantines.get(r.mutation_id)) for r in records], next_cursor=next_cursor
+        mutations=[
+            status_response(r, quarantines.get(r.mutation_id), private=who.sees_private_of(r.agent_id)) for r in records
+        ],
+        next_cursor=next_cursor,
     )

@@ -9,7 +9,7 @@ from sqlalchemy import select
 from temporalio.service import RPCError
 
 from api.admission import accept_proposal
-from api.auth import API_KEY, OPERATOR_KEY, acting_agent, operator_of
+from api.auth import API_KEY, OPERATOR_KEY, Reader, acting_agent, operator_of, reader
 from api.errors import ApiError, unavailable
 from api.metrics import count_proposal
 from api.mutation_records import (
@@ -91,9 +91,13 @@ async def propose(
 
 
 @router.get("/{mutation_id}/status", response_model=MutationStatusResponse, responses=MUTATION_ERRORS)
-async def status(mutation_id: MutationIdPath, request: Request) -> MutationStatusResponse:
-    """Where a mutation is in its pipeline, with the validation log a person can act on."""
-    return status_response(*await load_with_quarantine(request, mutation_id))
+async def status(
+    mutation_id: MutationIdPath, request: Request, who: Reader = Depends(reader)
+) -> MutationStatusResponse:
+    """Where a mutation is in its pipeline, with the validation log a person can act on
+    (``notify_url`` only for its agent's key or an operator's)."""
+    record, quarantine = await load_with_quarantine(request, mutation_id)
+    return status_response(record, quarantine, private=who.sees_private_of(record.agent_id))
 
 
 @router.get("/{mutation_id}/effects", response_model=EffectsResponse, responses=MUTATION_ERRORS)

@@ -285,7 +285,11 @@ class MutationStatusResponse(BaseModel):
     fitness_verdict: str | None = Field(default=None, description=FITNESS_VERDICT)
     verdict_reason: str | None = Field(default=None, description=VERDICT_REASON)
     rollback_reason: str | None
-    notify_url: str | None = None
+    notify_url: str | None = Field(
+        default=None,
+        description="Where its status changes are POSTed: shown only with its agent's X-API-Key or an operator's "
+        "X-Operator-Key (webhook URLs often carry a token); null for anyone else",
+    )
     replaces: TraitVersionRef | None = Field(
         default=None, description="The live trait this proposal modifies (version null: whatever was live)"
     )

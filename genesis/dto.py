@@ -637,8 +637,10 @@ class ApprovalNeed(BaseModel):
 
 
 class MutationApproval(BaseModel):
-    """The ``approval`` signal of a MutationWorkflow awaiting approval: an operator's decision."""
+    """The ``approval`` signal of a MutationWorkflow awaiting approval: an operator's decision,
+    naming the shadow report an approval approves (None: it had none)."""
 
     decision: Literal["approve", "reject"]
     by: str
     reason: str = ""
+    report_hash: str | None = None

@@ -64,6 +64,9 @@ VERDICT_NEEDS_CARRIERS = "verdict-needs-carriers"
 APPROVALS = "approvals"
 # ... and before the shadow of a held mutation's trait in a fork of the live world.
 APPROVAL_SHADOW = "approval-shadow"
+# Runs started before it took the first decision whenever it came, naming a report or not; later
+# runs take only decisions sent at the approval stage, and an approval only of the report shown.
+APPROVAL_AT_STAGE = "approval-at-stage"
 # ... and before a trait's verdict was an experiment in forks of the live world.
 VERDICT_EXPERIMENT = "verdict-experiment"
 # A replicate that keeps failing (its trait host, Docker) is given up after these attempts.
@@ -86,7 +89,7 @@ class MutationWorkflow:
         self._webhook_sender: asyncio.Task | None = None
         self._notified_status: MutationStatus | None = None
         self._webhook_sequence = 0
-        self._approval: MutationApproval | None = None
+        self._decisions: list[MutationApproval] = []  # every approval signal, in order
 
     @workflow.query(name="status")
     def status(self) -> MutationResult | None:
@@ -100,9 +103,17 @@ class MutationWorkflow:
 
     @workflow.signal(name=MUTATION_APPROVAL_SIGNAL)
     def decide_approval(self, decision: MutationApproval) -> None:
-        """An operator's decision on a mutation awaiting approval (the first one counts)."""
-        if self._approval is None:
-            self._approval = decision
+        """An operator's decision on a mutation awaiting approval; which one counts is decided at
+        that stage (``_decision``)."""
+        self._decisions.append(decision)
+
+    def _decision(self, since: int, report_hash: str | None) -> MutationApproval | None:
+        """The first decision sent at the approval stage (from ``since``) that holds: a rejection,
+        or an approval of the report the operator was shown (any approval when there is none)."""
+        for decision in self._decisions[since:]:
+            if decision.decision == "reject" or report_hash is None or decision.report_hash == report_hash:
+                return decision
+        return None
 
     @workflow.signal(name="world_snapshot")
     def world_snapshot(self, sample: WorldSample) -> None:
@@ -199,18 +210,24 @@ class MutationWorkflow:
         if not need.required:
             return None
         shadow_report = await self._shadow(mutation, outcome, log) if workflow.patched(APPROVAL_SHADOW) else None
+        if workflow.patched(APPROVAL_AT_STAGE):  # counted before the stage begins: none sent at it is missed
+            since, shown = len(self._decisions), (shadow_report or {}).get("report_hash")
+        else:
+            since, shown = 0, None
         log.append(f"Approval: waiting for an operator ({need.reason}); it expires in {need.ttl_sec} s")
         await self._transition(
             MutationStatus.awaiting_approval, log=log, sandbox_report=sandbox_report, shadow_report=shadow_report
         )
         try:
-            await workflow.wait_condition(lambda: self._approval is not None, timeout=timedelta(seconds=need.ttl_sec))
+            await workflow.wait_condition(
+                lambda: self._decision(since, shown) is not None, timeout=timedelta(seconds=need.ttl_sec)
+            )
         except TimeoutError:
             expired = [*log, f"Approval: expired, no operator decided within {need.ttl_sec} s"]
             return await self._finish(
                 MutationStatus.rejected, FailureCode.APPROVAL_EXPIRED.value, expired, sandbox_report
             )
-        decided = self._approval
+        decided = self._decision(since, shown)
         assert decided is not None
         if decided.decision == "reject":
             why = [*log, f"Approval: rejected by {decided.by}: {decided.reason or 'no reason given'}"]

@@ -534,7 +534,12 @@ def register(app: typer.Typer) -> None:
         mutation_id: MutationId,
         reason: Annotated[str, typer.Option(help="a note")] = "",
         report_hash: Annotated[
-            str | None, typer.Option("--report-hash", help="the shadow report you read: refused if it is not its")
+            str | None,
+            typer.Option(
+                "--report-hash",
+                help="the shadow report you read (`genesis status ID` shows it): required when it has one, "
+                "refused if it is not its",
+            ),
         ] = None,
         json_out: JsonOpt = False,
     ) -> None:

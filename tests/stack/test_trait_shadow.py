@@ -19,7 +19,8 @@ from sqlalchemy.pool import NullPool
 from activities.sandbox import SandboxActivities
 from activities.trait_shadow import TraitShadowActivities, run_trait_shadow
 from engine.shadow import report_hash
-from genesis.dto import TraitShadowRequest
+from genesis.dto import MutationApproval, TraitShadowRequest
+from genesis.workflow_api import MUTATION_APPROVAL_SIGNAL
 from pipeline import manifests
 from pipeline.registry import RegistryEntry
 from tests import agents, traits
@@ -159,6 +160,17 @@ async def test_a_held_mutation_shows_its_shadow_report_and_is_approved_for_it(
                     refused = await http.post(path, json=other, headers=operator)
                     assert refused.status_code == 409 and refused.json()["error"] == "REPORT_MISMATCH"
                     assert held["shadow_report"]["report_hash"] in refused.json()["detail"]
+                    unnamed = await http.post(path, json={"decision": "approve"}, headers=operator)
+                    assert unnamed.status_code == 422 and "report_hash" in unnamed.json()["detail"], unnamed.text
+                    # The workflow holds the line itself: an approval of another report that reaches
+                    # it past the API is not taken.
+                    await temporal_client.get_workflow_handle(f"mutation-{mutation_id}").signal(
+                        MUTATION_APPROVAL_SIGNAL,
+                        MutationApproval(decision="approve", by="past the API", report_hash="0" * 64),
+                    )
+                    await asyncio.sleep(2)
+                    still = (await http.get(f"/api/mutations/{mutation_id}/status")).json()
+                    assert still["status"] == "awaiting_approval", still
                     mine = {"decision": "approve", "report_hash": held["shadow_report"]["report_hash"]}
                     assert (await http.post(path, json=mine, headers=operator)).status_code == 202
                     await wait_for_status(http, mutation_id, {"activated", "kept"}, timeout_s=120)
@@ -167,7 +179,7 @@ async def test_a_held_mutation_shows_its_shadow_report_and_is_approved_for_it(
                     )
                     assert rollback.status_code in (200, 202), rollback.text
                     await wait_for_status(http, mutation_id, {"rolled_back"}, timeout_s=90)
-                    await record_history(temporal_client, f"mutation-{mutation_id}", "mutation_approved_shadowed")
+                    await record_history(temporal_client, f"mutation-{mutation_id}", "mutation_approved_at_stage")
     finally:
         await asyncio.to_thread(sandbox.close)
     shadow = held["shadow_report"]

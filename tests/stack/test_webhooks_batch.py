@@ -117,14 +117,25 @@ async def propose_as(http, agent, code: str, trait_name: str, **extra) -> str:
     return response.json()["mutation_id"]
 
 
-async def test_signed_callback_on_each_status_change(http, receiver, temporal_client):
+async def test_signed_callback_on_each_status_change(http, receiver, temporal_client, settings):
     agent = await agents.register(http, "webhook-receiver-agent")
     secret = await webhook_secret(http, agent)
     mutation_id = await propose_as(
         http, agent, traits.seeker(7300 + random.randrange(500)), "webhook_seeker", notify_url=receiver.url
     )
-    status = (await http.get(f"/api/mutations/{mutation_id}/status")).json()
-    assert status["notify_url"] == receiver.url
+    # Webhook URLs often carry a token: shown to the proposing agent and operators only.
+    path = f"/api/mutations/{mutation_id}/status"
+    assert (await http.get(path, headers=agent.headers)).json()["notify_url"] == receiver.url
+    assert (await http.get(path, headers=await agents.operator_headers(settings))).json()["notify_url"] == receiver.url
+    stranger = await agents.register(http, "webhook-stranger")
+    assert (await http.get(path)).json()["notify_url"] is None
+    assert (await http.get(path, headers=stranger.headers)).json()["notify_url"] is None
+    listed = (await http.get("/api/mutations", params={"agent_id": agent.agent_id})).json()["mutations"]
+    assert [m["notify_url"] for m in listed if m["mutation_id"] == mutation_id] == [None]
+    mine = (await http.get("/api/mutations", params={"agent_id": agent.agent_id}, headers=agent.headers)).json()
+    assert [m["notify_url"] for m in mine["mutations"] if m["mutation_id"] == mutation_id] == [receiver.url]
+    forged = await http.get(path, headers={"X-API-Key": "gk_live_" + "0" * 40})
+    assert forged.status_code == 401 and forged.json()["error"] == "INVALID_API_KEY"
     await wait_for_status(http, mutation_id, {"activated"}, timeout_s=120)
     await receiver.wait_for(mutation_id, "activated")
     response = await http.post(
