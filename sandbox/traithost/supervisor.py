@@ -426,11 +426,29 @@ class Supervisor:
         running = {}  # handle -> item id
         selector = selectors.DefaultSelector()
         hard_ns = 3 * cpu_s * 1e9  # the in-process alarm fires at one to two budgets
+        # Each agent with items has an equal share of the round's time, and its items' wall time
+        # (from spawning their worker to their end) is charged to it: however many agents another
+        # one runs, and however long their items take, none is pushed past its share.
+        agents = {str(item.get("agent", ""))[:128] for item in queue}
+        share_s = deadline_s / max(len(agents), 1)
+        used_s = dict.fromkeys(agents, 0.0)
+        started_at = {}  # handle -> when its worker was spawned
+
+        def charge(handle):
+            used_s[handle.agent] += time.monotonic() - started_at.pop(handle)
+
         try:
             while queue or running:
                 while queue and len(running) < parallel and time.monotonic() < deadline:
                     item = queue.pop(0)
-                    handle = WorkerHandle("act:" + item["id"], str(item.get("agent", ""))[:128])
+                    agent = str(item.get("agent", ""))[:128]
+                    if used_s[agent] >= share_s:
+                        results[item["id"]] = action_failure(
+                            "deadline", "its agent had used its share of the round's time (%.0f ms)" % (share_s * 1000)
+                        )
+                        continue
+                    handle = WorkerHandle("act:" + item["id"], agent)
+                    started_at[handle] = time.monotonic()
                     self.spawn(handle)
                     handle.inbox = Inbox()
                     handle.tick_cpu0 = handle.cpu_ns()
@@ -438,6 +456,7 @@ class Supervisor:
                         handle.send({"op": "act", "code": item["code"], "state": item["state"], "cpu_ms": cpu_s * 1000})
                     except (OSError, ValueError):
                         handle.kill()
+                        charge(handle)
                         results[item["id"]] = action_failure("killed", "its process stopped reading")
                         continue
                     handle.sock.setblocking(False)
@@ -453,6 +472,7 @@ class Supervisor:
                         item_id = running.pop(handle)
                         selector.unregister(handle.sock)
                         handle.kill()
+                        charge(handle)
                         if done is None:
                             results[item_id] = action_failure("killed", "its process died")
                         else:
@@ -464,10 +484,15 @@ class Supervisor:
                         why = action_failure("timeout", "it used over %.0f ms of CPU and was killed" % (hard_ns / 1e6))
                     elif now >= deadline:
                         why = action_failure("deadline", "it had not finished within %.0f ms" % (deadline_s * 1000))
+                    elif used_s[handle.agent] + now - started_at[handle] >= share_s:
+                        why = action_failure(
+                            "deadline", "its agent's share of the round's time (%.0f ms) ran out" % (share_s * 1000)
+                        )
                     if why is not None:
                         item_id = running.pop(handle)
                         selector.unregister(handle.sock)
                         handle.kill()
+                        charge(handle)
                         results[item_id] = why
             for item in queue:  # never started: the deadline came first
                 results[item["id"]] = action_failure("deadline", "time ran out before it could start")

@@ -132,3 +132,21 @@ def test_the_deadline_ends_the_request_whatever_the_code_does(host):
     assert time.monotonic() - started < 4
     assert {r["error"] for r in results.values()} <= {"deadline", "timeout"}, results
     assert "deadline" in {r["error"] for r in results.values()}
+
+
+def test_sybils_cannot_push_another_agents_action_past_the_deadline(host):
+    """Fifteen agents' actions that burn CPU until they are killed, three each, all run before an
+    honest agent's one: each agent has an equal share of the round's time, so the honest action
+    still runs, and nobody's actions take more than their share."""
+    busy = HOSTILE["busy"][0]
+    sybils = [f"sybil{i:02d}" for i in range(15)]
+    firsts = [{"id": f"{a}-1", "agent": a, "code": busy, "state": STATE} for a in sybils]
+    honest = {"id": "honest", "agent": "zz-honest", "code": GOOD, "state": STATE}
+    later = [{"id": f"{a}-{n}", "agent": a, "code": busy, "state": STATE} for n in (2, 3) for a in sybils]
+    started = time.monotonic()
+    results = act(host, [*firsts, honest, *later], cpu_ms=500, deadline_ms=3000)
+    assert time.monotonic() - started < 5
+    assert results["honest"]["ok"], results["honest"]
+    assert all(results[i["id"]]["error"] == "deadline" for i in firsts), [results[i["id"]] for i in firsts]
+    assert "share of the round's time (188 ms)" in results["sybil00-1"]["detail"]
+    assert all(results[i["id"]]["error"] == "deadline" for i in later)  # their share was used up
