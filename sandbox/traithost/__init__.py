@@ -74,7 +74,9 @@ this program connects to (the live engine's private channel, see sandbox/contain
       Agents' round actions: each item's ``agent_action(engine, member_id)`` runs once, in a
       fresh worker of its own (forked for it, killed after it), against a proxy of its member
       and what the member sees (STATE: "member_id", "round_id", "member", "neighbours",
-      "resources", "world"). Calls on the proxy are recorded, never executed.
+      "resources", "world"). Calls on the proxy are recorded, never executed. Each AGENT has an
+      equal share of ``deadline_ms``; its items' wall time is charged to it, and an item past its
+      agent's share ends "deadline".
       -> {"ok": true, "op": "act", "results": {ID: {"ok": true, "actions": [[KIND, ...], ...]}
           | {"ok": false, "error": CODE, "detail": TEXT}}}
       CODE is one of ACTION_ERRORS.
