@@ -12,6 +12,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import JSONResponse
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from api import gate
@@ -21,8 +22,9 @@ from api.moments import iso_utc
 from api.schemas import ErrorResponse
 from api.schemas_rounds import ActionAccepted, ActionRequest, DeadlineResponse, RoundResponse, SubmissionItem
 from gatekeeper.actions import validate_action
+from genesis.db.models import Agent
 from governance import policy
-from pipeline import rounds
+from pipeline import manifests, rounds
 
 router = APIRouter(prefix="/v1/world", tags=["rounds"])
 ERRORS: Responses = {503: {"model": ErrorResponse, "description": "Postgres unavailable"}}
@@ -94,26 +96,24 @@ async def submit_action(body: ActionRequest, request: Request, api_key: str | No
             },
         )
     try:
-        member_id = agent.member_id
-        if member_id is None:  # registered before agents had members
-            async with services.database.begin() as tx:
-                member_id = await rounds.assign_member(tx, agent.agent_id, services.settings.rounds.max_members)
-            if member_id is None:
-                raise ApiError(409, "NO_FREE_MEMBER", "every member of the world is taken: your agent has none")
-        async with services.database.connect() as conn:
-            conn = await conn.execution_options(isolation_level="AUTOCOMMIT")  # the decision stands alone
-            asked = policy.Request("agent", "actions.submit", agent.agent_id, resource=f"member:{member_id}")
-            decision_id = await gate.require(services, conn, asked)
-        async with services.database.begin() as tx:  # held briefly: closing the round waits for it
-            admitted = await rounds.submit(
-                tx,
-                agent.agent_id,
-                member_id,
-                body.idempotency_key,
-                body.code,
-                decision_id,
-                services.settings.rounds.max_submissions_per_agent,
-            )
+        for _ in range(2):  # once more if its member went back to the pool between the steps
+            member_id = await _member_of(services, agent.agent_id)
+            async with services.database.connect() as conn:
+                conn = await conn.execution_options(isolation_level="AUTOCOMMIT")  # the decision stands alone
+                asked = policy.Request("agent", "actions.submit", agent.agent_id, resource=f"member:{member_id}")
+                decision_id = await gate.require(services, conn, asked)
+            async with services.database.begin() as tx:  # held briefly: closing the round waits for it
+                admitted = await rounds.submit(
+                    tx,
+                    agent.agent_id,
+                    member_id,
+                    body.idempotency_key,
+                    body.code,
+                    decision_id,
+                    services.settings.rounds.max_submissions_per_agent,
+                )
+            if not admitted.member_gone:
+                break
     except (SQLAlchemyError, OSError) as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
     if admitted.conflict:
@@ -145,6 +145,25 @@ async def submit_action(body: ActionRequest, request: Request, api_key: str | No
         round_url=f"/v1/world/rounds/{admitted.round_id}",
     )
     return JSONResponse(accepted.model_dump(), status_code=202)
+
+
+async def _member_of(services, agent_id: str) -> int:
+    """The agent's member; one from the pool at its first action (409 when none is free)."""
+    async with services.database.begin() as tx:
+        member_id = await tx.scalar(select(Agent.member_id).where(Agent.agent_id == agent_id))
+        if member_id is not None:
+            return int(member_id)
+        rules = (await manifests.current(tx, services.settings)).manifest.rounds
+        limit = services.settings.rounds.max_members
+        member_id = await rounds.assign_member(tx, agent_id, limit, rules.member_idle_sec)
+    if member_id is None:
+        raise ApiError(
+            409,
+            "NO_FREE_MEMBER",
+            f"all {limit} members of the world are held by agents that acted within the last "
+            f"{rules.member_idle_sec} s: try again later",
+        )
+    return member_id
 
 
 async def _seconds_to_next_round(services) -> int:

@@ -538,6 +538,12 @@ class RegisterRequest(BaseModel):
 
     name: str = Field(min_length=1, max_length=64, description="Display name of the agent")
     description: str = Field(default="", max_length=2000, description="What the agent is, who runs it")
+    invitation: str | None = Field(
+        default=None,
+        pattern=r"^inv_[0-9a-f]{32}$",
+        description="An operator's single-use invitation (`genesis agents invite`): required when the server "
+        "registers by invitation (GENESIS_REGISTRATION=invitation); checked, and used up, whenever given",
+    )
 
     @field_validator("name")
     @classmethod
@@ -561,8 +567,30 @@ class RegisterResponse(BaseModel):
     name: str
     description: str
     registered_at: str = Field(description="ISO 8601, UTC")
-    member_id: int = Field(description="The member (a Molbot of the world) the agent acts through in rounds")
+    member_id: int | None = Field(
+        default=None,
+        description="The member (a Molbot of the world) the agent acts through in rounds: null until its first "
+        "action, which takes one from the pool",
+    )
     message: str
+
+
+class InvitationRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{"note": "for Ann's lab"}]})
+
+    note: str = Field(default="", max_length=200, description="Who it is for (kept with it, not shown to the invitee)")
+    ttl_sec: int = Field(default=7 * 86_400, ge=60, le=30 * 86_400, description="It expires unused after this")
+
+
+class InvitationResponse(BaseModel):
+    invitation: str = Field(description="The code to register with (shown once; only its hash is kept)")
+    expires_at: str = Field(description="ISO 8601, UTC")
+
+
+class MemberReleased(BaseModel):
+    agent_id: str
+    released: int | None = Field(description="The member given back (null: the agent had none)")
+    member_id: None = Field(default=None, description="The agent gets a member again at its next action")
 
 
 class Reputation(BaseModel):

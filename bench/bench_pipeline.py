@@ -165,6 +165,7 @@ def bench_settings(env: WorkflowEnvironment, **values) -> Settings:
         ratelimit_active_per_agent=10**9,
         ratelimit_proposals_per_ip_minute=10**9,
         ratelimit_proposals_per_agent_hour=10**9,
+        ratelimit_registrations_per_ip_hour=10**9,
         # Its proposals are started right away; the sweeper must not restart rows other runs (or an
         # interrupted test run) left queued in the same database: extra load inside the measurement.
         workflow_start_stale_s=86400.0,

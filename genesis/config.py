@@ -170,6 +170,9 @@ class RatelimitSettings(BaseModel):
     active_retry_after_s: int = Field(
         default=30, ge=1, description="`retry_after_sec` answered when the active-mutations limit is hit."
     )
+    registrations_per_ip_hour: int = Field(
+        default=20, ge=1, description="Agent registrations from one client address per hour (429 beyond)."
+    )
     rule_proposals_per_agent_hour: int = Field(
         default=12,
         ge=1,
@@ -565,6 +568,12 @@ class Settings(BaseSettings):
         description="`required`: write endpoints need an agent's X-API-Key and operator endpoints an X-Operator-Key. "
         "`open`: keyless proposals (`agent_id` in the body) and keyless operator endpoints, for local "
         "experiments only (the API logs a warning at start); a key that is sent is still checked.",
+    )
+    registration: Literal["open", "invitation"] = Field(
+        default="open",
+        description="`open`: anyone may register an agent (`GENESIS_RATELIMIT_REGISTRATIONS_PER_IP_HOUR` per "
+        "address); `invitation`: registration needs an operator's single-use invitation "
+        "(`genesis agents invite`).",
     )
 
     batch_max_items: int = Field(

@@ -46,6 +46,15 @@ def ratelimit_agent_hour(agent_id: str) -> str:
 
 
 # Checks (POST /api/mutations/check) have windows of their own, apart from proposals'.
+def ratelimit_register_ip_hour(ip: str) -> str:
+    return f"ratelimit:register:ip:hr:{ip}"
+
+
+def invitation(digest: str) -> str:
+    """An operator's unused invitation to register, by the sha256 of its code (expires on its own)."""
+    return f"invitation:{digest}"
+
+
 def ratelimit_rules_agent_hour(agent_id: str) -> str:
     return f"ratelimit:rules:agent:hr:{agent_id}"
 

@@ -95,6 +95,13 @@ class Retention(_Strict):
 
 class Rounds(_Strict):
     ticks: int = Field(default=300, ge=10, le=36_000, description="Ticks per round (its accepting window).")
+    member_idle_sec: int = Field(
+        default=3600,
+        ge=60,
+        le=30 * 86_400,
+        description="An agent that has not acted for this long loses its member to the pool (its number is "
+        "never given to another agent).",
+    )
 
 
 class Governance(_Strict):

@@ -17,7 +17,8 @@ clock (``TIME``), so several API hosts agree on time. All keys must live on one 
 Checks count in windows of their own, so trying code never uses up proposals (and the other way
 round): ``ratelimit:check:agent:min:{agent_id}`` and ``ratelimit:check:ip:min:{ip}``, counters
 with a TTL of 60 s, both checked and taken (or neither) by one script. Proposals of rule changes
-(manifest patches) by agents count in ``ratelimit:rules:agent:hr:{agent_id}`` (TTL 3600 s).
+(manifest patches) by agents count in ``ratelimit:rules:agent:hr:{agent_id}``, registrations of
+agents by address in ``ratelimit:register:ip:hr:{ip}`` (both TTL 3600 s).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from genesis.redis_keys import (
     ratelimit_check_agent_minute,
     ratelimit_check_ip_minute,
     ratelimit_ip_minute,
+    ratelimit_register_ip_hour,
     ratelimit_rules_agent_hour,
 )
 
@@ -154,6 +156,8 @@ class Decision:
             return f"Too many active mutations for agent_id '{agent_id}' (limit: {self.limit_value})"
         if self.limit == "agent_hour":
             return f"Too many proposals from agent_id '{agent_id}' this hour (limit: {self.limit_value} per hour)"
+        if self.limit == "register_ip_hour":
+            return f"Too many agents registered from IP {ip} this hour (limit: {self.limit_value} per hour)"
         if self.limit == "rules_agent_hour":
             return f"Too many rule proposals from agent_id '{agent_id}' this hour (limit: {self.limit_value} per hour)"
         if self.limit == "check_agent_minute":
@@ -228,18 +232,22 @@ async def take_check(redis: aioredis.Redis, limits: CheckLimits, agent_id: str, 
     )
 
 
+async def take_registration(redis: aioredis.Redis, per_hour: int, ip: str) -> Decision:
+    """Count one agent registration from ``ip`` in its hour."""
+    return await _take_one(redis, ratelimit_register_ip_hour(ip), per_hour, 3600, "register_ip_hour")
+
+
 async def take_rule_proposal(redis: aioredis.Redis, per_hour: int, agent_id: str) -> Decision:
     """Count one proposal of a rule change (a manifest patch) by ``agent_id`` in its hour."""
-    result = await _script(redis, _TAKE_WINDOWS)(
-        keys=[ratelimit_rules_agent_hour(agent_id)], args=[per_hour, RULES_WINDOW_S]
-    )
+    return await _take_one(redis, ratelimit_rules_agent_hour(agent_id), per_hour, RULES_WINDOW_S, "rules_agent_hour")
+
+
+async def _take_one(redis: aioredis.Redis, key: str, limit: int, window_s: int, name: str) -> Decision:
+    result = await _script(redis, _TAKE_WINDOWS)(keys=[key], args=[limit, window_s])
     if int(result[0]) == 0:
         return Decision(allowed=True)
     return Decision(
-        allowed=False,
-        limit="rules_agent_hour",
-        limit_value=int(result[3]),
-        retry_after_sec=max(1, math.ceil(int(result[2]) / 1000)),
+        allowed=False, limit=name, limit_value=int(result[3]), retry_after_sec=max(1, math.ceil(int(result[2]) / 1000))
     )
 
 

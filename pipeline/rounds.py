@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import func, insert, select, text, update
@@ -139,6 +139,7 @@ class Admitted:
     conflict: bool = False  # the key was used with another body
     quota: bool = False  # the agent has made as many submissions to the round as it may
     first_time: bool = True
+    member_gone: bool = False  # the agent's member went back to the pool meanwhile
 
 
 _ACCEPTING = text(
@@ -159,6 +160,11 @@ async def submit(
     transaction: one agent's submissions take turns (an advisory lock), and the accepting round's
     row is share-locked until the caller commits, so closing the round waits for it."""
     await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('genesis.submit'), hashtext(:a))"), {"a": agent_id})
+    # The member is checked, and the action recorded, under the agent's row lock: an idle-member
+    # release waits for it and then finds the agent active.
+    held = await conn.scalar(select(Agent.member_id).where(Agent.agent_id == agent_id).with_for_update())
+    if held != member_id:
+        return Admitted(REJECTED, None, None, "the agent's member went back to the pool", member_gone=True)
     digest = body_hash(code)
     s = RoundSubmission
     earlier = (
@@ -193,6 +199,7 @@ async def submit(
             status=ACCEPTED,
         )
     )
+    await conn.execute(update(Agent).where(Agent.agent_id == agent_id).values(last_action_at=func.now()))
     return Admitted(ACCEPTED, int(accepting), submission_id)
 
 
@@ -209,12 +216,36 @@ async def round_with_submissions(conn: AsyncConnection, round_id: int) -> tuple[
     return row, list(subs.all())
 
 
-async def assign_member(conn: AsyncConnection, agent_id: str, max_members: int) -> int | None:
-    """The lowest free member id for ``agent_id`` (None: all taken). Concurrent registrations take
-    turns under an advisory lock."""
+async def assign_member(conn: AsyncConnection, agent_id: str, max_members: int, idle_s: int) -> int | None:
+    """A member for ``agent_id``, at its first action (None: ``max_members`` are held). First the
+    members of agents idle for ``idle_s`` (no action since) go back to the pool; a new member's
+    number is drawn from a sequence, so no agent ever acts through a number (a body, its state)
+    another agent had. Assignments take turns under an advisory lock."""
     await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('genesis.members'))"))
-    taken = {m for (m,) in (await conn.execute(select(Agent.member_id).where(Agent.member_id.is_not(None)))).all()}
-    free = next((m for m in range(1, max_members + 1) if m not in taken), None)
-    if free is not None:
-        await conn.execute(update(Agent).where(Agent.agent_id == agent_id).values(member_id=free))
-    return free
+    await release_idle_members(conn, idle_s)
+    held = int(await conn.scalar(select(func.count()).where(Agent.member_id.is_not(None))) or 0)
+    if held >= max_members:
+        return None
+    member_id = int(await conn.scalar(text("SELECT nextval('agent_member_ids')")))
+    await conn.execute(
+        update(Agent).where(Agent.agent_id == agent_id).values(member_id=member_id, member_since=func.now())
+    )
+    return member_id
+
+
+async def release_idle_members(conn: AsyncConnection, idle_s: int) -> list[str]:
+    """Take the members of agents that have not acted for ``idle_s`` back; their agents' ids."""
+    since = func.coalesce(Agent.last_action_at, Agent.member_since)
+    idle = Agent.member_id.is_not(None) & (since < func.now() - timedelta(seconds=idle_s))
+    rows = await conn.execute(
+        update(Agent).where(idle).values(member_id=None, member_since=None).returning(Agent.agent_id)
+    )
+    return [agent_id for (agent_id,) in rows.all()]
+
+
+async def give_up_member(conn: AsyncConnection, agent_id: str) -> int | None:
+    """The agent's member back to the pool; the number it had (None: it had none)."""
+    had = await conn.scalar(select(Agent.member_id).where(Agent.agent_id == agent_id).with_for_update())
+    if had is not None:
+        await conn.execute(update(Agent).where(Agent.agent_id == agent_id).values(member_id=None, member_since=None))
+    return had

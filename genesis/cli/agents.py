@@ -70,13 +70,17 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         name: Annotated[str, typer.Option("--name", "-n", help="1-64 characters")],
         description: Annotated[str, typer.Option(help="what the agent is")] = "",
+        invitation: Annotated[
+            str | None, typer.Option(help="an operator's invitation (servers that register by invitation)")
+        ] = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Register an agent; its API key is shown once (export it as GENESIS_API_KEY)."""
         cli = cli_of(ctx, json_out)
-        answer = cli.api.post(
-            "/v1/agents/register", json={"name": name, "description": description}, expect=("agent_id", "api_key")
-        )
+        body = {"name": name, "description": description}
+        if invitation is not None:
+            body["invitation"] = invitation
+        answer = cli.api.post("/v1/agents/register", json=body, expect=("agent_id", "api_key"))
 
         def render() -> None:
             # soft_wrap: the key and the export line stay one line each at any terminal width, so
@@ -86,6 +90,36 @@ def register(app: typer.Typer) -> None:
             cli.console.print(f"export GENESIS_API_KEY={answer['api_key']}", soft_wrap=True, markup=False)
 
         cli.emit(answer, render)
+
+    @agents.command("invite", epilog=examples("genesis agents invite --note 'for Ann'", "genesis agents invite --json"))
+    @handled
+    def invite(
+        ctx: typer.Context,
+        note: Annotated[str, typer.Option(help="who it is for (kept with it)")] = "",
+        ttl: Annotated[int, typer.Option("--ttl", min=60, help="seconds until it expires unused")] = 7 * 86_400,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """An invitation to register one agent (operator key); shown once."""
+        cli = cli_of(ctx, json_out)
+        answer = cli.api.post("/v1/agents/invitations", json={"note": note, "ttl_sec": ttl}, expect=("invitation",))
+        cli.emit(
+            answer,
+            lambda: cli.console.print(
+                f"invitation (single use, until {answer['expires_at']}): [bold]{answer['invitation']}[/]\n"
+                f"genesis agents register --name NAME --invitation {answer['invitation']}",
+                soft_wrap=True,
+            ),
+        )
+
+    @agents.command("release-member", epilog=examples("genesis agents release-member"))
+    @handled
+    def release_member(ctx: typer.Context, json_out: JsonOpt = False) -> None:
+        """Give your agent's member back to the pool; your next action takes a new one."""
+        cli = cli_of(ctx, json_out)
+        answer = cli.api.delete("/v1/agents/me/member", expect=("agent_id",))
+        released = answer.get("released")
+        said = f"member {released} given back to the pool" if released is not None else "your agent held no member"
+        cli.emit(answer, lambda: cli.console.print(said))
 
     @app.command(epilog=examples("genesis whoami", "genesis --api-key gen_… whoami --json"))
     @handled

@@ -145,6 +145,8 @@ class Agent(Base):
     client_ip: Mapped[str | None] = mapped_column(String(64))  # who registered it
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), server_default=func.now())
     member_id: Mapped[int | None] = mapped_column(Integer)  # the member (a Molbot) it controls
+    member_since: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # when it was given its member
+    last_action_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))  # its latest round submission
 
     __table_args__ = (
         Index("uq_agents_key_prefix", "key_prefix", unique=True),

@@ -10,12 +10,15 @@ import uuid
 
 import httpx
 import pytest
+import redis.asyncio as aioredis
 from sqlalchemy import text
 
+from genesis import redis_keys as keys
 from genesis.db.models import Agent
 from genesis.db.session import get_sessionmaker
 from pipeline import apikeys
 from tests import agents, traits
+from tests.own_stack import redis_db_below
 from tests.stack.test_lifecycle import sample, signal_window, wait_for_status
 from tests.stack.test_mutation_pipeline import wait_for_verdict
 
@@ -223,3 +226,37 @@ def test_keys_are_checked_against_a_peppered_digest():
     assert not apikeys.matches(b"other pepper", issued.key, issued.digest), "the pepper is part of the hash"
     assert not apikeys.matches(pepper, issued.key[:-1] + "x", issued.digest)
     assert apikeys.prefix_of(issued.key) == issued.prefix and apikeys.prefix_of("gen_zz_x") is None
+
+
+async def test_registration_is_limited_per_address_and_may_need_an_invitation(start_api, settings):
+    """Onboarding cannot be emptied by one client: registrations from one address are counted per
+    hour; a server that registers by invitation takes only an operator's single-use code."""
+    operator = await agents.operator_headers(settings)
+    own_redis = redis_db_below(8)  # the suite's registrations count on the suite's db
+    redis = aioredis.from_url(own_redis)
+    await redis.delete(keys.ratelimit_register_ip_hour("127.0.0.1"))
+    await redis.aclose()
+    limited = await start_api("register-limited", redis_url=own_redis, ratelimit_registrations_per_ip_hour=3)
+    async with httpx.AsyncClient(base_url=limited, timeout=30) as http:
+        answers = [await http.post("/v1/agents/register", json={"name": f"flood-{i}"}) for i in range(4)]
+        assert [a.status_code for a in answers] == [201, 201, 201, 429], [a.text for a in answers]
+        over = answers[-1]
+        assert over.json()["error"] == "RATE_LIMIT_EXCEEDED" and int(over.headers["Retry-After"]) > 0
+        assert "registered from IP" in over.json()["detail"] and all(a.json()["member_id"] is None for a in answers[:3])
+
+    invited = await start_api("register-invited", registration="invitation")
+    async with httpx.AsyncClient(base_url=invited, timeout=30) as http:
+        uninvited = await http.post("/v1/agents/register", json={"name": "uninvited"})
+        assert uninvited.status_code == 403 and uninvited.json()["error"] == "INVITATION_REQUIRED", uninvited.text
+        made = await http.post("/v1/agents/invitations", json={"note": "for a test"}, headers=operator)
+        assert made.status_code == 201 and made.headers["Cache-Control"] == "no-store", made.text
+        code = made.json()["invitation"]
+        welcome = await http.post("/v1/agents/register", json={"name": "invited", "invitation": code})
+        assert welcome.status_code == 201, welcome.text
+        again = await http.post("/v1/agents/register", json={"name": "invited-twice", "invitation": code})
+        assert again.status_code == 403 and again.json()["error"] == "INVALID_INVITATION", again.text
+        malformed = await http.post("/v1/agents/register", json={"name": "x", "invitation": "let-me-in"})
+        assert malformed.status_code == 422 and "invitation" in malformed.json()["detail"]
+        member = {"X-API-Key": welcome.json()["api_key"]}
+        by_agent = await http.post("/v1/agents/invitations", json={}, headers=member)
+        assert by_agent.status_code in (401, 403), by_agent.text  # an operator's alone

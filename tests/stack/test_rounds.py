@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
@@ -21,7 +21,7 @@ from engine.verify import verify_range
 from genesis import signing
 from genesis.cli.processes import engine_process
 from genesis.config import Settings
-from genesis.db.models import RoundSubmission
+from genesis.db.models import Agent, RoundSubmission
 from journal.reader import JournalReader
 from pipeline import manifests, receipts, rounds as records
 from tests import agents
@@ -99,15 +99,46 @@ async def settled(http, round_id: int, timeout_s: float = 60) -> dict:
     raise AssertionError(f"round {round_id} did not settle: {body}")
 
 
-async def test_registration_hands_out_members_and_refuses_when_none_is_free(http, start_api):
-    me = await http.post("/v1/agents/register", json={"name": "member-one"})
-    assert me.status_code == 201 and isinstance(me.json()["member_id"], int)
-    mine = (await http.get("/v1/agents/me", headers={"X-API-Key": me.json()["api_key"]})).json()
-    assert mine["member_id"] == me.json()["member_id"]
-    crowded = await start_api("members-full", rounds_max_members=1)
-    async with httpx.AsyncClient(base_url=crowded, timeout=30) as full:
-        refused = await full.post("/v1/agents/register", json={"name": "member-none"})
-    assert refused.status_code == 409 and refused.json()["error"] == "NO_FREE_MEMBER", refused.text
+async def test_a_member_comes_at_the_first_action_goes_back_idle_or_given_up_and_is_never_reused(
+    http, database, start_api
+):
+    async def member(agent) -> int | None:
+        return (await http.get("/v1/agents/me", headers=agent.headers)).json()["member_id"]
+
+    ann = await agents.register(http, "member-ann")
+    assert await member(ann) is None  # registering takes nothing from the pool
+    async with database.begin() as conn:  # a round that accepts, with no engine yet
+        round_id = await records.open_round(conn, 0, 0, 10, datetime.now(UTC) + timedelta(seconds=60))
+    try:
+        assert (await submit(http, ann, FORAGE, "member-1")).status_code == 202
+        first = await member(ann)
+        assert isinstance(first, int)
+        given = await http.delete("/v1/agents/me/member", headers=ann.headers)
+        assert given.status_code == 200 and given.json()["released"] == first and await member(ann) is None
+        assert (await submit(http, ann, FORAGE, "member-2")).status_code == 202
+        second = await member(ann)
+        assert second is not None and second > first  # a number is never given out twice
+
+        # The pool is full: Ann's member goes back once she has been idle for the manifest's time.
+        async with database.begin() as conn:
+            held = await conn.scalar(select(func.count()).where(Agent.member_id.is_not(None)))
+            two_hours_ago = func.now() - timedelta(hours=2)
+            await conn.execute(update(Agent).where(Agent.agent_id == ann.agent_id).values(last_action_at=two_hours_ago))
+        full = await start_api("members-full", rounds_max_members=held)
+        async with httpx.AsyncClient(base_url=full, timeout=30) as crowded:
+            bob = await agents.register(crowded, "member-bob")
+            assert (await submit(crowded, bob, FORAGE, "member-bob-1")).status_code == 202
+            assert await member(ann) is None and await member(bob) not in (None, first, second)
+            # ... and with every member held by an agent that acted lately (Bob), none is free
+            async with database.begin() as conn:
+                now_held = await conn.scalar(select(func.count()).where(Agent.member_id.is_not(None)))
+            tight = await start_api("members-tight", rounds_max_members=now_held)
+            async with httpx.AsyncClient(base_url=tight, timeout=30) as none_free:
+                refused = await submit(none_free, ann, FORAGE, "member-3")
+            assert refused.status_code == 409 and refused.json()["error"] == "NO_FREE_MEMBER", refused.text
+    finally:
+        async with database.begin() as conn:
+            await records.close_round(conn, round_id)
 
 
 async def test_nothing_is_accepted_while_no_round_accepts(http, database):
