@@ -15,7 +15,7 @@ from rich.markup import escape
 from genesis import signing
 from genesis.cli.client import CliError
 from genesis.cli.output import Cli, cli_of, examples, group, handled, table
-from genesis.cli.receipts import saved_or_served_keys
+from genesis.cli.receipts import KeysOpt, TrustOpt, pinned_keys
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
 POLL_S = 2.0
@@ -206,21 +206,26 @@ def register(app: typer.Typer, world: typer.Typer) -> None:
 
     @audit.command(
         "verify",
-        epilog=examples("genesis audit verify audit.ndjson", "genesis audit verify audit.ndjson --keys keys.json"),
+        epilog=examples(
+            "genesis audit verify audit.ndjson --keys keys.json",
+            "genesis audit verify audit.ndjson --trust k_1a2b3c4d5e6f7a8b",
+        ),
     )
     @handled
     def verify(
         ctx: typer.Context,
         file: Annotated[Path, typer.Argument(help="an export of `genesis audit export` or GET /v1/audit/export")],
-        keys: Annotated[Path | None, typer.Option(help="a saved GET /v1/keys answer (else the API's)")] = None,
+        keys: KeysOpt = None,
+        trust: TrustOpt = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Check an audit export on this machine: its events against the manifest's sha256 and
-        count, their order, and the manifest's signature. Exit status 1 if anything fails."""
+        count, their order, and the manifest's signature with a pinned key (--keys or --trust).
+        Exit status 1 if anything fails."""
         cli = cli_of(ctx, json_out)
         if not file.exists():
             raise CliError(f"{file}: no such file", code=2)
-        result = verify_export(file.read_text(), saved_or_served_keys(cli, keys))
+        result = verify_export(file.read_text(), pinned_keys(cli, keys, trust))
 
         def render() -> None:
             if result["ok"]:

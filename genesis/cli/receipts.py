@@ -28,15 +28,43 @@ def keys_of(answer: Any, source: str) -> dict[str, bytes]:
         raise CliError(f"{source}: {exc}", code=2) from exc
 
 
-def saved_or_served_keys(cli: Cli, path: Path | None) -> dict[str, bytes]:
-    """The public keys of a saved ``GET /v1/keys`` answer, or else the API's."""
-    if path is None:
-        return keys_of(cli.api.get("/v1/keys", expect=("keys",)), "GET /v1/keys")
-    try:
-        answer = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CliError(f"{path}: not a saved GET /v1/keys answer: {exc}", code=2) from exc
-    return keys_of(answer, str(path))
+TrustOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--trust",
+        envvar="GENESIS_TRUSTED_KEY_IDS",
+        help="a signing key id you confirmed on the signing host (`genesis keys list`); the API's key of that id "
+        "is used (an id is the hash of its key). Repeatable",
+    ),
+]
+KeysOpt = Annotated[
+    Path | None, typer.Option(help="a GET /v1/keys answer saved from a source you trust (the keys are pinned)")
+]
+
+
+def pinned_keys(cli: Cli, path: Path | None, trusted: list[str] | None) -> dict[str, bytes]:
+    """The public keys a check may use: those of a saved ``GET /v1/keys`` answer, or the API's keys
+    of the ids the user confirmed. Never the API's keys on its own word: a server that forged a
+    receipt would serve the key that verifies it."""
+    if path is not None:
+        try:
+            answer = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CliError(f"{path}: not a saved GET /v1/keys answer: {exc}", code=2) from exc
+        return keys_of(answer, str(path))
+    served = keys_of(cli.api.get("/v1/keys", expect=("keys",)), "GET /v1/keys")
+    wanted = {key_id for entry in trusted or [] for key_id in entry.replace(",", " ").split()}
+    if not wanted:
+        raise CliError(
+            "no key is pinned, and the API's keys would only vouch for the API: give --keys FILE (a GET /v1/keys "
+            "answer saved from a source you trust) or --trust KEY_ID for each id you confirmed with `genesis keys "
+            f"list` on the signing host. The API serves: {', '.join(sorted(served)) or 'no key'}",
+            code=2,
+        )
+    missing = sorted(wanted - set(served))
+    if missing:
+        raise CliError(f"the API serves no key {', '.join(missing)} (it serves {', '.join(sorted(served))})", code=2)
+    return {key_id: raw for key_id, raw in served.items() if key_id in wanted}
 
 
 def _receipts_in(text: str) -> list[Any]:
@@ -86,7 +114,7 @@ def chain_of(items: list[Any]) -> list[str]:
 def register(app: typer.Typer) -> None:
     @app.command(
         epilog=examples(
-            "genesis verify rcpt_3f2a9c0d1e2b3c4d5e6f7a8b",
+            "genesis verify rcpt_3f2a9c0d1e2b3c4d5e6f7a8b --trust k_1a2b3c4d5e6f7a8b",
             "genesis verify receipts.json --keys keys.json",
             "curl -s localhost:8000/v1/receipts?mutation_id=mut_ab12cd > r.json; genesis verify r.json",
         )
@@ -95,9 +123,8 @@ def register(app: typer.Typer) -> None:
     def verify(
         ctx: typer.Context,
         what: Annotated[str, typer.Argument(help="a receipt id, or a file of receipts (JSON, a list, NDJSON)")],
-        keys: Annotated[
-            Path | None, typer.Option(help="a saved GET /v1/keys answer (else the API's keys are fetched)")
-        ] = None,
+        keys: KeysOpt = None,
+        trust: TrustOpt = None,
         chain: Annotated[
             bool,
             typer.Option(
@@ -108,8 +135,9 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Verify signed receipts on this machine.
 
-        Each receipt's Ed25519 signature is checked here against the public keys (of a saved
-        GET /v1/keys answer, or the API's), under its kind's domain tag, over its exact canonical
+        Each receipt's Ed25519 signature is checked here against pinned public keys (a saved
+        GET /v1/keys answer, or the API's keys of the ids you confirmed with --trust: never the
+        API's keys on its own word), under its kind's domain tag, over its exact canonical
         bytes, and the fields shown beside those bytes must say the same; nothing is taken on the
         server's word. With --chain, each receipt must also name the previous one's hash (a
         receipt left out or reordered shows). Exit status 1 if any check fails."""
@@ -127,7 +155,7 @@ def register(app: typer.Typer) -> None:
             items = [served]
         else:
             raise CliError(f"{what}: no such file, and not a receipt id ('rcpt_' followed by 24 hex digits)", code=2)
-        public = saved_or_served_keys(cli, keys)
+        public = pinned_keys(cli, keys, trust)
         results = verify_all(items, public)
         ok = bool(results) and all(r["ok"] for r in results)
         breaks = chain_of(items) if chain and ok else []

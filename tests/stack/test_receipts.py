@@ -140,7 +140,7 @@ async def test_every_stage_of_a_mutation_has_a_signed_receipt_in_one_chain(
     saved.write_text(json.dumps(tampered))
     code, out, _ = await invoke(api_url, "verify", str(saved), "--keys", str(keys_file))
     assert code == 1 and "does not verify" in out, out
-    code, out, _ = await invoke(api_url, "verify", found[0]["id"])
+    code, out, _ = await invoke(api_url, "verify", found[0]["id"], "--trust", found[0]["key_id"])
     assert code == 0 and "1 of 1" in out, out
 
 

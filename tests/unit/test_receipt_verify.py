@@ -121,18 +121,24 @@ def test_a_server_that_lies_is_caught_here(keyring, tmp_path):
         env = {"GENESIS_API_URL": server.url, "GENESIS_API_KEY": "", "GENESIS_OPERATOR_KEY": "", "COLUMNS": "200"}
         server.json("GET /v1/keys", listing(keyring))
         server.json(f"GET /v1/receipts/{chain[0]['id']}", chain[0])
-        result = CliRunner().invoke(app, ["verify", chain[0]["id"]], env=env)
+        unpinned = CliRunner().invoke(app, ["verify", chain[0]["id"]], env=env)  # the API's keys alone: no
+        assert unpinned.exit_code == 2 and "no key is pinned" in unpinned.stderr, unpinned.output
+        assert keyring.current in unpinned.stderr  # what it serves, to be confirmed on the signing host
+        trusted = ["--trust", keyring.current]
+        result = CliRunner().invoke(app, ["verify", chain[0]["id"], *trusted], env=env)
         assert result.exit_code == 0 and "1 of 1 receipt(s) verified here" in result.stdout, result.output
+        other = CliRunner().invoke(app, ["verify", chain[0]["id"], "--trust", "k_0000000000000000"], env=env)
+        assert other.exit_code == 2 and "serves no key k_0000000000000000" in other.stderr, other.output
 
         server.json(f"GET /v1/receipts/{chain[0]['id']}", chain[1])
-        result = CliRunner().invoke(app, ["verify", chain[0]["id"]], env=env)
+        result = CliRunner().invoke(app, ["verify", chain[0]["id"], *trusted], env=env)
         assert result.exit_code == 1 and f"the API answered with '{chain[1]['id']}'" in result.stderr
 
         impostor = signing.ensure_keyring(tmp_path / "impostor")
         swapped = {"keys": [{**listing(keyring)["keys"][0], "public_key": listing(impostor)["keys"][0]["public_key"]}]}
         server.json("GET /v1/keys", swapped)
         server.json(f"GET /v1/receipts/{chain[0]['id']}", chain[0])
-        result = CliRunner().invoke(app, ["verify", chain[0]["id"]], env=env)
+        result = CliRunner().invoke(app, ["verify", chain[0]["id"], *trusted], env=env)
         assert result.exit_code == 2 and f"the key given for {keyring.current} is another key" in result.stderr
     finally:
         server.close()
