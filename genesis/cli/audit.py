@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import random
 import time
 from pathlib import Path
 from typing import Annotated, Any
@@ -16,6 +17,7 @@ from genesis import signing
 from genesis.cli.client import CliError
 from genesis.cli.output import Cli, cli_of, examples, group, handled, table
 from genesis.cli.receipts import KeysOpt, TrustOpt, pinned_keys
+from journal import rederive
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
 POLL_S = 2.0
@@ -209,6 +211,7 @@ def register(app: typer.Typer, world: typer.Typer) -> None:
         epilog=examples(
             "genesis audit verify audit.ndjson --keys keys.json",
             "genesis audit verify audit.ndjson --trust k_1a2b3c4d5e6f7a8b",
+            "genesis audit verify audit.ndjson --keys keys.json --journal .state/journal --sample 500",
         ),
     )
     @handled
@@ -217,20 +220,51 @@ def register(app: typer.Typer, world: typer.Typer) -> None:
         file: Annotated[Path, typer.Argument(help="an export of `genesis audit export` or GET /v1/audit/export")],
         keys: KeysOpt = None,
         trust: TrustOpt = None,
+        journal: Annotated[
+            Path | None,
+            typer.Option(help="the world's journal directory: also derive every exported event again from it"),
+        ] = None,
+        sample: Annotated[
+            int | None, typer.Option(min=1, help="with --journal: check this many events, drawn at random")
+        ] = None,
+        seed: Annotated[int | None, typer.Option(help="the sample's seed (printed; default: a random one)")] = None,
         json_out: JsonOpt = False,
     ) -> None:
         """Check an audit export on this machine: its events against the manifest's sha256 and
         count, their order, and the manifest's signature with a pinned key (--keys or --trust).
+        With --journal, each exported event (or a --sample of them) is derived again from the
+        journal's records and compared, and none the journal holds in the export's range and
+        filter may be missing: the database the export was read from is not trusted.
         Exit status 1 if anything fails."""
         cli = cli_of(ctx, json_out)
         if not file.exists():
             raise CliError(f"{file}: no such file", code=2)
-        result = verify_export(file.read_text(), pinned_keys(cli, keys, trust))
+        text = file.read_text()
+        result = verify_export(text, pinned_keys(cli, keys, trust))
+        if journal is not None:
+            if not (journal / "records").is_dir():
+                raise CliError(f"{journal}: not a journal directory (it has no records/)", code=2)
+            lines = [line for line in text.splitlines() if line.strip()]
+            events = [json.loads(line) for line in lines[:-1]]
+            drawn = seed if seed is not None else random.SystemRandom().randrange(2**32)
+            with cli.console.status("deriving the events again from the journal ..."):
+                against = rederive.check(events, result["manifest"], journal, sample, drawn)
+            result["journal"] = against
+            result["problems"] += against["problems"]
+            result["ok"] = not result["problems"]
 
         def render() -> None:
             if result["ok"]:
                 cli.console.print(
                     f"[green]ok[/]: {result['events']} event(s), manifest signed and matching (checked here)"
+                )
+            if "journal" in result:
+                j = result["journal"]
+                drawn_note = f" (a sample, seed {j['sample_seed']})" if j["sample_seed"] is not None else ""
+                whole = "; none missing from its range" if j["completeness_checked"] else ""
+                cli.console.print(
+                    f"journal: {j['checked']} of {j['of']} event(s) derived again from {j['journal_records']} "
+                    f"record(s){drawn_note}{whole}"
                 )
             for problem in result["problems"]:
                 cli.console.print(f"[red]FAILED[/]: {escape(problem)}", soft_wrap=True)

@@ -6,6 +6,7 @@ export with its signed manifest verifies offline with `genesis audit verify`, a 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import shutil
 import time
@@ -106,6 +107,29 @@ async def test_an_audit_export_verifies_offline_and_a_tampered_one_does_not(
     keys_file.write_text((await operator_http.get("/v1/keys")).text)
     code, out, _ = await invoke(api_url, "audit", "verify", str(out_file), "--keys", str(keys_file))
     assert code == 0 and "manifest signed and matching" in out, out
+    against_journal = ("--keys", str(keys_file), "--journal", str(journal))
+    code, out, _ = await invoke(api_url, "audit", "verify", str(out_file), *against_journal)
+    count = len(out_file.read_text().splitlines()) - 1
+    assert code == 0 and f"journal: {count} of {count} event(s) derived again" in out, out
+    assert "none missing from its range" in out, out
+    sampled = ("--sample", "3", "--seed", "7")
+    code, out, _ = await invoke(api_url, "audit", "verify", str(out_file), *against_journal, *sampled)
+    assert code == 0 and f"3 of {count} event(s)" in out and "seed 7" in out, out
+
+    # The database is not the trust root: an export whose rows were changed in Postgres, and then
+    # honestly signed, verifies as an export and fails against the journal.
+    lines = out_file.read_text().splitlines()
+    forged = tmp_path / "forged.ndjson"
+    changed = json.loads(lines[1])
+    changed["cause"] = "rewritten in the database"
+    events = [changed if i == 1 else json.loads(line) for i, line in enumerate(lines[:-1])]
+    del events[2]  # and one left out
+    forged_lines = [json.dumps(e, separators=(",", ":"), sort_keys=True) for e in events]
+    manifest = {**json.loads(lines[-1])["manifest"], "count": len(events)}
+    manifest["events_sha256"] = hashlib.sha256("".join(line + "\n" for line in forged_lines).encode()).hexdigest()
+    forged.write_text("\n".join([*forged_lines, json.dumps({"manifest": manifest, "receipt": None})]) + "\n")
+    code, out, _ = await invoke(api_url, "audit", "verify", str(forged), *against_journal)
+    assert code == 1 and "its cause is not the journal's" in out and "is in the journal, not in the export" in out, out
     lines = out_file.read_text().splitlines()
     event = json.loads(lines[1])
     event["cause"] = "someone else"
