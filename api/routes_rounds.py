@@ -7,6 +7,7 @@ The engine runs the rounds (engine/rounds.py); the API admits submissions into t
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -26,6 +27,7 @@ from genesis.db.models import Agent
 from governance import policy
 from pipeline import manifests, rounds
 
+BETWEEN_ROUNDS_S = 0.1
 router = APIRouter(prefix="/v1/world", tags=["rounds"])
 ERRORS: Responses = {503: {"model": ErrorResponse, "description": "Postgres unavailable"}}
 RoundIdPath = Annotated[int, Path(ge=1, le=2**62)]
@@ -96,7 +98,8 @@ async def submit_action(body: ActionRequest, request: Request, api_key: str | No
             },
         )
     try:
-        for _ in range(2):  # once more if its member went back to the pool between the steps
+        retried_between_rounds = False
+        for _ in range(3):  # again if its member went back to the pool, or a round was closing
             member_id = await _member_of(services, agent.agent_id)
             async with services.database.connect() as conn:
                 conn = await conn.execution_options(isolation_level="AUTOCOMMIT")  # the decision stands alone
@@ -112,8 +115,14 @@ async def submit_action(body: ActionRequest, request: Request, api_key: str | No
                     decision_id,
                     services.settings.rounds.max_submissions_per_agent,
                 )
-            if not admitted.member_gone:
-                break
+            if admitted.member_gone:
+                continue
+            if admitted.reason == rounds.NOT_ACCEPTING and not retried_between_rounds:
+                # a round closing as this one came: the next one opens in the same transaction
+                retried_between_rounds = True
+                await asyncio.sleep(BETWEEN_ROUNDS_S)
+                continue
+            break
     except (SQLAlchemyError, OSError) as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
     if admitted.conflict:

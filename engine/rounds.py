@@ -125,9 +125,10 @@ class RoundKeeper:
                 try:
                     async with self.database.begin() as conn:
                         await records.close_round(conn, round_id)
-                    # the next round starts where this one closed (or, after a rollback took the
-                    # world back, where the world is now)
-                    current = await self.open(min(closes_tick, self.engine.world.tick))
+                        # the next round starts where this one closed (or, after a rollback took
+                        # the world back, where the world is now), in the same transaction: no
+                        # moment without an accepting round
+                        current = await self._open_in(conn, min(closes_tick, self.engine.world.tick))
                 except Exception as exc:
                     log.warning("round %d could not be closed: %s; trying again", round_id, exc)
                     await _sleep(stop, 1.0)
@@ -155,13 +156,14 @@ class RoundKeeper:
 
     async def open(self, opens_tick: int) -> tuple[int, int]:
         async with self.database.begin() as conn:
-            rules = (await manifests.current(conn, self.settings)).manifest
-            ticks = rules.rounds.ticks
-            closes = opens_tick + ticks
-            left_s = max(0, closes - self.engine.world.tick) / self.settings.engine.tick_rate
-            epoch = self._epoch()
-            deadline = datetime.now(UTC) + timedelta(seconds=left_s)
-            round_id = await records.open_round(conn, epoch, opens_tick, closes, deadline)
+            return await self._open_in(conn, opens_tick)
+
+    async def _open_in(self, conn, opens_tick: int) -> tuple[int, int]:
+        rules = (await manifests.current(conn, self.settings)).manifest
+        closes = opens_tick + rules.rounds.ticks
+        left_s = max(0, closes - self.engine.world.tick) / self.settings.engine.tick_rate
+        deadline = datetime.now(UTC) + timedelta(seconds=left_s)
+        round_id = await records.open_round(conn, self._epoch(), opens_tick, closes, deadline)
         log.debug("round %d accepting until tick %d", round_id, closes)
         return round_id, closes
 

@@ -225,7 +225,8 @@ async def test_idempotency_is_per_agent_and_key(http, round_engine, database):
         )
     assert count == 1  # one submission
     other = await submit(http, bob, FORAGE, "same-key")
-    assert other.status_code == 202 and other.json()["submission_id"] != answers[0].json()["submission_id"]
+    assert other.status_code == 202, other.text
+    assert other.json()["submission_id"] != answers[0].json()["submission_id"]
     changed = await submit(http, ann, FORAGE + "\n# other\n", "same-key")
     assert changed.status_code == 409 and changed.json()["error"] == "IDEMPOTENCY_KEY_REUSED"
 
