@@ -1,7 +1,9 @@
 """WebSockets as a budget: at most ``per_client`` open sockets per client address and ``total``
 per API process, over every WebSocket route (``/ws/world``, ``/ws/feed``,
-``/api/agents/telemetry``). A socket past either bound is accepted only to be told why: an error
-frame ``{"error": "TOO_MANY_SOCKETS", "detail": ...}`` and close code 1013 ("try again later").
+``/api/agents/telemetry``). A handshake past either bound is refused before the upgrade, with an
+HTTP 429 ``{"error": "TOO_MANY_SOCKETS", "detail": ...}`` and ``Retry-After`` (the cheapest answer:
+no socket is opened); a server without that ASGI extension accepts it only to send that body as
+one frame and close with 1013 ("try again later").
 
 An open socket costs the process a task, a bounded queue and its share of the frames sent; no
 socket holds a Redis connection (api/fanout.py), so what bounds them is this count."""
@@ -16,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 TOO_MANY_SOCKETS = "TOO_MANY_SOCKETS"
 CLOSE_TRY_AGAIN_LATER = 1013
+RETRY_AFTER_S = "5"
 
 OPEN_SOCKETS = Gauge("genesis_api_websockets_open", "WebSockets open on this API process")
 REFUSED_SOCKETS = MetricCounter(
@@ -41,7 +44,7 @@ class SocketBudget:
         if refusal is not None:
             bound, detail = refusal
             REFUSED_SOCKETS.labels(bound).inc()
-            return await _refuse(receive, send, detail)
+            return await _refuse(scope, receive, send, detail)
         self.open[address] += 1
         OPEN_SOCKETS.inc()
         try:
@@ -66,9 +69,15 @@ class SocketBudget:
         return None
 
 
-async def _refuse(receive: Receive, send: Send, detail: str) -> None:
+async def _refuse(scope: Scope, receive: Receive, send: Send, detail: str) -> None:
     if (await receive())["type"] != "websocket.connect":
         return
+    body = json.dumps({"error": TOO_MANY_SOCKETS, "detail": detail}).encode()
+    if "websocket.http.response" in scope.get("extensions", {}):
+        headers = [(b"content-type", b"application/json"), (b"retry-after", RETRY_AFTER_S.encode())]
+        await send({"type": "websocket.http.response.start", "status": 429, "headers": headers})
+        await send({"type": "websocket.http.response.body", "body": body})
+        return
     await send({"type": "websocket.accept"})
-    await send({"type": "websocket.send", "text": json.dumps({"error": TOO_MANY_SOCKETS, "detail": detail})})
+    await send({"type": "websocket.send", "text": body.decode()})
     await send({"type": "websocket.close", "code": CLOSE_TRY_AGAIN_LATER, "reason": TOO_MANY_SOCKETS})

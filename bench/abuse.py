@@ -8,7 +8,9 @@ database and Redis db, and runs each scenario for ``--seconds``:
 
 - ``idle``: nothing but the honest client;
 - ``sockets``: 500 WebSockets opened from one address to ``/ws/world``, ``/ws/feed`` and the
-  telemetry stream, held open, and opened again as they are refused;
+  telemetry stream (50 at a time), those admitted held open;
+- ``handshakes``: the same, then opened again as fast as they are refused, 50 at a time: a
+  connection-rate flood, which costs the API a handshake each however cheaply it refuses;
 - ``patch``: an agent proposing 200-op manifest patches whose ``copy`` ops double the document;
 - ``registration``: registrations from one address, as fast as they are answered;
 - ``rules``: an agent proposing rule changes as fast as they are answered.
@@ -20,7 +22,7 @@ gatekeeper: the rate-limit script, the gatekeeper, the check's record), proposes
 per request kind, p50/p95 and the ratio to idle, the flood's outcomes, and a health check — the
 run fails loudly when an honest request answered 5xx or a process died.
 
-    python -m bench.abuse [--seconds 10] [--scenarios idle,sockets,patch,registration,rules]
+    python -m bench.abuse [--seconds 10] [--scenarios idle,sockets,handshakes,patch,registration,rules]
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from typing import Any
 import httpx
 import redis.asyncio as aioredis
 from websockets.asyncio.client import connect
-from websockets.exceptions import WebSocketException
+from websockets.exceptions import InvalidStatus, WebSocketException
 
 from bench.bench_pipeline import bench_settings, forbidden_trait, percentiles, start_temporal
 from genesis.cli.processes import worker_and_api
@@ -46,7 +48,7 @@ from genesis.db.migrate import fresh_database
 
 DATABASE_URL = "postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis_bench_abuse"
 REDIS_URL = "redis://127.0.0.1:6379/12"
-SCENARIOS = ("idle", "sockets", "patch", "registration", "rules")
+SCENARIOS = ("idle", "sockets", "handshakes", "patch", "registration", "rules")
 SOCKET_ROUTES = ("/ws/world", "/ws/feed", "/api/agents/telemetry")
 HONEST_KINDS = ("check", "propose", "read")
 
@@ -85,20 +87,23 @@ class Honest:
             await asyncio.sleep(0.05)
 
 
-async def flood_sockets(url: str, stop: asyncio.Event, outcomes: Counter) -> None:
+async def flood_sockets(url: str, stop: asyncio.Event, outcomes: Counter, again: bool = False) -> None:
     base = url.replace("http://", "ws://")
     held: list[Any] = []
 
     async def one(i: int) -> None:
         try:
             socket = await connect(base + SOCKET_ROUTES[i % len(SOCKET_ROUTES)], open_timeout=10)
+        except InvalidStatus as exc:
+            outcomes[f"refused {exc.response.status_code}"] += 1
+            return
         except (OSError, WebSocketException, TimeoutError):
             outcomes["not_opened"] += 1
             return
         try:
             first = await asyncio.wait_for(socket.recv(), 0.5)
             if "TOO_MANY_SOCKETS" in str(first):
-                outcomes["refused"] += 1
+                outcomes["refused 1013"] += 1
                 await socket.close()
                 return
         except TimeoutError:
@@ -110,9 +115,11 @@ async def flood_sockets(url: str, stop: asyncio.Event, outcomes: Counter) -> Non
         held.append(socket)
 
     try:
-        await asyncio.gather(*(one(i) for i in range(500)))
-        while not stop.is_set():  # and again as they are refused
+        for start in range(0, 500, 50):
+            await asyncio.gather(*(one(i) for i in range(start, start + 50)))
+        while again and not stop.is_set():  # handshakes: again as fast as they are refused
             await asyncio.gather(*(one(i) for i in range(50)))
+        await stop.wait()
     finally:
         for socket in held:
             with contextlib.suppress(Exception):
@@ -153,11 +160,11 @@ async def flood_rules(http: httpx.AsyncClient, stop: asyncio.Event, outcomes: Co
 
 
 async def scenario(
-    name: str, url: str, http: httpx.AsyncClient, honest_headers: dict, seconds: float
+    name: str, url: str, http: httpx.AsyncClient, honest_headers: dict, flooder: dict, seconds: float
 ) -> dict[str, Any]:
-    flooder = await register(http, f"flooder-{name}") if name in ("patch", "rules") else {}
     floods: dict[str, Callable[[asyncio.Event, Counter], Awaitable[None]]] = {
         "sockets": lambda stop, out: flood_sockets(url, stop, out),
+        "handshakes": lambda stop, out: flood_sockets(url, stop, out, again=True),
         "patch": lambda stop, out: flood_patches(http, stop, out, flooder),
         "registration": lambda stop, out: flood_registrations(http, stop, out),
         "rules": lambda stop, out: flood_rules(http, stop, out, flooder),
@@ -200,10 +207,12 @@ async def main(seconds: float, names: list[str]) -> dict[str, Any]:
             httpx.AsyncClient(base_url=url, timeout=60, limits=httpx.Limits(max_connections=64)) as http,
         ):
             honest_headers = await register(http, "honest")
+            # registered before the registration flood uses up the address's hour
+            flooders = {name: await register(http, f"flooder-{name}") for name in ("patch", "rules")}
             results: dict[str, Any] = {}
             for name in ["idle", *[n for n in names if n != "idle"]]:
                 print(f"scenario {name} ...", file=sys.stderr)
-                results[name] = await scenario(name, url, http, honest_headers, seconds)
+                results[name] = await scenario(name, url, http, honest_headers, flooders.get(name, {}), seconds)
                 await asyncio.sleep(2)  # sockets closed, queues drained
             alive = (await http.get("/api/health")).status_code == 200
     finally:

@@ -8,9 +8,10 @@ import asyncio
 import json
 
 import httpx
+import pytest
 import redis.asyncio as aioredis
 from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosed
+from websockets.exceptions import InvalidStatus
 
 from tests import agents
 from tests.own_stack import redis_db_below
@@ -20,14 +21,13 @@ ROUTES = ("/ws/world", "/ws/feed", "/api/agents/telemetry")
 
 
 async def refusal(url: str, local_host: str = "127.0.0.1") -> tuple[dict, int | None]:
-    """The error frame and close code of a socket the budget refuses."""
-    async with connect(url, local_addr=(local_host, 0), open_timeout=10) as ws:
-        frame = json.loads(await asyncio.wait_for(ws.recv(), 10))
-        try:
-            await asyncio.wait_for(ws.recv(), 10)
-        except ConnectionClosed:
+    """The answer and HTTP status of a handshake the budget refuses (before the upgrade)."""
+    with pytest.raises(InvalidStatus) as refused:
+        async with connect(url, local_addr=(local_host, 0), open_timeout=10):
             pass
-        return frame, ws.close_code
+    response = refused.value.response
+    assert response.headers["Retry-After"] == "5"
+    return json.loads(response.body), response.status_code
 
 
 async def redis_clients_on(redis: aioredis.Redis, db: int) -> int:
@@ -50,14 +50,14 @@ async def test_one_address_holds_its_share_and_no_socket_holds_a_redis_connectio
             for i in range(PER_CLIENT):
                 held.append(await connect(ws_base + ROUTES[i % len(ROUTES)], open_timeout=10).__aenter__())
             frame, code = await refusal(ws_base + "/ws/world")
-            assert code == 1013 and frame["error"] == "TOO_MANY_SOCKETS", (frame, code)
+            assert code == 429 and frame["error"] == "TOO_MANY_SOCKETS", (frame, code)
             assert f"already has {PER_CLIENT} WebSockets open" in frame["detail"]
 
             # Another address has its own share, up to the process's total.
             for _ in range(TOTAL - PER_CLIENT):
                 held.append(await connect(ws_base + "/ws/feed", local_addr=("127.0.0.2", 0)).__aenter__())
             frame, code = await refusal(ws_base + "/ws/feed", local_host="127.0.0.3")
-            assert code == 1013 and f"already holds {TOTAL} WebSockets" in frame["detail"], frame
+            assert code == 429 and f"already holds {TOTAL} WebSockets" in frame["detail"], frame
 
             # A flood of 500 more from the first address: each refused; the rest answers meanwhile.
             async def flood(count: int) -> list[int | None]:
@@ -79,7 +79,7 @@ async def test_one_address_holds_its_share_and_no_socket_holds_a_redis_connectio
                     ).status_code,
                 ]
             codes = [code for batch in await flooding for code in batch]
-            assert codes == [1013] * 500
+            assert codes == [429] * 500
             assert answers and set(answers) <= {200, 422}, answers  # never 503: nothing starved
             assert await redis_clients_on(redis, db) - before <= 2, "sockets hold no Redis connection"
 
