@@ -139,6 +139,7 @@ class Hub(abc.ABC):
     async def _run(self) -> None:
         delay = 0.1
         while not self._closing:
+            connects_before = self.counters["connects"]
             client = aioredis.from_url(
                 self._redis_url,
                 client_name=self.client_name,
@@ -148,10 +149,6 @@ class Hub(abc.ABC):
                 retry=Retry(NoBackoff(), 0),  # errors come to this loop: one reconnect path
             )
             try:
-                self.counters["connects"] += 1
-                if self.counters["connects"] > 1:
-                    log.info("%s: reconnected to Redis", self.label)
-                delay = 0.1
                 await self._follow(client)
             except asyncio.CancelledError:
                 raise
@@ -165,15 +162,24 @@ class Hub(abc.ABC):
                     await asyncio.wait_for(client.aclose(), 2)
                 except BaseException:  # noqa: BLE001 - a dead connection may fail to close
                     pass
+            if self.counters["connects"] > connects_before:
+                delay = 0.1  # it was up: the next attempt comes soon
             await asyncio.sleep(delay * random.uniform(0.5, 1.0))
             delay = min(delay * 2, self._reconnect_max_s)
+
+    def _connected(self) -> None:
+        """The hub reads again (its subscription is up): counted, and said after a reconnect."""
+        self.subscribed = True
+        self.counters["connects"] += 1
+        if self.counters["connects"] > 1:
+            log.info("%s: reading from Redis again", self.label)
 
     async def _follow_channels(self, client: aioredis.Redis, channels: tuple[str, ...]) -> None:
         """Pub/sub on ``channels``, each message handed to ``_on_message(channel, data)``."""
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
             await pubsub.subscribe(*channels)
-            self.subscribed = True
+            self._connected()
             while not self._closing:
                 message = await pubsub.get_message(timeout=5.0)
                 if message is not None and message.get("type") == "message":

@@ -43,7 +43,9 @@ class FeedHub(Hub):
         if self.last_id is None:  # from now on: the newest id as the start ('$' could miss one)
             newest = await client.xrevrange(FEED_STREAM, count=1)
             self.last_id = text_of(newest[0][0]) if newest else "0-0"
-        self.subscribed = True
+        else:
+            await client.ping()
+        self._connected()
         while not self._closing:
             for message in await feed.wait_new(client, self.last_id, block_ms=FEED_BLOCK_MS, limit=FEED_READ_LIMIT):
                 self.last_id = message["id"]
