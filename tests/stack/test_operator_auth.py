@@ -52,6 +52,7 @@ OPERATOR_ROUTES = {
     ("POST", "/v1/governance/proposals/{proposal_id}/approve"),
     ("POST", "/api/mutations/{mutation_id}/approval"),
     ("POST", "/v1/governance/proposals/{proposal_id}/reject"),
+    ("POST", "/v1/agents/invitations"),
 }
 # A request of each operator route that only the missing key can refuse.
 SAMPLE = {
@@ -64,6 +65,7 @@ SAMPLE = {
     "/v1/governance/proposals/{proposal_id}/approve": {"report_hash": "0" * 64},
     "/v1/governance/proposals/{proposal_id}/reject": {"reason": "auth test"},
     "/api/mutations/{mutation_id}/approval": {"decision": "approve"},
+    "/v1/agents/invitations": {"note": "auth test"},
 }
 QUERIES = {"/v1/world/replay/verify": "?from=0&to=1"}
 
