@@ -11,7 +11,7 @@ from api.fanout import Hub, text_of
 from evolution import feed
 from genesis.redis_keys import FEED_STREAM, Channels
 
-FEED_BLOCK_MS = 5000
+FEED_BLOCK_MS = 2000  # well inside redis-py's default 5 s socket timeout
 FEED_READ_LIMIT = 100
 
 
