@@ -118,8 +118,27 @@ class ReceiptModel(BaseModel):
     cbor: str = Field(description="The receipt's exact canonical CBOR, base64: what was signed (with sig) and hashed")
 
 
+class ChainHeadModel(BaseModel):
+    v: int
+    id: str
+    kind: str = Field(description=f"{signing.HEAD_KIND!r}")
+    domain: str = Field(description=f"{signing.domain(signing.HEAD_KIND)}")
+    key_id: str
+    prev: str = Field(description="sha256 (hex) of the chain's newest receipt when it was signed")
+    issued_at: str = Field(description="When it was signed: with every receipt, and once a minute on a quiet chain")
+    subject: dict[str, Any] = Field(description="Empty")
+    body: dict[str, Any] = Field(description="count: how many receipts the chain held")
+    sig: str = Field(description="The Ed25519 signature, base64")
+    hash: str
+    cbor: str = Field(description="Its exact canonical CBOR, base64")
+
+
 class ReceiptList(BaseModel):
     receipts: list[ReceiptModel]
+    head: ChainHeadModel | None = Field(
+        description="The chain's signed head, read after the receipts: a listing that should reach the chain's end "
+        "and stops before this head's receipt was cut (`genesis verify --chain`). Null before the first receipt"
+    )
     next_cursor: NextCursor = None
 
 
@@ -233,9 +252,10 @@ async def list_receipts(
     cursor: Cursor = None,
     caller: Reader = Depends(reader),
 ) -> dict[str, Any]:
-    """Signed receipts in chain order, by mutation, agent or kind. Receipts the caller may not
-    read are left out: without a key, those of the world and of audit exports (an agent reads the
-    ones that concern it, an operator all)."""
+    """Signed receipts in chain order, by mutation, agent or kind, with the chain's signed head
+    (its newest receipt and its length: a listing cut at its end shows). Receipts the caller may
+    not read are left out: without a key, those of the world and of audit exports (an agent reads
+    the ones that concern it, an operator all)."""
     if kind is not None and kind not in signing.KINDS:
         raise invalid_field("query.kind", f"unknown receipt kind {kind!r}: one of {', '.join(signing.KINDS)}")
     after = PAGES.decode(cursor)
@@ -257,10 +277,15 @@ async def list_receipts(
     try:
         async with request.app.state.services.sessions() as session:
             rows = (await session.scalars(statement)).all()
+            head = await receipts.head(session)  # after the rows: it names their newest, or a newer one
     except SQLAlchemyError as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc, "reading receipts") from exc
     page, next_cursor = PAGES.page(request, response, rows, limit, lambda r: (r.seq,))
-    return {"receipts": [receipts.as_json(r) for r in page], "next_cursor": next_cursor}
+    return {
+        "receipts": [receipts.as_json(r) for r in page],
+        "head": receipts.signed_json(head) if head is not None else None,
+        "next_cursor": next_cursor,
+    }
 
 
 @router.get("/v1/keys", response_model=KeyList, responses=ERRORS)

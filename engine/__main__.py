@@ -137,13 +137,15 @@ async def still_open(sessions, pinned: set[str]) -> set[str]:
 async def keep_the_record(settings, engine: Engine, keyring: signing.Keyring, stop: asyncio.Event) -> None:
     """About once a second: carry the pipeline's new receipts and policy decisions into the journal
     (where the audit finds them), and keep the audit projection (pipeline/audit.py) up with the
-    journal, signing the receipts of trait-set changes and rollbacks as it goes."""
+    journal, signing the receipts of trait-set changes and rollbacks as it goes; and re-sign the
+    receipt chain's head once a minute, so its time says how current it is."""
     sessions = get_sessionmaker(settings.database_url)
     signer = receipts.Signer(sessions, keyring)
     tail = JournalTail(settings.journal_dir / "records")  # the projection's place, kept between rounds
     while not stop.is_set():
         try:
             await signer.ready()  # the public keys published once (retried while Postgres is away)
+            await receipts.refresh_head(sessions, keyring)
             for outbox in journal_outbox.OUTBOXES:
                 rows = await journal_outbox.unjournaled(sessions, outbox)
                 if rows:

@@ -27,7 +27,7 @@ import os
 import re
 import secrets
 import stat
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -64,6 +64,9 @@ KINDS = (
     "governance.applied",
     "governance.failed",
 )
+# The chain's signed head: not in the chain, but a statement of it (its newest receipt, in ``prev``,
+# and how many receipts it holds), re-signed as the chain grows and once a minute (``sign_head``).
+HEAD_KIND = "chain.head"
 FIELDS = ("v", "id", "kind", "domain", "key_id", "prev", "issued_at", "subject", "body", "sig")
 CURRENT = "current"
 RECEIPT_ID_PATTERN = re.compile(r"^rcpt_[0-9a-f]{24}$")
@@ -200,7 +203,7 @@ def sign(
     prev: str | None,
     issued_at: datetime | None = None,
 ) -> dict[str, Any]:
-    if kind not in KINDS:
+    if kind not in KINDS and kind != HEAD_KIND:
         raise ValueError(f"unknown receipt kind {kind!r}")
     moment = (issued_at or datetime.now(UTC)).astimezone(UTC)
     receipt: dict[str, Any] = {
@@ -216,6 +219,35 @@ def sign(
     }
     receipt["sig"] = keyring.private[keyring.current].sign(_message(receipt))
     return receipt
+
+
+def sign_head(keyring: Keyring, newest: str, count: int, issued_at: datetime | None = None) -> dict[str, Any]:
+    """The chain's head, signed: ``newest`` is the hash of its newest receipt, ``count`` how many
+    receipts the chain holds. A listing that ends before it was cut (``head_findings``)."""
+    return sign(keyring, HEAD_KIND, {}, {"count": count}, newest, issued_at)
+
+
+def head_findings(receipts: Sequence[Mapping[str, Any]], head: Mapping[str, Any]) -> list[str]:
+    """What a verified head says of a run of the chain (``receipts``, in chain order, already
+    linked): empty when the run ends at the head, and, when it starts at the chain's first
+    receipt, holds as many receipts as the head counts; otherwise what was left out."""
+    if head.get("kind") != HEAD_KIND:
+        raise ReceiptInvalid(f"the head is a {head.get('kind')!r} receipt, not a {HEAD_KIND!r}")
+    count = head["body"].get("count")
+    if type(count) is not int or count < 0:
+        raise ReceiptInvalid("the head's body has no count")
+    if not receipts:
+        return [] if count == 0 else [f"no receipt, but the chain's signed head counts {count}"]
+    findings = []
+    newest = receipt_hash(receipts[-1])
+    if newest != head["prev"]:
+        findings.append(
+            f"the run ends at {receipts[-1].get('id')}, which is not the chain's newest receipt as of its signed "
+            f"head ({head['issued_at']}): receipts after it are left out"
+        )
+    elif receipts[0].get("prev") is None and len(receipts) != count:
+        findings.append(f"the chain holds {count} receipt(s) by its signed head; this whole run holds {len(receipts)}")
+    return findings
 
 
 def receipt_hash(receipt: Mapping[str, Any]) -> str:
@@ -256,7 +288,7 @@ def _check_form(receipt: Any) -> None:
         if type(receipt[name]) is not str or not pattern.match(receipt[name]):
             raise ReceiptInvalid(f"{name} must be {form}")
     kind = receipt["kind"]
-    if kind not in KINDS:
+    if kind not in KINDS and kind != HEAD_KIND:
         raise ReceiptInvalid(f"unknown kind {kind!r}")
     if receipt["domain"] != domain(kind):
         raise ReceiptInvalid(f"domain tag {receipt['domain']!r} is not the one of kind {kind!r}")
@@ -312,7 +344,7 @@ def keys_of_listing(answer: Any) -> dict[str, bytes]:
     return keys
 
 
-def chain_breaks(receipts: list[Mapping[str, Any]]) -> list[str]:
+def chain_breaks(receipts: Sequence[Mapping[str, Any]]) -> list[str]:
     """Where consecutive receipts do not link (each must name the previous one's hash): empty for
     an unbroken run of the chain, whatever receipts were left out before its first."""
     breaks = []

@@ -5,7 +5,12 @@ in the caller's transaction, under a transaction-scoped advisory lock: issuers i
 take turns, so the chain never forks. Each receipt has a ``topic`` (what it is about, once: a
 mutation's stage, a journal record's event), so a retried activity or a replayed projection issues
 nothing twice. The engine carries every receipt into the world's journal
-(pipeline/journal_outbox.py), where the audit projection and the agents' timelines find them."""
+(pipeline/journal_outbox.py), where the audit projection and the agents' timelines find them.
+
+The chain's head (``receipt_chain_head``) is a signed ``chain.head`` statement of its newest receipt
+and its length, re-signed in the transaction of every receipt and, by the engine, once a minute
+(``refresh_head``): a listing that carries it shows when it was cut at its end, and the head's
+time how fresh that claim is."""
 
 from __future__ import annotations
 
@@ -15,15 +20,21 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select, text, update
+from sqlalchemy import func, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from genesis import canonical, signing
-from genesis.db.models import ReceiptKey, ReceiptRow
+from genesis.db.models import ReceiptChainHead, ReceiptKey, ReceiptRow
 
 log = logging.getLogger("genesis.receipts")
 CHAIN_LOCK = 0x67656E72_63707473 & 0x7FFFFFFFFFFFFFFF  # pg_advisory_xact_lock key of the chain
+HEAD_ROW = 1
+HEAD_REFRESH_S = 60.0  # a quiet chain's head is re-signed this often: its time says it is current
+
+
+async def _lock_chain(session: AsyncSession) -> None:
+    await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CHAIN_LOCK})
 
 
 async def issue(
@@ -36,7 +47,7 @@ async def issue(
 ) -> dict[str, Any] | None:
     """Sign and record a receipt in the session's transaction (the caller commits); None when the
     topic has one already."""
-    await session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": CHAIN_LOCK})
+    await _lock_chain(session)
     if await session.scalar(select(ReceiptRow.id).where(ReceiptRow.topic == topic)) is not None:
         return None
     prev = await session.scalar(select(ReceiptRow.hash).order_by(ReceiptRow.seq.desc()).limit(1))
@@ -58,7 +69,65 @@ async def issue(
         )
     )
     await session.flush()
+    counted = await _count_at(session, prev)
+    count = counted + 1 if counted is not None else await _count_all(session)
+    await _sign_head(session, keyring, signing.receipt_hash(receipt), count)
     return receipt
+
+
+async def _count_at(session: AsyncSession, newest: str | None) -> int | None:
+    """The chain's length by its head, if the head names ``newest`` (None otherwise: a chain older
+    than its first head is counted once)."""
+    row = (
+        await session.execute(
+            select(ReceiptChainHead.newest_hash, ReceiptChainHead.count).where(ReceiptChainHead.id == HEAD_ROW)
+        )
+    ).first()
+    if row is None or row[0] != newest:
+        return None
+    return int(row[1])
+
+
+async def _count_all(session: AsyncSession) -> int:
+    return await session.scalar(select(func.count()).select_from(ReceiptRow)) or 0
+
+
+async def _sign_head(session: AsyncSession, keyring: signing.Keyring, newest: str, count: int) -> None:
+    statement = signing.sign_head(keyring, newest, count)
+    values = {
+        "newest_hash": newest,
+        "count": count,
+        "signed_at": datetime.fromisoformat(statement["issued_at"].replace("Z", "+00:00")),
+        "body": canonical.encode(statement),
+    }
+    await session.execute(
+        insert(ReceiptChainHead)
+        .values(id=HEAD_ROW, **values)
+        .on_conflict_do_update(index_elements=[ReceiptChainHead.id], set_=values)
+    )
+
+
+async def refresh_head(
+    sessions: async_sessionmaker, keyring: signing.Keyring, max_age_s: float = HEAD_REFRESH_S
+) -> bool:
+    """Re-sign the chain's head when it is older than ``max_age_s`` (True if it was): a head's time
+    then says the chain had no newer receipt a minute ago, not only when its last one was issued."""
+    async with sessions() as session, session.begin():
+        signed_at = await session.scalar(select(ReceiptChainHead.signed_at).where(ReceiptChainHead.id == HEAD_ROW))
+        if signed_at is not None and (datetime.now(UTC) - signed_at).total_seconds() < max_age_s:
+            return False
+        await _lock_chain(session)  # then read the chain as it is: no issuer is between
+        newest = await session.scalar(select(ReceiptRow.hash).order_by(ReceiptRow.seq.desc()).limit(1))
+        if newest is None:
+            return False  # no chain yet
+        counted = await _count_at(session, newest)
+        await _sign_head(session, keyring, newest, counted if counted is not None else await _count_all(session))
+        return True
+
+
+async def head(session: AsyncSession) -> bytes | None:
+    """The chain's signed head, its canonical bytes (None before the first receipt)."""
+    return await session.scalar(select(ReceiptChainHead.body).where(ReceiptChainHead.id == HEAD_ROW))
 
 
 async def publish_public_keys(sessions: async_sessionmaker, keyring: signing.Keyring) -> None:
@@ -104,13 +173,19 @@ async def public_keys(session: AsyncSession) -> list[ReceiptKey]:
 def as_json(row: ReceiptRow) -> dict[str, Any]:
     """A receipt for clients: its fields (``sig`` base64), its hash, and ``cbor``: the exact canonical
     bytes that were signed over and hashed, base64, to verify byte for byte."""
-    receipt = canonical.decode(row.body)
-    out = {k: v for k, v in receipt.items() if k != "sig"}
-    out["sig"] = base64.b64encode(receipt["sig"]).decode()
-    out["hash"] = row.hash
+    out = signed_json(row.body)
     out["seq"] = row.seq
     out["journal_seq"] = row.journal_seq
-    out["cbor"] = base64.b64encode(row.body).decode()
+    return out
+
+
+def signed_json(body: bytes) -> dict[str, Any]:
+    """A signed record's fields (``sig`` base64), its hash and its exact bytes (``cbor``, base64)."""
+    receipt = canonical.decode(body)
+    out = {k: v for k, v in receipt.items() if k != "sig"}
+    out["sig"] = base64.b64encode(receipt["sig"]).decode()
+    out["hash"] = signing.receipt_hash(receipt)
+    out["cbor"] = base64.b64encode(body).decode()
     return out
 
 

@@ -67,19 +67,45 @@ def pinned_keys(cli: Cli, path: Path | None, trusted: list[str] | None) -> dict[
     return {key_id: raw for key_id, raw in served.items() if key_id in wanted}
 
 
-def _receipts_in(text: str) -> list[Any]:
-    """The receipts of a file: one receipt (JSON), a list, a ``{"receipts": [...]}`` page, or NDJSON."""
+def _receipts_in(text: str) -> tuple[list[Any], Any]:
+    """The receipts of a file, and the chain's signed head when it carries one: one receipt (JSON),
+    a list, a ``GET /v1/receipts`` answer ``{"receipts": [...], "head": {...}}``, or NDJSON."""
     stripped = text.strip()
     try:
         data = json.loads(stripped)
     except json.JSONDecodeError:
         try:
-            return [json.loads(line) for line in stripped.splitlines() if line.strip()]
+            return [json.loads(line) for line in stripped.splitlines() if line.strip()], None
         except json.JSONDecodeError as exc:
             raise CliError(f"neither JSON nor NDJSON: {exc}", code=2) from exc
     if isinstance(data, dict) and isinstance(data.get("receipts"), list):
-        return data["receipts"]
-    return data if isinstance(data, list) else [data]
+        return data["receipts"], data.get("head")
+    return (data if isinstance(data, list) else [data]), None
+
+
+WHOLE_CHAIN_PAGE = 500
+WHOLE_CHAIN_TRIES = 5
+
+
+def whole_chain(cli: Cli) -> tuple[list[Any], Any]:
+    """Every receipt the caller may read, page after page, and the chain's newest signed head
+    (read after each page). A receipt issued while the last page was read is fetched too: that
+    page is read again until the head names its newest receipt (or a few tries have passed)."""
+    items: list[Any] = []
+    params: dict[str, Any] = {"limit": WHOLE_CHAIN_PAGE}
+    tries = 0
+    while True:
+        answer = cli.api.get("/v1/receipts", params=params, expect=("receipts",))
+        page, head = answer["receipts"], answer.get("head")
+        if answer.get("next_cursor"):
+            items.extend(page)
+            params["cursor"] = answer["next_cursor"]
+            cli.say(f"{len(items)} receipts fetched …")
+            continue
+        newest = page[-1].get("hash") if page else (items[-1].get("hash") if items else None)
+        tries += 1
+        if not isinstance(head, dict) or head.get("prev") == newest or tries >= WHOLE_CHAIN_TRIES:
+            return items + page, head
 
 
 def verify_all(items: list[Any], keys: dict[str, bytes]) -> list[dict[str, Any]]:
@@ -104,11 +130,23 @@ def verify_all(items: list[Any], keys: dict[str, bytes]) -> list[dict[str, Any]]
     return results
 
 
-def chain_of(items: list[Any]) -> list[str]:
-    """Where the file's receipts, in its order, do not form one unbroken run of the chain."""
+def chain_of(items: list[Any], head: Any, keys: dict[str, bytes]) -> list[str]:
+    """Where the receipts, in their order, do not form one unbroken run of the chain that ends at
+    its signed head (which must verify with ``keys``): a receipt left out, moved, or cut at the end."""
     from pipeline import receipts
 
-    return signing.chain_breaks([receipts.from_json(item) for item in items])
+    run = [receipts.from_json(item) for item in items]
+    breaks = signing.chain_breaks(run)
+    if head is None:
+        return [*breaks, "no signed chain head came with the receipts: a cut at their end would not show"]
+    try:
+        if not isinstance(head, dict):
+            raise signing.ReceiptInvalid("not a signed head: expected a JSON object")
+        statement = receipts.from_json(head)
+        signing.verify(statement, keys)
+        return breaks + signing.head_findings(run, statement)
+    except (signing.ReceiptInvalid, ValueError, TypeError) as exc:
+        return [*breaks, f"the chain's head does not verify: {exc}"]
 
 
 def register(app: typer.Typer) -> None:
@@ -117,18 +155,27 @@ def register(app: typer.Typer) -> None:
             "genesis verify rcpt_3f2a9c0d1e2b3c4d5e6f7a8b --trust k_1a2b3c4d5e6f7a8b",
             "genesis verify receipts.json --keys keys.json",
             "curl -s localhost:8000/v1/receipts?mutation_id=mut_ab12cd > r.json; genesis verify r.json",
+            "genesis verify chain --trust k_1a2b3c4d5e6f7a8b",
         )
     )
     @handled
     def verify(
         ctx: typer.Context,
-        what: Annotated[str, typer.Argument(help="a receipt id, or a file of receipts (JSON, a list, NDJSON)")],
+        what: Annotated[
+            str,
+            typer.Argument(
+                help="a receipt id, a file of receipts (JSON, a list, a GET /v1/receipts answer, NDJSON), or 'chain': "
+                "every receipt you may read, fetched from the API (implies --chain)"
+            ),
+        ],
         keys: KeysOpt = None,
         trust: TrustOpt = None,
         chain: Annotated[
             bool,
             typer.Option(
-                "--chain", help="also require the receipts, in the file's order, to be one unbroken run of the chain"
+                "--chain",
+                help="also require the receipts, in the file's order, to be one unbroken run of the chain that ends at "
+                "its signed head",
             ),
         ] = False,
         json_out: JsonOpt = False,
@@ -139,26 +186,34 @@ def register(app: typer.Typer) -> None:
         GET /v1/keys answer, or the API's keys of the ids you confirmed with --trust: never the
         API's keys on its own word), under its kind's domain tag, over its exact canonical
         bytes, and the fields shown beside those bytes must say the same; nothing is taken on the
-        server's word. With --chain, each receipt must also name the previous one's hash (a
-        receipt left out or reordered shows). Exit status 1 if any check fails."""
+        server's word. With --chain, each receipt must also name the previous one's hash, and the
+        last must be the newest of the chain's signed head (a receipt left out, reordered or cut
+        at the end shows). `genesis verify chain` fetches every receipt you may read (an operator:
+        the whole chain) and checks it so. Exit status 1 if any check fails."""
         cli = cli_of(ctx, json_out)
         path = Path(what)
+        head = None
         if path.exists():
             try:
-                items = _receipts_in(path.read_text())
+                items, head = _receipts_in(path.read_text())
             except (OSError, UnicodeDecodeError) as exc:
                 raise CliError(f"{path}: cannot read it: {exc}", code=2) from exc
+        elif what == "chain":
+            items, head = whole_chain(cli)
+            chain = True
         elif signing.RECEIPT_ID_PATTERN.match(what):
             served = cli.api.get(f"/v1/receipts/{segment(what, 'receipt id')}", expect=("cbor",))
             if served.get("id") != what:
                 raise CliError(f"asked for {what}, the API answered with {served.get('id')!r}")
             items = [served]
         else:
-            raise CliError(f"{what}: no such file, and not a receipt id ('rcpt_' followed by 24 hex digits)", code=2)
+            raise CliError(
+                f"{what}: no such file, not 'chain', and not a receipt id ('rcpt_' followed by 24 hex digits)", code=2
+            )
         public = pinned_keys(cli, keys, trust)
         results = verify_all(items, public)
         ok = bool(results) and all(r["ok"] for r in results)
-        breaks = chain_of(items) if chain and ok else []
+        breaks = chain_of(items, head, public) if chain and ok else []
         data = {"results": results, "verified_here": True, **({"chain_breaks": breaks} if chain and ok else {})}
         cli.emit(data, lambda: _render(cli, results, breaks if chain and ok else None))
         if not ok or breaks:
@@ -240,4 +295,4 @@ def _render(cli: Cli, results: list[dict[str, Any]], breaks: list[str] | None) -
         for line in breaks:
             cli.console.print(f"[red]CHAIN BROKEN[/] {escape(line)}", soft_wrap=True)
         if not breaks:
-            cli.console.print(f"the {len(results)} receipt(s) form one unbroken run of the chain")
+            cli.console.print(f"the {len(results)} receipt(s) form one unbroken run of the chain, to its signed head")

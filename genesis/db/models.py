@@ -329,6 +329,19 @@ class ReceiptRow(Base):
     journal_seq: Mapped[int | None] = mapped_column(BigInteger)
 
 
+class ReceiptChainHead(Base):
+    """The chain's signed head (one row): a ``chain.head`` statement naming the newest receipt and
+    the chain's length, re-signed with every receipt and once a minute (pipeline/receipts.py)."""
+
+    __tablename__ = "receipt_chain_head"
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True)
+    newest_hash: Mapped[str] = mapped_column(String(64))
+    count: Mapped[int] = mapped_column(BigInteger)
+    signed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    body: Mapped[bytes] = mapped_column(LargeBinary)
+
+
 class ReceiptKey(Base):
     """A public key that verifies receipts (the private keys never leave their key directory)."""
 

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy.exc import IntegrityError
 
-from genesis import signing
+from genesis import canonical, signing
 from genesis.config import PROJECT_ROOT
 from genesis.db.models import ReceiptRow
 from genesis.db.session import get_sessionmaker
@@ -194,7 +194,7 @@ async def test_receipts_of_the_world_are_read_by_their_agent_and_operators(http,
 ISSUER = """
 import asyncio, sys
 from pathlib import Path
-from genesis import signing
+from genesis import canonical, signing
 from genesis.db.session import get_sessionmaker
 from pipeline import receipts
 
@@ -243,6 +243,44 @@ async def test_concurrent_issuers_in_several_processes_keep_one_chain(operator_h
                         body=base64.b64decode(chain[-1]["cbor"]),
                     )
                 )
+
+
+async def test_the_signed_head_shows_a_listing_cut_at_its_end(operator_http, api_url, settings, tmp_path):
+    """Every receipt carries the chain's signed head in its transaction; the engine re-signs a quiet
+    head; `genesis verify chain` checks the whole chain to its head, and a listing that stops
+    before the head fails though each of its receipts verifies."""
+    keyring = signing.ensure_keyring(settings.receipt_keys_path)
+    sessions = get_sessionmaker(settings.database_url)
+    run = uuid.uuid4().hex[:8]
+    for i in range(3):
+        async with sessions() as session, session.begin():
+            await receipts.issue(session, keyring, "world.rollback", f"test:{run}:{i}", {"tick": i}, {"by": run})
+    chain = await whole_chain(operator_http)
+    page = (await operator_http.get("/v1/receipts", params={"kind": "world.rollback", "limit": 1})).json()
+    head = page["head"]
+    assert head["kind"] == "chain.head" and head["subject"] == {}
+    signing.verify(receipts.from_json(head), await public_keys(operator_http))
+    newest = next(i for i, r in enumerate(chain) if r["hash"] == head["prev"])  # later ones: issued since
+    assert head["body"]["count"] == newest + 1
+
+    async with sessions() as session:
+        before = canonical.decode(await receipts.head(session))
+    assert not await receipts.refresh_head(sessions, keyring)  # fresh: left as it is
+    assert await receipts.refresh_head(sessions, keyring, max_age_s=0)
+    async with sessions() as session:
+        after = canonical.decode(await receipts.head(session))
+    assert after["issued_at"] > before["issued_at"] and after["id"] != before["id"]
+    assert (after["prev"], after["body"]) == (before["prev"], before["body"])  # the same chain, re-signed
+
+    operator = (await agents.operator_headers(settings))["X-Operator-Key"]
+    code, out, err = await invoke(api_url, "verify", "chain", "--trust", keyring.current, operator_key=operator)
+    assert code == 0 and "one unbroken run of the chain, to its signed head" in out, out + err
+
+    whole = (await operator_http.get("/v1/receipts", params={"limit": 500})).json()
+    cut = {"receipts": whole["receipts"][:-1], "head": whole["head"]}
+    (tmp_path / "cut.json").write_text(json.dumps(cut))
+    code, out, err = await invoke(api_url, "verify", str(tmp_path / "cut.json"), "--trust", keyring.current, "--chain")
+    assert code == 1 and "which is not the chain's newest receipt as of its signed head" in out, out + err
 
 
 async def test_a_rotated_key_still_verifies_and_a_stale_process_cannot_undo_it(http, settings, tmp_path):

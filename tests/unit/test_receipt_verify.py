@@ -39,6 +39,12 @@ def served(receipt: dict, seq: int = 1) -> dict:
     return out
 
 
+def a_head(keyring, chain: list[dict], count: int | None = None) -> dict:
+    """The chain's signed head as the API serves it beside a listing."""
+    statement = signing.sign_head(keyring, chain[-1]["hash"], len(chain) if count is None else count)
+    return receipts.signed_json(canonical.encode(statement))
+
+
 def a_chain(keyring, n: int = 4) -> list[dict]:
     chain, prev = [], None
     for i in range(n):
@@ -79,11 +85,39 @@ def test_the_fields_shown_must_be_the_fields_signed(keyring):
 
 def test_a_saved_file_verifies_offline_in_every_form(keyring, tmp_path):
     chain = a_chain(keyring)
-    for form in (chain, chain[0], {"receipts": chain, "next_cursor": None}, "\n".join(json.dumps(r) for r in chain)):
-        code, out = verify(tmp_path, form, listing(keyring), "--chain")
+    page = {"receipts": chain, "head": a_head(keyring, chain), "next_cursor": None}
+    for form in (chain, chain[0], page, "\n".join(json.dumps(r) for r in chain)):
+        code, out = verify(tmp_path, form, listing(keyring))
         n = 1 if isinstance(form, dict) and "receipts" not in form else 4
         assert code == 0 and f"{n} of {n} receipt(s) verified here, with the public keys only" in out, out
-        assert "one unbroken run of the chain" in out
+    code, out = verify(tmp_path, page, listing(keyring), "--chain")
+    assert code == 0 and "one unbroken run of the chain, to its signed head" in out, out
+
+
+def test_a_listing_cut_at_its_end_shows_against_the_signed_head(keyring, tmp_path):
+    """Each receipt of a cut listing verifies, and its links hold: only the chain's signed head,
+    which names the newest receipt and counts them, shows what is missing."""
+    chain = a_chain(keyring, 5)
+    head = a_head(keyring, chain)
+    code, out = verify(tmp_path, {"receipts": chain[:3], "head": head}, listing(keyring), "--chain")
+    assert code == 1 and f"CHAIN BROKEN the run ends at {chain[2]['id']}, which is not the chain's newest" in out, out
+    assert "5 of 5" not in out and "3 of 3 receipt(s) verified here" in out
+    code, out = verify(tmp_path, chain[:3], listing(keyring), "--chain")  # the head left out
+    assert code == 1 and "no signed chain head came with the receipts" in out, out
+    code, out = verify(
+        tmp_path, {"receipts": chain, "head": a_head(keyring, chain, count=6)}, listing(keyring), "--chain"
+    )
+    assert code == 1 and "the chain holds 6 receipt(s) by its signed head; this whole run holds 5" in out, out
+    code, out = verify(tmp_path, {"receipts": chain[1:], "head": head}, listing(keyring), "--chain")
+    assert code == 0, out  # a run from the middle to the head: what precedes it is not claimed
+
+    impostor = signing.ensure_keyring(tmp_path / "impostor")
+    forged = a_head(impostor, chain[:3], count=3)  # a head for the cut listing, by another key
+    code, out = verify(tmp_path, {"receipts": chain[:3], "head": forged}, listing(keyring), "--chain")
+    assert code == 1 and f"the chain's head does not verify: signed with key {impostor.current}" in out, out
+    not_a_head = {"receipts": chain[:3], "head": chain[2]}  # a receipt passed off as the head
+    code, out = verify(tmp_path, not_a_head, listing(keyring), "--chain")
+    assert code == 1 and "the head is a 'mutation.sandbox_verdict' receipt, not a 'chain.head'" in out, out
 
 
 def test_a_tampered_file_fails_with_the_receipt_and_the_reason(keyring, tmp_path):
@@ -101,7 +135,8 @@ def test_a_tampered_file_fails_with_the_receipt_and_the_reason(keyring, tmp_path
     code, out = verify(tmp_path, forged, listing(keyring))
     assert code == 1 and "the signature does not verify with key" in out, out
 
-    code, out = verify(tmp_path, [*chain[:1], *chain[2:]], listing(keyring), "--chain")
+    gap = {"receipts": [*chain[:1], *chain[2:]], "head": a_head(keyring, chain)}
+    code, out = verify(tmp_path, gap, listing(keyring), "--chain")
     assert code == 1 and f"CHAIN BROKEN {chain[2]['id']} does not name the hash of {chain[0]['id']}" in out, out
 
     code, out = verify(tmp_path, chain, {"keys": []})
