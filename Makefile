@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: run test test-unit lint format services venv bench image clean-state help lock
+.PHONY: run test test-unit lint format services venv bench image clean-state help lock licences
 
 help:
 	@echo "make run       start every service, then the worker, the engine and the API (Ctrl-C stops them)"
@@ -15,6 +15,7 @@ help:
 	@echo "make lint      import rules (import-linter), lint and format (ruff), types (mypy)"
 	@echo "make format    apply ruff's format and its safe fixes to every Python file"
 	@echo "make lock      regenerate requirements.lock (pins with hashes) from pyproject.toml"
+	@echo "make licences check that the runtime dependencies' licences fit Apache-2.0"
 	@echo "make services  only install/start Docker, Redis, Postgres, Temporal; migrate; build the sandbox image"
 
 venv: $(STAMP)
@@ -39,6 +40,9 @@ lock: $(STAMP)
 
 services: venv
 	@bash scripts/services.sh
+
+licences: venv
+	$(PY) scripts/licences.py
 
 run: services
 	$(PY) -m genesis.cli.run
