@@ -80,6 +80,8 @@ def test_compose_config_validates_with_every_service(config):
         assert not any("docker.sock" in v.get("source", "") for v in services[name].get("volumes", [])), name
     # Workers scale out: no fixed host port
     assert not services["worker"].get("ports")
+    # The world evolves out of the box, as with `make run`: the built-in operator needs no model
+    assert services["worker"]["environment"]["GENESIS_LLM_PROVIDER"] == "builtin"
 
 
 def test_compose_refuses_to_start_without_its_secrets():
