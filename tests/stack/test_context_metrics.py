@@ -69,6 +69,10 @@ def test_mass_extinction_is_named_by_its_leading_cause():
 def test_overpopulation_energy_crisis_and_low_diversity():
     assert types([snap(250, births=60, starvation=5), snap(240)], max_entities=100) == ["overpopulation"]
     assert types([snap(250, births=5, starvation=5), snap(240)], max_entities=100) == []
+    # reachable: births stop at the cap, so the rule fires as the population presses on it
+    assert types([snap(950, births=120, starvation=20), snap(880)], max_entities=1000) == ["overpopulation"]
+    assert types([snap(850, births=120, starvation=20), snap(780)], max_entities=1000) == []
+    assert types([snap(1000, births=20, starvation=20), snap(1000)], max_entities=1000) == []  # held at the cap
     assert types([snap(100, 15.0), snap(100, 25.0)]) == ["energy_crisis"]
     assert types([snap(100, 15.0), snap(100, 18.0)]) == []
     assert types([snap(60, diversity=2), snap(60, diversity=2)]) == ["low_diversity"]
