@@ -41,6 +41,7 @@ from api.schemas import (
 from evolution import tasks, world_metrics
 from genesis.dto import AgentTask
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, task_workflow_id
+from pipeline import operators
 
 router = APIRouter(tags=["agent tasks"])
 PAGES = Keyset("tasks", number, text(TASK_ID_PATTERN))  # (expires_at, task_id), ascending
@@ -207,16 +208,21 @@ async def claim_task(
     status_code=202,
     response_model=ResolveResponse,
     responses={**ERRORS, **OPERATOR_ERRORS},
-    dependencies=[Depends(require_operator)],
 )
-async def resolve_task(task_id: TaskIdPath, request: Request, body: ResolveRequest | None = None) -> JSONResponse:
+async def resolve_task(
+    task_id: TaskIdPath,
+    request: Request,
+    body: ResolveRequest | None = None,
+    operator: operators.Operator | None = Depends(require_operator),
+) -> JSONResponse:
     """The problem went away: end the task now, claimed or not (operator endpoint: X-Operator-Key;
     the Watcher signals the workflow itself). Its TaskWorkflow removes it and announces ``TaskClosed``."""
     services = request.app.state.services
     client = await services.temporal()
     handle: WorkflowHandle = client.get_workflow_handle(task_workflow_id(task_id))
     try:
-        await handle.signal(TASK_SIGNAL_RESOLVE, body.reason if body else "resolved")
+        who = f"operator {operator.label}" if operator is not None else "an operator (GENESIS_AUTH=open)"
+        await handle.signal(TASK_SIGNAL_RESOLVE, f"resolved by {who}: {body.reason if body else 'resolved'}")
     except RPCError as exc:
         if exc.status == RPCStatusCode.NOT_FOUND:  # never existed, or its workflow has ended
             raise _not_found(task_id) from exc

@@ -76,7 +76,8 @@ def published_event(task: AgentTask) -> str:
 
 
 def closed_event(close: TaskClose) -> str:
-    """``TaskExpired`` (seed shape) when the TTL ran out; ``TaskClosed`` with the reason otherwise."""
+    """``TaskExpired`` (seed shape) when the TTL ran out; ``TaskClosed`` with the reason (and who
+    resolved it and why, in ``detail``) otherwise."""
     if close.reason == TaskEndReason.expired:
         return _dumps({"event": "TaskExpired", "task_id": close.task_id})
     return _dumps(
@@ -85,6 +86,7 @@ def closed_event(close: TaskClose) -> str:
             "task_id": close.task_id,
             "reason": close.reason.value,
             "mutation_id": close.mutation_id,
+            "detail": close.detail,
         }
     )
 

@@ -48,10 +48,14 @@ from genesis import redis_keys as keys
 from genesis.config import Settings
 from genesis.dto import AgentTask, TaskSeverity
 from genesis.redis_keys import Channels
-from genesis.workflow_api import evolution_workflow_id
+from genesis.workflow_api import TASK_SIGNAL_RESOLVE, evolution_workflow_id, task_workflow_id
 
 log = logging.getLogger("genesis.watcher")
 
+# A Watcher's task ends (resolved) once this many snapshots in a row no longer show its problem:
+# one could be a lull between two bad snapshots.
+RESOLVE_AFTER_SNAPSHOTS = 2
+OPEN_TASKS_READ = 500
 # The seed's four severities onto the three of tasks (open-mutation-api.md).
 TASK_SEVERITY = {"critical": "critical", "high": "high", "medium": "high", "low": "low"}
 ANOMALY_TYPES = (
@@ -200,6 +204,7 @@ class Watcher:
         self._sessions = sessions
         self._starts: set[asyncio.Task] = set()
         self._last_head: world_metrics.SnapshotHead | None = None
+        self._clear_counts: dict[str, int] = {}  # open task -> snapshots in a row without its problem
         self.outcomes: deque[Outcome] = deque(maxlen=100)  # the latest, for logs and tests
 
     # -- analysis ---------------------------------------------------------------------------
@@ -227,6 +232,7 @@ class Watcher:
         found = world_metrics.detect_anomalies(
             history, max_entities=self.settings.engine.max_population, mutation_applied_recently=recently
         )
+        await self.resolve_cleared({a.type for a in found}, int(history[0].get("tick", 0)))
         anomaly = worst(found)
         if anomaly is None:
             log.debug("tick %s: the world is stable", history[0].get("tick"))
@@ -252,6 +258,43 @@ class Watcher:
         if severity is not None:
             anomaly = Anomaly(anomaly.type, severity, anomaly.area)
         return await self.trigger(history, anomaly, forced=True)
+
+    # -- resolving ---------------------------------------------------------------------------
+
+    async def resolve_cleared(self, shown: set[str], tick: int) -> list[str]:
+        """End the Watcher's open tasks whose problem the last ``RESOLVE_AFTER_SNAPSHOTS`` snapshots
+        analyzed no longer show (signal ``resolve``, with who and why). Operators' tasks are theirs
+        to end. The task ids signalled."""
+        entries = await tasks.queue_entries(self.redis, OPEN_TASKS_READ)
+        open_tasks = [
+            t for t, _ in await tasks.live_tasks(self.redis, [i for _, i in entries]) if t.source == "watcher"
+        ]
+        self._clear_counts = {
+            t.task_id: self._clear_counts.get(t.task_id, 0) + 1 for t in open_tasks if t.problem_type not in shown
+        }
+        cleared = [t for t in open_tasks if self._clear_counts.get(t.task_id, 0) >= RESOLVE_AFTER_SNAPSHOTS]
+        for task in cleared:
+            reason = (
+                f"resolved by the Watcher: {RESOLVE_AFTER_SNAPSHOTS} snapshots in a row, the last at tick {tick}, "
+                f"no longer show {task.problem_type}"
+            )
+            try:
+                client = await self._temporal()
+                await client.get_workflow_handle(task_workflow_id(task.task_id)).signal(TASK_SIGNAL_RESOLVE, reason)
+            except Exception as exc:  # its workflow ended meanwhile, or Temporal is away: the next snapshot retries
+                log.info("could not resolve %s: %s", task.task_id, exc)
+                continue
+            self._clear_counts.pop(task.task_id, None)
+            log.info("%s (%s) %s", task.task_id, task.problem_type, reason)
+            await self._feed(
+                "task_resolved",
+                f"Task {task.task_id} ({task.problem_type}) closed: {reason}.",
+                workflow_id=task_workflow_id(task.task_id),
+                task_id=task.task_id,
+                problem_type=task.problem_type,
+                tick=tick,
+            )
+        return [t.task_id for t in cleared if t.task_id not in self._clear_counts]
 
     # -- triggering -------------------------------------------------------------------------
 

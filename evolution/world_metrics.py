@@ -23,7 +23,7 @@ log = logging.getLogger("genesis.world_metrics")
 ANOMALY_DEATH_THRESHOLD = 0.30
 CRITICAL_DEATH_RATE = 0.50  # 2.4: "50%+ death rate, near-extinction"
 # Rule 2 compares the population with the cap at which births stop (max_population): the seed's
-# 2 × cap can never be reached, so "far above capacity" is read as pressing on it, 90 % and growing.
+# 2x the cap can never be reached, so "far above capacity" is read as pressing on it, 90 % and growing.
 ANOMALY_OVERPOP = 0.9
 ENERGY_CRISIS_LEVEL = 20.0
 ENERGY_CRISIS_TREND = -5.0

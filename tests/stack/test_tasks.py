@@ -216,10 +216,12 @@ async def test_resolve_ends_the_task(http, temporal_client, task_events, redis_c
     response = await operator_http.post(f"/api/agents/tasks/{task_id}/resolve", json={"reason": "energy recovered"})
     assert response.status_code == 202, response.text
     event = await next_event(task_events, task_id, "TaskClosed")
+    detail = event.pop("detail")
     assert event == {"event": "TaskClosed", "task_id": task_id, "reason": "resolved", "mutation_id": None}
+    assert detail.startswith("resolved by operator ") and detail.endswith(": energy recovered"), detail
     await wait_listed(http, task_id, present=False)
     result = await task_result(temporal_client, task_id)
-    assert result.reason == TaskEndReason.resolved and result.detail == "energy recovered"
+    assert result.reason == TaskEndReason.resolved and result.detail == detail
     assert await redis_client.exists(keys.agent_task(task_id)) == 0
     response = await operator_http.post(f"/api/agents/tasks/{task_id}/resolve")
     assert response.status_code == 404 and response.json()["error"] == "TASK_NOT_FOUND"
@@ -349,6 +351,7 @@ async def test_claimed_task_gates_proposals_and_ends_when_the_mutation_is_activa
         "task_id": task_id,
         "reason": "mutation_activated",
         "mutation_id": mutation_id,
+        "detail": None,
     }
     await wait_listed(http, task_id, present=False)
     result = await task_result(temporal_client, task_id)

@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from engine.telemetry import to_redis_hash
 from evolution.watcher import COOLDOWN, GO, NO_ANOMALY, PAUSED, TRIPPED, UNCHANGED, Watcher, cooldown_key
 from genesis import redis_keys as keys
-from genesis.dto import AgentTask
+from genesis.dto import AgentTask, TaskResult
 from genesis.redis_keys import Channels
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, task_workflow_id
 
@@ -268,3 +268,55 @@ async def test_operator_forces_a_trigger(settings, redis_client, feed, http, mak
     finally:
         await make_watcher().redis.delete(cooldown_key("overpopulation"))
         await operator_http.post(f"/api/agents/tasks/{body['task_id']}/resolve", json={"reason": "test over"})
+
+
+async def test_a_task_ends_when_its_problem_clears(
+    settings, redis_client, feed, make_watcher, operator_http, temporal_client
+):
+    """Two snapshots in a row without its problem end a Watcher's task, recorded as the Watcher's
+    doing and why; an operator's task of the same problem is the operator's to end."""
+    watcher = make_watcher()
+    world = World(redis_client, settings.engine.snapshot_interval)
+    await world.snapshot()
+    await world.snapshot(**ENERGY_CRISIS)
+    crisis = await watcher.analyze()
+    assert crisis.status == GO and crisis.anomaly.type == "energy_crisis"
+    await wait_task(redis_client, crisis.task_id)
+    response = await operator_http.post(
+        "/api/agents/tasks", json={"problem_type": "energy_crisis", "severity": "low", "description": "by hand"}
+    )
+    assert response.status_code == 201, response.text
+    by_hand = response.json()["task_id"]
+    await wait_task(redis_client, by_hand)
+
+    await world.snapshot(avg_energy=5.0)  # still falling: shown (held back by the cooldown), the task stays
+    assert (await watcher.analyze()).status == COOLDOWN
+    await world.snapshot()  # energy back: one snapshot could be a lull
+    assert (await watcher.analyze()).status == NO_ANOMALY
+    assert crisis.task_id in await watcher_tasks(redis_client)
+    await world.snapshot()  # the second in a row: the problem has cleared
+    assert (await watcher.analyze()).status == NO_ANOMALY
+
+    async def ended(task_id: str) -> TaskResult:
+        handle = temporal_client.get_workflow_handle(task_workflow_id(task_id), result_type=TaskResult)
+        return await asyncio.wait_for(handle.result(), 15)
+
+    result = await ended(crisis.task_id)
+    assert result.reason.value == "resolved", result
+    assert (
+        result.detail
+        == f"resolved by the Watcher: 2 snapshots in a row, the last at tick {world.tick}, no longer show energy_crisis"
+    )
+    [message] = await feed_messages(feed, "task_resolved", wait_s=1.0)
+    assert message["task_id"] == crisis.task_id and message["problem_type"] == "energy_crisis"
+    assert await redis_client.get(keys.agent_task(crisis.task_id)) is None
+    assert await redis_client.get(keys.agent_task(by_hand)) is not None  # the operator's own stays open
+
+    closed = await operator_http.post(f"/api/agents/tasks/{by_hand}/resolve", json={"reason": "energy is back"})
+    assert closed.status_code == 202, closed.text
+    result = await ended(by_hand)
+    assert (
+        result.detail is not None
+        and result.detail.startswith("resolved by operator ")
+        and result.detail.endswith(": energy is back")
+    ), result
