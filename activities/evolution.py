@@ -8,6 +8,7 @@ by the workflow's retry policy; ``LLM_OFF``, ``LLM_BAD_REPLY`` and ``LLM_UNPARSE
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import time
 from dataclasses import asdict
@@ -25,12 +26,13 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 import gatekeeper
 from activities import names
 from engine.loop import world_params as configured_world_params
-from evolution import feed, llm, operator, prompts, world_metrics
+from evolution import feed, llm, operator, prompts, tasks, world_metrics
 from evolution.watcher import deltas as telemetry_deltas
 from genesis import redis_keys as keys, world_params
 from genesis.config import Settings
 from genesis.db.models import EvolutionCycle, Mutation, TraitVersion
 from genesis.dto import (
+    AgentTask,
     CoderRequest,
     CoderResult,
     CycleContext,
@@ -47,6 +49,7 @@ from genesis.dto import (
     ParamsRevert,
     ParentVersion,
     ProposalRequest,
+    TaskSeverity,
 )
 from genesis.ids import mutation_workflow_id
 from genesis.workflow_api import evolution_workflow_id, llm_task_queue
@@ -126,6 +129,10 @@ class EvolutionActivities:
             report = _snapshot_report(history[0], history) if history else {}
             problem = "periodic_improvement" if cycle.kind == CycleKind.periodic_improvement else "unknown"
             severity, area, task_id = "low", "traits", None
+            if cycle.kind == CycleKind.periodic_improvement:
+                task_id = await self._publish_periodic_task(
+                    trigger_id, cycle.schedule_id, history[0] if history else {}
+                )
         active = sorted(_text(k) for k in await self._redis.hkeys(keys.REGISTRY_TRAITS))
         return CycleContext(
             trigger_id=trigger_id,
@@ -144,6 +151,41 @@ class EvolutionActivities:
             llm_attempts=s.llm.attempts,
             llm_task_queue=llm_task_queue(s.task_queue),
         )
+
+    async def _publish_periodic_task(self, trigger_id: str, schedule_id: str | None, curr: dict[str, Any]) -> str:
+        """A ``periodic_improvement`` task for external agents beside the operator's own cycle
+        (its TaskWorkflow publishes it, with that severity's time to live). Its id comes from the
+        trigger's, so a retried activity starts it once."""
+        from temporalio.exceptions import WorkflowAlreadyStartedError
+
+        task = AgentTask(
+            task_id=f"task_{hashlib.sha256(trigger_id.encode()).hexdigest()[:12]}",
+            expires_at=round(time.time() + self._settings.task.ttl_s(TaskSeverity.periodic_improvement.value), 3),
+            source="schedule",
+            problem_type="periodic_improvement",
+            severity=TaskSeverity.periodic_improvement,
+            description="Periodic improvement: no anomaly, but the world could thrive better. A trait that helps "
+            "Molbots gather energy, live longer or raise more offspring is welcome"
+            + (f" (schedule {schedule_id})" if schedule_id else ""),
+            world_context={
+                "tick": int(curr.get("tick", 0)),
+                "entity_count": int(curr.get("entity_count", 0)),
+                "avg_energy": float(curr.get("avg_energy", 0.0)),
+                "trait_diversity": int(curr.get("trait_diversity", 0)),
+                "trigger_id": trigger_id,
+            },
+            constraints=list(tasks.TASK_CONSTRAINTS),
+        )
+        try:
+            await tasks.start_workflow(activity.client(), self._settings.task_queue, task)
+        except WorkflowAlreadyStartedError:
+            return task.task_id  # an earlier attempt of this activity started it
+        await feed.publish(
+            self._redis, "scheduler", "task_published",
+            f"Task {task.task_id} (periodic_improvement) published for external agents", trigger_id=trigger_id,
+            workflow_id=evolution_workflow_id(trigger_id), task_id=task.task_id, problem_type=task.problem_type,
+        )  # fmt: skip
+        return task.task_id
 
     async def _params_in_force(self) -> dict[str, float]:
         """The adjustable parameters of the running world (``engine:params``), else the

@@ -575,6 +575,12 @@ async def test_schedule_starts_periodic_cycles(evo_settings, evo_worker, script,
             cycle = await wait_cycle(http, run["trigger_id"], lambda c: c["status"] != "running")
             assert cycle["kind"] == "periodic_improvement" and cycle["problem_type"] == "periodic_improvement"
             assert "periodic improvement" in script.prompts()[0]
+            # beside the operator's own cycle, a task for external agents, with that severity's time to live
+            listed = (await http.get("/api/agents/context/tasks", params={"limit": 100})).json()["tasks"]
+            [task] = [t for t in listed if t["world_context"].get("trigger_id") == run["trigger_id"]]
+            assert task["problem_type"] == task["severity"] == "periodic_improvement" and task["source"] == "schedule"
+            assert task["expires_at"] - time.time() <= evo_settings.task.ttl_s("periodic_improvement")
+            await operator_http.post(f"/api/agents/tasks/{task['task_id']}/resolve", json={"reason": "test over"})
             deadline = time.monotonic() + 15
             while schedule_id not in [s["schedule_id"] for s in (await api.get("/api/schedules")).json()["schedules"]]:
                 assert time.monotonic() < deadline, "the schedule is never listed"
