@@ -165,16 +165,25 @@ class HostTraitRunner:
         return {name: state.entry.mutation_id for name, state in self._traits.items()}
 
     async def _apply(self, entries: dict[str, registry.RegistryEntry]) -> None:
-        for name in [
-            n for n in self._traits if n not in entries or entries[n].mutation_id != self._traits[n].entry.mutation_id
-        ]:
+        """Unload the traits that left the registry, load the new ones. A replacement is one step:
+        the host loads the new version in the old one's place, and the engine sees the name with
+        its new version at once, never without it (its carriers keep it: ``replaced``)."""
+        for name in [n for n in self._traits if n not in entries]:
             await asyncio.to_thread(self._unload, name)
         for name, entry in sorted(entries.items()):
-            if name in self._traits or self._quarantined.get(name) == entry.mutation_id:
+            running = self._traits.get(name)
+            if running is not None and running.entry.mutation_id == entry.mutation_id:
                 continue
-            if self._reporter is not None and self._reporter.holds(entry.mutation_id):
+            held = self._quarantined.get(name) == entry.mutation_id or (
+                self._reporter is not None and self._reporter.holds(entry.mutation_id)
+            )
+            if held:
+                if running is not None:  # the registry no longer runs the old version either
+                    await asyncio.to_thread(self._unload, name)
                 continue
             error = await asyncio.to_thread(self._load, entry)
+            if error is not None and running is not None:  # the host let the old version go for it
+                self._traits.pop(name, None)
             if error is not None:  # it loaded in its sandbox test: here it is the trait's doing
                 await self._record_quarantine(entry, f"it failed to load in the live host: {error}")
 

@@ -223,6 +223,49 @@ async def test_snapshots_built_while_the_trait_host_computes_hold_their_own_tick
         await redis.aclose()
 
 
+async def test_a_replacement_keeps_every_carrier(engine_settings):
+    """A new version of a live trait takes the old one's place in one step: at no tick does the
+    engine see the trait gone, so no carrier loses it (the change is ``replaced``, not a leaving)."""
+    from bench.engine import validated_traits
+    from engine.live_traits import HostTraitRunner
+    from pipeline import registry
+
+    s = engine_settings.override(engine_trait_deadline_ms=10_000.0)
+    redis = aioredis.from_url(ENGINE_REDIS_URL)
+    old = validated_traits(1)[0]
+    new = old.model_copy(update={"version": 2, "mutation_id": "mut_bench0002"})
+    await registry.put_entry(redis, old)
+    world = World(WorldParams(initial_population=40), seed=5)
+    world.set_available_traits([old.trait_name])
+    world.give_trait_to_all(old.trait_name)
+    runner = HostTraitRunner(s, redis)
+    engine = Engine(s, runner, world=world)
+
+    def carriers() -> int:
+        return sum(1 for e in world.entities.values() if old.trait_name in e.traits)
+
+    try:
+        await engine.start()
+        await engine.tick_once()
+        assert engine.trait_versions == {old.trait_name: old.mutation_id} and carriers() > 0
+        await registry.put_entry(redis, new)
+        refreshing = asyncio.create_task(runner.refresh())
+        seen, after = [], 0
+        while after < 3:  # ticks while the new version loads, and three after
+            await engine.tick_once()
+            seen.append((engine.trait_versions.get(old.trait_name), carriers(), len(world.entities)))
+            after += refreshing.done()
+            await asyncio.sleep(0)
+        await refreshing
+        assert engine.trait_versions == {old.trait_name: new.mutation_id}, seen
+        assert all(version is not None for version, *_ in seen), seen  # never without the trait
+        assert all(n == alive for _, n, alive in seen), seen  # every Molbot alive still carries it
+        assert runner.stats.restarts == 0 and engine.trait_errors == 0
+    finally:
+        await engine.close()
+        await redis.aclose()
+
+
 async def test_same_seed_same_state_hash(engine_settings):
     s = engine_settings.override(engine_trait_gain_chance=1.0, engine_snapshot_interval=100)
     hashes = []
