@@ -358,6 +358,20 @@ async def take_rule_proposal_limit(services, agent_id: str) -> None:
         raise _over_limit(decision, agent_id, "")
 
 
+async def take_gepa_limit(services, action: str, agent_id: str | None, ip: str) -> None:
+    """Count a GEPA ``step`` or ``connect`` of the caller (its agent, or its address without a key)
+    in its hour, or raise 429."""
+    limits = services.settings.ratelimit
+    per_hour = limits.gepa_steps_per_client_hour if action == "step" else limits.gepa_connects_per_client_hour
+    client = f"agent:{agent_id}" if agent_id else f"ip:{ip}"
+    try:
+        decision = await ratelimit.take_gepa(services.redis, action, per_hour, client)
+    except Exception as exc:  # limits cannot be enforced: start nothing
+        raise unavailable("RATE_LIMITER_UNAVAILABLE", "Redis", exc, "the rate limits") from exc
+    if not decision.allowed:
+        raise _over_limit(decision, agent_id or "", ip)
+
+
 def _over_limit(decision: ratelimit.Decision, agent_id: str, ip: str) -> ApiError:
     return ApiError(
         429,

@@ -205,6 +205,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_tasks.router)
     app.include_router(routes_evolution.router)
     app.include_router(routes_health.router)
+    app.include_router(routes_health.root_router)
     app.include_router(routes_world.router)
     app.include_router(routes_world_rollback.router)
     app.include_router(routes_world_replay.router)

@@ -1,4 +1,5 @@
-"""GET /api/health: the state of every dependency, checked concurrently with a short timeout."""
+"""GET /api/health (and GET /health, the GEPA service's path for it): the state of every
+dependency, checked concurrently with a short timeout."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from genesis.db.schema import MIGRATE_COMMAND, read_schema_state
 
 log = logging.getLogger("genesis.api")
 router = APIRouter(prefix="/api", tags=["health"])
+root_router = APIRouter(tags=["health"])  # GET /health: the same answer at the GEPA spec's path
 CHECK_TIMEOUT_S = 3.0
 
 
@@ -57,6 +59,7 @@ async def _timed(name: str, check) -> dict:
     return result
 
 
+@root_router.get("/health", responses={503: {"description": "A dependency is down (the same body, status degraded)"}})
 @router.get("/health", responses={503: {"description": "A dependency is down (the same body, status degraded)"}})
 async def health(request: Request) -> JSONResponse:
     """Each dependency's ``status`` (ok or down) and ``latency_ms``; a down one's ``error`` says

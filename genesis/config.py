@@ -173,6 +173,18 @@ class RatelimitSettings(BaseModel):
     registrations_per_ip_hour: int = Field(
         default=20, ge=1, description="Agent registrations from one client address per hour (429 beyond)."
     )
+    gepa_steps_per_client_hour: int = Field(
+        default=60,
+        ge=1,
+        description="GEPA steps (`POST /execute_step`) one caller (agent, or address without a key) may start per "
+        "hour; each holds a program container for minutes (429 beyond).",
+    )
+    gepa_connects_per_client_hour: int = Field(
+        default=10,
+        ge=1,
+        description="Repositories (`POST /connect-git`) one caller (agent, or address without a key) may connect "
+        "per hour; each is cloned once (429 beyond).",
+    )
     rule_proposals_per_agent_hour: int = Field(
         default=12,
         ge=1,

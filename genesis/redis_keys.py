@@ -59,6 +59,11 @@ def ratelimit_rules_agent_hour(agent_id: str) -> str:
     return f"ratelimit:rules:agent:hr:{agent_id}"
 
 
+def ratelimit_gepa_hour(action: str, client: str) -> str:
+    """GEPA ``step`` or ``connect`` starts of one caller (``agent:<id>`` or ``ip:<address>``) in its hour."""
+    return f"ratelimit:gepa:{action}:hr:{client}"
+
+
 def ratelimit_check_agent_minute(agent_id: str) -> str:
     return f"ratelimit:check:agent:min:{agent_id}"
 

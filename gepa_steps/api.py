@@ -16,6 +16,7 @@ from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
+from api.admission import take_gepa_limit
 from api.auth import API_KEY, authenticate
 from api.errors import ApiError, Responses
 from api.schemas import ErrorResponse
@@ -59,6 +60,10 @@ ERRORS: Responses = {
     },
     404: {"model": ErrorResponse, "description": "Unknown client or program (or another agent's)"},
     409: {"model": ErrorResponse, "description": "PROGRAM_EXISTS: the program_id belongs to another client"},
+    429: {
+        "model": ErrorResponse,
+        "description": "RATE_LIMIT_EXCEEDED: too many steps or connections by this caller this hour",
+    },
     422: {"model": ErrorResponse, "description": "Invalid fields (the detail names each one)"},
     502: {"model": ErrorResponse, "description": "GITHUB_APP_FAILED: GitHub issued no installation token"},
     503: {"model": ErrorResponse, "description": "Temporal is unavailable"},
@@ -72,6 +77,10 @@ async def _caller(services, api_key: str | None) -> str | None:
     if api_key or services.settings.auth == "required":
         return (await authenticate(services, api_key)).agent_id
     return None
+
+
+def _address(request: Request) -> str:
+    return request.client.host if request.client else "unknown"
 
 
 def _visible(client: GepaClient | None, caller: str | None) -> bool:
@@ -102,6 +111,7 @@ async def connect_git(
     if body.installation_id is not None:
         _check_installation(services.settings, url, body.installation_id, owner)
     await _check_destinations(netpolicy.NetPolicy.from_settings(services.settings), url, body.egress_allow)
+    await take_gepa_limit(services, "connect", owner, _address(request))
     client_id = programs.new_client_id()
     async with services.sessions() as session:
         session.add(
@@ -218,6 +228,9 @@ async def execute_step(
         if not _visible(client, caller) or client.status != "connected":
             detail = f"unknown client_id {body.client_id!r}: connect the repository with POST /connect-git first"
             raise ApiError(404, "CLIENT_NOT_FOUND", detail, extra={"program_id": body.program_id, "status": "failed"})
+        known = await session.get(Program, body.program_id)
+        if known is None or known.status == ProgramStatus.failed.value:  # a step starts (a repeat waits for it)
+            await take_gepa_limit(services, "step", caller, _address(request))
         existing = await _record_program(session, step)
     if existing is not None and existing.status == ProgramStatus.completed.value and existing.result:
         return JSONResponse(existing.result)  # the step already ran: same answer

@@ -34,6 +34,7 @@ from genesis.redis_keys import (
     ratelimit_agent_hour,
     ratelimit_check_agent_minute,
     ratelimit_check_ip_minute,
+    ratelimit_gepa_hour,
     ratelimit_ip_minute,
     ratelimit_register_ip_hour,
     ratelimit_rules_agent_hour,
@@ -160,6 +161,10 @@ class Decision:
             return f"Too many agents registered from IP {ip} this hour (limit: {self.limit_value} per hour)"
         if self.limit == "rules_agent_hour":
             return f"Too many rule proposals from agent_id '{agent_id}' this hour (limit: {self.limit_value} per hour)"
+        if self.limit in ("gepa_steps_per_hour", "gepa_connects_per_hour"):
+            what = "GEPA steps" if self.limit == "gepa_steps_per_hour" else "repository connections"
+            who = f"agent_id '{agent_id}'" if agent_id else f"IP {ip}"
+            return f"Too many {what} from {who} this hour (limit: {self.limit_value} per hour)"
         if self.limit == "check_agent_minute":
             return f"Too many checks from agent_id '{agent_id}' this minute (limit: {self.limit_value} per minute)"
         if self.limit == "check_ip_minute":
@@ -240,6 +245,11 @@ async def take_registration(redis: aioredis.Redis, per_hour: int, ip: str) -> De
 async def take_rule_proposal(redis: aioredis.Redis, per_hour: int, agent_id: str) -> Decision:
     """Count one proposal of a rule change (a manifest patch) by ``agent_id`` in its hour."""
     return await _take_one(redis, ratelimit_rules_agent_hour(agent_id), per_hour, RULES_WINDOW_S, "rules_agent_hour")
+
+
+async def take_gepa(redis: aioredis.Redis, action: str, per_hour: int, client: str) -> Decision:
+    """Count one GEPA ``step`` or ``connect`` of ``client`` (``agent:<id>`` or ``ip:<address>``) in its hour."""
+    return await _take_one(redis, ratelimit_gepa_hour(action, client), per_hour, 3600, f"gepa_{action}s_per_hour")
 
 
 async def _take_one(redis: aioredis.Redis, key: str, limit: int, window_s: int, name: str) -> Decision:

@@ -179,6 +179,8 @@ async def settings(temporal_env, tmp_path_factory) -> Settings:
         ratelimit_checks_per_agent_minute=100_000,
         ratelimit_checks_per_ip_minute=100_000,
         ratelimit_registrations_per_ip_hour=100_000,
+        ratelimit_gepa_steps_per_client_hour=100_000,
+        ratelimit_gepa_connects_per_client_hour=100_000,
         # Webhook receivers in tests listen on loopback; retries come quickly.
         webhook_allow_private=True,
         webhook_secret=SecretStr("genesis-test-webhook-secret"),

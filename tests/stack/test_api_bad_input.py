@@ -136,6 +136,8 @@ async def test_health_reports_each_dependency(http):
     assert set(deps) == {"postgres", "redis", "temporal", "worker"}
     assert all(d["status"] == "ok" for d in deps.values()), deps
     assert deps["worker"]["pollers"] >= 1
+    root = await http.get("/health")  # the GEPA spec's path: the same answer
+    assert root.status_code == 200 and set(root.json()["dependencies"]) == set(deps)
 
 
 async def test_health_names_a_down_dependency_without_its_message(settings, worker):

@@ -135,6 +135,36 @@ async def test_a_child_starts_from_its_parents_branch_and_repeats_are_idempotent
     assert program["parent_program_id"] == "parent1" and program["branch_name"] == "program_child1"
 
 
+async def test_steps_and_connections_are_limited_per_caller(gepa_stack, gepa_http, gepa_client_id):
+    """A caller over its hour's steps or connections gets 429 with Retry-After, and nothing is
+    recorded; a repeat of a finished step is an answer, not a new step, so it is not counted."""
+    import redis.asyncio as aioredis
+
+    from genesis.redis_keys import ratelimit_gepa_hour
+
+    done = await gepa_http.post("/execute_step", json=step(gepa_client_id, "limited0"))
+    assert done.json()["status"] == "success", done.json()
+    redis = aioredis.from_url(gepa_stack.settings.redis_url)
+    full = {"step": gepa_stack.settings.ratelimit.gepa_steps_per_client_hour}
+    full["connect"] = gepa_stack.settings.ratelimit.gepa_connects_per_client_hour
+    try:
+        for action, limit in full.items():
+            await redis.set(ratelimit_gepa_hour(action, f"agent:{gepa_stack.agent.agent_id}"), limit, ex=600)
+        refused = await gepa_http.post("/execute_step", json=step(gepa_client_id, "limited1"))
+        assert refused.status_code == 429 and refused.json()["error"] == "RATE_LIMIT_EXCEEDED", refused.text
+        assert "Too many GEPA steps from agent_id" in refused.json()["detail"]
+        assert 0 < int(refused.headers["Retry-After"]) <= 600
+        assert (await gepa_http.get("/program/limited1")).status_code == 404  # nothing recorded
+        again = await gepa_http.post("/execute_step", json=step(gepa_client_id, "limited0"))
+        assert again.status_code == 200 and again.json() == done.json()
+        connect = await gepa_http.post("/connect-git", json={"repo_url": str(gepa_stack.repo)})
+        assert connect.status_code == 429 and "Too many repository connections" in connect.json()["detail"]
+    finally:
+        for action in full:
+            await redis.delete(ratelimit_gepa_hour(action, f"agent:{gepa_stack.agent.agent_id}"))
+        await redis.aclose()
+
+
 async def test_async_step_answers_202_and_the_program_endpoint_follows_it(gepa_stack, gepa_http, gepa_client_id):
     client_id = gepa_client_id
     response = await gepa_http.post(
