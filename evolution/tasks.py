@@ -29,7 +29,6 @@ from genesis.workflow_api import TASK_WORKFLOW, task_workflow_id
 
 # What every task reminds its reader of (the seed's SANDBOX_CONSTRAINTS, from the live rules).
 TASK_CONSTRAINTS: tuple[str, ...] = (
-    f"no loops over {rules.MAX_LOOP_ITERATIONS} iterations",
     "imports only: " + ", ".join(m for m in rules.ALLOWED_IMPORTS if m != "__future__"),
     "define the BaseTrait stub in the file; never import from backend.*",
     f"execute(self, entity) must finish within {rules.TIMEOUT_MS} ms",

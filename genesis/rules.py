@@ -343,7 +343,11 @@ ALLOWED_BUILTINS: frozenset[str] = frozenset(
 )
 
 TIMEOUT_MS = 5
-MAX_LOOP_ITERATIONS = 100
+# Loops are bounded by time, not by count: every call has TIMEOUT_MS of CPU, loops, comprehensions
+# and recursion included. A count would add a cost to every iteration and refuse a trait that looks
+# at more than so many neighbours in a crowded world, which its sandbox test could not foresee; the
+# sandbox-api document says so (``max_loop_iterations`` null, ``loop_bound``).
+LOOP_BOUND = f"none by count: every call of execute() has {TIMEOUT_MS} ms of CPU, loops included"
 MAX_CODE_BYTES = 32 * 1024
 TRAIT_NAME_PATTERN = r"^[a-z][a-z0-9_]{0,63}$"
 
@@ -427,10 +431,11 @@ def sandbox_api_document() -> dict[str, Any]:
         "forbidden_attrs": sorted(BANNED_ATTRS),
         "entity_allowed_attrs": sorted(entity_api.READABLE_ATTRS) + sorted(entity_api.METHODS),
         "timeout_ms": TIMEOUT_MS,
-        "max_loop_iterations": MAX_LOOP_ITERATIONS,
+        "max_loop_iterations": None,
         "no_module_level_code": True,
         "example": TRAIT_EXAMPLE,
         # Extras beyond the seed.
+        "loop_bound": LOOP_BOUND,
         "max_code_bytes": MAX_CODE_BYTES,
         "max_intents_per_call": MAX_INTENTS_PER_CALL,
         "trait_name_pattern": TRAIT_NAME_PATTERN,
