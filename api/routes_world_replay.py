@@ -1,10 +1,11 @@
 """``GET /v1/world/replay/verify?from=A&to=B``: replay the world's journal over ticks A..B with no
 trait host and compare every recorded state hash (operators).
 
-The replay runs in the worker (ReplayVerifyWorkflow, one per range and journal length, so a request
-while it runs joins it and a finished one answers at once); this route waits for it up to
-``WAIT_S``, then answers 202 with its progress and a ``Retry-After`` — the same GET later returns the
-result."""
+The replay runs in the worker (ReplayVerifyWorkflow, one per epoch and range). A range that reaches
+past the running world's tick is pinned at that tick when first asked (``to_tick`` of the answer),
+so asking again with the answered range joins the same replay and a finished one answers at once.
+This route waits up to ``WAIT_S``, then answers 202 with the workflow id, the pinned range, its
+progress and a ``Retry-After``: the same GET later returns the result."""
 
 from __future__ import annotations
 
@@ -13,17 +14,20 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
+from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from temporalio.client import WorkflowFailureError, WorkflowHandle
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
+from api import engine_status
 from api.auth import OPERATOR_ERRORS, require_operator
 from api.errors import ApiError, Responses, invalid_field, unavailable
 from api.schemas import ErrorResponse
+from genesis.db.models import AuditEventRow
 from genesis.dto import ReplayVerifyReport, ReplayVerifyRequest
 from genesis.workflow_api import REPLAY_VERIFY_WORKFLOW, replay_verify_workflow_id
-from pipeline import audit
 
 router = APIRouter(tags=["world journal"])
 WAIT_S = 20.0
@@ -53,6 +57,24 @@ async def _progress(handle: WorkflowHandle) -> dict[str, Any] | None:
     return None
 
 
+async def _current_epoch(sessions) -> int:
+    """The journal's current epoch, by its newest audit event (0 before the first)."""
+    async with sessions() as session:
+        epoch = await session.scalar(select(AuditEventRow.epoch).order_by(AuditEventRow.seq.desc()).limit(1))
+    return int(epoch or 0)
+
+
+async def _pinned_end(services, from_tick: int, to_tick: int) -> int:
+    """``to_tick``, or the running world's tick if that is earlier (and not before ``from_tick``):
+    an open end is pinned when first asked, so the range names one replay however long it runs."""
+    try:
+        status = await engine_status.read(services.redis)
+    except RedisError:
+        return to_tick
+    tick = engine_status.number(status, "tick", int) if engine_status.running(status) else None
+    return to_tick if tick is None or tick >= to_tick else max(tick, from_tick)
+
+
 @router.get(
     "/v1/world/replay/verify",
     response_model=ReplayVerifyReport,
@@ -71,15 +93,16 @@ async def verify_replay(
     services = request.app.state.services
     if to_tick < from_tick:
         raise invalid_field("query.to", f"to ({to_tick}) must be >= from ({from_tick})")
+    try:
+        epoch = await _current_epoch(services.sessions)
+    except SQLAlchemyError as exc:
+        raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc, "reading the journal's epoch") from exc
+    to_tick = await _pinned_end(services, from_tick, to_tick)
     most = services.settings.journal.verify_max_ticks
     if to_tick - from_tick > most:
         raise invalid_field("query.to", f"at most {most} ticks in one replay (GENESIS_JOURNAL_VERIFY_MAX_TICKS)")
-    try:
-        journal_length, _ = await audit.position(services.sessions)
-    except SQLAlchemyError as exc:
-        raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc, "reading the journal's position") from exc
     client = await services.temporal()
-    workflow_id = replay_verify_workflow_id(from_tick, to_tick, journal_length)
+    workflow_id = replay_verify_workflow_id(epoch, from_tick, to_tick)
     try:
         handle: WorkflowHandle = await client.start_workflow(
             REPLAY_VERIFY_WORKFLOW,
@@ -95,7 +118,13 @@ async def verify_replay(
     try:
         report: ReplayVerifyReport = await asyncio.wait_for(asyncio.shield(handle.result()), WAIT_S)
     except TimeoutError:
-        body = {"state": "running", "workflow_id": workflow_id, "progress": await _progress(handle)}
+        body = {
+            "state": "running",
+            "workflow_id": workflow_id,
+            "from_tick": from_tick,
+            "to_tick": to_tick,
+            "progress": await _progress(handle),
+        }
         return JSONResponse(body, status_code=202, headers={"Retry-After": str(RETRY_AFTER_S)})
     except WorkflowFailureError as exc:
         cause: BaseException | None = exc.cause

@@ -98,6 +98,7 @@ GOVERNANCE_DECIDE_SIGNAL = "decide"
 MUTATION_APPROVAL_SIGNAL = "approval"
 
 
-def replay_verify_workflow_id(from_tick: int, to_tick: int, head_seq: int) -> str:
-    """One replay per range and journal length: a request while it runs joins it."""
-    return f"world-replay-{from_tick}-{to_tick}-at-{head_seq}"
+def replay_verify_workflow_id(epoch: int, from_tick: int, to_tick: int) -> str:
+    """One replay per epoch and range (its end pinned when first asked): a request while it runs
+    joins it, and one after it ended gets its result."""
+    return f"world-replay-e{epoch}-{from_tick}-{to_tick}"

@@ -107,7 +107,9 @@ def register(app: typer.Typer, world: typer.Typer) -> None:
 
         From the latest kept snapshot at or before --from-tick the journal's records are replayed
         (no trait host, no container) and every recorded state hash compared: equal, or the first
-        divergent tick with the Molbots and fields that differ. Exit status 1 if it diverges."""
+        divergent tick with the Molbots and fields that differ. An end past the running world's
+        tick is pinned at that tick; the command follows the replay to its end, with progress.
+        Exit status 1 if it diverges."""
         cli = cli_of(ctx, json_out)
         params = {"from": from_tick, "to": to_tick}
         with cli.console.status("replaying the journal ...") as shown:
@@ -115,9 +117,12 @@ def register(app: typer.Typer, world: typer.Typer) -> None:
                 status, answer = cli.api.get_status("/v1/world/replay/verify", params=params)
                 if status == 200:
                     break
+                # the range as the API pinned it (an end past the running world's tick is cut there):
+                # asking for that range follows the same replay to its end
+                params["to"] = int(answer.get("to_tick", params["to"]))
                 progress = answer.get("progress") or {}
-                if progress:
-                    shown.update(f"replaying the journal: at tick {progress.get('tick')} of {to_tick}")
+                at = f"at tick {progress.get('tick')} of {params['to']}" if progress else f"to tick {params['to']}"
+                shown.update(f"replaying the journal ({answer.get('workflow_id', '')}): {at}")
                 time.sleep(POLL_S)
         cli.emit(answer, lambda: render_replay(cli, answer))
         if not answer.get("equal"):

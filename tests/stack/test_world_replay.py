@@ -14,6 +14,7 @@ import time
 import pytest
 
 from engine.world import World
+from genesis import redis_keys as keys
 from pipeline import audit
 from tests import agents
 from tests.journal_worlds import journal_settings, run_journaled
@@ -49,7 +50,9 @@ async def operator_key(settings) -> str:
     return (await agents.operator(settings)).key
 
 
-async def test_replay_verification_through_the_api_and_the_cli(settings, operator_http, http, api_url, operator_key):
+async def test_replay_verification_through_the_api_and_the_cli(
+    settings, operator_http, http, api_url, operator_key, redis_client
+):
     journal_dir = settings.journal_dir
     shutil.rmtree(journal_dir, ignore_errors=True)
     await run_journaled(journal_settings(journal_dir, 21, journal_snapshot_interval=200), 700)
@@ -62,6 +65,18 @@ async def test_replay_verification_through_the_api_and_the_cli(settings, operato
         api_url, "world", "replay", "--from-tick", "250", "--to-tick", "650", operator_key=operator_key
     )
     assert code == 0 and "equal" in out and "no trait host" in out, out
+
+    # an end past the running world's tick is pinned there when first asked: one replay, found again
+    await redis_client.hset(keys.ENGINE_STATUS, mapping={"tick": 500, "updated_at": time.time()})
+    try:
+        first = await operator_http.get("/v1/world/replay/verify", params={"from": 100, "to": 10**9})
+        assert first.status_code in (200, 202) and first.json()["to_tick"] == 500, first.text
+        if first.status_code == 202:
+            assert first.json()["workflow_id"].endswith("-100-500")
+        pinned = await verified(operator_http, {"from": 100, "to": first.json()["to_tick"]})
+        assert pinned.status_code == 200 and pinned.json()["last_tick_checked"] == 500, pinned.text
+    finally:
+        await redis_client.delete(keys.ENGINE_STATUS)
 
     for params, words in (({"from": 9, "to": 3}, "must be >="), ({"from": -1, "to": 3}, "from"), ({"to": 3}, "from")):
         bad = await operator_http.get("/v1/world/replay/verify", params=params)
