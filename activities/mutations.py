@@ -79,6 +79,9 @@ class MutationRecordActivities:
                 )
             )
             holder = await self._claim_code_hash(mutation.mutation_id, code_hash, recorded)
+            if holder is not None and _proposes_again(holder, mutation.agent_id):
+                await self._release_code_hash(holder.mutation_id)  # its owner takes it back
+                holder = await self._claim_code_hash(mutation.mutation_id, code_hash, recorded)
             if holder is None:
                 outcome.validation_log = passed
                 STATUS_TRANSITIONS.labels(MutationStatus.validating.value).inc()
@@ -126,6 +129,15 @@ class MutationRecordActivities:
                 raise ApplicationError("code hash slot changed while claiming it; retrying")
             return holder
 
+    async def _release_code_hash(self, mutation_id: str) -> None:
+        """A rolled-back mutation gives its code hash up (its owner proposes the code again)."""
+        async with self._sessions() as session, session.begin():
+            await session.execute(
+                update(Mutation)
+                .where(Mutation.mutation_id == mutation_id, Mutation.status == MutationStatus.rolled_back.value)
+                .values(holds_code_hash=False)
+            )
+
     @activity.defn(name=names.CHECK_TRAIT_CODE)
     async def check_trait_code(self, check: TraitCheck) -> ValidationOutcome:
         """Steps 2-11 for a check: the gatekeeper, then dedupe as a lookup of the mutation that
@@ -138,13 +150,18 @@ class MutationRecordActivities:
         async with self._sessions() as session:
             holder = (
                 await session.execute(
-                    select(Mutation.mutation_id, Mutation.status).where(
+                    select(Mutation.mutation_id, Mutation.status, Mutation.agent_id).where(
                         Mutation.code_hash == outcome.code_hash, Mutation.holds_code_hash
                     )
                 )
             ).first()
         if holder is None:
             outcome.validation_log.append(DEDUPLICATION_OK)
+        elif _proposes_again(holder, check.agent_id):
+            outcome.validation_log.append(
+                f"{DEDUPLICATION_OK} (the code of your rolled-back mutation {holder.mutation_id}: "
+                "you may propose it again)"
+            )
         else:
             _duplicate(outcome, outcome.code_hash, holder.mutation_id, holder.status)
         return outcome
@@ -245,6 +262,13 @@ async def _gatekeep(trait_name: str, code: str) -> ValidationOutcome:
         class_name=result.class_name,
         code_hash=result.code_hash,
     )
+
+
+def _proposes_again(holder: Any, agent_id: str | None) -> bool:
+    """Whether the mutation holding a code hash gives it up to this proposer: its own code, rolled
+    back (the world or the rules may have changed since). Anyone else's, or one in flight, live
+    or kept, holds it."""
+    return holder.status == MutationStatus.rolled_back.value and bool(agent_id) and holder.agent_id == agent_id
 
 
 def _duplicate(outcome: ValidationOutcome, code_hash: str, holder_id: str, holder_status: str) -> None:

@@ -13,15 +13,21 @@ const SETTLED = new Set(["rejected", "failed", "kept", "rolled_back"]);
 const GOOD = new Set(["sandbox_ok", "activated", "kept"]);
 const TALLY_EVERY_MS = 15000;  // proposals made elsewhere (CLI, curl) count too
 
-const EXAMPLE = `class BaseTrait:
+// The prefilled example, with numbers of this visitor's own: the same code twice is DUPLICATE_CODE,
+// so one visitor's proposal of it must not take it from every other.
+function example() {
+  const hungry = (25 + Math.floor(Math.random() * 1000) / 100).toFixed(2);
+  const saving = (0.85 + Math.floor(Math.random() * 1000) / 10000).toFixed(4);
+  return `class BaseTrait:
     """Base trait protocol stub — no import needed."""
     pass
 
 class EnergySaverTrait(BaseTrait):
     async def execute(self, entity) -> None:
-        if entity.energy < 30:
-            entity.energy_consumption_rate *= 0.9
+        if entity.energy < ${hungry}:
+            entity.energy_consumption_rate *= ${saving}
 `;
+}
 
 export class Agent {
   constructor(ui, config) {
@@ -95,7 +101,7 @@ export class ProposeForm {
     Object.assign(this, ui);
     this.agent = agent;
     this.onProposed = onProposed;
-    if (!this.code.value) this.code.value = EXAMPLE;
+    if (!this.code.value) this.code.value = example();
     this.form.addEventListener("submit", (event) => { event.preventDefault(); this.submit(); });
   }
 

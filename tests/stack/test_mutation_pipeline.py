@@ -159,6 +159,35 @@ async def test_same_code_twice_is_a_duplicate(http):
     assert first["mutation_id"] in second["validation_log"][-1]
 
 
+async def test_a_rolled_back_mutation_gives_its_code_back_to_its_owner(http, operator_http):
+    """Rolled back, the code is its owner's to propose again (the world may have changed since);
+    for anyone else it stays taken."""
+    from tests.stack.test_lifecycle import wait_for_status
+
+    code = traits.seeker(212)
+    first = await propose(http, code, trait_name="seeker_again")
+    await wait_for_status(http, first, {"activated", "kept"}, timeout_s=90)
+    answer = await operator_http.post(f"/api/mutations/{first}/rollback", json={"reason": "dedupe test"})
+    assert answer.status_code in (200, 202), answer.text
+    await wait_for_status(http, first, {"rolled_back"}, timeout_s=60)
+
+    stranger = await agents.agent(http, unique_agent())
+    copied = await http.post(
+        "/api/mutations/check", json={"trait_name": "seeker_copy", "code": code}, headers=stranger.headers
+    )
+    assert copied.json()["failure_reason_code"] == "DUPLICATE_CODE", copied.text
+    own = await http.post(
+        "/api/mutations/check",
+        json={"trait_name": "seeker_again", "code": code},
+        headers=(await agents.agent(http, agents.DEFAULT_AGENT)).headers,
+    )
+    assert own.json()["failure_reason_code"] is None, own.text
+    assert f"the code of your rolled-back mutation {first}" in "\n".join(own.json()["validation_log"])
+    again = await wait_for_verdict(http, await propose(http, code, trait_name="seeker_again"))
+    assert again["status"] in PASSED, again
+    assert again["code_hash"] == (await http.get(f"/api/mutations/{first}/status")).json()["code_hash"]
+
+
 async def test_idempotency_key_returns_the_same_mutation(http):
     body = {"trait_name": "idem", "code": traits.seeker(303)}
     headers = {"Idempotency-Key": uuid.uuid4().hex, **await agents.headers(http, unique_agent())}
