@@ -294,5 +294,12 @@ def _render(cli: Cli, results: list[dict[str, Any]], breaks: list[str] | None) -
     if breaks is not None:
         for line in breaks:
             cli.console.print(f"[red]CHAIN BROKEN[/] {escape(line)}", soft_wrap=True)
+        if breaks:
+            cli.console.print(
+                "(a listing filtered by mutation, agent or kind is not a run of the chain: other receipts sit "
+                "between its own, so --chain fails on it though nothing was changed; check it without --chain, "
+                "and the chain itself with `genesis verify chain`)",
+                soft_wrap=True,
+            )
         if not breaks:
             cli.console.print(f"the {len(results)} receipt(s) form one unbroken run of the chain, to its signed head")
