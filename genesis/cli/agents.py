@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from genesis.cli.audit import render_events
+from genesis.cli.client import segment
 from genesis.cli.output import Cli, cli_of, examples, group, handled
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
@@ -120,6 +122,26 @@ def register(app: typer.Typer) -> None:
         released = answer.get("released")
         said = f"member {released} given back to the pool" if released is not None else "your agent held no member"
         cli.emit(answer, lambda: cli.console.print(said))
+
+    @agents.command(
+        "timeline", epilog=examples("genesis agents timeline", "genesis agents timeline --agent AGENT_ID --json")
+    )
+    @handled
+    def timeline(
+        ctx: typer.Context,
+        agent: Annotated[str | None, typer.Option(help="another agent's id (operator key); default: yours")] = None,
+        limit: Annotated[int, typer.Option(min=1, max=1000)] = 100,
+        json_out: JsonOpt = False,
+    ) -> None:
+        """Your agent's history in the world, oldest first: its trait versions going live and
+        leaving (rolled back, quarantined, replaced), rollbacks its mutations caused, the receipts
+        of its mutations' stages."""
+        cli = cli_of(ctx, json_out)
+        agent_id = agent or me(cli)["agent_id"]
+        path = f"/v1/agents/{segment(agent_id, 'agent id')}/timeline"
+        answer = cli.api.get(path, params={"limit": limit}, expect=("events",))
+        more = " (more: --limit)" if answer.get("next_cursor") else ""
+        cli.emit(answer, lambda: render_events(cli, answer["events"], f"timeline of {agent_id}{more}"))
 
     @app.command(epilog=examples("genesis whoami", "genesis --api-key gen_… whoami --json"))
     @handled

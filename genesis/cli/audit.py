@@ -23,6 +23,25 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)"
 POLL_S = 2.0
 
 
+def render_events(cli: Cli, events: list[dict], title: str) -> None:
+    """Audit events as a table: journal record, tick, epoch, kind, trait, mutation, agent, cause."""
+    rows = [
+        [
+            e["seq"],
+            e["tick"],
+            e["epoch"],
+            e["kind"],
+            e["trait_name"] or "-",
+            e["mutation_id"] or "-",
+            e["agent_id"] or "-",
+            e["cause"] or "-",
+        ]
+        for e in events
+    ]
+    columns = ["record", "tick", "epoch", "kind", "trait", "mutation", "agent", "cause"]
+    cli.console.print(table(title, columns, rows, whole=("mutation", "agent")))
+
+
 def render_replay(cli: Cli, report: dict) -> None:
     if report["equal"]:
         cli.console.print(
@@ -160,25 +179,7 @@ def register(app: typer.Typer, world: typer.Typer) -> None:
             epoch=epoch,
         )
         answer = cli.api.get("/v1/audit/events", params={**params, "limit": limit}, expect=("events",))
-
-        def render() -> None:
-            rows = [
-                [
-                    e["seq"],
-                    e["tick"],
-                    e["epoch"],
-                    e["kind"],
-                    e["trait_name"] or "-",
-                    e["mutation_id"] or "-",
-                    e["agent_id"] or "-",
-                    e["cause"] or "-",
-                ]
-                for e in answer["events"]
-            ]
-            columns = ["record", "tick", "epoch", "kind", "trait", "mutation", "agent", "cause"]
-            cli.console.print(table(f"{len(rows)} audit event(s)", columns, rows, whole=("mutation", "agent")))
-
-        cli.emit(answer, render)
+        cli.emit(answer, lambda: render_events(cli, answer["events"], f"{len(answer['events'])} audit event(s)"))
 
     @audit.command(
         "export",

@@ -15,6 +15,7 @@ from journal.audit import EVENT_KINDS
 from pipeline import audit
 from tests import agents
 from tests.journal_worlds import journal_settings, journaled_engine
+from tests.stack.test_cli import invoke
 
 
 @pytest.fixture
@@ -149,7 +150,7 @@ async def test_paging_hands_out_each_event_once_while_the_engine_appends(operato
     assert len(rollbacks) == 6 and [e["epoch"] for e in rollbacks] == [1, 2, 3, 4, 5, 6]
 
 
-async def test_an_agent_reads_its_own_timeline_only(http, operator_http, sessions, tmp_path, settings):
+async def test_an_agent_reads_its_own_timeline_only(http, operator_http, sessions, tmp_path, settings, api_url):
     mine = await agents.register(http, "timeline-mine")
     other = await agents.register(http, "timeline-other")
     await run_with_rollback(tmp_path, 300, {"forager": mine.agent_id, "labeller": "x", "wanderer": "y"})
@@ -163,6 +164,12 @@ async def test_an_agent_reads_its_own_timeline_only(http, operator_http, session
     by_operator = await operator_http.get(f"/v1/agents/{mine.agent_id}/timeline")
     assert by_operator.status_code == 200 and by_operator.json()["events"]
     assert by_operator.json()["events"][0]["kind"] == "trait.arrived"
+    # the same from the command line, with the agent's own key (its agent by default)
+    code, out, err = await invoke(api_url, "agents", "timeline", "--json", key=mine.api_key)
+    assert code == 0, err
+    assert json.loads(out)["events"] == answer.json()["events"]
+    code, _, err = await invoke(api_url, "agents", "timeline", "--agent", mine.agent_id, key=other.api_key)
+    assert code != 0 and "reads its own timeline only" in err, err
 
 
 async def test_trait_set_changes_and_rollbacks_get_receipts_bound_to_their_journal_record(
