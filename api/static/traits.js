@@ -36,7 +36,7 @@ export class TraitList {
   }
 
   row(t) {
-    const carriers = t.carriers != null ? ` · ${t.carriers} carriers` : "";
+    const carriers = t.carriers != null ? ` · ${t.carriers} ${t.carriers === 1 ? "carrier" : "carriers"}` : "";
     return el("li", { "data-trait-name": t.trait_name },
       el("i", { style: `background: ${traitColour(t.trait_name)}` }),
       el("strong", { text: `${t.trait_name} v${t.version}` }),
