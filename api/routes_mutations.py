@@ -143,7 +143,7 @@ async def rollback(
     if allowed.by is not None:  # the record says who took another agent's mutation out
         reason = f"{reason} (by {allowed.by})"
     if record.status == MutationStatus.rolled_back.value:
-        return _rollback_reply(record.mutation_id, record.status, "already rolled back", 200)
+        return _rollback_reply(record.mutation_id, "rolled_back", record.status, "already rolled back", 200)
     if record.status in (MutationStatus.rejected.value, MutationStatus.failed.value):
         raise ApiError(409, "NOT_ROLLBACKABLE", f"mutation {mutation_id} is {record.status}: it never went live")
     if record.status == MutationStatus.extinct.value:
@@ -160,7 +160,9 @@ async def rollback(
         ) from exc
     except RPCError as exc:
         raise unavailable("TEMPORAL_UNAVAILABLE", "Temporal", exc, "requesting the rollback") from exc
-    return _rollback_reply(mutation_id, record.status, f"rollback requested ({reason}){note}", 202)
+    return _rollback_reply(
+        mutation_id, "rollback_requested", record.status, f"rollback requested ({reason}){note}", 202
+    )
 
 
 async def _not_live_note(request: Request, record: Mutation) -> str:
@@ -184,6 +186,12 @@ async def _not_live_note(request: Request, record: Mutation) -> str:
     )
 
 
-def _rollback_reply(mutation_id: str, status: str, message: str, code: int) -> JSONResponse:
-    body = RollbackResponse(mutation_id=mutation_id, status=status, message=message)
+def _rollback_reply(mutation_id: str, status: str, previous: str, message: str, code: int) -> JSONResponse:
+    body = RollbackResponse(
+        mutation_id=mutation_id,
+        status=status,  # type: ignore[arg-type]
+        previous_status=previous,
+        message=message,
+        status_url=f"/api/mutations/{mutation_id}/status",
+    )
     return JSONResponse(body.model_dump(), status_code=code)

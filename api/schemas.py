@@ -352,8 +352,13 @@ class RollbackBody(BaseModel):
 
 class RollbackResponse(BaseModel):
     mutation_id: str
-    status: str
+    status: Literal["rollback_requested", "rolled_back"] = Field(
+        description="rollback_requested (202: follow status_url until the mutation is rolled_back), or "
+        "rolled_back (200: it was already)"
+    )
+    previous_status: str = Field(description="The mutation's status when the rollback was asked for")
     message: str
+    status_url: str
 
 
 class TaskCreateRequest(BaseModel):

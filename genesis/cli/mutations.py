@@ -253,6 +253,9 @@ def _follow_and_report(
     raise typer.Exit(code)
 
 
+ROLLBACK_WAIT_S = 120.0  # a rollback takes a second or two; past this the command stops following
+
+
 def register(app: typer.Typer) -> None:
     mutations = group(
         app,
@@ -413,21 +416,26 @@ def register(app: typer.Typer) -> None:
         ctx: typer.Context,
         mutation_id: MutationId,
         reason: Annotated[str, typer.Option(help="why (recorded as rollback_reason)")] = "manual",
+        wait: Annotated[bool, typer.Option(help="follow it until the mutation is rolled back")] = True,
         json_out: JsonOpt = False,
     ) -> None:
-        """Take a live trait out of the world (the previous version comes back). Needs the proposer's key."""
+        """Take a live trait out of the world (the previous version comes back). Needs the proposer's key.
+
+        Follows the rollback until the mutation is rolled_back (--no-wait: only ask for it)."""
         cli = cli_of(ctx, json_out)
-        answer = cli.api.post(
-            f"/api/mutations/{segment(mutation_id, 'mutation id')}/rollback",
-            json={"reason": reason},
-            expect=("message", "status"),
-        )
-        cli.emit(
-            answer,
-            lambda: cli.console.print(
-                f"{mutation_id}: {escape(str(answer['message']))} (was {styled(answer['status'])})", soft_wrap=True
-            ),
-        )
+        path = f"/api/mutations/{segment(mutation_id, 'mutation id')}"
+        answer = cli.api.post(f"{path}/rollback", json={"reason": reason}, expect=("message", "status"))
+        was = answer.get("previous_status", answer["status"])
+        cli.say(f"{mutation_id}: {escape(str(answer['message']))} (was {styled(was)})", soft_wrap=True)
+        if wait and answer["status"] != "rolled_back":
+            deadline = time.monotonic() + ROLLBACK_WAIT_S
+            with cli.console.status("rolling back ..."):
+                while (record := cli.api.get(f"{path}/status", expect=("status",)))["status"] != "rolled_back":
+                    if time.monotonic() > deadline:
+                        raise CliError(f"{mutation_id} is still {record['status']}: follow it with `genesis status`")
+                    time.sleep(0.5)
+            answer = {**answer, "status": "rolled_back", "rollback_reason": record.get("rollback_reason")}
+        cli.emit(answer, lambda: cli.console.print(f"{mutation_id}: {styled(answer['status'])}", soft_wrap=True))
 
     @app.command(epilog=examples("genesis revive mut_3f2a9c1b7d4e"))
     @handled

@@ -148,8 +148,9 @@ async def test_replay_of_a_live_workflow_and_rollback_over_the_cli(api_url, http
 
     code, out, err = await invoke(api_url, "rollback", mutation_id, "--reason", "cli test", key=proposer.api_key)
     assert code == 0, err
-    assert "rollback requested (cli test)" in out
-    rolled = await wait_for_status(http, mutation_id, {"rolled_back"})
+    assert "rollback requested (cli test)" in out and "(was kept)" in out
+    assert f"{mutation_id}: rolled_back" in out  # the command followed it to its end
+    rolled = await wait_for_status(http, mutation_id, {"rolled_back"}, timeout_s=1)
     assert rolled["rollback_reason"] == "cli test"
     handle = temporal_client.get_workflow_handle(rollback_workflow_id(mutation_id))
     await handle.result()

@@ -240,10 +240,13 @@ async def test_kept_mutation_can_be_rolled_back_over_the_api(http, temporal_clie
         headers=await agents.headers(http),
     )
     assert response.status_code == 202, response.text
+    assert response.json()["status"] == "rollback_requested" and response.json()["previous_status"] == "kept"
+    assert response.json()["status_url"] == f"/api/mutations/{mutation_id}/status"
     rolled = await wait_for_status(http, mutation_id, {"rolled_back"})
     assert rolled["rollback_reason"] == "operator said so"
     again = await http.post(f"/api/mutations/{mutation_id}/rollback", headers=await agents.headers(http))
     assert again.status_code == 200 and again.json()["message"] == "already rolled back"
+    assert again.json()["status"] == again.json()["previous_status"] == "rolled_back"
 
 
 async def test_too_few_carriers_keep_the_trait_with_an_inconclusive_verdict(http, temporal_client):
