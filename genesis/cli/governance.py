@@ -4,6 +4,7 @@ reports and decisions) and ``genesis rounds`` (agents acting through their membe
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,7 +12,7 @@ import typer
 from rich.markup import escape
 
 from genesis.cli.client import CliError
-from genesis.cli.output import Cli, cli_of, examples, group, handled, table
+from genesis.cli.output import Cli, cli_of, examples, group, handled, styled, table
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
 
@@ -58,6 +59,21 @@ def render_proposal(cli: Cli, p: dict[str, Any]) -> None:
         cli.console.print(f"[red]failed[/]: {escape(p['failure'])}", soft_wrap=True)
     if p.get("applied_version"):
         cli.console.print(f"[green]applied[/] as manifest version {p['applied_version']}")
+
+
+ROUND_WAIT_S = 120.0  # a round lasts seconds; past this `rounds submit` stops following it
+
+
+def action_lines(actions: list[dict] | None) -> list[str]:
+    """Each recorded action of a submission (``{"action": [kind, *args], "applied", "reason"}``):
+    what it was, and applied or refused with the reason."""
+    lines = []
+    for entry in actions or []:
+        action = entry.get("action")
+        kind, args = (str(action[0]), action[1:]) if isinstance(action, list) and action else ("action", [])
+        call = f"{kind}({', '.join(str(a) for a in args)})"
+        lines.append(f"{call} applied" if entry.get("applied") else f"{call} refused: {entry.get('reason')}")
+    return lines
 
 
 def register(app: typer.Typer) -> None:
@@ -183,24 +199,59 @@ def register(app: typer.Typer) -> None:
             ),
         )
 
-    @rounds.command("submit", epilog=examples("genesis rounds submit action.py --key round-7-a"))
+    @rounds.command(
+        "submit",
+        epilog=examples(
+            "genesis rounds submit action.py --key round-7-a", "genesis rounds submit a.py --key k --no-wait"
+        ),
+    )
     @handled
     def submit(
         ctx: typer.Context,
         code: Annotated[Path, typer.Argument(help="a Python file defining agent_action(engine, member_id)")],
         key: Annotated[str, typer.Option("--key", help="your idempotency key: a retry with it is answered the same")],
+        wait: Annotated[bool, typer.Option(help="follow the round until it settles, then show your outcome")] = True,
         json_out: JsonOpt = False,
     ) -> None:
-        """Submit your member's action for the accepting round (your agent's --api-key)."""
+        """Submit your member's action for the accepting round (your agent's --api-key), and follow
+        the round until it settles: what became of your submission and each of its actions."""
         cli = cli_of(ctx, json_out)
         try:
             source = code.read_text()
         except OSError as exc:
             raise CliError(f"{code}: cannot read it: {exc}", code=2) from exc
         answer = cli.api.post("/v1/world/actions", json={"code": source, "idempotency_key": key})
-        cli.emit(
-            answer, lambda: cli.console.print(f"accepted into round {answer['round_id']} ({answer['submission_id']})")
-        )
+        if not wait:
+            cli.emit(
+                answer,
+                lambda: cli.console.print(f"accepted into round {answer['round_id']} ({answer['submission_id']})"),
+            )
+            return
+        deadline = time.monotonic() + ROUND_WAIT_S
+        with cli.console.status(f"round {answer['round_id']}: waiting for it to settle ..."):
+            while (settled := cli.api.get(answer["round_url"], expect=("state",)))["state"] != "settled":
+                if time.monotonic() > deadline:
+                    raise CliError(
+                        f"round {answer['round_id']} has not settled: `genesis rounds show {answer['round_id']}`"
+                    )
+                time.sleep(0.5)
+        mine = next((s for s in settled["submissions"] if s["id"] == answer["submission_id"]), None)
+        outcome = {**answer, "round": settled, "submission": mine}
+
+        def render() -> None:
+            if mine is None:
+                cli.console.print(f"round {answer['round_id']} settled; your submission is not in it")
+                return
+            why = f": {mine['error'] or ''} {mine['reason'] or ''}".rstrip() if mine["status"] == "rejected" else ""
+            cli.console.print(
+                f"round {answer['round_id']} settled: your submission {answer['submission_id']} "
+                f"{styled(mine['status'])}{escape(why)}",
+                soft_wrap=True,
+            )
+            for line in action_lines(mine.get("actions")):
+                cli.console.print(f"  {escape(line)}", soft_wrap=True)
+
+        cli.emit(outcome, render)
 
     @rounds.command("show", epilog=examples("genesis rounds show 42"))
     @handled
@@ -211,12 +262,21 @@ def register(app: typer.Typer) -> None:
         cli = cli_of(ctx, json_out)
         answer = cli.api.get(f"/v1/world/rounds/{round_id}")
         rows = [
-            [s["id"], s["agent_id"], s["member_id"], s["status"], s["error"] or "", (s["reason"] or "")[:60]]
+            [
+                s["id"],
+                s["agent_id"],
+                s["member_id"],
+                s["status"],
+                s["error"] or "",
+                s["reason"] or "",
+                "; ".join(action_lines(s.get("actions"))),
+            ]
             for s in answer["submissions"]
         ]
 
         def render() -> None:
             cli.console.print(f"round {answer['round_id']} {answer['state']} (receipt {answer['receipt_id'] or '-'})")
-            cli.console.print(table("submissions", ["id", "agent", "member", "status", "error", "reason"], rows))
+            columns = ["id", "agent", "member", "status", "error", "reason", "actions"]
+            cli.console.print(table("submissions", columns, rows, whole=("reason", "actions")))
 
         cli.emit(answer, render)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import json
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -212,6 +213,26 @@ async def test_a_round_settles_with_a_receipt_listing_every_submission(http, rou
             break
         await asyncio.sleep(0.1)
     assert later["round_id"] > max(rounds_of) and later["state"] == "accepting", later
+
+
+async def test_the_command_line_follows_a_submission_to_its_round_outcome(http, round_engine, api_url, tmp_path):
+    """`genesis rounds submit` waits for the round to settle and shows what became of the
+    submission and of each action; `genesis rounds show` lists every action and whole reasons."""
+    from tests.stack.test_cli import invoke
+
+    cat = await agents.register(http, "round-cli")
+    action = tmp_path / "forage.py"
+    action.write_text(FORAGE)
+    code, out, err = await invoke(api_url, "rounds", "submit", str(action), "--key", "cli-forage", key=cat.api_key)
+    assert code == 0, out + err
+    assert "settled: your submission" in out and "applied" in out and "eat() applied" in out, out
+    code, out, err = await invoke(
+        api_url, "rounds", "submit", str(action), "--key", "cli-forage", "--json", key=cat.api_key
+    )
+    answer = json.loads(out)
+    assert answer["round"]["state"] == "settled" and answer["submission"]["status"] == "applied", answer
+    code, out, err = await invoke(api_url, "rounds", "show", str(answer["round_id"]))
+    assert code == 0 and "eat() applied" in out and cat.agent_id in out, out + err
 
 
 async def test_idempotency_is_per_agent_and_key(http, round_engine, database):
