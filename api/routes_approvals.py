@@ -8,11 +8,12 @@ the manifest's ``approvals.ttl_sec``, it ends ``rejected`` with ``APPROVAL_REJEC
 
 from __future__ import annotations
 
-from typing import Literal
+import re
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from temporalio.service import RPCError
 
 from api import gate
@@ -26,6 +27,18 @@ from genesis.workflow_api import MUTATION_APPROVAL_SIGNAL
 from pipeline.operators import Operator
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
+
+
+REPORT_HASH = re.compile(r"^[0-9a-f]{64}$")
+
+
+def _sha256_hex(value: str | None) -> str | None:
+    if value is not None and not REPORT_HASH.match(value):
+        raise ValueError(
+            "must be the shadow report's report_hash: 64 lowercase hex digits (GET /api/mutations/{id}/status, "
+            "shadow_report.report_hash)"
+        )
+    return value
 
 
 class ApprovalRequest(BaseModel):
@@ -42,9 +55,8 @@ class ApprovalRequest(BaseModel):
 
     decision: Literal["approve", "reject"]
     reason: str = Field(default="", max_length=2000)
-    report_hash: str | None = Field(
+    report_hash: Annotated[str | None, AfterValidator(_sha256_hex)] = Field(
         default=None,
-        pattern=r"^[0-9a-f]{64}$",
         description="The shadow report you read (its shadow_report.report_hash): required to approve a mutation "
         "that has one (422 without it); an approval of another report is refused with 409 REPORT_MISMATCH, and "
         "the workflow takes an approval only of the report it holds",

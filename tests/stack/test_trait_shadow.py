@@ -160,6 +160,11 @@ async def test_a_held_mutation_shows_its_shadow_report_and_is_approved_for_it(
                     refused = await http.post(path, json=other, headers=operator)
                     assert refused.status_code == 409 and refused.json()["error"] == "REPORT_MISMATCH"
                     assert held["shadow_report"]["report_hash"] in refused.json()["detail"]
+                    malformed = await http.post(
+                        path, json={"decision": "approve", "report_hash": "9F2C"}, headers=operator
+                    )
+                    assert malformed.status_code == 422, malformed.text
+                    assert "64 lowercase hex digits" in malformed.json()["detail"] and "pattern" not in malformed.text
                     unnamed = await http.post(path, json={"decision": "approve"}, headers=operator)
                     assert unnamed.status_code == 422 and "report_hash" in unnamed.json()["detail"], unnamed.text
                     # The workflow holds the line itself: an approval of another report that reaches
