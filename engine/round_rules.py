@@ -164,7 +164,13 @@ class _RoundState:
         return None
 
 
-def member_state(world: World, member_id: int, round_id: int, max_neighbours: int = 32) -> dict[str, Any] | None:
+def member_state(
+    world: World,
+    member_id: int,
+    round_id: int,
+    max_neighbours: int = 32,
+    inbox: list[dict[str, Any]] | None = None,
+) -> dict[str, Any] | None:
     """What a member sees, as its action code gets it (None: it has no body)."""
     ents = world.entities
     body = world.members.get(member_id)
@@ -204,4 +210,5 @@ def member_state(world: World, member_id: int, round_id: int, max_neighbours: in
         "neighbours": neighbours,
         "resources": resources,
         "world": {"width": p.width, "height": p.height, "tick": world.tick},
+        "inbox": list(inbox or ()),
     }

@@ -184,6 +184,7 @@ class RoundKeeper:
     async def _settle(self, round_id: int) -> None:
         async with self.database.connect() as conn:
             subs = await records.accepted(conn, round_id)
+            mail = await records.inbox(conn, round_id) if subs else {}
         if not subs:
             await self._record(round_id, None, {}, {"submissions": 0})
             return
@@ -194,7 +195,7 @@ class RoundKeeper:
         world = self.engine.world
         items, states = [], {}
         for s in subs:
-            state = member_state(world, s.member_id, round_id)
+            state = member_state(world, s.member_id, round_id, inbox=mail.get(s.member_id))
             states[s.id] = state
             if state is not None:
                 items.append({"id": s.id, "agent": s.agent_id, "code": s.code, "state": state})

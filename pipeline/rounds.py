@@ -90,6 +90,44 @@ async def accepted(conn: AsyncConnection, round_id: int) -> list[Row]:
     return list((await conn.execute(statement)).all())
 
 
+MAX_INBOX = 16  # messages one member is handed in a round: the newest
+MAILBOX_ROUNDS = 100  # messages older than this many rounds are not kept for a member that never acts
+
+
+async def inbox(conn: AsyncConnection, round_id: int) -> dict[int, list[dict[str, Any]]]:
+    """The messages each member is handed in round ``round_id``: those applied to it since the
+    round of its previous submission (that round's own included: its state was read before they
+    were sent), within MAILBOX_ROUNDS, the newest MAX_INBOX, oldest first. From the rounds'
+    records, so an engine restart loses none, and a member that does not act keeps its mail."""
+    s = RoundSubmission
+    oldest = round_id - MAILBOX_ROUNDS
+    sent = await conn.execute(
+        select(s.round_id, s.member_id, s.outcomes)
+        .join(WorldRound, WorldRound.round_id == s.round_id)
+        .where(s.round_id >= oldest, s.round_id < round_id, s.status == APPLIED, WorldRound.state == SETTLED)
+        .order_by(s.round_id, s.agent_id, s.seq)
+    )
+    last_read = dict(
+        (
+            await conn.execute(
+                select(s.member_id, func.max(s.round_id))
+                .where(s.round_id >= oldest, s.round_id < round_id, s.status != ACCEPTED)
+                .group_by(s.member_id)
+            )
+        ).all()
+    )
+    mail: dict[int, list[dict[str, Any]]] = {}
+    for sent_in, sender, outcomes in sent.all():
+        for outcome in outcomes or []:
+            action = outcome.get("action") if isinstance(outcome, dict) and outcome.get("applied") else None
+            if not isinstance(action, list) or len(action) != 3 or action[0] != "message":
+                continue
+            to, text = action[1], action[2]
+            if type(to) is int and sent_in >= last_read.get(to, oldest):
+                mail.setdefault(to, []).append({"from_member_id": sender, "text": text, "round_id": sent_in})
+    return {member: box[-MAX_INBOX:] for member, box in mail.items()}
+
+
 async def members(conn: AsyncConnection) -> dict[int, str]:
     """Member id -> the agent that controls it."""
     rows = await conn.execute(select(Agent.member_id, Agent.agent_id).where(Agent.member_id.is_not(None)))

@@ -99,6 +99,8 @@ class ActionProxy:
         self.neighbours = [Seen(n) for n in state.get("neighbours") or () if type(n) is dict]
         self.resources = [Seen(r) for r in state.get("resources") or () if type(r) is dict]
         self.world = Seen(state.get("world") or {})
+        # messages other members sent this one in the round before: from_member_id, text, round_id
+        self.inbox = [Seen(m) for m in state.get("inbox") or () if type(m) is dict]
         self._recorded = []
 
     def _record(self, member_id, kind, *args):

@@ -235,6 +235,38 @@ async def test_the_command_line_follows_a_submission_to_its_round_outcome(http, 
     assert code == 0 and "eat() applied" in out and cat.agent_id in out, out + err
 
 
+ECHO = """
+def agent_action(engine, member_id):
+    for m in engine.inbox:
+        engine.send_message(member_id, member_id, "got " + m.text + " from " + str(m.from_member_id))
+"""
+
+
+async def test_a_message_reaches_its_member_in_a_later_round_once(http, round_engine):
+    ann, bob = await agents.register(http, "mail-ann"), await agents.register(http, "mail-bob")
+
+    async def run(agent, code: str, key: str) -> dict:
+        answer = await submit(http, agent, code, key)
+        assert answer.status_code == 202, answer.text
+        done = await settled(http, answer.json()["round_id"])
+        return next(s for s in done["submissions"] if s["id"] == answer.json()["submission_id"])
+
+    bob_member = (await run(bob, ECHO, "bob-first"))["member_id"]  # an empty inbox: no action
+    ann_member = (
+        await run(
+            ann,
+            f"def agent_action(engine, member_id):\n    engine.send_message(member_id, {bob_member}, 'hello bob')\n",
+            "ann-says",
+        )
+    )["member_id"]
+    heard = await run(bob, ECHO, "bob-reads")
+    assert heard["status"] == "applied", heard
+    assert [o["action"] for o in heard["actions"]] == [["message", bob_member, f"got hello bob from {ann_member}"]]
+    again = await run(bob, ECHO, "bob-reads-again")
+    # delivered once: what comes again is only bob's own echo of it, sent to itself in the round it read it
+    assert [o["action"][2] for o in again["actions"]] == [f"got got hello bob from {ann_member} from {bob_member}"]
+
+
 async def test_idempotency_is_per_agent_and_key(http, round_engine, database):
     ann, bob = await agents.register(http, "idem-ann"), await agents.register(http, "idem-bob")
     answers = await asyncio.gather(*(submit(http, ann, FORAGE, "same-key") for _ in range(100)))
