@@ -1,8 +1,9 @@
 """Agents' members in the world and how a settled round's actions change it (pure: no I/O).
 
 A registered agent controls a *member*: a Molbot of the world it acts through. ``World.members``
-maps each member id (a small number the API hands out at registration) to the Molbot that is its
-body now; a member whose body died gets a new one (a fresh Molbot) when the next round settles.
+maps each member id (a number the API hands out at the agent's first action, never reused) to
+the Molbot that is its body now; a member whose body died gets a new one (a fresh Molbot) when the
+next round settles.
 
 A round's inputs (:class:`RoundInputs`, journaled with the tick they settle in) are the members
 to embody and every accepted submission's recorded actions, ordered by agent id and then by

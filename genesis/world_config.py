@@ -142,7 +142,8 @@ class RoundSettings(BaseModel):
         default=100,
         ge=1,
         le=10_000,
-        description="Members (Molbots agents control); registration is 409 when all are taken.",
+        description="Members (Molbots agents control) held at once; an agent's first action when all are taken is "
+        "409 NO_FREE_MEMBER.",
     )
     action_cpu_ms: int = Field(
         default=20,
