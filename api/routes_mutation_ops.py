@@ -29,7 +29,7 @@ from api.schemas_mutation_ops import RetryResponse, ReviveResponse
 from api.workflow_starter import start_mutation_workflow
 from genesis.db.models import Mutation
 from genesis.dto import FateRequest, FateResult, MutationStatus
-from genesis.workflow_api import REVIVAL_WORKFLOW, revival_workflow_id
+from genesis.workflow_api import REVIVAL_WORKFLOW, revival_workflow_id, search_attributes
 from pipeline.proposals import mutation_input
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
@@ -181,6 +181,7 @@ async def revive(
             FateRequest(mutation_id=mutation_id, trait_name=record.trait_name, reason=f"revived by {who}"),
             id=revival_workflow_id(mutation_id),
             task_queue=services.settings.task_queue,
+            search_attributes=search_attributes(agent_id=record.agent_id, trait_name=record.trait_name),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             result_type=FateResult,
         )

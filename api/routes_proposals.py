@@ -33,7 +33,7 @@ from api.schemas_governance import (
     RejectRequest,
 )
 from genesis.dto import GovernanceDecision, GovernanceRequest
-from genesis.workflow_api import GOVERNANCE_DECIDE_SIGNAL, GOVERNANCE_WORKFLOW
+from genesis.workflow_api import GOVERNANCE_DECIDE_SIGNAL, GOVERNANCE_WORKFLOW, search_attributes
 from governance import lifecycle, manifest as rules, patches, policy
 from pipeline import governance as proposals, manifests
 from pipeline.operators import Operator
@@ -171,6 +171,7 @@ async def propose(
             GovernanceRequest(proposal_id=proposal_id, ttl_sec=ttl),
             id=workflow_id,
             task_queue=services.settings.task_queue,
+            search_attributes=search_attributes(agent_id=author if role == "agent" else None),
         )
     except Exception as exc:  # recorded, never started: it fails, saying why (propose it again)
         async with services.database.begin() as conn:

@@ -29,7 +29,7 @@ from genesis import redis_keys as keys
 from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.dto import FateRequest, MutationStatus
-from genesis.workflow_api import EXTINCTION_WORKFLOW, extinction_workflow_id
+from genesis.workflow_api import EXTINCTION_WORKFLOW, extinction_workflow_id, search_attributes
 from pipeline import manifests
 from pipeline.rollbacks import WorkflowNotRunning, request_rollback
 
@@ -112,6 +112,7 @@ class SelectionKeeper:
             FateRequest(mutation_id=record.mutation_id, trait_name=record.trait_name, reason=reason),
             id=extinction_workflow_id(record.mutation_id),
             task_queue=self._settings.task_queue,
+            search_attributes=search_attributes(agent_id=record.agent_id, trait_name=record.trait_name),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
         self._asked.add(record.mutation_id)

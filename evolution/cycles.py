@@ -13,10 +13,16 @@ from temporalio.common import WorkflowIDConflictPolicy
 
 from genesis.db.models import EvolutionCycle
 from genesis.dto import CycleKind, EvolutionCycleInput
-from genesis.workflow_api import EVOLUTION_WORKFLOW, evolution_workflow_id
+from genesis.workflow_api import EVOLUTION_WORKFLOW, evolution_workflow_id, search_attributes
 
 
-async def start_cycle(client: Client, task_queue: str, trigger_id: str, kind: CycleKind = CycleKind.anomaly) -> str:
+async def start_cycle(
+    client: Client,
+    task_queue: str,
+    trigger_id: str,
+    kind: CycleKind = CycleKind.anomaly,
+    problem_type: str | None = None,
+) -> str:
     """Start the cycle of a trigger (idempotent: the id is fixed); returns its workflow id."""
     workflow_id = evolution_workflow_id(trigger_id)
     await client.start_workflow(
@@ -24,6 +30,7 @@ async def start_cycle(client: Client, task_queue: str, trigger_id: str, kind: Cy
         EvolutionCycleInput(trigger_id=trigger_id, kind=kind),
         id=workflow_id,
         task_queue=task_queue,
+        search_attributes=search_attributes(problem_type=problem_type),
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
     )
     return workflow_id

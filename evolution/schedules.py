@@ -32,7 +32,7 @@ from temporalio.client import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from genesis.dto import CycleKind, EvolutionCycleInput
-from genesis.workflow_api import EVOLUTION_WORKFLOW, evolution_workflow_id, trigger_id_of
+from genesis.workflow_api import EVOLUTION_WORKFLOW, evolution_workflow_id, search_attributes, trigger_id_of
 
 SCHEDULE_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 MAX_NOTE = 500
@@ -130,6 +130,7 @@ async def create(
             EvolutionCycleInput(kind=CycleKind.periodic_improvement, schedule_id=schedule_id),
             id=cycle_workflow_id(schedule_id),
             task_queue=task_queue,
+            typed_search_attributes=search_attributes(problem_type="periodic_improvement"),
         ),
         spec=ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=interval_s))]),
         policy=SchedulePolicy(overlap=ScheduleOverlapPolicy.SKIP),

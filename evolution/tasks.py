@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from genesis import redis_keys as keys, rules
 from genesis.dto import AgentTask, TaskClose, TaskEndReason
 from genesis.redis_keys import Channels
-from genesis.workflow_api import TASK_WORKFLOW, task_workflow_id
+from genesis.workflow_api import TASK_WORKFLOW, search_attributes, task_workflow_id
 
 # What every task reminds its reader of (the seed's SANDBOX_CONSTRAINTS, from the live rules).
 TASK_CONSTRAINTS: tuple[str, ...] = (
@@ -53,6 +53,7 @@ async def start_workflow(client: Any, task_queue: str, task: AgentTask) -> str:
         id=workflow_id,
         task_queue=task_queue,
         id_reuse_policy=WorkflowIDReusePolicy.REJECT_DUPLICATE,
+        search_attributes=search_attributes(problem_type=task.problem_type),
         id_conflict_policy=WorkflowIDConflictPolicy.FAIL,
     )
     return workflow_id

@@ -381,7 +381,7 @@ class Watcher:
             await pipe.execute()
         self._start_task(task)
         if self.settings.evolution_cycles_enabled:
-            self._start_cycle(trigger_id, task.expires_at)
+            self._start_cycle(trigger_id, task.expires_at, anomaly.type)
         await self._feed(
             "anomaly_detected",
             f"Anomaly: {anomaly.type} (severity: {anomaly.severity}) | population: {int(curr.get('entity_count', 0))}"
@@ -462,12 +462,12 @@ class Watcher:
 
         self._in_background(start, f"the TaskWorkflow of {task.task_id}", task.expires_at)
 
-    def _start_cycle(self, trigger_id: str, give_up_at: float) -> None:
+    def _start_cycle(self, trigger_id: str, give_up_at: float, problem_type: str | None = None) -> None:
         """Start the trigger's EvolutionCycleWorkflow (Architect → Coder → mutation) in the
         background, retried like the task's start."""
 
         async def start(client) -> None:
-            await cycles.start_cycle(client, self.settings.task_queue, trigger_id)
+            await cycles.start_cycle(client, self.settings.task_queue, trigger_id, problem_type=problem_type)
 
         self._in_background(start, f"the evolution cycle of {trigger_id}", give_up_at)
 

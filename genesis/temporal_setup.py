@@ -19,12 +19,9 @@ from temporalio.client import Client
 from genesis.config import get_settings
 from genesis.logs import configure_logging
 from genesis.temporal import connect
-from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME
+from genesis.workflow_api import SEARCH_ATTRIBUTE_KEYS
 
-SEARCH_ATTRIBUTES = {
-    key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
-    for key in (SA_AGENT_ID, SA_TRAIT_NAME, SA_STATUS, SA_FAILURE_CODE)
-}
+SEARCH_ATTRIBUTES = {key.name: IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD for key in SEARCH_ATTRIBUTE_KEYS}
 
 log = logging.getLogger("genesis.temporal_setup")
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from temporalio.common import SearchAttributeKey
+from temporalio.common import SearchAttributeKey, SearchAttributePair, TypedSearchAttributes
 
 MUTATION_WORKFLOW = "MutationWorkflow"
 
@@ -10,6 +10,29 @@ SA_AGENT_ID = SearchAttributeKey.for_keyword("GenesisAgentId")
 SA_TRAIT_NAME = SearchAttributeKey.for_keyword("GenesisTraitName")
 SA_STATUS = SearchAttributeKey.for_keyword("GenesisStatus")
 SA_FAILURE_CODE = SearchAttributeKey.for_keyword("GenesisFailureCode")
+SA_PROGRAM_ID = SearchAttributeKey.for_keyword("GenesisProgramId")  # GEPA steps
+SA_PROBLEM_TYPE = SearchAttributeKey.for_keyword("GenesisProblemType")  # tasks and evolution cycles
+# Every key, registered by `make services` (scripts/services.sh), compose's migrate one-shot
+# (genesis/temporal_setup.py) and the test servers.
+SEARCH_ATTRIBUTE_KEYS = (SA_AGENT_ID, SA_TRAIT_NAME, SA_STATUS, SA_FAILURE_CODE, SA_PROGRAM_ID, SA_PROBLEM_TYPE)
+
+
+def search_attributes(
+    agent_id: str | None = None,
+    trait_name: str | None = None,
+    program_id: str | None = None,
+    problem_type: str | None = None,
+) -> TypedSearchAttributes:
+    """A workflow's attributes at its start, those that apply: how an operator finds it in the
+    Temporal UI (``GenesisAgentId = "agt_…"``, ``GenesisProblemType = "starvation"``, ...)."""
+    given = (
+        (SA_AGENT_ID, agent_id),
+        (SA_TRAIT_NAME, trait_name),
+        (SA_PROGRAM_ID, program_id),
+        (SA_PROBLEM_TYPE, problem_type),
+    )
+    return TypedSearchAttributes([SearchAttributePair(key, value) for key, value in given if value])
+
 
 # POST /api/mutations/check: the gatekeeper and the sandbox test of code, recording nothing. Its
 # workflows carry none of the search attributes above, so a search for mutations never lists them.

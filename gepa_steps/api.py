@@ -23,6 +23,7 @@ from api.schemas import ErrorResponse
 from genesis import netpolicy
 from genesis.db.models import GepaClient, Program
 from genesis.github_grants import InstallationGrants
+from genesis.workflow_api import search_attributes
 from gepa_steps import programs
 from gepa_steps.dto import (
     GEPA_CONNECT_WORKFLOW,
@@ -134,6 +135,7 @@ async def connect_git(
         id=programs.connect_workflow_id(client_id),
         task_queue=services.settings.gepa_task_queue(),
         result_type=ConnectResult,
+        search_attributes=search_attributes(agent_id=owner),
     )
     if result.error:
         code = result.error_code if result.error_code in GITHUB_REFUSALS else "CLONE_FAILED"
@@ -243,6 +245,7 @@ async def execute_step(
         task_queue=settings.gepa_task_queue(),
         id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         result_type=StepResult,
+        search_attributes=search_attributes(agent_id=caller, program_id=body.program_id),
     )
     accepted = ExecuteStepAccepted(
         program_id=body.program_id, status="pending", workflow_id=workflow_id, status_url=f"/program/{body.program_id}"

@@ -16,7 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.dto import MutationStatus, RollbackRequest
-from genesis.workflow_api import ROLLBACK_WORKFLOW, rollback_workflow_id
+from genesis.workflow_api import ROLLBACK_WORKFLOW, rollback_workflow_id, search_attributes
 
 ROLLBACK_SIGNAL = "rollback"  # MutationWorkflow's signal; its argument is the reason
 
@@ -52,6 +52,7 @@ async def request_rollback(client: Client, settings: Settings, record: Mutation,
             ],
             id=rollback_workflow_id(record.mutation_id),
             task_queue=settings.task_queue,
+            search_attributes=search_attributes(agent_id=record.agent_id, trait_name=record.trait_name),
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
         )
         return RollbackRoute.rollback_workflow

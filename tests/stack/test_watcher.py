@@ -303,6 +303,12 @@ async def test_a_task_ends_when_its_problem_clears(
 
     result = await ended(crisis.task_id)
     assert result.reason.value == "resolved", result
+    # its workflow is found by its problem in the Temporal UI
+    query = f'GenesisProblemType = "energy_crisis" AND WorkflowId = "{task_workflow_id(crisis.task_id)}"'
+    deadline = time.monotonic() + 15
+    while not [wf async for wf in temporal_client.list_workflows(query)]:
+        assert time.monotonic() < deadline, f"no workflow for {query}"
+        await asyncio.sleep(0.5)
     assert (
         result.detail
         == f"resolved by the Watcher: 2 snapshots in a row, the last at tick {world.tick}, no longer show energy_crisis"

@@ -150,3 +150,12 @@ def test_build_contexts_and_dockerfiles_are_right(config):
     assert env["GENESIS_SANDBOX_IMAGE"] == config["services"]["trait-host"]["image"]
     assert "GENESIS_ENGINE_IMAGE" not in env
     assert "trait-host" in config["services"]  # only with --profile images: never started by `up`
+
+
+def test_make_services_registers_every_search_attribute():
+    """scripts/services.sh registers the same search attributes as compose's migrate one-shot."""
+    from genesis.workflow_api import SEARCH_ATTRIBUTE_KEYS
+
+    script = (PROJECT_ROOT / "scripts" / "services.sh").read_text()
+    [line] = [line for line in script.splitlines() if line.startswith("SEARCH_ATTRIBUTES=")]
+    assert line.split("=", 1)[1].strip('"').split() == [key.name for key in SEARCH_ATTRIBUTE_KEYS]
