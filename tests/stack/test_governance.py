@@ -24,6 +24,7 @@ from governance import manifest as rules
 from pipeline import governance as proposals, manifests
 from tests import agents
 from tests.journal_worlds import journal_settings, run_journaled
+from tests.stack.test_cli import record_history
 from workflows.governance import GovernanceWorkflow
 
 QUEUE = "genesis-test-governance"
@@ -98,7 +99,9 @@ async def wait_for(http, proposal_id: str, statuses: set[str], timeout_s: float 
     raise AssertionError(f"{proposal_id} never reached {statuses}: {body}")
 
 
-async def test_a_proposal_is_shadowed_waits_for_approval_of_its_report_and_is_applied(governance_api, settings):
+async def test_a_proposal_is_shadowed_waits_for_approval_of_its_report_and_is_applied(
+    governance_api, settings, temporal_client
+):
     http = governance_api
     operator = await agents.operator_headers(settings)
     me = await agents.register(http, "gov-proposer")
@@ -148,6 +151,7 @@ async def test_a_proposal_is_shadowed_waits_for_approval_of_its_report_and_is_ap
     receipts = (await http.get("/v1/receipts", params={"agent_id": me.agent_id}, headers=me.headers)).json()["receipts"]
     kinds = [r["kind"] for r in receipts if r["subject"].get("proposal_id") == pid]
     assert kinds == ["governance.proposed", "governance.shadowed", "governance.approved", "governance.applied"]
+    await record_history(temporal_client, proposals.workflow_id(pid), "governance_applied")
 
 
 async def test_rejection_and_a_manifest_that_moved(governance_api, settings, database):

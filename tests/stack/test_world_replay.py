@@ -18,7 +18,7 @@ from genesis import redis_keys as keys
 from pipeline import audit
 from tests import agents
 from tests.journal_worlds import journal_settings, run_journaled
-from tests.stack.test_cli import invoke
+from tests.stack.test_cli import invoke, record_history
 
 
 async def verified(http, params: dict, timeout_s: float = 120) -> dict:
@@ -31,6 +31,16 @@ async def verified(http, params: dict, timeout_s: float = 120) -> dict:
         assert body["state"] == "running" and answer.headers["Retry-After"]
         assert time.monotonic() < deadline, "the replay did not finish"
         await asyncio.sleep(0.5)
+
+
+async def last_run(temporal_client, workflow_type: str) -> str:
+    """The id of the newest completed run of a workflow type (visibility lags a moment: polled)."""
+    query = f'WorkflowType = "{workflow_type}" AND ExecutionStatus = "Completed"'
+    deadline = time.monotonic() + 15
+    while not (runs := [wf async for wf in temporal_client.list_workflows(query)]):
+        assert time.monotonic() < deadline, f"no completed {workflow_type}"
+        await asyncio.sleep(0.5)
+    return max(runs, key=lambda wf: wf.start_time).id
 
 
 class CosmicRay(World):
@@ -51,7 +61,7 @@ async def operator_key(settings) -> str:
 
 
 async def test_replay_verification_through_the_api_and_the_cli(
-    settings, operator_http, http, api_url, operator_key, redis_client
+    settings, operator_http, http, api_url, operator_key, redis_client, temporal_client
 ):
     journal_dir = settings.journal_dir
     shutil.rmtree(journal_dir, ignore_errors=True)
@@ -61,6 +71,7 @@ async def test_replay_verification_through_the_api_and_the_cli(
     assert answer.status_code == 200, answer.text
     report = answer.json()
     assert report["equal"] and report["ticks_checked"] == 700 and report["divergence"] is None
+    await record_history(temporal_client, await last_run(temporal_client, "ReplayVerifyWorkflow"), "replay_verified")
     code, out, _ = await invoke(
         api_url, "world", "replay", "--from-tick", "250", "--to-tick", "650", operator_key=operator_key
     )
@@ -102,7 +113,7 @@ async def test_replay_verification_through_the_api_and_the_cli(
 
 
 async def test_an_audit_export_verifies_offline_and_a_tampered_one_does_not(
-    settings, operator_http, api_url, operator_key, tmp_path
+    settings, operator_http, api_url, operator_key, tmp_path, temporal_client
 ):
     from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
     from sqlalchemy.pool import NullPool
@@ -117,6 +128,7 @@ async def test_an_audit_export_verifies_offline_and_a_tampered_one_does_not(
     out_file, keys_file = tmp_path / "audit.ndjson", tmp_path / "keys.json"
     code, out, _ = await invoke(api_url, "audit", "export", "--out", str(out_file), operator_key=operator_key)
     assert code == 0 and "event(s) written" in out, out
+    await record_history(temporal_client, await last_run(temporal_client, "AuditManifestWorkflow"), "audit_signed")
     last = json.loads(out_file.read_text().splitlines()[-1])
     assert last["receipt"] is not None and last["receipt"]["kind"] == "audit.export"
     keys_file.write_text((await operator_http.get("/v1/keys")).text)
