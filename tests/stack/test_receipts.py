@@ -255,22 +255,25 @@ async def test_the_signed_head_shows_a_listing_cut_at_its_end(operator_http, api
     for i in range(3):
         async with sessions() as session, session.begin():
             await receipts.issue(session, keyring, "world.rollback", f"test:{run}:{i}", {"tick": i}, {"by": run})
-    chain = await whole_chain(operator_http)
     page = (await operator_http.get("/v1/receipts", params={"kind": "world.rollback", "limit": 1})).json()
     head = page["head"]
     assert head["kind"] == "chain.head" and head["subject"] == {}
     signing.verify(receipts.from_json(head), await public_keys(operator_http))
+    chain = await whole_chain(operator_http)  # read after the head: it holds the head's newest receipt
     newest = next(i for i, r in enumerate(chain) if r["hash"] == head["prev"])  # later ones: issued since
     assert head["body"]["count"] == newest + 1
 
     async with sessions() as session:
         before = canonical.decode(await receipts.head(session))
-    assert not await receipts.refresh_head(sessions, keyring)  # fresh: left as it is
+    assert not await receipts.refresh_head(sessions, keyring)  # fresh (receipts were just issued): left
     assert await receipts.refresh_head(sessions, keyring, max_age_s=0)
     async with sessions() as session:
         after = canonical.decode(await receipts.head(session))
     assert after["issued_at"] > before["issued_at"] and after["id"] != before["id"]
-    assert (after["prev"], after["body"]) == (before["prev"], before["body"])  # the same chain, re-signed
+    if after["prev"] == before["prev"]:  # no receipt was issued meanwhile (the suite's engine may issue some)
+        assert after["body"] == before["body"]  # the same chain, re-signed
+    else:
+        assert after["body"]["count"] > before["body"]["count"]
 
     operator = (await agents.operator_headers(settings))["X-Operator-Key"]
     code, out, err = await invoke(api_url, "verify", "chain", "--trust", keyring.current, operator_key=operator)
