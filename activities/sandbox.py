@@ -278,6 +278,13 @@ def run_trial(
             f"{settings.sandbox.memory_horizon_ticks} live ticks, over the {settings.trait.worker_memory_mb} MB "
             "a trait's process may use (keep per-entity state bounded)"
         )
+    elif report.intents_applied == 0 and report.intents_rejected:
+        report.verdict = FailureCode.SANDBOX_INTENTS_REFUSED.value
+        report.summary = (
+            f"every one of its {sum(report.intents_rejected.values())} intents was refused "
+            f"({refusals(report.intents_rejected)}): it would do nothing live either; write values of the "
+            "types and ranges GET /api/agents/context/sandbox-api gives, to writable attributes only"
+        )
     elif report.projected_fps < settings.sandbox.min_fps:
         report.verdict = FailureCode.SANDBOX_FPS_DROP.value
         report.summary = (
@@ -289,7 +296,22 @@ def run_trial(
             f"{report.ticks_run} ticks, {report.calls} calls, mean {report.call_us_mean:g} µs per call, "
             f"projected {report.projected_fps:.0f} fps"
         )
+        refused = sum(report.intents_rejected.values())
+        if refused:
+            report.warnings.append(
+                f"{refused} of its {refused + report.intents_applied} intents were refused "
+                f"({refusals(report.intents_rejected)})"
+            )
+        elif report.intents_applied == 0:
+            report.warnings.append(
+                f"it never acted: no intent in {report.calls} calls (it changed nothing in the test world)"
+            )
     return report
+
+
+def refusals(rejected: dict[str, int]) -> str:
+    """The refused intents by reason, most first: ``bad_type 2000, read_only_attr 3``."""
+    return ", ".join(f"{reason} {count}" for reason, count in sorted(rejected.items(), key=lambda kv: -kv[1]))
 
 
 class SandboxActivities:

@@ -58,6 +58,9 @@ class FailureCode(str, Enum):
     SANDBOX_FPS_DROP = "SANDBOX_FPS_DROP"
     # Beyond the seed: the trait's memory grew at a rate that would exhaust its process's limit.
     SANDBOX_MEMORY = "SANDBOX_MEMORY"
+    # Beyond the seed: every intent the trait sent in its test was refused (a value of the wrong
+    # type, an attribute it may not write): it would do nothing live either.
+    SANDBOX_INTENTS_REFUSED = "SANDBOX_INTENTS_REFUSED"
     RATE_LIMIT_EXCEEDED = "RATE_LIMIT_EXCEEDED"
     # Step 2 failing inside the workflow (only when a workflow is started without the API).
     SCHEMA_INVALID = "SCHEMA_INVALID"
@@ -163,6 +166,8 @@ class SandboxReport(BaseModel):
     state_hash: str | None = None
     # Memory blocks the trait's process gained per tick between the test's 10th and last tick.
     memory_blocks_per_tick: float = 0.0
+    # What a passing test still says a client must not miss: intents refused, or none sent at all.
+    warnings: list[str] = Field(default_factory=list)
     image: str | None = None
     container_id: str | None = None
 
@@ -173,7 +178,8 @@ class SandboxReport(BaseModel):
     def log_line(self) -> str:
         """The validation log's line for this verdict (a mutation's and a check's alike)."""
         if self.passed:
-            return f"Sandbox: OK — {self.summary}"
+            warned = "".join(f"; WARNING: {w}" for w in self.warnings)
+            return f"Sandbox: OK — {self.summary}{warned}"
         return f"Sandbox: FAILED — {self.verdict}: {self.summary}"
 
 

@@ -132,6 +132,38 @@ async def test_rejected_examples_give_their_failure_code_and_log_line(http, temp
     await record_history(temporal_client, answer["workflow_id"], "check_rejected")
 
 
+REFUSED_ONLY = """class BaseTrait:
+    pass
+
+class Hurried(BaseTrait):
+    async def execute(self, entity) -> None:
+        entity.speed = "fast {tag}"
+"""
+IDLE = """class BaseTrait:
+    pass
+
+class Idle(BaseTrait):
+    async def execute(self, entity) -> None:
+        if entity.energy < -{tag}:
+            entity.speed = 1.0
+"""
+
+
+async def test_a_trait_whose_actions_are_all_refused_fails_and_one_that_never_acts_is_warned(http):
+    """What a table row used to hide: every intent refused is a failure with the reasons; a
+    passing trait that never acted passes with a warning in its log line."""
+    agent = await agents.register(http, "check-intents")
+    tag = uuid.uuid4().hex[:8]
+    refused = await checked(http, agent, "hurried", REFUSED_ONLY.format(tag=tag))
+    assert refused["verdict"] == "rejected" and refused["failure_reason_code"] == "SANDBOX_INTENTS_REFUSED", refused
+    line = refused["validation_log"][-1]
+    assert line.startswith("Sandbox: FAILED — SANDBOX_INTENTS_REFUSED: every one of its") and "bad_type" in line
+    idle = await checked(http, agent, "idle", IDLE.format(tag=int(tag, 16)))
+    assert idle["verdict"] == "passed", idle
+    assert "WARNING: it never acted: no intent in" in idle["validation_log"][-1], idle["validation_log"]
+    assert idle["sandbox_report"]["warnings"] and idle["sandbox_report"]["intents_applied"] == 0
+
+
 async def test_a_trait_that_raises_fails_the_sandbox_as_its_proposal_does(no_activation_url):
     source = raising(uuid.uuid4().hex[:8])
     async with httpx.AsyncClient(base_url=no_activation_url, timeout=90) as http:
