@@ -165,14 +165,20 @@ def to_row(snap: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def build_frame(world: World) -> str:
-    """A compact viewer frame (JSON): ``{"tick", "entities": [[id, x, y, energy, trait|null]],
-    "resources": [[x, y]]}``; the trait is the entity's first (its lineage's oldest)."""
-    ents = [
-        [e.id, round(e.x, 1), round(e.y, 1), round(e.energy, 1), e.traits[0] if e.traits else None]
-        for e in world.entities.values()
-    ]
+    """A compact viewer frame (JSON): ``{"tick", "traits": [name, ...], "entities": [[id, x, y,
+    energy, trait|null, [trait index, ...]]], "resources": [[x, y]]}``. The fifth field is the
+    entity's newest trait (the one its dot is coloured by); the sixth every trait it carries, as
+    indices into ``traits``, so a viewer counts and shows the carriers of any trait."""
+    index: dict[str, int] = {}
+    ents = []
+    for e in world.entities.values():
+        carried = [index.setdefault(name, len(index)) for name in e.traits]
+        ents.append(
+            [e.id, round(e.x, 1), round(e.y, 1), round(e.energy, 1), e.traits[-1] if e.traits else None, carried]
+        )
     res = [[round(r.x, 1), round(r.y, 1)] for r in world.resources.values()]
-    return json.dumps({"tick": world.tick, "entities": ents, "resources": res}, separators=(",", ":"))
+    frame = {"tick": world.tick, "traits": list(index), "entities": ents, "resources": res}
+    return json.dumps(frame, separators=(",", ":"))
 
 
 def entity_list(world: World, limit: int) -> list[dict[str, Any]]:

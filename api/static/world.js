@@ -1,5 +1,7 @@
-// The world canvas: frames from /ws/world ({"tick", "entities": [[id, x, y, energy, trait|null]],
-// "resources": [[x, y]]}) drawn once per animation frame, entities coloured by their trait. A
+// The world canvas: frames from /ws/world ({"tick", "traits": [name], "entities": [[id, x, y,
+// energy, newest trait|null, [trait index]]], "resources": [[x, y]]}) drawn once per animation
+// frame, each Molbot coloured by its newest trait, or, once a legend entry is chosen, the carriers
+// of that trait in its colour and the rest grey. The legend lists the most carried traits. A
 // click on a Molbot selects it (ringed on the canvas) for the inspector.
 
 import { el, reconnectingSocket } from "./api.js";
@@ -30,6 +32,7 @@ export class WorldView {
     this.dirty = false;
     this.listeners = [];
     this.selected = null;  // the id of the Molbot ringed on the canvas
+    this.shown = null;  // a trait whose carriers are coloured (the legend's choice), or null: newest traits
     this.selectListeners = [];
     canvas.addEventListener("click", (event) => {
       const id = this.entityAt(event.clientX, event.clientY);
@@ -111,11 +114,16 @@ export class WorldView {
     }
     ctx.fillStyle = RESOURCE;
     for (const [x, y] of frame.resources) ctx.fillRect(x * sx - 2, y * sy - 2, 4, 4);
-    const counts = new Map();
-    for (const [, x, y, energy, trait] of frame.entities) {
-      counts.set(trait, (counts.get(trait) ?? 0) + 1);
-      ctx.globalAlpha = 0.35 + 0.65 * Math.max(0, Math.min(1, energy / this.maxEnergy));
-      ctx.fillStyle = traitColour(trait);
+    const names = frame.traits ?? [];
+    const shown = this.shown == null ? -1 : names.indexOf(this.shown);
+    const carriers = new Array(names.length).fill(0);
+    let bare = 0;
+    for (const [, x, y, energy, trait, carried = []] of frame.entities) {
+      for (const i of carried) carriers[i] += 1;
+      if (!carried.length) bare += 1;
+      const lit = this.shown == null || carried.includes(shown);
+      ctx.globalAlpha = (lit ? 0.35 + 0.65 * Math.max(0, Math.min(1, energy / this.maxEnergy)) : 0.25);
+      ctx.fillStyle = this.shown == null ? traitColour(trait) : (lit ? traitColour(this.shown) : NO_TRAIT);
       ctx.beginPath();
       ctx.arc(x * sx, y * sy, 3.5, 0, 2 * Math.PI);
       ctx.fill();
@@ -130,15 +138,31 @@ export class WorldView {
       ctx.stroke();
     }
     this.framesDrawn += 1;
-    if (this.framesDrawn % 15 === 1) this.drawLegend(counts);
+    if (this.framesDrawn % 15 === 1) this.drawLegend(names.map((name, i) => [name, carriers[i]]), bare);
   }
 
-  drawLegend(counts) {
-    const items = [...counts.entries()].sort((a, b) => b[1] - a[1]).slice(0, 10);
-    const dominant = items.find(([trait]) => trait)?.[0];  // the most carried trait on screen
+  // Show the carriers of ``trait`` (null: every Molbot in its newest trait's colour).
+  show(trait) {
+    this.shown = this.shown === trait ? null : trait;
+    this.dirty = true;
+    this.framesDrawn = 0;  // the legend follows at once
+  }
+
+  drawLegend(counts, bare) {
+    const items = counts.filter(([, n]) => n > 0).sort((a, b) => b[1] - a[1] || a[0].localeCompare(b[0])).slice(0, 10);
+    if (this.shown != null && !items.some(([name]) => name === this.shown)) items.push([this.shown, 0]);
+    const dominant = items[0]?.[0];  // the most carried trait on screen
+    const entry = ([trait, n]) => el("li", { class: trait === dominant ? "dominant" : null, "data-trait": trait },
+      el("button", {
+        type: "button", class: "legend-trait", "aria-pressed": String(trait === this.shown),
+        title: trait === this.shown ? "colour every Molbot by its newest trait again" : `colour the carriers of ${trait}`,
+        onclick: () => this.show(trait),
+      },
+      el("i", { style: `background:${traitColour(trait)}` }),
+      `${trait} ${n} ${n === 1 ? "carrier" : "carriers"}${trait === dominant ? " (most carried)" : ""}${trait === this.shown ? " — shown" : ""}`));
     this.legend.replaceChildren(
-      ...items.map(([trait, n]) => el("li", { class: trait === dominant ? "dominant" : null },
-        el("i", { style: `background:${traitColour(trait)}` }), `${trait ?? "no trait"} ${n}${trait === dominant ? " (dominant)" : ""}`)),
+      ...items.map(entry),
+      el("li", {}, el("i", { style: `background:${NO_TRAIT}` }), `no trait ${bare}`),
       el("li", {}, el("i", { style: `background:${RESOURCE};border-radius:0` }), `resources ${this.frame.resources.length}`),
     );
   }

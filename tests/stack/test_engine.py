@@ -528,7 +528,10 @@ async def test_ws_world_relays_frames(api_url, engine_proc):
     assert frames[0]["tick"] < frames[-1]["tick"]
     assert all(f["tick"] % 2 == 0 for f in frames)
     ent = frames[-1]["entities"][0]
-    assert len(ent) == 5 and isinstance(ent[0], int) and (ent[4] is None or isinstance(ent[4], str))
+    assert len(ent) == 6 and isinstance(ent[0], int) and (ent[4] is None or isinstance(ent[4], str))
+    names = frames[-1]["traits"]  # every carried trait, by index: the newest is the dot's colour
+    assert all(0 <= i < len(names) for e in frames[-1]["entities"] for i in e[5])
+    assert all(e[4] == (names[e[5][-1]] if e[5] else None) for e in frames[-1]["entities"])
     assert all(len(r) == 2 for r in frames[-1]["resources"])
 
 

@@ -107,6 +107,28 @@ async def wait_text(page: Page, element_id: str, text: str, timeout_s: float = 2
         raise AssertionError(f"#{element_id} never showed {text!r}; it shows {shown!r}") from None
 
 
+async def test_the_legend_counts_every_carried_trait_and_shows_its_carriers(page):
+    """Every carried trait is counted and can be shown, not only each lineage's oldest: a frame
+    (the engine's form) where "forager" is every Molbot's newest trait and "saver" an older one."""
+    await wait_js(page, "window.genesisViewer && window.genesisViewer.world")
+    await page.evaluate(
+        """() => {
+          const world = window.genesisViewer.world;
+          const frame = {tick: 1, traits: ["saver", "forager"], resources: [[5, 5]], entities: [
+            [1, 10, 10, 50, "forager", [0, 1]], [2, 20, 20, 50, "forager", [0, 1]], [3, 30, 30, 50, "forager", [1]],
+            [4, 40, 40, 50, null, []]]};
+          Object.defineProperty(world, "frame", {get: () => frame, set: () => {}});  // live frames wait
+          world.framesDrawn = 0; world.draw();
+        }"""
+    )
+    saver = page.locator('#legend li[data-trait="saver"] button')
+    assert await saver.text_content() == "saver 2 carriers"
+    assert await page.locator('#legend li[data-trait="forager"]').text_content() == "forager 3 carriers (most carried)"
+    assert await page.locator("#legend li", has_text="no trait 1").count() == 1
+    await page.evaluate("() => { const w = window.genesisViewer.world; w.show('saver'); w.draw(); }")
+    assert (await saver.text_content()).endswith("— shown") and await saver.get_attribute("aria-pressed") == "true"
+
+
 async def test_world_canvas_and_chart_follow_the_engine(page, engine_proc, http):
     assert await page.title() == "Genesis — world viewer"
     await wait_js(page, "window.genesisViewer && window.genesisViewer.world.framesDrawn > 0")
