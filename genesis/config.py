@@ -198,7 +198,7 @@ class RatelimitSettings(BaseModel):
         "approval, approved); one more is 429 TOO_MANY_PENDING_PROPOSALS.",
     )
     checks_per_agent_minute: int = Field(
-        default=10,
+        default=20,
         ge=1,
         description="Checks (`POST /api/mutations/check`: gatekeeper and sandbox test, nothing recorded) per agent "
         "per minute; counted apart from proposals.",
