@@ -297,8 +297,9 @@ def _render(cli: Cli, results: list[dict[str, Any]], breaks: list[str] | None) -
         if breaks:
             cli.console.print(
                 "(a listing filtered by mutation, agent or kind is not a run of the chain: other receipts sit "
-                "between its own, so --chain fails on it though nothing was changed; check it without --chain, "
-                "and the chain itself with `genesis verify chain`)",
+                "between its own; and one page of several (its next_cursor set) ends before the head: --chain "
+                "fails on either though nothing was changed. Check such a file without --chain, and the chain "
+                "itself with `genesis verify chain`)",
                 soft_wrap=True,
             )
         if not breaks:
