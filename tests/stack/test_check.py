@@ -97,7 +97,8 @@ async def test_good_examples_pass_with_a_sandbox_report_and_leave_nothing_behind
         report = answer["sandbox_report"]
         assert report["verdict"] == "ok" and 50 <= report["ticks_run"] < 100 and report["calls"] > 0, report
         assert report["container_id"] and report["image"], report  # it ran in a container, not in the API
-        assert log[-1] == f"Sandbox: OK — {report['summary']}"
+        warned = "".join(f"; WARNING: {w}" for w in report["warnings"])  # e.g. one that never acted here
+        assert log[-1] == f"Sandbox: OK — {report['summary']}{warned}"
 
     # Nothing of it is a mutation: no row, nothing listed, no registry change, no proposal quota.
     assert await count_mutations(settings, agent.agent_id) == 0

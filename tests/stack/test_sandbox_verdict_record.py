@@ -133,9 +133,7 @@ async def test_the_workflow_records_the_verdict_the_activity_returned(no_activat
     assert record["sandbox_report"] == returned.model_dump()
     log = record["validation_log"]
     assert log[-1] == (
-        f"Sandbox: OK — {returned.summary}"
-        if status == "sandbox_ok"
-        else f"Sandbox: FAILED — SANDBOX_EXCEPTION: {returned.summary}"
+        returned.log_line() if status == "sandbox_ok" else f"Sandbox: FAILED — SANDBOX_EXCEPTION: {returned.summary}"
     )
     assert not any(line.startswith("Sandbox: running") for line in log)  # the verdict's line replaced it
     # The verdict was written by the workflow's own status activity, after the sandbox test.
