@@ -173,18 +173,19 @@ async def public_keys(session: AsyncSession) -> list[ReceiptKey]:
 def as_json(row: ReceiptRow) -> dict[str, Any]:
     """A receipt for clients: its fields (``sig`` base64), its hash, and ``cbor``: the exact canonical
     bytes that were signed over and hashed, base64, to verify byte for byte."""
-    out = signed_json(row.body)
+    out = signed_json(row.body, row.hash)
     out["seq"] = row.seq
     out["journal_seq"] = row.journal_seq
     return out
 
 
-def signed_json(body: bytes) -> dict[str, Any]:
-    """A signed record's fields (``sig`` base64), its hash and its exact bytes (``cbor``, base64)."""
+def signed_json(body: bytes, known_hash: str | None = None) -> dict[str, Any]:
+    """A signed record's fields (``sig`` base64), its hash (``known_hash`` when the row stores it)
+    and its exact bytes (``cbor``, base64)."""
     receipt = canonical.decode(body)
     out = {k: v for k, v in receipt.items() if k != "sig"}
     out["sig"] = base64.b64encode(receipt["sig"]).decode()
-    out["hash"] = signing.receipt_hash(receipt)
+    out["hash"] = known_hash or signing.receipt_hash(receipt)
     out["cbor"] = base64.b64encode(body).decode()
     return out
 
