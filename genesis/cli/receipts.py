@@ -199,6 +199,12 @@ def register(app: typer.Typer) -> None:
             except (OSError, UnicodeDecodeError) as exc:
                 raise CliError(f"{path}: cannot read it: {exc}", code=2) from exc
         elif what == "chain":
+            if not cli.operator_key:
+                cli.say(
+                    "no operator key: only the receipts your key may read are fetched, a part of the chain whose "
+                    "links break; give --operator-key (GENESIS_OPERATOR_KEY) to check the whole chain",
+                    soft_wrap=True,
+                )
             items, head = whole_chain(cli)
             chain = True
         elif signing.RECEIPT_ID_PATTERN.match(what):
