@@ -519,8 +519,10 @@ async def test_clicking_a_molbot_opens_its_inspector(browser, api_url, http, car
         assert shown < 800 - 50, shown  # drawn on 800 pixels, shown on fewer
 
         target = None
-        # carriers come and go, and a crowd hides them from a click: keep looking for up to 30 s
-        for _ in range(120):
+        carriers: list[int] = []
+        # carriers come and go (a newborn gains one of many live traits by chance), and a crowd
+        # hides them from a click: keep looking for up to 90 s
+        for _ in range(360):
             entities = (await http.get("/api/world/entities", params={"limit": 500})).json()["entities"]
             carriers = [e["id"] for e in entities if kept_name in e["traits"]]
             target = await page.evaluate(ISOLATED_CARRIER, [carriers])
@@ -532,7 +534,8 @@ async def test_clicking_a_molbot_opens_its_inspector(browser, api_url, http, car
             await page.wait_for_timeout(250)
         else:
             raise AssertionError(
-                f"no click opened the inspector on an isolated carrier of {kept_name} (last: {target})"
+                f"no click opened the inspector on an isolated carrier of {kept_name} "
+                f"(last: {target}; {len(carriers)} carriers alive at the end)"
             )
         molbot = target["id"]
         assert await page.locator("#inspector").is_visible()
