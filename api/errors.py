@@ -10,6 +10,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from redis.exceptions import RedisError
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -126,6 +127,13 @@ def install_error_handlers(app: FastAPI) -> None:
 
     for failure in DATABASE_FAILURES:
         app.add_exception_handler(failure, _database_failure)
+
+    async def _redis_failure(_: Request, exc: Exception) -> JSONResponse:
+        """Redis away on a route that does not answer for it itself: 503, as for Postgres."""
+        error = unavailable("REDIS_UNAVAILABLE", "Redis", exc)
+        return JSONResponse({"error": error.error, "detail": error.detail}, error.status_code)
+
+    app.add_exception_handler(RedisError, _redis_failure)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

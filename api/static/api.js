@@ -48,7 +48,10 @@ export function el(tag, attrs = {}, ...children) {
 export function showMessage(box, { title, lines = [], kind }) {
   box.hidden = false;
   box.className = `message${kind ? " " + kind : ""}`;
-  box.replaceChildren(el("strong", { text: title }), lines.length ? el("ul", {}, lines.map((l) => el("li", { text: l }))) : null);
+  // replaceChildren turns a null into the text "null": pass only the nodes there are
+  const nodes = [el("strong", { text: title })];
+  if (lines.length) nodes.push(el("ul", {}, lines.map((l) => el("li", { text: l }))));
+  box.replaceChildren(...nodes);
 }
 
 export function wsUrl(path) {

@@ -237,6 +237,7 @@ async def test_the_form_shows_api_errors_readably(page, http):
     await page.fill("#key-input", agent.api_key)
     await page.click("#key-form button")
     await wait_js(page, f"document.getElementById('agent-state').textContent.includes('{agent.agent_id}')")
+    assert await page.locator("#agent-message").text_content() == f"using the key of {agent.agent_id}"
 
     # A 422: the status code, the error code and the field that was wrong.
     await page.fill("#trait-name", "Not-Snake")
