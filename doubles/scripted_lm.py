@@ -19,7 +19,7 @@ import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-REFLECTION_STEPS = ("UPPERCASE", "PREFIX=ANSWER:")
+REFLECTION_STEPS = ("PREFIX=ANSWER:", "UPPERCASE")
 
 
 def transform(question: str, instructions: str) -> str:
@@ -51,7 +51,7 @@ class ScriptedLM:
                 pass
 
             def do_GET(self) -> None:  # a plain page, for egress tests
-                data = f"reached {self.server.server_address[1]}".encode()
+                data = f"reached {lm.port}".encode()
                 self.send_response(200)
                 self.send_header("content-length", str(len(data)))
                 self.end_headers()

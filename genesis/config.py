@@ -405,6 +405,11 @@ class GepaSettings(BaseModel):
         default="-gepa", description="GEPA workflows and activities poll `<task_queue><suffix>`."
     )
     concurrency: int = Field(default=24, ge=1, description="GEPA activities one worker runs at once.")
+    demo: bool = Field(
+        default=False,
+        description="`make run` serves the offline quickstart: a local DSPy program repository, its examples and a "
+        "scripted LM on loopback, and points the programs' LM at it (docs/gepa.md).",
+    )
     dspy_requirement: str = Field(default="dspy==3.4.1", description="Installed into every program environment.")
     local_repo_roots: str = Field(
         default="",

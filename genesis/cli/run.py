@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 import sys
 import threading
@@ -17,6 +18,7 @@ import threading
 from sqlalchemy import make_url
 
 from genesis import signing
+from genesis.cli import gepa_demo
 from genesis.cli.supervisor import CrashLoop, RestartPolicy, Supervisor
 from genesis.config import PROJECT_ROOT, Settings, get_settings
 from genesis.db.migrate import upgrade_to_head
@@ -117,7 +119,9 @@ def main() -> int:
     started = commands(settings)
     if ({"worker", "engine"} & started.keys()) and not receipt_keys(settings):
         return 1
-    supervisor = Supervisor(started, RestartPolicy.from_settings(settings.run), log_dir)
+    demo = gepa_demo.start(settings) if settings.gepa.demo else None
+    environment = {**os.environ, **(demo.environment if demo else {})}
+    supervisor = Supervisor(started, RestartPolicy.from_settings(settings.run), log_dir, env=environment)
     stop, force = threading.Event(), threading.Event()
 
     def on_signal(*_: object) -> None:
@@ -128,6 +132,12 @@ def main() -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     print(banner(settings, str(log_dir), list(started)), flush=True)
+    if demo is not None:
+        print(
+            f"  GEPA demo: a DSPy program in {demo.directory}/sources/qa-program, its examples and a scripted LM at "
+            f"{demo.lm.base_url} (GENESIS_GEPA_DEMO).\n  Optimise it once the worker is up: {demo.command}\n",
+            flush=True,
+        )
     crash: CrashLoop | None = None
     try:
         supervisor.run(stop)
@@ -136,6 +146,8 @@ def main() -> int:
         log.error("%s", loop)
     finally:
         supervisor.stop_all(force)
+        if demo is not None:
+            demo.close()
     if crash is None:
         print("Genesis stopped", flush=True)
         return 0
