@@ -44,6 +44,8 @@ class JournalActivities:
             str(request.from_tick),
             "--to-tick",
             str(request.to_tick),
+            "--archive",
+            str(self._settings.journal_archive_dir),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
         )

@@ -25,6 +25,7 @@ from api import (
     routes_feed,
     routes_governance,
     routes_health,
+    routes_journal,
     routes_mutation_list,
     routes_mutation_ops,
     routes_mutations,
@@ -208,6 +209,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(routes_health.root_router)
     app.include_router(routes_world.router)
     app.include_router(routes_world_rollback.router)
+    app.include_router(routes_journal.router)
     app.include_router(routes_world_replay.router)
     app.include_router(routes_audit.router)
     app.include_router(routes_receipts.router)

@@ -81,3 +81,42 @@ class WorldRollbackStatus(BaseModel):
     state_hash: str | None = None
     requested_at: float | None = None
     updated_at: float | None = None
+
+
+class RetentionPolicy(BaseModel):
+    keep_last: int
+    keep_every: int
+    keep_ticks: int = Field(description="How long (ticks behind the newest) the keep_every snapshots stay; 0: for ever")
+    segments: Literal["keep", "archive", "delete"]
+
+
+class ArchiveState(BaseModel):
+    segments: int = Field(description="Segments in the archive")
+    bytes: int = Field(description="Its size on disk (segments, snapshots and index)")
+    first_seq: int | None
+    last_seq: int | None
+    first_tick: int | None = Field(description="The first tick an archived segment holds")
+    snapshots: int = Field(description="Snapshots the archive keeps (replay starts from them)")
+
+
+class DiskState(BaseModel):
+    total_bytes: int
+    free_bytes: int
+    low: bool = Field(description="Free space below GENESIS_JOURNAL_DISK_WARN_FREE: the engine warns in its log")
+
+
+class JournalStatus(BaseModel):
+    """What the journal holds and keeps, as the engine last published it (every 10 s)."""
+
+    policy: RetentionPolicy = Field(description="The manifest's retention, as the engine applies it")
+    records_bytes: int = Field(description="The journal's segments on disk")
+    snapshots_bytes: int
+    segments: int
+    first_seq: int | None = Field(description="The first record the journal itself still holds")
+    snapshots: int
+    oldest_replayable_tick: int | None = Field(
+        description="The oldest kept snapshot of the current epoch: replay from the journal alone starts there"
+    )
+    archive: ArchiveState
+    disk: DiskState
+    updated_at: float

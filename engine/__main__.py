@@ -37,6 +37,7 @@ from .metrics import EngineCollector
 from .observers import ObservationReporter
 from .quarantine import QuarantineReporter
 from .replay import ReplayError
+from .retention import RetentionKeeper
 from .rollbacks import RollbackFollower
 from .rounds import RoundKeeper
 from .selection import SelectionKeeper
@@ -134,14 +135,21 @@ async def still_open(sessions, pinned: set[str]) -> set[str]:
     return kept | (pinned - found)  # a mutation not on record (yet): keep its point
 
 
-async def keep_the_record(settings, engine: Engine, keyring: signing.Keyring, stop: asyncio.Event) -> None:
+async def keep_the_record(
+    settings, engine: Engine, keyring: signing.Keyring, redis: aioredis.Redis, stop: asyncio.Event
+) -> None:
     """About once a second: carry the pipeline's new receipts and policy decisions into the journal
     (where the audit finds them), and keep the audit projection (pipeline/audit.py) up with the
-    journal, signing the receipts of trait-set changes and rollbacks as it goes; and re-sign the
-    receipt chain's head once a minute, so its time says how current it is."""
+    journal, signing the receipts of trait-set changes and rollbacks as it goes; re-sign the
+    receipt chain's head once a minute, so its time says how current it is; and apply the
+    manifest's retention to the journal behind the projection (engine/retention.py)."""
     sessions = get_sessionmaker(settings.database_url)
     signer = receipts.Signer(sessions, keyring)
     tail = JournalTail(settings.journal_dir / "records")  # the projection's place, kept between rounds
+    assert engine.journal is not None
+    keeper = RetentionKeeper(
+        settings, engine, engine.journal, get_engine(settings.database_url), sessions, keyring, redis
+    )
     while not stop.is_set():
         try:
             await signer.ready()  # the public keys published once (retried while Postgres is away)
@@ -154,8 +162,9 @@ async def keep_the_record(settings, engine: Engine, keyring: signing.Keyring, st
                     await journal_outbox.mark_journaled(sessions, outbox, done)
             while not stop.is_set() and await audit.project(sessions, settings.journal_dir, keyring=keyring, tail=tail):
                 pass  # a backlog (after a stop): batch after batch
-            if engine.journal is not None and engine.journal.pins:
+            if engine.journal.pins:
                 engine.journal.unpin(await still_open(sessions, set(engine.journal.pins)))
+            await keeper.maybe_run(tail.next_seq)
         except Exception as exc:  # Postgres away, or a journal the projection does not know: retried
             log.warning("receipts and audit projection: %s", exc)
         try:
@@ -197,7 +206,9 @@ async def main() -> None:
     following = asyncio.create_task(params.follow(stop))
     rollbacks = asyncio.create_task(RollbackFollower(engine, redis).follow(stop))
     keyring = signing.ensure_keyring(settings.receipt_keys_path)
-    projecting = asyncio.create_task(keep_the_record(settings, engine, keyring, stop)) if journal is not None else None
+    projecting = (
+        asyncio.create_task(keep_the_record(settings, engine, keyring, redis, stop)) if journal is not None else None
+    )
     keeping_rounds = None
     if settings.rounds.enabled:  # agents' rounds (engine/rounds.py)
         keeper = RoundKeeper(settings, engine, database, keyring)

@@ -26,6 +26,7 @@ from typing import Any
 
 from genesis import canonical
 from genesis.config import Settings
+from journal import retention
 from journal.reader import JournalReader
 from journal.record import ZERO_HASH, Header
 from journal.snapshots import SnapshotMeta, SnapshotStore
@@ -75,6 +76,9 @@ class WorldJournal:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="journal-snapshots")
         self._pins_path = store.directory / PINS_FILE
         self.pins: dict[str, str] = self._read_pins()  # mutation id -> the snapshot it would roll back to
+        # What the journal keeps: the settings' until the manifest in force is read (engine/retention.py)
+        self.policy = retention.Policy(keep_last=settings.journal.keep_last, keep_every=settings.journal.keep_every)
+        self.archive = retention.Archive(settings.journal_archive_dir)
 
     # -- opening ---------------------------------------------------------------------------
 
@@ -244,11 +248,61 @@ class WorldJournal:
         saved = self.store.save(meta, data)
         self.last_snapshot = saved
         self.snapshots_saved += 1
-        pinned = set(self.pins.values())
-        deleted = self.store.prune(self.settings.journal.keep_last, self.settings.journal.keep_every, pinned)
+        self._prune()
+        return saved
+
+    def _prune(self) -> None:
+        """Snapshots retention no longer keeps go; in the archive, those that go for their age."""
+        policy, pinned = self.policy, set(self.pins.values())
+        adopt = (lambda meta: self.archive.adopt_snapshot(self.store, meta)) if policy.segments == "archive" else None
+        deleted = self.store.prune(policy.keep_last, policy.keep_every, pinned, policy.keep_ticks, on_aged=adopt)
         if deleted:
             log.debug("journal: pruned snapshots %s", deleted)
-        return saved
+
+    # -- retention of segments -------------------------------------------------------------------
+
+    async def retire(self, projected_seq: int) -> list[retention.Archived]:
+        """Apply the policy to the snapshots, then to the closed segments no kept snapshot and no
+        reader needs (all their records before the oldest kept snapshot's and before
+        ``projected_seq``, where the audit projection stands): kept, archived or deleted. On the
+        snapshot thread, so never beside a snapshot being saved or pruned."""
+        return await asyncio.wrap_future(self._pool.submit(self._retire, projected_seq))
+
+    def _retire(self, projected_seq: int) -> list[retention.Archived]:
+        self._prune()
+        policy = self.policy
+        kept = self.store.kept()
+        if policy.segments == "keep" or not kept:
+            return []
+        oldest = min(m.journal_seq for m in kept)
+        done: list[retention.Archived] = []
+        for segment in retention.retirable(self.writer_directory, min(oldest, projected_seq)):
+            if policy.segments == "archive":
+                try:
+                    done.append(self.archive.add_segment(segment))
+                except retention.ArchiveRefused as exc:
+                    log.error("journal: segment not archived, left in place: %s", exc)
+                    break
+            else:
+                done.append(retention.delete_segment(segment))
+        return done
+
+    def usage(self) -> dict[str, Any]:
+        """Disk use, archive state and the oldest replayable tick (for ``GET /v1/journal/status``)."""
+        kept = self.store.kept()
+        current = [m for m in kept if m.epoch == self.epoch]
+        segs = retention.segments(self.writer_directory)
+        return {
+            "policy": asdict(self.policy),
+            "records_bytes": retention.directory_bytes(self.writer_directory),
+            "snapshots_bytes": retention.directory_bytes(self.store.directory),
+            "segments": len(segs),
+            "first_seq": segs[0][0] if segs else None,
+            "snapshots": len(kept),
+            "oldest_replayable_tick": min((m.tick for m in current), default=None),
+            "archive": self.archive.usage(),
+            "disk": retention.disk(self.settings.journal_dir),
+        }
 
     def wait_for_snapshot(self) -> None:
         saving, self._saving = self._saving, None

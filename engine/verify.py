@@ -36,16 +36,26 @@ def verify_range(
     from_tick: int,
     to_tick: int,
     progress: Callable[[dict[str, Any]], None] | None = None,
+    archive_dir: Path | None = None,
 ) -> dict[str, Any]:
+    """``archive_dir``: the journal's archive (journal/retention.py), read for a range that
+    starts before the journal's own oldest snapshot."""
     if from_tick < 0 or to_tick < from_tick:
         raise ReplayError(f"a range needs 0 <= from <= to (got {from_tick}..{to_tick})")
-    reader = JournalReader(journal_dir / "records")
+    archived = archive_dir / "records" if archive_dir is not None and (archive_dir / "records").is_dir() else None
+    reader = JournalReader(journal_dir / "records", archived)
     store = SnapshotStore(journal_dir / "snapshots")
     head = reader.head()
     if head is None:
         raise ReplayError(f"no journal in {journal_dir}")
     started = time.perf_counter()
-    meta = base_snapshot(store, reader, from_tick, head)
+    try:
+        meta = base_snapshot(store, reader, from_tick, head)
+    except ReplayError:
+        if archived is None:
+            raise
+        store = SnapshotStore(archived.parent / "snapshots")
+        meta = base_snapshot(store, reader, from_tick, head)
     replay = Replay.from_snapshot(store, meta, header_at(reader, meta.journal_seq))
     report: dict[str, Any] = {
         "equal": True,
@@ -108,13 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--journal", type=Path, required=True, help="the journal directory (GENESIS_JOURNAL_DIR)")
     parser.add_argument("--from-tick", type=int, required=True)
     parser.add_argument("--to-tick", type=int, required=True)
+    parser.add_argument("--archive", type=Path, help="the journal's archive (GENESIS_JOURNAL_ARCHIVE_DIR), if any")
     args = parser.parse_args(argv)
 
     def progress(p: dict[str, Any]) -> None:
         print(json.dumps({"progress": p}), flush=True)
 
     try:
-        report = verify_range(args.journal, args.from_tick, args.to_tick, progress)
+        report = verify_range(args.journal, args.from_tick, args.to_tick, progress, args.archive)
     except (ReplayError, JournalCorrupt) as exc:
         print(json.dumps({"error": str(exc)}), flush=True)
         return 2

@@ -618,6 +618,12 @@ class Settings(BaseSettings):
     def journal_dir(self) -> Path:
         return self.journal.dir if self.journal.dir is not None else self.state_dir / "journal"
 
+    @property
+    def journal_archive_dir(self) -> Path:
+        if self.journal.archive_dir is not None:
+            return self.journal.archive_dir
+        return self.journal_dir.with_name(self.journal_dir.name + "-archive")
+
     forced_trigger_limit: int = Field(
         default=10,
         ge=1,

@@ -110,6 +110,8 @@ WORLD_PARAMS_OVERRIDES = "meta:world:params"
 # answers each under world:rollback:{request_id} (JSON: status requested | applied | refused, ...).
 WORLD_ROLLBACK_REQUESTS = "world:rollback:requests"
 WORLD_ROLLBACK_TTL_S = 7 * 24 * 3600
+# JSON: the journal's disk use, archive and retention in force (engine/retention.py), with a TTL
+JOURNAL_STATUS = "engine:journal"
 # JSON list of the snapshots the engine keeps (name, epoch, tick, journal_seq, state_hash, ...).
 ENGINE_SNAPSHOTS = "engine:snapshots"
 # JSON: the engine's live fitness ledger (engine/ledger.py), every trait's evidence since its

@@ -121,6 +121,18 @@ class JournalSettings(BaseModel):
         "nothing written; a machine that loses power loses at most this much, detected as a torn tail.",
     )
     segment_records: int = Field(default=3600, ge=1, description="Records per journal segment file.")
+    archive_dir: Path | None = Field(
+        default=None,
+        description="Where retired segments go when the manifest's `retention.segments` is `archive` (compressed, "
+        "chain-checked, replayable); empty: beside the journal, `<journal dir>-archive`.",
+    )
+    disk_warn_free: float = Field(
+        default=0.1,
+        gt=0,
+        lt=1,
+        description="The engine warns (log, `GET /v1/journal/status`, metric) when the journal's disk has less "
+        "than this share free.",
+    )
     harm_fitness: float = Field(
         default=-0.5,
         le=0,

@@ -89,8 +89,25 @@ class Approvals(_Strict):
 
 
 class Retention(_Strict):
-    keep_last: int = Field(default=10, ge=1, le=10_000)
-    keep_every: int = Field(default=60, ge=1, le=1_000_000)
+    """What the journal keeps (journal/retention.py); the engine applies a change within seconds."""
+
+    keep_last: int = Field(default=10, ge=1, le=10_000, description="Snapshots kept: the last this many.")
+    keep_every: int = Field(
+        default=60, ge=1, le=1_000_000, description="Also every Nth snapshot ever taken, while `keep_ticks` allows."
+    )
+    keep_ticks: int = Field(
+        default=1_296_000,
+        ge=0,
+        le=10**12,
+        description="How many ticks behind the newest snapshot the `keep_every` ones stay (six hours at 60 "
+        "ticks/s); 0: for ever. The oldest kept snapshot is where the journal's replayable history begins.",
+    )
+    segments: Literal["keep", "archive", "delete"] = Field(
+        default="archive",
+        description="Journal segments older than the oldest kept snapshot (and already projected into the audit): "
+        "`keep` them, `archive` them (compressed, chain-checked, replayable, in GENESIS_JOURNAL_ARCHIVE_DIR) or "
+        "`delete` them; each retirement has a receipt.",
+    )
 
 
 class Rounds(_Strict):

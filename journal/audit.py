@@ -14,7 +14,9 @@ cause and a short summary:
 - ``host.missed``, ``host.skipped``, ``host.refused``, ``host.error``: ticks the trait host did
   not serve (the cause says why);
 - ``receipt``: a signed receipt of the mutation pipeline, as the journal carries it;
-- ``policy.decision``: a decision of the policy gate (the cause: ``allow`` or ``deny``).
+- ``policy.decision``: a decision of the policy gate (the cause: ``allow`` or ``deny``);
+- ``journal.retention``: the engine took up the manifest's retention (the policy before and after;
+  each archived or deleted batch of segments then has its ``receipt``).
 
 Plain ticks whose host served them yield nothing: they are in the journal (``GET
 /v1/audit/records`` lists records themselves)."""
@@ -37,6 +39,7 @@ EVENT_KINDS = (
     *(f"host.{outcome}" for outcome in HOST_TROUBLE),
     "receipt",
     "policy.decision",
+    "journal.retention",
 )
 
 
@@ -122,6 +125,12 @@ def events_of(record: JournalRecord, previous_params: dict[str, Any] | None = No
             summary={"decision_id": body.get("id")}
             | {k: asked.get(k) for k in ("role", "action", "subject", "resource")}
             | {k: decided.get(k) for k in ("rule", "reason", "manifest_hash", "dry_run")},
+        )
+    elif h.kind == "journal.retention":
+        add(
+            "journal.retention",
+            cause="manifest",
+            summary={k: body.get(k) for k in ("policy", "previous", "manifest_version")},
         )
     elif h.kind == "tick":
         traits = body.get("traits")

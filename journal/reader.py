@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .framing import Walk, frames
 from .record import ZERO_HASH, Header, JournalCorrupt, JournalRecord, decode_record
-from .segments import segments, walk_end
+from .segments import read_segment, segments, walk_end
 
 
 @dataclass
@@ -35,9 +35,19 @@ class Position:
 
 
 class JournalReader:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, archive: Path | None = None) -> None:
+        """The journal's segments in ``directory``; with ``archive`` (an archive's ``records/``,
+        journal/retention.py), those it holds before them too, read as one journal."""
         self.directory = Path(directory)
+        self.archive = Path(archive) if archive is not None else None
         self.torn_tail = False  # the last walk ended at a torn tail
+
+    def segments(self) -> list[tuple[int, Path]]:
+        live = segments(self.directory)
+        if self.archive is None:
+            return live
+        starts = {first for first, _ in live}
+        return sorted([*(s for s in segments(self.archive) if s[0] not in starts), *live])
 
     def records(self, from_seq: int = 0, to_seq: int | None = None) -> Iterator[JournalRecord]:
         """The records ``from_seq`` through ``to_seq`` (None: to the end), lazily. The chain is
@@ -57,7 +67,7 @@ class JournalReader:
         """Every record from the start of the segment holding ``from_seq``, or from ``resume`` (where
         an earlier walk stood, its last header trusted), each with the position after it."""
         self.torn_tail = False
-        segs = segments(self.directory)
+        segs = self.segments()
         if not segs:
             return
         if resume is None:
@@ -81,9 +91,7 @@ class JournalReader:
                 )
             if offset == 0 and first < expected:
                 raise JournalCorrupt(expected, f"segment {path.name} starts at record {first}, expected {expected}")
-            with path.open("rb") as f:
-                f.seek(offset)
-                data = f.read()
+            data = read_segment(path, offset)
             walk = Walk()
             for fr in frames(data, walk):
                 record = decode_record(fr.payload, expected)
@@ -115,7 +123,7 @@ class JournalReader:
 
     def head(self) -> Header | None:
         """The last record's header (reading the last segment that holds one)."""
-        for first, _ in reversed(segments(self.directory)):
+        for first, _ in reversed(self.segments()):
             last = None
             for header in self.headers(from_seq=first):
                 last = header

@@ -1,5 +1,7 @@
 """Segment files of a journal directory: ``seg-<first seq, 20 digits>.gjl``, in sequence order.
-The names alone say where each record is: nothing else indexes the journal."""
+The names alone say where each record is: nothing else indexes the journal. An archive
+(journal/retention.py) holds the same segments zstd-compressed whole, ``….gjl.zst``; readers
+read either."""
 
 from __future__ import annotations
 
@@ -8,13 +10,25 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+import zstandard
+
 from . import framing
 
-_NAME = re.compile(r"^seg-(\d{20})\.gjl$")
+_NAME = re.compile(r"^seg-(\d{20})\.gjl(\.zst)?$")
+COMPRESSED = ".zst"
 
 
 def segment_name(first_seq: int) -> str:
     return f"seg-{first_seq:020d}.gjl"
+
+
+def read_segment(path: Path, offset: int = 0) -> bytes:
+    """A segment's bytes from ``offset`` (an archived one decompressed first)."""
+    if path.name.endswith(COMPRESSED):
+        return zstandard.ZstdDecompressor().decompress(path.read_bytes(), max_output_size=1 << 31)[offset:]
+    with path.open("rb") as f:
+        f.seek(offset)
+        return f.read()
 
 
 def segments(directory: Path) -> list[tuple[int, Path]]:

@@ -5,8 +5,8 @@ version and the live trait versions; restoring checks them all.
 Files ``snap-e<epoch>-t<tick>-s<seq>.gsn`` hold zstd-compressed canonical CBOR ``{"meta", "world"}``,
 written to a temporary name, fsynced and renamed. ``catalog.cbor`` lists the snapshots (rewritten
 the same way): a file it does not list is not the store's and is never deleted. Retention keeps
-the last N (at least the newest, so numbers never repeat), every Kth ever taken and the pinned
-ones (rollback points of open mutations)."""
+the last N (at least the newest, so numbers never repeat), every Kth ever taken while it is young
+enough, and the pinned ones (rollback points of open mutations): journal/retention.py."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ import logging
 import os
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -91,6 +92,29 @@ class SnapshotMeta:
     def inner(self) -> dict[str, Any]:
         """What the file itself says of the snapshot."""
         return {k: getattr(self, k) for k in _META_FIELDS}
+
+
+def kept_snapshots(
+    metas: builtins.list[SnapshotMeta], keep_last: int, keep_every: int, keep_ticks: int, pinned: set[str]
+) -> tuple[set[str], set[str]]:
+    """(kept, dropped for age): the names of ``metas`` (in the order taken) retention keeps — the
+    last ``keep_last`` (at least the newest: a restart resumes from it, and the next number
+    follows it), the ``pinned`` ones, and every ``keep_every``-th ever taken (0: none) while
+    within ``keep_ticks`` of the newest tick (0: for ever) — and the ``keep_every``-th ones it
+    drops only for their age."""
+    if not metas:
+        return set(), set()
+    last = {m.name for m in metas[-max(keep_last, 1) :]}
+    newest_tick = max(m.tick for m in metas)
+    kept, aged = set(), set()
+    for m in metas:
+        periodic = keep_every > 0 and m.number % keep_every == 0
+        young = keep_ticks == 0 or m.tick >= newest_tick - keep_ticks
+        if m.name in last or m.name in pinned or (periodic and young):
+            kept.add(m.name)
+        elif periodic:
+            aged.add(m.name)
+    return kept, aged
 
 
 def verify_against(meta: SnapshotMeta, header: Header) -> str | None:
@@ -214,33 +238,54 @@ class SnapshotStore:
 
     # -- retention ---------------------------------------------------------------------------
 
-    def prune(self, keep_last: int, keep_every: int, pinned: set[str]) -> builtins.list[str]:
-        """Delete the snapshots retention does not keep: it keeps the last ``keep_last`` (always at
-        least the newest: a restart resumes from it, and the next number follows it), every
-        ``keep_every``-th ever taken (0: none) and the ``pinned`` names. The catalog is rewritten
-        first, then the files go; a file the catalog does not list is left alone (and logged)."""
+    def prune(
+        self,
+        keep_last: int,
+        keep_every: int,
+        pinned: set[str],
+        keep_ticks: int = 0,
+        on_aged: Callable[[SnapshotMeta], None] | None = None,
+    ) -> builtins.list[str]:
+        """Delete the snapshots retention does not keep (:func:`kept_snapshots`); ``on_aged`` sees
+        each ``keep_every``-th one that goes only for its age first (an archive adopts it). The
+        catalog is rewritten first, then the files go; a file the catalog does not list is left
+        alone (and logged)."""
         with self._lock:
             lock = self._exclusive()
             try:
                 metas = self.kept()
-                last = {m.name for m in metas[-max(keep_last, 1) :]}
-                kept = [
-                    m
-                    for m in metas
-                    if m.name in last or m.name in pinned or (keep_every > 0 and m.number % keep_every == 0)
-                ]
-                gone = [m.name for m in metas if m not in kept]
+                names, aged = kept_snapshots(metas, keep_last, keep_every, keep_ticks, pinned)
+                gone = [m for m in metas if m.name not in names]
                 if gone:
-                    self._write_catalog(kept)
-                    for name in gone:
+                    if on_aged is not None:
+                        for m in gone:
+                            if m.name in aged:
+                                on_aged(m)
+                    self._write_catalog([m for m in metas if m.name in names])
+                    for m in gone:
                         try:
-                            (self.directory / name).unlink()
+                            (self.directory / m.name).unlink()
                         except FileNotFoundError:
                             pass
                 strays = self.strays()
                 if strays:
                     log.warning("snapshots: %d file(s) the catalog does not list, left alone: %s", len(strays), strays)
-                return gone
+                return [m.name for m in gone]
+            finally:
+                lock.close()
+
+    def adopt(self, meta: SnapshotMeta, source: Path) -> None:
+        """Take another store's snapshot file, as it is, under its own name and number (an
+        archive's store keeps the numbers of the journal's)."""
+        with self._lock:
+            lock = self._exclusive()
+            try:
+                metas = [m for m in self.kept() if m.name != meta.name]
+                data = source.read_bytes()
+                if hashlib.sha256(data).digest() != meta.file_sha256:
+                    raise SnapshotCorrupt(f"snapshot {meta.name}: the file's sha256 differs from the catalog's")
+                self._write_atomic(self.directory / meta.name, data)
+                self._write_catalog(sorted([*metas, meta], key=lambda m: m.number))
             finally:
                 lock.close()
 

@@ -62,6 +62,7 @@ class JournalWriter:
         self.directory.mkdir(parents=True, exist_ok=True)
         self.segment_max_records = segment_max_records
         self.segment_max_bytes = segment_max_bytes
+        self.bytes_written = 0  # by this writer since it opened
         self.fsync_interval_s = fsync_interval_s
         self._lock_file = open(self.directory / "LOCK", "a+")  # noqa: SIM115 (held while open)
         try:
@@ -195,6 +196,7 @@ class JournalWriter:
     def _advance(self, data: bytes, header: Header) -> None:
         self._segment_records += 1
         self._segment_bytes += len(data)
+        self.bytes_written += len(data)
         self.head = header
 
     def _settle(self, fd: int, data: bytes, header: Header) -> None:

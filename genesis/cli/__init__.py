@@ -7,7 +7,18 @@ from typing import Annotated
 
 import typer
 
-from genesis.cli import agents, check, governance, mutations, operate, operator_keys, receipts, workflows, world
+from genesis.cli import (
+    agents,
+    check,
+    governance,
+    journal,
+    mutations,
+    operate,
+    operator_keys,
+    receipts,
+    workflows,
+    world,
+)
 from genesis.cli.output import Cli, examples
 
 DEFAULT_API = "http://127.0.0.1:8000"
@@ -70,4 +81,5 @@ operate.register(app)
 operator_keys.register(app)
 receipts.register(app)
 governance.register(app)
+journal.register(app)
 workflows.register(app)

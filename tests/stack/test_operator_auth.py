@@ -43,6 +43,7 @@ OPERATOR_ROUTES = {
     ("POST", "/api/evolution/trigger"),
     ("POST", "/v1/world/rollback"),
     ("GET", "/v1/world/replay/verify"),
+    ("GET", "/v1/journal/status"),
     ("GET", "/v1/audit/events"),
     ("GET", "/v1/audit/export"),
     ("POST", "/v1/agents/{agent_id}/capabilities"),

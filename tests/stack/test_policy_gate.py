@@ -176,7 +176,7 @@ async def test_the_simulator_decides_without_recording(http, operator_http):
     assert await decisions_of(operator_http, me.agent_id) == []
 
 
-async def test_decisions_reach_the_journal_and_its_audit(http, operator_http, settings, tmp_path):
+async def test_decisions_reach_the_journal_and_its_audit(http, operator_http, settings, tmp_path, redis_client):
     me = await agents.register(http, "caps-journaled")
     await operator_http.delete(f"/v1/agents/{me.agent_id}/capabilities/traits.propose")
     denied = (await propose(http, me, "gate_journaled")).json()
@@ -191,7 +191,9 @@ async def test_decisions_reach_the_journal_and_its_audit(http, operator_http, se
     stop = asyncio.Event()
     try:
         await engine.run_ticks(20)
-        keeping = asyncio.create_task(keep_the_record(record_settings, engine, signing.ensure_keyring(keys_dir), stop))
+        keeping = asyncio.create_task(
+            keep_the_record(record_settings, engine, signing.ensure_keyring(keys_dir), redis_client, stop)
+        )
         deadline = time.monotonic() + 30
         while True:
             async with sessions() as session:
