@@ -261,30 +261,38 @@ class WorldJournal:
 
     # -- retention of segments -------------------------------------------------------------------
 
-    async def retire(self, projected_seq: int) -> list[retention.Archived]:
-        """Apply the policy to the snapshots, then to the closed segments no kept snapshot and no
-        reader needs (all their records before the oldest kept snapshot's and before
-        ``projected_seq``, where the audit projection stands): kept, archived or deleted. On the
-        snapshot thread, so never beside a snapshot being saved or pruned."""
+    async def retire(self, projected_seq: int) -> list[tuple[retention.Segment, retention.Archived]]:
+        """Apply the policy to the snapshots, then find the closed segments no kept snapshot and
+        no reader needs (all their records before the oldest kept snapshot's and before
+        ``projected_seq``, where the audit projection stands): archived copies made (``archive``)
+        or described (``delete``); :meth:`remove` takes them out once their receipt is signed. On
+        the snapshot thread, so never beside a snapshot being saved or pruned."""
         return await asyncio.wrap_future(self._pool.submit(self._retire, projected_seq))
 
-    def _retire(self, projected_seq: int) -> list[retention.Archived]:
+    async def remove(self, segments: list[retention.Segment]) -> None:
+        def remove_all() -> None:
+            for segment in segments:
+                retention.remove(segment)
+
+        await asyncio.wrap_future(self._pool.submit(remove_all))
+
+    def _retire(self, projected_seq: int) -> list[tuple[retention.Segment, retention.Archived]]:
         self._prune()
         policy = self.policy
         kept = self.store.kept()
         if policy.segments == "keep" or not kept:
             return []
         oldest = min(m.journal_seq for m in kept)
-        done: list[retention.Archived] = []
+        done: list[tuple[retention.Segment, retention.Archived]] = []
         for segment in retention.retirable(self.writer_directory, min(oldest, projected_seq)):
             if policy.segments == "archive":
                 try:
-                    done.append(self.archive.add_segment(segment))
+                    done.append((segment, self.archive.add_segment(segment)))
                 except retention.ArchiveRefused as exc:
                     log.error("journal: segment not archived, left in place: %s", exc)
                     break
             else:
-                done.append(retention.delete_segment(segment))
+                done.append((segment, retention.describe(segment)))
         return done
 
     def usage(self) -> dict[str, Any]:

@@ -85,9 +85,10 @@ class RetentionKeeper:
 
     async def run(self, projected_seq: int) -> None:
         await self._follow_the_manifest()
-        retired = await self.journal.retire(projected_seq)
-        if retired:
-            await self._receipt(retired)
+        retiring = await self.journal.retire(projected_seq)
+        if retiring:
+            await self._receipt([entry for _, entry in retiring])
+            await self.journal.remove([segment for segment, _ in retiring])
         await self._publish()
 
     async def _follow_the_manifest(self) -> None:

@@ -56,6 +56,8 @@ KINDS = (
     "world.rollback",
     "audit.export",
     "round.settled",
+    "journal.archived",
+    "journal.deleted",
     "governance.proposed",
     "governance.shadowed",
     "governance.approved",

@@ -12,7 +12,8 @@ zstd-compressed whole (``seg-….gjl.zst``), ``snapshots/`` the snapshots retent
 (a store with its catalog), and ``index.jsonl`` one line per archived segment (its range, the
 hash of its last header, the sha256 of the archived file). A segment is archived only when its
 chain is sound and continues the archive's last segment where the archive holds the one before
-it; the archived file is read back and compared before the original is removed. A
+it; the archived file is read back and compared, and the original is removed only once the
+retirement's receipt is signed (a failure in between leaves both, and the next round goes on). A
 ``JournalReader`` over the archive's ``records/`` reads the archived segments, and
 ``python -m engine.verify --journal-dir <archive>`` replays any range between its snapshots.
 """
@@ -33,7 +34,7 @@ import zstandard
 from .reader import JournalReader
 from .segments import COMPRESSED, read_segment, segments
 
-__all__ = ["Archive", "ArchiveRefused", "Archived", "Policy", "Segment", "delete_segment", "retirable", "segments"]
+__all__ = ["Archive", "ArchiveRefused", "Archived", "Policy", "Segment", "describe", "remove", "retirable", "segments"]
 from .snapshots import SnapshotMeta, SnapshotStore
 
 SegmentPolicy = Literal["keep", "archive", "delete"]
@@ -104,9 +105,13 @@ class Archive:
         return [Archived(**json.loads(line)) for line in lines if line.strip()]
 
     def add_segment(self, segment: Segment) -> Archived:
-        """Archive one retired segment: its chain checked (and its link to the archive's segment
-        before it), compressed, written, read back and compared; then the original removed."""
+        """Archive a copy of one retired segment: its chain checked (and its link to the archive's
+        segment before it), compressed, written, read back and compared. The original stays until
+        :func:`remove` (once its receipt is signed); a segment archived already is not again."""
         original = segment.path.read_bytes()
+        done = next((e for e in self.entries() if e.first_seq == segment.first_seq), None)
+        if done is not None and done.last_seq == segment.last_seq and self._reads_back(done, original):
+            return done
         check = JournalReader(segment.path.parent).verify_chain(segment.first_seq, segment.last_seq)
         if not check.ok or check.head is None or check.head.seq != segment.last_seq:
             raise ArchiveRefused(f"{segment.path.name}: its chain is not sound ({check.reason or 'records missing'})")
@@ -138,8 +143,14 @@ class Archive:
             f.write(json.dumps(entry.to_data(), sort_keys=True) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        segment.path.unlink()
         return entry
+
+    def _reads_back(self, entry: Archived, original: bytes) -> bool:
+        target = self.records / entry.name
+        try:
+            return hashlib.sha256(target.read_bytes()).hexdigest() == entry.sha256 and read_segment(target) == original
+        except (OSError, zstandard.ZstdError):
+            return False
 
     def adopt_snapshot(self, store: SnapshotStore, meta: SnapshotMeta) -> None:
         """Copy a snapshot retention drops for age into the archive's store (its file as it is)."""
@@ -157,12 +168,12 @@ class Archive:
         }
 
 
-def delete_segment(segment: Segment) -> Archived:
-    """Delete one retired segment; what it held, for the receipt."""
+def describe(segment: Segment) -> Archived:
+    """What a segment about to be deleted holds, for its receipt."""
     reader = JournalReader(segment.path.parent)
     headers = list(reader.headers(segment.first_seq, segment.last_seq))
     data = segment.path.read_bytes()
-    entry = Archived(
+    return Archived(
         name=segment.path.name,
         first_seq=segment.first_seq,
         last_seq=segment.last_seq,
@@ -173,8 +184,11 @@ def delete_segment(segment: Segment) -> Archived:
         archived_bytes=0,
         sha256=hashlib.sha256(data).hexdigest(),
     )
-    segment.path.unlink()
-    return entry
+
+
+def remove(segment: Segment) -> None:
+    """The retired segment leaves the journal (archived and receipted, or receipted for deletion)."""
+    segment.path.unlink(missing_ok=True)
 
 
 def directory_bytes(directory: Path) -> int:

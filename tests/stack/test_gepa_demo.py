@@ -54,7 +54,7 @@ async def test_the_offline_quickstart_optimises_the_demo_program(gepa_stack, tmp
         )
         assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
         assert "registered agent agt_" in done.stdout
-        summary = json.loads(done.stdout[done.stdout.index("{") :])
+        summary = json.loads(done.stdout[done.stdout.rindex('{\n  "best_score"') :])  # after gepa's own lines
         assert summary["best_score"] == 1.0, summary
         assert "PREFIX=ANSWER:" in summary["best_candidate"]["answer"], summary
         async with httpx.AsyncClient(base_url=url, timeout=30) as http:

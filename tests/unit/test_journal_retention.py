@@ -9,7 +9,7 @@ import json
 import pytest
 
 from journal.reader import JournalReader
-from journal.retention import Archive, ArchiveRefused, Segment, delete_segment, retirable
+from journal.retention import Archive, ArchiveRefused, Segment, describe, remove, retirable
 from journal.segments import segments
 from journal.snapshots import SnapshotStore, kept_snapshots
 from journal.writer import JournalWriter
@@ -53,7 +53,12 @@ def test_only_closed_segments_wholly_before_the_bound_retire(tmp_path):
 def test_archived_segments_read_back_as_one_journal_with_the_rest(tmp_path):
     live, archive = tmp_path / "records", Archive(tmp_path / "archive")
     headers = write(live, 24, segment_max_records=5)
-    entries = [archive.add_segment(s) for s in retirable(live, 12)]
+    retiring = retirable(live, 12)
+    entries = [archive.add_segment(s) for s in retiring]
+    assert [archive.add_segment(s) for s in retiring] == entries  # archived once: a retry finds it
+    assert [first for first, _ in segments(live)] == [0, 5, 10, 15, 20]  # kept until their receipt
+    for segment in retiring:
+        remove(segment)
     assert [e.name for e in entries] == ["seg-00000000000000000000.gjl.zst", "seg-00000000000000000005.gjl.zst"]
     assert entries[1].last_hash == headers[9].hash().hex() and entries[1].first_tick == 6
     assert [first for first, _ in segments(live)] == [10, 15, 20]  # the originals are gone
@@ -96,8 +101,10 @@ def test_a_segment_that_does_not_follow_the_archive_is_refused(tmp_path):
     assert segment.path.exists()
 
 
-def test_deleting_a_segment_reports_what_it_held(tmp_path):
+def test_a_segment_to_delete_is_described_for_its_receipt(tmp_path):
     headers = write(tmp_path, 12, segment_max_records=5)
-    gone = delete_segment(retirable(tmp_path, 12)[0])
+    segment = retirable(tmp_path, 12)[0]
+    gone = describe(segment)
     assert (gone.first_seq, gone.last_seq, gone.last_hash) == (0, 4, headers[4].hash().hex())
+    remove(segment)
     assert gone.archived_bytes == 0 and [first for first, _ in segments(tmp_path)] == [5, 10]
