@@ -56,11 +56,8 @@ def log(message: str) -> None:
 
 
 async def set_retention(database_url: str, retention: dict[str, Any]) -> None:
-    database = get_engine(database_url)
-    async with database.begin() as conn:
-        current = await manifests.current(conn)
-        document = {**current.document, "retention": {**current.document.get("retention", {}), **retention}}
-        await manifests.record(conn, document, "bench.retention", current.hash)
+    async with get_engine(database_url).begin() as conn:
+        await manifests.amend(conn, "bench.retention", retention=retention)
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -49,6 +49,8 @@ from bench.evolution import engine_counters, engine_status, prepare_database, re
 from bench.soak import KINDS as BENIGN_KINDS
 from genesis import entity_api
 from genesis.cli.processes import api_process, engine_process, free_port, wait_for_api, worker_process
+from genesis.db.session import get_engine
+from pipeline import manifests
 
 TERMINAL = ("kept", "rolled_back", "rejected", "failed")
 TRUTHS = ("harmful", "helpful", "neutral")
@@ -146,6 +148,10 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
     settings = settings.override(journal_dir=settings.mutations_dir / "journal")
     redis = aioredis.from_url(settings.redis_url)
     await reset(database_url, redis, overrides=None)
+    if kind == "busy":  # room for every busy trait and the planted ones: the world must hold them all
+        async with get_engine(database_url).begin() as conn:
+            room = args.busy_traits + 3 * args.each + 10
+            await manifests.amend(conn, "bench.verdicts: a busy world", selection={"max_live_traits": room})
     worker, engine, api, filler_api = (
         worker_process(settings, "bench-verdicts-worker"),
         engine_process(settings, "bench-verdicts-engine"),
@@ -183,6 +189,8 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
                 await filler.aclose()
                 live = len((await http.get("/api/traits")).json()["traits"])
                 log(f"{kind}: {live} live traits")
+                if live < args.busy_traits:
+                    raise SystemExit(f"bench.verdicts: the busy world holds {live} live traits, not {args.busy_traits}")
             for round_number in range(args.each):
                 names = {truth: f"{truth}_{round_number}_{uuid.uuid4().hex[:4]}" for truth in TRUTHS}
                 ids = {

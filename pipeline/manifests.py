@@ -83,3 +83,14 @@ async def record(conn: AsyncConnection, document: dict[str, Any], cause: str, ba
     except IntegrityError:  # another change took this version first
         raise ManifestMoved(f"version {new.version} was written meanwhile") from None
     return new
+
+
+async def amend(conn: AsyncConnection, cause: str, **sections: dict[str, Any]) -> Current:
+    """The manifest in force with some fields of some sections changed (``retention={"segments":
+    "delete"}``), recorded as the next version: for operators' tools and benchmarks that set a
+    rule directly (agents change rules through governance proposals)."""
+    now = await current(conn)
+    document = dict(now.document)
+    for section, fields in sections.items():
+        document[section] = {**(document.get(section) or {}), **fields}
+    return await record(conn, document, cause, now.hash)

@@ -111,11 +111,7 @@ async def set_rules(database_url: str, cause: str, **changes) -> None:
     database = create_async_engine(database_url)
     try:
         async with database.begin() as conn:
-            current = await manifests.current(conn)
-            document = dict(current.document)
-            for section, fields in changes.items():
-                document[section] = {**(document.get(section) or {}), **fields}
-            await manifests.record(conn, document, cause, current.hash)
+            await manifests.amend(conn, cause, **changes)
     finally:
         await database.dispose()
 
