@@ -94,7 +94,11 @@ HEALTH_COUNTERS = (
     "genesis_engine_trait_host_deadline_misses",
     "genesis_engine_trait_results_lost",
 )
-TABLES = "mutations, trait_versions, trait_quarantines, evolution_cycles, world_snapshots, manifests"
+# Each arm's world starts with a journal of its own: its audit projection and receipts go with the last one.
+TABLES = (
+    "mutations, trait_versions, trait_quarantines, evolution_cycles, world_snapshots, manifests, "
+    "audit_events, audit_projection, receipts, receipt_chain_head, policy_decisions"
+)
 
 
 class Unhealthy(RuntimeError):

@@ -53,6 +53,7 @@ from genesis.db.session import get_engine
 from pipeline import manifests
 
 TERMINAL = ("kept", "rolled_back", "rejected", "failed")
+HEALTH = ("genesis_engine_trait_host_restarts", "genesis_engine_trait_host_skipped_ticks")
 TRUTHS = ("harmful", "helpful", "neutral")
 VERDICTS = ("positive", "negative", "neutral", "inconclusive", None)
 
@@ -191,6 +192,9 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
                 log(f"{kind}: {live} live traits")
                 if live < args.busy_traits:
                     raise SystemExit(f"bench.verdicts: the busy world holds {live} live traits, not {args.busy_traits}")
+            # The world is judged whole over the verdicts; trouble while the busy traits went live
+            # (sixty loads in a few seconds) is reported beside them.
+            setup = await engine_counters(settings.engine.metrics_port)
             for round_number in range(args.each):
                 names = {truth: f"{truth}_{round_number}_{uuid.uuid4().hex[:4]}" for truth in TRUTHS}
                 ids = {
@@ -226,7 +230,15 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
             process.stop()
         await redis.aclose()
     died = [p.name for p in processes if p.proc is not None and p.proc.returncode not in (0, -15, None)]
-    return {"world": kind, "rounds": rounds, "ticks_per_s": rates, "counters": counters, "died": died}
+    during = {key: value - setup.get(key, 0.0) for key, value in counters.items()}
+    return {
+        "world": kind,
+        "rounds": rounds,
+        "ticks_per_s": rates,
+        "counters": during,
+        "setup_health": {key: setup.get(key, 0.0) for key in HEALTH},
+        "died": died,
+    }
 
 
 def matrix(rows: list[dict]) -> dict[str, dict[str, int]]:
@@ -254,7 +266,7 @@ def summary(rows: list[dict], rates: list[float]) -> dict[str, Any]:
 def problems(world: dict[str, Any]) -> list[str]:
     found = []
     counters = world["counters"]
-    for key in ("genesis_engine_trait_host_restarts", "genesis_engine_trait_host_skipped_ticks"):
+    for key in HEALTH:
         if counters.get(key):
             found.append(f"{world['world']}: {key} = {counters[key]}")
     if world["died"]:
@@ -276,7 +288,14 @@ async def main_async(args: argparse.Namespace) -> int:
     out = {
         "each": args.each,
         "busy_traits": args.busy_traits,
-        "worlds": {w["world"]: {**summary(w["rounds"], w["ticks_per_s"]), "verdicts": w["rounds"]} for w in worlds},
+        "worlds": {
+            w["world"]: {
+                **summary(w["rounds"], w["ticks_per_s"]),
+                "setup_health": w["setup_health"],
+                "verdicts": w["rounds"],
+            }
+            for w in worlds
+        },
         "all": summary(every, [x for w in worlds for x in w["ticks_per_s"]]),
     }
     print(json.dumps(out, indent=2))
