@@ -10,6 +10,7 @@ import asyncio
 import logging
 import signal
 import sys
+import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
@@ -46,6 +47,7 @@ from .world_overrides import ParamsFollower
 
 log = logging.getLogger("genesis.engine")
 AUDIT_PROJECT_S = 1.0
+AUDIT_BACKLOG_S = 5.0
 
 
 async def self_heal_registry(settings, redis: aioredis.Redis) -> None:
@@ -160,8 +162,15 @@ async def keep_the_record(
                     placed = engine.journal_events(outbox.kind, [canonical.decode(r.body) for r in rows])
                     done = {r.id: seq for r, seq in zip(rows, placed, strict=True)}
                     await journal_outbox.mark_journaled(sessions, outbox, done)
-            while not stop.is_set() and await audit.project(sessions, settings.journal_dir, keyring=keyring, tail=tail):
-                pass  # a backlog (after a stop): batch after batch
+            # A backlog (after a stop, or a fast-forwarded world) goes batch after batch, for a few
+            # seconds a round: the rest of the round (retention among it) still comes.
+            until = time.monotonic() + AUDIT_BACKLOG_S
+            while (
+                not stop.is_set()
+                and await audit.project(sessions, settings.journal_dir, keyring=keyring, tail=tail)
+                and time.monotonic() < until
+            ):
+                pass
             if engine.journal.pins:
                 engine.journal.unpin(await still_open(sessions, set(engine.journal.pins)))
             await keeper.maybe_run(tail.next_seq)
