@@ -35,7 +35,7 @@ def render_status(cli: Cli, s: dict) -> None:
         f"disk         {size(d['free_bytes'])} free of {size(d['total_bytes'])}"
         + (" [red]— low: free some before the journal fills it[/]" if d["low"] else ""),
         f"retention    snapshots: the last {p['keep_last']}, every {p['keep_every']}th {age}; "
-        f"older segments: {p['segments']} (the manifest's retention; genesis governance show)",
+        f"older segments: {p['segments']} (the manifest's retention: genesis governance manifest)",
         f"as of        {when(s['updated_at'])}",
     ]
     for line in lines:
