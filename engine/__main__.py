@@ -173,7 +173,9 @@ async def keep_the_record(
                 pass
             if engine.journal.pins:
                 engine.journal.unpin(await still_open(sessions, set(engine.journal.pins)))
-            await keeper.maybe_run(tail.next_seq)
+            # Records before the last projected one: the segment holding it stays, since the
+            # projection's place (tail) points into it and goes on from there.
+            await keeper.maybe_run(tail.next_seq - 1)
         except Exception as exc:  # Postgres away, or a journal the projection does not know: retried
             log.warning("receipts and audit projection: %s", exc)
         try:

@@ -166,7 +166,10 @@ class JournalTail:
         out: list[JournalRecord] = []
         if max_records <= 0:
             return out
-        for record, position in JournalReader(self.directory).walk(self.next_seq, self._position):
+        reader = JournalReader(self.directory)
+        if self._position is not None and self._position.segment not in {first for first, _ in reader.segments()}:
+            self._position = None  # its segment retired (journal/retention.py): found again from next_seq
+        for record, position in reader.walk(self.next_seq, self._position):
             if record.header.seq < self.next_seq:  # before it, in its segment: checked, not returned
                 self._position = position
                 continue

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from journal.reader import JournalReader
+from journal.reader import JournalReader, JournalTail
 from journal.retention import Archive, ArchiveRefused, Segment, describe, remove, retirable
 from journal.segments import segments
 from journal.snapshots import SnapshotStore, kept_snapshots
@@ -108,3 +108,12 @@ def test_a_segment_to_delete_is_described_for_its_receipt(tmp_path):
     assert (gone.first_seq, gone.last_seq, gone.last_hash) == (0, 4, headers[4].hash().hex())
     remove(segment)
     assert gone.archived_bytes == 0 and [first for first, _ in segments(tmp_path)] == [5, 10]
+
+
+def test_a_tail_whose_segment_retired_goes_on_from_its_next_record(tmp_path):
+    headers = write(tmp_path, 12, segment_max_records=5)
+    tail = JournalTail(tmp_path)
+    assert [r.header.seq for r in tail.read(5)] == [0, 1, 2, 3, 4]  # it stands at the end of the first segment
+    remove(retirable(tmp_path, 5)[0])
+    assert [r.header.seq for r in tail.read(100)] == list(range(5, 12))
+    assert tail.next_seq == 12 and headers[-1].seq == 11
