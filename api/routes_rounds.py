@@ -147,11 +147,14 @@ async def submit_action(body: ActionRequest, request: Request, api_key: str | No
             rounds.NOT_ACCEPTING,
             extra={"status": "rejected", "reason": rounds.NOT_ACCEPTING},
         )
-    accepted = ActionAccepted(
-        status="accepted",
-        round_id=admitted.round_id,
-        submission_id=admitted.submission_id,
-        round_url=f"/v1/world/rounds/{admitted.round_id}",
+    accepted = ActionAccepted.model_validate(
+        {
+            "status": "accepted",
+            "round_id": admitted.round_id,
+            "submission_id": admitted.submission_id,
+            "round_url": f"/v1/world/rounds/{admitted.round_id}",
+            "submission_status": admitted.submission_status,
+        }
     )
     return JSONResponse(accepted.model_dump(), status_code=202)
 

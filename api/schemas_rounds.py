@@ -49,6 +49,11 @@ class ActionAccepted(BaseModel):
     round_id: int
     submission_id: str
     round_url: str
+    submission_status: Literal["accepted", "applied", "rejected"] = Field(
+        default="accepted",
+        description="Where the submission stands: `accepted` until its round settles, then `applied` or "
+        "`rejected` (a key used again after that is answered with the same submission and its fate)",
+    )
 
 
 class SubmissionItem(BaseModel):

@@ -178,6 +178,7 @@ class Admitted:
     quota: bool = False  # the agent has made as many submissions to the round as it may
     first_time: bool = True
     member_gone: bool = False  # the agent's member went back to the pool meanwhile
+    submission_status: str = ACCEPTED  # a replayed key's: applied or rejected once its round settled
 
 
 _ACCEPTING = text(
@@ -207,7 +208,7 @@ async def submit(
     s = RoundSubmission
     earlier = (
         await conn.execute(
-            select(s.id, s.round_id, s.body_hash).where(s.agent_id == agent_id, s.idempotency_key == key)
+            select(s.id, s.round_id, s.body_hash, s.status).where(s.agent_id == agent_id, s.idempotency_key == key)
         )
     ).first()
     if earlier is not None:
@@ -215,7 +216,7 @@ async def submit(
             return Admitted(
                 REJECTED, int(earlier.round_id), earlier.id, "the key was used with another body", conflict=True
             )
-        return Admitted(ACCEPTED, int(earlier.round_id), earlier.id, first_time=False)
+        return Admitted(ACCEPTED, int(earlier.round_id), earlier.id, first_time=False, submission_status=earlier.status)
     accepting = await conn.scalar(_ACCEPTING)
     if accepting is None:
         return Admitted(REJECTED, None, None, NOT_ACCEPTING)

@@ -221,11 +221,15 @@ def register(app: typer.Typer) -> None:
         except OSError as exc:
             raise CliError(f"{code}: cannot read it: {exc}", code=2) from exc
         answer = cli.api.post("/v1/world/actions", json={"code": source, "idempotency_key": key})
-        if not wait:
-            cli.emit(
-                answer,
-                lambda: cli.console.print(f"accepted into round {answer['round_id']} ({answer['submission_id']})"),
+        settled_before = answer.get("submission_status", "accepted") != "accepted"
+        if not wait or settled_before:
+            said = (
+                f"this key was used already: submission {answer['submission_id']} of round {answer['round_id']}, "
+                f"{answer['submission_status']} (`genesis rounds show {answer['round_id']}`)"
+                if settled_before
+                else f"accepted into round {answer['round_id']} ({answer['submission_id']})"
             )
+            cli.emit(answer, lambda: cli.console.print(said))
             return
         deadline = time.monotonic() + ROUND_WAIT_S
         with cli.console.status(f"round {answer['round_id']}: waiting for it to settle ..."):

@@ -282,6 +282,16 @@ async def test_idempotency_is_per_agent_and_key(http, round_engine, database):
     assert other.json()["submission_id"] != answers[0].json()["submission_id"]
     changed = await submit(http, ann, FORAGE + "\n# other\n", "same-key")
     assert changed.status_code == 409 and changed.json()["error"] == "IDEMPOTENCY_KEY_REUSED"
+    # Once its round settled, the key is answered with the same submission and its fate.
+    first = answers[0].json()
+    assert first["submission_status"] == "accepted"
+    await settled(http, first["round_id"])
+    again = await submit(http, ann, FORAGE, "same-key")
+    assert again.status_code == 202, again.text
+    assert {k: again.json()[k] for k in ("round_id", "submission_id")} == {
+        k: first[k] for k in ("round_id", "submission_id")
+    }
+    assert again.json()["submission_status"] in ("applied", "rejected"), again.text
 
 
 async def test_bad_code_and_a_revoked_capability_are_refused_before_a_round_sees_them(
