@@ -221,8 +221,8 @@ def register(app: typer.Typer) -> None:
         except OSError as exc:
             raise CliError(f"{code}: cannot read it: {exc}", code=2) from exc
         answer = cli.api.post("/v1/world/actions", json={"code": source, "idempotency_key": key})
-        settled_before = answer.get("submission_status", "accepted") != "accepted"
-        if not wait or settled_before:
+        settled_before = answer.get("submission_status", "accepted") != "accepted"  # a key used already
+        if not wait:
             said = (
                 f"this key was used already: submission {answer['submission_id']} of round {answer['round_id']}, "
                 f"{answer['submission_status']} (`genesis rounds show {answer['round_id']}`)"

@@ -271,7 +271,8 @@ async def test_idempotency_is_per_agent_and_key(http, round_engine, database):
     ann, bob = await agents.register(http, "idem-ann"), await agents.register(http, "idem-bob")
     answers = await asyncio.gather(*(submit(http, ann, FORAGE, "same-key") for _ in range(100)))
     assert {a.status_code for a in answers} == {202}
-    assert len({a.text for a in answers}) == 1  # 100 identical responses
+    # 100 answers naming one submission (its status may read applied if its round settled meanwhile)
+    assert len({(a.json()["round_id"], a.json()["submission_id"]) for a in answers}) == 1
     async with database.connect() as conn:
         count = await conn.scalar(
             select(func.count()).select_from(RoundSubmission).where(RoundSubmission.agent_id == ann.agent_id)
@@ -284,7 +285,6 @@ async def test_idempotency_is_per_agent_and_key(http, round_engine, database):
     assert changed.status_code == 409 and changed.json()["error"] == "IDEMPOTENCY_KEY_REUSED"
     # Once its round settled, the key is answered with the same submission and its fate.
     first = answers[0].json()
-    assert first["submission_status"] == "accepted"
     await settled(http, first["round_id"])
     again = await submit(http, ann, FORAGE, "same-key")
     assert again.status_code == 202, again.text
