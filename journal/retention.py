@@ -35,7 +35,7 @@ from .reader import JournalReader
 from .segments import COMPRESSED, read_segment, segments
 
 __all__ = ["Archive", "ArchiveRefused", "Archived", "Policy", "Segment", "describe", "remove", "retirable", "segments"]
-from .snapshots import SnapshotMeta, SnapshotStore
+from .snapshots import SnapshotMeta, SnapshotStore, write_atomic
 
 SegmentPolicy = Literal["keep", "archive", "delete"]
 INDEX = "index.jsonl"
@@ -124,7 +124,7 @@ class Archive:
         compressed = zstandard.ZstdCompressor(level=3, write_checksum=True).compress(original)
         self.records.mkdir(parents=True, exist_ok=True)
         target = self.records / (segment.path.name + COMPRESSED)
-        _write_atomic(target, compressed)
+        write_atomic(target, compressed)
         if read_segment(target) != original:
             target.unlink()
             raise ArchiveRefused(f"{segment.path.name}: the archived copy does not read back the same")
@@ -200,17 +200,3 @@ def directory_bytes(directory: Path) -> int:
 def disk(directory: Path) -> dict[str, int]:
     usage = shutil.disk_usage(directory if directory.exists() else directory.parent)
     return {"total_bytes": usage.total, "free_bytes": usage.free}
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    tmp.replace(path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

@@ -94,6 +94,21 @@ class SnapshotMeta:
         return {k: getattr(self, k) for k in _META_FIELDS}
 
 
+def write_atomic(path: Path, data: bytes) -> None:
+    """``data`` at ``path`` whole or not at all: a temporary name, fsynced, renamed, the directory fsynced."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    tmp.replace(path)
+    dir_fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
 def kept_snapshots(
     metas: builtins.list[SnapshotMeta], keep_last: int, keep_every: int, keep_ticks: int, pinned: set[str]
 ) -> tuple[set[str], set[str]]:
@@ -168,20 +183,7 @@ class SnapshotStore:
         return max(metas, key=lambda m: (m.journal_seq, m.number), default=None)
 
     def _write_catalog(self, metas: builtins.list[SnapshotMeta]) -> None:
-        self._write_atomic(self.directory / CATALOG, canonical.encode([m.to_data() for m in metas]))
-
-    def _write_atomic(self, path: Path, data: bytes) -> None:
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        tmp.replace(path)
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_atomic(self.directory / CATALOG, canonical.encode([m.to_data() for m in metas]))
 
     def _exclusive(self):
         """One process changes the store at a time (the engine; tests may open a second store)."""
@@ -210,7 +212,7 @@ class SnapshotStore:
                     raise ValueError(f"snapshot meta: {problem}")
                 body = canonical.encode({"meta": named.inner(), "world": world})
                 data = zstandard.ZstdCompressor(level=3).compress(body)
-                self._write_atomic(self.directory / name, data)
+                write_atomic(self.directory / name, data)
                 saved = replace(named, file_sha256=hashlib.sha256(data).digest(), size=len(data))
                 self._write_catalog([*metas, saved])
                 return saved
@@ -284,7 +286,7 @@ class SnapshotStore:
                 data = source.read_bytes()
                 if hashlib.sha256(data).digest() != meta.file_sha256:
                     raise SnapshotCorrupt(f"snapshot {meta.name}: the file's sha256 differs from the catalog's")
-                self._write_atomic(self.directory / meta.name, data)
+                write_atomic(self.directory / meta.name, data)
                 self._write_catalog(sorted([*metas, meta], key=lambda m: m.number))
             finally:
                 lock.close()
