@@ -23,14 +23,20 @@ router = APIRouter(prefix="/v1/journal", tags=["world journal"])
     response_model=JournalStatus,
     responses={
         **OPERATOR_ERRORS,
+        409: {"model": ErrorResponse, "description": "JOURNAL_OFF: this deployment records no journal"},
         503: {"model": ErrorResponse, "description": "JOURNAL_STATUS_UNAVAILABLE or REDIS_UNAVAILABLE"},
     },
 )
 async def journal_status(request: Request, _: Operator | None = Depends(require_operator)) -> dict:
     """Disk use of the journal's segments and snapshots, the archive's state, the oldest tick a
     replay can start from, the disk's free space, and the retention policy the engine applies."""
+    services = request.app.state.services
+    if not services.settings.journal.enabled:
+        raise ApiError(
+            409, "JOURNAL_OFF", "the journal is off (GENESIS_JOURNAL_ENABLED=false): nothing is recorded or retained"
+        )
     try:
-        raw = await request.app.state.services.redis.get(keys.JOURNAL_STATUS)
+        raw = await services.redis.get(keys.JOURNAL_STATUS)
     except RedisError as exc:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc, "reading the journal's status") from exc
     if raw is None:

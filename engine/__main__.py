@@ -152,6 +152,10 @@ async def keep_the_record(
     keeper = RetentionKeeper(
         settings, engine, engine.journal, get_engine(settings.database_url), sessions, keyring, redis
     )
+    try:  # the journal's status at once, not after the first round (which waits for Postgres)
+        await keeper.publish()
+    except Exception as exc:
+        log.warning("journal status: %s", exc)
     while not stop.is_set():
         try:
             await signer.ready()  # the public keys published once (retried while Postgres is away)

@@ -89,7 +89,7 @@ class RetentionKeeper:
         if retiring:
             await self._receipt([entry for _, entry in retiring])
             await self.journal.remove([segment for segment, _ in retiring])
-        await self._publish()
+        await self.publish()
 
     async def _follow_the_manifest(self) -> None:
         async with self.database.connect() as conn:
@@ -129,7 +129,7 @@ class RetentionKeeper:
             last.last_tick,
         )
 
-    async def _publish(self) -> None:
+    async def publish(self) -> None:
         usage = await asyncio.to_thread(self.journal.usage)
         disk = usage["disk"]
         self.disk_free_bytes = disk["free_bytes"]

@@ -108,7 +108,9 @@ async def test_retention_archives_then_deletes_with_receipts_and_the_archive_rep
         )
 
         # The status the engine publishes, through the API and the CLI.
-        api = await start_api("api-retention", database_url=own.database_url, redis_url=own.redis_url, auth="open")
+        api = await start_api(
+            "api-retention", database_url=own.database_url, redis_url=own.redis_url, auth="open", journal_enabled=True
+        )
         async with httpx.AsyncClient(base_url=api, timeout=30) as http:
             status = (await http.get("/v1/journal/status")).json()
         assert status["policy"] == {"keep_last": 2, "keep_every": 1000, "keep_ticks": 100, "segments": "archive"}
@@ -154,3 +156,10 @@ def _refusal(own) -> str:
     except ReplayError as exc:
         return str(exc)
     return "replayed"
+
+
+async def test_a_deployment_without_a_journal_says_so(operator_http):
+    """The session's API runs with the journal off: its status is a 409 that says so, not a 503
+    waiting for an engine that will never publish it."""
+    response = await operator_http.get("/v1/journal/status")
+    assert response.status_code == 409 and response.json()["error"] == "JOURNAL_OFF", response.text
