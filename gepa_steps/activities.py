@@ -27,7 +27,7 @@ from activities import names
 from genesis import netpolicy
 from genesis.config import Settings
 from genesis.db.models import GepaClient, Program
-from gepa_steps import egress, envs as gepa_envs, gitops, image as program_image, programs
+from gepa_steps import crossover, egress, envs as gepa_envs, gitops, image as program_image, programs
 from gepa_steps.coder import CodingAgent
 from gepa_steps.dto import (
     STEP_FAILED,
@@ -200,13 +200,19 @@ class GepaActivities:
                     f"unknown client_id {request.client_id!r}: connect the repository with POST /connect-git first"
                 )
             start = client.default_branch or "HEAD"
-            if request.parent_program_id is not None:
-                parent = await session.get(Program, request.parent_program_id)
+            for field, parent_id in (
+                ("parent_program_id", request.parent_program_id),
+                ("second_parent_program_id", request.second_parent_program_id),
+            ):
+                if parent_id is None:
+                    continue
+                parent = await session.get(Program, parent_id)
                 if parent is None or parent.client_id != request.client_id:
-                    raise rejected(f"unknown parent_program_id {request.parent_program_id!r} for this client")
+                    raise rejected(f"unknown {field} {parent_id!r} for this client")
                 if parent.status != ProgramStatus.completed.value:
-                    raise rejected(f"parent program {request.parent_program_id!r} is {parent.status}, not completed")
-                start = parent.branch_name
+                    raise rejected(f"parent program {parent_id!r} is {parent.status}, not completed")
+                if field == "parent_program_id":
+                    start = parent.branch_name
             await session.execute(
                 update(Program)
                 .where(Program.program_id == request.program_id)
@@ -227,6 +233,10 @@ class GepaActivities:
             raise rejected(f"creating the worktree from {start!r} failed: {exc}") from None
         program_path = worktree / request.program_json_path
         changed: list[str] = []
+        merge = None
+        if request.mutation_type == "merge":
+            merge = self._merge(request, worktree, start, branch)
+            changed = [request.program_json_path]
         if request.mutation_type == "code":
             activity.heartbeat("coding agent")
             patch = self._coder.propose_patch(request, worktree, progress=activity.heartbeat)
@@ -243,23 +253,64 @@ class GepaActivities:
             program_path.write_text(json.dumps(program_json, indent=2, ensure_ascii=False) + "\n")
             changed = [request.program_json_path]
         parent = request.parent_program_id or start
-        commit = gitops.commit_all(
-            worktree, f"GEPA {request.mutation_type} mutation {request.program_id} (parent {parent})"
-        )
+        parents = f"parents {parent} and {request.second_parent_program_id}" if merge else f"parent {parent}"
+        commit = gitops.commit_all(worktree, f"GEPA {request.mutation_type} mutation {request.program_id} ({parents})")
         return MutationOutcome(
-            branch_name=branch, worktree=str(worktree), commit=commit, program_json=program_json, changed_files=changed
+            branch_name=branch,
+            worktree=str(worktree),
+            commit=commit,
+            program_json=program_json,
+            changed_files=changed,
+            merge=merge,
         )
 
+    def _merge(self, request: StepRequest, worktree: Path, start: str, branch: str) -> dict:
+        """Crossover: the second parent's branch merged into the worktree (on the first's), code by
+        git's three-way merge, ``program.json`` component by component (gepa_steps/crossover.py).
+        Left staged for the step's commit, which records both parents."""
+        assert request.second_parent_program_id is not None  # the API requires it for a merge
+        other = programs.branch_name(request.second_parent_program_id)
+        path = request.program_json_path
+        base = gitops.merge_base(worktree, start, other)
+        if base is None:
+            raise rejected(f"{start} and {other} share no history: there is nothing to merge them from")
+        first, second = (
+            self._parse_program_json(gitops.file_at(worktree, ref, path), path, ref) for ref in (start, other)
+        )
+        try:
+            gitops.start_merge(worktree, other, path)
+        except gitops.MergeConflict as exc:
+            raise rejected(
+                f"the parents' code cannot be merged: {exc} (crossover merges code only where the "
+                "parents changed different lines)"
+            ) from None
+        ancestor = gitops.file_at(worktree, base, path)
+        try:
+            base_json = json.loads(ancestor) if ancestor is not None else {}
+        except ValueError:
+            base_json = {}  # an unreadable ancestor: every difference counts as a change
+        merged, report = crossover.merge_program_json(base_json if isinstance(base_json, dict) else {}, first, second)
+        (worktree / path).write_text(json.dumps(merged, indent=2, ensure_ascii=False) + "\n")
+        return {"base_commit": base, **report.to_data()}
+
+    @classmethod
+    def _read_program_json(cls, path: Path, relative: str, branch: str) -> dict:
+        try:
+            text = path.read_text() if path.is_file() else None
+        except UnicodeDecodeError as exc:
+            raise rejected(f"{relative} is not valid JSON: {exc}") from None
+        return cls._parse_program_json(text, relative, branch)
+
     @staticmethod
-    def _read_program_json(path: Path, relative: str, branch: str) -> dict:
-        if not path.is_file():
+    def _parse_program_json(text: str | None, relative: str, branch: str) -> dict:
+        if text is None:
             raise rejected(
                 f"{relative} does not exist on branch {branch} (program_json_path is relative to the repository root)"
             )
         try:
-            data = json.loads(path.read_text())
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise rejected(f"{relative} is not valid JSON: {exc}") from None
+            data = json.loads(text)
+        except ValueError as exc:
+            raise rejected(f"{relative} is not valid JSON on branch {branch}: {exc}") from None
         if not isinstance(data, dict):
             raise rejected(f"{relative} is not a JSON object (a saved DSPy program is)")
         return data

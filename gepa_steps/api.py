@@ -223,6 +223,7 @@ async def execute_step(
         )
     if body.mutation_type == "code" and not (body.change_request or "").strip():
         raise _invalid("change_request", "a code mutation needs a change_request")
+    _check_parents(body)
     step = StepRequest(**body.model_dump())
     caller = await _caller(services, api_key)
     async with services.sessions() as session:
@@ -263,6 +264,22 @@ async def execute_step(
     return JSONResponse(result.model_dump())
 
 
+def _check_parents(body: ExecuteStepRequest) -> None:
+    """A merge names two different parents and nothing else to change; only a merge has a second."""
+    if body.mutation_type != "merge":
+        if body.second_parent_program_id is not None:
+            raise _invalid("second_parent_program_id", "only a merge mutation has a second parent")
+        return
+    if body.parent_program_id is None or body.second_parent_program_id is None:
+        missing = "parent_program_id" if body.parent_program_id is None else "second_parent_program_id"
+        raise _invalid(missing, "a merge mutation needs parent_program_id and second_parent_program_id")
+    if body.second_parent_program_id == body.parent_program_id:
+        raise _invalid("second_parent_program_id", "a merge needs two different parents")
+    if body.candidate or body.change_request:
+        field = "candidate" if body.candidate else "change_request"
+        raise _invalid(field, "a merge mutation changes nothing of its own: leave candidate and change_request out")
+
+
 async def _record_program(session, step: StepRequest) -> Program | None:
     """Insert the pending program row; an existing one of the same client is reused (a failed one
     is reset to pending so it runs again). Returns the row that existed, if any."""
@@ -270,6 +287,7 @@ async def _record_program(session, step: StepRequest) -> Program | None:
         program_id=step.program_id,
         client_id=step.client_id,
         parent_program_id=step.parent_program_id,
+        second_parent_program_id=step.second_parent_program_id,
         mutation_type=step.mutation_type,
         branch_name=programs.branch_name(step.program_id),
         status=ProgramStatus.pending.value,
@@ -292,6 +310,7 @@ async def _record_program(session, step: StepRequest) -> Program | None:
             .values(
                 status=ProgramStatus.pending.value,
                 parent_program_id=step.parent_program_id,
+                second_parent_program_id=step.second_parent_program_id,
                 mutation_type=step.mutation_type,
                 result=None,
                 error=None,
@@ -332,6 +351,7 @@ async def get_program(
         program_id=row.program_id,
         client_id=row.client_id,
         parent_program_id=row.parent_program_id,
+        second_parent_program_id=row.second_parent_program_id,
         mutation_type=row.mutation_type,
         status=row.status,
         branch_name=row.branch_name,

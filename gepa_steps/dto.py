@@ -37,7 +37,8 @@ class StepRequest(BaseModel):
     client_id: str
     program_id: str
     parent_program_id: str | None = None
-    mutation_type: Literal["prompt", "code"]
+    second_parent_program_id: str | None = None  # a crossover's other parent
+    mutation_type: Literal["prompt", "code", "merge"]
     program_json_path: str
     entry_point: str
     candidate: dict[str, str] = Field(default_factory=dict)
@@ -55,6 +56,7 @@ class MutationOutcome(BaseModel):
     commit: str
     program_json: dict[str, Any]
     changed_files: list[str] = Field(default_factory=list)
+    merge: dict[str, Any] | None = None  # a crossover's report (gepa_steps/crossover.py)
 
 
 class ProgramRun(BaseModel):
@@ -78,6 +80,7 @@ class StepResult(BaseModel):
     program_json: dict[str, Any] | None = None
     commit: str | None = None
     error: str | None = None
+    merge: dict[str, Any] | None = None  # a crossover: where each changed component came from
 
 
 class ProgramStatusUpdate(BaseModel):

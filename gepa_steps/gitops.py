@@ -36,6 +36,14 @@ class GitError(RuntimeError):
     """A git command failed; the message carries git's own explanation."""
 
 
+class MergeConflict(GitError):
+    """Both parents of a crossover changed the same lines of these files differently."""
+
+    def __init__(self, files: list[str]):
+        super().__init__(f"both parents changed the same lines of {', '.join(files)}")
+        self.files = files
+
+
 class CloneFailed(GitError):
     """A clone failed. Its message is the same whatever the cause: git's own words would tell an
     open port from a closed one. ``detail`` (git's words, credentials redacted) is for the log."""
@@ -242,3 +250,35 @@ def apply_patch(worktree: Path, patch: str) -> list[str]:
     ]
     git("apply", "--whitespace=nowarn", "-", cwd=worktree, input=data)
     return files
+
+
+def merge_base(worktree: Path, first: str, second: str) -> str | None:
+    """The best common ancestor of two refs, or None when they share no history."""
+    try:
+        return git("merge-base", first, second, cwd=worktree).strip() or None
+    except GitError:
+        return None
+
+
+def file_at(worktree: Path, ref: str, path: str) -> str | None:
+    """A file's text at ``ref``, or None when the file does not exist there."""
+    try:
+        return git("show", f"{ref}:{path}", cwd=worktree)
+    except GitError:
+        return None
+
+
+def start_merge(worktree: Path, other: str, resolved_by_caller: str) -> None:
+    """Merge ``other`` into the worktree's branch without committing (git's three-way merge). A
+    conflict in ``resolved_by_caller`` is left for the caller to write (``commit_all`` then makes
+    the merge commit); a conflict anywhere else aborts the merge and raises MergeConflict."""
+    try:
+        git("merge", "--no-commit", "--no-ff", "--quiet", other, cwd=worktree)
+    except GitError:
+        conflicted = [f for f in git("diff", "--name-only", "--diff-filter=U", cwd=worktree).splitlines() if f]
+        if not conflicted:
+            raise
+        elsewhere = sorted(f for f in conflicted if f != resolved_by_caller)
+        if elsewhere:
+            git("merge", "--abort", cwd=worktree)
+            raise MergeConflict(elsewhere) from None

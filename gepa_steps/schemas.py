@@ -84,6 +84,16 @@ class ExecuteStepRequest(BaseModel):
                     "test_examples": [{"question": "capital of France?", "answer": "Paris"}],
                     "capture_traces": True,
                 },
+                {  # a crossover of p002 and p003: p003's changed components join p002
+                    "client_id": "client_3f9c0a1b2c3d4e5f",
+                    "program_id": "p004",
+                    "parent_program_id": "p002",
+                    "second_parent_program_id": "p003",
+                    "mutation_type": "merge",
+                    "program_json_path": "program.json",
+                    "entry_point": "qa.QA",
+                    "test_examples": [{"question": "capital of France?"}],
+                },
                 {  # a code mutation of p001's branch
                     "client_id": "client_3f9c0a1b2c3d4e5f",
                     "program_id": "p002",
@@ -106,7 +116,16 @@ class ExecuteStepRequest(BaseModel):
         max_length=64,
         description="a completed program of this client; absent: the repository's default branch",
     )
-    mutation_type: Literal["prompt", "code"]
+    second_parent_program_id: str | None = Field(
+        default=None,
+        max_length=64,
+        description="merge: the other parent, a completed program of this client (parent_program_id "
+        "is the first, whose components win where both changed one)",
+    )
+    mutation_type: Literal["prompt", "code", "merge"] = Field(
+        description="prompt: new instructions (candidate); code: a change the coding agent makes "
+        "(change_request); merge: crossover of parent_program_id and second_parent_program_id"
+    )
     program_json_path: str = Field(max_length=512)
     entry_point: str = Field(
         max_length=256, pattern=programs.ENTRY_POINT_PATTERN, description="module.ClassName of the DSPy module"
@@ -129,7 +148,7 @@ class ExecuteStepRequest(BaseModel):
     def _storable(cls, value: Any, info) -> Any:
         return storable(value, info.field_name)
 
-    @field_validator("program_id", "parent_program_id")
+    @field_validator("program_id", "parent_program_id", "second_parent_program_id")
     @classmethod
     def _program_id(cls, value: str | None) -> str | None:
         return None if value is None else programs.check_program_id(value)
@@ -161,6 +180,7 @@ class ProgramResponse(BaseModel):
     program_id: str
     client_id: str
     parent_program_id: str | None
+    second_parent_program_id: str | None = Field(default=None, description="a merge's other parent")
     mutation_type: str
     status: Literal["pending", "in_progress", "completed", "failed"]
     branch_name: str

@@ -1,7 +1,7 @@
 """GepaStepWorkflow (id ``gepa-<program_id>``): one GEPA optimisation step.
 
-    start (local: in_progress, parent branch) -> mutate (worktree on program_<id>, prompt or code
-    mutation, commit) -> run (the program on test_examples in the client's sandbox container)
+    start (local: in_progress, parent branch) -> mutate (worktree on program_<id>, prompt, code
+    or merge mutation, commit) -> run (the program on test_examples in the client's sandbox container)
     -> finish (local: record the response; worktree policy)
 
 Orchestration only. Verdicts on the input end the step as ``failed`` with the activity's message;
@@ -106,6 +106,7 @@ class GepaStepWorkflow:
                 branch_name=mutation.branch_name,
                 program_json=mutation.program_json,
                 commit=mutation.commit,
+                merge=mutation.merge,
             )
         except (ActivityError, ApplicationError) as error:
             result = StepResult(

@@ -265,7 +265,8 @@ class Program(Base):
     program_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     client_id: Mapped[str] = mapped_column(String(40), index=True)
     parent_program_id: Mapped[str | None] = mapped_column(String(64))
-    mutation_type: Mapped[str] = mapped_column(String(8))
+    second_parent_program_id: Mapped[str | None] = mapped_column(String(64))  # a merge's other parent
+    mutation_type: Mapped[str] = mapped_column(String(8))  # prompt | code | merge
     program_json: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     branch_name: Mapped[str] = mapped_column(String(80))
     # pending | in_progress | completed | failed
