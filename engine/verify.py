@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from journal.reader import JournalReader
+from journal.reader import JournalReader, archived_records
 from journal.record import JournalCorrupt
 from journal.snapshots import SnapshotStore
 
@@ -42,7 +42,7 @@ def verify_range(
     starts before the journal's own oldest snapshot."""
     if from_tick < 0 or to_tick < from_tick:
         raise ReplayError(f"a range needs 0 <= from <= to (got {from_tick}..{to_tick})")
-    archived = archive_dir / "records" if archive_dir is not None and (archive_dir / "records").is_dir() else None
+    archived = archived_records(archive_dir)
     reader = JournalReader(journal_dir / "records", archived)
     store = SnapshotStore(journal_dir / "snapshots")
     head = reader.head()

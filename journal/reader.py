@@ -34,6 +34,12 @@ class Position:
     prev: Header
 
 
+def archived_records(archive_dir: Path | None) -> Path | None:
+    """The ``records/`` of a journal's archive (journal/retention.py), if it has any."""
+    records = Path(archive_dir) / "records" if archive_dir is not None else None
+    return records if records is not None and records.is_dir() else None
+
+
 class JournalReader:
     def __init__(self, directory: Path, archive: Path | None = None) -> None:
         """The journal's segments in ``directory``; with ``archive`` (an archive's ``records/``,
@@ -151,8 +157,10 @@ class JournalTail:
     where the last stopped rather than walking its segment from the start (near a segment's end,
     thousands of records each time). The chain is checked across reads."""
 
-    def __init__(self, directory: Path, from_seq: int = 0) -> None:
+    def __init__(self, directory: Path, from_seq: int = 0, archive: Path | None = None) -> None:
+        """``archive``: an archive's ``records/``, read before the journal's own segments."""
         self.directory = Path(directory)
+        self.archive = archive
         self.next_seq = max(from_seq, 0)
         self._position: Position | None = None
 
@@ -166,7 +174,7 @@ class JournalTail:
         out: list[JournalRecord] = []
         if max_records <= 0:
             return out
-        reader = JournalReader(self.directory)
+        reader = JournalReader(self.directory, self.archive)
         if self._position is not None and self._position.segment not in {first for first, _ in reader.segments()}:
             self._position = None  # its segment retired (journal/retention.py): found again from next_seq
         for record, position in reader.walk(self.next_seq, self._position):

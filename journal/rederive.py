@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .audit import AuditEvent, events_of
-from .reader import JournalReader
+from .reader import JournalReader, archived_records
 
 FIELDS = ("epoch", "tick", "kind", "mutation_id", "trait_name", "cause", "summary")
 # Filters an export's completeness is checked for (an agent filter depends on the projection's
@@ -33,11 +33,12 @@ class Rederived:
     last_seq: int = -1
 
 
-def rederive(journal_dir: Path, to_seq: int | None = None) -> Rederived:
-    """Every audit event of the journal's records up to ``to_seq``."""
+def rederive(journal_dir: Path, to_seq: int | None = None, archive_dir: Path | None = None) -> Rederived:
+    """Every audit event of the journal's records up to ``to_seq`` (those retention retired read
+    from ``archive_dir``)."""
     out = Rederived()
     params: dict[str, Any] | None = None
-    for record in JournalReader(journal_dir / "records").records(0, to_seq):
+    for record in JournalReader(journal_dir / "records", archived_records(archive_dir)).records(0, to_seq):
         for event in events_of(record, params):
             out.events[(event.seq, event.index)] = event
             if event.kind == "trait.arrived" and event.agent_id and event.mutation_id:
@@ -86,13 +87,18 @@ def _selected(event: AuditEvent, f: dict[str, Any]) -> bool:
 
 
 def check(
-    events: list[dict[str, Any]], manifest: dict[str, Any], journal_dir: Path, sample: int | None, seed: int
+    events: list[dict[str, Any]],
+    manifest: dict[str, Any],
+    journal_dir: Path,
+    sample: int | None,
+    seed: int,
+    archive_dir: Path | None = None,
 ) -> dict[str, Any]:
     """``events`` (an export's, with its ``manifest``) against the journal in ``journal_dir``: all
     of them, or a ``sample`` drawn with ``seed``; and, for an export that was not cut short and
     whose filter allows it, that none the journal holds in its range is missing."""
     projected = manifest.get("projected_seq")
-    derived = rederive(journal_dir, projected if isinstance(projected, int) else None)
+    derived = rederive(journal_dir, projected if isinstance(projected, int) else None, archive_dir)
     chosen: Iterable[dict[str, Any]] = events
     if sample is not None and sample < len(events):
         chosen = random.Random(seed).sample(events, sample)

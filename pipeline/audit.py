@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from genesis import signing
 from genesis.db.models import AuditEventRow, AuditProjection
 from journal.audit import AuditEvent, events_of
-from journal.reader import JournalTail
+from journal.reader import JournalTail, archived_records
 from journal.record import ZERO_HASH
 from pipeline import receipts
 
@@ -153,12 +153,14 @@ async def _fill_agents(session, events: list[AuditEvent]) -> None:
             events[i] = AuditEvent(**{**e.__dict__, "agent_id": known[e.mutation_id]})
 
 
-async def rebuild(sessions: async_sessionmaker, journal_dir: Path) -> int:
+async def rebuild(sessions: async_sessionmaker, journal_dir: Path, archive_dir: Path | None = None) -> int:
+    """The projection thrown away and built again from the journal's first record: from the
+    archive (``archive_dir``) for the segments retention retired, then the journal's own."""
     async with sessions() as session, session.begin():
         await session.execute(delete(AuditEventRow))
         await session.execute(delete(AuditProjection))
     total = 0
-    tail = JournalTail(journal_dir / "records")
+    tail = JournalTail(journal_dir / "records", archive=archived_records(archive_dir))
     while True:
         read = await project(sessions, journal_dir, tail=tail)
         if not read:
@@ -233,7 +235,7 @@ def main() -> None:
 
     async def run() -> int:
         if args.rebuild:
-            return await rebuild(sessions, settings.journal_dir)
+            return await rebuild(sessions, settings.journal_dir, settings.journal_archive_dir)
         total = 0
         tail = JournalTail(settings.journal_dir / "records")
         while read := await project(sessions, settings.journal_dir, tail=tail):

@@ -230,6 +230,13 @@ def register(app: typer.Typer, world: typer.Typer) -> None:
             Path | None,
             typer.Option(help="the world's journal directory: also derive every exported event again from it"),
         ] = None,
+        archive: Annotated[
+            Path | None,
+            typer.Option(
+                help="with --journal: the journal's archive, for the segments retention retired "
+                "(default: <journal>-archive, when it exists)"
+            ),
+        ] = None,
         sample: Annotated[
             int | None, typer.Option(min=1, help="with --journal: check this many events, drawn at random")
         ] = None,
@@ -253,8 +260,12 @@ def register(app: typer.Typer, world: typer.Typer) -> None:
             lines = [line for line in text.splitlines() if line.strip()]
             events = [json.loads(line) for line in lines[:-1]]
             drawn = seed if seed is not None else random.SystemRandom().randrange(2**32)
+            if archive is None:
+                archive = journal.with_name(journal.name + "-archive")  # GENESIS_JOURNAL_ARCHIVE_DIR's default
+            elif not (archive / "records").is_dir():
+                raise CliError(f"{archive}: not a journal archive (it has no records/)", code=2)
             with cli.console.status("deriving the events again from the journal ..."):
-                against = rederive.check(events, result["manifest"], journal, sample, drawn)
+                against = rederive.check(events, result["manifest"], journal, sample, drawn, archive)
             result["journal"] = against
             result["problems"] += against["problems"]
             result["ok"] = not result["problems"]

@@ -24,6 +24,7 @@ from engine.verify import verify_range
 from genesis import signing
 from genesis.db.models import AuditEventRow, ReceiptRow
 from genesis.db.session import get_sessionmaker
+from journal.rederive import rederive
 from journal.retention import Archive
 from journal.segments import segments
 from tests.conftest import set_rules
@@ -94,6 +95,13 @@ async def test_retention_archives_then_deletes_with_receipts_and_the_archive_rep
         assert report["equal"] and report["ticks_checked"] >= 100 and report["snapshot_tick"] == 0, report
         with_journal_alone = await asyncio.to_thread(lambda: _refusal(own))
         assert "no kept snapshot" in with_journal_alone
+        # The audit events of the archived records are derived again from the archive (what
+        # `genesis audit verify --journal` and `python -m pipeline.audit --rebuild` read).
+        derived = await asyncio.to_thread(rederive, own.journal_dir, live_first - 1, own.journal_archive_dir)
+        assert derived.last_seq == live_first - 1
+        async with sessions() as session:
+            projected = (await session.scalars(select(AuditEventRow).where(AuditEventRow.seq < live_first))).all()
+        assert projected and {(e.seq, e.idx) for e in projected} == set(derived.events)
 
         async def retention_event():
             async with sessions() as session:
