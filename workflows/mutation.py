@@ -560,6 +560,7 @@ class MutationWorkflow:
         outcomes: list[verdicts.ReplicateOutcome] = []
         fitness: str | None = None
         report: dict | None = None
+        failed_part_way = False
         if planned.plan is None:
             fitness, reason = INCONCLUSIVE, f"no experiment could run: {planned.not_run}"
         while planned.plan is not None and fitness is None and self._rollback_reason is None:
@@ -571,13 +572,14 @@ class MutationWorkflow:
                 )
             except ActivityError as err:
                 fitness, reason = INCONCLUSIVE, f"the experiment could not run: {_root_message(err)}"
+                failed_part_way = True
                 break
             fitness, reason, _ = verdicts.decide(settings, outcomes)
             log[-1] = f"Verdict: {len(outcomes)} replicates — {reason}"
             await self._transition(MutationStatus.activated, log=log)
         if planned.plan is not None and outcomes:
             report = verdicts.report(planned.plan, outcomes)
-            if fitness == INCONCLUSIVE and report["verdict"] != INCONCLUSIVE:  # it failed part-way
+            if failed_part_way:  # the report of the replicates that ran says why it stopped
                 report.update(verdict=INCONCLUSIVE, reason=reason)
                 report["report_hash"] = verdicts.report_hash(report)
         if self._rollback_reason is None:
