@@ -13,11 +13,14 @@ TIME_WORDS = re.compile(
 # Names kept for the reasons docs/api.md gives: an older name beside the new one, a stored record,
 # the seed's name.
 DURATION_EXCEPTIONS = {"interval_s", "call_us_mean", "call_us_max", "seconds_remaining"}
+NOT_DURATIONS = {"second_parent_program_id"}  # "second" as an ordinal
 
 
 def duration_name_problem(name: str) -> str | None:
     """Why ``name`` breaks the naming of durations, or None."""
-    if name in DURATION_EXCEPTIONS or UNIT_SUFFIX.search(name) or name.endswith(("_at", "_times", "_per_second")):
+    if name in DURATION_EXCEPTIONS | NOT_DURATIONS or UNIT_SUFFIX.search(name):
+        return None
+    if name.endswith(("_at", "_times", "_per_second")):
         return None
     if TIME_WORDS.search(name):
         return f"{name}: a duration's name ends in its unit (_sec, _ms, _us, _ticks)"

@@ -13,7 +13,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from activities import names
@@ -23,6 +23,9 @@ with workflow.unsafe.imports_passed_through():
 REDIS_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_interval=timedelta(seconds=10))
 # Closing is cleanup plus the event; the body expires by itself, so give up after a day.
 CLOSE_SCHEDULE_TO_CLOSE = timedelta(days=1)
+# Runs started before it fail when the publish fails for good (a local activity's own failure
+# reaches the workflow as a bare ApplicationError, not inside an ActivityError): they expire now.
+PUBLISH_FAILURE_EXPIRES = "task-publish-failure-expires"
 
 
 @workflow.defn(name=TASK_WORKFLOW)
@@ -65,6 +68,10 @@ class TaskWorkflow:
                 )
             except ActivityError:  # Redis unreachable until the task's expiry: it simply expires
                 workflow.logger.warning("task %s could not be published before it expired", task.task_id)
+            except ApplicationError as error:  # the publish refused for good: the task expires unpublished
+                if not workflow.patched(PUBLISH_FAILURE_EXPIRES):
+                    raise
+                workflow.logger.warning("task %s could not be published: %s", task.task_id, error)
         remaining = self._remaining_s(task)
         if self._end_reason is None and remaining > 0:
             try:
