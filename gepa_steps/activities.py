@@ -235,7 +235,7 @@ class GepaActivities:
         changed: list[str] = []
         merge = None
         if request.mutation_type == "merge":
-            merge = self._merge(request, worktree, start, branch)
+            merge = self._merge(request, worktree, start)
             changed = [request.program_json_path]
         if request.mutation_type == "code":
             activity.heartbeat("coding agent")
@@ -264,7 +264,7 @@ class GepaActivities:
             merge=merge,
         )
 
-    def _merge(self, request: StepRequest, worktree: Path, start: str, branch: str) -> dict:
+    def _merge(self, request: StepRequest, worktree: Path, start: str) -> dict:
         """Crossover: the second parent's branch merged into the worktree (on the first's), code by
         git's three-way merge, ``program.json`` component by component (gepa_steps/crossover.py).
         Left staged for the step's commit, which records both parents."""

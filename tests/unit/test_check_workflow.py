@@ -16,6 +16,7 @@ from temporalio.worker import Worker
 from activities import names
 from genesis.dto import CheckResult, SandboxReport, SandboxRequest, TraitCheck, ValidationOutcome
 from genesis.workflow_api import CHECK_WORKFLOW
+from tests.workflow_doubles import fail_scripted, record_call, unique_queue
 from workflows.check import CheckWorkflow
 
 CODE_HASH = "h" * 64
@@ -53,10 +54,7 @@ class Script:
     def activities(self) -> list:
         @activity.defn(name=names.CHECK_TRAIT_CODE)
         async def check_trait_code(check: TraitCheck) -> ValidationOutcome:
-            attempt = activity.info().attempt
-            self.calls.append(("gatekeeper", attempt))
-            if attempt <= len(self.gatekeeper):
-                raise self.gatekeeper[attempt - 1]
+            record_call(self.calls, "gatekeeper", self.gatekeeper)
             return self.outcome
 
         @activity.defn(name=names.RUN_SANDBOX_TEST)
@@ -66,15 +64,14 @@ class Script:
             self.sandbox_requests.append(request)
             if self.sandbox_always is not None:
                 raise self.sandbox_always
-            if attempt <= len(self.sandbox):
-                raise self.sandbox[attempt - 1]
+            fail_scripted(self.sandbox, attempt)
             return self.report
 
         return [check_trait_code, run_sandbox_test]
 
 
 async def run_check(env, script: Script, trait_check: TraitCheck) -> CheckResult:
-    queue = f"check-unit-{uuid.uuid4().hex[:8]}"
+    queue = unique_queue("check")
     async with Worker(env.client, task_queue=queue, workflows=[CheckWorkflow], activities=script.activities()):
         return await env.client.execute_workflow(
             CHECK_WORKFLOW, trait_check, id=f"check-{trait_check.check_id}", task_queue=queue, result_type=CheckResult

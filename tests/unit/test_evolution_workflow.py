@@ -40,6 +40,7 @@ from genesis.dto import (
 from genesis.effects import WorldSample
 from genesis.ids import MUTATION_ID_PATTERN, mutation_workflow_id
 from genesis.workflow_api import EVOLUTION_QUERY, EVOLUTION_SIGNAL_WORLD_SNAPSHOT, EVOLUTION_WORKFLOW, MUTATION_WORKFLOW
+from tests.workflow_doubles import unique_queue
 from workflows.evolution import EvolutionCycleWorkflow
 
 NEW_TRAIT = EvolutionPlan(action_type="new_trait", description="forage when hungry", trait_name="forager")
@@ -238,7 +239,7 @@ async def run_cycle(
 ) -> dict[str, Any]:
     """Run one cycle to its end and return its result (checked against the ``cycle`` query).
     ``reports_while_observing``: snapshots sent once it observes; its timer then runs in real time."""
-    queue = f"evolution-unit-{uuid.uuid4().hex[:8]}"
+    queue = unique_queue("evolution")
     trigger_id = f"trg_{uuid.uuid4().hex[:8]}"
     cycle = cycle or EvolutionCycleInput(trigger_id=trigger_id)
     workflow_id = workflow_id or f"evolution-{cycle.trigger_id or trigger_id}"

@@ -14,6 +14,7 @@ from temporalio.worker import Worker
 from activities import names
 from genesis.dto import FateRequest, FateResult, MutationStatus, StatusUpdate
 from genesis.workflow_api import EXTINCTION_WORKFLOW, REVIVAL_WORKFLOW
+from tests.workflow_doubles import record_call, unique_queue
 from workflows.extinction import ExtinctionWorkflow, RevivalWorkflow
 
 LOG = ["AST: OK", "Activated v3", "Kept"]
@@ -44,20 +45,14 @@ class Script:
         def change_activity(name: str, label: str):
             @activity.defn(name=name)
             async def change(request: FateRequest) -> FateResult:
-                attempt = activity.info().attempt
-                self.calls.append((label, attempt))
-                if attempt <= len(self.change):
-                    raise self.change[attempt - 1]
+                record_call(self.calls, label, self.change)
                 return self.result
 
             return change
 
         @activity.defn(name=names.RECORD_MUTATION_STATUS)
         async def record_mutation_status(change: StatusUpdate) -> None:
-            attempt = activity.info().attempt
-            self.calls.append(("record", attempt))
-            if attempt <= len(self.record):
-                raise self.record[attempt - 1]
+            record_call(self.calls, "record", self.record)
             self.records.append(change)
 
         return [
@@ -68,7 +63,7 @@ class Script:
 
 
 async def run_fate(env, script: Script, workflow_name: str, request: FateRequest) -> FateResult:
-    queue = f"fate-unit-{uuid.uuid4().hex[:8]}"
+    queue = unique_queue("fate")
     workflows = [ExtinctionWorkflow, RevivalWorkflow]
     async with Worker(env.client, task_queue=queue, workflows=workflows, activities=script.activities()):
         return await env.client.execute_workflow(

@@ -16,6 +16,7 @@ from temporalio.worker import Worker
 from activities import names
 from gepa_steps.connect_workflow import GepaConnectWorkflow
 from gepa_steps.dto import GEPA_CONNECT_WORKFLOW, STEP_FAILED, ConnectRequest, ConnectResult
+from tests.workflow_doubles import record_call, unique_queue
 
 REPO_URL = "https://github.com/acme/qa.git"
 
@@ -36,10 +37,7 @@ class Script:
     def activities(self) -> list:
         @activity.defn(name=names.GEPA_CLONE_REPOSITORY)
         async def clone_repository(request: ConnectRequest) -> ConnectResult:
-            attempt = activity.info().attempt
-            self.calls.append(("clone", attempt))
-            if attempt <= len(self.clone):
-                raise self.clone[attempt - 1]
+            record_call(self.calls, "clone", self.clone)
             return ConnectResult(client_id=request.client_id, default_branch="main", head_commit="c" * 40)
 
         @activity.defn(name=names.GEPA_RECORD_CLIENT)
@@ -54,7 +52,7 @@ class Script:
 
 
 async def run_connect(env, script: Script, request: ConnectRequest) -> ConnectResult:
-    queue = f"gepa-connect-unit-{uuid.uuid4().hex[:8]}"
+    queue = unique_queue("gepa-connect")
     async with Worker(env.client, task_queue=queue, workflows=[GepaConnectWorkflow], activities=script.activities()):
         return await env.client.execute_workflow(
             GEPA_CONNECT_WORKFLOW,

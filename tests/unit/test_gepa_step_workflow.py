@@ -26,6 +26,7 @@ from gepa_steps.dto import (
     StepResult,
 )
 from gepa_steps.step_workflow import GepaStepWorkflow
+from tests.workflow_doubles import record_call, unique_queue
 
 MERGE_REPORT = {"base_commit": "b" * 40, "from_first": [], "from_second": ["answer"], "conflicts": []}
 
@@ -66,10 +67,7 @@ class Script:
 
         @activity.defn(name=names.GEPA_MUTATE)
         async def mutate(step: StepRequest, start: str) -> MutationOutcome:
-            attempt = activity.info().attempt
-            self.calls.append(("mutate", attempt))
-            if attempt <= len(self.mutate):
-                raise self.mutate[attempt - 1]
+            record_call(self.calls, "mutate", self.mutate)
             return MutationOutcome(
                 branch_name=f"program_{step.program_id}",
                 worktree=f"/w/{step.program_id}",
@@ -80,10 +78,7 @@ class Script:
 
         @activity.defn(name=names.GEPA_RUN_PROGRAM)
         async def run(step: StepRequest) -> ProgramRun:
-            attempt = activity.info().attempt
-            self.calls.append(("run", attempt))
-            if attempt <= len(self.run):
-                raise self.run[attempt - 1]
+            record_call(self.calls, "run", self.run)
             return ProgramRun(
                 ok=True, pipeline_outputs=[{"example_id": 0, "output": {"answer": "A"}}], traces=[{"example_id": 0}]
             )
@@ -107,7 +102,7 @@ def verdict(message: str) -> ApplicationError:
 
 
 async def run_step(env, script: Script, step: StepRequest) -> StepResult:
-    queue = f"gepa-unit-{uuid.uuid4().hex[:8]}"
+    queue = unique_queue("gepa")
     async with Worker(env.client, task_queue=queue, workflows=[GepaStepWorkflow], activities=script.activities()):
         handle = await env.client.start_workflow(
             GEPA_STEP_WORKFLOW, step, id=f"gepa-{step.program_id}", task_queue=queue, result_type=StepResult

@@ -19,6 +19,7 @@ from temporalio.worker import Worker
 from activities import names
 from genesis.dto import GovernanceDecision, GovernanceOutcome, GovernanceRequest
 from genesis.workflow_api import GOVERNANCE_DECIDE_SIGNAL, GOVERNANCE_WORKFLOW, journal_task_queue
+from tests.workflow_doubles import fail_scripted, unique_queue
 from workflows.governance import GovernanceWorkflow
 
 REPORT_HASH = "a" * 64
@@ -64,8 +65,7 @@ class Script:
         async def shadow_proposal(proposal_id: str) -> str:
             await self.called("shadow")
             attempt = activity.info().attempt
-            if attempt <= len(self.shadow):
-                raise self.shadow[attempt - 1]
+            fail_scripted(self.shadow, attempt)
             proposal = activity.client().get_workflow_handle(activity.info().workflow_id)
             for decision in self.during_shadow:
                 await proposal.signal(GOVERNANCE_DECIDE_SIGNAL, decision)
@@ -75,8 +75,7 @@ class Script:
         async def decide_proposal(proposal_id: str, decision: GovernanceDecision | None) -> str:
             await self.called("decide")
             attempt = activity.info().attempt
-            if attempt <= len(self.decide):
-                raise self.decide[attempt - 1]
+            fail_scripted(self.decide, attempt)
             self.decisions.append(decision)
             return DECIDED[decision.decision if decision else None]
 
@@ -108,7 +107,7 @@ async def run_proposal(
     """Run one proposal to its end and return its outcome (checked against the status query).
     ``decisions`` are signalled once it awaits approval (its TTL timer then runs in real time,
     until ``then_expire`` skips it); without them the TTL passes in about a second."""
-    queue = f"governance-unit-{uuid.uuid4().hex[:8]}"
+    queue = unique_queue("governance")
     proposal_id = f"prop_{uuid.uuid4().hex[:8]}"
     on_journal, on_pipeline = script.activities()
 

@@ -32,6 +32,7 @@ from activities import names
 from activities.journal import REPLAY_UNAVAILABLE
 from genesis.dto import AuditManifestRequest, ReplayVerifyReport, ReplayVerifyRequest
 from genesis.workflow_api import AUDIT_MANIFEST_WORKFLOW, REPLAY_VERIFY_WORKFLOW, audit_task_queue, journal_task_queue
+from tests.workflow_doubles import fail_scripted, unique_queue
 from workflows.journal import AUDIT_QUEUE, AuditManifestWorkflow, ReplayVerifyWorkflow
 
 REPORT = ReplayVerifyReport(
@@ -63,15 +64,13 @@ class Script:
         @activity.defn(name=names.VERIFY_REPLAY)
         async def verify_replay(request: ReplayVerifyRequest) -> ReplayVerifyReport:
             attempt = self.called("verify")
-            if attempt <= len(self.verify):
-                raise self.verify[attempt - 1]
+            fail_scripted(self.verify, attempt)
             return REPORT.model_copy(update={"from_tick": request.from_tick, "to_tick": request.to_tick})
 
         @activity.defn(name=names.SIGN_AUDIT_MANIFEST)
         async def sign_audit_manifest(request: AuditManifestRequest) -> dict:
             attempt = self.called("sign")
-            if attempt <= len(self.sign):
-                raise self.sign[attempt - 1]
+            fail_scripted(self.sign, attempt)
             return {"kind": "audit.export", "body": {"manifest": request.manifest}, "signature": "sig"}
 
         return [verify_replay, sign_audit_manifest]
@@ -141,7 +140,7 @@ async def run_journal_workflow(
 ):
     """The workflows on their queue, the fakes on each queue a workflow may send its activity to;
     returns the handle, the workflow's queue, and its result or its WorkflowFailureError."""
-    queue = f"journal-unit-{uuid.uuid4().hex[:8]}"
+    queue = unique_queue("journal")
     fakes = script.activities()
     # the test module's own workflow runs outside the sandbox, which would re-import this module
     runner = UnsandboxedWorkflowRunner() if AuditManifestBeforeThePatch in workflows else SandboxedWorkflowRunner()

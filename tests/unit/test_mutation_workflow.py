@@ -54,6 +54,7 @@ from genesis.workflow_api import (
     TASK_SIGNAL_MUTATION_ACTIVATED,
     task_workflow_id,
 )
+from tests.workflow_doubles import fail_scripted, unique_queue
 from workflows.mutation import MutationWorkflow
 
 TRAIT = "forager"
@@ -198,8 +199,7 @@ class Script:
                 assert self.client is not None
                 await self.client.get_workflow_handle(activity.info().workflow_id).signal(signal, arg)
             failures = self.failures.get(moment, [])
-            if attempt <= len(failures):
-                raise failures[attempt - 1]
+            fail_scripted(failures, attempt)
 
     def activities(self) -> dict[str, list]:
         """The fakes by where they run: the workflow's queue, its journal queue, its verdict queue."""
@@ -320,7 +320,7 @@ async def run_mutation(
 ) -> Run:
     """Run ``change`` on a worker of its own (three queues: the workflow's, journal, verdicts)."""
     script.client = env.client
-    queue = f"mutation-unit-{uuid.uuid4().hex[:8]}"
+    queue = unique_queue("mutation")
     fakes = script.activities()
     workers = [
         Worker(env.client, task_queue=queue, workflows=[MutationWorkflow, TaskStandIn], activities=fakes[""]),

@@ -22,6 +22,7 @@ from genesis.dto import (
     WebhookResult,
 )
 from genesis.workflow_api import ROLLBACK_WORKFLOW
+from tests.workflow_doubles import fail_scripted, record_call, unique_queue
 from workflows.rollback import ROLLBACK_SEQUENCE, RollbackWorkflow
 
 LOG = ["AST: OK", "Sandbox: OK — 120 ticks", "Activated v3", "Kept"]
@@ -51,18 +52,12 @@ class Script:
     def activities(self) -> list:
         @activity.defn(name=names.ROLLBACK_TRAIT)
         async def rollback_trait(request: RollbackRequest) -> RollbackResult:
-            attempt = activity.info().attempt
-            self.calls.append(("rollback", attempt))
-            if attempt <= len(self.rollback):
-                raise self.rollback[attempt - 1]
+            record_call(self.calls, "rollback", self.rollback)
             return self.result
 
         @activity.defn(name=names.RECORD_MUTATION_STATUS)
         async def record_mutation_status(change: StatusUpdate) -> None:
-            attempt = activity.info().attempt
-            self.calls.append(("record", attempt))
-            if attempt <= len(self.record):
-                raise self.record[attempt - 1]
+            record_call(self.calls, "record", self.record)
             self.records.append(change)
 
         @activity.defn(name=names.DELIVER_WEBHOOK)
@@ -72,15 +67,14 @@ class Script:
             self.deliveries.append(delivery)
             if self.webhook_always is not None:
                 raise self.webhook_always
-            if attempt <= len(self.webhook):
-                raise self.webhook[attempt - 1]
+            fail_scripted(self.webhook, attempt)
             return WebhookResult(status_code=204, attempt=attempt)
 
         return [rollback_trait, record_mutation_status, deliver_webhook]
 
 
 async def run_rollback(env, script: Script, request: RollbackRequest, log: list[str] = LOG) -> RollbackResult:
-    queue = f"rollback-unit-{uuid.uuid4().hex[:8]}"
+    queue = unique_queue("rollback")
     async with Worker(env.client, task_queue=queue, workflows=[RollbackWorkflow], activities=script.activities()):
         return await env.client.execute_workflow(
             ROLLBACK_WORKFLOW,

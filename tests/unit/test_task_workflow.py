@@ -22,6 +22,7 @@ from temporalio.worker import Worker
 from activities import names
 from genesis.dto import AgentTask, TaskClose, TaskEndReason, TaskResult, TaskSeverity
 from genesis.workflow_api import TASK_QUERY, TASK_SIGNAL_MUTATION_ACTIVATED, TASK_SIGNAL_RESOLVE, TASK_WORKFLOW
+from tests.workflow_doubles import fail_scripted, unique_queue
 from workflows.task import TaskWorkflow
 
 TEN_MINUTES = 600.0
@@ -56,8 +57,7 @@ class Script:
             self.calls.append(("publish", attempt))
             if self.publish_hangs:
                 await asyncio.sleep(60)
-            if attempt <= len(self.publish):
-                raise self.publish[attempt - 1]
+            fail_scripted(self.publish, attempt)
             return self.published
 
         @activity.defn(name=names.CLOSE_TASK)
@@ -66,8 +66,7 @@ class Script:
             self.calls.append(("close", attempt))
             if self.close_gate is not None:
                 await self.close_gate.wait()
-            if attempt <= len(self.close):
-                raise self.close[attempt - 1]
+            fail_scripted(self.close, attempt)
             self.closes.append(close)
             return True
 
@@ -77,7 +76,7 @@ class Script:
 @asynccontextmanager
 async def task_worker(env, script: Script):
     """A worker with the real workflow and the fakes on a queue of its own; yields the queue."""
-    queue = f"task-unit-{uuid.uuid4().hex[:8]}"
+    queue = unique_queue("task")
     async with Worker(env.client, task_queue=queue, workflows=[TaskWorkflow], activities=script.activities()):
         yield queue
 
