@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -151,7 +152,18 @@ def table(title: str | None, columns: list[str], rows: list[list[Any]], whole: t
     """Rows for people: a table whose ``whole`` columns (ids to copy, codes) are never wrapped or
     cut (a cell may hold several lines), or, in a terminal too narrow for them and the rest, one
     block of ``column value`` lines per row."""
-    return Records(title, columns, [["-" if v is None else str(v) for v in row] for row in rows], whole)
+    return Records(title, columns, [[cell(v) for v in row] for row in rows], whole)
+
+
+def cell(value: Any) -> str:
+    """A table cell: ``-`` for nothing; a float as people read it (``99.76``, ``0.0123``, ``4``)."""
+    if value is None:
+        return "-"
+    if isinstance(value, float) and math.isfinite(value):
+        if value == 0 or abs(value) >= 1:
+            return f"{value:,.2f}".rstrip("0").rstrip(".")
+        return f"{value:.3g}"
+    return str(value)
 
 
 @dataclass

@@ -177,3 +177,11 @@ def test_ids_stay_whole_at_any_width(width):
     for whole in (*ids, "agt_5c0e9a41d2b7", "agt_0000aaaa1111", "AST_IMPORT_FORBIDDEN"):
         assert any(whole in line for line in lines), (whole, lines)
     assert any("(quarantined)" in line for line in lines) and "[bold" not in "\n".join(lines)
+
+
+def test_numbers_in_tables_are_rounded_for_people():
+    rows = [["population_mean", 99.761667, 101.0], ["energy_end", 12345.678, None], ["share", 0.0123456, 0.0]]
+    text = "\n".join(rendered(table("shadow", ["", "baseline", "candidate"], rows), 80))
+    for shown in ("99.76", "101", "12,345.68", "0.0123", "-"):
+        assert shown in text, (shown, text)
+    assert "99.761667" not in text and "101.0" not in text and "0.0123456" not in text
