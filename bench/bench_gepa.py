@@ -28,7 +28,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from doubles.gepa_repo import make_repo
 from doubles.scripted_lm import ScriptedLM
-from genesis.cli.processes import TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process
+from genesis.cli.processes import DEV_SERVER_ARGS, TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process
 from genesis.config import Settings
 from genesis.db.migrate import upgrade_to_head
 from gepa_steps import envs as gepa_envs, gitops
@@ -117,7 +117,7 @@ async def main() -> None:
         gepa_envs.ensure_environment, Path(settings.gepa.envs_dir), [], settings.gepa.dspy_requirement
     )
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=str(TEMPORAL_CLI), dev_server_log_level="error"
+        dev_server_existing_path=str(TEMPORAL_CLI), dev_server_log_level="error", dev_server_extra_args=DEV_SERVER_ARGS
     )
     settings = settings.override(temporal_address=env.client.service_client.config.target_host)
     worker, api = worker_process(settings, "worker-bench-gepa"), api_process(settings, "api-bench-gepa")

@@ -21,10 +21,11 @@ planted traits are then proposed one of each kind at a time, as a user would, an
 followed to its end (kept or rolled back, or rejected).
 
 Prints one JSON object: for each world the confusion matrix (truth -> verdict -> count), the
-rolled-back share of each kind, time to verdict (p50, p95, from the proposal), the live world's
-ticks per second meanwhile (p50 over each round), and the verdicts' reasons; and the same over
-all worlds. Fails (exit 1, saying why) when the world was not whole: the trait host restarted or
-skipped ticks, a process died, or a planted trait never reached a verdict.
+rolled-back share of each kind, time to verdict (p50, p95, from the proposal) and to activation
+(p50), the live world's ticks per second meanwhile (p50 and the slowest of its 5-second windows
+while verdicts were pending), and the verdicts' reasons; and the same over all worlds. Fails
+(exit 1, saying why) when the world was not whole: the trait host restarted or skipped ticks, a
+process died, or a planted trait never reached a verdict.
 """
 
 from __future__ import annotations
@@ -118,20 +119,27 @@ async def propose(http: httpx.AsyncClient, name: str, code: str, agent: str) -> 
 
 async def follow(http: httpx.AsyncClient, mutation_id: str, until: tuple[str, ...], timeout_s: float) -> dict:
     """The mutation's status once it reaches ``until`` (or at the timeout), with ``seconds``: how
-    long it was followed."""
+    long it was followed, and ``seen``: when each status was first seen."""
     started = time.monotonic()
+    seen: dict[str, float] = {}
     while True:
         status = (await http.get(f"/api/mutations/{mutation_id}/status")).json()
+        seen.setdefault(str(status.get("status")), round(time.monotonic() - started, 1))
         if status.get("status") in until or time.monotonic() - started > timeout_s:
-            return {**status, "seconds": round(time.monotonic() - started, 1)}
+            return {**status, "seconds": round(time.monotonic() - started, 1), "seen": seen}
         await asyncio.sleep(0.25)
 
 
-async def ticks_per_s(redis: aioredis.Redis, seconds: float) -> float:
-    before = int((await engine_status(redis)).get("tick", 0))
-    await asyncio.sleep(seconds)
-    after = int((await engine_status(redis)).get("tick", 0))
-    return (after - before) / seconds
+async def ticks_per_s(redis: aioredis.Redis, window_s: float, until: asyncio.Future) -> list[float]:
+    """The live world's tick rate in each ``window_s`` window until ``until`` is done."""
+    rates = []
+    while not until.done():
+        started, before = time.monotonic(), int((await engine_status(redis)).get("tick", 0))
+        await asyncio.wait([until], timeout=window_s)
+        elapsed = time.monotonic() - started
+        if elapsed >= window_s / 2:  # a short last window says little
+            rates.append((int((await engine_status(redis)).get("tick", 0)) - before) / elapsed)
+    return rates
 
 
 async def run_world(kind: str, args: argparse.Namespace, database_url: str, temporal: Any) -> dict[str, Any]:
@@ -203,9 +211,9 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
                     )
                     for truth in TRUTHS
                 }
-                rate = asyncio.create_task(ticks_per_s(redis, 5.0))
-                ends = await asyncio.gather(*(follow(http, ids[t], TERMINAL, args.timeout_s) for t in TRUTHS))
-                rates.append(await rate)
+                verdicts = asyncio.gather(*(follow(http, ids[t], TERMINAL, args.timeout_s) for t in TRUTHS))
+                rates.extend(await ticks_per_s(redis, 5.0, verdicts))
+                ends = await verdicts
                 for truth, end in zip(TRUTHS, ends):
                     report = end.get("verdict_report") or {}
                     rounds.append(
@@ -218,6 +226,7 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
                             "replicates": report.get("replicates"),
                             "fitness": (report.get("effects") or {}).get("fitness"),
                             "seconds": end["seconds"] if end.get("status") in TERMINAL else None,
+                            "activated_after_s": end["seen"].get("activated"),
                         }
                     )
                 log(
@@ -258,7 +267,9 @@ def summary(rows: list[dict], rates: list[float]) -> dict[str, Any]:
         },
         "inconclusive_share": round(sum(r["verdict"] == "inconclusive" for r in rows) / len(rows), 2) if rows else None,
         "time_to_verdict_s": {"p50": percentile(times, 50), "p95": percentile(times, 95)},
+        "time_to_activation_s_p50": percentile([r["activated_after_s"] for r in rows if r["activated_after_s"]], 50),
         "world_ticks_per_s_p50": round(statistics.median(rates), 1) if rates else None,
+        "world_ticks_per_s_min": round(min(rates), 1) if rates else None,
         "reasons": dict(Counter(str(r["reason"])[:80] for r in rows).most_common(6)),
     }
 

@@ -23,7 +23,15 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from genesis.cli.processes import TEMPORAL_CLI, api_process, engine_process, free_port, wait_for_api, worker_process
+from genesis.cli.processes import (
+    DEV_SERVER_ARGS,
+    TEMPORAL_CLI,
+    api_process,
+    engine_process,
+    free_port,
+    wait_for_api,
+    worker_process,
+)
 from genesis.config import Settings
 from genesis.db.migrate import upgrade_to_head
 from genesis.db.session import get_engine
@@ -91,6 +99,7 @@ async def temporal_env():
         dev_server_existing_path=str(TEMPORAL_CLI),
         search_attributes=list(SEARCH_ATTRIBUTE_KEYS),
         dev_server_log_level="error",
+        dev_server_extra_args=DEV_SERVER_ARGS,
     )
     yield env
     await env.shutdown()

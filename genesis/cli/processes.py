@@ -21,6 +21,13 @@ import httpx
 from genesis.config import PROJECT_ROOT, Settings
 
 TEMPORAL_CLI = Path(sys.executable).parent / "temporal"
+# One partition per task queue (scripts/services.sh starts `make run`'s server with the same): a
+# queue then hands out its tasks in the order they were scheduled, so concurrent verdicts are
+# served one after the other instead of interleaved until all end late (docs/evolution.md).
+DEV_SERVER_ARGS = [
+    *("--dynamic-config-value", "matching.numTaskqueueReadPartitions=1"),
+    *("--dynamic-config-value", "matching.numTaskqueueWritePartitions=1"),
+]
 LOG_DIR = PROJECT_ROOT / ".state" / "logs"
 
 

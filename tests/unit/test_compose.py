@@ -159,3 +159,26 @@ def test_make_services_registers_every_search_attribute():
     script = (PROJECT_ROOT / "scripts" / "services.sh").read_text()
     [line] = [line for line in script.splitlines() if line.startswith("SEARCH_ATTRIBUTES=")]
     assert line.split("=", 1)[1].strip('"').split() == [key.name for key in SEARCH_ATTRIBUTE_KEYS]
+
+
+def test_verdict_queue_has_one_partition_everywhere(config):
+    """The verdict queue hands out replicates in order (one partition): compose's Temporal reads
+    deploy/temporal-dynamicconfig.yaml, and `make run`'s and the suites' dev servers get the same
+    dynamic config values."""
+    import yaml
+
+    from genesis.cli.processes import DEV_SERVER_ARGS
+    from genesis.workflow_api import verdict_task_queue
+
+    temporal = config["services"]["temporal"]
+    [mount] = temporal["volumes"]
+    assert Path(mount["source"]) == PROJECT_ROOT / "deploy" / "temporal-dynamicconfig.yaml"
+    assert temporal["environment"]["DYNAMIC_CONFIG_FILE_PATH"] == mount["target"]
+    dynamic = yaml.safe_load(Path(mount["source"]).read_text())
+    queue = verdict_task_queue(Settings().task_queue)
+    values = [value for value in DEV_SERVER_ARGS if value != "--dynamic-config-value"]
+    for value in values:
+        key, number = value.split("=")
+        assert dynamic[key] == [{"value": int(number), "constraints": {"taskQueueName": queue}}]
+    script = (PROJECT_ROOT / "scripts" / "services.sh").read_text()
+    assert [f"--dynamic-config-value {value}" in script for value in values] == [True] * len(values)
