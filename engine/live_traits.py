@@ -5,9 +5,10 @@ to the host and gets intents back (the world checks them). Inside the host each 
 run in a process of their own (sandbox/traithost/), which enforces their limits and says
 which trait was at fault. A trait that raises or overruns repeatedly, or that is stopped from
 outside while it ran alone, is quarantined; what that means beyond this process (the Postgres
-record, the mutation's rollback, the feed) is engine/quarantine.py's job. A host that misses its
-deadline or dies is killed and restarted with the live traits reloaded, blaming no trait, while
-the world keeps ticking.
+record, the mutation's rollback, the feed) is engine/quarantine.py's job. A reply late by less
+than one more deadline is used (``LATE_TICKS_TO_RESTART``); a host that misses that or dies is
+killed and restarted with the live traits reloaded, blaming no trait, while the world keeps
+ticking.
 
 In fast-forward (``engine_fast_forward``) wall-clock limits must not decide a tick's intents, or
 a fast-forward run would differ from a paced one that never missed its deadline: the host gets
@@ -65,6 +66,10 @@ def host_owner(pid: int | None = None) -> str:
 
 
 KILL_BLAME_TICKS = 10  # a host failure this many ticks after a worker's kill is charged to the killed trait
+# A reply up to one more deadline late is used: the supervisor answers for its workers within
+# its own deadline, so a late reply is a machine too busy for a moment, and a restart would cost
+# ~2 s of ticks without traits. A host late this many ticks in a row is replaced all the same.
+LATE_TICKS_TO_RESTART = 3
 HOST_SAMPLE_S = 5.0  # how often the host's memory and processes are sampled for the metrics
 
 
@@ -84,6 +89,7 @@ class HostStats:
     restarts: int = 0
     deadline_misses: int = 0
     skipped_ticks: int = 0  # ticks whose traits did not run because the host was (re)starting
+    late_ticks: int = 0  # replies past the deadline, within its grace: used, the tick was slow
     lost_results: int = 0  # a trait's tick lost through nobody's fault (its process was killed for another's)
     throttled_results: int = 0  # a trait's tick sat out: its agent was over its share of the traits' CPU
     suspects: int = 0  # traits moved to a process of their own after a kill while they ran
@@ -118,6 +124,7 @@ class HostTraitRunner:
         self._host_lock = asyncio.Lock()
         self._restart_task: asyncio.Task | None = None
         self._last_kill: tuple[str, int] | None = None  # (trait, tick) of the last kill of a worker
+        self._late_in_a_row = 0
         self._tick = 0
         self._background: set[asyncio.Task] = set()
         self._next_sample = 0.0
@@ -212,7 +219,7 @@ class HostTraitRunner:
                 return {}
             # In the loop's own thread: the tick waits for this reply anyway, and handing the call
             # to a worker thread cost ~0.7-1 ms of CPU per tick (500 entities: ~10% of it). The
-            # loop is held at most deadline_s (the host is killed then); other tasks run between
+            # loop is held at most twice deadline_s (the host is killed then); other tasks run between
             # ticks. The host exists here, so no container is started. Fast-forward: every trait
             # runs every tick (a worker being started is waited for, as the host itself is;
             # nobody is throttled), as in a paced world that kept its pace.
@@ -224,6 +231,7 @@ class HostTraitRunner:
                 agent_of=self.agent_ids(),
                 complete=self.fast_forward,
                 while_waiting=while_waiting,
+                grace_s=self.deadline_s,
             )
             # A failed host is dropped under the lock: nothing else may be using it meanwhile.
             if reply.outcome == MISSED:
@@ -237,6 +245,12 @@ class HostTraitRunner:
                 self.last_outcome = (reply.outcome, reply.why)
                 await self._host_failed(HostCrashed(reply.why))
                 return {}
+            self._late_in_a_row = self._late_in_a_row + 1 if reply.late else 0
+            self.stats.late_ticks += reply.late
+            if self._late_in_a_row >= LATE_TICKS_TO_RESTART:  # this tick's reply still counts
+                self._late_in_a_row = 0
+                late = f"trait host answered past its deadline on {LATE_TICKS_TO_RESTART} ticks in a row"
+                await self._host_failed(HostDeadlineExceeded(late))
         intents, results = reply.intents, reply.results
         self.last_outcome = (OK, "")
         for name, outcome in sorted(reply.loads.items()):

@@ -80,6 +80,11 @@ class EngineCollector(Collector):
                 value=stats.deadline_misses,
             )
             yield CounterMetricFamily(
+                "genesis_engine_trait_host_late_ticks",
+                "Trait-host replies past GENESIS_ENGINE_TRAIT_DEADLINE_MS but within one more: used, the tick was slow",
+                value=stats.late_ticks,
+            )
+            yield CounterMetricFamily(
                 "genesis_engine_traits_quarantined", "Traits quarantined since start", value=len(stats.quarantined)
             )
             yield CounterMetricFamily(

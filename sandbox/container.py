@@ -35,7 +35,7 @@ import docker
 from docker.errors import APIError, NotFound
 from docker.models.containers import Container
 from docker.types import LogConfig, Mount
-from docker.utils.socket import STDERR, STDOUT, next_frame_header, read_exactly
+from docker.utils.socket import STDERR, STDOUT
 
 from genesis import entity_api, rules
 from genesis.config import Settings
@@ -284,16 +284,21 @@ class TraitHostContainer:
         self._container.rename(container_name(owner))
 
     def request(
-        self, message: dict[str, Any], deadline_s: float, while_waiting: Callable[[], None] | None = None
+        self,
+        message: dict[str, Any],
+        deadline_s: float,
+        while_waiting: Callable[[], None] | None = None,
+        grace_s: float = 0.0,
     ) -> dict[str, Any]:
-        """Send one request and wait for its reply, killing the container past the deadline.
+        """Send one request and wait for its reply, killing the container past the deadline
+        (plus ``grace_s``: a reply that comes within it is read and returned, late).
 
         Bytes values in the request travel as its attachment (see :func:`encode_message`); a
         reply with an attachment has its bytes under ``"attachment"``. ``while_waiting`` runs
         once the request is sent, before the reply is read (the host works meanwhile); its
         exceptions are logged, never raised, so the reply is always read, and the time it takes
         is added to the host's deadline."""
-        deadline = time.monotonic() + deadline_s
+        deadline = time.monotonic() + deadline_s + grace_s
         try:
             sock = self._sock if self._sock is not None else self._accept(deadline)
             sock.settimeout(deadline_s)
@@ -316,7 +321,7 @@ class TraitHostContainer:
             return reply
         except TimeoutError as exc:
             self.kill()
-            raise HostDeadlineExceeded(f"trait host gave no answer within {deadline_s:.2f}s") from exc
+            raise HostDeadlineExceeded(f"trait host gave no answer within {deadline_s + grace_s:.2f}s") from exc
         except (BrokenPipeError, ConnectionResetError, OSError) as exc:
             raise HostCrashed(f"trait host connection broke: {exc}; stderr: {self.stderr_tail()}") from exc
 
@@ -362,14 +367,25 @@ class TraitHostContainer:
                 if not chunk:
                     raise HostCrashed(f"trait host exited; stderr: {self.stderr_tail()}")
                 return chunk
-            stream, size = next_frame_header(self._sock)
-            if size < 0:
-                raise HostCrashed(f"trait host exited; stderr: {self.stderr_tail()}")
-            payload = read_exactly(self._sock, size)
+            # Docker's own frame readers poll without a timeout: a hung host would never be killed.
+            stream, size = struct.unpack(">BxxxL", self._recv(8, deadline))
+            payload = self._recv(size, deadline)
             if stream == STDOUT:
                 return payload
             if stream == STDERR:
                 self.stderr = (self.stderr + payload)[-8192:]
+
+    def _recv(self, size: int, deadline: float) -> bytes:
+        """Exactly ``size`` bytes of the attach stream, by the monotonic ``deadline``."""
+        assert self._sock is not None
+        buf = bytearray()
+        while len(buf) < size:
+            _time_left(self._sock, deadline)
+            chunk = self._sock.recv(size - len(buf))
+            if not chunk:
+                raise HostCrashed(f"trait host exited; stderr: {self.stderr_tail()}")
+            buf += chunk
+        return bytes(buf)
 
     def stderr_tail(self) -> str:
         if not self.framed:  # stderr is not on our channel: ask Docker (only after a failure)

@@ -164,6 +164,7 @@ class TickReply:
     loads: dict[str, dict] = field(default_factory=dict)
     lost_retries: int = 0  # times the tick was sent again because a result was lost
     elapsed_s: float = 0.0  # the request's wall time, without the caller's ``while_waiting`` work
+    late: bool = False  # OK, but past the deadline (within the caller's grace)
     failure: HostDeadlineExceeded | HostCrashed | None = None  # with MISSED: how the host failed
 
     @property
@@ -230,6 +231,7 @@ class HostClient:
         count_blocks: bool = False,
         lost_retries: int = 0,
         while_waiting: Callable[[], None] | None = None,
+        grace_s: float = 0.0,
     ) -> TickReply:
         """Run ``run`` on the carriers of ``views`` (``World.trait_views(run, raw=True)``).
 
@@ -239,7 +241,9 @@ class HostClient:
         every trait runs (a worker being started is waited for; nobody is throttled), as a run
         that must equal a paced one needs. The lost-result policy: a tick with a result lost
         through nobody's fault is sent again up to ``lost_retries`` times (then it stands, its
-        lost results counted by the caller). ``while_waiting`` runs once, while the host works."""
+        lost results counted by the caller). ``while_waiting`` runs once, while the host works.
+        ``grace_s``: a reply that comes past the deadline but within this is used (``late``):
+        the host was slowed, not stuck, and killing it would cost far more ticks than it lost."""
         message = {
             "op": "views",
             "tick": tick,
@@ -263,12 +267,12 @@ class HostClient:
                     waited = time.perf_counter() - started
 
             try:
-                reply = self.host.request(message, deadline_s, waiting)
+                reply = self.host.request(message, deadline_s, waiting, grace_s)
             except (HostDeadlineExceeded, HostCrashed) as exc:
                 return TickReply(MISSED, str(exc), lost_retries=retries, failure=exc)
             elapsed = time.perf_counter() - began - waited
             answer = self._decode(reply, views, owners)
-            answer.lost_retries, answer.elapsed_s = retries, elapsed
+            answer.lost_retries, answer.elapsed_s, answer.late = retries, elapsed, elapsed > deadline_s
             lost = answer.ok and any(r.get("lost") and not r.get("throttled") for r in answer.results.values())
             if not lost or retries >= lost_retries:
                 return answer

@@ -3,15 +3,18 @@ requests, so the same trait over the same views makes byte-identical intents thr
 
 from __future__ import annotations
 
+import asyncio
+import threading
+
 import docker
 import numpy as np
 import redis.asyncio as aioredis
 
-from engine.live_traits import HostTraitRunner
+from engine.live_traits import LATE_TICKS_TO_RESTART, HostTraitRunner
 from pipeline import registry
 from sandbox import image
 from sandbox.container import TraitHostContainer
-from sandbox.host_client import OK, HostClient
+from sandbox.host_client import MISSED, OK, HostClient
 from tests import trait_hosts
 from tests.own_stack import redis_db_below
 
@@ -60,6 +63,73 @@ async def test_the_sandbox_test_and_the_live_engine_get_identical_intents(settin
             world.step(live)
     finally:
         sandbox_side.close()
+        await runner.close()
+        await redis.flushdb()
+        await redis.aclose()
+
+
+def stalled(client: docker.DockerClient, container_id: str, seconds: float) -> threading.Timer:
+    """The container frozen (as a machine too busy for a moment would stall it) for ``seconds``."""
+    container = client.containers.get(container_id)
+    container.pause()
+
+    def unpause() -> None:
+        try:
+            container.unpause()
+        except docker.errors.APIError:  # killed meanwhile for missing its deadline
+            pass
+
+    thaw = threading.Timer(seconds, unpause)
+    thaw.start()
+    return thaw
+
+
+def test_a_reply_within_the_grace_is_used_and_the_host_lives():
+    client = docker.from_env()
+    host = HostClient(trait_hosts.start(client, "test-host-grace"))
+    world = trait_hosts.crowd(["busy"], 30, seed=5)
+    try:
+        assert host.load("busy", BUSY, "Busy", "alice") is None
+        views = world.trait_views(["busy"], raw=True)
+        on_time = host.tick(world.tick, views, ["busy"], 2.0, grace_s=2.0)
+        assert on_time.ok and not on_time.late
+        thaw = stalled(client, host.id, 0.6)  # frozen past the 0.3 s deadline, thawed within its grace
+        late = host.tick(world.tick, views, ["busy"], 0.3, grace_s=1.5)
+        thaw.join()
+        assert late.ok and late.late, late.why
+        assert len(late.intents) == len(world.entities)
+        assert host.tick(world.tick, views, ["busy"], 2.0).ok  # the same host answers the next tick
+        thaw = stalled(client, host.id, 0.6)  # without a grace the same stall kills the host
+        missed = host.tick(world.tick, views, ["busy"], 0.3)
+        thaw.join()
+        assert missed.outcome == MISSED and "within 0.30s" in missed.why
+    finally:
+        host.close()
+
+
+async def test_the_live_engine_uses_late_replies_and_replaces_a_host_late_three_times_in_a_row(settings):
+    own = settings.override(redis_url=redis_db_below(7), engine_trait_deadline_ms=400)
+    redis = aioredis.from_url(own.redis_url)
+    await redis.flushdb()
+    await registry.put_entry(redis, trait_hosts.registry_entry("busy", BUSY, "alice", 400))
+    world = trait_hosts.crowd(["busy"], 30, seed=5)
+    runner = HostTraitRunner(own, redis)
+    client = docker.from_env()
+    try:
+        await runner.refresh()
+        views = world.trait_views(["busy"], raw=True)
+        await runner.run_tick_views(world.tick, views)
+        assert runner.last_outcome[0] == OK and runner._host is not None
+        first = runner._host.id
+        for late in range(1, LATE_TICKS_TO_RESTART + 1):
+            thaw = await asyncio.to_thread(stalled, client, first, 0.6)
+            intents = await runner.run_tick_views(world.tick, views)
+            await asyncio.to_thread(thaw.join)
+            assert runner.last_outcome[0] == OK and len(intents) == len(world.entities), runner.last_outcome
+            assert runner.stats.late_ticks == late
+            assert runner.stats.restarts == (late == LATE_TICKS_TO_RESTART)
+        assert runner.stats.skipped_ticks == 0
+    finally:
         await runner.close()
         await redis.flushdb()
         await redis.aclose()
