@@ -18,7 +18,8 @@ and ``busy`` (first ``--busy-traits`` benign traits of 20 agents, the soak's sta
 stateful kinds, are proposed through an API of their own whose verdicts read the window, so the
 bench does not wait for 60 experiments, and go live). The
 planted traits are then proposed one of each kind at a time, as a user would, and each is
-followed to its end (kept or rolled back, or rejected).
+followed to its end (kept or rolled back, or rejected); a round's kept traits are then rolled
+back, so that every round is judged beside the same live traits.
 
 Prints one JSON object: for each world the confusion matrix (truth -> verdict -> count), the
 rolled-back share of each kind, time to verdict (p50, p95, from the proposal) and to activation
@@ -130,6 +131,19 @@ async def follow(http: httpx.AsyncClient, mutation_id: str, until: tuple[str, ..
         await asyncio.sleep(0.25)
 
 
+async def withdraw(http: httpx.AsyncClient, mutation_ids: list[str]) -> None:
+    """Roll back a round's kept traits: every round's traits are judged beside the same live set
+    (a forager kept in one round would make the next round's forager redundant, not helpful)."""
+    for mutation_id in mutation_ids:
+        response = await http.post(f"/api/mutations/{mutation_id}/rollback", json={"reason": "bench.verdicts round"})
+        if response.status_code not in (200, 202):
+            raise SystemExit(f"bench.verdicts: rolling back {mutation_id} failed: {response.status_code}")
+    for mutation_id in mutation_ids:
+        end = await follow(http, mutation_id, ("rolled_back",), 120)
+        if end.get("status") != "rolled_back":
+            raise SystemExit(f"bench.verdicts: {mutation_id} was not rolled back within 120 s")
+
+
 async def ticks_per_s(redis: aioredis.Redis, window_s: float, until: asyncio.Future) -> list[float]:
     """The live world's tick rate in each ``window_s`` window until ``until`` is done."""
     rates = []
@@ -233,6 +247,7 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
                     f"{kind}: round {round_number + 1}: "
                     + ", ".join(f"{r['truth']} {r['status']}/{r['verdict']}" for r in rounds[-3:])
                 )
+                await withdraw(http, [r["mutation_id"] for r in rounds[-3:] if r["status"] == "kept"])
             counters = await engine_counters(settings.engine.metrics_port)
     finally:
         for process in reversed(processes):
