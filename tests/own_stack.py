@@ -16,7 +16,7 @@ import redis.asyncio as aioredis
 from genesis.cli.processes import free_port
 from genesis.config import Settings
 from genesis.db.migrate import fresh_database
-from tests.conftest import TEST_DATABASE_URL, TEST_REDIS_URL, fresh_journal, set_rules
+from tests.services import TEST_DATABASE_URL, TEST_REDIS_URL, fresh_journal, set_rules
 
 
 def with_path(url: str, path: str) -> str:

@@ -25,7 +25,7 @@ from genesis import redis_keys as keys
 from genesis.cli.processes import api_process, engine_process, free_port, wait_for_api
 from genesis.redis_keys import Channels
 from pipeline import registry
-from tests.conftest import fresh_journal
+from tests.services import fresh_journal
 
 ENGINE_REDIS_URL = os.environ.get("GENESIS_TEST_ENGINE_REDIS_URL", "redis://127.0.0.1:6379/13")
 TICKS = 150

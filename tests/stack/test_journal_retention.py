@@ -27,9 +27,9 @@ from genesis.db.session import get_sessionmaker
 from journal.rederive import rederive
 from journal.retention import Archive
 from journal.segments import segments
-from tests.conftest import set_rules
 from tests.journal_worlds import journaled_engine
 from tests.own_stack import own_settings
+from tests.services import set_rules
 
 
 async def wait_for(condition, timeout_s: float, what: str):

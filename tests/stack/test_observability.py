@@ -16,7 +16,7 @@ from genesis.cli.processes import LOG_DIR, TEMPORAL_CLI, engine_process, free_po
 from genesis.logs import ids_from_workflow_id
 from genesis.temporal_setup import SEARCH_ATTRIBUTES, ensure_search_attributes
 from tests import agents, traits
-from tests.conftest import fresh_journal
+from tests.services import fresh_journal
 from tests.stack.test_engine import ENGINE_REDIS_URL
 from tests.stack.test_mutation_pipeline import wait_for_verdict
 

@@ -26,8 +26,8 @@ from genesis.cli.processes import ManagedProcess, api_process, engine_process, w
 from genesis.redis_keys import ENGINE_STATUS
 from genesis.workflow_api import rollback_workflow_id
 from pipeline import registry
-from tests.conftest import fresh_journal
 from tests.own_stack import own_settings
+from tests.services import fresh_journal
 from tests.stack.test_cli import invoke
 from tests.stack.test_lifecycle import wait_for_status
 from tests.stack.test_living_world import wait_until

@@ -26,7 +26,7 @@ from genesis.db.models import Agent, RoundSubmission
 from journal.reader import JournalReader
 from pipeline import manifests, receipts, rounds as records
 from tests import agents
-from tests.conftest import fresh_journal
+from tests.services import fresh_journal
 
 ROUND_TICKS = 60
 

@@ -24,8 +24,8 @@ from genesis.config import Settings
 from genesis.dto import AgentTask, TaskEndReason, TaskResult, TaskSeverity
 from genesis.redis_keys import Channels
 from genesis.workflow_api import TASK_WORKFLOW, task_workflow_id
-from tests.conftest import TEST_REDIS_URL
 from tests.replays import assert_replays
+from tests.services import TEST_REDIS_URL
 from workflows.task import TaskWorkflow
 
 HISTORIES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "histories")
