@@ -11,6 +11,7 @@ import httpx
 from genesis.config import Settings
 from genesis.db.session import get_sessionmaker
 from pipeline import operators
+from tests import traits
 
 DEFAULT_AGENT = "genesis-tests"
 _registered: dict[tuple[str, str], TestAgent] = {}
@@ -80,3 +81,12 @@ async def operator(settings: Settings, name: str = DEFAULT_OPERATOR) -> TestOper
 
 async def operator_headers(settings: Settings, name: str = DEFAULT_OPERATOR) -> dict[str, str]:
     return (await operator(settings, name)).headers
+
+
+def forbidden(tag: str) -> str:
+    """Code the gatekeeper rejects in milliseconds (no sandbox run)."""
+    return traits.FORBIDDEN_IMPORT.replace('"hi"', f'"{tag}"')
+
+
+def client_from(url: str, source_ip: str) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=url, timeout=60, transport=httpx.AsyncHTTPTransport(local_address=source_ip))

@@ -18,8 +18,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from genesis.cli.processes import TEMPORAL_CLI
 
-# GEPA tests share one worker + API of their own (tests/gepa_stack.py), started once per session.
-pytest_plugins = ["tests.gepa_stack"]
+# GEPA tests share one worker + API of their own (tests/gepa_stack.py), started once per session;
+# viewer tests a browser per module (tests/viewer_pages.py).
+pytest_plugins = ["tests.gepa_stack", "tests.viewer_pages"]
 
 _exit_status = 0
 

@@ -15,6 +15,8 @@ TEST_DATABASE_URL = os.environ.get(
     "GENESIS_TEST_DATABASE_URL", "postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis_test"
 )
 TEST_REDIS_URL = os.environ.get("GENESIS_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+# The engine tests' own db, flushed by them: must differ from the suite's (and other runs' on one machine).
+ENGINE_REDIS_URL = os.environ.get("GENESIS_TEST_ENGINE_REDIS_URL", "redis://127.0.0.1:6379/13")
 
 
 def fresh_journal(settings: Settings, name: str) -> Settings:

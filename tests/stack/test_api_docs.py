@@ -13,7 +13,6 @@ from html.parser import HTMLParser
 from playwright.async_api import BrowserContext
 
 from api.schemas import EXAMPLE_PROPOSAL
-from tests.stack.test_viewer import browser  # noqa: F401 (a fixture)
 
 EXTERNAL_URL = re.compile(r"(https?:)?//")
 SWAGGER_SPEC_URL = re.compile(r"url: '([^']+)'")

@@ -23,8 +23,8 @@ from genesis.temporal_setup import ensure_search_attributes
 from pipeline import manifests
 from pipeline.proposals import mutation_input
 from tests import agents, traits
-from tests.stack.test_cli import invoke, record_history, run_cli
-from tests.stack.test_lifecycle import wait_for_status
+from tests.cli_runs import invoke, record_history, run_cli
+from tests.pipeline_steps import wait_for_status
 from worker import build_workers
 
 QUEUE = "genesis-test-approvals"

@@ -14,8 +14,8 @@ from engine.loop import Engine
 from journal.audit import EVENT_KINDS
 from pipeline import audit
 from tests import agents
+from tests.cli_runs import invoke
 from tests.journal_worlds import journal_settings, journaled_engine
-from tests.stack.test_cli import invoke
 
 
 @pytest.fixture

@@ -23,11 +23,11 @@ from genesis.db.session import get_sessionmaker
 from genesis.redis_keys import REGISTRY_TRAITS, REGISTRY_VERSION, ratelimit_agent_hour, ratelimit_check_agent_minute
 from pipeline import ratelimit
 from tests import agents, traits
+from tests.agents import client_from
+from tests.cli_runs import invoke, record_history
 from tests.example_traits import examples
-from tests.stack.test_cli import invoke, record_history
-from tests.stack.test_modify_trait import code, count_mutations, fresh_name, go_live, propose
-from tests.stack.test_mutation_pipeline import wait_for_verdict
-from tests.stack.test_rate_limits import client_from
+from tests.pipeline_steps import wait_for_verdict
+from tests.trait_versions import code, count_mutations, fresh_name, go_live, propose
 
 UNPOLLED = "genesis-test-check-unpolled"
 CHECK_FIELDS = {

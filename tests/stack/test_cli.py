@@ -18,73 +18,18 @@ from pathlib import Path
 import pytest
 from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, WorkflowHistory
 from temporalio.service import RPCError
-from typer.testing import CliRunner
 
 from api.workflow_starter import mutation_input
-from genesis.cli import app, replay as replaying
+from genesis.cli import replay as replaying
 from genesis.config import PROJECT_ROOT
 from genesis.db.models import Mutation
 from genesis.workflow_api import MUTATION_WORKFLOW, rollback_workflow_id
 from tests import agents, traits
+from tests.cli_runs import invoke, record_history, run_cli, start_cli
 from tests.nondeterministic_workflows import TaskWorkflowWithoutTimer
-from tests.replays import assert_replays
-from tests.stack.test_lifecycle import sample, signal_window, wait_for_status
-from tests.stack.test_mutation_pipeline import HISTORIES, wait_for_verdict
+from tests.pipeline_steps import HISTORIES, sample, signal_window, wait_for_status, wait_for_verdict
 
 STAGE_LINE = re.compile(r"●\s+(\w+)\s+≤?\+(\d+\.\d+)s")
-
-
-async def run_cli(
-    api_url: str, *args: str, key: str | None = None, settings=None, timeout: float = 120, columns: int = 200
-) -> tuple[int, str, str]:
-    process = await start_cli(api_url, *args, key=key, settings=settings, columns=columns)
-    out, err = await asyncio.wait_for(process.communicate(), timeout)
-    return process.returncode, out.decode(), err.decode()
-
-
-async def invoke(
-    api_url: str, *args: str, key: str | None = None, operator_key: str | None = None
-) -> tuple[int, str, str]:
-    """The CLI in this process with typer's CliRunner (quicker than a subprocess), against the
-    same real API process. Commands that follow a mutation or replay run as subprocesses."""
-    env = {
-        "GENESIS_API_URL": api_url,
-        "GENESIS_API_KEY": key or "",
-        "GENESIS_OPERATOR_KEY": operator_key or "",
-        "COLUMNS": "200",
-    }
-    result = await asyncio.to_thread(CliRunner().invoke, app, list(args), env=env)
-    return result.exit_code, result.stdout, result.stderr
-
-
-async def start_cli(api_url: str, *args: str, key: str | None = None, settings=None, columns: int = 200):
-    """The CLI as a subprocess whose stdout is not a terminal: ``columns`` is the width it is told."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_")}
-    env.update({"GENESIS_API_URL": api_url, "COLUMNS": str(columns), "PYTHONUNBUFFERED": "1"})
-    if key:
-        env["GENESIS_API_KEY"] = key
-    if settings is not None:
-        env["GENESIS_TEMPORAL_ADDRESS"] = settings.temporal.address
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "genesis.cli",
-        *args,
-        cwd=PROJECT_ROOT,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-
-
-async def record_history(temporal_client, workflow_id: str, name: str) -> WorkflowHistory:
-    """Replay a finished run against the current code (the worker's workflows); with
-    GENESIS_RECORD_HISTORIES=1 also store it in tests/histories/ for every later run."""
-    history = await temporal_client.get_workflow_handle(workflow_id).fetch_history()
-    await assert_replays(history)
-    if os.environ.get("GENESIS_RECORD_HISTORIES"):
-        Path(HISTORIES, f"{name}.json").write_text(history.to_json())
-    return history
 
 
 def stages_of(output: str) -> list[str]:
@@ -240,7 +185,7 @@ async def test_list_and_json_outputs(api_url, http):
 
 
 async def test_retry_reruns_a_terminated_mutation_to_its_verdict(api_url, http, temporal_client):
-    from tests.stack.test_webhooks_batch import Receiver
+    from tests.webhook_receiver import Receiver
 
     receiver = Receiver()
     proposer = await agents.register(http, "cli-retry")

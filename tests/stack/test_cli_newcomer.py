@@ -19,11 +19,10 @@ import pytest
 from genesis.cli.processes import api_process, engine_process, wait_for_api, worker_process
 from genesis.config import PROJECT_ROOT
 from tests import agents, traits
+from tests.cli_runs import run_cli
 from tests.own_stack import own_settings
-from tests.stack.test_cli import run_cli
-from tests.stack.test_lifecycle import wait_for_status
-from tests.stack.test_living_world import wait_until
-from tests.stack.test_tasks import publish
+from tests.pipeline_steps import wait_for_status, wait_until
+from tests.task_board import publish
 
 README = PROJECT_ROOT / "README.md"
 EXPORT_LINE = re.compile(r"^export GENESIS_API_KEY=(gen_\S+)$", re.M)

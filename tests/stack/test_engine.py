@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 
 import pytest
@@ -24,9 +23,8 @@ from genesis.cli.processes import free_port
 from genesis.db.models import WorldSnapshot
 from genesis.db.session import get_engine
 from genesis.redis_keys import Channels
+from tests.services import ENGINE_REDIS_URL
 
-# Flushed by these tests: must differ from GENESIS_TEST_REDIS_URL (and from other runs' on one machine).
-ENGINE_REDIS_URL = os.environ.get("GENESIS_TEST_ENGINE_REDIS_URL", "redis://127.0.0.1:6379/13")
 DEADLINE_S = 30.0  # generous upper bound for eventual conditions (never a performance claim)
 
 

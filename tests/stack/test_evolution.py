@@ -14,7 +14,6 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from engine.telemetry import to_redis_hash
 from engine.world import World as WorldCore, WorldParams
 from engine.world_overrides import ParamsFollower
 from evolution import cycles, llm, operator, prompts
@@ -27,32 +26,13 @@ from genesis.effects import WorldSample
 from genesis.redis_keys import Channels
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, evolution_workflow_id, task_workflow_id
 from tests import agents
+from tests.evolution_worlds import write_snapshots
 from tests.llm_server import Answer, ScriptedLLM
+from tests.pipeline_steps import HISTORIES, wait_for_status
 from tests.replays import assert_replays
-from tests.stack.test_lifecycle import wait_for_status
-from tests.stack.test_mutation_pipeline import HISTORIES
 from workflows.evolution import EvolutionCycleWorkflow
 
 QUEUE = "genesis-evolution-test"
-BASE = {
-    "entity_count": 200,
-    "avg_energy": 60.0,
-    "births_last_period": 10,
-    "deaths_last_period": 10,
-    "death_starvation": 5,
-    "death_age": 5,
-    "death_collision": 0,
-    "resource_density": 0.5,
-    "trait_diversity": 5,
-    "dominant_trait": "",
-    "temperature": 20.0,
-    "state_hash": "x",
-    "resource_count": 100,
-    "trait_usage": {},
-    "trait_stats": {},
-    "tick_overruns": 0,
-    "ticks_per_second": 30.0,
-}
 STARVATION = {"entity_count": 90, "deaths_last_period": 80, "death_starvation": 80, "death_age": 0}
 
 
@@ -252,19 +232,6 @@ async def test_engine_applies_world_parameter_overrides(redis_client):
         assert await follower.refresh() and applied[-1] == world.params and follower.observer_workflow is None
     finally:
         await redis_client.delete(keys.WORLD_PARAMS_OVERRIDES)
-
-
-async def write_snapshots(redis_client, interval: int, *changes: dict) -> int:
-    """Snapshots of a fresh run, as the engine writes them (newest last); the newest tick."""
-    tick, run_id = 10_000_000 + int(time.time()) % 1_000_000, uuid.uuid4().hex
-    for change in changes:
-        tick += interval
-        key = keys.world_snapshot(tick)
-        snap = {**BASE, **change, "tick": tick, "timestamp": time.time(), "run_id": run_id}
-        await redis_client.hset(key, mapping=to_redis_hash(snap))
-        await redis_client.expire(key, 60)
-        await redis_client.set(keys.WORLD_TICK, tick)
-    return tick
 
 
 async def analyze_written(watcher: Watcher, redis_client, interval: int, *changes: dict):

@@ -15,7 +15,7 @@ from genesis.cli.processes import worker_and_api
 from tests import agents
 from tests.example_traits import examples
 from tests.own_stack import own_settings
-from tests.stack.test_mutation_pipeline import wait_for_verdict
+from tests.pipeline_steps import wait_for_verdict
 
 GOAL = re.compile(r'--goal "([^"]*)"')
 

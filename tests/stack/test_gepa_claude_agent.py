@@ -22,8 +22,8 @@ from gepa_steps import envs as gepa_envs
 from gepa_steps.claude_coding_agent import WORKING_COPY, git_diff
 from gepa_steps.coder import CodingAgent
 from gepa_steps.dto import StepRequest
+from tests.gepa_requests import assert_every_answer_exclaims, exclaiming_code_step, git_show, step
 from tests.scripted_anthropic import FINAL_TEXT, ScriptedAnthropic
-from tests.stack.test_gepa_steps import assert_every_answer_exclaims, exclaiming_code_step, git_show, step
 
 ANTHROPIC_KEY = "sk-ant-test-key"
 FORWARD = "        return self.answer(question=question)\n"

@@ -9,14 +9,7 @@ import difflib
 import subprocess
 
 from doubles.gepa_repo import QA_SOURCE
-from tests.stack.test_gepa_steps import (
-    QUESTION,
-    assert_every_answer_exclaims,
-    branches,
-    exclaiming_code_step,
-    git_show,
-    step,
-)
+from tests.gepa_requests import QUESTION, assert_every_answer_exclaims, branches, exclaiming_code_step, git_show, step
 
 EXCLAIMING_QA = QA_SOURCE.replace(
     "        return self.answer(question=question)\n",

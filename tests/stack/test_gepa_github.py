@@ -19,8 +19,8 @@ from genesis.cli.processes import LOG_DIR
 from gepa_steps import gitops
 from gepa_steps.github_app import GitHubApp
 from tests import agents
+from tests.gepa_requests import step
 from tests.gepa_stack import GITHUB_INSTALLATION_ID, GITHUB_UNKNOWN_INSTALLATION_ID
-from tests.stack.test_gepa_steps import step
 
 
 def files_containing(root, secret: str) -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 from doubles.gepa_repo import make_repo
 from genesis.cli.processes import free_port
 from gepa_steps import egress, envs as gepa_envs
-from tests.stack.test_gepa_steps import step
+from tests.gepa_requests import step
 
 
 async def test_a_program_reaches_only_the_gateway_and_sees_only_its_own_worktree(gepa_stack, gepa_http):

@@ -16,7 +16,7 @@ from sqlalchemy import func, select
 from genesis.db.models import GepaClient
 from genesis.db.session import get_engine
 from gepa_steps import gitops
-from tests.unit.test_netpolicy import Silent
+from tests.netpolicy_servers import Silent
 
 REFUSED_HOSTS = {
     "127.0.0.1": "127.0.0.1 is a loopback address",

@@ -23,8 +23,8 @@ from genesis.workflow_api import GOVERNANCE_WORKFLOW, journal_task_queue
 from governance import manifest as rules
 from pipeline import governance as proposals, manifests
 from tests import agents
+from tests.cli_runs import record_history
 from tests.journal_worlds import journal_settings, run_journaled
-from tests.stack.test_cli import record_history
 from workflows.governance import GovernanceWorkflow
 
 QUEUE = "genesis-test-governance"

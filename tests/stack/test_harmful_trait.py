@@ -16,9 +16,7 @@ import pytest
 
 from genesis.cli.processes import engine_process, worker_and_api
 from tests.own_stack import own_settings
-from tests.stack.test_lifecycle import wait_for_status
-from tests.stack.test_living_world import wait_until
-from tests.stack.test_mutation_pipeline import propose
+from tests.pipeline_steps import propose, wait_for_status, wait_until
 
 # Burns energy at the highest rate and speed allowed, and runs away from food.
 BURNER = """

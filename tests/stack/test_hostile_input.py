@@ -18,7 +18,7 @@ from genesis.config import PROJECT_ROOT
 from genesis.redis_keys import ENGINE_STATUS
 from tests import agents
 from tests.api_routes import http_routes
-from tests.stack.test_evolution import BASE, write_snapshots
+from tests.evolution_worlds import BASE, write_snapshots
 
 # Each as it goes into the URL: quoted here, except the ones that are already escapes on purpose.
 HOSTILE = [

@@ -18,14 +18,9 @@ from genesis.db.models import Agent
 from genesis.db.session import get_sessionmaker
 from pipeline import apikeys
 from tests import agents, traits
+from tests.agents import forbidden
 from tests.own_stack import redis_db_below
-from tests.stack.test_lifecycle import sample, signal_window, wait_for_status
-from tests.stack.test_mutation_pipeline import wait_for_verdict
-
-
-def forbidden(tag: str) -> str:
-    """Code the gatekeeper rejects in milliseconds (no sandbox run)."""
-    return traits.FORBIDDEN_IMPORT.replace('"hi"', f'"{tag}"')
+from tests.pipeline_steps import sample, signal_window, wait_for_status, wait_for_verdict
 
 
 async def post_proposal(http, code: str, trait_name: str, key: str | None = None, agent_id: str | None = None):

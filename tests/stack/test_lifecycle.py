@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
-import os
-import time
-import uuid
-
 import pytest
 from sqlalchemy import select
 
@@ -15,19 +9,21 @@ from activities.lifecycle import LifecycleActivities
 from activities.mutations import MutationRecordActivities
 from genesis.db.models import Mutation, TraitVersion
 from genesis.db.session import get_sessionmaker
-from genesis.dto import ActivationRequest, RollbackRequest
-from genesis.effects import WorldSample, compute_effects, verdict
+from genesis.dto import RollbackRequest
+from genesis.effects import compute_effects, verdict
 from genesis.redis_keys import Channels
-from genesis.workflow_api import SA_TRAIT_NAME
 from pipeline import registry
 from tests import agents, traits
-from tests.replays import assert_replays
-from tests.stack.test_mutation_pipeline import HISTORIES, propose, wait_for_verdict
-from workflows.mutation import MutationWorkflow
-
-
-def new_mutation_id() -> str:
-    return f"mut_{uuid.uuid4().hex[:12]}"
+from tests.pipeline_steps import (
+    activation,
+    next_message,
+    propose,
+    replay_and_maybe_record,
+    sample,
+    signal_window,
+    wait_for_status,
+    wait_for_verdict,
+)
 
 
 @pytest.fixture
@@ -35,44 +31,6 @@ def lifecycle(settings, redis_client):
     sessions = get_sessionmaker(settings.database_url)
     records = MutationRecordActivities(sessions, redis_client)
     return LifecycleActivities(sessions, redis_client, settings.mutations_dir, records.record)
-
-
-async def insert_mutation(settings, mutation_id: str, trait_name: str, code: str) -> None:
-    async with get_sessionmaker(settings.database_url)() as session:
-        session.add(
-            Mutation(
-                mutation_id=mutation_id,
-                agent_id="lifecycle-test",
-                trait_name=trait_name,
-                code=code,
-                status="sandbox_ok",
-                validation_log=[],
-                workflow_id=f"mutation-{mutation_id}",
-            )
-        )
-        await session.commit()
-
-
-async def activation(settings, trait_name: str, variant: int) -> ActivationRequest:
-    mutation_id = new_mutation_id()
-    code = traits.seeker(variant)
-    await insert_mutation(settings, mutation_id, trait_name, code)
-    return ActivationRequest(
-        mutation_id=mutation_id,
-        trait_name=trait_name,
-        class_name="SeekerTrait",
-        code=code,
-        code_hash=uuid.uuid4().hex * 2,
-    )
-
-
-async def next_message(pubsub, timeout: float = 5.0) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=0.5)
-        if message:
-            return json.loads(message["data"])
-    raise AssertionError("no message published")
 
 
 async def test_activation_is_recorded_registered_announced_and_idempotent(settings, lifecycle, redis_client):
@@ -144,21 +102,6 @@ async def test_registry_is_rebuilt_from_postgres(settings, lifecycle, redis_clie
     assert (await registry.read_entries(redis_client))["forager_three"].mutation_id == request.mutation_id
 
 
-CARRIERS = 20  # enough Molbots carrying the observed trait for a verdict (GENESIS_OBSERVATION_MIN_CARRIERS)
-
-
-def sample(tick: int, count: int, energy: float, starvation: int, carriers: int = CARRIERS) -> WorldSample:
-    """A WorldSample whose carriers are those of trait "t" (signal_window reports them as the
-    observed trait's)."""
-    return WorldSample(
-        tick=tick,
-        entity_count=count,
-        avg_energy=energy,
-        period_starvation=starvation,
-        trait_stats={"t": {"carriers": carriers, "avg_energy": energy + 5, "births": 0, "deaths": {}}},
-    )
-
-
 def test_effects_and_verdicts():
     good = compute_effects("t", sample(300, 100, 50.0, 10), sample(600, 112, 58.3, 5, carriers=10))
     assert (good.entity_count_delta, good.avg_energy_delta, good.death_starvation_delta) == (12, 8.3, -5)
@@ -168,46 +111,6 @@ def test_effects_and_verdicts():
     assert verdict(bad, -0.1) == "negative"
     flat = compute_effects("t", sample(300, 100, 50.0, 5), sample(600, 100, 50.0, 5))
     assert verdict(flat, -0.1) == "neutral"
-
-
-async def replay_and_maybe_record(temporal_client, mutation_id: str, name: str) -> None:
-    """Replay the finished workflow against the current code; with GENESIS_RECORD_HISTORIES=1
-    also store it in tests/histories/ so every later run replays it."""
-    history = await temporal_client.get_workflow_handle(f"mutation-{mutation_id}").fetch_history()
-    await assert_replays(history, [MutationWorkflow])
-    if os.environ.get("GENESIS_RECORD_HISTORIES"):
-        with open(os.path.join(HISTORIES, f"{name}.json"), "w") as f:
-            f.write(history.to_json())
-
-
-def assert_honest_verdict(answer: dict) -> None:
-    """A GET /api/mutations/{id}/effects answer after a real engine's window: judged only with
-    enough carriers, inconclusive (and kept) otherwise, with the reason either way."""
-    verdict, effects = answer["fitness_verdict"], answer["effects"]
-    assert verdict in ("positive", "neutral", "negative", "inconclusive"), answer
-    assert (verdict == "inconclusive") == (effects["carriers_seen"] < effects["carriers_needed"]), answer
-    assert answer["status"] == ("rolled_back" if verdict == "negative" else "kept"), answer
-    assert answer["verdict_reason"] == effects["verdict_reason"] and answer["verdict_reason"], answer
-
-
-async def signal_window(temporal_client, mutation_id: str, before: WorldSample, after: WorldSample) -> None:
-    """Report an observation window to the mutation's workflow as the engine would, the samples'
-    carriers of trait "t" as its trait's (its name comes from the workflow's search attribute)."""
-    handle = temporal_client.get_workflow_handle(f"mutation-{mutation_id}")
-    trait = (await handle.describe()).typed_search_attributes.get(SA_TRAIT_NAME)
-    for report in (before, after):
-        stats = {trait if name == "t" else name: value for name, value in report.trait_stats.items()}
-        await handle.signal("world_snapshot", report.model_copy(update={"trait_stats": stats}))
-
-
-async def wait_for_status(http, mutation_id: str, wanted: set[str], timeout_s: float = 60) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        status = (await http.get(f"/api/mutations/{mutation_id}/status")).json()
-        if status["status"] in wanted:
-            return status
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{mutation_id} never reached {wanted}: {status}")
 
 
 async def test_negative_window_rolls_back_and_effects_are_served(http, temporal_client):

@@ -17,7 +17,7 @@ from sqlalchemy import update
 from genesis.db.models import Mutation
 from genesis.db.session import get_sessionmaker
 from tests import agents, traits
-from tests.stack.test_lifecycle import sample, signal_window, wait_for_status
+from tests.pipeline_steps import sample, signal_window, wait_for_status
 
 _variants = iter(random.sample(range(20_000_000, 30_000_000), 50))
 

@@ -14,10 +14,9 @@ import httpx
 
 from genesis.redis_keys import REGISTRY_TRAITS, REGISTRY_VERSION
 from tests import agents, traits
-from tests.stack.test_cli import invoke
-from tests.stack.test_lifecycle import wait_for_status
-from tests.stack.test_living_world import wait_until
-from tests.stack.test_viewer import browser, viewer, wait_js  # noqa: F401 (browser: a fixture)
+from tests.cli_runs import invoke
+from tests.pipeline_steps import wait_for_status, wait_until
+from tests.viewer_pages import viewer, wait_js
 
 TRAITS = 3
 

@@ -22,7 +22,7 @@ from genesis.db.session import get_sessionmaker
 from genesis.dto import FateRequest
 from pipeline import registry
 from tests.own_stack import own_settings, set_rules
-from tests.stack.test_lifecycle import activation
+from tests.pipeline_steps import activation
 
 
 @pytest.fixture

@@ -23,8 +23,7 @@ from pipeline.quarantines import quarantined
 from sandbox import image
 from sandbox.container import containers_of
 from tests import agents, traits
-from tests.stack.test_lifecycle import assert_honest_verdict, wait_for_status
-from tests.stack.test_mutation_pipeline import propose
+from tests.pipeline_steps import assert_honest_verdict, propose, wait_for_status, wait_until
 
 # Reaches `os` the way a gatekeeper bypass would and leaves a marker wherever it runs.
 MARKER = f"/tmp/genesis-trait-ran-{uuid.uuid4().hex[:8]}"
@@ -49,16 +48,6 @@ class Raiser:
 
 async def active_traits(http) -> list[str]:
     return (await http.get("/api/stats")).json()["active_traits"]
-
-
-async def wait_until(predicate, timeout_s: float = 60, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = await predicate()
-        if value:
-            return value
-        await asyncio.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def engine_host(engine_pid: int):

@@ -9,31 +9,20 @@ The API of this module runs with a huge observation window, so activated version
 from __future__ import annotations
 
 import asyncio
-import itertools
-import random
 import time
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import select
 
 from genesis.db.models import Mutation, TraitVersion
 from genesis.db.session import get_sessionmaker
 from genesis.redis_keys import Channels
 from pipeline import registry
-from tests import agents, traits
-from tests.stack.test_lifecycle import next_message, replay_and_maybe_record, wait_for_status
+from tests import agents
+from tests.pipeline_steps import next_message, replay_and_maybe_record, wait_for_status
+from tests.trait_versions import code, count_mutations, fresh_name, go_live, propose
 
 UNPOLLED = "genesis-test-modify-unpolled"
-_variants = itertools.count(random.randrange(10_000_000, 90_000_000, 1000))
-
-
-def code() -> str:
-    """A valid trait whose code hash no other proposal of the suite has."""
-    return traits.seeker(next(_variants))
-
-
-def fresh_name(prefix: str) -> str:
-    return f"{prefix}_{random.randrange(16**8):08x}"
 
 
 @pytest.fixture(scope="module")
@@ -47,26 +36,6 @@ async def client(modify_url):
 
     async with httpx.AsyncClient(base_url=modify_url, timeout=30) as http:
         yield http
-
-
-async def propose(http, agent, trait_name: str, source: str, replaces: dict | None = None, **extra):
-    body = {"trait_name": trait_name, "goal": "modify test", "code": source, **extra}
-    if replaces is not None:
-        body["replaces"] = replaces
-    return await http.post("/api/mutations/propose", json=body, headers=agent.headers)
-
-
-async def go_live(http, agent, trait_name: str, source: str | None = None, replaces: dict | None = None) -> dict:
-    response = await propose(http, agent, trait_name, source or code(), replaces)
-    assert response.status_code == 202, response.text
-    status = await wait_for_status(http, response.json()["mutation_id"], {"activated", "rejected", "failed"}, 90)
-    assert status["status"] == "activated", status
-    return status
-
-
-async def count_mutations(settings, agent_id: str) -> int:
-    async with get_sessionmaker(settings.database_url)() as session:
-        return await session.scalar(select(func.count()).select_from(Mutation).where(Mutation.agent_id == agent_id))
 
 
 async def wait_for_log_line(path, offset: int, needle: str, timeout_s: float = 30) -> None:

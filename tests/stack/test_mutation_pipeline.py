@@ -15,41 +15,13 @@ from temporalio.client import WorkflowExecutionStatus
 from genesis.workflow_api import SA_STATUS
 from sandbox.container import containers_of as sandbox_containers_of
 from tests import agents, traits
+from tests.pipeline_steps import HISTORIES, PASSED, propose, wait_for_verdict
 from tests.replays import assert_replays
 from workflows.mutation import MutationWorkflow
-
-# A verdict on the sandbox has been reached once the status leaves queued/validating.
-PASSED = {"sandbox_ok", "activated", "kept"}
-FINAL = PASSED | {"rejected", "failed", "rolled_back"}
-HISTORIES = os.path.join(os.path.dirname(os.path.dirname(__file__)), "histories")
 
 
 def unique_agent() -> str:
     return f"test-{uuid.uuid4().hex[:8]}"
-
-
-async def propose(http, code: str, trait_name: str = "energy_hoarder", agent_id: str | None = None, **extra) -> str:
-    """Propose as the registered agent named ``agent_id`` (the session's test agent if None)."""
-    proposer = await agents.agent(http, agent_id or agents.DEFAULT_AGENT)
-    body = {"agent_id": proposer.agent_id, "trait_name": trait_name, "goal": "test", "code": code, **extra}
-    response = await http.post("/api/mutations/propose", json=body, headers=proposer.headers)
-    assert response.status_code == 202, response.text
-    payload = response.json()
-    assert payload["status"] == "queued"
-    assert payload["mutation_id"].startswith("mut_")
-    return payload["mutation_id"]
-
-
-async def wait_for_verdict(http, mutation_id: str, timeout_s: float = 90) -> dict:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        response = await http.get(f"/api/mutations/{mutation_id}/status")
-        assert response.status_code == 200, response.text
-        status = response.json()
-        if status["status"] in FINAL:
-            return status
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"{mutation_id} reached no verdict in {timeout_s}s: {status}")
 
 
 def containers_of(mutation_id: str) -> list:
@@ -162,7 +134,7 @@ async def test_same_code_twice_is_a_duplicate(http):
 async def test_a_rolled_back_mutation_gives_its_code_back_to_its_owner(http, operator_http):
     """Rolled back, the code is its owner's to propose again (the world may have changed since);
     for anyone else it stays taken."""
-    from tests.stack.test_lifecycle import wait_for_status
+    from tests.pipeline_steps import wait_for_status
 
     code = traits.seeker(212)
     first = await propose(http, code, trait_name="seeker_again")

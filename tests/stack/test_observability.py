@@ -16,9 +16,8 @@ from genesis.cli.processes import LOG_DIR, TEMPORAL_CLI, engine_process, free_po
 from genesis.logs import ids_from_workflow_id
 from genesis.temporal_setup import SEARCH_ATTRIBUTES, ensure_search_attributes
 from tests import agents, traits
-from tests.services import fresh_journal
-from tests.stack.test_engine import ENGINE_REDIS_URL
-from tests.stack.test_mutation_pipeline import wait_for_verdict
+from tests.pipeline_steps import wait_for_verdict
+from tests.services import ENGINE_REDIS_URL, fresh_journal
 
 
 def samples(text: str) -> dict[tuple[str, frozenset], float]:

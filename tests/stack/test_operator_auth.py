@@ -31,7 +31,7 @@ from genesis.cli.processes import LOG_DIR
 from genesis.config import PROJECT_ROOT
 from tests import agents
 from tests.api_routes import http_routes
-from tests.stack.test_evolution import BASE, write_snapshots
+from tests.evolution_worlds import BASE, write_snapshots
 
 OPERATOR_ROUTES = {
     ("POST", "/api/agents/tasks"),

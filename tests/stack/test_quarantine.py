@@ -26,13 +26,11 @@ from genesis.cli.processes import ManagedProcess, api_process, engine_process, w
 from genesis.redis_keys import ENGINE_STATUS
 from genesis.workflow_api import rollback_workflow_id
 from pipeline import registry
+from tests.cli_runs import invoke
 from tests.own_stack import own_settings
+from tests.pipeline_steps import propose, wait_for_status, wait_until
 from tests.services import fresh_journal
-from tests.stack.test_cli import invoke
-from tests.stack.test_lifecycle import wait_for_status
-from tests.stack.test_living_world import wait_until
-from tests.stack.test_mutation_pipeline import propose
-from tests.stack.test_viewer import browser, viewer  # noqa: F401 (browser: a fixture)
+from tests.viewer_pages import viewer
 
 SANDBOX_WIDTH = 800.0  # the sandbox test's world (activities/sandbox.py: WorldParams())
 WIDE = 1000.0

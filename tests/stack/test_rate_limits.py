@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import uuid
 
-import httpx
 import pytest
 from sqlalchemy import func, select
 
@@ -21,9 +20,8 @@ from genesis.db.session import get_sessionmaker
 from genesis.redis_keys import ratelimit_active, ratelimit_agent_hour, ratelimit_ip_minute
 from pipeline import ratelimit
 from tests import agents, traits
-from tests.stack.test_identity import forbidden
-from tests.stack.test_lifecycle import wait_for_status
-from tests.stack.test_mutation_pipeline import wait_for_verdict
+from tests.agents import client_from, forbidden
+from tests.pipeline_steps import wait_for_status, wait_for_verdict
 
 UNPOLLED = "genesis-test-unpolled"
 SEED = {
@@ -43,10 +41,6 @@ def test_the_defaults_are_the_seeds():
 @pytest.fixture(scope="module")
 async def seed_limits_url(start_api):
     return await start_api("api-seed-limits", task_queue=UNPOLLED, **SEED)
-
-
-def client_from(url: str, source_ip: str) -> httpx.AsyncClient:
-    return httpx.AsyncClient(base_url=url, timeout=60, transport=httpx.AsyncHTTPTransport(local_address=source_ip))
 
 
 async def propose(http, agent: agents.TestAgent, code: str, trait_name: str = "limited", **headers):

@@ -26,9 +26,8 @@ from genesis.db.models import ReceiptRow
 from genesis.db.session import get_sessionmaker
 from pipeline import receipts
 from tests import agents, traits
-from tests.stack.test_cli import invoke
-from tests.stack.test_lifecycle import sample, signal_window, wait_for_status
-from tests.stack.test_mutation_pipeline import propose, wait_for_verdict
+from tests.cli_runs import invoke
+from tests.pipeline_steps import propose, sample, signal_window, wait_for_status, wait_for_verdict
 
 
 async def receipts_of(http, mutation_id: str, kinds: set[str], timeout_s: float = 60) -> list[dict]:

@@ -218,7 +218,7 @@ async def test_a_round_settles_with_a_receipt_listing_every_submission(http, rou
 async def test_the_command_line_follows_a_submission_to_its_round_outcome(http, round_engine, api_url, tmp_path):
     """`genesis rounds submit` waits for the round to settle and shows what became of the
     submission and of each action; `genesis rounds show` lists every action and whole reasons."""
-    from tests.stack.test_cli import invoke
+    from tests.cli_runs import invoke
 
     cat = await agents.register(http, "round-cli")
     action = tmp_path / "forage.py"

@@ -25,8 +25,7 @@ from genesis.db.session import get_sessionmaker
 from genesis.dto import SandboxReport, SandboxRequest
 from genesis.ids import new_mutation_id
 from tests import traits
-from tests.stack.test_lifecycle import replay_and_maybe_record
-from tests.stack.test_mutation_pipeline import propose, wait_for_verdict
+from tests.pipeline_steps import propose, replay_and_maybe_record, wait_for_verdict
 
 LOG_BEFORE = ["Syntax: OK", "Deduplication: OK", "Sandbox: running verdict_trait in a fresh trait-host container"]
 

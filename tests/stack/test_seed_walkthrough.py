@@ -22,7 +22,7 @@ import gatekeeper
 from genesis.db.models import Mutation
 from genesis.db.session import get_sessionmaker
 from tests import agents, traits
-from tests.stack.test_lifecycle import assert_honest_verdict
+from tests.pipeline_steps import assert_honest_verdict
 
 API_DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 TASK_BODY = {

@@ -20,10 +20,8 @@ from pipeline import registry
 from tests import agents
 from tests.example_traits import EXAMPLES_DIR
 from tests.own_stack import own_settings, set_rules
+from tests.pipeline_steps import HISTORIES, propose, wait_for_status, wait_until
 from tests.replays import assert_replays
-from tests.stack.test_lifecycle import wait_for_status
-from tests.stack.test_living_world import wait_until
-from tests.stack.test_mutation_pipeline import HISTORIES, propose
 from workflows.extinction import ExtinctionWorkflow, RevivalWorkflow
 
 CALM = """class BaseTrait:

@@ -18,8 +18,9 @@ from genesis.dto import AgentTask, TaskClose, TaskEndReason, TaskResult, TaskSev
 from genesis.redis_keys import Channels
 from genesis.workflow_api import task_workflow_id
 from tests import agents, traits
+from tests.pipeline_steps import HISTORIES, propose, wait_for_verdict
 from tests.replays import assert_replays
-from tests.stack.test_mutation_pipeline import HISTORIES, propose, wait_for_verdict
+from tests.task_board import VALID, listed, publish, wait_listed
 from workflows.mutation import MutationWorkflow
 from workflows.task import TaskWorkflow
 
@@ -35,7 +36,6 @@ SEED_TASK_FIELDS = {
     "world_context",
     "constraints",
 }
-VALID = {"problem_type": "starvation", "severity": "high", "description": "Average energy fell to 20%."}
 
 
 @pytest.fixture
@@ -55,30 +55,6 @@ async def next_event(pubsub, task_id: str, event: str, timeout_s: float = 15) ->
             if payload.get("task_id") == task_id and payload["event"] == event:
                 return payload
     raise AssertionError(f"no {event} for {task_id} within {timeout_s}s")
-
-
-async def listed(http) -> dict[str, dict]:
-    response = await http.get("/api/agents/context/tasks")
-    assert response.status_code == 200, response.text
-    return {t["task_id"]: t for t in response.json()["tasks"]}
-
-
-async def wait_listed(http, task_id: str, present: bool = True, timeout_s: float = 15) -> dict | None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        tasks_now = await listed(http)
-        if (task_id in tasks_now) == present:
-            return tasks_now.get(task_id)
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{task_id} {'never appeared' if present else 'still listed'} after {timeout_s}s")
-
-
-async def publish(http, **fields) -> dict:
-    response = await http.post("/api/agents/tasks", json={**VALID, **fields})
-    assert response.status_code == 201, response.text
-    body = response.json()
-    await wait_listed(http, body["task_id"])
-    return body
 
 
 async def task_result(temporal_client, task_id: str) -> TaskResult:

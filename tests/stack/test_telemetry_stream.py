@@ -27,8 +27,7 @@ from websockets.exceptions import ConnectionClosed
 from genesis.cli.processes import free_port
 from genesis.redis_keys import Channels, world_snapshot
 from tests import agents, traits
-from tests.stack.test_lifecycle import wait_for_status
-from tests.stack.test_mutation_pipeline import propose
+from tests.pipeline_steps import propose, wait_for_status
 
 
 def ws_url(api_url: str, query: str = "") -> str:

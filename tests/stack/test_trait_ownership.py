@@ -11,8 +11,8 @@ import pytest
 
 from genesis.cli.processes import worker_process
 from tests import agents
-from tests.stack.test_lifecycle import replay_and_maybe_record, wait_for_status
-from tests.stack.test_modify_trait import code, fresh_name, go_live, propose
+from tests.pipeline_steps import replay_and_maybe_record, wait_for_status
+from tests.trait_versions import code, fresh_name, go_live, propose
 
 # Proposals made through an API on this queue wait until a test starts a worker that polls it.
 HELD = "genesis-test-ownership-held"

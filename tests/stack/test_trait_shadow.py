@@ -24,9 +24,9 @@ from genesis.workflow_api import MUTATION_APPROVAL_SIGNAL
 from pipeline import manifests
 from pipeline.registry import RegistryEntry
 from tests import agents, traits
+from tests.cli_runs import record_history
 from tests.journal_worlds import journal_settings, run_journaled
-from tests.stack.test_cli import record_history
-from tests.stack.test_lifecycle import wait_for_status
+from tests.pipeline_steps import wait_for_status
 from worker import build_workers
 
 QUEUE = "genesis-test-trait-shadow"

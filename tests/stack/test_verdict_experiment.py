@@ -23,9 +23,7 @@ from genesis.db.session import get_sessionmaker
 from pipeline import registry
 from tests.example_traits import EXAMPLES_DIR
 from tests.own_stack import own_settings
-from tests.stack.test_lifecycle import replay_and_maybe_record, wait_for_status
-from tests.stack.test_living_world import wait_until
-from tests.stack.test_mutation_pipeline import propose
+from tests.pipeline_steps import propose, replay_and_maybe_record, wait_for_status, wait_until
 from tests.trait_hosts import registry_entry
 
 LIVE_TRAITS = 12

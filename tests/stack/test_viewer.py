@@ -11,23 +11,21 @@ from __future__ import annotations
 
 import asyncio
 import colorsys
-import os
 import re
-import shutil
 import uuid
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import httpx
 import pytest
-from playwright.async_api import Page, TimeoutError as PlaywrightTimeout, async_playwright
+from playwright.async_api import Page, TimeoutError as PlaywrightTimeout
 from sqlalchemy import delete, insert
 
 from genesis.db.models import WorldSnapshot
 from genesis.db.session import get_engine
 from genesis.effects import WorldSample
 from tests import agents, traits
-from tests.stack.test_lifecycle import wait_for_status
+from tests.pipeline_steps import wait_for_status
+from tests.viewer_pages import viewer, wait_js
 
 # The integer columns of a world_snapshots row a test fills with zeros.
 SNAPSHOT_INT_COLUMNS = (
@@ -41,7 +39,6 @@ SNAPSHOT_INT_COLUMNS = (
     "tick_overruns",
 )
 
-CHROMIUM = os.environ.get("GENESIS_CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
 
 # Sum of the RGB of every pixel of a canvas: changes when anything drawn on it changes.
 CANVAS_CHECKSUM = """(id) => {
@@ -63,39 +60,10 @@ PIXELS_OF_COLOUR = """([id, r, g, b]) => {
 }"""
 
 
-@pytest.fixture(scope="module")
-async def browser():
-    assert os.path.exists(CHROMIUM), f"{CHROMIUM} missing: `apt-get install chromium` (scripts/services.sh does)"
-    async with async_playwright() as playwright:
-        args = ["--no-sandbox"] if os.geteuid() == 0 else []  # Chromium's sandbox refuses root
-        browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=args)
-        yield browser
-        await browser.close()
-
-
-@asynccontextmanager
-async def viewer(browser, api_url: str, width: int = 1400, height: int = 1000, scale: float = 1):
-    """The viewer of the API at ``api_url`` in a fresh browser context (its own localStorage),
-    with a viewport of ``width`` by ``height`` CSS pixels and a ``scale`` devicePixelRatio."""
-    context = await browser.new_context(viewport={"width": width, "height": height}, device_scale_factor=scale)
-    page = await context.new_page()
-    page.errors = []  # uncaught exceptions of the page's scripts
-    page.on("pageerror", lambda exc: page.errors.append(str(exc)))
-    await page.goto(api_url + "/")
-    try:
-        yield page
-    finally:
-        await context.close()
-
-
 @pytest.fixture
 async def page(browser, api_url):
     async with viewer(browser, api_url) as page:
         yield page
-
-
-async def wait_js(page: Page, expression: str, timeout_s: float = 20):
-    await page.wait_for_function(expression, timeout=timeout_s * 1000)
 
 
 async def wait_text(page: Page, element_id: str, text: str, timeout_s: float = 20) -> None:

@@ -9,7 +9,7 @@ import httpx
 
 from genesis.cli.processes import free_port
 from tests import agents, traits
-from tests.stack.test_lifecycle import wait_for_status
+from tests.pipeline_steps import wait_for_status
 
 
 async def test_a_proposal_made_while_temporal_is_down_is_kept_and_started_when_it_is_back(start_api, http):

@@ -17,8 +17,8 @@ from engine.world import World
 from genesis import redis_keys as keys
 from pipeline import audit
 from tests import agents
+from tests.cli_runs import invoke, record_history
 from tests.journal_worlds import journal_settings, run_journaled
-from tests.stack.test_cli import invoke, record_history
 
 
 async def verified(http, params: dict, timeout_s: float = 120) -> dict:

@@ -1,7 +1,7 @@
 """The import rules of the rooms ([tool.importlinter] in pyproject.toml) hold: the sandbox never
 imports the engine, the engine knows no HTTP, the API and the workflows stay on their side, the
 shared kernel imports no room, the gatekeeper only the kernel and the standard library, nothing
-imports the tests, no route module imports another."""
+imports the tests, no route module imports another, and no test module imports another."""
 
 from __future__ import annotations
 
@@ -47,3 +47,19 @@ def test_the_route_independence_contract_names_every_route_module():
         c for c in contracts if c["type"] == "independence" and any(m.startswith("api.routes_") for m in c["modules"])
     ]
     assert sorted(routes["modules"]) == sorted(f"api.{path.stem}" for path in (ROOT / "api").glob("routes_*.py"))
+
+
+def test_no_test_module_imports_another():
+    """Helpers and fixtures that tests share live in the support modules of tests/ (and the stack
+    layer's conftest), never in a test module that others would import."""
+    import ast
+
+    crossings = []
+    for path in sorted((ROOT / "tests").glob("*/test_*.py")):
+        own = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                modules = [node.module]
+            crossings += [f"{own} imports {m}" for m in modules if m.split(".")[-1].startswith("test_") and m != own]
+    assert crossings == []

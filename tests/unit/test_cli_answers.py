@@ -8,59 +8,13 @@ CLI's tables keep ids whole at any terminal width."""
 from __future__ import annotations
 
 import io
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from rich.console import Console
-from typer.testing import CliRunner
 
-from genesis.cli import app
 from genesis.cli.output import table
-
-
-class OddServer:
-    """Answers each ``METHOD path`` (query string left out) with a canned status and body; records every request."""
-
-    def __init__(self) -> None:
-        self.answers: dict[str, tuple[int, str, bytes]] = {}
-        self.requests: list[str] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _answer(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                self.rfile.read(length)
-                server.requests.append(f"{self.command} {self.path}")
-                status, kind, body = server.answers.get(
-                    f"{self.command} {self.path.split('?')[0]}", (404, "application/json", b'{"error":"NOT_FOUND"}')
-                )
-                self.send_response(status)
-                self.send_header("Content-Type", kind)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            do_GET = do_POST = do_DELETE = _answer
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def json(self, request: str, body: object, status: int = 200) -> None:
-        self.answers[request] = (status, "application/json", json.dumps(body).encode())
-
-    def text(self, request: str, body: str, status: int = 200, kind: str = "text/html") -> None:
-        self.answers[request] = (status, kind, body.encode())
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+from tests.cli_runs import OddServer, run
 
 
 @pytest.fixture
@@ -68,12 +22,6 @@ def odd() -> Iterator[OddServer]:
     server = OddServer()
     yield server
     server.close()
-
-
-def run(server: OddServer, *args: str, key: str = "gen_0badc0de_secret") -> tuple[int, str, str, BaseException | None]:
-    env = {"GENESIS_API_URL": server.url, "GENESIS_API_KEY": key, "GENESIS_OPERATOR_KEY": "", "COLUMNS": "80"}
-    result = CliRunner().invoke(app, list(args), env=env)
-    return result.exit_code, result.stdout, result.stderr, result.exception
 
 
 def one_clear_line(code: int, err: str, exception: BaseException | None) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.unit.test_cli_answers import OddServer, run
+from tests.cli_runs import OddServer, run
 
 
 @pytest.fixture

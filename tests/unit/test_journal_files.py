@@ -17,32 +17,7 @@ from journal.record import ZERO_HASH, Header, JournalCorrupt, JournalRecord, enc
 from journal.segments import segments
 from journal.snapshots import SnapshotCorrupt, SnapshotMeta, SnapshotStore, verify_against
 from journal.writer import JournalLocked, JournalWriter
-
-N = 24
-
-
-def inputs_of(i: int) -> dict:
-    """Small records (stored raw) and large ones (compressed) in turn."""
-    if i % 3 == 0:
-        return {"tick": i, "intents": {"a": random.Random(i).randbytes(3000), "b": bytes(2000)}}
-    return {"tick": i, "host": "idle"}
-
-
-def write(directory: Path, n: int = N, **kw) -> list[Header]:
-    writer = JournalWriter.open(directory, fsync_interval_s=0, **kw)
-    try:
-        return [writer.append("tick", 0, i + 1, inputs_of(i), bytes([i % 256]) * 32) for i in range(n)]
-    finally:
-        writer.close()
-
-
-def frame_spans(directory: Path) -> list[tuple[Path, int, int]]:
-    """(segment, start, end) of every frame, in record order."""
-    spans = []
-    for _, path in segments(directory):
-        spans += [(path, f.offset, f.end) for f in frames(path.read_bytes())]
-    return spans
-
+from tests.journal_files import N, frame_spans, inputs_of, meta, write
 
 GOLDEN_FRAME = (
     "000000a100a26168a76373657100646b696e64647469636b647469636b016565706f636800657374617465582000000000000000000000"
@@ -236,12 +211,6 @@ def test_frames_walk_reports_where_it_stopped():
 
 
 # -- snapshots ------------------------------------------------------------------------------
-
-
-def meta(tick: int, seq: int = 0, epoch: int = 0) -> SnapshotMeta:
-    return SnapshotMeta(
-        "", -1, epoch, tick, seq, bytes(32), bytes([tick % 256]) * 32, "1", {"t": "mut_aaaaaa"}, 1.5, b"", 0
-    )
 
 
 def test_snapshots_round_trip_exactly_and_refuse_tampering(tmp_path):

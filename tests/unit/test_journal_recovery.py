@@ -13,7 +13,7 @@ from journal.reader import JournalReader
 from journal.record import JournalCorrupt
 from journal.segments import segment_name, segments
 from journal.writer import JournalLocked, JournalWriteFailed, JournalWriter
-from tests.unit.test_journal_files import N, frame_spans, inputs_of, write
+from tests.journal_files import N, frame_spans, inputs_of, write
 
 
 def continue_and_check(directory, expected_head_seq: int) -> None:

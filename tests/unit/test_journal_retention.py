@@ -13,7 +13,7 @@ from journal.retention import Archive, ArchiveRefused, Segment, describe, remove
 from journal.segments import segments
 from journal.snapshots import SnapshotStore, kept_snapshots
 from journal.writer import JournalWriter
-from tests.unit.test_journal_files import meta, write
+from tests.journal_files import meta, write
 
 
 def test_keep_every_snapshots_stay_only_while_young(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 
 from genesis import canonical
 from journal.snapshots import CATALOG, SnapshotCorrupt, SnapshotStore
-from tests.unit.test_journal_files import meta
+from tests.journal_files import meta
 
 
 class Crash(BaseException):

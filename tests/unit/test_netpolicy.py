@@ -6,7 +6,6 @@ was checked. Real git, real sockets, real HTTP servers on loopback."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import socket
 import subprocess
@@ -20,6 +19,7 @@ import pytest
 from doubles.gepa_repo import make_repo
 from genesis import netpolicy
 from gepa_steps import egress, gitops, programs
+from tests.netpolicy_servers import Silent
 
 STRICT = netpolicy.NetPolicy()
 
@@ -204,30 +204,6 @@ def test_repository_urls_are_handed_to_git_with_the_canonical_host():
 
 
 # --- git: pinned, bounded, one message ------------------------------------------------------
-
-
-class Silent:
-    """A TCP server that accepts connections and never says a word."""
-
-    def __init__(self, port: int = 0):
-        self.socket = socket.create_server(("127.0.0.1", port))
-        self.port = self.socket.getsockname()[1]
-        self.connections: list[socket.socket] = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                self.connections.append(self.socket.accept()[0])
-            except OSError:
-                return
-
-    def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.socket.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread: the port is free at once
-        self.socket.close()
-        for connection in self.connections:
-            connection.close()
 
 
 @pytest.fixture(scope="module")

@@ -18,7 +18,7 @@ from genesis import canonical, signing
 from genesis.cli import app
 from genesis.dto import MutationStatus, StatusUpdate
 from pipeline import receipts
-from tests.unit.test_cli_answers import OddServer
+from tests.cli_runs import OddServer
 
 
 @pytest.fixture
