@@ -19,26 +19,8 @@ from genesis import redis_keys as keys
 from genesis.dto import AgentTask, TaskResult
 from genesis.redis_keys import Channels
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, task_workflow_id
+from tests.evolution_worlds import BASE
 
-BASE = {
-    "entity_count": 200,
-    "avg_energy": 60.0,
-    "births_last_period": 10,
-    "deaths_last_period": 10,
-    "death_starvation": 5,
-    "death_age": 5,
-    "death_collision": 0,
-    "resource_density": 0.5,
-    "trait_diversity": 5,
-    "dominant_trait": "",
-    "temperature": 20.0,
-    "state_hash": "x",
-    "resource_count": 100,
-    "trait_usage": {},
-    "trait_stats": {},
-    "tick_overruns": 0,
-    "ticks_per_second": 30.0,
-}
 ENERGY_CRISIS = {"avg_energy": 12.0}  # from 60: trend -48 -> energy_crisis (high)
 EXTINCTION = {"entity_count": 90, "deaths_last_period": 80, "death_starvation": 80, "death_age": 0}  # critical
 LOW_DIVERSITY = {"trait_diversity": 1}  # medium -> a high task
