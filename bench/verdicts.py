@@ -14,9 +14,9 @@ with its own constants, so none is a duplicate of another):
 Each world is a whole Genesis of its own (a Temporal dev server the bench starts, a worker, the
 engine paced at its tick rate with its live trait host, the API; the database ``genesis_bench``
 and Redis db ``--redis-db``, both emptied first): ``fresh`` (the default world, no live trait)
-and ``busy`` (first ``--busy-traits`` benign traits of 20 agents, the soak's stateless and
-stateful kinds, are proposed through an API of their own whose verdicts read the window, so the
-bench does not wait for 60 experiments, and go live). The
+and ``busy`` (first ``--busy-traits`` benign traits of 20 agents, wanderers and the soak's
+stateful kind, none of them a forager, are proposed through an API of their own whose verdicts
+read the window, so the bench does not wait for 60 experiments, and go live). The
 planted traits are then proposed one of each kind at a time, as a user would, and each is
 followed to its end (kept or rolled back, or rejected); a round's kept traits are then rolled
 back, so that every round is judged beside the same live traits.
@@ -48,7 +48,7 @@ import redis.asyncio as aioredis
 
 from bench.bench_pipeline import bench_settings, start_temporal
 from bench.evolution import engine_counters, engine_status, prepare_database, reset
-from bench.soak import KINDS as BENIGN_KINDS
+from bench.soak import STATEFUL
 from genesis import entity_api
 from genesis.cli.processes import api_process, engine_process, free_port, wait_for_api, worker_process
 from genesis.db.session import get_engine
@@ -61,6 +61,19 @@ VERDICTS = ("positive", "negative", "neutral", "inconclusive", None)
 
 _RATE_MAX = entity_api.WRITABLE_ATTRS["energy_consumption_rate"][2]
 _SPEED_MAX = entity_api.WRITABLE_ATTRS["speed"][2]
+
+# The busy world's traits wander and pace themselves; none walks to food. (The soak's stateless
+# kind does: once it spreads through births, a planted forager is redundant there and judged
+# neutral, rightly, and the "helpful" truth no longer holds in that world.)
+WANDERER = """import math
+
+class BaseTrait:
+    pass
+
+class Wanderer{k}(BaseTrait):
+    async def execute(self, entity) -> None:
+        entity.direction = entity.direction + math.sin(entity.age * 0.05 + {k}) * 0.2
+"""
 
 PLANTED = {
     "harmful": f"""class BaseTrait:
@@ -197,7 +210,7 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
                 log(f"{kind}: proposing {args.busy_traits} benign traits")
                 filler_url = await asyncio.to_thread(wait_for_api, filler_api, 60)
                 filler = httpx.AsyncClient(base_url=filler_url, timeout=30)
-                kinds = [BENIGN_KINDS["stateless"], BENIGN_KINDS["stateful"]]
+                kinds = [WANDERER, STATEFUL]
                 ids = [
                     await propose(
                         filler,
