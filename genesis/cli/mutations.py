@@ -232,7 +232,7 @@ def verdict_table(report: dict) -> Any:
     """A verdict's experiment: each effect with its 95 % interval."""
     title = (
         f"verdict {report['verdict']}: {report['replicates']} replicates, {report['ticks']:,} ticks "
-        f"from snapshot {report['plan']['snapshot']} (margin ±{report['margin']:.0%})"
+        f"(margin ±{report['margin']:.0%})"
     )
     percent = {"fitness", "others_fitness", "population"}
     rows = []
@@ -400,6 +400,7 @@ def register(app: typer.Typer) -> None:
                 cli.console.print(shadow_table(record["shadow_report"]))
             if record.get("verdict_report"):
                 cli.console.print(verdict_table(record["verdict_report"]))
+                cli.console.print(f"  [dim]forked from snapshot {record['verdict_report']['plan']['snapshot']}[/]")
 
         cli.emit(record, render)
         raise typer.Exit(VERDICT_EXIT.get(record["status"], EXIT_OK))  # scripts: 3 rejected, 4 rolled back, 5 failed

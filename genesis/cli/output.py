@@ -187,11 +187,14 @@ class Records:
         needed = sum(
             kept[i] if c in self.whole else min(kept[i], self.MIN_COLUMN) for i, c in enumerate(self.columns)
         ) + self.GAP * (len(self.columns) - 1)
-        yield self._table(kept) if needed <= options.max_width else self._blocks()
+        yield self._table(kept, options.max_width) if needed <= options.max_width else self._blocks()
 
-    def _table(self, kept: list[int]) -> Table:
+    def _table(self, kept: list[int], max_width: int) -> Table:
+        # As wide as its title (up to the terminal): a title longer than the columns would wrap.
+        title = len(Text.from_markup(self.title).plain) if self.title else 0
         result = Table(
             title=self.title,
+            min_width=min(title, max_width),
             title_justify="left",
             header_style="bold",
             box=box.SIMPLE_HEAD,
