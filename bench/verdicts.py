@@ -24,9 +24,10 @@ back, so that every round is judged beside the same live traits.
 Prints one JSON object: for each world the confusion matrix (truth -> verdict -> count), the
 rolled-back share of each kind, time to verdict (p50, p95, from the proposal) and to activation
 (p50), the live world's ticks per second meanwhile (p50 and the slowest of its 5-second windows
-while verdicts were pending), and the verdicts' reasons; and the same over all worlds. Fails
-(exit 1, saying why) when the world was not whole: the trait host restarted or skipped ticks, a
-process died, or a planted trait never reached a verdict.
+while verdicts were pending) and its ticks that overran their period, and the verdicts'
+reasons; and the same over all worlds. Fails (exit 1, saying why) when the world was not whole:
+the trait host restarted or skipped ticks, a process died, or a planted trait never reached a
+verdict.
 """
 
 from __future__ import annotations
@@ -284,6 +285,13 @@ def matrix(rows: list[dict]) -> dict[str, dict[str, int]]:
     }
 
 
+def overruns(counters: dict[str, float]) -> dict[str, float]:
+    """The live ticks that overran their period while the planted traits were proposed, tested and
+    judged (from the first round's proposals to the last verdict), and their share of the ticks."""
+    ticks, over = counters.get("genesis_engine_ticks", 0.0), counters.get("genesis_engine_tick_overruns", 0.0)
+    return {"ticks": ticks, "overruns": over, "share": round(over / ticks, 4) if ticks else 0.0}
+
+
 def summary(rows: list[dict], rates: list[float]) -> dict[str, Any]:
     times = [r["seconds"] for r in rows if r["seconds"] is not None]
     kinds = {t: [r for r in rows if r["truth"] == t] for t in TRUTHS}
@@ -330,6 +338,7 @@ async def main_async(args: argparse.Namespace) -> int:
         "worlds": {
             w["world"]: {
                 **summary(w["rounds"], w["ticks_per_s"]),
+                "world_tick_overruns": overruns(w["counters"]),
                 "setup_health": w["setup_health"],
                 "verdicts": w["rounds"],
             }
