@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import docker
 import numpy as np
@@ -34,38 +36,47 @@ class Busy:
 """
 
 
-async def test_the_sandbox_test_and_the_live_engine_get_identical_intents(settings):
-    own = settings.override(redis_url=redis_db_below(7))
+@asynccontextmanager
+async def live_runner(settings, **changes) -> AsyncIterator[HostTraitRunner]:
+    """The live engine's trait runner with BUSY live (alice's), on a registry of its own."""
+    own = settings.override(redis_url=redis_db_below(7), **changes)
     redis = aioredis.from_url(own.redis_url)
     await redis.flushdb()
     await registry.put_entry(redis, trait_hosts.registry_entry("busy", BUSY, "alice", 400))
-    world = trait_hosts.crowd(["busy"], 60, seed=13)
     runner = HostTraitRunner(own, redis)
+    try:
+        await runner.refresh()
+        yield runner
+    finally:
+        await runner.close()
+        await redis.flushdb()
+        await redis.aclose()
+
+
+async def test_the_sandbox_test_and_the_live_engine_get_identical_intents(settings):
+    world = trait_hosts.crowd(["busy"], 60, seed=13)
     client = docker.from_env()
     sandbox_side = HostClient(TraitHostContainer(client, image.ensure(client), trait_hosts.LIMITS, "test-one-client"))
     try:
         sandbox_side.host.say_hello(trait_hosts.hello(), 20)
         assert sandbox_side.load("busy", BUSY, "Busy") is None  # as the sandbox test loads it: no owner
-        await runner.refresh()
-        for _ in range(5):
-            views = world.trait_views(["busy"], raw=True)
-            live = await runner.run_tick_views(world.tick, views)
-            assert runner.last_outcome[0] == OK, runner.last_outcome
-            tested = sandbox_side.tick(
-                world.tick, views, ["busy"], 10.0, agent_of={"busy": ""}, complete=True, count_blocks=True
-            )
-            assert tested.ok, tested.why
-            for column in ("entity", "kind", "attr", "a", "b"):
-                assert getattr(live, column).tobytes() == getattr(tested.intents, column).tobytes(), column
-            assert live.names == tested.intents.names
-            assert live.over_a == tested.intents.over_a and live.over_b == tested.intents.over_b
-            assert len(live) == len(world.entities) and np.any(live.kind == ord("e"))
-            world.step(live)
+        async with live_runner(settings) as runner:
+            for _ in range(5):
+                views = world.trait_views(["busy"], raw=True)
+                live = await runner.run_tick_views(world.tick, views)
+                assert runner.last_outcome[0] == OK, runner.last_outcome
+                tested = sandbox_side.tick(
+                    world.tick, views, ["busy"], 10.0, agent_of={"busy": ""}, complete=True, count_blocks=True
+                )
+                assert tested.ok, tested.why
+                for column in ("entity", "kind", "attr", "a", "b"):
+                    assert getattr(live, column).tobytes() == getattr(tested.intents, column).tobytes(), column
+                assert live.names == tested.intents.names
+                assert live.over_a == tested.intents.over_a and live.over_b == tested.intents.over_b
+                assert len(live) == len(world.entities) and np.any(live.kind == ord("e"))
+                world.step(live)
     finally:
         sandbox_side.close()
-        await runner.close()
-        await redis.flushdb()
-        await redis.aclose()
 
 
 def stalled(client: docker.DockerClient, container_id: str, seconds: float) -> threading.Timer:
@@ -108,15 +119,9 @@ def test_a_reply_within_the_grace_is_used_and_the_host_lives():
 
 
 async def test_the_live_engine_uses_late_replies_and_replaces_a_host_late_three_times_in_a_row(settings):
-    own = settings.override(redis_url=redis_db_below(7), engine_trait_deadline_ms=400)
-    redis = aioredis.from_url(own.redis_url)
-    await redis.flushdb()
-    await registry.put_entry(redis, trait_hosts.registry_entry("busy", BUSY, "alice", 400))
     world = trait_hosts.crowd(["busy"], 30, seed=5)
-    runner = HostTraitRunner(own, redis)
     client = docker.from_env()
-    try:
-        await runner.refresh()
+    async with live_runner(settings, engine_trait_deadline_ms=400) as runner:
         views = world.trait_views(["busy"], raw=True)
         await runner.run_tick_views(world.tick, views)
         assert runner.last_outcome[0] == OK and runner._host is not None
@@ -129,7 +134,3 @@ async def test_the_live_engine_uses_late_replies_and_replaces_a_host_late_three_
             assert runner.stats.late_ticks == late
             assert runner.stats.restarts == (late == LATE_TICKS_TO_RESTART)
         assert runner.stats.skipped_ticks == 0
-    finally:
-        await runner.close()
-        await redis.flushdb()
-        await redis.aclose()
