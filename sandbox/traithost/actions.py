@@ -5,6 +5,12 @@ import math
 
 from .wire import MAX_INT, TraitLimit, plain
 
+TYPE_CHECKING = False  # typing is the type checker's alone (see wire.py)
+if TYPE_CHECKING:
+    from typing import Any, NoReturn
+
+    from .wire import Message
+
 MAX_ACTIONS = 16  # recorded actions of one submission
 
 
@@ -37,11 +43,11 @@ ACTION_ERRORS = (
 )
 
 
-def action_failure(code, detail):
+def action_failure(code: str, detail: object) -> "Message":
     return {"ok": False, "error": code, "detail": str(detail)[:500]}
 
 
-def checked_action_reply(reply):
+def checked_action_reply(reply: object) -> "Message":
     """A one-shot worker's answer rebuilt from plain values: a failure with a known code, or
     actions of known kinds and arities with plain arguments."""
     if type(reply) is not dict:
@@ -75,15 +81,15 @@ class NoEntryPoint(Exception):
 class Seen:
     """A read-only record of what a member sees (its own copy: nothing written to it matters)."""
 
-    def __init__(self, values):
+    def __init__(self, values: "dict[str, Any]") -> None:
         for key, value in values.items():
             if type(key) is str and key.isidentifier():
                 object.__setattr__(self, key, value)
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: object) -> "NoReturn":
         raise AttributeError("what a member sees is read-only")
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return "Seen(%s)" % ", ".join("%s=%r" % kv for kv in sorted(vars(self).items()))
 
 
@@ -92,7 +98,7 @@ class ActionProxy:
     actions (the world applies them after checking them again). It acts only through its own
     member: any other ``member_id`` is a PermissionError."""
 
-    def __init__(self, state):
+    def __init__(self, state: "dict[str, Any]") -> None:
         self.member_id = state.get("member_id")
         self.round_id = state.get("round_id")
         self.member = Seen(state.get("member") or {})
@@ -101,30 +107,30 @@ class ActionProxy:
         self.world = Seen(state.get("world") or {})
         # messages other members sent this one in the round before: from_member_id, text, round_id
         self.inbox = [Seen(m) for m in state.get("inbox") or () if type(m) is dict]
-        self._recorded = []
+        self._recorded: list[list[Any]] = []  # [kind, arguments...] of each recorded action
 
-    def _record(self, member_id, kind, *args):
+    def _record(self, member_id: object, kind: str, *args: object) -> None:
         if member_id != self.member_id or type(member_id) is not int:
             raise PermissionError("an agent acts only through its own member (%r)" % (self.member_id,))
         if len(self._recorded) >= MAX_ACTIONS:
             raise TraitLimit("more than %d actions in one submission" % MAX_ACTIONS)
         self._recorded.append([kind] + [plain(a) for a in args])
 
-    def move(self, member_id, dx, dy):
+    def move(self, member_id: object, dx: object, dy: object) -> None:
         self._record(member_id, "move", dx, dy)
 
-    def move_towards(self, member_id, x, y):
+    def move_towards(self, member_id: object, x: object, y: object) -> None:
         self._record(member_id, "move_towards", x, y)
 
-    def eat(self, member_id):
+    def eat(self, member_id: object) -> None:
         self._record(member_id, "eat")
 
-    def share(self, member_id, target_id, amount):
+    def share(self, member_id: object, target_id: object, amount: object) -> None:
         """Give ``amount`` of the member's energy to a neighbour."""
         self._record(member_id, "share", target_id, amount)
 
-    def attack(self, member_id, target_id):
+    def attack(self, member_id: object, target_id: object) -> None:
         self._record(member_id, "attack", target_id)
 
-    def send_message(self, member_id, to_member_id, text):
+    def send_message(self, member_id: object, to_member_id: object, text: object) -> None:
         self._record(member_id, "message", to_member_id, str(text)[:MAX_MESSAGE_CHARS] if type(text) is str else text)

@@ -8,6 +8,10 @@ import os
 import signal
 import struct
 
+TYPE_CHECKING = False  # typing is the type checker's alone (see wire.py)
+if TYPE_CHECKING:
+    from types import FrameType
+
 BLOCKED_STATES = ("S", "D", "T", "t")  # a process waiting (sleep, I/O, stopped), not running or runnable
 
 
@@ -17,7 +21,7 @@ class TraitTimeout(BaseException):
     A BaseException so a trait's ``except Exception`` cannot swallow it."""
 
 
-def process_state(pid):
+def process_state(pid: int) -> str:
     """A process's scheduling state letter (R running or runnable, S sleeping, D waiting on I/O,
     ...), from the kernel; "?" if it cannot be read."""
     try:
@@ -27,7 +31,7 @@ def process_state(pid):
         return "?"
 
 
-def rss_kb(pid):
+def rss_kb(pid: int) -> int:
     try:
         with open("/proc/%d/statm" % pid, "rb") as f:
             return int(f.read().split()[1]) * (mmap.PAGESIZE // 1024)
@@ -47,36 +51,38 @@ class Fairness:
     BURST_TICKS = 30
     WINDOW = 300
 
-    def __init__(self):
-        self.credit = None  # a new agent starts with a full bucket
-        self.recent = collections.deque(maxlen=self.WINDOW)  # 1: a tick it sat out, 0: one it ran
+    def __init__(self) -> None:
+        self.credit: float | None = None  # a new agent starts with a full bucket
+        self.recent: collections.deque[int] = collections.deque(maxlen=self.WINDOW)  # 1: a tick sat out, 0: one it ran
         self.throttled = 0  # sum(recent)
-        self.trait_us = {}  # trait -> its CPU (its worker's own count) since the window began
+        self.trait_us: dict[str, float] = {}  # trait -> its CPU (its worker's own count) since the window began
 
-    def begin_tick(self, share):
+    def begin_tick(self, share: float) -> None:
         full = self.BURST_TICKS * share
         self.credit = full if self.credit is None else min(self.credit + share, full)
 
-    def owes(self):
+    def owes(self) -> bool:
+        assert self.credit is not None  # asked after this tick's begin_tick
         return self.credit < 0.0
 
-    def skipped(self):
+    def skipped(self) -> None:
         self.note(1)
 
-    def ran(self, used_s):
+    def ran(self, used_s: float) -> None:
+        assert self.credit is not None  # charged after this tick's begin_tick
         self.credit -= used_s
         self.note(0)
 
-    def note(self, throttled):
+    def note(self, throttled: int) -> None:
         if len(self.recent) == self.WINDOW:
             self.throttled -= self.recent[0]
         self.recent.append(throttled)
         self.throttled += throttled
 
-    def persistent(self):
+    def persistent(self) -> bool:
         return len(self.recent) == self.WINDOW and 2 * self.throttled >= self.WINDOW
 
-    def forgive(self):
+    def forgive(self) -> None:
         """After its heaviest trait was reported: a new window, and no debt (what remains of
         the agent's traits starts afresh)."""
         self.recent.clear()
@@ -94,21 +100,21 @@ class Watchdog:
     loop is stopped after one to two budgets of CPU time. A call stuck in C code cannot be
     interrupted here: the supervisor kills the worker from outside."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.calls = 0
         self.seen = -1
         self.in_call = False
 
-    def on_alarm(self, signum, frame):
+    def on_alarm(self, signum: int, frame: "FrameType | None") -> None:
         if self.in_call and self.calls == self.seen:
             raise TraitTimeout()
         self.seen = self.calls
 
-    def arm(self, budget_s):
+    def arm(self, budget_s: float) -> None:
         self.seen = -1
         signal.setitimer(signal.ITIMER_VIRTUAL, budget_s, budget_s)
 
-    def disarm(self):
+    def disarm(self) -> None:
         signal.setitimer(signal.ITIMER_VIRTUAL, 0)
 
 
@@ -193,7 +199,7 @@ FORBIDDEN_SYSCALLS = {
 }
 
 
-def seccomp_program(machine):
+def seccomp_program(machine: str) -> list[tuple[int, int, int, int]] | None:
     """The classic-BPF seccomp program of FORBIDDEN_SYSCALLS for ``machine``: a list of
     (code, jt, jf, k), or None for an architecture it does not know."""
     if machine not in FORBIDDEN_SYSCALLS:
@@ -222,7 +228,7 @@ def seccomp_program(machine):
     return program
 
 
-def forbid_syscalls():
+def forbid_syscalls() -> bool:
     """A seccomp filter on this process (a worker): FORBIDDEN_SYSCALLS fail with EPERM. Even code
     that escaped the interpreter's restrictions then cannot signal, trace, read, limit or
     re-prioritise another agent's process, nor start one. True if the filter is in place."""
@@ -248,7 +254,7 @@ def forbid_syscalls():
         return False
 
 
-def non_dumpable():
+def non_dumpable() -> bool:
     """No process of this host may be traced, or have its memory read through /proc, by
     another process of the same user (a worker by another agent's worker)."""
     try:

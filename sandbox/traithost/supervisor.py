@@ -31,6 +31,14 @@ from .wire import (
 )
 from .worker import make_column_proxy_class, start_zygote
 
+TYPE_CHECKING = False  # typing is the type checker's alone (see wire.py)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from _typeshed import FileDescriptorLike
+
+    from .wire import Handler, Message, Reply, Result
+
 LOAD_DEADLINE_S = 2.0
 
 
@@ -40,12 +48,12 @@ PENDING = object()  # a load's outcome while its worker has not answered
 class Config:
     """The rules of the hello, shared by every process of the host."""
 
-    def __init__(self, msg):
+    def __init__(self, msg: "Message") -> None:
         api = msg["entity_api"]
-        self.readable = frozenset(api["readable"])
-        self.writable = dict(api["writable"])
-        self.methods = list(api["methods"])
-        self.allowed_imports = frozenset(msg.get("allowed_imports", ()))
+        self.readable: frozenset[str] = frozenset(api["readable"])
+        self.writable: dict[str, Any] = dict(api["writable"])
+        self.methods: list[str] = list(api["methods"])
+        self.allowed_imports: frozenset[str] = frozenset(msg.get("allowed_imports", ()))
         self.call_timeout_s = float(msg.get("call_timeout_ms", 5)) / 1000.0
         # A tick's budget never undercuts the in-process alarm of one call (which fires after one
         # to two call budgets): a slow call is a timeout of its own, not a kill of its process.
@@ -60,51 +68,61 @@ class Config:
 class WorkerHandle:
     """The supervisor's side of one worker process: an agent's traits, or one suspect's."""
 
-    def __init__(self, key, agent, solo=False):
+    # Set by the supervisor for a tick (collect) or an action (act): CPU in s, CPU ns at the start, the call
+    # sequence last seen in the status and the CPU ns then.
+    tick_used: float | None
+    tick_cpu0: int
+    seq_seen: int
+    seq_cpu: int
+
+    def __init__(self, key: str, agent: str, solo: bool = False) -> None:
         self.key = key
         self.agent = agent
         self.solo = solo
-        self.traits = []  # names in load order
-        self.by_index = {}  # status index -> trait, as loaded into the running worker
+        self.traits: list[str] = []  # names in load order
+        self.by_index: dict[int, str] = {}  # status index -> trait, as loaded into the running worker
         self.next_index = 1
-        self.pid = None
-        self.sock = None
-        self.schedstat = None  # the worker's /proc/<pid>/schedstat, open: read in ~2 us, not ~20
-        self.status_map = None  # the worker's status page, shared with it
-        self.status = None  # that page as [call sequence, running trait's index (0: none)]
+        self.pid: int | None = None
+        self.sock: socket.socket | None = None
+        self.schedstat: int | None = None  # the worker's /proc/<pid>/schedstat, open: read in ~2 us, not ~20
+        self.status_map: mmap.mmap | None = None  # the worker's status page, shared with it
+        self.status: memoryview | None = None  # that page as [call sequence, running trait's index (0: none)]
         self.inbox = Inbox()
-        self.load_errors = {}  # trait -> why it failed to load again after a recycle
-        self.queue = []  # traits still to load into the running process, in order
-        self.loading = None  # (trait, index, CPU ns, monotonic s) of the load it is running
+        self.load_errors: dict[str, str] = {}  # trait -> why it failed to load again after a recycle
+        self.queue: list[str] = []  # traits still to load into the running process, in order
+        # (trait, index, CPU ns, monotonic s) of the load it is running
+        self.loading: tuple[str, int, int, float] | None = None
 
     @property
-    def alive(self):
+    def alive(self) -> bool:
         return self.sock is not None
 
     @property
-    def ready(self):
+    def ready(self) -> bool:
         """Alive with every trait loaded: it may run a tick."""
         return self.sock is not None and self.loading is None and not self.queue
 
-    def cpu_ns(self):
+    def cpu_ns(self) -> int:
         """The worker's time on a CPU, from the kernel (a worker cannot lie about it); 0 if gone."""
         try:
-            return int(os.pread(self.schedstat, 64, 0).split()[0])
+            return int(os.pread(self.schedstat, 64, 0).split()[0])  # type: ignore[arg-type]  # None: TypeError, 0
         except (OSError, TypeError, ValueError, IndexError):
             return 0
 
-    def running(self):
+    def running(self) -> tuple[int, str | None]:
         """(call sequence, the trait running now or None), as the worker's status says."""
-        seq, at = self.status[0], self.status[1]
+        seq, at = self.status[0], self.status[1]  # type: ignore[index]  # mapped when it was spawned
         return seq, self.by_index.get(at)
 
-    def send(self, msg, attachment=None, timeout=LOAD_DEADLINE_S):
+    def send(self, msg: "Message", attachment: bytes | None = None, timeout: float = LOAD_DEADLINE_S) -> None:
+        assert self.sock is not None  # sent to a live worker only (pump, act)
         self.sock.settimeout(timeout)
         self.sock.sendall(encode_line(msg, attachment))
 
-    def receive(self):
+    def receive(self) -> "tuple[tuple[Message, bytes] | None] | None":
         """Read what the worker sent (its socket is non-blocking): None while its reply is still
         incomplete, else ``(reply,)``, with None for a worker that closed or sent garbage."""
+        assert self.sock is not None  # asked of a live worker only: registered, or loading
         try:
             data = self.sock.recv(1 << 20)
         except BlockingIOError:
@@ -119,7 +137,7 @@ class WorkerHandle:
             return (None,)
         return None if done is None else (done,)
 
-    def kill(self):
+    def kill(self) -> None:
         if self.pid is not None:
             try:
                 os.kill(self.pid, signal.SIGKILL)
@@ -127,7 +145,7 @@ class WorkerHandle:
                 pass
         self.close()
 
-    def close(self):
+    def close(self) -> None:
         if self.status is not None:
             self.status.release()
         if self.schedstat is not None:
@@ -150,18 +168,19 @@ class WorkerHandle:
 
 
 class Supervisor:
-    def __init__(self):
-        self.config = None
-        self.zygote = None  # the control socket to the zygote
-        self.handles = {}  # key -> WorkerHandle
-        self.trait_handle = {}  # trait -> WorkerHandle
-        self.sources = {}  # trait -> (source, class_name, agent)
-        self.outcomes = {}  # trait -> None (loaded) or why not, for a first load not yet answered for
-        self.fairness = {}  # agent -> Fairness
-        self.background = set()  # first loads whose outcome goes out with the next tick's reply
+    def __init__(self) -> None:
+        self.config: Config | None = None  # the hello's
+        self.zygote: socket.socket | None = None  # the control socket to the zygote
+        self.handles: dict[str, WorkerHandle] = {}  # key -> WorkerHandle
+        self.trait_handle: dict[str, WorkerHandle] = {}  # trait -> WorkerHandle
+        self.sources: dict[str, tuple[str, str, str]] = {}  # trait -> (source, class_name, agent)
+        # trait -> None (loaded) or why not (str), for a first load not yet answered for; PENDING until it ends
+        self.outcomes: dict[str, object] = {}
+        self.fairness: dict[str, Fairness] = {}  # agent -> Fairness
+        self.background: set[str] = set()  # first loads whose outcome goes out with the next tick's reply
 
     # -- requests --------------------------------------------------------------------------
-    def hello(self, msg, _attachment):
+    def hello(self, msg: "Message", _attachment: bytes | None) -> "Message":
         self.config = Config(msg)
         proxy = make_column_proxy_class(self.config.readable, self.config.writable, ("id",), {})[0]
         missing = [m for m in self.config.methods if not hasattr(proxy, m)]
@@ -171,7 +190,7 @@ class Supervisor:
             self.zygote = start_zygote(self.config)
         return {"ok": True, "op": "hello", "python": sys.version.split()[0], "implementation": sys.implementation.name}
 
-    def load(self, msg, _attachment):
+    def load(self, msg: "Message", _attachment: bytes | None) -> "Message":
         """Give a trait to its agent's worker (a suspect's: a worker of its own). With
         ``background`` the answer is at once and the outcome comes with a later tick's reply
         (``loads``): loading runs one trait's module body and constructor, whose CPU is the
@@ -213,7 +232,7 @@ class Supervisor:
             return {"ok": False, "op": "load", "trait": name, "error": error}
         return {"ok": True, "op": "load", "trait": name}
 
-    def unload(self, msg, _attachment):
+    def unload(self, msg: "Message", _attachment: bytes | None) -> "Message":
         name = msg["trait"]
         handle = self.trait_handle.pop(name, None)
         self.sources.pop(name, None)
@@ -227,7 +246,7 @@ class Supervisor:
                 self.drop(handle)
         return {"ok": True, "op": "unload", "trait": name}
 
-    def maintain(self, requests):
+    def maintain(self, requests: "FileDescriptorLike") -> None:
         """Between requests (the engine is stepping its world): fork again the workers that were
         killed or recycled and load their traits, so that the next tick finds them ready. Stops as
         soon as a request is readable on ``requests``: a request never waits for this."""
@@ -240,10 +259,11 @@ class Supervisor:
                 return
             self.wait_for_loads(loading, 0.05, requests)
 
-    def stats(self, _msg, _attachment):
+    def stats(self, _msg: "Message", _attachment: bytes | None) -> "Message":
         workers = []
         for handle in self.handles.values():
             if handle.alive:
+                assert handle.pid is not None  # set when it was spawned, never unset
                 workers.append(
                     {
                         "agent": handle.agent,
@@ -256,15 +276,16 @@ class Supervisor:
                 )
         return {"ok": True, "op": "stats", "supervisor_rss_kb": rss_kb(os.getpid()), "workers": workers}
 
-    def views(self, msg, attachment):
+    def views(self, msg: "Message", attachment: bytes | None) -> "Reply":
         arrived = time.monotonic()
         run = msg.pop("run")
         if type(run) is not list or any(type(name) is not str for name in run):
             raise ValueError("run must be a list of trait names")
+        assert self.config is not None  # a request before the hello is refused (main)
         deadline_s = msg.pop("deadline_ms", None)
         deadline_s = float(deadline_s) / 1000.0 if type(deadline_s) in (int, float) else self.config.tick_deadline_s
-        results = {}
-        work = {}  # handle -> its traits of ``run``, in run order
+        results: dict[str, Result] = {}
+        work: dict[WorkerHandle, list[str]] = {}  # handle -> its traits of ``run``, in run order
         for name in run:
             handle = self.trait_handle.get(name)
             if handle is None:
@@ -343,10 +364,11 @@ class Supervisor:
             out["loads"] = loads
         return (out, bytes(blob)) if attachment is not None else out
 
-    def throttle(self, work, results):
+    def throttle(self, work: "dict[WorkerHandle, list[str]]", results: "dict[str, Result]") -> float | None:
         """Fair CPU: take out of ``work`` the workers of agents that owe CPU (their traits'
         results say "throttled"); the fair share of this tick, per agent, or None when the
         traits' CPU is not limited."""
+        assert self.config is not None  # a request before the hello is refused (main)
         budget = self.config.tick_share_s
         if budget <= 0 or not work:
             return None
@@ -368,11 +390,12 @@ class Supervisor:
                 fair.skipped()
         return share
 
-    def charge(self, share, work, results):
+    def charge(self, share: float, work: "dict[WorkerHandle, list[str]]", results: "dict[str, Result]") -> None:
         """After a tick: when the traits together used more than the budget, each agent that ran
         pays what its workers used against its share; an agent that owed CPU on most of its
         recent ticks has its heaviest trait reported ("over_share") for the engine to quarantine."""
-        used_by = {}
+        assert self.config is not None  # a request before the hello is refused (main)
+        used_by: dict[str, float] = {}
         for handle, names in work.items():
             used = handle.tick_used if handle.tick_used is not None else 0.0
             used_by[handle.agent] = used_by.get(handle.agent, 0.0) + used
@@ -387,7 +410,7 @@ class Supervisor:
             fair.ran(used if contended else 0.0)
             if fair.persistent():
                 live = {name: us for name, us in fair.trait_us.items() if name in results and name in self.trait_handle}
-                heaviest = max(live, key=live.get, default=None)
+                heaviest = max(live, key=live.get, default=None)  # type: ignore[arg-type]  # (mypy: dict.get overloads)
                 if heaviest is not None:
                     results[heaviest]["over_share"] = (
                         "its agent kept using more than its fair share of the traits' CPU (%.2f ms a tick): "
@@ -399,7 +422,7 @@ class Supervisor:
         for agent in gone:
             del self.fairness[agent]
 
-    def act(self, msg, _attachment):
+    def act(self, msg: "Message", _attachment: bytes | None) -> "Message":
         """Run agents' round actions, each in a one-shot worker (see the protocol)."""
         items = msg.get("items")
         if type(items) is not list or len(items) > MAX_ACTION_ITEMS:
@@ -411,7 +434,10 @@ class Supervisor:
         deadline = time.monotonic() + deadline_s
         parallel = msg.get("parallel", 1)
         parallel = parallel if type(parallel) is int and 1 <= parallel <= ACT_PARALLEL_MAX else 1
+        results: dict[str, Message | None]  # None: still to run
+        queue: list[dict[str, Any]]
         results, queue = {}, []
+        why: str | Message | None  # a bad item's reason, then an item's failure
         for item in items:
             item_id = item.get("id") if type(item) is dict else None
             if type(item_id) is not str or not item_id or len(item_id) > 64 or item_id in results:
@@ -423,7 +449,7 @@ class Supervisor:
                 continue
             results[item_id] = None
             queue.append(item)
-        running = {}  # handle -> item id
+        running: dict[WorkerHandle, str] = {}  # handle -> item id
         selector = selectors.DefaultSelector()
         hard_ns = 3 * cpu_s * 1e9  # the in-process alarm fires at one to two budgets
         # Each agent with items has an equal share of the round's time, and its items' wall time
@@ -432,9 +458,9 @@ class Supervisor:
         agents = {str(item.get("agent", ""))[:128] for item in queue}
         share_s = deadline_s / max(len(agents), 1)
         used_s = dict.fromkeys(agents, 0.0)
-        started_at = {}  # handle -> when its worker was spawned
+        started_at: dict[WorkerHandle, float] = {}  # handle -> when its worker was spawned
 
-        def charge(handle):
+        def charge(handle: "WorkerHandle") -> None:
             used_s[handle.agent] += time.monotonic() - started_at.pop(handle)
 
         try:
@@ -459,6 +485,7 @@ class Supervisor:
                         charge(handle)
                         results[item["id"]] = action_failure("killed", "its process stopped reading")
                         continue
+                    assert handle.sock is not None  # spawned above
                     handle.sock.setblocking(False)
                     selector.register(handle.sock, selectors.EVENT_READ, handle)
                     running[handle] = item["id"]
@@ -490,6 +517,7 @@ class Supervisor:
                         )
                     if why is not None:
                         item_id = running.pop(handle)
+                        assert handle.sock is not None  # running: spawned, not yet killed
                         selector.unregister(handle.sock)
                         handle.kill()
                         charge(handle)
@@ -503,12 +531,13 @@ class Supervisor:
         return {"ok": True, "op": "act", "results": results}
 
     # -- workers ---------------------------------------------------------------------------
-    def spawn(self, handle):
+    def spawn(self, handle: WorkerHandle) -> None:
         """A fresh worker for ``handle``, forked by the zygote; no trait loaded yet."""
         handle.close()
         try:
-            self.zygote.sendall(b"F")
-            data, fds, _flags, _addr = socket.recv_fds(self.zygote, 16, 2)
+            # (None after a refused hello: the AttributeError is then the request's error)
+            self.zygote.sendall(b"F")  # type: ignore[union-attr]
+            data, fds, _flags, _addr = socket.recv_fds(self.zygote, 16, 2)  # type: ignore[arg-type]
         except OSError:
             data, fds = b"", []
         if len(fds) != 2 or len(data) != 8:
@@ -526,7 +555,7 @@ class Supervisor:
         os.close(fds[1])
         handle.status = memoryview(handle.status_map).cast("Q")
 
-    def start(self, handle, first=None):
+    def start(self, handle: WorkerHandle, first: str | None = None) -> None:
         """Fork ``handle``'s worker afresh and start loading its traits (``first`` first), one at
         a time, in the background (``pump``, ``poll_loads``): a fork costs the supervisor ~2 ms,
         a load nothing."""
@@ -535,7 +564,7 @@ class Supervisor:
         handle.queue = ([first] if first in handle.traits else []) + queue
         self.pump(handle)
 
-    def pump(self, handle):
+    def pump(self, handle: WorkerHandle) -> None:
         """Send the next queued trait to ``handle``'s worker unless one is loading already."""
         while handle.loading is None and handle.queue and handle.alive:
             name = handle.queue.pop(0)
@@ -547,18 +576,22 @@ class Supervisor:
             except (OSError, ValueError):
                 self.load_failed(handle, name, "its process stopped reading")
                 return
+            assert handle.sock is not None  # alive (the loop's condition)
             handle.sock.setblocking(False)
             handle.inbox = Inbox()
             handle.loading = (name, index, handle.cpu_ns(), time.monotonic())
 
-    def poll_loads(self):
+    def poll_loads(self) -> None:
         for handle in list(self.handles.values()):
             if handle.loading is not None:
                 self.poll_load(handle)
 
-    def wait_for_loads(self, handles, timeout_s, requests=None):
+    def wait_for_loads(
+        self, handles: list[WorkerHandle], timeout_s: float, requests: "FileDescriptorLike | None" = None
+    ) -> None:
         """Wait up to ``timeout_s`` (or until ``requests`` is readable) for a loading worker to
         answer, then take what arrived."""
+        assert self.config is not None  # a request before the hello is refused (main)
         socks = [h.sock for h in handles if h.loading is not None and h.sock is not None]
         step = min(timeout_s, max(self.config.call_timeout_s, 0.002))  # a load's CPU is checked at this pace
         if socks:
@@ -569,9 +602,11 @@ class Supervisor:
             if handle.loading is not None:
                 self.poll_load(handle)
 
-    def poll_load(self, handle):
+    def poll_load(self, handle: WorkerHandle) -> None:
         """Take ``handle``'s answer to the load it is running, if it came; enforce the load's CPU
         limit (the trait's module body and constructor: two calls' hard limits) from outside."""
+        assert handle.loading is not None  # asked only while it loads (poll_loads, wait_for_loads)
+        assert self.config is not None  # a request before the hello is refused (main)
         name, index, cpu0, began = handle.loading
         got = handle.receive()
         if got is None:
@@ -594,7 +629,7 @@ class Supervisor:
             self.settled(name, str(reply.get("error"))[:500], handle)
         self.pump(handle)
 
-    def load_failed(self, handle, name, why):
+    def load_failed(self, handle: WorkerHandle, name: str, why: str) -> None:
         """The load of ``name`` killed or overran its worker: it is the trait's failure (its
         mates are loaded again in a fresh process, without it)."""
         handle.kill()
@@ -602,7 +637,7 @@ class Supervisor:
         if handle.traits:
             self.start(handle)
 
-    def settled(self, name, error, handle=None):
+    def settled(self, name: str, error: str | None, handle: WorkerHandle | None = None) -> None:
         """A load of ``name`` ended: loaded (``error`` None) or not. A first load is answered
         (and a trait that never loaded leaves its worker); a load again, after a recycle, that
         fails is reported when the trait next runs."""
@@ -618,7 +653,14 @@ class Supervisor:
         elif error is not None and handle is not None:
             handle.load_errors[name] = "failed to load again: %s" % error
 
-    def run_workers(self, work, msg, attachment, deadline_s, results):
+    def run_workers(
+        self,
+        work: "dict[WorkerHandle, list[str]]",
+        msg: "Message",
+        attachment: bytes | None,
+        deadline_s: float,
+        results: "dict[str, Result]",
+    ) -> "dict[WorkerHandle, tuple[Message, bytes]]":
         """Send each worker its share of the tick; collect the replies within the deadline."""
         sent = {}
         for handle in work:
@@ -632,6 +674,7 @@ class Supervisor:
         for handle, names in work.items():
             try:
                 line = '{"run":%s,%s\n' % (json.dumps(names, separators=(",", ":")), body)
+                assert handle.sock is not None  # ready (views)
                 handle.sock.settimeout(deadline_s)
                 handle.sock.sendall(line.encode("ascii") + tail)
                 sent[handle] = names
@@ -639,20 +682,24 @@ class Supervisor:
                 self.failed(handle, names, "its process stopped reading", results, blame=False)
         return self.collect(sent, deadline_s, results)
 
-    def collect(self, work, deadline_s, results, blame=True):
+    def collect(
+        self, work: "dict[WorkerHandle, list[str]]", deadline_s: float, results: "dict[str, Result]", blame: bool = True
+    ) -> "dict[WorkerHandle, tuple[Message, bytes]]":
         """Replies of ``work``'s workers. A worker whose call runs past its CPU budget (measured
         by the kernel, enforced with SIGKILL) is killed and the trait it was running blamed; one
         still running at the deadline without having used its budget is killed without blame."""
         config = self.config
+        assert config is not None  # a request before the hello is refused (main)
         replies = {}
         pending = set(work)
         selector = selectors.DefaultSelector()
         for handle in work:
+            assert handle.sock is not None  # sent the tick (run_workers)
             handle.sock.setblocking(False)
             handle.inbox = Inbox()
             handle.tick_used = None
             handle.tick_cpu0 = handle.seq_cpu = handle.cpu_ns()
-            handle.seq_seen = handle.status[0]
+            handle.seq_seen = handle.status[0]  # type: ignore[index]  # mapped when it was spawned
             selector.register(handle.sock, selectors.EVENT_READ, handle)
         started = time.monotonic()
         deadline = started + deadline_s
@@ -660,6 +707,7 @@ class Supervisor:
         tick_hard_ns = config.tick_cpu_s * 1e9
         poll = max(config.call_timeout_s, 0.002)
         next_check = started + poll  # the limits are checked at this pace, not at every reply
+        why: str | None
         try:
             while pending:
                 for key, _events in selector.select(max(0.0, min(next_check, deadline) - time.monotonic())):
@@ -680,6 +728,7 @@ class Supervisor:
                     continue
                 next_check = now + poll
                 for handle in list(pending):
+                    assert handle.sock is not None and handle.pid is not None  # pending: alive (it has not failed)
                     cpu = handle.cpu_ns()
                     seq, trait = handle.running()
                     if seq != handle.seq_seen:
@@ -704,10 +753,19 @@ class Supervisor:
             selector.close()
             for handle in work:
                 if handle.alive:
+                    assert handle.sock is not None  # (what alive says)
                     handle.sock.setblocking(True)
         return replies
 
-    def failed(self, handle, names, why, results, blame, all_ran=False):
+    def failed(
+        self,
+        handle: WorkerHandle,
+        names: list[str],
+        why: str,
+        results: "dict[str, Result]",
+        blame: bool,
+        all_ran: bool = False,
+    ) -> None:
         """``handle``'s worker is killed. With ``blame``, the trait it was running is a suspect
         (with ``all_ran``, when none was running: it died or sent garbage in its own code, which
         only the code of a trait it ran can have made it do, so every one of ``names`` is): if it
@@ -735,7 +793,7 @@ class Supervisor:
         if not handle.traits:
             self.drop(handle)
 
-    def forget(self, name):
+    def forget(self, name: str) -> None:
         """A trait confirmed at fault: its process is gone and it is never run again."""
         handle = self.trait_handle.pop(name, None)
         self.sources.pop(name, None)
@@ -744,19 +802,19 @@ class Supervisor:
             if not handle.traits:
                 self.drop(handle)
 
-    def drop(self, handle):
+    def drop(self, handle: WorkerHandle) -> None:
         handle.kill()
         if self.handles.get(handle.key) is handle:
             del self.handles[handle.key]
 
 
-def checked_result(result):
+def checked_result(result: object) -> "Result":
     """A worker's result for one trait, rebuilt from plain values of the expected types (a worker
     runs untrusted code: nothing it sends is passed on as is)."""
     if type(result) is not dict:
         return failed_result("its process sent no result for it")
 
-    def number(key, kind):
+    def number(key: "str", kind: "type[float]") -> "float":  # kind: int or float
         value = result.get(key)
         return value if type(value) is kind and (kind is int or math.isfinite(value)) else kind(0)
 
@@ -784,7 +842,7 @@ def checked_result(result):
     }
 
 
-def checked_group(columns, base, size):
+def checked_group(columns: object, base: int, size: int) -> "Message | None":
     """A worker's intent columns with their attachment spans moved by ``base`` (where its bytes
     go in the merged reply), or None if the spans are not well formed. The trusted side checks
     every value again."""
@@ -807,7 +865,7 @@ def checked_group(columns, base, size):
     return group
 
 
-def main():
+def main() -> None:
     protected = non_dumpable()
     out = sys.stdout.buffer
     requests = sys.stdin.buffer
@@ -826,7 +884,7 @@ def main():
     if not protected:
         sys.stderr.write("trait host: could not make its processes non-dumpable\n")
     supervisor = Supervisor()
-    handlers = {
+    handlers: dict[object, Handler] = {  # by "op"
         "hello": supervisor.hello,
         "load": supervisor.load,
         "unload": supervisor.unload,
@@ -848,7 +906,8 @@ def main():
         out.write(answer(handler, msg, attachment))
         out.flush()
         if supervisor.config is not None:
-            supervisor.maintain(requests.raw)
+            # stdin's buffer is a BufferedReader too (typeshed: a BinaryIO), over a file with a descriptor
+            supervisor.maintain(requests.raw)  # type: ignore[union-attr]
     for handle in list(supervisor.handles.values()):
         handle.kill()
 

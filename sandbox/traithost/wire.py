@@ -9,6 +9,19 @@ import math
 import sys
 import traceback
 
+# The type checker's names: this block never runs, so the host does not load typing. Annotations that use them are
+# strings, since no module of this package has `from __future__ import annotations` (see worker.py).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+    from typing import Any, BinaryIO, TypeAlias
+
+    Message: TypeAlias = dict[str, Any]  # a JSON object of the protocol (a request or a reply), as decoded
+    Reply: TypeAlias = Message | tuple[Message, bytes]  # a handler's reply, with its attachment if it has one
+    Handler: TypeAlias = Callable[[Message, bytes | None], Reply]  # a request's handler: (msg, attachment)
+    Result: TypeAlias = dict[str, Any]  # one trait's result of a tick ("calls", "total_us", "errors", ...)
+    Plain: TypeAlias = float | int | str | bool  # what plain() lets cross back to the trusted side
+
 TRAIT_FILE_PREFIX = "<trait "
 
 
@@ -34,14 +47,14 @@ class TraitLimit(Exception):
     """A trait call exceeded a limit of what it may return (intents per call)."""
 
 
-def encode_line(message, attachment=None):
+def encode_line(message: "Message", attachment: bytes | None = None) -> bytes:
     if attachment is not None:
         message = dict(message, attachment=len(attachment))
     line = json.dumps(message, allow_nan=False, separators=(",", ":")).encode("ascii") + b"\n"
     return line + bytes(attachment) if attachment else line
 
 
-def read_message(stream):
+def read_message(stream: "BinaryIO") -> "tuple[Message | None, bytes | None]":
     """The next (message, attachment) from a buffered binary stream; (None, None) at EOF."""
     line = stream.readline(MAX_LINE + 1)
     if not line:
@@ -65,12 +78,12 @@ def read_message(stream):
 class Inbox:
     """Incremental reader of one framed message from a non-blocking socket."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.buf = bytearray()
-        self.msg = None
-        self.need = None
+        self.msg: Message | None = None
+        self.need: int | None = None  # the attachment's size, read with ``msg``
 
-    def feed(self, data):
+    def feed(self, data: bytes) -> "tuple[Message, bytes] | None":
         """Returns (message, attachment) once complete, else None. Raises ValueError on garbage."""
         self.buf += data
         if self.msg is None:
@@ -87,6 +100,7 @@ class Inbox:
             if type(size) is not int or not 0 <= size <= MAX_ATTACHMENT:
                 raise ValueError("bad attachment size")
             self.msg, self.need = msg, size
+        assert self.msg is not None and self.need is not None  # both read from the line, above or in an earlier feed
         if len(self.buf) < self.need:
             return None
         attachment = bytes(self.buf[: self.need])
@@ -95,7 +109,7 @@ class Inbox:
         return msg, attachment
 
 
-def failed_result(why):
+def failed_result(why: str) -> "Result":
     return {
         "calls": 0,
         "total_us": 0.0,
@@ -106,7 +120,7 @@ def failed_result(why):
     }
 
 
-def lost_result(why):
+def lost_result(why: str) -> "Result":
     return {"calls": 0, "total_us": 0.0, "max_us": 0.0, "error_count": 0, "errors": [], "timeouts": [], "lost": why}
 
 
@@ -123,14 +137,22 @@ class IntentColumns:
 
     __slots__ = ("entity_id", "in_call", "limit", "entity", "kinds", "attr", "a", "b", "other", "names")
 
-    def __init__(self, limit=None):
+    # the columns, set in __init__
+    entity: list[int]
+    kinds: list[str]
+    attr: list[int]
+    a: list[float]
+    b: list[float]
+    other: list[list[object]]
+
+    def __init__(self, limit: float | None = None) -> None:
         self.entity_id = 0
         self.in_call = 0
         self.limit = MAX_INTENTS_PER_CALL if limit is None else limit
         self.entity, self.kinds, self.attr, self.a, self.b, self.other = [], [], [], [], [], []
-        self.names = {}
+        self.names: dict[str, int] = {}  # attribute name -> its index in "names"
 
-    def add(self, kind, attr, first, second):
+    def add(self, kind: str, attr: int, first: object, second: object) -> None:
         if self.in_call >= self.limit:
             raise TraitLimit("more than %d intents in one call" % self.limit)
         self.in_call += 1
@@ -151,13 +173,13 @@ class IntentColumns:
             if kind == "m" or kind == "t":
                 self.other.append([i, 1, second])
 
-    def add_set(self, name, value):
+    def add_set(self, name: str, value: object) -> None:
         at = self.names.get(name)
         if at is None:
             at = self.names[name] = len(self.names)
         self.add("s", at, value, NAN)
 
-    def encode(self, blob=None):
+    def encode(self, blob: bytearray | None = None) -> "Message":
         """The columns on the wire: arrays packed (raw bytes appended to ``blob``, or base64)."""
         return {
             "count": len(self.kinds),
@@ -174,12 +196,14 @@ class IntentColumns:
 ARRAY_CODES = {"f8": "d", "i8": "q", "i4": "i"}
 
 
-def decode_columns(columns, count=None, attachment=None):
+def decode_columns(
+    columns: "list[Any]", count: int | None = None, attachment: bytes | None = None
+) -> "list[Sequence[Any]]":
     """Lists (one per column, of equal length) from columns: JSON lists, {"f8"|"i8"|"i4": base64 of a little-endian
     float64/int64/int32 array, or [offset, length] of those bytes in the request's attachment},
     {"text": [offset, length]} (strings joined by "\\x1f", UTF-8, in the attachment), or
     {"same": value} (every one of the ``count`` rows holds it)."""
-    lists = []
+    lists: list[Sequence[Any]] = []
     for col in columns:
         if type(col) is dict and "same" in col:
             if type(count) is not int or count < 0:
@@ -208,7 +232,7 @@ def decode_columns(columns, count=None, attachment=None):
     return lists
 
 
-def attached(attachment, span):
+def attached(attachment: bytes | None, span: "Sequence[int]") -> memoryview:
     """The bytes ``[offset, length]`` names in the request's attachment (a view, not a copy)."""
     start, size = span
     if attachment is None or not 0 <= start <= start + size <= len(attachment):
@@ -219,7 +243,7 @@ def attached(attachment, span):
 INTENT_KINDS = {"set": "s", "move": "m", "move_towards": "t", "eat": "e"}
 
 
-def encode_intents(merged, blob=None):
+def encode_intents(merged: "dict[int, list[list[Any]]]", blob: bytearray | None = None) -> "Message":
     """``{entity_id: [intent, ...]}`` (intents as lists: ["set", name, value], ["move", dx, dy],
     ["move_towards", x, y], ["eat"]) as the columns of :class:`IntentColumns`, entities ascending."""
     columns = IntentColumns(limit=math.inf)
@@ -236,7 +260,7 @@ def encode_intents(merged, blob=None):
     return columns.encode(blob)
 
 
-def pack(code, values, blob=None):
+def pack(code: str, values: "Sequence[float]", blob: bytearray | None = None) -> "dict[str, list[int] | str]":
     """{"f8"|"i8"|"i4": base64 of a little-endian float64/int64/int32 array} (as in requests), or
     with ``blob`` (a bytearray: the reply's attachment) the array appended to it as
     {key: [offset, length]}."""
@@ -251,14 +275,14 @@ def pack(code, values, blob=None):
     return {key: binascii.b2a_base64(arr.tobytes(), newline=False).decode("ascii")}
 
 
-def pack_ints(values, blob=None):
+def pack_ints(values: "Sequence[int]", blob: bytearray | None = None) -> "dict[str, list[int] | str]":
     """:func:`pack` of ints: as "i4" when every value fits in 32 bits (half the bytes), else "i8"."""
     if not values or (min(values) >= -(2**31) and max(values) < 2**31):
         return pack("i", values, blob)
     return pack("q", values, blob)
 
 
-def plain(value):
+def plain(value: "Any") -> "Plain":
     """Only plain, finite, bounded scalars cross back to the trusted side; anything else is marked."""
     kind = type(value)
     if kind is float:
@@ -272,7 +296,7 @@ def plain(value):
     return "<%s>" % kind.__name__
 
 
-def describe(exc):
+def describe(exc: BaseException) -> str:
     """'ZeroDivisionError: division by zero (line 7)' with the line inside the trait source."""
     line = None
     try:
@@ -287,7 +311,7 @@ def describe(exc):
     return text[:500]
 
 
-def answer(handler, msg, attachment):
+def answer(handler: "Handler | None", msg: "Message", attachment: bytes | None) -> bytes:
     """The encoded reply of ``handler`` (None: an unknown request, or one before the hello) to a
     request; whatever fails, including the reply's encoding, becomes an error reply."""
     try:
@@ -296,10 +320,10 @@ def answer(handler, msg, attachment):
         reply = handler(msg, attachment)
     except Exception as exc:
         reply = {"ok": False, "error": "bad request: %s" % describe(exc)}
-    blob = None
+    blob: bytes | None = None
     if type(reply) is tuple:
         reply, blob = reply
     try:
-        return encode_line(reply, blob)
+        return encode_line(reply, blob)  # type: ignore[arg-type]  # not a tuple now (mypy cannot tell)
     except Exception as exc:
         return encode_line({"ok": False, "error": "the reply could not be encoded: %s" % describe(exc)})

@@ -29,8 +29,24 @@ from .wire import (
     read_message,
 )
 
+# Never `from __future__ import annotations` here: compile() passes the future flags of its caller on to the code it
+# compiles, so the traits' and actions' code would run under that flag too. So an annotation that names what only the
+# type checker imports is a string (this block never runs: typing is not loaded), and so is every annotation of a
+# function defined at run time (per call, per proxy class): a string costs nothing, a name is looked up every time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Mapping, Sequence
+    from types import CoroutineType, ModuleType
+    from typing import Any, NoReturn, TypeAlias
 
-def start_zygote(config):
+    from .supervisor import Config
+    from .wire import Handler, Message, Reply, Result
+
+    EntityClass: TypeAlias = "Callable[[int, IntentColumns], IntentMethods]"  # a proxy of one row: (row, intents)
+    Bind: TypeAlias = "Callable[[list[Sequence[Any]] | None, Sequence[tuple[str, ...]]], None]"  # (columns, trait_sets)
+
+
+def start_zygote(config: "Config") -> socket.socket:
     """Fork the zygote: it imports the allowed modules once, so every worker starts warm."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
     pid = os.fork()
@@ -44,7 +60,7 @@ def start_zygote(config):
     return ours
 
 
-def zygote_main(control, config):
+def zygote_main(control: socket.socket, config: "Config") -> None:
     keep_only_fds([control.fileno(), 2])
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # workers are reaped by the kernel
     for name in sorted(config.allowed_imports):
@@ -72,7 +88,7 @@ def zygote_main(control, config):
         os.close(status_fd)
 
 
-def keep_only_fds(keep):
+def keep_only_fds(keep: list[int]) -> None:
     """Close every descriptor but ``keep`` (stdin, stdout and stderr point at /dev/null unless kept)."""
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
@@ -87,7 +103,7 @@ def keep_only_fds(keep):
                 pass
 
 
-def worker_main(sock, status_fd, config):
+def worker_main(sock: socket.socket, status_fd: int, config: "Config") -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     keep_only_fds([sock.fileno(), status_fd, 2])
     try:
@@ -115,7 +131,7 @@ def worker_main(sock, status_fd, config):
     signal.signal(signal.SIGVTALRM, WATCHDOG.on_alarm)
     stream = sock.makefile("rb")
     out = sock.makefile("wb")
-    handlers = {"load": worker.load, "views": worker.views, "act": worker.act}
+    handlers: dict[object, Handler] = {"load": worker.load, "views": worker.views, "act": worker.act}  # by "op"
     while True:
         try:
             msg, attachment = read_message(stream)
@@ -130,15 +146,16 @@ def worker_main(sock, status_fd, config):
 class Worker:
     """Runs one agent's traits (or one suspect) in a process of its own."""
 
-    def __init__(self, config, status):
+    def __init__(self, config: "Config", status: memoryview) -> None:
         self.config = config
         self.status = status
-        self.classes = {}  # trait -> class
-        self.index = {}  # trait -> the index the supervisor knows it by in this worker's status
-        self.instances = {}  # trait -> {entity_id: instance}
-        self.row_proxies = {}  # fields -> (proxy class, bind)
+        self.classes: dict[str, Any] = {}  # trait -> class (what the trait's code defined: anything)
+        self.index: dict[str, int] = {}  # trait -> the index the supervisor knows it by in this worker's status
+        self.instances: dict[str, dict[int, Any]] = {}  # trait -> {entity_id: instance}
+        # fields -> (proxy class, bind)
+        self.row_proxies: dict[tuple[tuple[str, ...], tuple[tuple[str, Any], ...]], tuple[EntityClass, Bind]] = {}
 
-    def load(self, msg, _attachment):
+    def load(self, msg: "Message", _attachment: bytes | None) -> "Message":
         name, source, class_name = msg["trait"], msg["source"], msg["class_name"]
         namespace = {"__builtins__": safe_builtins(self.config.allowed_imports), "__name__": "trait_" + name}
         index = msg["index"]
@@ -158,7 +175,7 @@ class Worker:
         self.instances[name] = {}
         return {"ok": True, "op": "load", "trait": name}
 
-    def views(self, msg, attachment):
+    def views(self, msg: "Message", attachment: bytes | None) -> "Reply":
         fields = msg["fields"]
         columns = decode_columns(msg["columns"], msg.get("count"), attachment)
         if len(columns) != len(fields):
@@ -173,6 +190,8 @@ class Worker:
             )
         proxy_class, bind = made
         bind(columns, sets)
+        intents: dict[str, IntentColumns]
+        results: dict[str, Result]
         intents, results = {}, {}
         # No cyclic GC pass inside a timed trait call (at thousands of rows a full pass takes
         # milliseconds of CPU and would be charged to whichever call it interrupted).
@@ -201,9 +220,20 @@ class Worker:
         reply["intent_groups"] = [columns.encode(blob) for columns in intents.values()]
         return (reply, bytes(blob)) if blob is not None else reply
 
-    def run_views(self, run, sets, set_column, id_column, proxy_class, intents, results):
+    def run_views(
+        self,
+        run: list[str],
+        sets: list[tuple[str, ...]],
+        set_column: "Sequence[int]",
+        id_column: "Sequence[int]",
+        proxy_class: "EntityClass",
+        intents: dict[str, IntentColumns],
+        results: "dict[str, Result]",
+    ) -> None:
         """Each trait of ``run`` on the rows whose trait set holds it; a proxy is a row index."""
         everyone = range(len(id_column))
+        rows: Sequence[int]
+        ids: Sequence[int]
         for name in run:
             if name not in self.classes:
                 results[name] = failed_result("trait not loaded")
@@ -222,7 +252,14 @@ class Worker:
             finally:
                 self.status[1] = 0
 
-    def run_calls(self, name, ids, items, proxy_class, intents):
+    def run_calls(
+        self,
+        name: str,
+        ids: "Sequence[int]",
+        items: "Sequence[int]",
+        proxy_class: "EntityClass",
+        intents: IntentColumns,
+    ) -> "Result":
         """``execute(proxy_class(item, intents))`` of trait ``name`` for each entity, under the
         CPU watchdog; its intents go into ``intents`` (an IntentColumns) as they are made. One
         clock read per call (each call's time runs from the previous read, so it includes the
@@ -230,7 +267,9 @@ class Worker:
         cls = self.classes[name]
         instances = self.instances[name]
         status = self.status
-        kept = {}
+        kept: dict[int, Any] = {}
+        errors: list[dict[str, Any]]
+        timeouts: list[int]
         errors, timeouts = [], []
         error_count = 0
         watchdog = WATCHDOG
@@ -282,7 +321,7 @@ class Worker:
             "timeouts": timeouts,
         }
 
-    def act(self, msg, _attachment):
+    def act(self, msg: "Message", _attachment: bytes | None) -> "Message":
         """One agent's round action: compile, find ``agent_action``, call it once against the
         proxy under a CPU budget; the recorded actions or a structured error."""
         budget_s = float(msg.get("cpu_ms", 200)) / 1000.0
@@ -295,7 +334,7 @@ class Worker:
         except (ValueError, MemoryError, RecursionError) as exc:
             return action_failure("syntax_error", describe(exc))
 
-        def run():
+        def run() -> None:
             exec(compiled, namespace)
             entry = namespace.get("agent_action")
             if not callable(entry):
@@ -326,7 +365,7 @@ class Worker:
             watchdog.disarm()
         return {"ok": True, "op": "act", "actions": [list(a) for a in recorder._recorded]}
 
-    def with_cpu_alarm(self, fn):
+    def with_cpu_alarm(self, fn: "Callable[[], object]") -> object:
         """Run trait code outside a batch (module body, constructor) under the watchdog."""
         watchdog = WATCHDOG
         watchdog.arm(self.config.call_timeout_s)
@@ -340,8 +379,14 @@ class Worker:
             watchdog.disarm()
 
 
-def safe_builtins(allowed):
-    def guarded_import(name, globals=None, locals=None, fromlist=(), level=0):
+def safe_builtins(allowed: "Iterable[str]") -> "dict[str, Any]":
+    def guarded_import(
+        name: "str",
+        globals: "Mapping[str, object] | None" = None,
+        locals: "Mapping[str, object] | None" = None,
+        fromlist: "Sequence[str]" = (),
+        level: "int" = 0,
+    ) -> "ModuleType":
         if level != 0 or name.split(".")[0] not in allowed:
             raise ImportError("import of %r is not allowed in a trait" % name)
         return __import__(name, globals, locals, fromlist, level)
@@ -368,20 +413,21 @@ def safe_builtins(allowed):
     return names
 
 
-async def _coroutine():
+async def _coroutine() -> None:
     pass
 
 
 _sample = _coroutine()
 
 
-COROUTINE = type(_sample)
+# types.CoroutineType (mypy types an async def's call as the Coroutine ABC, which has no cr_frame)
+COROUTINE: "type[CoroutineType[Any, Any, None]]" = type(_sample)  # type: ignore[assignment]
 
 
 _sample.close()
 
 
-def drive(coro):
+def drive(coro: object) -> None:
     """Run a coroutine that never suspends, with no event loop: one step of its awaitable
     finishes it. (``next`` with a default ends it without raising StopIteration, which
     costs ~0.7 µs a call.) A coroutine whose frame is still there after the step suspended."""
@@ -397,28 +443,32 @@ class IntentMethods:
     """The entity methods that become intents (recorded straight into the trait's columns)."""
 
     __slots__ = ()
+    if TYPE_CHECKING:  # a slot of the proxy class (make_column_proxy_class)
+        _intents: IntentColumns
 
-    def move(self, dx, dy):
+    def move(self, dx: object, dy: object) -> None:
         self._intents.add("m", -1, plain(dx), plain(dy))
 
-    def move_towards(self, x, y):
+    def move_towards(self, x: object, y: object) -> None:
         self._intents.add("t", -1, plain(x), plain(y))
 
-    def eat(self):
+    def eat(self) -> None:
         self._intents.add("e", -1, NAN, NAN)
 
 
-def make_column_proxy_class(readable, writable, fields, world):
+def make_column_proxy_class(
+    readable: "Iterable[str]", writable: "Mapping[str, object]", fields: tuple[str, ...], world: "dict[str, Any]"
+) -> "tuple[EntityClass, Bind]":
     """(The entity proxy class, its ``bind(columns, trait_sets)``.) A proxy is a row index, and
     reads index the tick's columns (one property per readable attribute, built once per field
     layout). Writes become intents and are seen by later reads of the same call only (each call
     has its own proxy). The tick's columns live in this closure: nothing a trait can reach
     rebinds them."""
     index = {name: i for i, name in enumerate(fields)}
-    cols = [None] * len(fields)  # this tick's columns, filled in place by bind()
-    trait_sets = [()]
+    cols: list[Any] = [None] * len(fields)  # this tick's columns, filled in place by bind() (None between ticks)
+    trait_sets: list[Sequence[tuple[str, ...]]] = [()]
 
-    def bind(columns, sets):
+    def bind(columns: "list[Sequence[Any]] | None", sets: "Sequence[tuple[str, ...]]") -> None:
         cols[:] = columns if columns is not None else [None] * len(fields)
         trait_sets[0] = sets
 
@@ -426,16 +476,19 @@ def make_column_proxy_class(readable, writable, fields, world):
         """What a trait sees as ``entity``: reads come from the view, writes become intents."""
 
         __slots__ = ("_row", "_intents", "_writes")
+        if TYPE_CHECKING:  # the slots (set through their descriptors: __setattr__ is the trait's)
+            _row: int
+            _writes: dict[str, object] | None
 
-        def __init__(self, row, intents):
+        def __init__(self, row: "int", intents: "IntentColumns") -> None:
             set_row(self, row)  # the slots' own setters: __setattr__ is the trait's
             set_intents(self, intents)
             set_writes(self, None)
 
-        def __getattr__(self, name):  # only reached for names that are not readable
+        def __getattr__(self, name: "str") -> "NoReturn":  # only reached for names that are not readable
             raise AttributeError("entity has no attribute %r in Entity API v1" % name)
 
-        def __setattr__(self, name, value):
+        def __setattr__(self, name: "str", value: "object") -> None:
             if name not in writable:
                 raise AttributeError("entity.%s is read-only (writable: %s)" % (name, ", ".join(sorted(writable))))
             self._intents.add_set(name, plain(value))
@@ -447,42 +500,57 @@ def make_column_proxy_class(readable, writable, fields, world):
 
         if "nearest_dx" in index:
 
-            def nearest_resource(self, _at=(index["nearest_dx"], index.get("nearest_dy"), index.get("nearest_dist"))):
+            def nearest_resource(
+                self,
+                _at: "tuple[int, int | None, int | None]" = (
+                    index["nearest_dx"],
+                    index.get("nearest_dy"),
+                    index.get("nearest_dist"),
+                ),
+            ) -> "tuple[Any, ...] | None":
                 i = self._row
                 dx = cols[_at[0]][i]
                 if dx != dx:  # NaN: nothing in range
                     return None
-                return (dx, cols[_at[1]][i], cols[_at[2]][i])
+                # the view has nearest_dy and nearest_dist with nearest_dx (else the TypeError is the call's error)
+                return (dx, cols[_at[1]][i], cols[_at[2]][i])  # type: ignore[index]
         else:
-
-            def nearest_resource(self, _at=index.get("nearest_resource")):
+            # each variant binds the columns it reads (of this class's layout) as the default of _at
+            def nearest_resource(  # type: ignore[misc]
+                self, _at: "int | None" = index.get("nearest_resource")
+            ) -> "tuple[Any, ...] | None":
                 found = None if _at is None else cols[_at][self._row]
                 return tuple(found) if found else None
 
-    set_row, set_intents, set_writes = Entity._row.__set__, Entity._intents.__set__, Entity._writes.__set__
+    # The slots' own descriptors (mypy takes these class attributes for the values the slots hold).
+    set_row, set_intents, set_writes = (
+        Entity._row.__set__,  # type: ignore[attr-defined, misc]
+        Entity._intents.__set__,  # type: ignore[attr-defined, misc]
+        Entity._writes.__set__,  # type: ignore[misc, union-attr]
+    )
 
-    def reader(name):
+    def reader(name: "str") -> "property":
         at = index.get(name)
         if name == "traits" and at is not None:
 
-            def get(self):
+            def get(self: "Entity") -> "Any":
                 return list(trait_sets[0][cols[at][self._row]])
         elif at is not None and name in writable:
 
-            def get(self):
+            def get(self: "Entity") -> "Any":
                 writes = self._writes
                 if writes is not None and name in writes:
                     return writes[name]
                 return cols[at][self._row]
         elif at is not None:
 
-            def get(self):
+            def get(self: "Entity") -> "Any":
                 value = cols[at][self._row]
                 return list(value) if type(value) is list else value
         else:
             constant = world.get(name)
 
-            def get(self):
+            def get(self: "Entity") -> "Any":
                 writes = self._writes
                 if writes is not None and name in writes:
                     return writes[name]
