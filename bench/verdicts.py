@@ -24,10 +24,10 @@ back, so that every round is judged beside the same live traits.
 Prints one JSON object: for each world the confusion matrix (truth -> verdict -> count), the
 rolled-back share of each kind, time to verdict (p50, p95, from the proposal) and to activation
 (p50), the live world's ticks per second meanwhile (p50 and the slowest of its 5-second windows
-while verdicts were pending) and its ticks that overran their period, and the verdicts'
-reasons; and the same over all worlds. Fails (exit 1, saying why) when the world was not whole:
-the trait host restarted or skipped ticks, a process died, or a planted trait never reached a
-verdict.
+while verdicts were pending) and its ticks that overran their period, alone (``--baseline-s``
+before the first proposal) and while the verdicts ran, and the verdicts' reasons; and the same
+over all worlds. Fails (exit 1, saying why) when the world was not whole: the trait host
+restarted or skipped ticks, a process died, or a planted trait never reached a verdict.
 """
 
 from __future__ import annotations
@@ -229,8 +229,12 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
                 if live < args.busy_traits:
                     raise SystemExit(f"bench.verdicts: the busy world holds {live} live traits, not {args.busy_traits}")
             # The world is judged whole over the verdicts; trouble while the busy traits went live
-            # (sixty loads in a few seconds) is reported beside them.
+            # (sixty loads in a few seconds) is reported beside them. Then the world runs alone
+            # for a while: its own overruns, against which the verdicts' are compared.
             setup = await engine_counters(settings.engine.metrics_port)
+            log(f"{kind}: {args.baseline_s:.0f} s of the live world alone")
+            await asyncio.sleep(args.baseline_s)
+            alone = await engine_counters(settings.engine.metrics_port)
             for round_number in range(args.each):
                 names = {truth: f"{truth}_{round_number}_{uuid.uuid4().hex[:4]}" for truth in TRUTHS}
                 ids = {
@@ -268,12 +272,13 @@ async def run_world(kind: str, args: argparse.Namespace, database_url: str, temp
             process.stop()
         await redis.aclose()
     died = [p.name for p in processes if p.proc is not None and p.proc.returncode not in (0, -15, None)]
-    during = {key: value - setup.get(key, 0.0) for key, value in counters.items()}
     return {
         "world": kind,
         "rounds": rounds,
         "ticks_per_s": rates,
-        "counters": during,
+        "counters": {key: value - setup.get(key, 0.0) for key, value in counters.items()},
+        "alone": {key: value - setup.get(key, 0.0) for key, value in alone.items()},
+        "during": {key: value - alone.get(key, 0.0) for key, value in counters.items()},
         "setup_health": {key: setup.get(key, 0.0) for key in HEALTH},
         "died": died,
     }
@@ -286,10 +291,16 @@ def matrix(rows: list[dict]) -> dict[str, dict[str, int]]:
 
 
 def overruns(counters: dict[str, float]) -> dict[str, float]:
-    """The live ticks that overran their period while the planted traits were proposed, tested and
-    judged (from the first round's proposals to the last verdict), and their share of the ticks."""
     ticks, over = counters.get("genesis_engine_ticks", 0.0), counters.get("genesis_engine_tick_overruns", 0.0)
     return {"ticks": ticks, "overruns": over, "share": round(over / ticks, 4) if ticks else 0.0}
+
+
+def overrun_comparison(world: dict[str, Any]) -> dict[str, Any]:
+    """The live ticks that overran their period with the world alone (``--baseline-s`` before the
+    first proposal) and while the planted traits were proposed, tested and judged (from the first
+    round's proposals to the last verdict); the excess is the verdict work's doing."""
+    alone, during = overruns(world["alone"]), overruns(world["during"])
+    return {"alone": alone, "during_verdicts": during, "excess_share": round(during["share"] - alone["share"], 4)}
 
 
 def summary(rows: list[dict], rates: list[float]) -> dict[str, Any]:
@@ -338,7 +349,7 @@ async def main_async(args: argparse.Namespace) -> int:
         "worlds": {
             w["world"]: {
                 **summary(w["rounds"], w["ticks_per_s"]),
-                "world_tick_overruns": overruns(w["counters"]),
+                "world_tick_overruns": overrun_comparison(w),
                 "setup_health": w["setup_health"],
                 "verdicts": w["rounds"],
             }
@@ -359,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--busy-traits", type=int, default=60, help="live traits of the busy world")
     ap.add_argument("--worlds", default="fresh,busy")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="the longest a planted trait is followed")
+    ap.add_argument(
+        "--baseline-s", type=float, default=60.0, help="the live world alone before the first proposal (its overruns)"
+    )
     ap.add_argument("--redis-db", type=int, default=13, help="Redis database owned by the bench (flushed)")
     return asyncio.run(main_async(ap.parse_args(argv)))
 
