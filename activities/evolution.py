@@ -25,7 +25,7 @@ from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 import gatekeeper
 from activities import names
-from engine.loop import world_params as configured_world_params
+from engine.core.model import world_params as configured_world_params
 from evolution import feed, llm, operator, prompts, tasks, world_metrics
 from evolution.watcher import deltas as telemetry_deltas
 from genesis import redis_keys as keys, world_params
@@ -192,7 +192,7 @@ class EvolutionActivities:
         configured ones with the current overrides."""
         running = _json(await self._redis.get(keys.ENGINE_PARAMS), None)
         if not isinstance(running, dict):
-            running = asdict(configured_world_params(self._settings))
+            running = asdict(configured_world_params(self._settings.engine))
             running.update(
                 world_params.clean_overrides(
                     world_params.read_record(await self._redis.get(keys.WORLD_PARAMS_OVERRIDES)).get("overrides")

@@ -1,4 +1,4 @@
-"""Activities of the GovernanceWorkflow: the shadow run of a proposal (``python -m engine.shadow``
+"""Activities of the GovernanceWorkflow: the shadow run of a proposal (``python -m engine.core.shadow``
 in a subprocess, on the world's journal, so it never touches the live world), each decision, and
 applying the approved manifest. Every step moves the proposal along its lifecycle and issues a
 signed receipt in the same transaction (the engine carries receipts into the journal)."""
@@ -88,7 +88,7 @@ class GovernanceActivities:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "engine.shadow",
+            "engine.core.shadow",
             "--journal",
             str(self._settings.journal_dir),
             "--ticks",

@@ -1,5 +1,5 @@
 """Activities of the world's journal: a replay that checks the recorded state hashes (run as a
-subprocess, ``python -m engine.verify``, so a long replay holds neither the worker's event loop nor
+subprocess, ``python -m engine.core.verify``, so a long replay holds neither the worker's event loop nor
 its GIL; its progress becomes heartbeats) and the signature of an audit export's manifest (the
 worker holds the signing key; the API does not)."""
 
@@ -37,7 +37,7 @@ class JournalActivities:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
-            "engine.verify",
+            "engine.core.verify",
             "--journal",
             str(self._settings.journal_dir),
             "--from-tick",

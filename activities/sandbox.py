@@ -21,7 +21,7 @@ from docker.errors import ImageNotFound
 from temporalio import activity
 
 from activities import names
-from engine.world import World, WorldParams
+from engine.core.world import World, WorldParams
 from genesis.config import Settings
 from genesis.dto import FailureCode, SandboxReport, SandboxRequest
 from sandbox import image

@@ -3,7 +3,7 @@ and a full live set makes room for a newcomer.
 
 The live set is the live ``trait_versions`` (active, not quarantined); the manifest's ``selection`` bounds it
 (``max_live_traits``) and says when an uncarried trait goes extinct (``extinction_ticks``, which
-the engine's ledger watches, engine/selection.py). When an activation or a revival would grow the
+the engine's ledger watches, engine/process/selection.py). When an activation or a revival would grow the
 set past its bound, :func:`make_room` takes out the least fit kept traits by the live ledger —
 first those no Molbot carries (the longest uncarried first), then the lowest mean effect — under
 the live set's lock, in the activation's transaction; a trait still under its verdict is never
@@ -51,7 +51,7 @@ class Departure:
 
 
 async def read_ledger(redis: aioredis.Redis) -> dict[str, Any]:
-    """The engine's live ledger (engine/ledger.py) as it last published it: trait -> its entry."""
+    """The engine's live ledger (engine/core/ledger.py) as it last published it: trait -> its entry."""
     raw = await redis.get(keys.LEDGER_TRAITS)
     if not raw:
         return {}

@@ -8,12 +8,12 @@ new trait starts on a tenth of the Molbots (at least ``MIN_SEEDED``, evenly by i
 their limit of traits): with dozens of live traits a newborn rarely gains a new one within a
 window, and a shadow with no carrier would show nothing of what the trait does. Each side's
 traits run in a trait-host container of its own — this process runs only the world core — and
-the side's world applies their intents through the live apply path (``engine.inputs``), tick by
+the side's world applies their intents through the live apply path (``engine.core.inputs``), tick by
 tick, for the manifest's ``governance.shadow_ticks``. A trait that fails as the live engine would
 quarantine it (errors or CPU overruns on ``STRIKES_TO_QUARANTINE`` ticks in a row, or a kill
 confirmed while it ran alone) leaves its side's world at that tick, as a quarantine would.
 
-The report has, for each side, population, energy, births and deaths (``engine.shadow``'s
+The report has, for each side, population, energy, births and deaths (``engine.core.shadow``'s
 summary) and each trait's calls, errors, timeouts and quarantine tick, with the candidate trait's
 carriers; with deterministic traits, two runs give the same bytes (``report_hash``).
 """
@@ -36,10 +36,10 @@ from sqlalchemy.ext.asyncio import async_sessionmaker
 from temporalio import activity
 
 from activities import names
-from engine.inputs import HOST_MISSED, HOST_OK, TickInputs
-from engine.replay import ReplayError, load_world
-from engine.shadow import Run, differences, pick_snapshot, report_hash
-from engine.world import TickReport, World
+from engine.core.inputs import HOST_MISSED, HOST_OK, TickInputs
+from engine.core.replay import ReplayError, load_world
+from engine.core.shadow import Run, differences, pick_snapshot, report_hash
+from engine.core.world import TickReport, World
 from genesis.config import Settings
 from genesis.dto import TraitShadowOutcome, TraitShadowRequest
 from journal.reader import JournalReader

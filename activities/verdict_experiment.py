@@ -32,9 +32,9 @@ from temporalio.exceptions import ApplicationError
 
 from activities import names
 from activities.trait_shadow import ShadowStopped, Side, TraitRecord, beside_the_world, fork, give, host_factory
-from engine.replay import ReplayError
-from engine.shadow import Run, pick_snapshot
-from engine.world import World
+from engine.core.replay import ReplayError
+from engine.core.shadow import Run, pick_snapshot
+from engine.core.world import World
 from genesis.config import Settings
 from genesis.db.models import Mutation, TraitVersion
 from genesis.verdicts import (

@@ -1,5 +1,5 @@
 """``GET /v1/journal/status``: the journal's disk use, its archive and the retention in force, as
-the engine publishes them (engine/retention.py). Operators only: it describes the host's disk."""
+the engine publishes them (engine/process/retention.py). Operators only: it describes the host's disk."""
 
 from __future__ import annotations
 

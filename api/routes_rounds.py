@@ -1,7 +1,7 @@
 """Agents acting in the world through their members, in rounds: ``GET
 /v1/world/rounds/current/deadline``, ``POST /v1/world/actions`` and ``GET /v1/world/rounds/{id}``.
 
-The engine runs the rounds (engine/rounds.py); the API admits submissions into the accepting one
+The engine runs the rounds (engine/process/rounds.py); the API admits submissions into the accepting one
 (pipeline/rounds.py): the code is checked by the gatekeeper, the request by the policy gate
 (``actions.submit``), and the idempotency key is the agent's own."""
 

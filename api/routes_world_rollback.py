@@ -4,7 +4,7 @@ and ``GET /v1/world/rollbacks/{request_id}``.
 A rollback takes the world back to a kept snapshot as a new epoch of its journal (the journal only
 grows: the abandoned epoch stays in it). The engine is the journal's only writer: the API queues
 the request (Redis ``world:rollback:requests``) and the engine applies it between two ticks,
-usually within a second, or refuses it with the reason (engine/rollbacks.py)."""
+usually within a second, or refuses it with the reason (engine/process/rollbacks.py)."""
 
 from __future__ import annotations
 

@@ -136,7 +136,7 @@ def run_hey(url: str, seconds: int, workdir: Path) -> dict:
 
 async def seed_context(settings: Settings) -> None:
     """A real WorldSnapshot (the engine's own telemetry) and one task, in the bench's Redis db."""
-    from engine.loop import Engine
+    from engine.process.loop import Engine
 
     redis = aioredis.from_url(settings.redis_url)
     await redis.flushdb()

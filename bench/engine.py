@@ -14,7 +14,7 @@ Prints one JSON object (or, for several sizes, an object keyed by size) with:
   ``--warmup 20`` shows the engine's first seconds.
 - ``entities``: mean population during the measured ticks; ``carriers_at_end``: entities with >= 1
   trait; ``traits``: live traits (every entity carries all of them).
-- ``snapshot_ms``: median wall time of ``engine.telemetry.build_snapshot`` (with the state hash)
+- ``snapshot_ms``: median wall time of ``engine.process.telemetry.build_snapshot`` (with the state hash)
   on the final world, measured apart from the ticks.
 - ``memory_per_1000_entities_kb``: tracemalloc (Python heap, engine side) of a world with N entities
   minus the same world with none, per 1,000 entities (includes the spatial grid entries).
@@ -135,7 +135,7 @@ def world_params(n: int):
     """The default density (200 entities on 800 x 600), scaled to N; population pinned at N
     (max = min = N: no births, deaths refilled), resources plentiful, slow metabolism so that
     nobody starves within a few thousand ticks."""
-    from engine.world import WorldParams
+    from engine.core.world import WorldParams
 
     scale = math.sqrt(max(n, 1) / 200.0)
     return WorldParams(
@@ -155,7 +155,7 @@ def world_params(n: int):
 
 
 def build_world(n: int, trait_names: list[str], seed: int):
-    from engine.world import World
+    from engine.core.world import World
 
     world = World(world_params(n), seed=seed)
     world.set_available_traits(trait_names)
@@ -175,7 +175,7 @@ def percentile(values: list[float], q: float) -> float:
 def world_memory_kb_per_1000(n: int, trait_names: list[str], seed: int) -> float:
     from dataclasses import replace
 
-    from engine.world import World
+    from engine.core.world import World
 
     gc.collect()
     tracemalloc.start()
@@ -200,9 +200,9 @@ async def run_genesis(
 ) -> dict[str, Any]:
     import redis.asyncio as aioredis
 
-    from engine.live_traits import HostTraitRunner
-    from engine.loop import Engine
-    from engine.telemetry import PeriodCounters, build_snapshot
+    from engine.process.live_traits import HostTraitRunner
+    from engine.process.loop import Engine
+    from engine.process.telemetry import PeriodCounters, build_snapshot
 
     base = Settings()
     url = base.redis_url.rsplit("/", 1)[0] + f"/{redis_db}"

@@ -18,7 +18,7 @@ production). Prints one JSON object keyed by N with:
 - ``bytes_per_tick_per_1000_entities``: the journal's segment bytes per tick, per 1,000 Molbots;
 - ``projection_ms_per_record``: what the engine's audit projection spends per record outside
   Postgres (``JournalTail.read``: read, check, decode; then ``events_of``), over the whole journal;
-- ``replay_ticks_per_second``: ``engine.verify`` over the journaled ticks (no trait host), and its
+- ``replay_ticks_per_second``: ``engine.core.verify`` over the journaled ticks (no trait host), and its
   ratios to the live unpaced rate (``replay_vs_live``) and to the paced 60 ticks/s
   (``replay_vs_paced``) (the target: at least 10);
 - the health of both hosts (restarts, deadline misses, skipped ticks, trait errors): all 0, or the
@@ -49,9 +49,9 @@ TARGET_REPLAY_RATIO = 10.0
 async def make_engine(settings: Settings, n: int, seed: int, journal_dir: Path | None):
     import redis.asyncio as aioredis
 
-    from engine.journaling import WorldJournal
-    from engine.live_traits import HostTraitRunner
-    from engine.loop import Engine
+    from engine.process.journaling import WorldJournal
+    from engine.process.live_traits import HostTraitRunner
+    from engine.process.loop import Engine
 
     redis = aioredis.from_url(settings.redis_url)
     runner = HostTraitRunner(settings, redis)
@@ -85,7 +85,7 @@ def health(engine, runner) -> dict[str, int]:
 async def measure(n: int, ticks: int, warmup: int, block: int, seed: int, redis_db: int) -> dict[str, Any]:
     import redis.asyncio as aioredis
 
-    from engine.verify import verify_range
+    from engine.core.verify import verify_range
 
     base = Settings()
     url = base.redis_url.rsplit("/", 1)[0] + f"/{redis_db}"

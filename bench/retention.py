@@ -6,7 +6,7 @@ the journal's directory sampled as it grows and as retention retires its segment
 One engine in this process, as `python -m engine` runs it: N Molbots carrying three gatekept
 traits in a real trait-host container, its journal (segments of 3,600 records, a snapshot every
 3,600 ticks, as in production) and the engine's record keeping beside the ticks
-(``engine.__main__.keep_the_record``: receipts, the audit projection into Postgres, and
+(``engine.process.main.keep_the_record``: receipts, the audit projection into Postgres, and
 retention, which reads the manifest in force). The manifest's retention is set for the run:
 the last 2 snapshots, every 60th for ``--keep-ticks`` (10 minutes of world by default), older
 segments archived or deleted (``--segments``).
@@ -61,10 +61,10 @@ async def set_retention(database_url: str, retention: dict[str, Any]) -> None:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    from engine.__main__ import keep_the_record
-    from engine.journaling import WorldJournal
-    from engine.live_traits import HostTraitRunner
-    from engine.loop import Engine
+    from engine.process.journaling import WorldJournal
+    from engine.process.live_traits import HostTraitRunner
+    from engine.process.loop import Engine
+    from engine.process.main import keep_the_record
 
     base = Settings()
     database_url = base.database_url.rsplit("/", 1)[0] + "/genesis_bench_retention"

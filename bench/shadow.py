@@ -6,7 +6,7 @@ carrying two of its gatekept traits) through the engine's own journal for ``--ti
 with an in-process runner that sends every Molbot a move and a state each tick (so the journal
 holds real intents, as a live world's does). Then:
 
-- ``engine.shadow`` over ``--ticks`` recorded ticks with a candidate that changes two governed
+- ``engine.core.shadow`` over ``--ticks`` recorded ticks with a candidate that changes two governed
   parameters, twice: its seconds (baseline and candidate side by side) against the target (at
   most 10 s for 600 ticks of 500 Molbots), the ticks per second of each side against the live
   world's unpaced step rate, and whether the two runs gave the same report bytes;
@@ -67,9 +67,9 @@ class Steering:
 
 async def journal_world(journal_dir: Path, n: int, ticks: int, names: list[str]) -> float:
     """Journal ``ticks`` ticks of an N-Molbot world; the live step rate (ticks/s, unpaced)."""
-    from engine.journaling import WorldJournal
-    from engine.loop import Engine
-    from engine.telemetry import TelemetrySink
+    from engine.process.journaling import WorldJournal
+    from engine.process.loop import Engine
+    from engine.process.telemetry import TelemetrySink
     from genesis.cli.processes import free_port
 
     settings = Settings().override(
@@ -93,7 +93,7 @@ def main() -> None:
     parser.add_argument("--entities", type=int, default=500)
     parser.add_argument("--ticks", type=int, default=600)
     args = parser.parse_args()
-    from engine.shadow import report_hash, shadow
+    from engine.core.shadow import report_hash, shadow
 
     *live, held = validated_traits(3)
     with tempfile.TemporaryDirectory(prefix="bench-shadow-") as tmp:
@@ -148,7 +148,7 @@ def trait_shadows(journal_dir: Path, ticks: int, live: list, held) -> list[tuple
     import docker
 
     from activities.trait_shadow import run_trait_shadow
-    from engine.shadow import report_hash
+    from engine.core.shadow import report_hash
     from genesis.dto import TraitShadowRequest
 
     request = TraitShadowRequest(

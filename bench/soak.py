@@ -220,9 +220,9 @@ async def run_soak(
     ``hostile``, the hostile agents' traits live beside the benign ones."""
     import redis.asyncio as aioredis
 
-    from engine.live_traits import HostTraitRunner
-    from engine.loop import Engine
-    from engine.world import World, WorldParams
+    from engine.core.world import World, WorldParams
+    from engine.process.live_traits import HostTraitRunner
+    from engine.process.loop import Engine
 
     base = settings or Settings()
     own = base.model_copy(update={"redis_url": redis_url})

@@ -26,13 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine import world as this_world
+from engine.core import world as this_world
 from genesis.trait_wire import IntentColumns, decode_intents
 from sandbox.traithost import wire as trait_host
 
 
 def load_engine(checkout: str) -> Any:
-    """``engine.world`` of another checkout, imported under a name of its own."""
+    """The world module of another checkout (``engine.core.world``, or ``engine.world`` in a checkout
+    whose engine is one flat package), imported under a name of its own."""
     path = Path(checkout) / "engine"
     spec = importlib.util.spec_from_file_location(
         "engine_base", path / "__init__.py", submodule_search_locations=[str(path)]
@@ -42,9 +43,8 @@ def load_engine(checkout: str) -> Any:
     package = importlib.util.module_from_spec(spec)
     sys.modules["engine_base"] = package
     spec.loader.exec_module(package)
-    import engine_base.world as base_world  # type: ignore[import-not-found]
-
-    return base_world
+    flat = not (path / "core" / "world.py").exists()
+    return importlib.import_module("engine_base.world" if flat else "engine_base.core.world")
 
 
 def stand_in_intents(world: Any) -> IntentColumns:

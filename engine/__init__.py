@@ -1,8 +1,4 @@
-"""The world simulation: a pure, deterministic core (``engine.world`` and the modules it is made
-of: ``model``, ``intents``, ``physics``, ``spawning``, ``views``, ``world_state``, ``sensing``,
-``spatial``) and its process (``python -m engine``: ``engine.loop``, ``engine.telemetry``,
-``engine.traits``)."""
-
-from .world import DEATH_CAUSES, REJECT_REASONS, Entity, Resource, TickReport, World, WorldParams
-
-__all__ = ["DEATH_CAUSES", "REJECT_REASONS", "Entity", "Resource", "TickReport", "World", "WorldParams"]
+"""The world simulation, in two rooms: ``engine.core``, the pure, deterministic world and what
+reads it (the apply function, the state hash, replay, shadow runs), and ``engine.process``, the
+running engine (``python -m engine``) and its I/O. The core imports nothing of the process and no
+driver (import-linter contracts in pyproject.toml)."""

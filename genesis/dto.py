@@ -577,7 +577,7 @@ class ReplayVerifyRequest(BaseModel):
 
 
 class ReplayVerifyReport(BaseModel):
-    """What ``python -m engine.verify`` found (docs/journal.md#replay-and-verification)."""
+    """What ``python -m engine.core.verify`` found (docs/journal.md#replay-and-verification)."""
 
     equal: bool
     from_tick: int

@@ -14,7 +14,7 @@ WORLD_SNAPSHOT_TTL_S = 300
 WORLD_SNAPSHOT_MATCH = "ws:snapshot:*"  # SCAN pattern of the snapshot keys
 
 # The engine process (python -m engine), refreshed about once a second
-ENGINE_STATUS = "engine:status"  # hash: tick, ticks_per_second, population, ... (see engine/telemetry.py)
+ENGINE_STATUS = "engine:status"  # hash: tick, ticks_per_second, population, ... (see engine/process/telemetry.py)
 ENGINE_PARAMS = "engine:params"  # JSON: the WorldParams of the running world
 ENGINE_ENTITIES = "engine:entities"  # JSON: a bounded list of entities (lowest ids first)
 
@@ -105,16 +105,16 @@ FEED_STREAM_MAXLEN = 1000  # approximate (XADD MAXLEN ~)
 # second on top of its configured WorldParams.
 WORLD_PARAMS_OVERRIDES = "meta:world:params"
 
-# Rollbacks of the world to a kept snapshot (engine/rollbacks.py): requests queue as JSON
+# Rollbacks of the world to a kept snapshot (engine/process/rollbacks.py): requests queue as JSON
 # {request_id, snapshot | tick | mutation_id, reason, requested_by, requested_at}; the engine
 # answers each under world:rollback:{request_id} (JSON: status requested | applied | refused, ...).
 WORLD_ROLLBACK_REQUESTS = "world:rollback:requests"
 WORLD_ROLLBACK_TTL_S = 7 * 24 * 3600
-# JSON: the journal's disk use, archive and retention in force (engine/retention.py), with a TTL
+# JSON: the journal's disk use, archive and retention in force (engine/process/retention.py), with a TTL
 JOURNAL_STATUS = "engine:journal"
 # JSON list of the snapshots the engine keeps (name, epoch, tick, journal_seq, state_hash, ...).
 ENGINE_SNAPSHOTS = "engine:snapshots"
-# JSON: the engine's live fitness ledger (engine/ledger.py), every trait's evidence since its
+# JSON: the engine's live fitness ledger (engine/core/ledger.py), every trait's evidence since its
 # verdict, rewritten at each telemetry snapshot
 LEDGER_TRAITS = "ledger:traits"
 

@@ -47,7 +47,7 @@ def t_975(df: int) -> float:
 
 @dataclass(frozen=True)
 class LedgerRule:
-    """When the live ledger (engine/ledger.py) judges a kept trait harmful after its verdict."""
+    """When the live ledger (engine/core/ledger.py) judges a kept trait harmful after its verdict."""
 
     window: int = 10  # the newest effects the interval is read from
     min_snapshots: int = 5  # effects needed before the ledger judges

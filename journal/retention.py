@@ -15,7 +15,7 @@ chain is sound and continues the archive's last segment where the archive holds 
 it; the archived file is read back and compared, and the original is removed only once the
 retirement's receipt is signed (a failure in between leaves both, and the next round goes on). A
 ``JournalReader`` over the archive's ``records/`` reads the archived segments, and
-``python -m engine.verify --journal-dir <archive>`` replays any range between its snapshots.
+``python -m engine.core.verify --journal-dir <archive>`` replays any range between its snapshots.
 """
 
 from __future__ import annotations

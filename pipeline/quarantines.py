@@ -1,5 +1,5 @@
 """Reading the durable record of quarantined trait versions (``trait_quarantines``; its only
-writer is the engine, engine/quarantine.py). A quarantined version is not live, whatever its
+writer is the engine, engine/process/quarantine.py). A quarantined version is not live, whatever its
 ``trait_versions`` row says until its rollback has run."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Rounds of agents' actions in Postgres: the engine opens, closes and settles them
-(engine/rounds.py); the API admits submissions into the round that is accepting.
+(engine/process/rounds.py); the API admits submissions into the round that is accepting.
 
 Accepting and closing exclude each other through the round's row: a submission is inserted only
 while its round is ``accepting``, under a share lock of that row held until its transaction

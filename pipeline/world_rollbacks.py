@@ -1,4 +1,4 @@
-"""Asking the engine to take the world back to a kept snapshot (engine/rollbacks.py applies it):
+"""Asking the engine to take the world back to a kept snapshot (engine/process/rollbacks.py applies it):
 the queue of the operators' ``POST /v1/world/rollback``."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one trusted client of the trait host (sandbox/traithost/).
 
-Every caller that runs traits — the live engine (engine/live_traits.py), a mutation's sandbox
+Every caller that runs traits — the live engine (engine/process/live_traits.py), a mutation's sandbox
 test (activities/sandbox.py), a held mutation's shadow (activities/trait_shadow.py) — speaks to
 its host through :class:`HostClient`: the same requests in the same wire form (views as raw
 bytes in the request's attachment), the same reply checks, deadlines and policy for a lost
@@ -25,7 +25,7 @@ from genesis.dto import SandboxProfile
 from genesis.trait_wire import Carriers, IntentColumns, MalformedIntents, decode_intent_groups
 from sandbox.container import HostCrashed, HostDeadlineExceeded, TraitHostContainer
 
-# What became of a tick's request (the journal's words for it, engine/inputs.py HOST_*).
+# What became of a tick's request (the journal's words for it, engine/core/inputs.py HOST_*).
 OK, MISSED, REFUSED = "ok", "missed", "refused"
 
 # The host's workers get this share of the tick's deadline: the rest is the supervisor's, to

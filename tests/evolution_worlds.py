@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
-from engine.telemetry import to_redis_hash
+from engine.process.telemetry import to_redis_hash
 from genesis import redis_keys as keys
 
 BASE = {

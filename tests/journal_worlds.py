@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.loop import Engine
-from engine.telemetry import TelemetrySink
+from engine.process.loop import Engine
+from engine.process.telemetry import TelemetrySink
 from genesis.cli.processes import free_port
 from genesis.config import Settings
 from genesis.trait_wire import IntentColumns, decode_intent_groups
@@ -90,14 +90,14 @@ def unreachable_sink() -> TelemetrySink:
 
 def journaled_engine(settings: Settings, world_cls: Any = None, agents: dict[str, str] | None = None) -> Engine:
     """An engine on the journal of ``settings`` (resumed if it has records), with ThreeTraits."""
-    from engine.journaling import WorldJournal
-    from engine.loop import world_params
+    from engine.core.model import world_params
+    from engine.process.journaling import WorldJournal
 
     def new_world():
         cls = world_cls
         if cls is None:
-            from engine.world import World as cls
-        world = cls(world_params(settings), seed=settings.engine.seed)
+            from engine.core.world import World as cls
+        world = cls(world_params(settings.engine), seed=settings.engine.seed)
         return world
 
     journal, world = WorldJournal.open(settings, new_world)

@@ -8,7 +8,7 @@ from typing import Any
 
 import docker
 
-from engine.world import World, WorldParams
+from engine.core.world import World, WorldParams
 from genesis.config import Settings
 from genesis.trait_wire import decode_intent_groups
 from pipeline import registry

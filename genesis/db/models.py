@@ -405,7 +405,7 @@ class PolicyDecisionRow(Base):
 
 
 class WorldRound(Base):
-    """A round of agents' actions (engine/rounds.py): accepting, then executing, then settled."""
+    """A round of agents' actions (engine/process/rounds.py): accepting, then executing, then settled."""
 
     __tablename__ = "world_rounds"
 

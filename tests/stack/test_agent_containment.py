@@ -17,9 +17,9 @@ import docker
 import pytest
 import redis.asyncio as aioredis
 
-from engine.live_traits import HostTraitRunner
-from engine.loop import Engine
-from engine.world import World, WorldParams
+from engine.core.world import World, WorldParams
+from engine.process.live_traits import HostTraitRunner
+from engine.process.loop import Engine
 from genesis.dto import SandboxProfile
 from pipeline import registry
 from sandbox.host_client import DRIFT_WINDOW_TICKS

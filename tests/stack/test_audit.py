@@ -10,7 +10,7 @@ import random
 
 import pytest
 
-from engine.loop import Engine
+from engine.process.loop import Engine
 from journal.audit import EVENT_KINDS
 from pipeline import audit
 from tests import agents

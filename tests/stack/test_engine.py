@@ -15,8 +15,8 @@ import pytest
 import redis.asyncio as aioredis
 from sqlalchemy import select
 
-from engine.loop import Engine
-from engine.telemetry import SEED_FIELDS, SNAPSHOT_FIELDS, build_frame
+from engine.process.loop import Engine
+from engine.process.telemetry import SEED_FIELDS, SNAPSHOT_FIELDS, build_frame
 from engine.world import World, WorldParams
 from genesis import redis_keys as keys
 from genesis.cli.processes import free_port
@@ -185,7 +185,7 @@ async def test_snapshots_built_while_the_trait_host_computes_hold_their_own_tick
     # A tick's snapshot is built at the next tick, while the (real) trait host computes that
     # tick's intents: it must still describe its own tick (state hash, tick).
     from bench.engine import validated_traits
-    from engine.live_traits import HostTraitRunner
+    from engine.process.live_traits import HostTraitRunner
     from pipeline import registry
 
     s = engine_settings.override(engine_snapshot_interval=5, engine_trait_deadline_ms=10_000.0)
@@ -225,7 +225,7 @@ async def test_a_replacement_keeps_every_carrier(engine_settings):
     """A new version of a live trait takes the old one's place in one step: at no tick does the
     engine see the trait gone, so no carrier loses it (the change is ``replaced``, not a leaving)."""
     from bench.engine import validated_traits
-    from engine.live_traits import HostTraitRunner
+    from engine.process.live_traits import HostTraitRunner
     from pipeline import registry
 
     s = engine_settings.override(engine_trait_deadline_ms=10_000.0)

@@ -14,8 +14,8 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
-from engine.world import World as WorldCore, WorldParams
-from engine.world_overrides import ParamsFollower
+from engine.core.world import World as WorldCore, WorldParams
+from engine.process.world_overrides import ParamsFollower
 from evolution import cycles, llm, operator, prompts
 from evolution.watcher import GO, Watcher
 from genesis import redis_keys as keys, world_params

@@ -18,9 +18,9 @@ import pytest
 import redis.asyncio as aioredis
 
 from bench.engine import validated_traits
-from engine.live_traits import HostTraitRunner
-from engine.loop import Engine
-from engine.world import World, WorldParams
+from engine.core.world import World, WorldParams
+from engine.process.live_traits import HostTraitRunner
+from engine.process.loop import Engine
 from genesis import redis_keys as keys
 from genesis.cli.processes import api_process, engine_process, free_port, wait_for_api
 from genesis.redis_keys import Channels

@@ -12,7 +12,7 @@ import docker
 import numpy as np
 import redis.asyncio as aioredis
 
-from engine.live_traits import LATE_TICKS_TO_RESTART, HostTraitRunner
+from engine.process.live_traits import LATE_TICKS_TO_RESTART, HostTraitRunner
 from pipeline import registry
 from sandbox import image
 from sandbox.container import TraitHostContainer

@@ -1,4 +1,4 @@
-"""The journal's retention as the manifest governs it (engine/retention.py): a change of the
+"""The journal's retention as the manifest governs it (engine/process/retention.py): a change of the
 manifest's ``retention`` takes effect in the running engine with an audit event; segments older
 than the oldest kept snapshot are archived (chain-checked, replayable from the archive) or
 deleted, each batch with a signed receipt; the journal's status reaches ``GET
@@ -19,8 +19,8 @@ import httpx
 import redis.asyncio as aioredis
 from sqlalchemy import select
 
-from engine.__main__ import keep_the_record
-from engine.verify import verify_range
+from engine.core.verify import verify_range
+from engine.process.main import keep_the_record
 from genesis import signing
 from genesis.db.models import AuditEventRow, ReceiptRow
 from genesis.db.session import get_sessionmaker
@@ -157,7 +157,7 @@ def signing_body(row: ReceiptRow) -> dict:
 
 
 def _refusal(own) -> str:
-    from engine.replay import ReplayError
+    from engine.core.replay import ReplayError
 
     try:
         verify_range(own.journal_dir, 0, 120)

@@ -14,7 +14,7 @@ import docker
 import redis.asyncio as aioredis
 from sqlalchemy import select
 
-from engine.live_traits import host_owner
+from engine.process.live_traits import host_owner
 from genesis.db.models import TraitQuarantine, TraitVersion
 from genesis.db.session import get_sessionmaker
 from genesis.redis_keys import Channels

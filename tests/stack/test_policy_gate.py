@@ -13,7 +13,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.pool import NullPool
 
-from engine.__main__ import keep_the_record
+from engine.process.main import keep_the_record
 from genesis import canonical, signing
 from genesis.db.models import Mutation, PolicyDecisionRow
 from governance import manifest as rules

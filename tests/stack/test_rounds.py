@@ -18,7 +18,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
-from engine.verify import verify_range
+from engine.core.verify import verify_range
 from genesis import signing
 from genesis.cli.processes import engine_process
 from genesis.config import Settings

@@ -107,7 +107,7 @@ def test_socket_host_that_hangs_is_killed_at_the_deadline_and_one_that_dies_is_r
 
 
 def test_work_done_while_waiting_does_not_count_against_the_hosts_deadline(client):
-    """The engine builds telemetry while the host computes (engine/loop.py); however long that
+    """The engine builds telemetry while the host computes (engine/process/loop.py); however long that
     takes, a host that answered in time is not killed, and the work's failure is only logged."""
     import time
 

@@ -14,8 +14,8 @@ import docker
 import pytest
 import redis.asyncio as aioredis
 
-from engine.live_traits import HostTraitRunner
-from engine.loop import Engine
+from engine.process.live_traits import HostTraitRunner
+from engine.process.loop import Engine
 from pipeline import registry
 from tests import trait_hosts
 from tests.own_stack import redis_db_below

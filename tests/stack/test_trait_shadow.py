@@ -18,7 +18,7 @@ from sqlalchemy.pool import NullPool
 
 from activities.sandbox import SandboxActivities
 from activities.trait_shadow import TraitShadowActivities, run_trait_shadow
-from engine.shadow import report_hash
+from engine.core.shadow import report_hash
 from genesis.dto import MutationApproval, TraitShadowRequest
 from genesis.workflow_api import MUTATION_APPROVAL_SIGNAL
 from pipeline import manifests

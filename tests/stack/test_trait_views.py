@@ -8,8 +8,8 @@ import json
 import docker
 import pytest
 
-from engine.state_digest import ConstantColumns, TextCodes
-from engine.world import VIEW_FIELDS, World, decode_views
+from engine.core.state_digest import ConstantColumns, TextCodes
+from engine.core.world import VIEW_FIELDS, World, decode_views
 from genesis import entity_api
 from genesis.trait_wire import MalformedIntents, decode_intent_groups, decode_intents
 from sandbox.container import IsolationLimits, TraitHostContainer
@@ -367,7 +367,7 @@ async def test_a_trait_gives_the_same_intents_in_its_sandbox_test_and_in_the_eng
     import redis.asyncio as aioredis
 
     from activities.sandbox import ColdHosts
-    from engine.live_traits import HostTraitRunner
+    from engine.process.live_traits import HostTraitRunner
     from pipeline import registry
     from tests.own_stack import redis_db_below
 

@@ -738,7 +738,7 @@ async def test_world_history_and_entity_endpoints(http, settings, engine_proc):
 async def test_the_rules_panel_shows_proposals_and_their_shadow_reports(page, settings, tmp_path):
     """A proposal awaiting approval, with a real shadow report (of a journaled run), is listed with
     its status; opening it shows its ops and baseline and candidate side by side."""
-    from engine.shadow import report_hash, shadow
+    from engine.core.shadow import report_hash, shadow
     from governance import lifecycle, manifest as rules
     from pipeline import governance as proposals, manifests
     from tests.journal_worlds import journal_settings, run_journaled
@@ -798,7 +798,7 @@ async def test_a_held_mutation_shows_its_shadow_and_an_operator_approves_it_in_t
     from sqlalchemy import update
 
     from activities.trait_shadow import run_trait_shadow
-    from engine.shadow import report_hash
+    from engine.core.shadow import report_hash
     from genesis.db.models import Mutation
     from genesis.dto import TraitShadowRequest
     from pipeline import manifests

@@ -1,5 +1,5 @@
 """The Watcher on real Redis and Temporal (the worker runs the TaskWorkflows): snapshots are
-written the way the engine writes them (engine/telemetry.py) and announced on ``ch:telemetry``;
+written the way the engine writes them (engine/process/telemetry.py) and announced on ``ch:telemetry``;
 an anomaly gives exactly one WorldReport, one task and one feed message; the cooldown holds a
 repeat back, critical ignores it; a trigger storm opens the circuit breaker."""
 
@@ -13,7 +13,7 @@ import uuid
 import pytest
 import redis.asyncio as aioredis
 
-from engine.telemetry import to_redis_hash
+from engine.process.telemetry import to_redis_hash
 from evolution.watcher import COOLDOWN, GO, NO_ANOMALY, PAUSED, TRIPPED, UNCHANGED, Watcher, cooldown_key
 from genesis import redis_keys as keys
 from genesis.dto import AgentTask, TaskResult

@@ -14,13 +14,14 @@ import pytest
 import redis.asyncio as aioredis
 
 from bench.engine import validated_traits
-from engine.journaling import WorldJournal
-from engine.live_traits import HostTraitRunner
-from engine.loop import Engine, world_params
-from engine.replay import KIND_ROLLBACK, KIND_TICK, Replay, header_at
-from engine.rollbacks import RollbackFollower
-from engine.verify import verify_range
-from engine.world import World
+from engine.core.model import world_params
+from engine.core.replay import KIND_ROLLBACK, KIND_TICK, Replay, header_at
+from engine.core.verify import verify_range
+from engine.core.world import World
+from engine.process.journaling import WorldJournal
+from engine.process.live_traits import HostTraitRunner
+from engine.process.loop import Engine
+from engine.process.rollbacks import RollbackFollower
 from genesis import redis_keys as keys
 from journal.reader import JournalReader
 from journal.snapshots import SnapshotStore
@@ -63,7 +64,7 @@ async def journaled_run(settings, journal_dir, seed: int, redis, ticks: int) -> 
         journal_dir=journal_dir,
         journal_snapshot_interval=2500,
     )
-    journal, world = WorldJournal.open(own, lambda: World(world_params(own), seed=seed))
+    journal, world = WorldJournal.open(own, lambda: World(world_params(own.engine), seed=seed))
     runner = HostTraitRunner(own, redis)
     engine = Engine(own, runner, world=world, journal=journal)
     try:
@@ -112,7 +113,7 @@ async def test_a_rollback_is_a_new_epoch_and_the_journal_only_grows(settings, en
         journal_dir=tmp_path,
         journal_snapshot_interval=200,
     )
-    journal, world = WorldJournal.open(own, lambda: World(world_params(own), seed=own.engine.seed))
+    journal, world = WorldJournal.open(own, lambda: World(world_params(own.engine), seed=own.engine.seed))
     engine = Engine(own, HostTraitRunner(own, engine_redis), world=world, journal=journal)
     follower = RollbackFollower(engine, engine_redis)
     try:

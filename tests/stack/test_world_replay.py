@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from engine.world import World
+from engine.core.world import World
 from genesis import redis_keys as keys
 from pipeline import audit
 from tests import agents

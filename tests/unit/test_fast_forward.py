@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
-from engine.loop import Engine, world_params
-from engine.telemetry import TelemetrySink
-from engine.world import World, WorldParams
+from engine.core.model import world_params
+from engine.core.world import World, WorldParams
+from engine.process.loop import Engine
+from engine.process.telemetry import TelemetrySink
 from genesis.cli.processes import free_port
 from genesis.config import Settings
 
@@ -93,7 +94,7 @@ async def run_world(fast_forward: bool) -> dict[str, Any]:
     every tick's state hash (a snapshot every tick), the sleeps the loop asked for, its counters."""
     settings = world_settings(engine_tick_rate=200.0, engine_snapshot_interval=1, engine_fast_forward=fast_forward)
     runner = ScheduledForager()
-    world = World(world_params(settings), seed=settings.engine.seed)
+    world = World(world_params(settings.engine), seed=settings.engine.seed)
     world.set_available_traits(["forager"])
     world.give_trait_to_all("forager")
     engine = Engine(settings, runner, world=world, sink=unreachable_sink())

@@ -1,12 +1,12 @@
-"""The live fitness ledger (engine/ledger.py): carriers against non-carriers of their age band,
+"""The live fitness ledger (engine/core/ledger.py): carriers against non-carriers of their age band,
 snapshot by snapshot; late verdicts; how long a trait has gone uncarried."""
 
 from __future__ import annotations
 
 import pytest
 
-from engine.ledger import TraitLedger, age_band
-from engine.model import Entity, WorldParams
+from engine.core.ledger import TraitLedger, age_band
+from engine.core.model import Entity, WorldParams
 from genesis.verdicts import LedgerRule
 
 PARAMS = WorldParams()

@@ -1,4 +1,4 @@
-"""Members and settled rounds in the pure world (engine/round_rules.py, through engine.inputs as
+"""Members and settled rounds in the pure world (engine/core/round_rules.py, through engine.core.inputs as
 the engine and replay apply them): each action applied or refused with its reason, one state
 hash whatever the order submissions arrived in, bodies that die and come back, and a round that
 survives the journal's encoding and a snapshot."""
@@ -9,10 +9,10 @@ import random
 
 import pytest
 
-from engine import inputs as tick_inputs
-from engine.inputs import TickInputs
-from engine.round_rules import ATTACK_DAMAGE, RoundInputs, Submission, member_state
-from engine.world import World, WorldParams
+from engine.core import inputs as tick_inputs
+from engine.core.inputs import TickInputs
+from engine.core.round_rules import ATTACK_DAMAGE, RoundInputs, Submission, member_state
+from engine.core.world import World, WorldParams
 from genesis import canonical
 
 pytestmark = pytest.mark.unit

@@ -1,4 +1,4 @@
-"""The engine's grid queries (engine/sensing.py) against brute force over every pair of points,
+"""The engine's grid queries (engine/core/sensing.py) against brute force over every pair of points,
 with the same float operations: the same answers bit for bit on awkward layouts (twins, points
 on cell edges and world borders, shuffled ids). Pure: no services."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from engine import sensing
-from engine.sensing import Grid, Layout
+from engine.core import sensing
+from engine.core.sensing import Grid, Layout
 
 WIDTH, HEIGHT = 800.0, 600.0
 

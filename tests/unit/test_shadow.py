@@ -1,4 +1,4 @@
-"""Shadow runs (engine/shadow.py) on a real journal of a world with three traits: baseline and
+"""Shadow runs (engine/core/shadow.py) on a real journal of a world with three traits: baseline and
 candidate forked from one snapshot on the same recorded inputs; the same request gives the same
 bytes; a candidate with the same rules ends in the baseline's state; other rules change it."""
 
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from engine.replay import ReplayError
-from engine.shadow import report_hash, shadow
+from engine.core.replay import ReplayError
+from engine.core.shadow import report_hash, shadow
 from genesis import canonical
 from tests.journal_worlds import journal_settings, run_journaled
 
@@ -39,7 +39,7 @@ def test_the_same_rules_end_in_the_same_state_and_other_rules_do_not(journal_dir
 
 
 def test_a_shadow_report_is_byte_identical_when_run_twice(journal_dir):
-    args = [sys.executable, "-m", "engine.shadow", "--journal", str(journal_dir), "--ticks", "250"]
+    args = [sys.executable, "-m", "engine.core.shadow", "--journal", str(journal_dir), "--ticks", "250"]
     args += ["--candidate", json.dumps({"base_metabolism": 0.1})]
     outputs = [subprocess.run(args, capture_output=True, check=True, timeout=120).stdout for _ in range(2)]
     assert outputs[0] == outputs[1]

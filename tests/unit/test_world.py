@@ -1,4 +1,4 @@
-"""Unit tests for the pure world core (engine.world): determinism, intent checking, life cycle."""
+"""Unit tests for the pure world core (engine.core.world): determinism, intent checking, life cycle."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from dataclasses import replace
 
 import pytest
 
-from engine.spatial import SpatialGrid
-from engine.world import DEATH_CAUSES, REJECT_REASONS, TickReport, World, WorldParams
+from engine.core.spatial import SpatialGrid
+from engine.core.world import DEATH_CAUSES, REJECT_REASONS, TickReport, World, WorldParams
 from genesis import entity_api
 
 # A still world: nothing happens unless a test makes it happen.
@@ -825,7 +825,7 @@ def test_nearest_gives_the_same_answer_in_one_step_or_two(queries, points):
     exactly: ids, and dx/dy bit for bit (NaN where nothing is in range)."""
     import numpy as np
 
-    from engine.sensing import Grid, Layout, nearest, two_steps_pay
+    from engine.core.sensing import Grid, Layout, nearest, two_steps_pay
 
     rnd = random.Random(queries * 7 + points)
     width, height, radius = 1600.0, 1200.0, 80.0
@@ -905,7 +905,7 @@ def test_spatial_grid_edges():
 
 # -- DNA, available traits, trait statistics ------------------------------------------------
 
-from engine.world import DNA_GENES, trait_gene  # noqa: E402
+from engine.core.world import DNA_GENES, trait_gene  # noqa: E402
 
 BREEDER = replace(
     QUIET,

@@ -1,4 +1,4 @@
-"""The world's journal through the engine (engine/journaling.py, engine/replay.py, engine/verify.py):
+"""The world's journal through the engine (engine/process/journaling.py, engine/core/replay.py, engine/core/verify.py):
 replay from snapshots with no trait host, save → load → continue, a killed engine, and divergences
 named by tick, entity and field.
 
@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from engine.journaling import WorldJournal
-from engine.replay import KIND_TICK, Replay, ReplayError, header_at
-from engine.verify import verify_range
-from engine.world import World
+from engine.core.replay import KIND_TICK, Replay, ReplayError, header_at
+from engine.core.verify import verify_range
+from engine.core.world import World
+from engine.process.journaling import WorldJournal
 from journal.reader import JournalReader
 from journal.snapshots import SnapshotStore
 from tests.journal_worlds import LABELLER_LEAVES, LABELLER_RETURNS, journal_settings, run_journaled

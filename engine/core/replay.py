@@ -1,9 +1,9 @@
 """Replay: a world rebuilt from a snapshot and the journal records after it, through the apply path
-the live engine uses (``engine.inputs``), with no trait host and no container.
+the live engine uses (``engine.core.inputs``), with no trait host and no container.
 
 :class:`Replay` advances a world one record at a time and checks each record's state hash; the
 first record whose hash differs is reported with the fields, entities and values that differ
-(``engine.divergence``). The engine uses it at start to come back to the journal's head, and
+(``engine.core.divergence``). The engine uses it at start to come back to the journal's head, and
 ``verify`` (the CLI's ``genesis world replay`` and the API's verify endpoint, through a worker
 activity) to check a range of ticks.
 """

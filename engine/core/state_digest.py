@@ -12,7 +12,7 @@ The probe holds, per field, two sums over the column's 64-bit patterns ``v`` (wr
 ``sum(v)`` and ``sum(id * v)``. When one entity differs in a field between two runs, the two
 differences give its id (``sum(id * v)`` moved by ``id`` times what ``sum(v)`` moved) and its other
 value; when several differ, the field is still named. The probe is part of the hashed data, so a
-journal header that binds the hash binds the probe too (``engine.divergence`` reads it).
+journal header that binds the hash binds the probe too (``engine.core.divergence`` reads it).
 """
 
 from __future__ import annotations

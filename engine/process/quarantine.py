@@ -1,6 +1,6 @@
 """A quarantined trait leaves the mutation lifecycle, not only the engine's memory.
 
-When the trait runner quarantines a live trait (engine/live_traits.py) it calls
+When the trait runner quarantines a live trait (engine/process/live_traits.py) it calls
 :meth:`QuarantineReporter.report`, which returns at once; a background task then
 
 1. announces it on the Evolution Feed (``trait_quarantined``, best effort, as before);

@@ -7,7 +7,7 @@ The world core is deterministic; what it cannot know comes from outside, once pe
 - ``params``: new world parameters (an evolution cycle's ``adjust_params``);
 - ``host`` and ``intents``: what the trait host returned — its intents, or that it had none to
   give (no trait ran, it missed its deadline, it was restarting, its reply was unusable);
-- ``round``: a settled round of agents' actions (``engine.round_rules``): the members to embody
+- ``round``: a settled round of agents' actions (``engine.core.round_rules``): the members to embody
   and every accepted submission's recorded actions, applied before the step.
 
 :func:`apply_changes` and :func:`step` are the one apply path: the live engine calls them (the

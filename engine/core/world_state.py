@@ -1,6 +1,6 @@
 """A world's exact state as data: the save/resume format of ``World.snapshot`` (plain JSON-safe
 data that resumes a world exactly; not the telemetry WorldSnapshot). The state hash is
-``engine.state_digest``'s."""
+``engine.core.state_digest``'s."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """A shadow run: what a change of the world's rules would do, run beside what the world did.
 
 Two copies of the world are forked from one kept snapshot and run side by side for a window of
-ticks through the live apply path (``engine.inputs``) on the same recorded inputs — the trait
+ticks through the live apply path (``engine.core.inputs``) on the same recorded inputs — the trait
 host's intents, trait-set changes and settled rounds the journal holds for those ticks, so no
 trait host and no agent code runs. The **baseline** keeps the parameters it had; the
 **candidate** runs with the candidate's governed parameters from the first tick. (Recorded
@@ -14,7 +14,7 @@ else the latest one. The report — the snapshot, the window, and for each run i
 differences — is deterministic: two runs of the same request give the same bytes, and its sha256
 is what an approval binds to.
 
-    python -m engine.shadow --journal DIR --ticks N --baseline JSON --candidate JSON
+    python -m engine.core.shadow --journal DIR --ticks N --baseline JSON --candidate JSON
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""Verify a range of the world's history by replaying it: ``python -m engine.verify``.
+"""Verify a range of the world's history by replaying it: ``python -m engine.core.verify``.
 
 From the latest kept snapshot at or before ``--from-tick`` the journal's records are replayed
-(``engine.replay``: the live apply path, no trait host) through ``--to-tick``, each record's state
+(``engine.core.replay``: the live apply path, no trait host) through ``--to-tick``, each record's state
 hash compared with the recorded one. The answer is one JSON object: ``equal`` true, or the first
 divergent record with its tick and the entities and fields that differ. The chain of the records
 read is checked too (sequence, parent hash, inputs hash). Progress goes to stdout as JSON lines
@@ -114,7 +114,7 @@ def verify_range(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m engine.verify", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m engine.core.verify", description=__doc__.split("\n\n")[0])
     parser.add_argument("--journal", type=Path, required=True, help="the journal directory (GENESIS_JOURNAL_DIR)")
     parser.add_argument("--from-tick", type=int, required=True)
     parser.add_argument("--to-tick", type=int, required=True)

@@ -5,7 +5,7 @@ to the host and gets intents back (the world checks them). Inside the host each 
 run in a process of their own (sandbox/traithost/), which enforces their limits and says
 which trait was at fault. A trait that raises or overruns repeatedly, or that is stopped from
 outside while it ran alone, is quarantined; what that means beyond this process (the Postgres
-record, the mutation's rollback, the feed) is engine/quarantine.py's job. A reply late by less
+record, the mutation's rollback, the feed) is engine/process/quarantine.py's job. A reply late by less
 than one more deadline is used (``LATE_TICKS_TO_RESTART``); a host that misses that or dies is
 killed and restarted with the live traits reloaded, blaming no trait, while the world keeps
 ticking.
@@ -54,8 +54,9 @@ from sandbox.host_client import (
 )
 
 if TYPE_CHECKING:
+    from engine.core.traits import Intents
+
     from .quarantine import QuarantineReporter
-    from .traits import Intents
 
 log = logging.getLogger("genesis.engine.traits")
 
@@ -102,7 +103,7 @@ class HostStats:
 
 
 class HostTraitRunner:
-    """TraitRunner backed by a trait-host container (see engine/traits.py for the protocol)."""
+    """TraitRunner backed by a trait-host container (see engine/core/traits.py for the protocol)."""
 
     def __init__(
         self,
@@ -129,7 +130,7 @@ class HostTraitRunner:
         self._background: set[asyncio.Task] = set()
         self._next_sample = 0.0
         self.stats = HostStats()
-        # what became of the last tick's request (engine/inputs.py HOST_*, and why), for the journal
+        # what became of the last tick's request (engine/core/inputs.py HOST_*, and why), for the journal
         self.last_outcome: tuple[str, str] = ("idle", "")
         self.fast_forward = settings.engine.fast_forward
         deadline_ms = (

@@ -14,7 +14,7 @@ which are checked the same way but applied in bulk (:func:`apply_columns`):
 - ``["move_towards", x, y]`` — move towards a point at the entity's speed, without overshooting.
 - ``["eat"]`` — eat the nearest resource within eat_radius this tick, hungry or not.
 
-The last move intent of a tick wins; the movement itself is ``engine.physics``'s.
+The last move intent of a tick wins; the movement itself is ``engine.core.physics``'s.
 """
 
 from __future__ import annotations

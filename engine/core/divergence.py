@@ -1,5 +1,5 @@
 """Where two runs of the world part: the fields, entities and values that differ at a tick, read
-from the probes of their states (``engine.state_digest``) — the recorded run's from its journal,
+from the probes of their states (``engine.core.state_digest``) — the recorded run's from its journal,
 the replay's from the world it rebuilt.
 
 Per field a probe holds ``sum(v)`` and ``sum(id * v)`` over the 64-bit patterns of the column,

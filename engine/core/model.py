@@ -1,11 +1,14 @@
 """What a world is made of: its parameters, its Molbots and resources, the all-time counters and
-the report of one tick. Plain data; the rules that change it live in ``engine.world``."""
+the report of one tick. Plain data; the rules that change it live in ``engine.core.world``."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from genesis.world_config import EngineSettings
 
 DEATH_CAUSES = ("starvation", "age", "collision")
 
@@ -67,6 +70,21 @@ class WorldParams:
             raise ValueError("trait_gain_chance must be in [0, 1]")
 
 
+def world_params(engine: EngineSettings) -> WorldParams:
+    """The parameters of the world an engine with these settings starts (``GENESIS_ENGINE_*``)."""
+    return WorldParams(
+        width=float(engine.world_width),
+        height=float(engine.world_height),
+        initial_population=engine.initial_population,
+        min_population=engine.min_population,
+        max_population=engine.max_population,
+        initial_resources=engine.initial_resources,
+        max_resources=engine.max_resources,
+        resource_spawn_chance=float(engine.resource_spawn_chance),
+        trait_gain_chance=float(engine.trait_gain_chance),
+    )
+
+
 @dataclass(slots=True)
 class Entity:
     id: int
@@ -116,4 +134,4 @@ class TickReport:
     rejected_intents: list[tuple[int, str]] = field(default_factory=list)  # (entity_id, reason)
     respawned: list[int] = field(default_factory=list)  # fresh entities from min_population
     gained: list[tuple[int, str]] = field(default_factory=list)  # (newborn id, new trait)
-    round: Any = None  # a settled round's outcomes (engine.round_rules.Settled), when one settled
+    round: Any = None  # a settled round's outcomes (engine.core.round_rules.Settled), when one settled

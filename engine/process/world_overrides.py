@@ -17,10 +17,9 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from engine.core.world import WorldParams
 from genesis import world_params
 from genesis.redis_keys import WORLD_PARAMS_OVERRIDES
-
-from .world import WorldParams
 
 log = logging.getLogger("genesis.engine.params")
 POLL_S = 1.0

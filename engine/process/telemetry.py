@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 import redis.asyncio as aioredis
 
+from engine.core.world import DEATH_CAUSES, World
 from genesis import redis_keys as keys
 from genesis.redis_keys import Channels
-
-from .world import DEATH_CAUSES, World
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine

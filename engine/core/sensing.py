@@ -48,7 +48,7 @@ class Sensed:
 @dataclass(frozen=True)
 class Grid:
     """A uniform grid over the world: cells of ``cell`` units, positions clamped to the border
-    cells (as engine/spatial.py's SpatialGrid)."""
+    cells (as engine/core/spatial.py's SpatialGrid)."""
 
     inv: float
     cols: int

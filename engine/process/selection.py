@@ -1,5 +1,5 @@
 """Selection after the verdict, from the engine's side: at each telemetry snapshot, publish the live
-ledger (engine/ledger.py) and act on it.
+ledger (engine/core/ledger.py) and act on it.
 
 - A kept trait whose ledger turned decisively harmful is rolled back late, reason
   ``late verdict: …``, through the same path as any rollback (pipeline/rollbacks.py: the

@@ -5,7 +5,7 @@ The engine is the journal's only writer. A record is appended once the tick's st
 the engine computes it while the trait host works on the next tick (``Engine._while_waiting``),
 before anything can change the world again. Snapshots are built on the tick (a copy of the
 world's data) and compressed and written in a worker thread. At start, the latest snapshot of the
-journal head's epoch is loaded and the records after it replayed (``engine.replay``): the world
+journal head's epoch is loaded and the records after it replayed (``engine.core.replay``): the world
 continues exactly where the journal ends, with the same hashes, or the engine refuses to start
 and says where the journal and its snapshots disagree.
 
@@ -24,16 +24,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from genesis import canonical
-from genesis.config import Settings
-from journal import retention
-from journal.reader import JournalReader
-from journal.record import ZERO_HASH, Header
-from journal.snapshots import SnapshotMeta, SnapshotStore
-from journal.writer import JournalWriter
-
-from .inputs import TickInputs
-from .replay import (
+from engine.core.inputs import TickInputs
+from engine.core.replay import (
     KIND_CREATED,
     KIND_ROLLBACK,
     KIND_TICK,
@@ -43,8 +35,15 @@ from .replay import (
     base_snapshot,
     header_at,
 )
-from .state_digest import ConstantColumns, Digest, TextCodes
-from .world import World
+from engine.core.state_digest import ConstantColumns, Digest, TextCodes
+from engine.core.world import World
+from genesis import canonical
+from genesis.config import Settings
+from journal import retention
+from journal.reader import JournalReader
+from journal.record import ZERO_HASH, Header
+from journal.snapshots import SnapshotMeta, SnapshotStore
+from journal.writer import JournalWriter
 
 log = logging.getLogger("genesis.engine.journal")
 
@@ -76,7 +75,7 @@ class WorldJournal:
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="journal-snapshots")
         self._pins_path = store.directory / PINS_FILE
         self.pins: dict[str, str] = self._read_pins()  # mutation id -> the snapshot it would roll back to
-        # What the journal keeps: the settings' until the manifest in force is read (engine/retention.py)
+        # What the journal keeps: the settings' until the manifest in force is read (engine/process/retention.py)
         self.policy = retention.Policy(keep_last=settings.journal.keep_last, keep_every=settings.journal.keep_every)
         self.archive = retention.Archive(settings.journal_archive_dir)
 

@@ -34,16 +34,17 @@ from dataclasses import asdict
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from engine.core.inputs import HOST_ERROR, HOST_OK, TickInputs, TraitSetChange, apply_changes, step
+from engine.core.ledger import TraitLedger
+from engine.core.model import world_params
+from engine.core.replay import ReplayError
+from engine.core.round_rules import RoundInputs
+from engine.core.traits import BatchTraitRunner, Intents, NoTraits, TraitRunner, ViewsTraitRunner
+from engine.core.world import World, WorldParams
 from genesis.config import Settings
 
-from .inputs import HOST_ERROR, HOST_OK, TickInputs, TraitSetChange, apply_changes, step
-from .ledger import TraitLedger
 from .metrics import TICK_SECONDS
-from .replay import ReplayError
-from .round_rules import RoundInputs
 from .telemetry import PeriodCounters, TelemetrySink, build_frame, build_snapshot, entity_list, to_row
-from .traits import BatchTraitRunner, Intents, NoTraits, TraitRunner, ViewsTraitRunner
-from .world import World, WorldParams
 
 if TYPE_CHECKING:
     from .journaling import WorldJournal
@@ -55,20 +56,6 @@ STATUS_INTERVAL_S = 1.0
 OVERRUN_LOG_INTERVAL_S = 10.0
 HOOK_TIMEOUT_S = 60.0  # a snapshot hook still running after this is cancelled (and logged)
 HOOK_SNAPSHOTS_IN_FLIGHT = 2  # fast-forward: snapshots whose hooks may run at once
-
-
-def world_params(settings: Settings) -> WorldParams:
-    return WorldParams(
-        width=float(settings.engine.world_width),
-        height=float(settings.engine.world_height),
-        initial_population=settings.engine.initial_population,
-        min_population=settings.engine.min_population,
-        max_population=settings.engine.max_population,
-        initial_resources=settings.engine.initial_resources,
-        max_resources=settings.engine.max_resources,
-        resource_spawn_chance=float(settings.engine.resource_spawn_chance),
-        trait_gain_chance=float(settings.engine.trait_gain_chance),
-    )
 
 
 class Engine:
@@ -85,7 +72,7 @@ class Engine:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.settings = settings
-        self.world = world if world is not None else World(world_params(settings), seed=settings.engine.seed)
+        self.world = world if world is not None else World(world_params(settings.engine), seed=settings.engine.seed)
         # The journal every tick's inputs go to (None: nothing is recorded). Each tick's record is
         # appended once its state hash is known, with the last tick's telemetry (_flush_telemetry).
         self.journal = journal
@@ -95,7 +82,7 @@ class Engine:
         self._requested_params: WorldParams | None = None  # the last parameters asked for (kept over rollbacks)
         self._rollback_requests: list[dict[str, Any]] = []
         self._rollback_outcomes: list[tuple[str, dict[str, Any]]] = []
-        # settled rounds to apply, one per tick, and who waits for each (engine/rounds.py)
+        # settled rounds to apply, one per tick, and who waits for each (engine/process/rounds.py)
         self._round_requests: list[tuple[RoundInputs, asyncio.Future]] = []
         self.runner: TraitRunner = runner if runner is not None else NoTraits()
         # the compact form (each carrier's view once) when the runner has it, resolved once
@@ -126,7 +113,7 @@ class Engine:
         self.active_traits: tuple[str, ...] = tuple(self.world.available_traits) if journal is not None else ()
         # live trait -> the mutation id whose version runs (as the journal ends, when resumed)
         self.trait_versions: dict[str, str] = dict(journal.versions) if journal is not None else {}
-        # every live trait measured at each snapshot (engine/ledger.py); selection reads it
+        # every live trait measured at each snapshot (engine/core/ledger.py); selection reads it
         self.ledger = TraitLedger(settings.verdict.ledger_rule())
         # measurements
         self.ticks_run = 0
@@ -161,7 +148,7 @@ class Engine:
 
     def settle_round(self, inputs: RoundInputs) -> asyncio.Future:
         """Apply a settled round at the next tick (journaled with it); the future gives that tick
-        and the round's outcomes (``engine.round_rules.Settled``) once it is stepped."""
+        and the round's outcomes (``engine.core.round_rules.Settled``) once it is stepped."""
         done: asyncio.Future = asyncio.get_running_loop().create_future()
         self._round_requests.append((inputs, done))
         return done
@@ -178,7 +165,7 @@ class Engine:
     # -- rollbacks ------------------------------------------------------------------------------
 
     def request_rollback(self, request: dict[str, Any]) -> None:
-        """A rollback to a kept snapshot (engine/rollbacks.py), applied before the next tick."""
+        """A rollback to a kept snapshot (engine/process/rollbacks.py), applied before the next tick."""
         self._rollback_requests.append(request)
 
     def take_rollback_outcomes(self) -> list[tuple[str, dict[str, Any]]]:

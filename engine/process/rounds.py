@@ -11,7 +11,7 @@ next accepts:
    submission, against a proxy of its member and what the member sees; timeouts, memory, syntax
    errors and a missing entry point come back as structured errors;
 3. the recorded actions of every submission that ran go to the engine, which applies them at its
-   next tick (``engine.round_rules``, journaled with that tick: replay runs no agent code);
+   next tick (``engine.core.round_rules``, journaled with that tick: replay runs no agent code);
 4. every submission's fate — applied with each action's outcome, or rejected with its reason —
    is recorded, and the round gets a signed receipt (``round.settled``) listing them all.
 
@@ -29,13 +29,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
+from engine.core.round_rules import RoundInputs, Settled, Submission, member_state
 from genesis import signing
 from genesis.config import Settings
 from pipeline import manifests, receipts, rounds as records
 from sandbox.container import HostCrashed, HostDeadlineExceeded, IsolationLimits, TraitHostContainer, hello_message
 
 from .loop import Engine
-from .round_rules import RoundInputs, Settled, Submission, member_state
 
 log = logging.getLogger("genesis.engine.rounds")
 

@@ -11,7 +11,7 @@ submission order: the order of arrival never matters. :func:`settle` checks each
 the world as the tick starts and applies it (sharing energy, attacks), or hands it to the tick's
 movement and eating (``move``, ``move_towards``, ``eat`` override what the member's traits asked
 for this tick); each action gets an outcome, applied or refused with its reason. The live engine
-and replay call it through ``engine.inputs`` on the same data, so replay executes no agent code.
+and replay call it through ``engine.core.inputs`` on the same data, so replay executes no agent code.
 """
 
 from __future__ import annotations

@@ -2,13 +2,13 @@
 
 No I/O, no asyncio, no wall clock. Behaviour from traits arrives as *intents* (plain, untrusted
 data produced by the trait host) which :meth:`World.step` checks against the Entity API and
-applies (``engine.intents``); anything malformed is rejected and counted by reason, never raised.
+applies (``engine.core.intents``); anything malformed is rejected and counted by reason, never raised.
 
 One tick, in this order (each phase is one call in :meth:`World.step`): intents -> movement ->
 eating -> metabolism and aging -> collisions -> births -> deaths -> population floor -> the
 world's columns kept -> resource respawn -> tick + 1. Movement, eating, metabolism, aging and
 collisions only touch the entity itself (eating takes resources lowest id first), so they run
-over numpy columns of all entities at once (``engine.physics``); the result is bit-identical to
+over numpy columns of all entities at once (``engine.core.physics``); the result is bit-identical to
 running them entity by entity, phase by phase.
 
 Determinism: every tick draws from one ``random.Random`` derived from ``(seed, tick)``,
@@ -19,14 +19,14 @@ same intents gives the same :meth:`World.state_hash`; :meth:`World.snapshot` /
 :meth:`World.from_snapshot` let a world be saved and resumed (replay from a snapshot reproduces
 the hash).
 
-The spatial layouts (``engine.sensing``) and the columns of world-owned numbers (position,
+The spatial layouts (``engine.core.sensing``) and the columns of world-owned numbers (position,
 energy, max_energy, age, max_age, generation, kept between ticks) are kept current by the
 world: change those only through :meth:`World.step`, :meth:`World.add_entity` and
 :meth:`World.add_resource`, never by assigning to an Entity.
 
-Where the rest lives: the data types in ``engine.model``, new entities and what newborns inherit
-(DNA, traits) in ``engine.spawning``, what traits see in ``engine.views``, the snapshot format and
-the state hash in ``engine.world_state``.
+Where the rest lives: the data types in ``engine.core.model``, new entities and what newborns inherit
+(DNA, traits) in ``engine.core.spawning``, what traits see in ``engine.core.views``, the snapshot format and
+the state hash in ``engine.core.world_state``.
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ class World:
         # Positions satisfy 0 <= x < width: the largest allowed value is just below width.
         self._xmax = math.nextafter(float(params.width), 0.0)
         self._ymax = math.nextafter(float(params.height), 0.0)
-        # Every entity's / resource's position laid out by cell (engine/sensing.py), rebuilt
+        # Every entity's / resource's position laid out by cell (engine/core/sensing.py), rebuilt
         # when None: step() leaves the entities' when nobody was born or died; adding a
         # resource or eating one drops the resources'.
         self._grid = Grid.over(params.width, params.height, params.sense_radius)
@@ -363,7 +363,7 @@ class World:
                 e.traits = tuple(t for t in e.traits if t != trait_name)
 
     def _give_new_trait(self, e: Entity, rng: random.Random, report: TickReport) -> None:
-        """Maybe one new available trait for the new entity ``e`` (``engine.spawning``)."""
+        """Maybe one new available trait for the new entity ``e`` (``engine.core.spawning``)."""
         name = new_trait(e, self.available_traits, self._trait_genes, self.params, rng)
         if name is not None:
             e.traits = e.traits + (name,)
@@ -374,7 +374,7 @@ class World:
     # -- views ------------------------------------------------------------------------------
 
     def _sense(self, ents: list[Entity]) -> Sensed:
-        """Neighbour counts and nearest resources of ``ents`` (engine/sensing.py)."""
+        """Neighbour counts and nearest resources of ``ents`` (engine/core/sensing.py)."""
         n = len(ents)
         qx = np.fromiter(map(_X, ents), dtype=np.float64, count=n)
         qy = np.fromiter(map(_Y, ents), dtype=np.float64, count=n)
@@ -404,7 +404,7 @@ class World:
         per name of ``VIEW_FIELDS`` (``fields``): numbers as base64 of little-endian float64
         (``{"f8": ...}``), int32 (``{"i4": ...}``, ints that fit) or int64 (``{"i8": ...}``)
         arrays, ``state`` as a JSON list; a column whose rows all hold the same value is sent as
-        ``{"same": value}`` (see ``engine.views.pack_array``). ``traits``
+        ``{"same": value}`` (see ``engine.core.views.pack_array``). ``traits``
         is an index into ``trait_sets`` (the distinct carried trait tuples); the nearest resource
         is split into ``nearest_dx``/``nearest_dy``/``nearest_dist`` (NaN when none is in range);
         the world-wide values are sent once in ``world``. ``run`` lists the traits to run
@@ -506,7 +506,7 @@ class World:
         """Advance one tick, applying (checked) intents. Never raises on bad intents.
 
         ``intents``: ``{entity_id: [intent, ...]}`` or the trait host's decoded
-        :class:`IntentColumns` (see ``engine.intents``).
+        :class:`IntentColumns` (see ``engine.core.intents``).
 
         ``lazy_write_back``: leave the new numbers of the entities that neither died nor
         reproduced in the world's columns until the entities are next read (``entities``)
@@ -516,7 +516,7 @@ class World:
         until then.
 
         ``forced``: movement and eating intents (``{entity_id: [intent, ...]}``) that replace
-        the entities' own for this tick (a settled round's, ``engine.round_rules``)."""
+        the entities' own for this tick (a settled round's, ``engine.core.round_rules``)."""
         p = self.params
         tick = self.tick
         rng = self._rng(tick)  # wanderers, births, the floor and respawn draw from it in this order
@@ -564,7 +564,7 @@ class World:
         return c
 
     def _eat(self, c: TickColumns, eats: set[int]) -> None:
-        """Eating (``engine.physics.eat``), and the resource caches kept in step."""
+        """Eating (``engine.core.physics.eat``), and the resource caches kept in step."""
         if not self.resources:
             return
         who = eaters(c, eats, self.params.hunger_fraction)
@@ -581,7 +581,7 @@ class World:
             self._resource_columns = (ids[keep], xs[keep], ys[keep])
 
     def _collide(self, c: TickColumns) -> dict[int, float]:
-        """Collisions (``engine.physics.collide``); the energy before the damage of those hit."""
+        """Collisions (``engine.core.physics.collide``); the energy before the damage of those hit."""
         p = self.params
         hit_before, pairs = collide(c, self._near_grid, p.collision_radius, p.collision_damage)
         self._counters.collisions += pairs
@@ -764,7 +764,7 @@ class World:
         }
 
     def state_hash(self) -> str:
-        """sha256 hex of the exact state (``engine.state_digest``), read from the entities."""
+        """sha256 hex of the exact state (``engine.core.state_digest``), read from the entities."""
         return digest(self.state_columns()).hex
 
     def state_digest(self, constants: ConstantColumns, text_codes: TextCodes) -> Digest:
