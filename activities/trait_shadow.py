@@ -54,7 +54,7 @@ REPORT_VERSION = 1
 MAX_HOST_RESTARTS = 3  # per side; past them the run is an infrastructure failure (retried)
 LOST_TICK_RETRIES = 3  # a tick the busy machine kept from finishing is run again
 PROGRESS_EVERY = 50  # ticks
-SHADOW_CPU_SHARES = 256  # of Docker's default 1024
+BESIDE_CPU_SHARES = 2  # the least Docker allows, against the live host's 4096 and the default 1024
 SEEDED_SHARE = 0.1  # of the fork's Molbots that start with a new trait
 MIN_SEEDED = 5  # the carriers a verdict needs by default (MutationInput.min_carriers)
 
@@ -222,13 +222,13 @@ def host_factory(settings: Settings, client: docker.DockerClient, owner: str) ->
     """Trait hosts for the copies of a fork, each named ``<owner>-<side>``: the live engine's
     limits with a quarter of its CPU weight (the live world's traits come first)."""
     tag = image.ensure(client)
-    limits = dataclasses.replace(IsolationLimits.for_engine(settings), cpu_shares=SHADOW_CPU_SHARES)
+    limits = dataclasses.replace(IsolationLimits.for_engine(settings), cpu_shares=BESIDE_CPU_SHARES)
     deadline_s = settings.sandbox.tick_deadline_s
 
     def new_host(side: str) -> HostClient:
         host = TraitHostContainer(client, tag, limits, f"{owner}-{side}", private_socket=settings.sandbox.host_socket)
         try:
-            host.say_hello(hello_message(settings, deadline_s * WORKERS_SHARE), HOST_START_DEADLINE_S)
+            host.say_hello(hello_message(settings, deadline_s * WORKERS_SHARE, idle=True), HOST_START_DEADLINE_S)
         except BaseException:
             host.close()
             raise
@@ -237,15 +237,23 @@ def host_factory(settings: Settings, client: docker.DockerClient, owner: str) ->
     return new_host
 
 
+def idle_thread() -> None:
+    """This thread in the idle scheduling class: whatever the live world's engine or trait host
+    wakes takes its CPU at once. (A low priority alone is not enough: the scheduler lets a
+    running task finish its slice, a few milliseconds, before the one that woke, and a live tick
+    waits for several wake-ups.)"""
+    os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
+
+
 async def beside_the_world(work: Callable[[Callable[[str], None], threading.Event], T], name: str) -> T:
-    """``work(progress, stop)`` in a thread of its own, niced (Linux nices a thread on its own:
-    the live world's engine comes first on this machine), heartbeating its latest progress; a
+    """``work(progress, stop)`` in a thread of its own in the idle scheduling class (Linux sets
+    it per thread: the live world's engine comes first), heartbeating its latest progress; a
     cancelled activity sets ``stop``."""
     progress = ["starting"]
     stop = threading.Event()
 
     def run() -> T:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)
+        idle_thread()
         return work(progress.append, stop)
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix=name) as thread:

@@ -16,7 +16,7 @@ deterministic traits, which is what makes a verdict's report hash checkable.
 from __future__ import annotations
 
 import asyncio
-import os
+import logging
 import random
 import threading
 import time
@@ -31,7 +31,16 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names
-from activities.trait_shadow import ShadowStopped, Side, TraitRecord, beside_the_world, fork, give, host_factory
+from activities.trait_shadow import (
+    ShadowStopped,
+    Side,
+    TraitRecord,
+    beside_the_world,
+    fork,
+    give,
+    host_factory,
+    idle_thread,
+)
 from engine.core.replay import ReplayError
 from engine.core.shadow import Run, pick_snapshot
 from engine.core.world import World
@@ -56,6 +65,8 @@ from journal.snapshots import SnapshotStore
 from pipeline import registry
 from pipeline.live import live_versions
 from sandbox.host_client import HostClient
+
+log = logging.getLogger("genesis.verdicts")
 
 PROGRESS_EVERY = 100  # ticks
 SAMPLE_EVERY = 10  # ticks between two readings of the watched Molbots' fitness
@@ -211,16 +222,25 @@ def run_replicate(
                 progress(f"replicate {index}: tick {done + 1}/{horizon}")
 
     try:
-        for side in sides:
-            side.start_host()
-        for side in sides:
-            if side.unloadable:
-                raise PlanChanged(f"the {side.name} copy could not load {sorted(side.unloadable)}")
-        # The copies share nothing: each runs in a thread of its own, so one copy's world steps
-        # while the other's trait host computes.
+        # The copies share nothing: each starts its host and runs in a thread of its own, so one
+        # copy's world steps while the other's trait host computes.
         with ThreadPoolExecutor(max_workers=2, thread_name_prefix="verdict-copy") as pool:
-            for running in [pool.submit(nice_and_run, run, c) for c in copies]:
+            started = time.monotonic()
+            for starting in [pool.submit(side.start_host) for side in sides]:
+                starting.result()
+            ready_s = time.monotonic() - started
+            for side in sides:
+                if side.unloadable:
+                    raise PlanChanged(f"the {side.name} copy could not load {sorted(side.unloadable)}")
+            for running in [pool.submit(idle_and_run, run, c) for c in copies]:
                 running.result()
+        log.info(
+            "replicate %d: hosts ready in %.2f s, %d ticks in %.2f s",
+            index,
+            ready_s,
+            horizon,
+            time.monotonic() - started - ready_s,
+        )
     finally:
         for side in sides:
             side.close()
@@ -254,8 +274,8 @@ async def recompute(
     return report(plan_, outcomes)
 
 
-def nice_and_run(run: Callable[[Copy], None], copy: Copy) -> None:
-    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 10)  # the live world comes first
+def idle_and_run(run: Callable[[Copy], None], copy: Copy) -> None:
+    idle_thread()  # the live world comes first
     run(copy)
 
 

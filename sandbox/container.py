@@ -160,14 +160,17 @@ def container_name(owner: str) -> str:
     return f"genesis-sbx-{owner}-{secrets.token_hex(3)}"
 
 
-def hello_message(settings: Settings, tick_deadline_s: float) -> dict[str, Any]:
+def hello_message(settings: Settings, tick_deadline_s: float, idle: bool = False) -> dict[str, Any]:
     """The first request to every host: the Entity API and the rules and limits it enforces.
     ``tick_deadline_s``: the wall clock the host gives its workers for one tick (less than the
     deadline its caller kills the whole host at). The traits' CPU per tick (``tick_share_ms``)
-    is the live host's share of its CPUs over one tick period."""
+    is the live host's share of its CPUs over one tick period. ``idle``: a host beside the live
+    world (a verdict's or a shadow's fork) runs all its processes in the idle scheduling class,
+    so that whatever the live world wakes takes the CPU from them at once."""
     period_ms = 1000.0 / settings.engine.tick_rate
     return {
         "op": "hello",
+        "idle": idle,
         "entity_api": entity_api.as_wire(),
         "allowed_imports": sorted(rules.ALLOWED_IMPORTS),
         "call_timeout_ms": settings.sandbox.call_timeout_ms,

@@ -27,8 +27,10 @@ Protocol: JSON lines over stdin/stdout, or, when GENESIS_HOST_SOCKET names one, 
 this program connects to (the live engine's private channel, see sandbox/container.py).
 
   {"op": "hello", "entity_api": {...}, "allowed_imports": [...], "call_timeout_ms": 5,
-   "tick_cpu_ms": 100, "tick_deadline_ms": 150, "worker_memory_mb": 128, "max_intents_per_call": 16}
-      -> {"ok": true, "op": "hello", "python": "3.11.2", "implementation": "cpython"}
+   "tick_cpu_ms": 100, "tick_deadline_ms": 150, "worker_memory_mb": 128, "max_intents_per_call": 16,
+   "idle": false}
+      -> {"ok": true, "op": "hello", "python": "3.11.2", "implementation": "cpython", "idle": false}
+  ("idle": true puts every process of the host in the idle scheduling class: a fork's host.)
   {"op": "load", "trait": NAME, "source": CODE, "class_name": CLS, "agent": AGENT_ID,
    "suspect": false, "background": false}
       -> {"ok": true, "op": "load", "trait": NAME} | {"ok": false, "op": "load", "error": ...}

@@ -186,9 +186,22 @@ class Supervisor:
         missing = [m for m in self.config.methods if not hasattr(proxy, m)]
         if missing:
             return {"ok": False, "op": "hello", "error": "host lacks entity methods: %s" % missing}
+        idle = False
+        if msg.get("idle") is True and self.zygote is None:  # a host beside the world: every process idle-class
+            try:
+                os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+                idle = True
+            except OSError:
+                pass
         if self.zygote is None:
             self.zygote = start_zygote(self.config)
-        return {"ok": True, "op": "hello", "python": sys.version.split()[0], "implementation": sys.implementation.name}
+        return {
+            "ok": True,
+            "op": "hello",
+            "python": sys.version.split()[0],
+            "implementation": sys.implementation.name,
+            "idle": idle,
+        }
 
     def load(self, msg: "Message", _attachment: bytes | None) -> "Message":
         """Give a trait to its agent's worker (a suspect's: a worker of its own). With

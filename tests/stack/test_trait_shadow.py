@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import docker
 import httpx
@@ -17,12 +18,14 @@ from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.pool import NullPool
 
 from activities.sandbox import SandboxActivities
-from activities.trait_shadow import TraitShadowActivities, run_trait_shadow
+from activities.trait_shadow import TraitShadowActivities, host_factory, run_trait_shadow
 from engine.core.shadow import report_hash
 from genesis.dto import MutationApproval, TraitShadowRequest
 from genesis.workflow_api import MUTATION_APPROVAL_SIGNAL
 from pipeline import manifests
 from pipeline.registry import RegistryEntry
+from sandbox import image
+from sandbox.container import IsolationLimits, TraitHostContainer, hello_message
 from tests import agents, traits
 from tests.cli_runs import record_history
 from tests.journal_worlds import journal_settings, run_journaled
@@ -117,6 +120,32 @@ async def test_without_a_journal_no_shadow_runs_and_it_says_why(settings, docker
     finally:
         await database.dispose()
     assert outcome.report is None and outcome.not_run == "no journal to fork from"
+
+
+def scheduling_policies(host: TraitHostContainer) -> set[str]:
+    """The scheduling policy of every process of a host's container (0 normal, 5 idle)."""
+    pids = [int(row[1]) for row in host._container.top()["Processes"]]
+    policies = set()
+    for pid in pids:
+        for line in Path(f"/proc/{pid}/sched").read_text().splitlines():
+            if line.startswith("policy"):
+                policies.add(line.split(":")[1].strip())
+    return policies
+
+
+def test_a_forks_trait_host_runs_in_the_idle_class_and_the_live_one_does_not(settings, docker_client):
+    """Whatever the live world wakes takes the CPU from a fork's host at once."""
+    fork_host = host_factory(settings, docker_client, "test-idle")("fork")
+    live = TraitHostContainer(
+        docker_client, image.ensure(docker_client), IsolationLimits.for_engine(settings), "test-live"
+    )
+    try:
+        live.say_hello(hello_message(settings, 0.5), 20)
+        assert scheduling_policies(fork_host.host) == {"5"}
+        assert scheduling_policies(live) == {"0"}
+    finally:
+        fork_host.close()
+        live.close()
 
 
 @pytest.fixture(scope="module")
