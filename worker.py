@@ -35,6 +35,7 @@ from genesis.metrics import serve_metrics, temporal_sdk_runtime
 from genesis.temporal import connect
 from genesis.workflow_api import audit_task_queue, journal_task_queue, llm_task_queue, verdict_task_queue
 from gepa_steps.activities import GepaActivities
+from pipeline import audit
 from workflows.registry import GEPA_WORKFLOWS, WORKFLOWS
 
 log = logging.getLogger("genesis.worker")
@@ -159,6 +160,11 @@ async def main() -> None:
     sandbox = await asyncio.to_thread(SandboxActivities, settings)  # builds the image, warms the pool
     # GEPA: the program image, the egress network and gateway (gepa_steps/egress.py).
     gepa = await asyncio.to_thread(GepaActivities, settings, get_sessionmaker(settings.database_url))
+    projecting = None
+    if settings.journal.enabled:  # the audit projection follows the world's journal (pipeline/audit.py)
+        keyring = signing.ensure_keyring(settings.receipt_keys_path)
+        sessions = get_sessionmaker(settings.database_url)
+        projecting = asyncio.create_task(audit.follow(sessions, settings.journal_dir, keyring, stop))
     try:
         with (
             ThreadPoolExecutor(max_workers=settings.sandbox.concurrency) as executor,
@@ -177,6 +183,9 @@ async def main() -> None:
                     await running.enter_async_context(worker)
                 await stop.wait()
     finally:
+        stop.set()
+        if projecting is not None:
+            await projecting
         await asyncio.to_thread(gepa.close)
         await asyncio.to_thread(sandbox.close)
     log.info("worker stopped")

@@ -1,5 +1,5 @@
-"""The engine as it runs: ``python -m engine`` with its side tasks (the audit projection, receipts,
-outboxes, governed parameters), with and without its journal, side by side.
+"""The engine as it runs: ``python -m engine`` with its side tasks (receipts, outboxes, retention,
+governed parameters), with and without its journal, side by side.
 
     python -m bench.engine_process --seconds 60
 
@@ -20,8 +20,9 @@ them, as after a restart of ``make run``; newborns gain them as the world goes. 
   trait host's restarts, deadline misses, skipped ticks, lost results and quarantines during the
   run, from the engine's ``/metrics``: all 0 and every trait running, or the run fails;
 - for ``journaled``: ``journal_records`` (its head), ``projected_records`` (the audit
-  projection's position) and ``projection_lag_records`` at the end: the projection must keep up
-  (a lag of more than ``--max-lag-s`` seconds of records fails the run);
+  projection's position) and ``projection_lag_records`` at the end: the projection, which the
+  worker runs and this bench runs in its own process, must keep up (a lag of more than
+  ``--max-lag-s`` seconds of records fails the run);
 
 and ``cpu_ratio`` = journaled / plain CPU per tick. Exits non-zero, saying why, when the engine
 process exits, falls below half its tick rate, its trait host is not whole, or its projection
@@ -46,12 +47,15 @@ from sqlalchemy import insert, make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench.engine import validated_traits
+from genesis import signing
 from genesis.cli.processes import ManagedProcess, engine_process, free_port
 from genesis.config import Settings
 from genesis.db.migrate import fresh_database
 from genesis.db.models import TraitVersion
+from genesis.db.session import get_sessionmaker
 from genesis.redis_keys import ENGINE_ENTITIES, ENGINE_STATUS
 from journal.reader import JournalReader
+from pipeline import audit
 from pipeline.registry import RegistryEntry
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -144,6 +148,12 @@ async def run_arm(
     process.start()
     proc = process.proc
     assert proc is not None
+    stop = asyncio.Event()
+    projecting = None
+    if settings.journal.enabled:  # as the worker does, outside the measured process
+        keyring = signing.ensure_keyring(settings.receipt_keys_path)
+        sessions = get_sessionmaker(settings.database_url)
+        projecting = asyncio.create_task(audit.follow(sessions, settings.journal_dir, keyring, stop))
     try:
         deadline = time.monotonic() + 60
         while "tick" not in await status(redis):
@@ -185,6 +195,9 @@ async def run_arm(
             out["projection_lag_records"] = max(0, out["journal_records"] - out["projected_records"])
         return out
     finally:
+        stop.set()
+        if projecting is not None:
+            await projecting
         process.stop()
         await redis.flushdb()
         await redis.aclose()

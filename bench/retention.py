@@ -6,10 +6,11 @@ the journal's directory sampled as it grows and as retention retires its segment
 One engine in this process, as `python -m engine` runs it: N Molbots carrying three gatekept
 traits in a real trait-host container, its journal (segments of 3,600 records, a snapshot every
 3,600 ticks, as in production) and the engine's record keeping beside the ticks
-(``engine.process.main.keep_the_record``: receipts, the audit projection into Postgres, and
-retention, which reads the manifest in force). The manifest's retention is set for the run:
-the last 2 snapshots, every 60th for ``--keep-ticks`` (10 minutes of world by default), older
-segments archived or deleted (``--segments``).
+(``engine.process.main.keep_the_record``: receipts and retention, which reads the manifest in
+force), with the audit projection into Postgres as the worker runs it (``pipeline.audit.follow``).
+The manifest's retention is set for the run: the last 2 snapshots, every 60th for
+``--keep-ticks`` (10 minutes of world by default), older segments archived or deleted
+(``--segments``).
 
 Prints one JSON object: the journal's bytes per hour of world (what it writes, retired or not),
 the journal directory's size sampled over the run, its largest size in the first and the second
@@ -45,7 +46,7 @@ from genesis.db.migrate import fresh_database
 from genesis.db.models import ReceiptRow
 from genesis.db.session import get_engine, get_sessionmaker
 from journal.retention import directory_bytes
-from pipeline import manifests, registry
+from pipeline import audit, manifests, registry
 
 TICKS_PER_HOUR = 216_000  # at 60 ticks/s
 SAMPLE_EVERY_S = 5.0
@@ -111,6 +112,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             # segment: none is under observation.
             journal.unpin(set())
             keeping = asyncio.create_task(keep_the_record(settings, engine, keyring, redis, stop))
+            sessions = get_sessionmaker(settings.database_url)  # the projection, as the worker runs it
+            projecting = asyncio.create_task(audit.follow(sessions, settings.journal_dir, keyring, stop))
             while not running.done():
                 await asyncio.wait([running], timeout=SAMPLE_EVERY_S)
                 samples.append(
@@ -125,6 +128,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             await running
             stop.set()
             await keeping
+            await projecting
             elapsed = time.monotonic() - started
             healthy = health(engine, runner)
             appended = journal.writer.bytes_written

@@ -3,8 +3,10 @@
 ``project`` reads the journal's records after the last one projected (``audit_projection``), turns
 each into its audit events (``journal.audit.events_of``) and writes them (``audit_events``) in the
 same transaction as the new position, so a crash never leaves the projection half a batch ahead.
-The engine runs it about once a second; ``python -m pipeline.audit --rebuild`` throws the projection
-away and builds it again from the journal — it is derived data, the journal is the record.
+``follow`` runs it about once a second in the worker process (which holds the receipt keys and
+reads the journal beside the engine, so the world's process does none of it); ``python -m
+pipeline.audit --rebuild`` throws the projection away and builds it again from the journal — it is
+derived data, the journal is the record.
 
 An event concerning a mutation but naming no agent (a trait that left, a rollback the pipeline
 asked for) gets the agent from the event that brought that mutation's version live.
@@ -14,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,6 +33,9 @@ from journal.record import ZERO_HASH
 from pipeline import receipts
 
 BATCH = 2000  # records per transaction
+FOLLOW_EVERY_S = 1.0
+BACKLOG_S = 5.0  # a backlog is projected batch after batch for this long, then the next round
+log = logging.getLogger("genesis.audit")
 
 
 @dataclass(frozen=True)
@@ -151,6 +158,38 @@ async def _fill_agents(session, events: list[AuditEvent]) -> None:
     for i, e in enumerate(events):
         if e.agent_id is None and e.mutation_id in known:
             events[i] = AuditEvent(**{**e.__dict__, "agent_id": known[e.mutation_id]})
+
+
+async def follow(
+    sessions: async_sessionmaker, journal_dir: Path, keyring: signing.Keyring, stop: asyncio.Event
+) -> None:
+    """Keep the projection up with the journal until ``stop``: about once a second, a backlog
+    (after a stop, or a fast-forwarded world) for a few seconds a round. Each round is one
+    transaction holding the projection's row, so projectors of several workers take turns and
+    none projects a record twice. A failure (Postgres away, no journal yet) is logged when it
+    first appears and retried."""
+    tail = JournalTail(journal_dir / "records")  # the projection's place, kept between rounds
+    failing: str | None = None
+    while not stop.is_set():
+        try:
+            until = time.monotonic() + BACKLOG_S
+            while (
+                not stop.is_set()
+                and await project(sessions, journal_dir, keyring=keyring, tail=tail)
+                and time.monotonic() < until
+            ):
+                pass
+            if failing is not None:
+                log.info("audit projection: going on at record %d", tail.next_seq)
+            failing = None
+        except Exception as exc:
+            if str(exc) != failing:
+                log.warning("audit projection: %s (retried every %.0f s)", exc, FOLLOW_EVERY_S)
+            failing = str(exc)
+        try:
+            await asyncio.wait_for(stop.wait(), FOLLOW_EVERY_S)
+        except TimeoutError:
+            pass
 
 
 async def rebuild(sessions: async_sessionmaker, journal_dir: Path, archive_dir: Path | None = None) -> int:

@@ -12,7 +12,6 @@ import asyncio
 import logging
 import signal
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
@@ -33,7 +32,6 @@ from genesis.effects import WorldSample
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics
 from genesis.temporal import connect
-from journal.reader import JournalTail
 from pipeline import audit, journal_outbox, manifests, receipts, registry
 
 from .journaling import WorldJournal
@@ -49,8 +47,7 @@ from .selection import SelectionKeeper
 from .world_overrides import ParamsFollower
 
 log = logging.getLogger("genesis.engine")
-AUDIT_PROJECT_S = 1.0
-AUDIT_BACKLOG_S = 5.0
+RECORD_EVERY_S = 1.0
 
 
 async def self_heal_registry(settings, redis: aioredis.Redis) -> None:
@@ -144,13 +141,11 @@ async def keep_the_record(
     settings, engine: Engine, keyring: signing.Keyring, redis: aioredis.Redis, stop: asyncio.Event
 ) -> None:
     """About once a second: carry the pipeline's new receipts and policy decisions into the journal
-    (where the audit finds them), and keep the audit projection (pipeline/audit.py) up with the
-    journal, signing the receipts of trait-set changes and rollbacks as it goes; re-sign the
-    receipt chain's head once a minute, so its time says how current it is; and apply the
-    manifest's retention to the journal behind the projection (engine/process/retention.py)."""
+    (where the audit finds them); re-sign the receipt chain's head once a minute, so its time says
+    how current it is; and apply the manifest's retention to the journal behind the audit
+    projection, which the worker keeps up (pipeline/audit.py, engine/process/retention.py)."""
     sessions = get_sessionmaker(settings.database_url)
     signer = receipts.Signer(sessions, keyring)
-    tail = JournalTail(settings.journal_dir / "records")  # the projection's place, kept between rounds
     assert engine.journal is not None
     keeper = RetentionKeeper(
         settings, engine, engine.journal, get_engine(settings.database_url), sessions, keyring, redis
@@ -169,24 +164,16 @@ async def keep_the_record(
                     placed = engine.journal_events(outbox.kind, [canonical.decode(r.body) for r in rows])
                     done = {r.id: seq for r, seq in zip(rows, placed, strict=True)}
                     await journal_outbox.mark_journaled(sessions, outbox, done)
-            # A backlog (after a stop, or a fast-forwarded world) goes batch after batch, for a few
-            # seconds a round: the rest of the round (retention among it) still comes.
-            until = time.monotonic() + AUDIT_BACKLOG_S
-            while (
-                not stop.is_set()
-                and await audit.project(sessions, settings.journal_dir, keyring=keyring, tail=tail)
-                and time.monotonic() < until
-            ):
-                pass
             if engine.journal.pins:
                 engine.journal.unpin(await still_open(sessions, set(engine.journal.pins)))
-            # Records before the last projected one: the segment holding it stays, since the
-            # projection's place (tail) points into it and goes on from there.
-            await keeper.maybe_run(tail.next_seq - 1)
-        except Exception as exc:  # Postgres away, or a journal the projection does not know: retried
-            log.warning("receipts and audit projection: %s", exc)
+            # Records up to the last projected one: the segment holding it stays, since the
+            # projection goes on from there.
+            projected_seq, _ = await audit.position(sessions)
+            await keeper.maybe_run(projected_seq)
+        except Exception as exc:  # Postgres away: retried
+            log.warning("receipts and journal retention: %s", exc)
         try:
-            await asyncio.wait_for(stop.wait(), AUDIT_PROJECT_S)
+            await asyncio.wait_for(stop.wait(), RECORD_EVERY_S)
         except TimeoutError:
             pass
 

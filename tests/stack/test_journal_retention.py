@@ -5,7 +5,8 @@ deleted, each batch with a signed receipt; the journal's status reaches ``GET
 /v1/journal/status`` and ``genesis journal status``.
 
 A stack of its own (a fresh database, so the manifest it changes is nobody else's) and an
-in-process engine with a trusted runner of three traits (tests/journal_worlds.py)."""
+in-process engine with a trusted runner of three traits (tests/journal_worlds.py), its record
+keeper, and the audit projection the worker runs."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from genesis.db.session import get_sessionmaker
 from journal.rederive import rederive
 from journal.retention import Archive
 from journal.segments import segments
+from pipeline import audit
 from tests.journal_worlds import journaled_engine
 from tests.own_stack import own_settings
 from tests.services import set_rules
@@ -67,19 +69,28 @@ async def test_retention_archives_then_deletes_with_receipts_and_the_archive_rep
     engine = journaled_engine(own)
     stop = asyncio.Event()
     keeping: asyncio.Task | None = None
+    projecting: asyncio.Task | None = None
     try:
         await engine.run_ticks(450)
         # The trusted runner's mutations are on no record, so their rollback points would stay
         # pinned for ever (as an unknown mutation's are, to be safe): no mutation is open here.
         engine.journal.unpin(set())
-        keeping = asyncio.create_task(
-            keep_the_record(own, engine, signing.ensure_keyring(own.receipt_keys_path), redis, stop)
-        )
+        keyring = signing.ensure_keyring(own.receipt_keys_path)
+        keeping = asyncio.create_task(keep_the_record(own, engine, keyring, redis, stop))
 
         async def receipt_of(kind: str):
             async with sessions() as session:
                 return (await session.scalars(select(ReceiptRow).where(ReceiptRow.kind == kind))).first()
 
+        # Retention keeps what the audit projection has not read: with no projector running
+        # (the worker's), nothing is retired, however old.
+        async def governed() -> bool:  # the keeper's first retention round read the manifest
+            return engine.journal.policy.segments == "archive"
+
+        await wait_for(governed, 10, "the manifest's retention in force")
+        await asyncio.sleep(1)  # that round's retirement
+        assert await receipt_of("journal.archived") is None
+        projecting = asyncio.create_task(audit.follow(sessions, own.journal_dir, keyring, stop))
         archived = await wait_for(lambda: receipt_of("journal.archived"), 30, "a journal.archived receipt")
         archive = Archive(own.journal_archive_dir)
         entries = archive.entries()
@@ -145,6 +156,8 @@ async def test_retention_archives_then_deletes_with_receipts_and_the_archive_rep
         stop.set()
         if keeping is not None:
             await keeping
+        if projecting is not None:
+            await projecting
         await engine.close()
         engine.journal.close()
         await redis.aclose()
