@@ -181,11 +181,12 @@ class Supervisor:
 
     # -- requests --------------------------------------------------------------------------
     def hello(self, msg: "Message", _attachment: bytes | None) -> "Message":
-        self.config = Config(msg)
-        proxy = make_column_proxy_class(self.config.readable, self.config.writable, ("id",), {})[0]
-        missing = [m for m in self.config.methods if not hasattr(proxy, m)]
-        if missing:
+        config = Config(msg)
+        proxy = make_column_proxy_class(config.readable, config.writable, ("id",), {})[0]
+        missing = [m for m in config.methods if not hasattr(proxy, m)]
+        if missing:  # refused: the host stays as before the hello (every other request refused)
             return {"ok": False, "op": "hello", "error": "host lacks entity methods: %s" % missing}
+        self.config = config
         idle = False
         if msg.get("idle") is True and self.zygote is None:  # a host beside the world: every process idle-class
             try:
@@ -915,7 +916,8 @@ def main() -> None:
         if msg is None:
             break
         op = msg.get("op")
-        handler = handlers.get(op) if op == "hello" or supervisor.config is not None else None
+        known = type(op) is str and (op == "hello" or supervisor.config is not None)
+        handler = handlers.get(op) if known else None
         out.write(answer(handler, msg, attachment))
         out.flush()
         if supervisor.config is not None:
