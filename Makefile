@@ -45,7 +45,7 @@ licences: venv
 	$(PY) scripts/licences.py
 
 run: services
-	$(PY) -m genesis.cli.run
+	$(PY) -m cli.run
 
 # The checks of `make lint` first, then both layers: tests/unit (no service, seconds), then
 # tests/stack on the real services.

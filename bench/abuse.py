@@ -43,7 +43,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus, WebSocketException
 
 from bench.bench_pipeline import bench_settings, forbidden_trait, percentiles, start_temporal
-from genesis.cli.processes import worker_and_api
+from cli.processes import worker_and_api
 from genesis.db.migrate import fresh_database
 
 DATABASE_URL = "postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis_bench_abuse"

@@ -40,7 +40,7 @@ import redis.asyncio as aioredis
 from sqlalchemy import delete, func, select
 
 from bench.bench_pipeline import BENCH_DATABASE_URL, bench_settings, start_temporal
-from genesis.cli.processes import api_process, wait_for_api
+from cli.processes import api_process, wait_for_api
 from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.db.session import get_engine, get_sessionmaker

@@ -26,9 +26,9 @@ import httpx
 from pydantic import SecretStr
 from temporalio.testing import WorkflowEnvironment
 
+from cli.processes import DEV_SERVER_ARGS, TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process
 from doubles.gepa_repo import make_repo
 from doubles.scripted_lm import ScriptedLM
-from genesis.cli.processes import DEV_SERVER_ARGS, TEMPORAL_CLI, api_process, free_port, wait_for_api, worker_process
 from genesis.config import Settings
 from genesis.db.migrate import upgrade_to_head
 from gepa_steps import envs as gepa_envs, gitops

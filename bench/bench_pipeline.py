@@ -40,7 +40,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 
-from genesis.cli.processes import DEV_SERVER_ARGS, TEMPORAL_CLI, free_port, worker_and_api
+from cli.processes import DEV_SERVER_ARGS, TEMPORAL_CLI, free_port, worker_and_api
 from genesis.config import Settings
 from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME
 from sandbox.image import PYTHON_IN_IMAGE, ensure

@@ -47,8 +47,8 @@ from sqlalchemy import insert, make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from bench.engine import validated_traits
+from cli.processes import ManagedProcess, engine_process, free_port
 from genesis import signing
-from genesis.cli.processes import ManagedProcess, engine_process, free_port
 from genesis.config import Settings
 from genesis.db.migrate import fresh_database
 from genesis.db.models import TraitVersion

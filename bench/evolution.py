@@ -65,9 +65,9 @@ from scipy import stats as scipy_stats
 from temporalio.client import Client
 
 from bench.bench_pipeline import start_temporal
+from cli.processes import ManagedProcess, engine_process, free_port, worker_process
 from evolution import schedules
 from genesis import redis_keys as keys
-from genesis.cli.processes import ManagedProcess, engine_process, free_port, worker_process
 from genesis.config import PROJECT_ROOT, Settings
 from genesis.db.migrate import upgrade_to_head
 

@@ -35,7 +35,7 @@ import httpx
 from sqlalchemy import select
 
 from bench.bench_pipeline import BENCH_DATABASE_URL, bench_settings, start_temporal
-from genesis.cli.processes import api_process, engine_process, wait_for_api
+from cli.processes import api_process, engine_process, wait_for_api
 from genesis.db.migrate import upgrade_to_head
 from genesis.db.models import WorldRound
 from genesis.db.session import get_engine

@@ -67,10 +67,10 @@ class Steering:
 
 async def journal_world(journal_dir: Path, n: int, ticks: int, names: list[str]) -> float:
     """Journal ``ticks`` ticks of an N-Molbot world; the live step rate (ticks/s, unpaced)."""
+    from cli.processes import free_port
     from engine.process.journaling import WorldJournal
     from engine.process.loop import Engine
     from engine.process.telemetry import TelemetrySink
-    from genesis.cli.processes import free_port
 
     settings = Settings().override(
         journal_dir=journal_dir, journal_snapshot_interval=300, engine_fast_forward=True, engine_metrics_port=0

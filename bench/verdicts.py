@@ -50,8 +50,8 @@ import redis.asyncio as aioredis
 from bench.bench_pipeline import bench_settings, start_temporal
 from bench.evolution import engine_counters, engine_status, prepare_database, reset
 from bench.soak import STATEFUL
+from cli.processes import api_process, engine_process, free_port, wait_for_api, worker_process
 from genesis import entity_api
-from genesis.cli.processes import api_process, engine_process, free_port, wait_for_api, worker_process
 from genesis.db.session import get_engine
 from pipeline import manifests
 

@@ -342,7 +342,7 @@ RUN_PROCESSES = ("worker", "engine", "watcher", "api")
 
 
 class RunSettings(BaseModel):
-    """`make run` (`python -m genesis.cli.run`): which processes it starts and how it keeps them up."""
+    """`make run` (`python -m cli.run`): which processes it starts and how it keeps them up."""
 
     processes: str = Field(
         default=",".join(RUN_PROCESSES),

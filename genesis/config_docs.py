@@ -185,7 +185,7 @@ def cli_rows() -> list[Row]:
     import typer.main
     from typer._click.core import Command  # typer vendors click: its commands are these classes
 
-    from genesis.cli import app
+    from cli import app
 
     rows: list[Row] = []
 

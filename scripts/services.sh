@@ -104,7 +104,7 @@ if ! "$TEMPORAL" operator cluster health --address 127.0.0.1:7233 >/dev/null 2>&
   for name in $SEARCH_ATTRIBUTES; do sa_flags+=(--search-attribute "$name=Keyword"); done
   # At a lower CPU priority than the API and the engine (GENESIS_TEMPORAL_NICE, default 10): on one
   # box a burst of workflow starts (~11 ms of server CPU each) then delays workflows, not requests.
-  # One partition per task queue, as genesis/cli/processes.py's DEV_SERVER_ARGS says why.
+  # One partition per task queue, as cli/processes.py's DEV_SERVER_ARGS says why.
   nohup nice -n "${GENESIS_TEMPORAL_NICE:-10}" "$TEMPORAL" server start-dev --ip 127.0.0.1 --port 7233 --ui-port 8233 \
     --db-filename "$STATE/temporal.db" --log-level warn "${sa_flags[@]}" \
     --dynamic-config-value matching.numTaskqueueReadPartitions=1 \

@@ -15,7 +15,7 @@ from pathlib import Path
 from temporalio.client import WorkflowHistory
 from typer.testing import CliRunner
 
-from genesis.cli import app
+from cli import app
 from genesis.config import PROJECT_ROOT
 from tests.pipeline_steps import HISTORIES
 from tests.replays import assert_replays
@@ -103,7 +103,7 @@ async def start_cli(api_url: str, *args: str, key: str | None = None, settings=N
     return await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "genesis.cli",
+        "cli",
         *args,
         cwd=PROJECT_ROOT,
         env=env,

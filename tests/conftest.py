@@ -16,7 +16,7 @@ import pytest
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from genesis.cli.processes import TEMPORAL_CLI
+from cli.processes import TEMPORAL_CLI
 
 # GEPA tests share one worker + API of their own (tests/gepa_stack.py), started once per session;
 # viewer tests a browser per module (tests/viewer_pages.py).

@@ -15,9 +15,9 @@ import pytest
 from pydantic import SecretStr
 from sqlalchemy import text
 
+from cli.processes import ManagedProcess, api_process, free_port, wait_for_api, worker_process
 from doubles.gepa_repo import make_repo
 from doubles.scripted_lm import ScriptedLM
-from genesis.cli.processes import ManagedProcess, api_process, free_port, wait_for_api, worker_process
 from genesis.config import Settings
 from genesis.db.session import get_engine
 from gepa_steps import envs as gepa_envs

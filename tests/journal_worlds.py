@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from cli.processes import free_port
 from engine.process.loop import Engine
 from engine.process.telemetry import TelemetrySink
-from genesis.cli.processes import free_port
 from genesis.config import Settings
 from genesis.trait_wire import IntentColumns, decode_intent_groups
 from sandbox.traithost import wire as trait_host

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis.asyncio as aioredis
 
-from genesis.cli.processes import free_port
+from cli.processes import free_port
 from genesis.config import Settings
 from genesis.db.migrate import fresh_database
 from tests.services import TEST_DATABASE_URL, TEST_REDIS_URL, fresh_journal, set_rules

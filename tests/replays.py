@@ -1,5 +1,5 @@
 """Replaying a finished run's history against the current workflow code, the way ``genesis
-workflows replay`` does (``genesis.cli.replay``), for the tests that check a workflow they just
+workflows replay`` does (``cli.replay``), for the tests that check a workflow they just
 ran is deterministic."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from temporalio.client import WorkflowHistory
 
-from genesis.cli import replay as replaying
+from cli import replay as replaying
 
 
 async def assert_replays(history: WorkflowHistory, workflows: Sequence[type] | None = None) -> None:

@@ -8,7 +8,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from genesis.cli.processes import free_port
+from cli.processes import free_port
 
 
 class Receiver:

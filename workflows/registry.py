@@ -1,5 +1,5 @@
 """Every workflow the worker registers, by task queue: what production runs, so what a recorded
-history must replay on (genesis/cli/replay.py)."""
+history must replay on (cli/replay.py)."""
 
 from __future__ import annotations
 

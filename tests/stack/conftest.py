@@ -14,7 +14,7 @@ from pydantic import SecretStr
 from sqlalchemy import text
 from temporalio.testing import WorkflowEnvironment
 
-from genesis.cli.processes import (
+from cli.processes import (
     DEV_SERVER_ARGS,
     TEMPORAL_CLI,
     api_process,

@@ -8,7 +8,7 @@ import httpx
 import pytest
 from sqlalchemy import func, select
 
-from genesis.cli.processes import api_process, free_port, wait_for_api
+from cli.processes import api_process, free_port, wait_for_api
 from genesis.db.models import Mutation
 from genesis.db.session import get_sessionmaker
 from tests import traits

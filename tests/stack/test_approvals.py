@@ -17,7 +17,7 @@ from sqlalchemy.pool import NullPool
 
 from activities.sandbox import SandboxActivities
 from api.workflow_starter import start_mutation_workflow
-from genesis.cli.client import EXIT_AWAITING_APPROVAL
+from cli.client import EXIT_AWAITING_APPROVAL
 from genesis.db.models import Mutation
 from genesis.temporal_setup import ensure_search_attributes
 from pipeline import manifests

@@ -20,7 +20,7 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowFailureError, Wor
 from temporalio.service import RPCError
 
 from api.workflow_starter import mutation_input
-from genesis.cli import replay as replaying
+from cli import replay as replaying
 from genesis.config import PROJECT_ROOT
 from genesis.db.models import Mutation
 from genesis.workflow_api import MUTATION_WORKFLOW, rollback_workflow_id
@@ -288,7 +288,7 @@ def test_recorded_histories_replay_through_the_cli():
     files = sorted(Path(HISTORIES).glob("*.json")) + sorted(Path(HISTORIES, "gepa").glob("*.json"))
     args = [a for f in files for a in ("--file", str(f))]
     done = subprocess.run(
-        [sys.executable, "-m", "genesis.cli", "--json", "workflows", "replay", *args],
+        [sys.executable, "-m", "cli", "--json", "workflows", "replay", *args],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
@@ -312,7 +312,7 @@ def test_a_changed_activity_is_reported_at_its_event(tmp_path):
     changed = tmp_path / "renamed.json"
     changed.write_text(json.dumps(source))
     done = subprocess.run(
-        [sys.executable, "-m", "genesis.cli", "workflows", "replay", "--file", str(changed)],
+        [sys.executable, "-m", "cli", "workflows", "replay", "--file", str(changed)],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
@@ -426,7 +426,7 @@ def test_up_dry_run_and_console_script():
     import tomllib
 
     done = subprocess.run(
-        [sys.executable, "-m", "genesis.cli", "up", "--dry-run"],
+        [sys.executable, "-m", "cli", "up", "--dry-run"],
         cwd=PROJECT_ROOT,
         capture_output=True,
         text=True,
@@ -435,14 +435,14 @@ def test_up_dry_run_and_console_script():
     assert done.returncode == 0
     assert done.stdout.splitlines() == [
         f"bash {PROJECT_ROOT / 'scripts' / 'services.sh'}",
-        f"{sys.executable} -m genesis.cli.run",
+        f"{sys.executable} -m cli.run",
     ]
     scripts = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"genesis": "genesis.cli:app"}
+    assert scripts == {"genesis": "cli:app"}
 
 
 def test_argument_parsing():
-    from genesis.cli.mutations import parse_replaces
+    from cli.mutations import parse_replaces
 
     assert parse_replaces(None, "hoarder") is None
     assert parse_replaces("live", "hoarder") == {"trait_name": "hoarder"}

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from genesis.cli.processes import api_process, engine_process, wait_for_api, worker_process
+from cli.processes import api_process, engine_process, wait_for_api, worker_process
 from genesis.config import PROJECT_ROOT
 from tests import agents, traits
 from tests.cli_runs import run_cli
@@ -48,7 +48,7 @@ async def test_the_key_hint_pastes_whole_at_40_and_80_columns(api_url, tmp_path)
         key = EXPORT_LINE.search(out).group(1)
         assert f"API key (shown only this once): {key}" in lines_of(out), out
         # Paste the line into a shell, exactly as printed, and ask who the key belongs to.
-        script = f"{line}\nexec {sys.executable} -m genesis.cli whoami --json\n"
+        script = f"{line}\nexec {sys.executable} -m cli whoami --json\n"
         env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_")} | {"GENESIS_API_URL": api_url}
         shell = await asyncio.create_subprocess_exec(
             "bash", "-c", script, cwd=PROJECT_ROOT, env=env, stdout=asyncio.subprocess.PIPE
@@ -181,7 +181,7 @@ def walkthrough_script() -> str:
     register = next(line for line in step2.splitlines() if line.startswith("genesis agents register"))
     return "\n".join(
         [
-            'genesis() { "$GENESIS_PYTHON" -m genesis.cli "$@"; }',
+            'genesis() { "$GENESIS_PYTHON" -m cli "$@"; }',
             "\n".join(line for line in step1.splitlines() if not line.startswith(". .venv")),
             f'{register} > "$WALK_DIR/register.out"; echo "register exit $?"; cat "$WALK_DIR/register.out"',
             'eval "$(grep "^export GENESIS_API_KEY=" "$WALK_DIR/register.out")"',  # the line the user pastes

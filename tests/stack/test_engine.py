@@ -15,11 +15,11 @@ import pytest
 import redis.asyncio as aioredis
 from sqlalchemy import select
 
+from cli.processes import free_port
 from engine.process.loop import Engine
 from engine.process.telemetry import SEED_FIELDS, SNAPSHOT_FIELDS, build_frame
 from engine.world import World, WorldParams
 from genesis import redis_keys as keys
-from genesis.cli.processes import free_port
 from genesis.db.models import WorldSnapshot
 from genesis.db.session import get_engine
 from genesis.redis_keys import Channels

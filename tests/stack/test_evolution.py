@@ -14,12 +14,12 @@ import httpx
 import pytest
 from pydantic import SecretStr
 
+from cli.processes import free_port, worker_process
 from engine.core.world import World as WorldCore, WorldParams
 from engine.process.world_overrides import ParamsFollower
 from evolution import cycles, llm, operator, prompts
 from evolution.watcher import GO, Watcher
 from genesis import redis_keys as keys, world_params
-from genesis.cli.processes import free_port, worker_process
 from genesis.config import Settings
 from genesis.dto import CycleContext, CycleKind
 from genesis.effects import WorldSample

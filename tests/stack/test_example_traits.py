@@ -11,7 +11,7 @@ import re
 import httpx
 import pytest
 
-from genesis.cli.processes import worker_and_api
+from cli.processes import worker_and_api
 from tests import agents
 from tests.example_traits import examples
 from tests.own_stack import own_settings

@@ -18,11 +18,11 @@ import pytest
 import redis.asyncio as aioredis
 
 from bench.engine import validated_traits
+from cli.processes import api_process, engine_process, free_port, wait_for_api
 from engine.core.world import World, WorldParams
 from engine.process.live_traits import HostTraitRunner
 from engine.process.loop import Engine
 from genesis import redis_keys as keys
-from genesis.cli.processes import api_process, engine_process, free_port, wait_for_api
 from genesis.redis_keys import Channels
 from pipeline import registry
 from tests.services import fresh_journal

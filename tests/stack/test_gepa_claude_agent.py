@@ -16,8 +16,8 @@ import pytest
 from pydantic import SecretStr
 from temporalio.exceptions import ApplicationError
 
+from cli.processes import api_process, free_port, wait_for_api, worker_process
 from doubles.gepa_repo import QA_SOURCE
-from genesis.cli.processes import api_process, free_port, wait_for_api, worker_process
 from gepa_steps import envs as gepa_envs
 from gepa_steps.claude_coding_agent import WORKING_COPY, git_diff
 from gepa_steps.coder import CodingAgent

@@ -13,7 +13,7 @@ import sys
 
 import httpx
 
-from genesis.cli.processes import free_port, launcher_process, wait_for_api
+from cli.processes import free_port, launcher_process, wait_for_api
 from genesis.config import PROJECT_ROOT
 
 

@@ -15,7 +15,7 @@ import subprocess
 import httpx
 import pytest
 
-from genesis.cli.processes import LOG_DIR
+from cli.processes import LOG_DIR
 from gepa_steps import gitops
 from gepa_steps.github_app import GitHubApp
 from tests import agents

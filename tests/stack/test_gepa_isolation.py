@@ -11,8 +11,8 @@ import subprocess
 import docker
 import pytest
 
+from cli.processes import free_port
 from doubles.gepa_repo import make_repo
-from genesis.cli.processes import free_port
 from gepa_steps import egress, envs as gepa_envs
 from tests.gepa_requests import step
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from genesis.cli.processes import engine_process, worker_and_api
+from cli.processes import engine_process, worker_and_api
 from tests.own_stack import own_settings
 from tests.pipeline_steps import propose, wait_for_status, wait_until
 

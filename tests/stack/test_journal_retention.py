@@ -136,7 +136,7 @@ async def test_retention_archives_then_deletes_with_receipts_and_the_archive_rep
         assert status["archive"]["segments"] == len(entries) and status["first_seq"] == live_first
         assert status["disk"]["free_bytes"] > 0 and status["oldest_replayable_tick"] >= 300
         shown = subprocess.run(
-            [sys.executable, "-m", "genesis.cli", "--api", api, "journal", "status"],
+            [sys.executable, "-m", "cli", "--api", api, "journal", "status"],
             capture_output=True,
             text=True,
             timeout=60,

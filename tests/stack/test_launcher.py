@@ -1,4 +1,4 @@
-"""`make run`'s launcher (`python -m genesis.cli.run`, genesis/cli/run.py) with Genesis' real
+"""`make run`'s launcher (`python -m cli.run`, cli/run.py) with Genesis' real
 processes: it migrates the database it is configured with, brings back each process that is
 SIGKILLed while the others keep running, stops everything with a clear message when one keeps
 crashing, and stops promptly on SIGTERM. And a process started on a schema behind the code says
@@ -21,7 +21,7 @@ import psutil
 import pytest
 from alembic.script import ScriptDirectory
 
-from genesis.cli.processes import ManagedProcess, api_process, launcher_process, wait_for_api, worker_process
+from cli.processes import ManagedProcess, api_process, launcher_process, wait_for_api, worker_process
 from genesis.config import Settings
 from genesis.db.schema import EXIT_SCHEMA_BEHIND, MIGRATE_COMMAND, alembic_config, schema_state_of
 from tests.own_stack import own_settings

@@ -12,7 +12,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 from temporalio.testing import WorkflowEnvironment
 
-from genesis.cli.processes import LOG_DIR, TEMPORAL_CLI, engine_process, free_port, worker_process
+from cli.processes import LOG_DIR, TEMPORAL_CLI, engine_process, free_port, worker_process
 from genesis.logs import ids_from_workflow_id
 from genesis.temporal_setup import SEARCH_ATTRIBUTES, ensure_search_attributes
 from tests import agents, traits

@@ -25,9 +25,9 @@ from temporalio.client import (
 
 from api.app import create_app
 from api.auth import require_operator
+from cli.processes import LOG_DIR
 from evolution.watcher import cooldown_key
 from genesis import redis_keys as keys
-from genesis.cli.processes import LOG_DIR
 from genesis.config import PROJECT_ROOT
 from tests import agents
 from tests.api_routes import http_routes
@@ -137,7 +137,7 @@ async def test_an_operator_key_opens_them(http, operator_http, redis_client):
 
 
 async def _cli(*args: str, settings) -> tuple[int, str, str]:
-    """`python -m genesis.cli ...` against the test database and pepper."""
+    """`python -m cli ...` against the test database and pepper."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("GENESIS_")}
     env.update(
         {
@@ -149,7 +149,7 @@ async def _cli(*args: str, settings) -> tuple[int, str, str]:
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "genesis.cli",
+        "cli",
         *args,
         cwd=PROJECT_ROOT,
         env=env,

@@ -12,7 +12,7 @@ import uuid
 import httpx
 from sqlalchemy import text
 
-from genesis.cli.processes import free_port
+from cli.processes import free_port
 from genesis.db.session import get_engine
 from genesis.redis_keys import ratelimit_active, ratelimit_agent_hour
 from tests import traits

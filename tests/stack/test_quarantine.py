@@ -22,7 +22,7 @@ import redis.asyncio as aioredis
 from temporalio.api.enums.v1 import EventType
 from temporalio.client import WorkflowExecutionStatus
 
-from genesis.cli.processes import ManagedProcess, api_process, engine_process, wait_for_api, worker_process
+from cli.processes import ManagedProcess, api_process, engine_process, wait_for_api, worker_process
 from genesis.redis_keys import ENGINE_STATUS
 from genesis.workflow_api import rollback_workflow_id
 from pipeline import registry

@@ -294,7 +294,7 @@ async def test_a_rotated_key_still_verifies_and_a_stale_process_cannot_undo_it(h
 
     async def keys_cli(*args: str) -> dict:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "genesis.cli", "keys", *args, "--json", cwd=PROJECT_ROOT, env=env,
+            sys.executable, "-m", "cli", "keys", *args, "--json", cwd=PROJECT_ROOT, env=env,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
         out, err = await asyncio.wait_for(proc.communicate(), 60)

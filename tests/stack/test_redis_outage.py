@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from genesis.cli.processes import free_port
+from cli.processes import free_port
 
 # What the viewer's page reads (api/static/*.js), each once.
 VIEWER_READS = (

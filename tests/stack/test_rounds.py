@@ -18,9 +18,9 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from cli.processes import engine_process
 from engine.core.verify import verify_range
 from genesis import signing
-from genesis.cli.processes import engine_process
 from genesis.config import Settings
 from genesis.db.models import Agent, RoundSubmission
 from journal.reader import JournalReader

@@ -18,7 +18,7 @@ from temporalio.testing import ActivityEnvironment
 
 from activities import names
 from activities.sandbox import SandboxActivities
-from genesis.cli.replay import command_events
+from cli.replay import command_events
 from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.db.session import get_sessionmaker

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from redis import asyncio as aioredis
 
-from genesis.cli.processes import engine_process, worker_and_api
+from cli.processes import engine_process, worker_and_api
 from pipeline import registry
 from tests import agents
 from tests.example_traits import EXAMPLES_DIR

@@ -24,7 +24,7 @@ from redis.exceptions import RedisError
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from genesis.cli.processes import free_port
+from cli.processes import free_port
 from genesis.redis_keys import Channels, world_snapshot
 from tests import agents, traits
 from tests.pipeline_steps import propose, wait_for_status

@@ -9,7 +9,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from genesis.cli.processes import worker_process
+from cli.processes import worker_process
 from tests import agents
 from tests.pipeline_steps import replay_and_maybe_record, wait_for_status
 from tests.trait_versions import code, fresh_name, go_live, propose

@@ -17,7 +17,7 @@ import pytest
 from redis import asyncio as aioredis
 
 from activities.verdict_experiment import recompute
-from genesis.cli.processes import engine_process, worker_and_api
+from cli.processes import engine_process, worker_and_api
 from genesis.db.models import TraitVersion
 from genesis.db.session import get_sessionmaker
 from pipeline import registry

@@ -22,8 +22,8 @@ import pytest
 from standardwebhooks import Webhook, WebhookVerificationError
 from temporalio.client import WorkflowExecutionStatus
 
+from cli.processes import free_port
 from genesis import netpolicy
-from genesis.cli.processes import free_port
 from pipeline import webhooks
 from tests import agents, traits
 from tests.pipeline_steps import replay_and_maybe_record, sample, signal_window, wait_for_status, wait_for_verdict

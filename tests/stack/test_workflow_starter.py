@@ -7,7 +7,7 @@ import asyncio
 
 import httpx
 
-from genesis.cli.processes import free_port
+from cli.processes import free_port
 from tests import agents, traits
 from tests.pipeline_steps import wait_for_status
 

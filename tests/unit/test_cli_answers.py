@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from rich.console import Console
 
-from genesis.cli.output import table
+from cli.output import table
 from tests.cli_runs import OddServer, run
 
 

@@ -11,7 +11,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from genesis.cli import app
+from cli import app
 from genesis.config import PROJECT_ROOT
 
 EXAMPLE = re.compile(r"^\s*(?:.*\|\s*)?(genesis\s.*?)\s*$")

@@ -167,7 +167,7 @@ def test_verdict_queue_has_one_partition_everywhere(config):
     dynamic config values."""
     import yaml
 
-    from genesis.cli.processes import DEV_SERVER_ARGS
+    from cli.processes import DEV_SERVER_ARGS
     from genesis.workflow_api import verdict_task_queue
 
     temporal = config["services"]["temporal"]

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import typer
 
-from genesis.cli import app
+from cli import app
 from genesis.config import PROJECT_ROOT
 
 PAGES = [PROJECT_ROOT / "README.md", *sorted((PROJECT_ROOT / "docs").glob("*.md"))]

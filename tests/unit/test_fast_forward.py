@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
+from cli.processes import free_port
 from engine.core.model import world_params
 from engine.core.world import World, WorldParams
 from engine.process.loop import Engine
 from engine.process.telemetry import TelemetrySink
-from genesis.cli.processes import free_port
 from genesis.config import Settings
 
 TICKS = 240

@@ -9,8 +9,8 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from cli import app
 from gatekeeper import validate
-from genesis.cli import app
 from tests.example_traits import ROOT, example
 
 README = ROOT / "README.md"

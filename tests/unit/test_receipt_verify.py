@@ -14,8 +14,8 @@ from typer.testing import CliRunner
 
 from activities.mutations import stage_receipts
 from api.routes_receipts import EXAMPLE_KEYS, EXAMPLE_RECEIPT
+from cli import app
 from genesis import canonical, signing
-from genesis.cli import app
 from genesis.dto import MutationStatus, StatusUpdate
 from pipeline import receipts
 from tests.cli_runs import OddServer

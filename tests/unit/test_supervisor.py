@@ -1,4 +1,4 @@
-"""The supervision of `make run` (genesis/cli/supervisor.py) on small Python child processes:
+"""The supervision of `make run` (cli/supervisor.py) on small Python child processes:
 restarts with backoff, the crash loop, prompt stops, and where each child's output goes. The
 launcher with Genesis' own processes is tested in tests/stack/test_launcher.py."""
 
@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from genesis.cli.supervisor import Child, CrashLoop, RestartPolicy, Supervisor, describe_exit
+from cli.supervisor import Child, CrashLoop, RestartPolicy, Supervisor, describe_exit
 
 SLEEPER = [sys.executable, "-c", "import time; print('sleeping', flush=True); time.sleep(120)"]
 BAD_SETTING = [sys.executable, "-c", "import sys; print('GENESIS_X is not a number'); sys.exit(3)"]
@@ -167,7 +167,7 @@ def test_the_previous_runs_log_is_kept(tmp_path):
 
 
 def test_run_settings_are_checked():
-    from genesis.cli.run import commands
+    from cli.run import commands
     from genesis.config import Settings
 
     order = r"GENESIS_RUN_RESTART_MAX_S \(1\) must be at least GENESIS_RUN_RESTART_INITIAL_S \(2\)"

@@ -3,7 +3,7 @@ the worker, the world engine, the Watcher and the API in the foreground and keep
 (or SIGTERM) stops them.
 
 A process that exits is restarted with a growing pause; one that keeps exiting stops everything
-with a message naming it and its log (genesis/cli/supervisor.py, settings ``GENESIS_RUN_*``).
+with a message naming it and its log (cli/supervisor.py, settings ``GENESIS_RUN_*``).
 Services (Postgres, Redis, Temporal, Docker) are started before this by scripts/services.sh."""
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ import threading
 
 from sqlalchemy import make_url
 
+from cli import gepa_demo
+from cli.supervisor import CrashLoop, RestartPolicy, Supervisor
 from genesis import signing
-from genesis.cli import gepa_demo
-from genesis.cli.supervisor import CrashLoop, RestartPolicy, Supervisor
 from genesis.config import PROJECT_ROOT, Settings, get_settings
 from genesis.db.migrate import upgrade_to_head
 from genesis.db.schema import schema_state_of, shown_url

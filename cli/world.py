@@ -10,8 +10,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from genesis.cli import audit, rollback
-from genesis.cli.output import Cli, cli_of, examples, group, handled, table, versioned
+from cli import audit, rollback
+from cli.output import Cli, cli_of, examples, group, handled, table, versioned
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
 

@@ -20,7 +20,7 @@ from rich.table import Table
 from rich.text import Text
 from typer.exceptions import TyperException
 
-from genesis.cli.client import ApiClient, CliError
+from cli.client import ApiClient, CliError
 
 STATUS_STYLE = {
     "queued": "dim",

@@ -12,8 +12,8 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from genesis.cli.agents import me
-from genesis.cli.client import (
+from cli.agents import me
+from cli.client import (
     EXIT_AWAITING_APPROVAL,
     EXIT_FAILED,
     EXIT_OK,
@@ -24,8 +24,8 @@ from genesis.cli.client import (
     CliError,
     segment,
 )
-from genesis.cli.governance import shadow_table
-from genesis.cli.output import Cli, cli_of, examples, group, handled, styled, table, versioned, when, when_short
+from cli.governance import shadow_table
+from cli.output import Cli, cli_of, examples, group, handled, styled, table, versioned, when, when_short
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (for scripts)")]
 TimeoutOpt = Annotated[float, typer.Option("--timeout", min=0.1, help="Give up following after this many seconds")]

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from genesis.cli.audit import render_events
-from genesis.cli.client import segment
-from genesis.cli.output import Cli, cli_of, examples, group, handled
+from cli.audit import render_events
+from cli.client import segment
+from cli.output import Cli, cli_of, examples, group, handled
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
 

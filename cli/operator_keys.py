@@ -14,8 +14,8 @@ from rich.markup import escape
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from genesis.cli.client import CliError
-from genesis.cli.output import Cli, cli_of, examples, group, handled, table, when
+from cli.client import CliError
+from cli.output import Cli, cli_of, examples, group, handled, table, when
 from genesis.config import get_settings
 from genesis.db.models import OperatorKey
 from genesis.db.session import get_engine, get_sessionmaker

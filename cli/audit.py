@@ -13,10 +13,10 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from cli.client import CliError
+from cli.output import Cli, cli_of, examples, group, handled, table
+from cli.receipts import KeysOpt, TrustOpt, pinned_keys
 from genesis import signing
-from genesis.cli.client import CliError
-from genesis.cli.output import Cli, cli_of, examples, group, handled, table
-from genesis.cli.receipts import KeysOpt, TrustOpt, pinned_keys
 from journal import rederive
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]

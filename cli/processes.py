@@ -92,9 +92,9 @@ def api_process(settings: Settings, name: str = "api") -> ManagedProcess:
 
 
 def launcher_process(settings: Settings, name: str = "launcher") -> ManagedProcess:
-    """``python -m genesis.cli.run``, the supervisor of `make run`: it migrates the database and
+    """``python -m cli.run``, the supervisor of `make run`: it migrates the database and
     starts the processes GENESIS_RUN_PROCESSES names, each logging to ``<state_dir>/logs/``."""
-    return ManagedProcess(name, [sys.executable, "-m", "genesis.cli.run"], settings)
+    return ManagedProcess(name, [sys.executable, "-m", "cli.run"], settings)
 
 
 def wait_for_api(process: ManagedProcess, timeout_s: float = 30) -> str:

@@ -1,4 +1,4 @@
-"""Keep long-running child processes up: the supervision of `make run` (genesis/cli/run.py).
+"""Keep long-running child processes up: the supervision of `make run` (cli/run.py).
 
 A child that exits while nobody asked it to is started again after a pause that doubles with
 each of its exits within the crash window, drawn between half and all of that value (jitter, so

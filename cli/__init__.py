@@ -1,5 +1,5 @@
 """``genesis``: the command line of Genesis, a client of its REST API (and, for
-``genesis workflows replay``, of Temporal). Entry point: ``genesis.cli:app``."""
+``genesis workflows replay``, of Temporal). Entry point: ``cli:app``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from genesis.cli import (
+from cli import (
     agents,
     check,
     governance,
@@ -19,7 +19,7 @@ from genesis.cli import (
     workflows,
     world,
 )
-from genesis.cli.output import Cli, examples
+from cli.output import Cli, examples
 
 DEFAULT_API = "http://127.0.0.1:8000"
 

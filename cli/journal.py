@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from genesis.cli.output import Cli, cli_of, examples, group, handled, when
+from cli.output import Cli, cli_of, examples, group, handled, when
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
 

@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from genesis.cli.client import CliError, segment
-from genesis.cli.output import Cli, cli_of, examples, handled, table, when
+from cli.client import CliError, segment
+from cli.output import Cli, cli_of, examples, handled, table, when
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
 WAIT_S = 30.0

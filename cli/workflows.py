@@ -12,12 +12,12 @@ from typing import Annotated
 import typer
 from rich.progress import Progress
 
-from genesis.cli.client import EXIT_NONDETERMINISM, CliError
-from genesis.cli.output import Cli, cli_of, examples, group, handled
+from cli.client import EXIT_NONDETERMINISM, CliError
+from cli.output import Cli, cli_of, examples, group, handled
 
 
 def render_report(cli: Cli, report) -> None:
-    """One ReplayReport (genesis/cli/replay.py) for people."""
+    """One ReplayReport (cli/replay.py) for people."""
     title = f"{report.workflow_id} ({report.workflow_type}, run {report.run_id or '?'})"
     if report.ok:
         cli.console.print(f"[green]✔[/] {title} replays against the current code")
@@ -87,7 +87,7 @@ def register(app: typer.Typer) -> None:
 
         A nondeterminism error names the workflow, the recorded event and what the code issued
         instead. Exit code 7 if any history does not replay."""
-        from genesis.cli import replay as replaying  # temporalio: imported only by this command
+        from cli import replay as replaying  # temporalio: imported only by this command
 
         cli = cli_of(ctx, json_out)
         if not (workflow_id or failed or files):
@@ -139,7 +139,7 @@ def _read_file(path: Path):
 async def _fetch(address, namespace, workflow_id, run_id, window, limit):
     from temporalio.service import RPCError
 
-    from genesis.cli import replay as replaying
+    from cli import replay as replaying
     from genesis.config import Settings
     from genesis.temporal import connect
 
@@ -161,7 +161,7 @@ async def _fetch(address, namespace, workflow_id, run_id, window, limit):
 
 
 def _replay_with_progress(cli: Cli, histories: list) -> list:
-    from genesis.cli import replay as replaying
+    from cli import replay as replaying
 
     if not histories:
         return []

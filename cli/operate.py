@@ -12,8 +12,8 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
-from genesis.cli.client import CliError, segment
-from genesis.cli.output import Cli, cli_of, examples, group, handled, table, when
+from cli.client import CliError, segment
+from cli.output import Cli, cli_of, examples, group, handled, table, when
 from genesis.config import PROJECT_ROOT
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
@@ -57,7 +57,7 @@ def register(app: typer.Typer) -> None:
         steps = []
         if services:
             steps.append(["bash", str(PROJECT_ROOT / "scripts" / "services.sh")])
-        steps.append([sys.executable, "-m", "genesis.cli.run"])
+        steps.append([sys.executable, "-m", "cli.run"])
         if dry_run:
             for step in steps:
                 print(" ".join(step))
@@ -74,7 +74,7 @@ def register(app: typer.Typer) -> None:
                     f"the services bootstrap failed (exit {done.returncode}); see .state/logs/", code=done.returncode
                 )
         os.chdir(PROJECT_ROOT)
-        os.execv(sys.executable, steps[-1])  # genesis.cli.run supervises the processes and handles Ctrl-C
+        os.execv(sys.executable, steps[-1])  # cli.run supervises the processes and handles Ctrl-C
 
     @app.command(
         epilog=examples("genesis watch", "genesis watch --backlog 100", "genesis watch --once --backlog 100 --json")

@@ -12,9 +12,9 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from cli.client import CliError, segment
+from cli.output import Cli, cli_of, examples, group, handled, table
 from genesis import signing
-from genesis.cli.client import CliError, segment
-from genesis.cli.output import Cli, cli_of, examples, group, handled, table
 from genesis.config import get_settings
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]

@@ -11,8 +11,8 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from genesis.cli.client import CliError
-from genesis.cli.output import Cli, cli_of, examples, group, handled, styled, table
+from cli.client import CliError
+from cli.output import Cli, cli_of, examples, group, handled, styled, table
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
 

@@ -16,10 +16,10 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from cli.client import EXIT_USAGE, CliError
+from cli.mutations import parse_replaces
+from cli.output import Cli, cli_of, examples, handled
 from genesis import rules
-from genesis.cli.client import EXIT_USAGE, CliError
-from genesis.cli.mutations import parse_replaces
-from genesis.cli.output import Cli, cli_of, examples, handled
 
 EXIT_PASSED = 0
 EXIT_CHECK_REJECTED = 1
