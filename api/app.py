@@ -132,7 +132,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         if settings.auth == "open":
             log.warning(OPEN_MODE_WARNING)
-        app.state.services = Services(
+        # api/deps.py hands these to the routes as typed dependencies
+        services = app.state.services = Services(
             settings=settings,
             database=get_engine(settings.database_url),
             sessions=get_sessionmaker(settings.database_url),
@@ -142,7 +143,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         app.state.telemetry = TelemetryHub(
             settings.redis_url,
-            app.state.services.redis,
+            services.redis,
             queue_size=settings.telemetry.client_queue,
             reconnect_max_s=settings.telemetry.reconnect_max_s,
         )
@@ -154,21 +155,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         hubs = (app.state.telemetry, app.state.world_frames, app.state.feed)
         for hub in hubs:
             hub.start()
-        app.state.services.starter = WorkflowStarter(app.state.services)
-        app.state.services.starter.start_sweeping()
+        services.starter = WorkflowStarter(services)
+        services.starter.start_sweeping()
         _build_lazy_state(app)
         await anyio.lowlevel.checkpoint()  # loads anyio's asyncio backend, which Starlette uses to read bodies
         # Last before serving: what start-up built lives as long as the process, and full
         # collections skip it from now on (the freeze's own collection pauses for ~100 ms).
         log.info("start-up heap frozen: %d objects", gc_tuning.freeze_startup_heap())
-        warming = asyncio.create_task(_warm_connections(app.state.services))
+        warming = asyncio.create_task(_warm_connections(services))
         yield
         warming.cancel()
-        await app.state.services.starter.close()
+        await services.starter.close()
         for hub in hubs:
             await hub.close()
-        await app.state.services.redis.aclose()
-        await app.state.services.database.dispose()
+        await services.redis.aclose()
+        await services.database.dispose()
 
     app = FastAPI(
         title="Genesis",

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fastapi import Request
 from sqlalchemy import select
 
 from api.auth import acting_agent, operator_of
+from api.deps import Services
 from api.errors import ApiError, Responses
 from api.schemas import ErrorResponse, MutationStatusResponse, QuarantineInfo, TraitVersionRef
 from genesis.db.models import Mutation, TraitQuarantine, TraitVersion
@@ -35,14 +35,14 @@ MUTATION_WRITE_ERRORS: Responses = {
 }
 
 
-async def load_mutation(request: Request, mutation_id: str) -> Mutation:
+async def load_mutation(services: Services, mutation_id: str) -> Mutation:
     """The mutation of a well-formed id (a path parameter: api/params.py), or 404."""
-    return (await load_with_quarantine(request, mutation_id))[0]
+    return (await load_with_quarantine(services, mutation_id))[0]
 
 
-async def load_with_quarantine(request: Request, mutation_id: str) -> tuple[Mutation, TraitQuarantine | None]:
+async def load_with_quarantine(services: Services, mutation_id: str) -> tuple[Mutation, TraitQuarantine | None]:
     """The mutation's record and the engine's quarantine record of its trait (None: none)."""
-    async with request.app.state.services.sessions() as session:
+    async with services.sessions() as session:
         found = (
             await session.execute(
                 select(Mutation, TraitQuarantine)
@@ -65,7 +65,7 @@ class Authorised:
 
 
 async def load_own_mutation(
-    request: Request,
+    services: Services,
     mutation_id: str,
     api_key: str | None,
     operator_key: str | None,
@@ -77,17 +77,16 @@ async def load_own_mutation(
     an agent on its own; with ``replaced_owner_may``, also the agent that made the version this
     mutation replaced (the owner of v1 may take out another agent's v2). Any caller in
     GENESIS_AUTH=open without a key."""
-    services = request.app.state.services
     operator = await operator_of(services, operator_key)
     caller = None
     if operator is None and (api_key or services.settings.auth == "required"):
         caller = await acting_agent(services, api_key, None)
-    record = await load_mutation(request, mutation_id)
+    record = await load_mutation(services, mutation_id)
     if operator is not None:
         return Authorised(record, by=operator.label)
     if caller is None or caller == record.agent_id:
         return Authorised(record)
-    replaced = await _replaced_version_owner(request, record) if replaced_owner_may else None
+    replaced = await _replaced_version_owner(services, record) if replaced_owner_may else None
     if replaced is not None and replaced[1] == caller:
         return Authorised(record, by=f"agent '{caller}', owner of the replaced v{replaced[0]}")
     also = " or the agent whose version it replaced" if replaced_owner_may else ""
@@ -99,7 +98,7 @@ async def load_own_mutation(
     )
 
 
-async def _replaced_version_owner(request: Request, record: Mutation) -> tuple[int, str | None] | None:
+async def _replaced_version_owner(services: Services, record: Mutation) -> tuple[int, str | None] | None:
     """(version, agent_id) of the version ``record`` replaced: the one its activation superseded,
     or, before activation, the one its ``replaces`` names (the live one when no version was named)."""
     if record.replaced_version is None and record.replaces_trait is None:
@@ -116,7 +115,7 @@ async def _replaced_version_owner(request: Request, record: Mutation) -> tuple[i
         query = query.where(TraitVersion.status == "active")
     else:  # activated without replacing anything
         return None
-    async with request.app.state.services.sessions() as session:
+    async with services.sessions() as session:
         row = (await session.execute(query)).first()
     return (row[0], row[1]) if row is not None else None
 

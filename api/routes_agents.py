@@ -17,6 +17,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from api.auth import API_KEY, OPERATOR_ERRORS, authenticate, require_operator
+from api.deps import Services, ServicesDep
 from api.errors import ApiError, unavailable
 from api.moments import iso_utc
 from api.schemas import (
@@ -50,13 +51,12 @@ log = logging.getLogger("genesis.api.agents")
         429: {"model": ErrorResponse, "description": "RATE_LIMIT_EXCEEDED: registrations from this address"},
     },
 )
-async def register(body: RegisterRequest, request: Request) -> JSONResponse:
+async def register(body: RegisterRequest, request: Request, services: ServicesDep) -> JSONResponse:
     """Register an agent. The answer carries its ``agent_id`` and its API key; the key is shown
     this once (only a hash is stored): send it as ``X-API-Key`` on write endpoints. The agent
     holds the manifest's default capabilities (``GET /v1/agents/{agent_id}/capabilities``); its
     member comes from the pool at its first action. Registrations are limited per address, and
     may need an operator's invitation (``GENESIS_REGISTRATION=invitation``)."""
-    services = request.app.state.services
     ip = request.client.host if request.client else "unknown"
     await _take_registration(services, ip)
     invitation = await _use_invitation(services, body.invitation)
@@ -78,7 +78,7 @@ async def register(body: RegisterRequest, request: Request) -> JSONResponse:
     return JSONResponse(reply.model_dump(), status_code=201, headers={"Cache-Control": "no-store"})
 
 
-async def _create_agent(services, body: RegisterRequest, ip: str) -> tuple[Agent, apikeys.IssuedKey]:
+async def _create_agent(services: Services, body: RegisterRequest, ip: str) -> tuple[Agent, apikeys.IssuedKey]:
     for _ in range(3):  # a clash of random ids or key prefixes is rare; draw again
         issued = apikeys.issue(services.pepper)
         agent = Agent(
@@ -105,7 +105,7 @@ async def _create_agent(services, body: RegisterRequest, ip: str) -> tuple[Agent
     raise ApiError(503, "REGISTRATION_FAILED", "could not allocate a unique agent id; try again")
 
 
-async def _take_registration(services, ip: str) -> None:
+async def _take_registration(services: Services, ip: str) -> None:
     per_hour = services.settings.ratelimit.registrations_per_ip_hour
     try:
         decision = await ratelimit.take_registration(services.redis, per_hour, ip)
@@ -121,7 +121,7 @@ async def _take_registration(services, ip: str) -> None:
         )
 
 
-async def _use_invitation(services, code: str | None) -> tuple[str, bytes, int] | None:
+async def _use_invitation(services: Services, code: str | None) -> tuple[str, bytes, int] | None:
     """Use up ``code`` (checked whenever given): its key, value and remaining ms, to give it back
     should the registration fail. 403 when one is needed and missing, or unknown."""
     if code is None:
@@ -146,7 +146,7 @@ async def _use_invitation(services, code: str | None) -> tuple[str, bytes, int] 
     return key, value, max(int(ttl_ms), 1000)
 
 
-async def _give_back(services, key: str, value: bytes, ttl_ms: int) -> None:
+async def _give_back(services: Services, key: str, value: bytes, ttl_ms: int) -> None:
     try:
         await services.redis.set(key, value, px=ttl_ms, nx=True)
     except RedisError:
@@ -160,11 +160,10 @@ async def _give_back(services, key: str, value: bytes, ttl_ms: int) -> None:
     responses={**OPERATOR_ERRORS, 503: {"model": ErrorResponse, "description": "Redis unavailable"}},
 )
 async def invite(
-    body: InvitationRequest, request: Request, operator: Operator | None = Depends(require_operator)
+    body: InvitationRequest, services: ServicesDep, operator: Operator | None = Depends(require_operator)
 ) -> JSONResponse:
     """An invitation to register one agent (operator): shown once, used up by the registration
     that names it, expired after ``ttl_sec`` if unused."""
-    services = request.app.state.services
     code = f"inv_{secrets.token_hex(16)}"
     record = json.dumps({"by": operator.label if operator else "open-mode", "note": body.note})
     try:
@@ -181,10 +180,9 @@ async def invite(
     response_model=MemberReleased,
     responses={401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key"}},
 )
-async def give_up_member(request: Request, api_key: str | None = Depends(API_KEY)) -> MemberReleased:
+async def give_up_member(services: ServicesDep, api_key: str | None = Depends(API_KEY)) -> MemberReleased:
     """Give your member back to the pool (its number is never another agent's); your next
     action takes a new one."""
-    services = request.app.state.services
     agent = await authenticate(services, api_key)
     try:
         async with services.database.begin() as conn:
@@ -199,10 +197,9 @@ async def give_up_member(request: Request, api_key: str | None = Depends(API_KEY
     response_model=AgentResponse,
     responses={401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key"}},
 )
-async def me(request: Request, api_key: str | None = Depends(API_KEY)) -> AgentResponse:
+async def me(services: ServicesDep, api_key: str | None = Depends(API_KEY)) -> AgentResponse:
     """The calling agent (by its ``X-API-Key``): its record, its reputation (counted from its
     mutations) and where it stands against the proposal rate limits."""
-    services = request.app.state.services
     agent = await authenticate(services, api_key)
     settings = services.settings
     terminal = [s.value for s in terminal_statuses(settings.activate_mutations)]

@@ -11,13 +11,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from temporalio.service import RPCError
 
 from api import gate
 from api.auth import OPERATOR_ERRORS, require_operator
+from api.deps import ServicesDep
 from api.errors import ApiError, unavailable
 from api.mutation_records import MUTATION_ERRORS, load_mutation
 from api.params import MutationIdPath
@@ -83,12 +84,11 @@ class ApprovalAccepted(BaseModel):
 async def decide(
     mutation_id: MutationIdPath,
     body: ApprovalRequest,
-    request: Request,
+    services: ServicesDep,
     operator: Operator | None = Depends(require_operator),
 ) -> JSONResponse:
     """Approve or reject a mutation awaiting approval (operators only)."""
-    services = request.app.state.services
-    record = await load_mutation(request, mutation_id)
+    record = await load_mutation(services, mutation_id)
     by = await gate.operator_decides(services, operator, "mutations.approve", f"mutation:{mutation_id}")
     if record.status != MutationStatus.awaiting_approval.value:
         raise ApiError(409, "NOT_AWAITING_APPROVAL", f"{mutation_id} is {record.status}, not awaiting approval")

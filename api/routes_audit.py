@@ -20,9 +20,11 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.responses import StreamingResponse
 from pydantic import AfterValidator, BaseModel, Field
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import async_sessionmaker
 from temporalio.common import WorkflowIDConflictPolicy
 
 from api.auth import API_KEY, OPERATOR_ERRORS, OPERATOR_KEY, authenticate, operator_of, require_operator
+from api.deps import Services, ServicesDep, SessionsDep
 from api.errors import ApiError, Responses, invalid_field, unavailable
 from api.paging import Cursor, Keyset, NextCursor, paged, whole
 from api.schemas import AGENT_ID_PATTERN, ErrorResponse
@@ -125,9 +127,13 @@ def audit_filter(
 
 
 async def _page(
-    request: Request, response: Response, f: audit.AuditFilter, limit: int, cursor: str | None
+    request: Request,
+    response: Response,
+    sessions: async_sessionmaker,
+    f: audit.AuditFilter,
+    limit: int,
+    cursor: str | None,
 ) -> dict[str, Any]:
-    sessions = request.app.state.services.sessions
     after = PAGES.decode(cursor)
     try:
         rows = await audit.query(sessions, f, after, limit + 1)
@@ -151,12 +157,13 @@ Limit = Annotated[int, Query(ge=1, le=1000, description="At most this many event
 async def audit_events(
     request: Request,
     response: Response,
+    sessions: SessionsDep,
     f: audit.AuditFilter = Depends(audit_filter),
     limit: Limit = 100,
     cursor: Cursor = None,
 ) -> dict[str, Any]:
     """The world's audit events matching every filter given, in journal order (operators)."""
-    return await _page(request, response, f, limit, cursor)
+    return await _page(request, response, sessions, f, limit, cursor)
 
 
 @router.get(
@@ -169,14 +176,14 @@ async def audit_events(
     },
     dependencies=[Depends(require_operator)],
 )
-async def audit_export(request: Request, f: audit.AuditFilter = Depends(audit_filter)) -> StreamingResponse:
+async def audit_export(services: ServicesDep, f: audit.AuditFilter = Depends(audit_filter)) -> StreamingResponse:
     """Every event matching the filter as NDJSON, one per line in journal order, then one last
     line ``{"manifest": {...}, "receipt": {...}}``: the filter, the first and last sequence numbers,
     the count, the sha256 of the event lines and the journal position (sequence number and header
     hash) the projection had reached, signed as an ``audit.export`` receipt by the worker
     (``receipt`` null if it could not be signed). `genesis audit verify FILE` checks it all
     offline. At most 100,000 events: narrow the filter for more."""
-    sessions = request.app.state.services.sessions
+    sessions = services.sessions
     try:
         projected, head = await audit.position(sessions)
         first_rows = await audit.query(sessions, f, None, 1000)
@@ -210,16 +217,15 @@ async def audit_export(request: Request, f: audit.AuditFilter = Depends(audit_fi
             "projected_seq": projected,
             "chain_head": head.hex(),
         }
-        last_line: dict[str, Any] = {"manifest": manifest, "receipt": await _signed(request, manifest)}
+        last_line: dict[str, Any] = {"manifest": manifest, "receipt": await _signed(services, manifest)}
         yield json.dumps(last_line, separators=(",", ":"), sort_keys=True).encode() + b"\n"
 
     return StreamingResponse(lines(), media_type="application/x-ndjson")
 
 
-async def _signed(request: Request, manifest: dict[str, Any]) -> dict[str, Any] | None:
+async def _signed(services: Services, manifest: dict[str, Any]) -> dict[str, Any] | None:
     """The manifest's signed ``audit.export`` receipt, from the worker (AuditManifestWorkflow: the
     API holds no private key); None if it could not be had (the export says so by its absence)."""
-    services = request.app.state.services
     digest = hashlib.sha256(canonical.encode(manifest)).hexdigest()
     try:
         client = await services.temporal()
@@ -262,6 +268,7 @@ async def agent_timeline(
     agent_id: AgentPath,
     request: Request,
     response: Response,
+    services: ServicesDep,
     limit: Limit = 100,
     cursor: Cursor = None,
     operator_key: str | None = Depends(OPERATOR_KEY),
@@ -270,9 +277,8 @@ async def agent_timeline(
     """One agent's history in the world, from the journal: its trait versions going live and
     leaving (rolled back, quarantined, replaced), the rollbacks of the world its mutations caused,
     and the receipts of its mutations' stages. An agent reads its own; operators read any."""
-    services = request.app.state.services
     if await operator_of(services, operator_key) is None and not (services.settings.auth == "open" and not api_key):
         agent = await authenticate(services, api_key)
         if agent.agent_id != agent_id:
             raise ApiError(403, "FORBIDDEN", "an agent reads its own timeline only (operators read any)")
-    return await _page(request, response, audit.AuditFilter(agent_id=agent_id), limit, cursor)
+    return await _page(request, response, services.sessions, audit.AuditFilter(agent_id=agent_id), limit, cursor)

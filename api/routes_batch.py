@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from api.admission import accept_proposal
 from api.auth import API_KEY, OPERATOR_KEY, acting_agent, authenticate, operator_of
+from api.deps import ServicesDep
 from api.errors import ApiError, validation_error_body
 from api.metrics import count_proposal
 from api.mutation_records import MUTATION_ERRORS, MUTATION_WRITE_ERRORS
@@ -34,6 +35,7 @@ BATCH_PATH = "/api/mutations/propose/batch"
 async def propose_batch(
     body: BatchProposeRequest,
     request: Request,
+    services: ServicesDep,
     api_key: str | None = Depends(API_KEY),
     operator_key: str | None = Depends(OPERATOR_KEY),
 ) -> JSONResponse:
@@ -44,7 +46,6 @@ async def propose_batch(
     403 another agent's agent_id, 409 reused idempotency_key, 429 a rate limit with
     ``retry_after_sec``, 503). Every item counts against the rate limits as one proposal.
     A missing or invalid ``X-API-Key`` (or an invalid ``X-Operator-Key``) refuses the whole batch (401)."""
-    services = request.app.state.services
     limit = services.settings.batch_max_items
     if len(body.proposals) > limit:
         raise ApiError(

@@ -22,6 +22,7 @@ from temporalio.service import RPCError
 
 from api.admission import check_target, take_check_limit
 from api.auth import API_KEY, OPERATOR_KEY, acting_agent, operator_of
+from api.deps import Services, ServicesDep
 from api.errors import ApiError, unavailable
 from api.metrics import count_check
 from api.mutation_records import MUTATION_WRITE_ERRORS
@@ -62,6 +63,7 @@ UNAVAILABLE = (
 async def check(
     body: CheckRequest,
     request: Request,
+    services: ServicesDep,
     api_key: str | None = Depends(API_KEY),
     operator_key: str | None = Depends(OPERATOR_KEY),
 ) -> CheckResponse:
@@ -73,7 +75,6 @@ async def check(
     your live trait; ``X-Operator-Key`` to check replacing another agent's). Rate limited per
     agent and per client IP per minute, apart from proposals. The answer takes as long as the
     sandbox test (about a second), at most GENESIS_SANDBOX_CHECK_TIMEOUT_S."""
-    services = request.app.state.services
     try:
         operator = await operator_of(services, operator_key)
         agent_id = await acting_agent(services, api_key, body.agent_id)
@@ -88,7 +89,7 @@ async def check(
     return CheckResponse(trait_name=body.trait_name, workflow_id=check_workflow_id(check_id), **result.model_dump())
 
 
-async def _run_check(services, check_id: str, agent_id: str, body: CheckRequest) -> CheckResult:
+async def _run_check(services: Services, check_id: str, agent_id: str, body: CheckRequest) -> CheckResult:
     """Run the CheckWorkflow on the worker and wait for its verdict (503 if none comes in time)."""
     settings = services.settings
     timeout_s = settings.sandbox.check_timeout_s

@@ -6,9 +6,11 @@ from __future__ import annotations
 import logging
 import time
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Response
 from redis.exceptions import RedisError
+from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from api.deps import ServicesDep
 from api.errors import ApiError, unavailable
 from api.schemas import ErrorResponse, MetricsResponse
 from evolution import world_metrics
@@ -34,11 +36,10 @@ async def sandbox_api() -> dict:
     response_model=MetricsResponse,
     responses={503: {"model": ErrorResponse, "description": "No snapshot yet, or Redis unavailable"}},
 )
-async def metrics(request: Request) -> Response:
+async def metrics(services: ServicesDep) -> Response:
     """The world at its latest WorldSnapshot (``ws:snapshot:{tick}``): population, energy, food,
     deaths by cause since the previous snapshot, carriers per trait, and the anomalies the
     Watcher's rules find over the recent snapshots."""
-    services = request.app.state.services
     settings = services.settings
     try:
         heads = await world_metrics.recent_heads(services.redis, settings.engine.snapshot_interval)
@@ -56,7 +57,7 @@ async def metrics(request: Request) -> Response:
         )
     recently = True  # unknown counts as "recently": stagnation is then not reported
     if world_metrics.stagnating(history):
-        recently = await _mutation_applied_since(request, time.time() - world_metrics.STAGNATION_QUIET_S)
+        recently = await _mutation_applied_since(services.sessions, time.time() - world_metrics.STAGNATION_QUIET_S)
     anomalies = world_metrics.detect_anomalies(
         history,
         max_entities=settings.engine.max_population,
@@ -68,6 +69,6 @@ async def metrics(request: Request) -> Response:
     return Response(body, media_type="application/json")
 
 
-async def _mutation_applied_since(request: Request, since: float) -> bool:
+async def _mutation_applied_since(sessions: async_sessionmaker, since: float) -> bool:
     """Whether any mutation went live after ``since`` (True when Postgres cannot tell)."""
-    return await world_metrics.mutation_applied_since(request.app.state.services.sessions, since)
+    return await world_metrics.mutation_applied_since(sessions, since)

@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.auth import OPERATOR_ERRORS, require_operator
+from api.deps import ServicesDep, SessionsDep
 from api.errors import ApiError, Responses, unavailable
 from api.paging import Cursor, Keyset, moment, paged, text
 from api.params import TRIGGER_ID_PATTERN, TriggerIdPath
@@ -48,12 +49,11 @@ PAGES = Keyset("cycles", moment, text(TRIGGER_ID_PATTERN))  # (created_at, trigg
     responses={**ERRORS, **OPERATOR_ERRORS},
     dependencies=[Depends(require_operator)],
 )
-async def force_trigger(request: Request, body: EvolutionTriggerRequest | None = None) -> JSONResponse:
+async def force_trigger(services: ServicesDep, body: EvolutionTriggerRequest | None = None) -> JSONResponse:
     """Force a trigger from the latest WorldSnapshot with the given anomaly type (or the worst
     one the rules detect). Returns the ``trigger_id`` (WorldReport at ``evo:trigger:{id}``, 10
     minutes) and the ``task_id`` published for external agents."""
     body = body or EvolutionTriggerRequest()
-    services = request.app.state.services
     settings = services.settings
     watcher = watching.Watcher(settings, services.redis, services.temporal, services.sessions)
     try:
@@ -110,6 +110,7 @@ async def force_trigger(request: Request, body: EvolutionTriggerRequest | None =
 async def list_cycles(
     request: Request,
     response: Response,
+    sessions: SessionsDep,
     limit: int = Query(default=50, ge=1, le=500),
     status: Literal["running", "succeeded", "failed"] | None = None,
     cursor: Cursor = None,
@@ -117,7 +118,7 @@ async def list_cycles(
     """The newest evolution cycles first: stage, plan, code, mutation, LLM tokens and estimated cost, error."""
     after = PAGES.decode(cursor)
     try:
-        rows = await cycles.list_cycles(request.app.state.services.sessions, limit + 1, status, after)
+        rows = await cycles.list_cycles(sessions, limit + 1, status, after)
     except (SQLAlchemyError, OSError) as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
     rows, next_cursor = PAGES.page(request, response, rows, limit, lambda row: (row.created_at, row.trigger_id))
@@ -129,9 +130,9 @@ async def list_cycles(
     response_model=CycleResponse,
     responses={404: {"model": ErrorResponse, "description": "No cycle with that trigger id"}, 503: ERRORS[503]},
 )
-async def get_cycle(trigger_id: TriggerIdPath, request: Request) -> dict:
+async def get_cycle(trigger_id: TriggerIdPath, sessions: SessionsDep) -> dict:
     try:
-        found = await cycles.get_cycle(request.app.state.services.sessions, trigger_id)
+        found = await cycles.get_cycle(sessions, trigger_id)
     except (SQLAlchemyError, OSError) as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
     if found is None:

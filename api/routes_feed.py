@@ -11,12 +11,12 @@ import redis.asyncio as aioredis
 from fastapi import APIRouter, Query, Request, Response, WebSocket
 from redis.exceptions import RedisError
 
+from api.deps import FeedHubDep, RedisDep
 from api.errors import invalid_field, unavailable
 from api.fanout import Subscriber, pump
 from api.paging import Cursor, Keyset, paged
 from api.schemas import ErrorResponse
 from api.schemas_evolution import FeedResponse
-from api.stream_hubs import FeedHub
 from evolution import feed
 
 router = APIRouter(tags=["evolution"])
@@ -51,6 +51,7 @@ PAGES = Keyset("feed", _stream_id)  # (stream id,), oldest first
 async def read_feed(
     request: Request,
     response: Response,
+    redis: RedisDep,
     after: str | None = Query(
         default=None, description="Stream id: messages after it (0-0: from the oldest); without it: the newest"
     ),
@@ -71,9 +72,9 @@ async def read_feed(
         (after,) = PAGES.decode(cursor) or (None,)
     try:
         if after is None:
-            messages, next_cursor = await feed.read(request.app.state.services.redis, None, limit), None
+            messages, next_cursor = await feed.read(redis, None, limit), None
         else:
-            rows = await feed.read(request.app.state.services.redis, after, limit + 1)
+            rows = await feed.read(redis, after, limit + 1)
             messages, next_cursor = PAGES.page(
                 request, response, rows, limit, lambda m: (m["id"],), replaces=("after",)
             )
@@ -83,10 +84,9 @@ async def read_feed(
 
 
 @router.websocket("/ws/feed")
-async def follow_feed(websocket: WebSocket, after: str | None = None) -> None:
+async def follow_feed(websocket: WebSocket, redis: RedisDep, hub: FeedHubDep, after: str | None = None) -> None:
     """One feed message per text frame, as ``GET /api/feed`` serves them. ``?after=<id>``
     replays the messages after that id first; without it only new messages are sent."""
-    redis = websocket.app.state.services.redis
     try:
         after = _check_after(after)
     except ValueError as exc:
@@ -94,7 +94,6 @@ async def follow_feed(websocket: WebSocket, after: str | None = None) -> None:
         await websocket.send_text(json.dumps({"error": "VALIDATION_ERROR", "detail": f"query.after: {exc}"}))
         await websocket.close(code=CLOSE_POLICY_VIOLATION, reason="VALIDATION_ERROR")
         return
-    hub: FeedHub = websocket.app.state.feed
     subscriber = hub.subscribe()  # before the replay: nothing published meanwhile is missed
     try:
         await websocket.accept()

@@ -16,6 +16,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.auth import API_KEY, OPERATOR_ERRORS, OPERATOR_KEY, authenticate, operator_of, require_operator
+from api.deps import Services, ServicesDep
 from api.errors import ApiError, Responses, invalid_field, unavailable
 from api.moments import maybe_unix, unix
 from api.paging import Cursor, Keyset, paged, whole
@@ -55,10 +56,9 @@ def _db_down(exc: SQLAlchemyError | OSError) -> ApiError:
 
 
 @router.get("/v1/manifest", response_model=ManifestResponse, responses=ERRORS)
-async def current_manifest(request: Request) -> ManifestResponse:
+async def current_manifest(services: ServicesDep) -> ManifestResponse:
     """The world's rules in force: parameters set by governance, the policy, the capabilities a new
     agent gets, which mutations wait for approval, snapshot retention, round length."""
-    services = request.app.state.services
     try:
         async with services.database.begin() as conn:
             now = await manifests.current(conn, services.settings)
@@ -68,9 +68,8 @@ async def current_manifest(request: Request) -> ManifestResponse:
 
 
 @router.get("/v1/manifest/history", response_model=ManifestHistoryResponse, responses=ERRORS)
-async def manifest_history(request: Request, limit: int = Query(50, ge=1, le=500)) -> ManifestHistoryResponse:
+async def manifest_history(services: ServicesDep, limit: int = Query(50, ge=1, le=500)) -> ManifestHistoryResponse:
     """Versions of the manifest, newest first, with what put each in force."""
-    services = request.app.state.services
     try:
         async with services.database.begin() as conn:
             await manifests.current(conn, services.settings)  # version 1 exists from the first read on
@@ -94,7 +93,7 @@ async def _known_agent(conn, agent_id: str) -> None:
         raise ApiError(404, "AGENT_NOT_FOUND", f"no registered agent {agent_id}")
 
 
-async def _capabilities(services, agent_id: str) -> CapabilitiesResponse:
+async def _capabilities(services: Services, agent_id: str) -> CapabilitiesResponse:
     now = datetime.now(UTC)
     async with services.database.begin() as conn:
         await _known_agent(conn, agent_id)
@@ -122,12 +121,11 @@ async def _capabilities(services, agent_id: str) -> CapabilitiesResponse:
 )
 async def list_capabilities(
     agent_id: AgentIdPath,
-    request: Request,
+    services: ServicesDep,
     api_key: str | None = Depends(API_KEY),
     operator_key: str | None = Depends(OPERATOR_KEY),
 ) -> CapabilitiesResponse:
     """An agent's capability grants: for the agent itself (its X-API-Key) or an operator."""
-    services = request.app.state.services
     operator = await operator_of(services, operator_key)
     if operator is None and services.settings.auth != "open":
         agent = await authenticate(services, api_key)
@@ -148,11 +146,10 @@ async def list_capabilities(
 async def grant_capabilities(
     agent_id: AgentIdPath,
     body: GrantRequest,
-    request: Request,
+    services: ServicesDep,
     operator: Operator | None = Depends(require_operator),
 ) -> CapabilitiesResponse:
     """Grant an agent capabilities (operators only), each until ``ttl_sec`` or revoked."""
-    services = request.app.state.services
     try:
         async with services.database.begin() as conn:
             await _known_agent(conn, agent_id)
@@ -170,12 +167,11 @@ async def grant_capabilities(
 async def revoke_capability(
     agent_id: AgentIdPath,
     capability: Capability,
-    request: Request,
+    services: ServicesDep,
     operator: Operator | None = Depends(require_operator),
 ) -> RevokeResponse:
     """Revoke an agent's live grants of one capability (operators only); its next gated request
     of that kind is denied."""
-    services = request.app.state.services
     try:
         async with services.database.begin() as conn:
             await _known_agent(conn, agent_id)
@@ -187,12 +183,11 @@ async def revoke_capability(
 
 @router.post("/v1/policy/simulate", response_model=DecisionResponse, responses={**ERRORS, **OPERATOR_ERRORS})
 async def simulate(
-    body: SimulateRequest, request: Request, operator: Operator | None = Depends(require_operator)
+    body: SimulateRequest, services: ServicesDep, operator: Operator | None = Depends(require_operator)
 ) -> DecisionResponse:
     """What the policy would decide for a request, with the manifest in force or a candidate one,
     and the agent's live grants or assumed ones (operators only). Nothing is recorded: a
     simulation is not a decision."""
-    services = request.app.state.services
     try:
         async with services.database.begin() as conn:
             now = await manifests.current(conn, services.settings)
@@ -216,6 +211,7 @@ async def simulate(
 async def list_decisions(
     request: Request,
     response: Response,
+    services: ServicesDep,
     subject: str | None = Query(None, max_length=128, description="Only decisions about this agent (or operator)"),
     action: str | None = Query(None, max_length=40),
     decision: str | None = Query(None, pattern="^(allow|deny)$"),
@@ -224,7 +220,6 @@ async def list_decisions(
     operator: Operator | None = Depends(require_operator),
 ) -> DecisionListResponse:
     """The policy gate's decisions, newest first (operators only)."""
-    services = request.app.state.services
     after = DECISIONS.decode(cursor)
     statement = select(PolicyDecisionRow).order_by(PolicyDecisionRow.seq.desc()).limit(limit + 1)
     for column, value in (

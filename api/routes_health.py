@@ -7,12 +7,13 @@ import asyncio
 import logging
 import time
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 
+from api.deps import ServicesDep
 from genesis.db.schema import MIGRATE_COMMAND, read_schema_state
 
 log = logging.getLogger("genesis.api")
@@ -61,10 +62,9 @@ async def _timed(name: str, check) -> dict:
 
 @root_router.get("/health", responses={503: {"description": "A dependency is down (the same body, status degraded)"}})
 @router.get("/health", responses={503: {"description": "A dependency is down (the same body, status degraded)"}})
-async def health(request: Request) -> JSONResponse:
+async def health(services: ServicesDep) -> JSONResponse:
     """Each dependency's ``status`` (ok or down) and ``latency_ms``; a down one's ``error`` says
     only the kind of failure (the API's log has the exception)."""
-    services = request.app.state.services
 
     async def postgres():
         async with services.database.connect() as connection:

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 from redis.exceptions import RedisError
 
 from api.auth import OPERATOR_ERRORS, require_operator
+from api.deps import ServicesDep
 from api.errors import ApiError, unavailable
 from api.schemas import ErrorResponse
 from api.schemas_world_journal import JournalStatus
@@ -27,10 +28,9 @@ router = APIRouter(prefix="/v1/journal", tags=["world journal"])
         503: {"model": ErrorResponse, "description": "JOURNAL_STATUS_UNAVAILABLE or REDIS_UNAVAILABLE"},
     },
 )
-async def journal_status(request: Request, _: Operator | None = Depends(require_operator)) -> dict:
+async def journal_status(services: ServicesDep, _: Operator | None = Depends(require_operator)) -> dict:
     """Disk use of the journal's segments and snapshots, the archive's state, the oldest tick a
     replay can start from, the disk's free space, and the retention policy the engine applies."""
-    services = request.app.state.services
     if not services.settings.journal.enabled:
         raise ApiError(
             409, "JOURNAL_OFF", "the journal is off (GENESIS_JOURNAL_ENABLED=false): nothing is recorded or retained"

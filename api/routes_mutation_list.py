@@ -11,6 +11,7 @@ from pydantic import BaseModel
 from sqlalchemy import select, tuple_
 
 from api.auth import Reader, reader
+from api.deps import SessionsDep
 from api.mutation_records import status_response
 from api.paging import Cursor, Keyset, NextCursor, moment, paged, text
 from api.schemas import AGENT_ID_PATTERN, ErrorResponse, MutationStatusResponse
@@ -46,6 +47,7 @@ class MutationListResponse(BaseModel):
 async def list_mutations(
     request: Request,
     response: Response,
+    sessions: SessionsDep,
     status: MutationStatus | None = Query(None, description="only mutations in this status"),
     agent_id: str | None = Query(None, pattern=AGENT_ID_PATTERN.pattern, description="only this agent's mutations"),
     limit: int = Query(50, ge=1, le=MAX_LIMIT, description=f"how many (1..{MAX_LIMIT}), newest first"),
@@ -65,7 +67,7 @@ async def list_mutations(
         query = query.where(Mutation.agent_id == agent_id)
     if trait_name is not None:
         query = query.where(Mutation.trait_name == trait_name)
-    async with request.app.state.services.sessions() as session:
+    async with sessions() as session:
         records, next_cursor = PAGES.page(
             request, response, (await session.scalars(query)).all(), limit, lambda r: (r.created_at, r.mutation_id)
         )

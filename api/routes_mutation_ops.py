@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 from datetime import UTC, datetime
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 from fastapi.responses import JSONResponse
 from sqlalchemy import update
 from temporalio.client import WorkflowExecutionStatus
@@ -21,6 +21,7 @@ from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import API_KEY, OPERATOR_KEY
+from api.deps import ServicesDep
 from api.errors import ApiError, unavailable
 from api.mutation_records import MUTATION_WRITE_ERRORS, load_own_mutation
 from api.params import MutationIdPath
@@ -61,7 +62,7 @@ REVIVAL_WAIT_S = 20.0  # under the CLI's 30 s: a slow revival is answered, not t
 )
 async def retry(
     mutation_id: MutationIdPath,
-    request: Request,
+    services: ServicesDep,
     api_key: str | None = Depends(API_KEY),
     operator_key: str | None = Depends(OPERATOR_KEY),
 ) -> JSONResponse:
@@ -69,8 +70,7 @@ async def retry(
     Canceled, or never started / vanished while the record is not final): a fresh run of its
     MutationWorkflow under the same workflow id. Needs the ``X-API-Key`` of the agent that
     proposed it or an ``X-Operator-Key`` (unless GENESIS_AUTH=open)."""
-    services = request.app.state.services
-    record = (await load_own_mutation(request, mutation_id, api_key, operator_key, "retry it")).record
+    record = (await load_own_mutation(services, mutation_id, api_key, operator_key, "retry it")).record
     if record.status in NOT_RETRYABLE:
         reason = NOT_RETRYABLE[record.status].format(code=record.failure_reason_code, id=mutation_id)
         raise ApiError(409, "NOT_RETRYABLE", f"mutation {mutation_id} is {record.status}: {reason}")
@@ -158,7 +158,7 @@ async def retry(
 )
 async def revive(
     mutation_id: MutationIdPath,
-    request: Request,
+    services: ServicesDep,
     api_key: str | None = Depends(API_KEY),
     operator_key: str | None = Depends(OPERATOR_KEY),
 ) -> JSONResponse:
@@ -166,8 +166,7 @@ async def revive(
     again, and the engine's ledger measures it afresh. A full live set makes room as an activation
     does. Needs the ``X-API-Key`` of the agent that proposed it or an ``X-Operator-Key`` (unless
     GENESIS_AUTH=open)."""
-    services = request.app.state.services
-    allowed = await load_own_mutation(request, mutation_id, api_key, operator_key, "revive it")
+    allowed = await load_own_mutation(services, mutation_id, api_key, operator_key, "revive it")
     record = allowed.record
     if record.status != MutationStatus.extinct.value:
         raise ApiError(

@@ -10,6 +10,7 @@ from temporalio.service import RPCError
 
 from api.admission import accept_proposal
 from api.auth import API_KEY, OPERATOR_KEY, Reader, acting_agent, operator_of, reader
+from api.deps import Services, ServicesDep
 from api.errors import ApiError, unavailable
 from api.metrics import count_proposal
 from api.mutation_records import (
@@ -58,6 +59,7 @@ CONFLICTS = (
 async def propose(
     body: ProposeRequest,
     request: Request,
+    services: ServicesDep,
     idempotency_key: str | None = Header(
         default=None, max_length=128, description="Retry-safe: same key, same mutation"
     ),
@@ -71,7 +73,6 @@ async def propose(
     (active mutations, proposals per hour) and per client IP (proposals per minute). A live
     trait is replaced only by the agent that made its live version; an ``X-Operator-Key`` beside
     the agent's key allows replacing anyone's."""
-    services = request.app.state.services
     try:
         operator = await operator_of(services, operator_key)
         agent_id = await acting_agent(services, api_key, body.agent_id)
@@ -92,23 +93,23 @@ async def propose(
 
 @router.get("/{mutation_id}/status", response_model=MutationStatusResponse, responses=MUTATION_ERRORS)
 async def status(
-    mutation_id: MutationIdPath, request: Request, who: Reader = Depends(reader)
+    mutation_id: MutationIdPath, services: ServicesDep, who: Reader = Depends(reader)
 ) -> MutationStatusResponse:
     """Where a mutation is in its pipeline, with the validation log a person can act on
     (``notify_url`` only for its agent's key or an operator's)."""
-    record, quarantine = await load_with_quarantine(request, mutation_id)
+    record, quarantine = await load_with_quarantine(services, mutation_id)
     return status_response(record, quarantine, private=who.sees_private_of(record.agent_id))
 
 
 @router.get("/{mutation_id}/effects", response_model=EffectsResponse, responses=MUTATION_ERRORS)
-async def effects(mutation_id: MutationIdPath, request: Request) -> EffectsResponse:
+async def effects(mutation_id: MutationIdPath, services: ServicesDep) -> EffectsResponse:
     """What the mutation did to the world over its observation window (``observed: false`` until then)."""
-    record = await load_mutation(request, mutation_id)
+    record = await load_mutation(services, mutation_id)
     return EffectsResponse(
         mutation_id=record.mutation_id,
         trait_name=record.trait_name,
         status=record.status,
-        observation_window_ticks=request.app.state.services.settings.observation.window_ticks,
+        observation_window_ticks=services.settings.observation.window_ticks,
         observed=record.effects is not None or record.verdict_report is not None,
         effects=record.effects,
         verdict_report=record.verdict_report,
@@ -126,7 +127,7 @@ async def effects(mutation_id: MutationIdPath, request: Request) -> EffectsRespo
 )
 async def rollback(
     mutation_id: MutationIdPath,
-    request: Request,
+    services: ServicesDep,
     body: RollbackBody | None = None,
     api_key: str | None = Depends(API_KEY),
     operator_key: str | None = Depends(OPERATOR_KEY),
@@ -134,9 +135,8 @@ async def rollback(
     """Take a trait out of the world (the previous version of the same trait, if any, comes back).
     Needs the ``X-API-Key`` of the agent that proposed it, or of the agent whose version it
     replaced, or an ``X-Operator-Key`` (unless GENESIS_AUTH=open)."""
-    services = request.app.state.services
     allowed = await load_own_mutation(
-        request, mutation_id, api_key, operator_key, "roll it back", replaced_owner_may=True
+        services, mutation_id, api_key, operator_key, "roll it back", replaced_owner_may=True
     )
     record = allowed.record
     reason = body.reason if body else "manual"
@@ -150,7 +150,7 @@ async def rollback(
         raise ApiError(
             409, "NOT_ROLLBACKABLE", f"mutation {mutation_id} is extinct: it is not live, there is nothing to roll back"
         )
-    note = await _not_live_note(request, record)  # read before the rollback changes the version's status
+    note = await _not_live_note(services, record)  # read before the rollback changes the version's status
     client = await services.temporal()
     try:  # a kept mutation's workflow has ended: a RollbackWorkflow does it (pipeline/rollbacks.py)
         await request_rollback(client, services.settings, record, reason)
@@ -165,10 +165,10 @@ async def rollback(
     )
 
 
-async def _not_live_note(request: Request, record: Mutation) -> str:
+async def _not_live_note(services: Services, record: Mutation) -> str:
     """For a version that another one has replaced: its rollback changes nothing in the world, say
     so and name the live one (whose rollback is what brings this version back)."""
-    async with request.app.state.services.sessions() as session:
+    async with services.sessions() as session:
         mine = await session.scalar(select(TraitVersion.status).where(TraitVersion.mutation_id == record.mutation_id))
         if mine != "superseded":
             return ""

@@ -19,6 +19,7 @@ from temporalio.service import RPCError
 
 from api import admission, gate
 from api.auth import API_KEY, OPERATOR_ERRORS, OPERATOR_KEY, authenticate, operator_of, require_operator
+from api.deps import Services, ServicesDep
 from api.errors import ApiError, Responses, unavailable
 from api.moments import unix
 from api.paging import Cursor, Keyset, paged, whole
@@ -105,14 +106,13 @@ def _shown(row: Any, base: dict[str, Any] | None = None) -> ProposalResponse:
 )
 async def propose(
     body: ProposalRequest,
-    request: Request,
+    services: ServicesDep,
     api_key: str | None = Depends(API_KEY),
     operator_key: str | None = Depends(OPERATOR_KEY),
 ) -> JSONResponse:
     """Propose a change of the world's rules: a patch of the manifest in force. Agents need the
     ``rules.propose`` capability; operators may too. It is shadowed (a counterfactual run of the
     world with the candidate rules, beside the baseline) and waits for an operator's approval."""
-    services = request.app.state.services
     operator = await operator_of(services, operator_key)
     if operator is not None:
         role, author = "operator", operator.label
@@ -193,12 +193,12 @@ async def propose(
 async def list_proposals(
     request: Request,
     response: Response,
+    services: ServicesDep,
     status: str | None = Query(None, pattern="^(" + "|".join(lifecycle.STATES) + ")$"),
     limit: int = Query(20, ge=1, le=200),
     cursor: Cursor = None,
 ) -> ProposalListResponse:
     """Proposals, newest first (public: what the world's rules may become, and why)."""
-    services = request.app.state.services
     after = PAGES.decode(cursor)
     try:
         async with services.database.connect() as conn:
@@ -209,7 +209,7 @@ async def list_proposals(
     return ProposalListResponse(proposals=[_shown(r) for r in page], next_cursor=next_cursor)
 
 
-async def _load(services, proposal_id: str) -> Any:
+async def _load(services: Services, proposal_id: str) -> Any:
     try:
         async with services.database.connect() as conn:
             row = await proposals.get(conn, proposal_id)
@@ -221,17 +221,16 @@ async def _load(services, proposal_id: str) -> Any:
 
 
 @router.get("/proposals/{proposal_id}", response_model=ProposalResponse, responses=ERRORS)
-async def get_proposal(proposal_id: ProposalIdPath, request: Request) -> ProposalResponse:
+async def get_proposal(proposal_id: ProposalIdPath, services: ServicesDep) -> ProposalResponse:
     """A proposal: its patch and the diff it makes, its shadow report and the report's hash (what
     an approval names), the decision and what it applied."""
-    services = request.app.state.services
     row = await _load(services, proposal_id)
     async with services.database.connect() as conn:
         base = await manifests.document_of(conn, row.base_version)
     return _shown(row, base)
 
 
-async def _signal(services, row: Any, decision: GovernanceDecision) -> None:
+async def _signal(services: Services, row: Any, decision: GovernanceDecision) -> None:
     client = await services.temporal()
     try:
         await client.get_workflow_handle(row.workflow_id).signal(GOVERNANCE_DECIDE_SIGNAL, decision)
@@ -252,12 +251,11 @@ async def _signal(services, row: Any, decision: GovernanceDecision) -> None:
 async def approve(
     proposal_id: ProposalIdPath,
     body: ApproveRequest,
-    request: Request,
+    services: ServicesDep,
     operator: Operator | None = Depends(require_operator),
 ) -> JSONResponse:
     """Approve a proposal's shadow report (operators only): name the ``report_hash`` you read.
     The workflow then applies the candidate, unless the manifest moved meanwhile."""
-    services = request.app.state.services
     row = await _load(services, proposal_id)
     by = await gate.operator_decides(services, operator, "rules.approve", f"proposal:{proposal_id}")
     if row.status != lifecycle.AWAITING_APPROVAL:
@@ -280,11 +278,10 @@ async def approve(
 async def reject(
     proposal_id: ProposalIdPath,
     body: RejectRequest,
-    request: Request,
+    services: ServicesDep,
     operator: Operator | None = Depends(require_operator),
 ) -> JSONResponse:
     """Reject a proposal (operators only), with a reason."""
-    services = request.app.state.services
     row = await _load(services, proposal_id)
     if row.status not in (lifecycle.PROPOSED, lifecycle.SHADOWING, lifecycle.AWAITING_APPROVAL):
         raise ApiError(409, "NOT_AWAITING_APPROVAL", f"the proposal is {row.status}: it is decided already")

@@ -22,6 +22,7 @@ from sqlalchemy import or_, select
 from sqlalchemy.exc import SQLAlchemyError
 
 from api.auth import API_KEY, OPERATOR_KEY, authenticate, operator_of
+from api.deps import ServicesDep, SessionsDep
 from api.errors import ApiError, Responses, invalid_field, unavailable
 from api.paging import Cursor, Keyset, NextCursor, paged, whole
 from api.params import ReceiptIdPath
@@ -171,13 +172,12 @@ class Reader:
 
 
 async def reader(
-    request: Request,
+    services: ServicesDep,
     operator_key: str | None = Depends(OPERATOR_KEY),
     api_key: str | None = Depends(API_KEY),
 ) -> Reader:
     """An operator reads every receipt, an agent its own; without a key, mutation stages only
     (every receipt in GENESIS_AUTH=open). A key that is sent must be valid (401 otherwise)."""
-    services = request.app.state.services
     if await operator_of(services, operator_key) is not None:
         return Reader(everything=True)
     if api_key:
@@ -208,12 +208,14 @@ def _optional(name: str, pattern, form: str):
         404: {"model": ErrorResponse, "description": "RECEIPT_NOT_FOUND: no receipt with that id"},
     },
 )
-async def get_receipt(receipt_id: ReceiptIdPath, request: Request, caller: Reader = Depends(reader)) -> dict[str, Any]:
+async def get_receipt(
+    receipt_id: ReceiptIdPath, sessions: SessionsDep, caller: Reader = Depends(reader)
+) -> dict[str, Any]:
     """One signed receipt, with its exact canonical bytes (``cbor``) to verify offline. Mutation
     stages are public; receipts of the world and of audit exports are read by the agent they
     concern and operators."""
     try:
-        async with request.app.state.services.sessions() as session:
+        async with sessions() as session:
             row = await session.get(ReceiptRow, receipt_id)
     except SQLAlchemyError as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc, "reading the receipt") from exc
@@ -237,6 +239,7 @@ async def get_receipt(receipt_id: ReceiptIdPath, request: Request, caller: Reade
 async def list_receipts(
     request: Request,
     response: Response,
+    sessions: SessionsDep,
     mutation_id: Annotated[
         str | None,
         Query(description="Receipts of this mutation"),
@@ -275,7 +278,7 @@ async def list_receipts(
         conditions.append(ReceiptRow.seq > after[0])
     statement = select(ReceiptRow).where(*conditions).order_by(ReceiptRow.seq).limit(limit + 1)
     try:
-        async with request.app.state.services.sessions() as session:
+        async with sessions() as session:
             rows = (await session.scalars(statement)).all()
             head = await receipts.head(session)  # after the rows: it names their newest, or a newer one
     except SQLAlchemyError as exc:
@@ -289,12 +292,12 @@ async def list_receipts(
 
 
 @router.get("/v1/keys", response_model=KeyList, responses=ERRORS)
-async def list_keys(request: Request) -> dict[str, Any]:
+async def list_keys(sessions: SessionsDep) -> dict[str, Any]:
     """The public keys that verify receipts, old ones included (a rotated key still verifies what
     it signed). Each key id is the hash of its key, so a saved answer checks itself. Save it to
     verify offline later: ``genesis verify FILE --keys KEYS``."""
     try:
-        async with request.app.state.services.sessions() as session:
+        async with sessions() as session:
             keys = await receipts.public_keys(session)
     except SQLAlchemyError as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc, "reading the keys") from exc

@@ -11,13 +11,14 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path
 from fastapi.responses import JSONResponse
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from api import gate
 from api.auth import API_KEY, authenticate
+from api.deps import Services, ServicesDep
 from api.errors import ApiError, Responses, unavailable
 from api.moments import iso_utc
 from api.schemas import ErrorResponse
@@ -38,9 +39,8 @@ RoundIdPath = Annotated[int, Path(ge=1, le=2**62)]
     response_model=DeadlineResponse,
     responses={**ERRORS, 404: {"model": ErrorResponse, "description": "NO_ROUND: the engine has opened none"}},
 )
-async def current_deadline(request: Request) -> DeadlineResponse:
+async def current_deadline(services: ServicesDep) -> DeadlineResponse:
     """The round that accepts submissions now, and until when."""
-    services = request.app.state.services
     try:
         async with services.database.connect() as conn:
             row = await rounds.current(conn)
@@ -75,14 +75,15 @@ async def current_deadline(request: Request) -> DeadlineResponse:
         422: {"model": ErrorResponse, "description": "ACTION_INVALID: the gatekeeper refused the code (its log)"},
     },
 )
-async def submit_action(body: ActionRequest, request: Request, api_key: str | None = Depends(API_KEY)) -> JSONResponse:
+async def submit_action(
+    body: ActionRequest, services: ServicesDep, api_key: str | None = Depends(API_KEY)
+) -> JSONResponse:
     """Submit your member's action for the round that is accepting. The code defines
     ``agent_action(engine, member_id)``; it runs once when the round closes, in a sandboxed
     process of its own, against a proxy of your member (``engine.member``, ``engine.neighbours``,
     ``engine.resources``) whose methods record actions: ``move``, ``move_towards``, ``eat``,
     ``share``, ``attack``, ``send_message``. The same ``idempotency_key`` with the same code is
     answered the same; with other code it is a 409."""
-    services = request.app.state.services
     agent = await authenticate(services, api_key)
     checked = validate_action(body.code)
     if not checked.ok:
@@ -159,7 +160,7 @@ async def submit_action(body: ActionRequest, request: Request, api_key: str | No
     return JSONResponse(accepted.model_dump(), status_code=202)
 
 
-async def _member_of(services, agent_id: str) -> int:
+async def _member_of(services: Services, agent_id: str) -> int:
     """The agent's member; one from the pool at its first action (409 when none is free)."""
     async with services.database.begin() as tx:
         member_id = await tx.scalar(select(Agent.member_id).where(Agent.agent_id == agent_id))
@@ -178,7 +179,7 @@ async def _member_of(services, agent_id: str) -> int:
     return member_id
 
 
-async def _seconds_to_next_round(services) -> int:
+async def _seconds_to_next_round(services: Services) -> int:
     try:
         async with services.database.connect() as conn:
             row = await rounds.current(conn)
@@ -194,10 +195,9 @@ async def _seconds_to_next_round(services) -> int:
     response_model=RoundResponse,
     responses={**ERRORS, 404: {"model": ErrorResponse, "description": "ROUND_NOT_FOUND"}},
 )
-async def get_round(round_id: RoundIdPath, request: Request) -> RoundResponse:
+async def get_round(round_id: RoundIdPath, services: ServicesDep) -> RoundResponse:
     """A round and every submission to it: accepted, then applied (each action's outcome) or
     rejected (with its reason); a settled round names its signed receipt."""
-    services = request.app.state.services
     try:
         async with services.database.connect() as conn:
             row, subs = await rounds.round_with_submissions(conn, round_id)

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.responses import JSONResponse
 
 from api.auth import OPERATOR_ERRORS, require_operator
+from api.deps import Services, ServicesDep
 from api.errors import ApiError, Responses
 from api.paging import Cursor, Keyset, paged, text
 from api.params import ScheduleIdPath
@@ -25,13 +26,13 @@ ERRORS: Responses = {
 }
 
 
-def _queue(request: Request) -> str:
+def _queue(services: Services) -> str:
     """Genesis' schedules are the ones starting cycles on this API's task queue (evolution/schedules.py)."""
-    return request.app.state.services.settings.task_queue
+    return services.settings.task_queue
 
 
-async def _call(request: Request, action, *args, **kwargs) -> Any:
-    client = await request.app.state.services.temporal()
+async def _call(services: Services, action, *args, **kwargs) -> Any:
+    client = await services.temporal()
     try:
         return await action(client, *args, **kwargs)
     except schedules.ScheduleNotFound as exc:
@@ -49,11 +50,11 @@ async def _call(request: Request, action, *args, **kwargs) -> Any:
     dependencies=[Depends(require_operator)],
     responses={**ERRORS, **OPERATOR_ERRORS, 409: {"model": ErrorResponse, "description": "The schedule_id is taken"}},
 )
-async def create_schedule(body: ScheduleCreateRequest, request: Request) -> JSONResponse:
+async def create_schedule(body: ScheduleCreateRequest, services: ServicesDep) -> JSONResponse:
     """Create a schedule that starts a periodic improvement cycle every ``interval_sec`` seconds."""
-    settings = request.app.state.services.settings
+    settings = services.settings
     described = await _call(
-        request,
+        services,
         schedules.create,
         settings.task_queue,
         interval_s=body.interval_sec,
@@ -69,19 +70,20 @@ async def create_schedule(body: ScheduleCreateRequest, request: Request) -> JSON
 async def list_schedules(
     request: Request,
     response: Response,
+    services: ServicesDep,
     limit: int = Query(default=100, ge=1, le=500, description="At most this many schedules, by id"),
     cursor: Cursor = None,
 ) -> dict:
     """Genesis' periodic improvement schedules, by id."""
     after = PAGES.decode(cursor)
-    found = await _call(request, schedules.list_all, _queue(request), after[0] if after else None, limit + 1)
+    found = await _call(services, schedules.list_all, _queue(services), after[0] if after else None, limit + 1)
     page, next_cursor = PAGES.page(request, response, found, limit, lambda schedule: (schedule["schedule_id"],))
     return {"schedules": page, "next_cursor": next_cursor}
 
 
 @router.get("/{schedule_id}", response_model=ScheduleResponse, responses=ERRORS)
-async def get_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
-    return await _call(request, schedules.describe, schedule_id, _queue(request))
+async def get_schedule(schedule_id: ScheduleIdPath, services: ServicesDep) -> dict:
+    return await _call(services, schedules.describe, schedule_id, _queue(services))
 
 
 @router.post(
@@ -90,8 +92,8 @@ async def get_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
     responses={**ERRORS, **OPERATOR_ERRORS},
     dependencies=[Depends(require_operator)],
 )
-async def pause_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
-    return await _call(request, schedules.pause, schedule_id, _queue(request))
+async def pause_schedule(schedule_id: ScheduleIdPath, services: ServicesDep) -> dict:
+    return await _call(services, schedules.pause, schedule_id, _queue(services))
 
 
 @router.post(
@@ -100,8 +102,8 @@ async def pause_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
     responses={**ERRORS, **OPERATOR_ERRORS},
     dependencies=[Depends(require_operator)],
 )
-async def resume_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
-    return await _call(request, schedules.resume, schedule_id, _queue(request))
+async def resume_schedule(schedule_id: ScheduleIdPath, services: ServicesDep) -> dict:
+    return await _call(services, schedules.resume, schedule_id, _queue(services))
 
 
 @router.delete(
@@ -110,6 +112,6 @@ async def resume_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict
     responses={**ERRORS, **OPERATOR_ERRORS},
     dependencies=[Depends(require_operator)],
 )
-async def delete_schedule(schedule_id: ScheduleIdPath, request: Request) -> dict:
+async def delete_schedule(schedule_id: ScheduleIdPath, services: ServicesDep) -> dict:
     """Delete the schedule (cycles already running finish); answers its last description."""
-    return await _call(request, schedules.delete, schedule_id, _queue(request))
+    return await _call(services, schedules.delete, schedule_id, _queue(services))

@@ -23,6 +23,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from api.auth import API_KEY, OPERATOR_ERRORS, acting_agent, require_operator
+from api.deps import RedisDep, ServicesDep
 from api.errors import ApiError, Responses, unavailable
 from api.paging import Cursor, Keyset, number, paged, text
 from api.params import TaskIdPath
@@ -93,11 +94,14 @@ def _not_found(task_id: str) -> ApiError:
     summary="List Tasks (the same as GET /api/agents/context/tasks)",
 )
 async def list_tasks(
-    request: Request, response: Response, limit: int = Query(100, ge=1, le=500), cursor: Cursor = None
+    request: Request,
+    response: Response,
+    redis: RedisDep,
+    limit: int = Query(100, ge=1, le=500),
+    cursor: Cursor = None,
 ) -> TasksResponse:
     """Tasks from the Watcher (or an operator) that have not expired, soonest expiry first, each
     with ``ttl_remaining_sec`` and who has claimed it."""
-    redis = request.app.state.services.redis
     try:
         entries = await tasks.queue_entries(redis, limit + 1, PAGES.decode(cursor))
         entries, next_cursor = PAGES.page(request, response, entries, limit, lambda entry: entry)
@@ -115,10 +119,9 @@ async def list_tasks(
     responses={**ERRORS, **OPERATOR_ERRORS},
     dependencies=[Depends(require_operator)],
 )
-async def publish_task(body: TaskCreateRequest, request: Request) -> JSONResponse:
+async def publish_task(body: TaskCreateRequest, services: ServicesDep) -> JSONResponse:
     """Publish a task for external agents (operator endpoint: X-Operator-Key).
     Its TaskWorkflow writes it to Redis within moments and ends it when its TTL runs out."""
-    services = request.app.state.services
     settings = services.settings
     task_id = body.task_id or tasks.new_task_id()
     world_context = body.world_context
@@ -162,7 +165,7 @@ async def publish_task(body: TaskCreateRequest, request: Request) -> JSONRespons
 @router.post("/api/agents/tasks/{task_id}/claim", status_code=201, response_model=ClaimResponse, responses=CLAIM_ERRORS)
 async def claim_task(
     task_id: TaskIdPath,
-    request: Request,
+    services: ServicesDep,
     body: ClaimRequest | None = None,
     api_key: str | None = Depends(API_KEY),
 ) -> JSONResponse:
@@ -171,7 +174,6 @@ async def claim_task(
     propose a mutation for the task (``task_id`` in the proposal) in time; each such proposal
     renews it. 201 for a new claim, 200 if it already was yours, 409 if another agent holds it.
     Needs the agent's ``X-API-Key`` (unless GENESIS_AUTH=open: then ``agent_id`` in the body)."""
-    services = request.app.state.services
     agent_id = await acting_agent(services, api_key, body.agent_id if body else None)
     try:
         outcome = await tasks.claim(services.redis, task_id, agent_id, services.settings.task.claim_lease_s)
@@ -211,13 +213,12 @@ async def claim_task(
 )
 async def resolve_task(
     task_id: TaskIdPath,
-    request: Request,
+    services: ServicesDep,
     body: ResolveRequest | None = None,
     operator: operators.Operator | None = Depends(require_operator),
 ) -> JSONResponse:
     """The problem went away: end the task now, claimed or not (operator endpoint: X-Operator-Key;
     the Watcher signals the workflow itself). Its TaskWorkflow removes it and announces ``TaskClosed``."""
-    services = request.app.state.services
     client = await services.temporal()
     handle: WorkflowHandle = client.get_workflow_handle(task_workflow_id(task_id))
     try:

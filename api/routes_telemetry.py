@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import json
 
-from fastapi import APIRouter, Request, WebSocket
+from fastapi import APIRouter, WebSocket
 
+from api.deps import TelemetryHubDep
 from api.fanout import pump
-from api.telemetry_hub import EVENT_TYPES, TelemetryHub
+from api.telemetry_hub import EVENT_TYPES
 
 router = APIRouter(tags=["telemetry"])
 
@@ -35,13 +36,12 @@ def parse_filter(raw: str | None) -> frozenset[str]:
 
 
 @router.websocket("/api/agents/telemetry")
-async def telemetry(websocket: WebSocket, events: str | None = None) -> None:
+async def telemetry(websocket: WebSocket, hub: TelemetryHubDep, events: str | None = None) -> None:
     """One JSON event per text frame: ``WorldSnapshot``, ``TaskPublished``, ``TaskExpired``,
     ``TaskClosed``, ``MutationActivated``, ``MutationRolledBack``. ``?events=A,B`` limits the
     stream to those types; an invalid filter gets an error frame and close code 1008.
     A client that falls ``GENESIS_TELEMETRY_CLIENT_QUEUE`` events behind is closed with 1013
     (reason ``SLOW_CONSUMER``). Redis outages pause the stream without closing it."""
-    hub: TelemetryHub = websocket.app.state.telemetry
     try:
         wanted = parse_filter(events)
     except ValueError as exc:
@@ -59,7 +59,7 @@ async def telemetry(websocket: WebSocket, events: str | None = None) -> None:
 
 
 @router.get("/api/agents/telemetry/status")
-async def telemetry_status(request: Request) -> dict:
+async def telemetry_status(hub: TelemetryHubDep) -> dict:
     """This API process's telemetry hub: whether its Redis subscription is up, connected
     clients, (re)connects, events forwarded and slow clients closed."""
-    return request.app.state.telemetry.status()
+    return hub.status()

@@ -15,6 +15,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 
 from api import engine_status
+from api.deps import Services, ServicesDep, SessionsDep
 from api.errors import ApiError, Responses, unavailable
 from api.mutation_records import extinct_reason, quarantine_info, replaces_ref, verdict_reason
 from api.paging import Cursor, Keyset, paged, text, whole
@@ -74,9 +75,8 @@ def _ts(value: datetime | None) -> float | None:
     return value.timestamp() if value is not None else None
 
 
-async def _carriers(request: Request) -> tuple[dict[str, int] | None, int | None]:
+async def _carriers(services: Services) -> tuple[dict[str, int] | None, int | None]:
     """Carriers per trait at the latest WorldSnapshot of the engine (None without one)."""
-    services = request.app.state.services
     try:
         latest = await world_metrics.recent_snapshots(services.redis, services.settings.engine.snapshot_interval, 1)
     except (RedisError, OSError) as exc:  # optional information: the traits are still listed
@@ -106,10 +106,10 @@ async def _departed(session) -> list[DepartedTrait]:
     ]
 
 
-async def _ledger(request: Request) -> dict[str, Any]:
+async def _ledger(services: Services) -> dict[str, Any]:
     """The engine's live fitness ledger as it last published it (``ledger:traits``; {} without one)."""
     try:
-        raw = await request.app.state.services.redis.get(keys.LEDGER_TRAITS)
+        raw = await services.redis.get(keys.LEDGER_TRAITS)
         return dict(json.loads(raw)) if raw else {}
     except (RedisError, OSError, ValueError) as exc:  # optional information: the traits are still listed
         log.warning("ledger unavailable: %s", exc)
@@ -123,10 +123,10 @@ def _ledger_info(ledger: dict[str, Any], trait_name: str, mutation_id: str) -> T
     return TraitLedgerInfo.model_validate({**entry, "tick": ledger.get("tick", 0)})
 
 
-async def _running_traits(request: Request) -> set[str] | None:
+async def _running_traits(services: Services) -> set[str] | None:
     """The traits the engine ran at its last report; None when it is not running (or Redis is down)."""
     try:
-        status = await engine_status.read(request.app.state.services.redis)
+        status = await engine_status.read(services.redis)
     except (RedisError, OSError) as exc:  # optional information: the traits are still listed
         log.warning("engine status unavailable: %s", exc)
         return None
@@ -137,6 +137,7 @@ async def _running_traits(request: Request) -> set[str] | None:
 async def list_traits(
     request: Request,
     response: Response,
+    services: ServicesDep,
     limit: int = Query(default=MAX_LIMIT, ge=1, le=MAX_LIMIT, description="At most this many traits, by name"),
     cursor: Cursor = None,
 ) -> TraitsResponse:
@@ -145,7 +146,6 @@ async def list_traits(
     runs it, and its carriers at the latest WorldSnapshot. A version the engine quarantined is not
     live, even before its rollback has run: the first page lists it under ``quarantined``, with
     the reason."""
-    services = request.app.state.services
     query = live.live_versions().limit(limit + 1)
     after = TRAIT_PAGES.decode(cursor)
     if after is not None:
@@ -159,9 +159,9 @@ async def list_traits(
     except (SQLAlchemyError, OSError) as exc:
         raise _db_down(exc) from exc
     rows, next_cursor = TRAIT_PAGES.page(request, response, rows, limit, lambda row: (row[0].trait_name,))
-    carriers, tick = await _carriers(request)
-    running = await _running_traits(request)
-    ledger = await _ledger(request)
+    carriers, tick = await _carriers(services)
+    running = await _running_traits(services)
+    ledger = await _ledger(services)
     return TraitsResponse(
         traits=[
             TraitSummary(
@@ -207,6 +207,7 @@ async def trait_detail(
     trait_name: str,
     request: Request,
     response: Response,
+    services: ServicesDep,
     limit: int = Query(default=100, ge=1, le=MAX_LIMIT, description="At most this many versions, newest first"),
     cursor: Cursor = None,
 ) -> TraitDetailResponse:
@@ -224,7 +225,6 @@ async def trait_detail(
     )
     if older_than is not None:
         versions_query = versions_query.where(TraitVersion.version < older_than[0])
-    services = request.app.state.services
     in_flight = {MutationStatus.queued.value, MutationStatus.validating.value, MutationStatus.sandbox_ok.value}
     in_flight -= {s.value for s in terminal_statuses(services.settings.activate_mutations)}
     try:
@@ -266,7 +266,7 @@ async def trait_detail(
             + (f" ({len(pending)} proposal(s) of it in flight)" if pending else "")
             + "; GET /api/traits lists the live traits",
         )
-    carriers, tick = await _carriers(request)
+    carriers, tick = await _carriers(services)
     live = None
     if active_row is not None and active_row[0].mutation_id not in quarantines:
         row, mutation = active_row
@@ -297,7 +297,7 @@ async def trait_detail(
 @router.get("/{trait_name}/lineage", response_model=TraitLineageResponse, responses=ERRORS)
 async def trait_lineage(
     trait_name: str,
-    request: Request,
+    sessions: SessionsDep,
     depth: int = Query(
         default=lineage.MAX_DEPTH,
         ge=0,
@@ -311,7 +311,7 @@ async def trait_lineage(
     500 versions (``truncated`` says when a bound left ancestors out)."""
     _check_name(trait_name)
     try:
-        async with request.app.state.services.sessions() as session:
+        async with sessions() as session:
             tree = await lineage.family_tree(session, trait_name, depth)
     except (SQLAlchemyError, OSError) as exc:
         raise _db_down(exc) from exc

@@ -7,10 +7,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 from pydantic import BaseModel, Field
+
+from api.deps import SettingsDep
 
 STATIC_DIR = Path(__file__).parent / "static"
 STATIC_PATH = "/viewer"
@@ -35,9 +37,8 @@ async def index() -> FileResponse:
 
 
 @router.get("/api/viewer/config", response_model=ViewerConfig)
-async def viewer_config(request: Request) -> ViewerConfig:
+async def viewer_config(settings: SettingsDep) -> ViewerConfig:
     """What the world viewer at ``/`` needs to know about this deployment."""
-    settings = request.app.state.services.settings
     ui = settings.temporal.ui_url.rstrip("/")
     return ViewerConfig(
         temporal_ui_url=ui,

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
 
 from api.auth import API_KEY, authenticate
+from api.deps import ServicesDep
 from api.schemas import ErrorResponse, WebhookSecretResponse
 from pipeline import webhooks
 
@@ -16,12 +17,11 @@ router = APIRouter(prefix="/v1/agents", tags=["agents"])
     response_model=WebhookSecretResponse,
     responses={401: {"model": ErrorResponse, "description": "Missing or unknown X-API-Key"}},
 )
-async def webhook_secret(request: Request, api_key: str | None = Depends(API_KEY)) -> WebhookSecretResponse:
+async def webhook_secret(services: ServicesDep, api_key: str | None = Depends(API_KEY)) -> WebhookSecretResponse:
     """The secret that signs the webhooks of this agent's proposals (``notify_url``), in Standard
     Webhooks form. Verify ``webhook-signature`` = ``v1,`` + base64 HMAC-SHA256(base64-decoded
     secret after ``whsec_``, ``{webhook-id}.{webhook-timestamp}.{raw body}``), and reject old
     timestamps (e.g. more than 5 minutes away)."""
-    services = request.app.state.services
     agent = await authenticate(services, api_key)
     return WebhookSecretResponse(
         agent_id=agent.agent_id,

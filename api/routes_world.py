@@ -18,16 +18,17 @@ import json
 import logging
 from typing import Any
 
+import redis.asyncio as aioredis
 from fastapi import APIRouter, Path, Query, Request, Response, WebSocket
 from redis.exceptions import RedisError
 from sqlalchemy import func, select
 
 from api import engine_status
+from api.deps import RedisDep, ServicesDep, WorldFramesHubDep
 from api.errors import ApiError, Responses, unavailable
 from api.fanout import pump
 from api.paging import Cursor, Keyset, paged, whole
 from api.schemas import ErrorResponse, HistoryResponse
-from api.stream_hubs import WorldFramesHub
 from api.world_history import read_history
 from genesis import redis_keys as keys
 from genesis.db.models import Mutation
@@ -56,9 +57,9 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-async def _engine_status(request: Request) -> dict[str, str]:
+async def _engine_status(redis: aioredis.Redis) -> dict[str, str]:
     try:
-        status = await engine_status.read(request.app.state.services.redis)
+        status = await engine_status.read(redis)
     except (RedisError, OSError) as exc:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     if not status:
@@ -77,11 +78,11 @@ def _mode(status: dict[str, str]) -> str:
 
 
 @router.get("/api/world/state", responses=NOT_RUNNING)
-async def world_state(request: Request) -> dict:
+async def world_state(redis: RedisDep) -> dict:
     """Tick, population and the parameters of the running world."""
-    status = await _engine_status(request)
+    status = await _engine_status(redis)
     try:
-        params_raw = await request.app.state.services.redis.get(keys.ENGINE_PARAMS)
+        params_raw = await redis.get(keys.ENGINE_PARAMS)
     except (RedisError, OSError) as exc:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     return {
@@ -99,10 +100,10 @@ async def world_state(request: Request) -> dict:
     }
 
 
-async def _published_entities(request: Request) -> list[dict[str, Any]]:
+async def _published_entities(redis: aioredis.Redis) -> list[dict[str, Any]]:
     """The entities of the engine's last status (``engine:entities``), lowest ids first."""
     try:
-        raw = await request.app.state.services.redis.get(keys.ENGINE_ENTITIES)
+        raw = await redis.get(keys.ENGINE_ENTITIES)
     except (RedisError, OSError) as exc:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc) from exc
     return json.loads(raw) if raw else []
@@ -112,14 +113,15 @@ async def _published_entities(request: Request) -> list[dict[str, Any]]:
 async def world_entities(
     request: Request,
     response: Response,
+    redis: RedisDep,
     limit: int = Query(100, ge=1, le=MAX_ENTITIES, description="how many entities (1..500), lowest ids first"),
     cursor: Cursor = None,
 ) -> dict:
     """Entities of the running world (refreshed about once a second), lowest ids first; each
     page is read from the engine's latest report, and a cursor goes on after the last id seen."""
     after = ENTITY_PAGES.decode(cursor)
-    status = await _engine_status(request)
-    entities = await _published_entities(request)
+    status = await _engine_status(redis)
+    entities = await _published_entities(redis)
     if after is not None:
         entities = [entity for entity in entities if entity["id"] > after[0]]
     entities, next_cursor = ENTITY_PAGES.page(request, response, entities, limit, lambda entity: (entity["id"],))
@@ -140,13 +142,13 @@ async def world_entities(
     },
 )
 async def world_entity(
-    request: Request,
+    redis: RedisDep,
     entity_id: int = Path(ge=0, le=2**53, description="The Molbot's id (the first value of its entry in a frame)"),
 ) -> dict:
     """One entity as the engine last published it (about once a second): position, energy, age,
     generation and every trait it carries."""
-    status = await _engine_status(request)
-    entities = await _published_entities(request)
+    status = await _engine_status(redis)
+    entities = await _published_entities(redis)
     entity = next((e for e in entities if e.get("id") == entity_id), None)
     if entity is None:
         raise ApiError(
@@ -168,7 +170,7 @@ async def world_entity(
     },
 )
 async def world_history(
-    request: Request,
+    services: ServicesDep,
     run_id: str | None = Query(
         None,
         pattern=RUN_ID_PATTERN,
@@ -189,19 +191,18 @@ async def world_history(
             422, "VALIDATION_ERROR", message, extra={"errors": [{"field": "query.from_tick", "message": message}]}
         )
     if run_id is None:
-        run_id = (await _engine_status(request)).get("run_id") or ""
-    return await read_history(request.app.state.services, run_id, from_tick, to_tick, limit)
+        run_id = (await _engine_status(services.redis)).get("run_id") or ""
+    return await read_history(services, run_id, from_tick, to_tick, limit)
 
 
 @router.get("/api/stats", responses=NOT_RUNNING)
-async def stats(request: Request) -> dict:
+async def stats(services: ServicesDep) -> dict:
     """The engine's headline numbers. ``live_traits`` are the live traits (the same set as
     ``GET /api/traits`` lists), ``active_traits`` those the engine's trait host ran at its last
     report (they follow the live set within a second or two); ``mutations_applied`` counts the
     mutations activated or kept and not rolled back (a trait's superseded versions too). The
     Postgres figures are null while Postgres is unreachable."""
-    status = await _engine_status(request)
-    services = request.app.state.services
+    status = await _engine_status(services.redis)
     live, applied = None, None
     try:
         async with services.sessions() as session:
@@ -232,13 +233,12 @@ async def stats(request: Request) -> dict:
 
 
 @router.websocket("/ws/world")
-async def world_frames(websocket: WebSocket) -> None:
+async def world_frames(websocket: WebSocket, hub: WorldFramesHubDep) -> None:
     """Relay the engine's viewer frames: ``{"tick", "entities": [[id, x, y, energy, trait|null]],
     "resources": [[x, y]]}`` about 30 times a second, from this process's one subscription
     (api/stream_hubs.py). A slow client gets the newest frame and skips the ones in between; a
     client that takes no frame for a while is closed (1013); a Redis outage pauses the stream
     without closing it."""
-    hub: WorldFramesHub = websocket.app.state.world_frames
     subscriber = hub.subscribe(latest_only=True)
     try:
         await websocket.accept()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Depends, Query
 from fastapi.responses import JSONResponse
 from redis.exceptions import RedisError
 from sqlalchemy import select
@@ -23,6 +23,7 @@ from temporalio.exceptions import ApplicationError, WorkflowAlreadyStartedError
 
 from api import engine_status
 from api.auth import OPERATOR_ERRORS, require_operator
+from api.deps import Services, ServicesDep
 from api.errors import ApiError, Responses, invalid_field, unavailable
 from api.schemas import ErrorResponse
 from genesis.db.models import AuditEventRow
@@ -64,7 +65,7 @@ async def _current_epoch(sessions) -> int:
     return int(epoch or 0)
 
 
-async def _pinned_end(services, from_tick: int, to_tick: int) -> int:
+async def _pinned_end(services: Services, from_tick: int, to_tick: int) -> int:
     """``to_tick``, or the running world's tick if that is earlier (and not before ``from_tick``):
     an open end is pinned when first asked, so the range names one replay however long it runs."""
     try:
@@ -82,7 +83,7 @@ async def _pinned_end(services, from_tick: int, to_tick: int) -> int:
     dependencies=[Depends(require_operator)],
 )
 async def verify_replay(
-    request: Request,
+    services: ServicesDep,
     from_tick: Annotated[int, Query(alias="from", ge=0, le=2**62, description="First world tick to check")],
     to_tick: Annotated[int, Query(alias="to", ge=0, le=2**62, description="Last world tick to check")],
 ) -> Any:
@@ -90,7 +91,6 @@ async def verify_replay(
     or before ``from``, through the live engine's apply path, with no trait host: ``{"equal": true,
     ...}``, or ``equal`` false with ``divergence``: the first divergent record, its tick, and the
     entities and fields that differ (recorded and replayed values)."""
-    services = request.app.state.services
     if to_tick < from_tick:
         raise invalid_field("query.to", f"to ({to_tick}) must be >= from ({from_tick})")
     try:

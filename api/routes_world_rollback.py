@@ -12,12 +12,13 @@ import json
 import secrets
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Request
+from fastapi import APIRouter, Depends, Path
 from fastapi.responses import JSONResponse
 from pydantic import AfterValidator
 from redis.exceptions import RedisError
 
 from api.auth import OPERATOR_ERRORS, require_operator
+from api.deps import RedisDep
 from api.errors import ApiError, Responses, unavailable
 from api.schemas import ErrorResponse
 from api.schemas_world_journal import (
@@ -52,11 +53,11 @@ RollbackIdPath = Annotated[
 
 
 @router.get("/snapshots", response_model=SnapshotListResponse, responses=ERRORS)
-async def list_snapshots(request: Request) -> dict:
+async def list_snapshots(redis: RedisDep) -> dict:
     """The snapshots the engine keeps (the last few, every Nth, and the rollback points of
     mutations under observation), oldest first, as the engine last published them."""
     try:
-        raw = await request.app.state.services.redis.get(keys.ENGINE_SNAPSHOTS)
+        raw = await redis.get(keys.ENGINE_SNAPSHOTS)
     except RedisError as exc:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc, "reading the snapshots") from exc
     return {"snapshots": json.loads(raw) if raw else []}
@@ -70,7 +71,7 @@ async def list_snapshots(request: Request) -> dict:
 )
 async def request_rollback(
     body: WorldRollbackRequest,
-    request: Request,
+    redis: RedisDep,
     operator: Operator | None = Depends(require_operator),
 ) -> JSONResponse:
     """Take the world back to a kept snapshot, as a new epoch of the journal. Returns at once with
@@ -82,7 +83,7 @@ async def request_rollback(
     target = body.target()
     by = operator.label if operator is not None else "open"
     try:
-        await world_rollbacks.request(request.app.state.services.redis, request_id, target, body.reason, by)
+        await world_rollbacks.request(redis, request_id, target, body.reason, by)
     except RedisError as exc:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc, "queueing the rollback") from exc
     url = f"/v1/world/rollbacks/{request_id}"
@@ -96,11 +97,11 @@ async def request_rollback(
     response_model=WorldRollbackStatus,
     responses={**ERRORS, 404: {"model": ErrorResponse, "description": "No such rollback request (or it expired)"}},
 )
-async def rollback_status(request_id: RollbackIdPath, request: Request) -> dict:
+async def rollback_status(request_id: RollbackIdPath, redis: RedisDep) -> dict:
     """A rollback request: ``requested`` until the engine takes it, then ``applied`` (the new epoch,
     from and to ticks, the rollback record's sequence number and state hash) or ``refused``."""
     try:
-        raw = await request.app.state.services.redis.get(keys.world_rollback(request_id))
+        raw = await redis.get(keys.world_rollback(request_id))
     except RedisError as exc:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc, "reading the rollback") from exc
     if raw is None:
