@@ -11,8 +11,7 @@ from fastapi.security import APIKeyHeader
 from sqlalchemy import select
 
 from api.deps import Services, ServicesDep
-from api.errors import ApiError, Responses
-from api.schemas import ErrorResponse
+from api.errors import ApiError, ErrorResponse, Responses
 from genesis.db.models import Agent
 from pipeline import apikeys, operators
 

@@ -16,11 +16,10 @@ from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
-from api.admission import take_gepa_limit
 from api.auth import API_KEY, authenticate
 from api.deps import ServicesDep
-from api.errors import ApiError, Responses
-from api.schemas import ErrorResponse
+from api.errors import ApiError, ErrorResponse, Responses
+from api.mutations.admission import take_gepa_limit
 from genesis import netpolicy
 from genesis.db.models import GepaClient, Program
 from genesis.github_grants import InstallationGrants
