@@ -12,45 +12,45 @@ import redis.asyncio as aioredis
 from fastapi import Depends, FastAPI
 from sqlalchemy.orm import configure_mappers
 
-from api import (
-    admission,
-    routes_agents,
-    routes_approvals,
-    routes_audit,
-    routes_batch,
-    routes_check,
-    routes_context,
-    routes_docs,
-    routes_evolution,
-    routes_feed,
-    routes_governance,
-    routes_health,
-    routes_journal,
-    routes_mutation_list,
-    routes_mutation_ops,
-    routes_mutations,
-    routes_proposals,
-    routes_receipts,
-    routes_rounds,
-    routes_schedules,
-    routes_tasks,
-    routes_telemetry,
-    routes_traits,
-    routes_viewer,
-    routes_webhooks,
-    routes_world,
-    routes_world_replay,
-    routes_world_rollback,
-)
+from api.agents import routes as agents, routes_webhooks as agent_webhooks
+from api.audit import routes as audit, routes_receipts as receipts
 from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
+from api.evolution import (
+    routes as evolution,
+    routes_context as agent_context,
+    routes_feed as feed,
+    routes_schedules as schedules,
+    routes_tasks as tasks,
+)
+from api.governance import routes as governance, routes_proposals as governance_proposals
 from api.metrics import RequestMetrics, router as metrics_router
+from api.mutations import (
+    admission,
+    routes as mutations,
+    routes_approval as mutation_approval,
+    routes_batch as mutation_batch,
+    routes_check as mutation_check,
+    routes_list as mutation_list,
+    routes_ops as mutation_ops,
+)
 from api.request_guard import RequestGuard
+from api.rounds import routes as rounds
+from api.service import routes_docs as reference_docs, routes_health as health
 from api.socket_budget import SocketBudget
 from api.stream_hubs import FeedHub, WorldFramesHub
 from api.strict_requests import check_declared_inputs
 from api.telemetry_hub import TelemetryHub
+from api.traits import routes as traits
+from api.viewer import routes as viewer
 from api.workflow_starter import WorkflowStarter
+from api.world import (
+    routes as world,
+    routes_journal as journal,
+    routes_replay as world_replay,
+    routes_rollback as world_rollback,
+    routes_telemetry as telemetry,
+)
 from genesis import gc_tuning
 from genesis.config import Settings, get_settings
 from genesis.db.schema import log_schema_at_start
@@ -132,7 +132,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI):
         if settings.auth == "open":
             log.warning(OPEN_MODE_WARNING)
-        app.state.services = Services(
+        # api/deps.py hands these to the routes as typed dependencies
+        services = app.state.services = Services(
             settings=settings,
             database=get_engine(settings.database_url),
             sessions=get_sessionmaker(settings.database_url),
@@ -142,7 +143,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         app.state.telemetry = TelemetryHub(
             settings.redis_url,
-            app.state.services.redis,
+            services.redis,
             queue_size=settings.telemetry.client_queue,
             reconnect_max_s=settings.telemetry.reconnect_max_s,
         )
@@ -154,21 +155,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         hubs = (app.state.telemetry, app.state.world_frames, app.state.feed)
         for hub in hubs:
             hub.start()
-        app.state.services.starter = WorkflowStarter(app.state.services)
-        app.state.services.starter.start_sweeping()
+        services.starter = WorkflowStarter(services)
+        services.starter.start_sweeping()
         _build_lazy_state(app)
         await anyio.lowlevel.checkpoint()  # loads anyio's asyncio backend, which Starlette uses to read bodies
         # Last before serving: what start-up built lives as long as the process, and full
         # collections skip it from now on (the freeze's own collection pauses for ~100 ms).
         log.info("start-up heap frozen: %d objects", gc_tuning.freeze_startup_heap())
-        warming = asyncio.create_task(_warm_connections(app.state.services))
+        warming = asyncio.create_task(_warm_connections(services))
         yield
         warming.cancel()
-        await app.state.services.starter.close()
+        await services.starter.close()
         for hub in hubs:
             await hub.close()
-        await app.state.services.redis.aclose()
-        await app.state.services.database.dispose()
+        await services.redis.aclose()
+        await services.database.dispose()
 
     app = FastAPI(
         title="Genesis",
@@ -178,7 +179,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             f"Temporal workflow (validate → sandbox → verdict). Temporal UI: {settings.temporal.ui_url}"
         ),
         lifespan=lifespan,
-        docs_url=None,  # /docs and /redoc from local assets: api/routes_docs.py
+        docs_url=None,  # /docs and /redoc from local assets: api/service/routes_docs.py
         redoc_url=None,
         # Unknown query parameters are a 422, a JSON body without its Content-Type a 415.
         dependencies=[Depends(check_declared_inputs)],
@@ -193,43 +194,43 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         BodySizeLimit,
         max_bytes=MAX_BODY_BYTES,
         per_path={
-            routes_batch.BATCH_PATH: MAX_BODY_BYTES * settings.batch_max_items,
+            mutation_batch.BATCH_PATH: MAX_BODY_BYTES * settings.batch_max_items,
             routes_gepa.EXECUTE_STEP_PATH: settings.gepa.max_body_bytes,
         },
     )
-    app.include_router(routes_mutations.router)
-    app.include_router(routes_batch.router)
-    app.include_router(routes_check.router)
-    app.include_router(routes_agents.router)
-    app.include_router(routes_webhooks.router)
-    app.include_router(routes_context.router)
-    app.include_router(routes_tasks.router)
-    app.include_router(routes_evolution.router)
-    app.include_router(routes_health.router)
-    app.include_router(routes_health.root_router)
-    app.include_router(routes_world.router)
-    app.include_router(routes_world_rollback.router)
-    app.include_router(routes_journal.router)
-    app.include_router(routes_world_replay.router)
-    app.include_router(routes_audit.router)
-    app.include_router(routes_receipts.router)
-    app.include_router(routes_governance.router)
-    app.include_router(routes_rounds.router)
-    app.include_router(routes_proposals.router)
-    app.include_router(routes_approvals.router)
-    app.include_router(routes_telemetry.router)
-    app.include_router(routes_traits.router)
+    app.include_router(mutations.router)
+    app.include_router(mutation_batch.router)
+    app.include_router(mutation_check.router)
+    app.include_router(agents.router)
+    app.include_router(agent_webhooks.router)
+    app.include_router(agent_context.router)
+    app.include_router(tasks.router)
+    app.include_router(evolution.router)
+    app.include_router(health.router)
+    app.include_router(health.root_router)
+    app.include_router(world.router)
+    app.include_router(world_rollback.router)
+    app.include_router(journal.router)
+    app.include_router(world_replay.router)
+    app.include_router(audit.router)
+    app.include_router(receipts.router)
+    app.include_router(governance.router)
+    app.include_router(rounds.router)
+    app.include_router(governance_proposals.router)
+    app.include_router(mutation_approval.router)
+    app.include_router(telemetry.router)
+    app.include_router(traits.router)
     # Evolution cycles (issue 5): the feed and the periodic improvement schedules
-    app.include_router(routes_feed.router)
-    app.include_router(routes_schedules.router)
-    # The mutation list and the world viewer at / (api/static/, no build step).
-    app.include_router(routes_mutation_list.router)
-    routes_viewer.install(app)
-    routes_docs.install(app)
+    app.include_router(feed.router)
+    app.include_router(schedules.router)
+    # The mutation list and the world viewer at / (api/viewer/static/, no build step).
+    app.include_router(mutation_list.router)
+    viewer.install(app)
+    reference_docs.install(app)
     # Prometheus: GET /metrics, and every request counted/timed (outermost: sees 413s too)
     app.include_router(metrics_router)
     app.add_middleware(RequestMetrics)
     # Re-run a mutation whose workflow failed for an infrastructure reason (the CLI's `mutations retry`).
-    app.include_router(routes_mutation_ops.router)
+    app.include_router(mutation_ops.router)
     app.include_router(routes_gepa.router)  # GEPA optimisation steps
     return app

@@ -10,9 +10,8 @@ from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader
 from sqlalchemy import select
 
-from api.deps import Services
-from api.errors import ApiError, Responses
-from api.schemas import ErrorResponse
+from api.deps import Services, ServicesDep
+from api.errors import ApiError, ErrorResponse, Responses
 from genesis.db.models import Agent
 from pipeline import apikeys, operators
 
@@ -126,13 +125,12 @@ class Reader:
 
 
 async def reader(
-    request: Request,
+    services: ServicesDep,
     api_key: str | None = Depends(API_KEY),
     operator_key: str | None = Depends(OPERATOR_KEY),
 ) -> Reader:
     """Dependency of public reads: the reader a key names (401 for a key that is sent and is not
     valid); nobody in particular without one. In GENESIS_AUTH=open everyone reads as an operator."""
-    services: Services = request.app.state.services
     if await operator_of(services, operator_key) is not None or services.settings.auth == "open":
         return Reader(operator=True)
     if api_key:
@@ -142,13 +140,13 @@ async def reader(
 
 async def require_operator(
     request: Request,
+    services: ServicesDep,
     operator_key: str | None = Depends(OPERATOR_KEY),
     api_key: str | None = Depends(API_KEY),
 ) -> operators.Operator | None:
     """Dependency of the operator endpoints, checked before the body: the operator of a valid
     X-Operator-Key. Without one: 401 (403 when only an agent's X-API-Key was sent), unless
     GENESIS_AUTH=open, where anyone may call them (None)."""
-    services: Services = request.app.state.services
     operator = await operator_of(services, operator_key)
     if operator is not None or services.settings.auth == "open":
         return operator

@@ -1,4 +1,5 @@
-"""Every rejection says what was wrong: one error shape ``{"error", "detail"}`` for all 4xx/5xx."""
+"""Every rejection says what was wrong: one error shape ``{"error", "detail"}`` for all 4xx/5xx
+(``ErrorResponse``; a rate limit's 429 adds ``retry_after_sec``: ``RateLimitResponse``)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel, Field
 from redis.exceptions import RedisError
 from sqlalchemy import exc as sa_exc
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -30,6 +32,20 @@ DATABASE_FAILURES = (
     sa_exc.DisconnectionError,
     sa_exc.TimeoutError,
 )
+
+
+class ErrorResponse(BaseModel):
+    error: str
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+
+
+class RateLimitResponse(BaseModel):
+    """429 of open-mutation-api.md; the Retry-After header carries the same number."""
+
+    error: str = Field(examples=["RATE_LIMIT_EXCEEDED"])
+    detail: str = Field(examples=["Too many active mutations for agent_id 'claude-external-1' (limit: 5)"])
+    retry_after_sec: int
 
 
 class ApiError(Exception):
@@ -149,8 +165,6 @@ def document_error_responses(app: FastAPI) -> None:
     ``INVALID_JSON``, 413 ``PAYLOAD_TOO_LARGE`` and 415 ``UNSUPPORTED_MEDIA_TYPE`` wherever a body
     is read, and 422 everywhere (an unknown query parameter), in the ``ErrorResponse`` shape
     (FastAPI documents its own ``HTTPValidationError`` there, which this API never sends)."""
-    from api.schemas import ErrorResponse
-
     generate = app.openapi
     ref = {"$ref": "#/components/schemas/ErrorResponse"}
 

@@ -16,10 +16,10 @@ from temporalio.client import WorkflowFailureError
 from temporalio.common import WorkflowIDConflictPolicy
 from temporalio.service import RPCError
 
-from api.admission import take_gepa_limit
 from api.auth import API_KEY, authenticate
-from api.errors import ApiError, Responses
-from api.schemas import ErrorResponse
+from api.deps import ServicesDep
+from api.errors import ApiError, ErrorResponse, Responses
+from api.mutations.admission import take_gepa_limit
 from genesis import netpolicy
 from genesis.db.models import GepaClient, Program
 from genesis.github_grants import InstallationGrants
@@ -97,11 +97,10 @@ def _invalid(field: str, message: str) -> ApiError:
 
 @router.post("/connect-git", status_code=201, response_model=ConnectGitResponse, responses=ERRORS)
 async def connect_git(
-    body: ConnectGitRequest, request: Request, api_key: str | None = Depends(API_KEY)
+    body: ConnectGitRequest, request: Request, services: ServicesDep, api_key: str | None = Depends(API_KEY)
 ) -> ConnectGitResponse:
     """Register a repository and clone it once (the client's one clone; worktrees branch off it).
     The client belongs to the calling agent: only its X-API-Key can run steps on it."""
-    services = request.app.state.services
     owner = await _caller(services, api_key)
     try:
         url = programs.check_repo_url(
@@ -207,6 +206,7 @@ async def _check_destinations(policy: netpolicy.NetPolicy, url: str, egress_allo
 async def execute_step(
     body: ExecuteStepRequest,
     request: Request,
+    services: ServicesDep,
     api_key: str | None = Depends(API_KEY),
     run_async: bool = Query(False, alias="async", description="answer 202 at once and run in the background"),
 ):
@@ -215,7 +215,6 @@ async def execute_step(
     the client's sandbox container. Synchronous by default: the answer is the step's result
     (``status`` success or failed with ``error``). Idempotent per ``program_id``: a repeated
     request waits for (or returns) the same step; a failed step runs again."""
-    services = request.app.state.services
     settings = services.settings
     if len(body.test_examples) > settings.gepa.max_examples:
         raise _invalid(
@@ -323,7 +322,7 @@ async def _record_program(session, step: StepRequest) -> Program | None:
 
 @router.get("/program/{program_id}", response_model=ProgramResponse, responses=ERRORS)
 async def get_program(
-    request: Request, program_id: str = PathParam(max_length=64), api_key: str | None = Depends(API_KEY)
+    services: ServicesDep, program_id: str = PathParam(max_length=64), api_key: str | None = Depends(API_KEY)
 ) -> ProgramResponse:
     """A program version: status, branch, program.json and, once its step ended, the step's response
     (for the agent that connected its repository)."""
@@ -331,7 +330,6 @@ async def get_program(
         programs.check_program_id(program_id)
     except programs.InvalidId as exc:
         raise _invalid("program_id", str(exc)) from None
-    services = request.app.state.services
     caller = await _caller(services, api_key)
     async with services.sessions() as session:
         row = await session.get(Program, program_id)

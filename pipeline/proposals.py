@@ -11,7 +11,7 @@ from genesis.dto import MutationInput, TraitRef
 def mutation_input(record: Mutation, settings: Settings) -> MutationInput:
     """The workflow input of a recorded mutation (settings as of the start). A modification
     carries the version it replaces; a new trait under GENESIS_TRAIT_EXISTS_POLICY=reject must
-    still be new at activation (api/routes_traits.py checked both at propose time); and who, if
+    still be new at activation (api/mutations/admission.py checked both at propose time); and who, if
     anyone, allowed it to replace another agent's version (activation checks the owner again)."""
     replaces = (
         TraitRef(trait_name=record.replaces_trait, version=record.replaces_version) if record.replaces_trait else None

@@ -12,7 +12,7 @@ from html.parser import HTMLParser
 
 from playwright.async_api import BrowserContext
 
-from api.schemas import EXAMPLE_PROPOSAL
+from api.mutations.schemas import EXAMPLE_PROPOSAL
 
 EXTERNAL_URL = re.compile(r"(https?:)?//")
 SWAGGER_SPEC_URL = re.compile(r"url: '([^']+)'")

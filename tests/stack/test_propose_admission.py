@@ -1,4 +1,4 @@
-"""Propose admits through the process's one SQLAlchemy engine (api/admission.py): when Postgres
+"""Propose admits through the process's one SQLAlchemy engine (api/mutations/admission.py): when Postgres
 cannot be reached, the answer is 503 DATABASE_UNAVAILABLE, nothing is recorded and no quota is
 taken; pooled connections the server closed (as a restart does) are replaced at checkout, with
 no failed proposal and no ping."""

@@ -8,7 +8,7 @@ import pytest
 
 from cli.processes import free_port
 
-# What the viewer's page reads (api/static/*.js), each once.
+# What the viewer's page reads (api/viewer/static/*.js), each once.
 VIEWER_READS = (
     "/api/viewer/config",
     "/api/stats",

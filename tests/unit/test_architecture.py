@@ -1,7 +1,8 @@
 """The import rules of the rooms ([tool.importlinter] in pyproject.toml) hold: the sandbox never
 imports the engine, the engine knows no HTTP, the API and the workflows stay on their side, the
 shared kernel imports no room, the gatekeeper only the kernel and the standard library, nothing
-imports the tests, no route module imports another, and no test module imports another."""
+imports the tests, no route module imports another, the API's shared modules import none of its
+resource packages, and no test module imports another."""
 
 from __future__ import annotations
 
@@ -40,13 +41,26 @@ def test_the_gatekeeper_imports_only_the_kernel_and_the_standard_library():
     assert ("gatekeeper.steps", "ast") in imported  # the graph holds the standard library
 
 
+def _contracts() -> list[dict]:
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+
+
 def test_the_route_independence_contract_names_every_route_module():
     """A route module added later is covered by the independence contract only if it is listed."""
-    contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
-    [routes] = [
-        c for c in contracts if c["type"] == "independence" and any(m.startswith("api.routes_") for m in c["modules"])
-    ]
-    assert sorted(routes["modules"]) == sorted(f"api.{path.stem}" for path in (ROOT / "api").glob("routes_*.py"))
+    [routes] = [c for c in _contracts() if c["type"] == "independence" and "api.mutations.routes" in c["modules"]]
+    assert sorted(routes["modules"]) == sorted(
+        f"api.{path.parent.name}.{path.stem}" for path in (ROOT / "api").glob("*/routes*.py")
+    )
+
+
+def test_the_api_layer_contract_names_every_shared_module_and_every_resource_package():
+    """A shared module or a resource package of api/ added later is covered only if it is listed."""
+    [layer] = [c for c in _contracts() if c["type"] == "forbidden" and "api.deps" in c.get("source_modules", ())]
+    api = ROOT / "api"
+    shared = {f"api.{path.stem}" for path in api.glob("*.py")} - {"api.__init__", "api.__main__", "api.app"}
+    resources = {f"api.{path.parent.name}" for path in api.glob("*/__init__.py")}
+    assert sorted(layer["source_modules"]) == sorted(shared)
+    assert sorted(layer["forbidden_modules"]) == sorted(resources)
 
 
 def test_no_test_module_imports_another():

@@ -12,7 +12,7 @@ from pydantic import TypeAdapter
 
 import gatekeeper
 from api.app import create_app
-from api.schemas import BatchProposeItem
+from api.mutations.schemas import BatchProposeItem
 from evolution import schedules
 from gatekeeper.actions import validate_action
 from genesis.config import Settings

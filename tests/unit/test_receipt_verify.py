@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from activities.mutations import stage_receipts
-from api.routes_receipts import EXAMPLE_KEYS, EXAMPLE_RECEIPT
+from api.audit.schemas import EXAMPLE_KEYS, EXAMPLE_RECEIPT
 from cli import app
 from genesis import canonical, signing
 from genesis.dto import MutationStatus, StatusUpdate

@@ -1,0 +1,2 @@
+"""Agents acting in the world through their members, in rounds (``routes``); their bodies in
+``schemas``."""
