@@ -455,7 +455,10 @@ class MutationWorkflow:
             f"Activation: trait_{mutation.trait_name}_v{activation.trait_version}.py is live "
             f"(registry v{activation.registry_version}{replaced})"
         )
-        log.append(f"Observation: watching {mutation.observation_window_ticks} world ticks")
+        if mutation.experiment is not None:  # the line _judge_by_experiment starts from
+            log.append(_experiment_line(mutation.experiment))
+        else:
+            log.append(f"Observation: watching {mutation.observation_window_ticks} world ticks")
         await self._transition(MutationStatus.activated, log=log, trait_version=activation.trait_version)
         if mutation.task_id:
             await self._close_task(mutation)
@@ -538,10 +541,7 @@ class MutationWorkflow:
         the window by then; they do not decide."""
         assert activation.trait_version is not None
         queue = verdict_task_queue(workflow.info().task_queue)
-        log[-1] = (
-            f"Verdict: an experiment in forks of the live world, {settings.horizon_ticks} ticks a copy, "
-            f"{settings.min_replicates} to {settings.max_replicates} replicates"
-        )
+        log[-1] = _experiment_line(settings)
         planned: verdicts.PlanOutcome = await workflow.execute_activity(
             names.PLAN_VERDICT,
             verdicts.PlanRequest(
@@ -633,6 +633,13 @@ class MutationWorkflow:
     def _window_complete(self, window: int) -> bool:
         first, latest = self._first_sample, self._latest_sample
         return first is not None and latest is not None and latest.tick - first.tick >= window
+
+
+def _experiment_line(settings: verdicts.ExperimentSettings) -> str:
+    return (
+        f"Verdict: an experiment in forks of the live world, {settings.horizon_ticks} ticks a copy, "
+        f"{settings.min_replicates} to {settings.max_replicates} replicates"
+    )
 
 
 def _shadow_line(report: dict) -> str:

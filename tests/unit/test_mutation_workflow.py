@@ -768,6 +768,8 @@ async def test_experiment_positive_after_the_first_batch_keeps_it_with_the_repor
     (plan,) = script.requests["plan"]
     assert (plan.trait_version, plan.previous_version, plan.settings) == (2, 1, EXPERIMENT)
     assert sorted(request.index for request in script.requests["replicate"]) == [0, 1, 2]
+    activated = next(u for u in script.recorded if u.status == MutationStatus.activated)
+    assert activated.validation_log[-1].startswith("Verdict: an experiment in forks of the live world")
     result = run.result
     assert result is not None and result.status == MutationStatus.kept and result.fitness_verdict == "positive"
     report = result.verdict_report
