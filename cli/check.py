@@ -17,7 +17,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from cli.client import EXIT_USAGE, CliError
-from cli.mutations import parse_replaces
+from cli.mutations import parse_replaces, say_options_for
 from cli.output import Cli, cli_of, examples, handled
 from genesis import rules
 
@@ -133,6 +133,7 @@ def register(app: typer.Typer) -> None:
             raise CliError(f"cannot read {file}: {exc}", code=EXIT_NOT_CHECKED) from exc
         except CliError as err:  # no verdict: not a rejection of the code
             err.code = EXIT_NOT_CHECKED
+            say_options_for(err, trait_name)
             raise
         cli.emit(answer, lambda: render(cli, answer, file))
         raise typer.Exit(EXIT_PASSED if answer.get("verdict") == "passed" else EXIT_CHECK_REJECTED)

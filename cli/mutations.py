@@ -96,6 +96,16 @@ def latest_of_mine(cli: Cli) -> str:
     return mutation_id
 
 
+def say_options_for(err: CliError, name: str) -> None:
+    """A TRAIT_EXISTS refusal names the API's JSON field: say it as the command's options too."""
+    if err.error == "TRAIT_EXISTS":
+        live = (err.body or {}).get("live_version") if isinstance(err.body, dict) else None
+        err.message += (
+            f" — with this command: add --replaces {name}@{live if live is not None else 'VERSION'} "
+            "to modify your own live trait, or choose another --name"
+        )
+
+
 def parse_replaces(value: str | None, trait_name: str) -> dict | None:
     """``--replaces``: ``live`` / ``NAME`` (whatever version is live), ``V`` / ``vV`` / ``NAME@V`` (that version)."""
     if value is None:
@@ -327,12 +337,7 @@ def register(app: typer.Typer) -> None:
                 "/api/mutations/propose", json=body, headers=headers, expect=("mutation_id", "status", "workflow_id")
             )
         except CliError as err:
-            if err.error == "TRAIT_EXISTS":  # the API's detail names the JSON field; say it as this command's option
-                live = (err.body or {}).get("live_version") if isinstance(err.body, dict) else None
-                err.message += (
-                    f" — with this command: add --replaces {name}@{live if live is not None else 'VERSION'} "
-                    "to modify it, or choose another --name"
-                )
+            say_options_for(err, name)
             raise
         mutation_id = answered_mutation_id(accepted["mutation_id"], "POST /api/mutations/propose")
         if no_follow:

@@ -249,7 +249,8 @@ async def test_the_readme_walkthrough_twice(walkthrough_stack, tmp_path):
     assert "check exit 2" in out, out + err  # the check says what the proposal is told: TRAIT_EXISTS
     assert "Traceback" not in out + err and "KeyError" not in out + err
     assert f"Error: TRAIT_EXISTS: trait '{cli_trait}' is live as v1" in err
-    assert f"with this command: add --replaces {cli_trait}@1 to modify it, or choose another --name" in err
+    hint = f"with this command: add --replaces {cli_trait}@1 to modify your own live trait, or choose another --name"
+    assert hint in err
     assert "refused: TRAIT_EXISTS" in err and "Not Found" not in out + err  # no GET /api/mutations//status
 
     async with httpx.AsyncClient(base_url=api_url, timeout=30, headers={"X-API-Key": first_key}) as http:
