@@ -296,6 +296,12 @@ def _render(cli: Cli, results: list[dict[str, Any]], breaks: list[str] | None) -
         else:
             cli.console.print(f"[red]FAILED[/] {escape(str(r['id']))}: {escape(r['reason'])}", soft_wrap=True)
     good = sum(r["ok"] for r in results)
+    if not results:  # an empty listing fails: nothing was shown to be genuine
+        cli.console.print(
+            "no receipt to verify: the listing is empty (a mutation id with no receipts, or a filter that "
+            "matched nothing: GET /v1/receipts?mutation_id=… lists a mutation's)"
+        )
+        return
     cli.console.print(f"{good} of {len(results)} receipt(s) verified here, with the public keys only")
     if breaks is not None:
         for line in breaks:

@@ -145,6 +145,8 @@ def test_a_tampered_file_fails_with_the_receipt_and_the_reason(keyring, tmp_path
     assert code == 1 and "not a receipt: expected a JSON object" in out and "missing" in out
     code, out = verify(tmp_path, "{not json", listing(keyring))
     assert code == 2 and "neither JSON nor NDJSON" in out
+    code, out = verify(tmp_path, {"receipts": [], "next_cursor": None}, listing(keyring))
+    assert code == 1 and "no receipt to verify: the listing is empty" in out, out
 
 
 def test_a_server_that_lies_is_caught_here(keyring, tmp_path):
