@@ -403,6 +403,12 @@ def register(app: typer.Typer) -> None:
                 cli.console.print(f"  [dim]{escape(line)}[/]")
             if record.get("shadow_report"):
                 cli.console.print(shadow_table(record["shadow_report"]))
+                if record.get("status") == "awaiting_approval" and record["shadow_report"].get("report_hash"):
+                    cli.console.print(
+                        f"report hash: {record['shadow_report']['report_hash']}  "
+                        "(what `genesis mutations approve --report-hash` names)",
+                        soft_wrap=True,
+                    )
             if record.get("verdict_report"):
                 cli.console.print(verdict_table(record["verdict_report"]))
                 cli.console.print(f"  [dim]forked from snapshot {record['verdict_report']['plan']['snapshot']}[/]")

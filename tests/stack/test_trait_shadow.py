@@ -27,7 +27,7 @@ from pipeline.registry import RegistryEntry
 from sandbox import image
 from sandbox.container import IsolationLimits, TraitHostContainer, hello_message
 from tests import agents, traits
-from tests.cli_runs import record_history
+from tests.cli_runs import invoke, record_history
 from tests.journal_worlds import journal_settings, run_journaled
 from tests.pipeline_steps import wait_for_status
 from worker import build_workers
@@ -184,6 +184,8 @@ async def test_a_held_mutation_shows_its_shadow_report_and_is_approved_for_it(
                     assert answer.status_code == 202, answer.text
                     mutation_id = answer.json()["mutation_id"]
                     held = await wait_for_status(http, mutation_id, {"awaiting_approval"}, timeout_s=120)
+                    code, shown, _ = await invoke(url, "status", mutation_id, key=dora.api_key)
+                    assert code == 8 and f"report hash: {held['shadow_report']['report_hash']}" in shown, shown
                     path = f"/api/mutations/{mutation_id}/approval"
                     other = {"decision": "approve", "report_hash": "0" * 64}
                     refused = await http.post(path, json=other, headers=operator)
