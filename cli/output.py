@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -148,11 +149,20 @@ def versioned(name: Any, version: Any) -> str:
     return f"{name} v{version}" if version is not None else str(name)
 
 
+ID_CELL = re.compile(r"[a-z]{2,5}_[0-9a-f]{4,}(_[0-9a-f]+)?")  # mut_…, agt_…, sub_…, task_…, rcpt_…
+
+
 def table(title: str | None, columns: list[str], rows: list[list[Any]], whole: tuple[str, ...] = ()) -> Records:
-    """Rows for people: a table whose ``whole`` columns (ids to copy, codes) are never wrapped or
-    cut (a cell may hold several lines), or, in a terminal too narrow for them and the rest, one
-    block of ``column value`` lines per row."""
-    return Records(title, columns, [[cell(v) for v in row] for row in rows], whole)
+    """Rows for people: a table whose ``whole`` columns (codes, and every column of ids to copy)
+    are never wrapped or cut (a cell may hold several lines), or, in a terminal too narrow for
+    them and the rest, one block of ``column value`` lines per row."""
+    cells = [[cell(v) for v in row] for row in rows]
+    ids = tuple(
+        c
+        for i, c in enumerate(columns)
+        if any(r[i] != "-" for r in cells) and all(r[i] == "-" or ID_CELL.fullmatch(r[i]) for r in cells)
+    )
+    return Records(title, columns, cells, (*whole, *ids))
 
 
 def cell(value: Any) -> str:

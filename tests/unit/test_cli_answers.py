@@ -127,6 +127,15 @@ def test_ids_stay_whole_at_any_width(width):
     assert any("(quarantined)" in line for line in lines) and "[bold" not in "\n".join(lines)
 
 
+@pytest.mark.parametrize("width", [80, 60])
+def test_a_column_of_ids_stays_whole_without_being_named(width):
+    rows = [["sub_d99f629fbbfd8f18", "agt_362c4f12e53d", "accepted: moved 3 Molbots", "-"]]
+    rows.append(["sub_0a1b2c3d4e5f6a7b", "agt_77d47a255230", "refused: rules forbid it", "mut_1e828d8e3a2f"])
+    lines = rendered(table("round 150", ["submission", "agent", "fate", "mutation"], rows), width)
+    for whole in ("sub_d99f629fbbfd8f18", "agt_362c4f12e53d", "agt_77d47a255230", "mut_1e828d8e3a2f"):
+        assert any(whole in line for line in lines), (whole, lines)
+
+
 def test_numbers_in_tables_are_rounded_for_people():
     rows = [["population_mean", 99.761667, 101.0], ["energy_end", 12345.678, None], ["share", 0.0123456, 0.0]]
     text = "\n".join(rendered(table("shadow", ["", "baseline", "candidate"], rows), 80))
