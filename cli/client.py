@@ -98,7 +98,10 @@ class ApiClient:
                 body = shown(" ".join(response.text.split()) or f"({len(response.content)} bytes)")
         if response.status_code in ok:
             if body is None and response.content:
-                raise CliError(f"{method} {path} answered {response.status_code} with a body that is not JSON")
+                excerpt = shown(" ".join(response.text.split()) or f"({len(response.content)} bytes)")
+                raise CliError(
+                    f"{method} {path} answered {response.status_code} with a body that is not JSON: {excerpt}"
+                )
             if expect:
                 self._check_shape(method, path, response.status_code, body, expect)
             return body

@@ -59,7 +59,7 @@ def register(world: typer.Typer) -> None:
         "rollback",
         epilog=examples(
             'genesis world rollback --to-tick 36000 --reason "a trait starved the world"',
-            'genesis world rollback --snapshot snap-e0000-t000000036000-s000000036009.gsn --reason "bad params"',
+            'genesis world rollback --snapshot snap-e0000-t000000036000-s000000036009-n12.gsn --reason "bad params"',
             'genesis world rollback --mutation mut_5d0c2e9a41f3 --reason "its trait starved the world"',
         ),
     )

@@ -61,7 +61,9 @@ def test_odd_bodies_end_in_one_line_and_a_nonzero_exit(odd):
 
     odd.text("GET /api/stats", "tick=5", kind="text/plain")
     code, _, err, exc = run(odd, "world", "stats")
-    assert code == 1 and "GET /api/stats answered 200 with a body that is not JSON" in one_clear_line(code, err, exc)
+    assert code == 1 and "GET /api/stats answered 200 with a body that is not JSON: tick=5" in one_clear_line(
+        code, err, exc
+    )
 
     odd.json("GET /api/traits", [{"trait_name": "x"}])
     code, _, err, exc = run(odd, "traits")
