@@ -26,6 +26,7 @@ from activities.tasks import TaskActivities
 from activities.trait_shadow import TraitShadowActivities
 from activities.verdict_experiment import VerdictActivities
 from activities.webhooks import WebhookActivities
+from audit import projection
 from genesis import gc_tuning, signing
 from genesis.config import Settings, get_settings
 from genesis.db.schema import exit_if_schema_behind
@@ -35,7 +36,6 @@ from genesis.metrics import serve_metrics, temporal_sdk_runtime
 from genesis.temporal import connect
 from genesis.workflow_api import audit_task_queue, journal_task_queue, llm_task_queue, verdict_task_queue
 from gepa_steps.activities import GepaActivities
-from pipeline import audit
 from workflows.registry import GEPA_WORKFLOWS, WORKFLOWS
 
 log = logging.getLogger("genesis.worker")
@@ -161,10 +161,10 @@ async def main() -> None:
     # GEPA: the program image, the egress network and gateway (gepa_steps/egress.py).
     gepa = await asyncio.to_thread(GepaActivities, settings, get_sessionmaker(settings.database_url))
     projecting = None
-    if settings.journal.enabled:  # the audit projection follows the world's journal (pipeline/audit.py)
+    if settings.journal.enabled:  # the audit projection follows the world's journal (audit/projection.py)
         keyring = signing.ensure_keyring(settings.receipt_keys_path)
         sessions = get_sessionmaker(settings.database_url)
-        projecting = asyncio.create_task(audit.follow(sessions, settings.journal_dir, keyring, stop))
+        projecting = asyncio.create_task(projection.follow(sessions, settings.journal_dir, keyring, stop))
     try:
         with (
             ThreadPoolExecutor(max_workers=settings.sandbox.concurrency) as executor,

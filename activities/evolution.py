@@ -54,7 +54,7 @@ from genesis.dto import (
 from genesis.ids import mutation_workflow_id
 from genesis.workflow_api import evolution_workflow_id, llm_task_queue
 from pipeline import lineage
-from pipeline.proposals import mutation_input
+from pipeline.mutation_proposals import mutation_input
 
 CODER_AGENT_ID = "genesis-coder"
 # The built-in evolution acts for the operator who runs the world: it may modify any agent's

@@ -16,11 +16,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names
+from audit import receipts
 from genesis import signing
 from genesis.config import Settings
 from genesis.dto import GovernanceDecision, GovernanceOutcome
 from governance import lifecycle
-from pipeline import governance as proposals, manifests, receipts
+from governance.records import manifests, proposals
 
 SHADOW_FAILED = "SHADOW_FAILED"
 SHADOW_TIMEOUT_S = 600

@@ -16,11 +16,11 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities import names
+from audit import receipts
 from genesis import canonical, signing
 from genesis.config import Settings
 from genesis.db.models import ReceiptRow
 from genesis.dto import AuditManifestRequest, ReplayVerifyReport, ReplayVerifyRequest
-from pipeline import receipts
 
 REPLAY_UNAVAILABLE = "REPLAY_UNAVAILABLE"
 

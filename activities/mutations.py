@@ -20,6 +20,7 @@ import gatekeeper
 from activities import names
 from activities.metrics import STATUS_TRANSITIONS
 from activities.trait_records import announce
+from audit import receipts
 from genesis import signing
 from genesis.db.models import Mutation
 from genesis.dto import (
@@ -34,7 +35,8 @@ from genesis.dto import (
     ValidationRequest,
     terminal_statuses,
 )
-from pipeline import manifests, ratelimit, receipts
+from governance.records import manifests
+from pipeline import ratelimit
 
 ENDED = terminal_statuses(activate=True)
 DEDUPLICATION_OK = "Deduplication: OK"
@@ -312,7 +314,7 @@ STAGE_SUBJECT = (Mutation.agent_id, Mutation.trait_name, Mutation.trait_version,
 async def _issue_stage_receipts(
     session: AsyncSession, keyring: signing.Keyring, change: StatusUpdate, written: Sequence[Any]
 ) -> None:
-    """The signed receipts of a recorded stage, in the session's transaction (pipeline/receipts.py)."""
+    """The signed receipts of a recorded stage, in the session's transaction (audit/receipts.py)."""
     agent_id, trait_name, trait_version, code_hash = written
     subject = {
         "mutation_id": change.mutation_id,

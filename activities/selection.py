@@ -32,7 +32,8 @@ from activities.trait_records import announce, lock_trait
 from genesis import redis_keys as keys
 from genesis.db.models import Mutation, TraitVersion
 from genesis.dto import FailureCode, FateRequest, FateResult, MutationStatus, StatusUpdate
-from pipeline import live, manifests, registry
+from governance.records import manifests
+from pipeline import live, registry
 
 LIVE_SET_LOCK = 0x6C6976655F736574  # the transaction-level advisory lock of the live set's size
 

@@ -42,9 +42,10 @@ from engine.core.shadow import Run, differences, pick_snapshot, report_hash
 from engine.core.world import TickReport, World
 from genesis.config import Settings
 from genesis.dto import TraitShadowOutcome, TraitShadowRequest
+from governance.records import manifests
 from journal.reader import JournalReader
 from journal.snapshots import SnapshotStore
-from pipeline import manifests, registry
+from pipeline import registry
 from pipeline.live import live_versions
 from sandbox import image
 from sandbox.container import IsolationLimits, TraitHostContainer, hello_message

@@ -57,7 +57,7 @@ from genesis.db.schema import log_schema_at_start
 from genesis.db.session import get_engine, get_sessionmaker
 from genesis.logs import configure_logging
 from gepa_steps import api as routes_gepa
-from pipeline.apikeys import load_pepper
+from identity.apikeys import load_pepper
 from pipeline.webhooks import load_server_secret
 
 MAX_BODY_BYTES = 96 * 1024  # 32 KB of code can grow when JSON-escaped

@@ -1,6 +1,6 @@
 """Who is calling: the X-API-Key of a registered agent (GENESIS_AUTH=required), or, in open
 mode, whoever the body says (the seed's keyless flow for local experiments); and whether the
-caller is an operator (X-Operator-Key, pipeline/operators.py)."""
+caller is an operator (X-Operator-Key, identity/operators.py)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from sqlalchemy import select
 from api.deps import Services, ServicesDep
 from api.errors import ApiError, ErrorResponse, Responses
 from genesis.db.models import Agent
-from pipeline import apikeys, operators
+from identity import apikeys, operators
 
 API_KEY = APIKeyHeader(
     name="X-API-Key",

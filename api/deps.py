@@ -33,7 +33,7 @@ class Services:
     database: AsyncEngine  # the process's one Postgres pool (genesis/db/session.py)
     sessions: async_sessionmaker  # ORM sessions on ``database``
     redis: aioredis.Redis
-    pepper: bytes = b""  # server secret of the API key hashes (pipeline/apikeys.py)
+    pepper: bytes = b""  # server secret of the API key hashes (identity/apikeys.py)
     webhook_secret: bytes = b""  # server secret the agents' webhook secrets derive from (pipeline/webhooks.py)
     starter: WorkflowStarter | None = None  # api/workflow_starter.py, set in the app's lifespan
     _temporal: Client | None = None

@@ -1,5 +1,5 @@
 """The policy gate as the API applies it: decide, record, and refuse with the reason (403
-POLICY_DENIED, naming the rule and the decision's id) or go on (pipeline/policy_gate.py)."""
+POLICY_DENIED, naming the rule and the decision's id) or go on (governance/records/policy_gate.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from api.errors import ApiError
 from governance import policy
-from pipeline import policy_gate
-from pipeline.operators import Operator
+from governance.records import policy_gate
+from identity.operators import Operator
 
 
 async def require(services, conn: AsyncConnection, asked: policy.Request) -> str:

@@ -27,7 +27,7 @@ from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.dto import MutationInput, MutationStatus
 from genesis.workflow_api import MUTATION_WORKFLOW, SA_AGENT_ID, SA_STATUS, SA_TRAIT_NAME
-from pipeline.proposals import mutation_input
+from pipeline.mutation_proposals import mutation_input
 
 log = logging.getLogger("genesis.api.starter")
 SWEEP_BATCH = 100

@@ -46,6 +46,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import insert, make_url, text
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from audit import projection
 from bench.engine import validated_traits
 from cli.processes import ManagedProcess, engine_process, free_port
 from genesis import signing
@@ -55,7 +56,6 @@ from genesis.db.models import TraitVersion
 from genesis.db.session import get_sessionmaker
 from genesis.redis_keys import ENGINE_ENTITIES, ENGINE_STATUS
 from journal.reader import JournalReader
-from pipeline import audit
 from pipeline.registry import RegistryEntry
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
@@ -153,7 +153,7 @@ async def run_arm(
     if settings.journal.enabled:  # as the worker does, outside the measured process
         keyring = signing.ensure_keyring(settings.receipt_keys_path)
         sessions = get_sessionmaker(settings.database_url)
-        projecting = asyncio.create_task(audit.follow(sessions, settings.journal_dir, keyring, stop))
+        projecting = asyncio.create_task(projection.follow(sessions, settings.journal_dir, keyring, stop))
     try:
         deadline = time.monotonic() + 60
         while "tick" not in await status(redis):

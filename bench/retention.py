@@ -7,7 +7,7 @@ One engine in this process, as `python -m engine` runs it: N Molbots carrying th
 traits in a real trait-host container, its journal (segments of 3,600 records, a snapshot every
 3,600 ticks, as in production) and the engine's record keeping beside the ticks
 (``engine.process.main.keep_the_record``: receipts and retention, which reads the manifest in
-force), with the audit projection into Postgres as the worker runs it (``pipeline.audit.follow``).
+force), with the audit projection into Postgres as the worker runs it (``audit.projection.follow``).
 The manifest's retention is set for the run: the last 2 snapshots, every 60th for
 ``--keep-ticks`` (10 minutes of world by default), older segments archived or deleted
 (``--segments``).
@@ -38,6 +38,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from sqlalchemy import func, select
 
+from audit import projection
 from bench.engine import build_world, validated_traits
 from bench.journal import health
 from genesis import signing
@@ -45,8 +46,9 @@ from genesis.config import Settings
 from genesis.db.migrate import fresh_database
 from genesis.db.models import ReceiptRow
 from genesis.db.session import get_engine, get_sessionmaker
+from governance.records import manifests
 from journal.retention import directory_bytes
-from pipeline import audit, manifests, registry
+from pipeline import registry
 
 TICKS_PER_HOUR = 216_000  # at 60 ticks/s
 SAMPLE_EVERY_S = 5.0
@@ -113,7 +115,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             journal.unpin(set())
             keeping = asyncio.create_task(keep_the_record(settings, engine, keyring, redis, stop))
             sessions = get_sessionmaker(settings.database_url)  # the projection, as the worker runs it
-            projecting = asyncio.create_task(audit.follow(sessions, settings.journal_dir, keyring, stop))
+            projecting = asyncio.create_task(projection.follow(sessions, settings.journal_dir, keyring, stop))
             while not running.done():
                 await asyncio.wait([running], timeout=SAMPLE_EVERY_S)
                 samples.append(

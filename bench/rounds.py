@@ -39,7 +39,7 @@ from cli.processes import api_process, engine_process, wait_for_api
 from genesis.db.migrate import upgrade_to_head
 from genesis.db.models import WorldRound
 from genesis.db.session import get_engine
-from pipeline import manifests
+from governance.records import manifests
 
 TARGET_P99_MS = 50.0
 ROUND_TICKS = 300

@@ -53,7 +53,7 @@ from bench.soak import STATEFUL
 from cli.processes import api_process, engine_process, free_port, wait_for_api, worker_process
 from genesis import entity_api
 from genesis.db.session import get_engine
-from pipeline import manifests
+from governance.records import manifests
 
 TERMINAL = ("kept", "rolled_back", "rejected", "failed")
 HEALTH = ("genesis_engine_trait_host_restarts", "genesis_engine_trait_host_skipped_ticks")

@@ -91,7 +91,7 @@ def verify_export(text: str, keys: dict[str, bytes]) -> dict[str, Any]:
     if receipt is None:
         problems.append("the manifest is not signed (the export could not reach the worker)")
     else:
-        from pipeline import receipts
+        from audit import receipts
 
         try:
             signed = receipts.from_json(receipt)

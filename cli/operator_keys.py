@@ -19,7 +19,7 @@ from cli.output import Cli, cli_of, examples, group, handled, table, when
 from genesis.config import get_settings
 from genesis.db.models import OperatorKey
 from genesis.db.session import get_engine, get_sessionmaker
-from pipeline import apikeys, operators
+from identity import apikeys, operators
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON (for scripts)")]
 

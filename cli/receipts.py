@@ -111,7 +111,7 @@ def whole_chain(cli: Cli) -> tuple[list[Any], Any]:
 def verify_all(items: list[Any], keys: dict[str, bytes]) -> list[dict[str, Any]]:
     """Each item (a receipt in ``GET /v1/receipts/{id}``'s form) checked on this machine: its
     signature over its exact bytes, its domain tag, its fields against those bytes, its hash."""
-    from pipeline import receipts
+    from audit import receipts
 
     results = []
     for item in items:
@@ -133,7 +133,7 @@ def verify_all(items: list[Any], keys: dict[str, bytes]) -> list[dict[str, Any]]
 def chain_of(items: list[Any], head: Any, keys: dict[str, bytes]) -> list[str]:
     """Where the receipts, in their order, do not form one unbroken run of the chain that ends at
     its signed head (which must verify with ``keys``): a receipt left out, moved, or cut at the end."""
-    from pipeline import receipts
+    from audit import receipts
 
     run = [receipts.from_json(item) for item in items]
     breaks = signing.chain_breaks(run)
@@ -267,8 +267,8 @@ def register(app: typer.Typer) -> None:
 
 def _publish(keyring: signing.Keyring) -> None:
     """The public keys into Postgres (what GET /v1/keys serves)."""
+    from audit import receipts
     from genesis.db.session import get_engine, get_sessionmaker
-    from pipeline import receipts
 
     settings = get_settings()
 

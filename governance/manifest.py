@@ -9,7 +9,7 @@ without agreeing on key order. A change is an RFC
 document must pass before it can be proposed.
 
 The version number is not part of the document: it is where the document sits in the history
-(``pipeline/manifests.py``), and the hash is what approvals bind to.
+(``governance/records/manifests.py``), and the hash is what approvals bind to.
 """
 
 from __future__ import annotations

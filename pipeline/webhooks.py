@@ -30,7 +30,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from genesis import netpolicy
-from pipeline.apikeys import load_pepper
+from identity.apikeys import load_pepper
 
 MAX_URL_LENGTH = 2048
 SECRET_FILE = "webhook-secret"

@@ -10,7 +10,7 @@ import httpx
 
 from genesis.config import Settings
 from genesis.db.session import get_sessionmaker
-from pipeline import operators
+from identity import operators
 from tests import traits
 
 DEFAULT_AGENT = "genesis-tests"

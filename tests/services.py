@@ -9,7 +9,7 @@ import uuid
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from genesis.config import Settings
-from pipeline import manifests
+from governance.records import manifests
 
 TEST_DATABASE_URL = os.environ.get(
     "GENESIS_TEST_DATABASE_URL", "postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis_test"

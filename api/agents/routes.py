@@ -33,8 +33,11 @@ from api.moments import iso_utc
 from genesis import redis_keys as keys
 from genesis.db.models import Agent, Mutation
 from genesis.dto import MutationStatus, terminal_statuses
-from pipeline import apikeys, capabilities, manifests, ratelimit, rounds
-from pipeline.operators import Operator
+from governance.records import capabilities, manifests
+from identity import apikeys
+from identity.operators import Operator
+from pipeline import ratelimit
+from rounds import records as round_records
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])
 log = logging.getLogger("genesis.api.agents")
@@ -185,7 +188,7 @@ async def give_up_member(services: ServicesDep, api_key: str | None = Depends(AP
     agent = await authenticate(services, api_key)
     try:
         async with services.database.begin() as conn:
-            released = await rounds.give_up_member(conn, agent.agent_id)
+            released = await round_records.give_up_member(conn, agent.agent_id)
     except (SQLAlchemyError, OSError) as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
     return MemberReleased(agent_id=agent.agent_id, released=released)

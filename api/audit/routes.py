@@ -1,7 +1,7 @@
 """Audit of the world's journal: ``GET /v1/audit/events`` (query), ``GET /v1/audit/export`` (NDJSON
 with a manifest) and ``GET /v1/agents/{agent_id}/timeline`` (one agent's events).
 
-They read the audit projection (pipeline/audit.py): events derived from the journal's records —
+They read the audit projection (audit/projection.py): events derived from the journal's records —
 trait versions arriving and leaving, rollbacks, parameter changes, ticks the trait host did not
 serve, engine starts — in journal order (sequence number, then index within the record), with
 keyset paging that hands out each event once while the engine appends more."""
@@ -29,13 +29,13 @@ from api.deps import Services, ServicesDep, SessionsDep
 from api.errors import ApiError, ErrorResponse, Responses, invalid_field, unavailable
 from api.paging import Cursor, Keyset, paged, whole
 from api.params import AGENT_ID_PATTERN
+from audit import projection
 from genesis import canonical
 from genesis.dto import AuditManifestRequest
 from genesis.ids import MUTATION_ID_PATTERN
 from genesis.rules import TRAIT_NAME_PATTERN
 from genesis.workflow_api import AUDIT_MANIFEST_WORKFLOW
 from journal.audit import EVENT_KINDS
-from pipeline import audit
 
 router = APIRouter()  # tags per route: the timeline is listed with the agents' routes
 log = logging.getLogger("genesis.api")
@@ -87,14 +87,14 @@ def audit_filter(
     mutation_id: MutationQuery = None,
     trait_name: TraitQuery = None,
     cause: Annotated[str | None, Query(max_length=500, description="Exactly this cause")] = None,
-) -> audit.AuditFilter:
+) -> projection.AuditFilter:
     unknown = [k for k in kind or () if k not in EVENT_KINDS]
     if unknown:
         raise invalid_field("query.kind", f"unknown event kind(s) {unknown}: one of {', '.join(EVENT_KINDS)}")
     for low, high, name in ((from_seq, to_seq, "seq"), (from_tick, to_tick, "tick")):
         if low is not None and high is not None and high < low:
             raise invalid_field(f"query.to_{name}", f"to_{name} must be >= from_{name}")
-    return audit.AuditFilter(
+    return projection.AuditFilter(
         kinds=tuple(kind or ()),
         from_seq=from_seq,
         to_seq=to_seq,
@@ -112,14 +112,14 @@ async def _page(
     request: Request,
     response: Response,
     sessions: async_sessionmaker,
-    f: audit.AuditFilter,
+    f: projection.AuditFilter,
     limit: int,
     cursor: str | None,
 ) -> dict[str, Any]:
     after = PAGES.decode(cursor)
     try:
-        rows = await audit.query(sessions, f, after, limit + 1)
-        projected, _ = await audit.position(sessions)
+        rows = await projection.query(sessions, f, after, limit + 1)
+        projected, _ = await projection.position(sessions)
     except SQLAlchemyError as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc, "reading the audit events") from exc
     page, next_cursor = PAGES.page(request, response, rows, limit, lambda e: (e["seq"], e["index"]))
@@ -140,7 +140,7 @@ async def audit_events(
     request: Request,
     response: Response,
     sessions: SessionsDep,
-    f: audit.AuditFilter = Depends(audit_filter),
+    f: projection.AuditFilter = Depends(audit_filter),
     limit: Limit = 100,
     cursor: Cursor = None,
 ) -> dict[str, Any]:
@@ -158,7 +158,7 @@ async def audit_events(
     },
     dependencies=[Depends(require_operator)],
 )
-async def audit_export(services: ServicesDep, f: audit.AuditFilter = Depends(audit_filter)) -> StreamingResponse:
+async def audit_export(services: ServicesDep, f: projection.AuditFilter = Depends(audit_filter)) -> StreamingResponse:
     """Every event matching the filter as NDJSON, one per line in journal order, then one last
     line ``{"manifest": {...}, "receipt": {...}}``: the filter, the first and last sequence numbers,
     the count, the sha256 of the event lines and the journal position (sequence number and header
@@ -167,8 +167,8 @@ async def audit_export(services: ServicesDep, f: audit.AuditFilter = Depends(aud
     offline. At most 100,000 events: narrow the filter for more."""
     sessions = services.sessions
     try:
-        projected, head = await audit.position(sessions)
-        first_rows = await audit.query(sessions, f, None, 1000)
+        projected, head = await projection.position(sessions)
+        first_rows = await projection.query(sessions, f, None, 1000)
     except SQLAlchemyError as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc, "exporting the audit events") from exc
 
@@ -188,7 +188,7 @@ async def audit_export(services: ServicesDep, f: audit.AuditFilter = Depends(aud
                 yield line
             if count >= EXPORT_MAX or len(rows) < 1000:
                 break
-            rows = await audit.query(sessions, f, (rows[-1]["seq"], rows[-1]["index"]), 1000)
+            rows = await projection.query(sessions, f, (rows[-1]["seq"], rows[-1]["index"]), 1000)
         manifest = {
             "filter": f.to_data(),
             "first_seq": first,
@@ -263,4 +263,4 @@ async def agent_timeline(
         agent = await authenticate(services, api_key)
         if agent.agent_id != agent_id:
             raise ApiError(403, "FORBIDDEN", "an agent reads its own timeline only (operators read any)")
-    return await _page(request, response, services.sessions, audit.AuditFilter(agent_id=agent_id), limit, cursor)
+    return await _page(request, response, services.sessions, projection.AuditFilter(agent_id=agent_id), limit, cursor)

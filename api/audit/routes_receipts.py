@@ -26,10 +26,10 @@ from api.deps import ServicesDep, SessionsDep
 from api.errors import ApiError, ErrorResponse, Responses, invalid_field, unavailable
 from api.paging import Cursor, Keyset, paged, whole
 from api.params import AGENT_ID_PATTERN, ReceiptIdPath
+from audit import receipts
 from genesis import signing
 from genesis.db.models import ReceiptRow
 from genesis.ids import MUTATION_ID_PATTERN
-from pipeline import receipts
 
 router = APIRouter(tags=["receipts"])
 PAGES = Keyset("receipts", whole(2**63))

@@ -40,7 +40,7 @@ from api.params import TASK_ID_PATTERN, TaskIdPath
 from evolution import tasks, world_metrics
 from genesis.dto import AgentTask
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, task_workflow_id
-from pipeline import operators
+from identity import operators
 
 router = APIRouter(tags=["agent tasks"])
 PAGES = Keyset("tasks", number, text(TASK_ID_PATTERN))  # (expires_at, task_id), ascending

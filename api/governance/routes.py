@@ -37,8 +37,8 @@ from api.paging import Cursor, Keyset, paged, whole
 from genesis import canonical
 from genesis.db.models import Agent, PolicyDecisionRow
 from governance import manifest as rules, policy
-from pipeline import capabilities, manifests, policy_gate
-from pipeline.operators import Operator
+from governance.records import capabilities, manifests, policy_gate
+from identity.operators import Operator
 
 router = APIRouter(tags=["governance"])
 ERRORS: Responses = {

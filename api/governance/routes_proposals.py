@@ -36,8 +36,8 @@ from api.paging import Cursor, Keyset, paged, whole
 from genesis.dto import GovernanceDecision, GovernanceRequest
 from genesis.workflow_api import GOVERNANCE_DECIDE_SIGNAL, GOVERNANCE_WORKFLOW, search_attributes
 from governance import lifecycle, manifest as rules, patches, policy
-from pipeline import governance as proposals, manifests
-from pipeline.operators import Operator
+from governance.records import manifests, proposals
+from identity.operators import Operator
 
 router = APIRouter(prefix="/v1/governance", tags=["governance"])
 ERRORS: Responses = {

@@ -21,7 +21,7 @@ from api.mutations.schemas import ApprovalAccepted, ApprovalRequest
 from api.params import MutationIdPath
 from genesis.dto import MutationApproval, MutationStatus
 from genesis.workflow_api import MUTATION_APPROVAL_SIGNAL
-from pipeline.operators import Operator
+from identity.operators import Operator
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
 

@@ -30,7 +30,7 @@ from api.workflow_starter import start_mutation_workflow
 from genesis.db.models import Mutation
 from genesis.dto import FateRequest, FateResult, MutationStatus
 from genesis.workflow_api import REVIVAL_WORKFLOW, revival_workflow_id, search_attributes
-from pipeline.proposals import mutation_input
+from pipeline.mutation_proposals import mutation_input
 
 router = APIRouter(prefix="/api/mutations", tags=["mutations"])
 

@@ -2,7 +2,7 @@
 /v1/world/rounds/current/deadline``, ``POST /v1/world/actions`` and ``GET /v1/world/rounds/{id}``.
 
 The engine runs the rounds (engine/process/rounds.py); the API admits submissions into the accepting one
-(pipeline/rounds.py): the code is checked by the gatekeeper, the request by the policy gate
+(rounds/records.py): the code is checked by the gatekeeper, the request by the policy gate
 (``actions.submit``), and the idempotency key is the agent's own."""
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from api.rounds.schemas import ActionAccepted, ActionRequest, DeadlineResponse, 
 from gatekeeper.actions import validate_action
 from genesis.db.models import Agent
 from governance import policy
-from pipeline import manifests, rounds
+from governance.records import manifests
+from rounds import records
 
 BETWEEN_ROUNDS_S = 0.1
 router = APIRouter(prefix="/v1/world", tags=["rounds"])
@@ -42,7 +43,7 @@ async def current_deadline(services: ServicesDep) -> DeadlineResponse:
     """The round that accepts submissions now, and until when."""
     try:
         async with services.database.connect() as conn:
-            row = await rounds.current(conn)
+            row = await records.current(conn)
     except (SQLAlchemyError, OSError) as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
     if row is None:
@@ -52,7 +53,7 @@ async def current_deadline(services: ServicesDep) -> DeadlineResponse:
         round_id=row.round_id,
         state=row.state,
         deadline_utc=iso_utc(row.deadline_at),
-        seconds_remaining=round(max(0.0, left), 3) if row.state == rounds.ACCEPTING else 0.0,
+        seconds_remaining=round(max(0.0, left), 3) if row.state == records.ACCEPTING else 0.0,
         closes_tick=row.closes_tick,
     )
 
@@ -106,7 +107,7 @@ async def submit_action(
                 asked = policy.Request("agent", "actions.submit", agent.agent_id, resource=f"member:{member_id}")
                 decision_id = await gate.require(services, conn, asked)
             async with services.database.begin() as tx:  # held briefly: closing the round waits for it
-                admitted = await rounds.submit(
+                admitted = await records.submit(
                     tx,
                     agent.agent_id,
                     member_id,
@@ -117,7 +118,7 @@ async def submit_action(
                 )
             if admitted.member_gone:
                 continue
-            if admitted.reason == rounds.NOT_ACCEPTING and not retried_between_rounds:
+            if admitted.reason == records.NOT_ACCEPTING and not retried_between_rounds:
                 # a round closing as this one came: the next one opens in the same transaction
                 retried_between_rounds = True
                 await asyncio.sleep(BETWEEN_ROUNDS_S)
@@ -140,12 +141,12 @@ async def submit_action(
             headers={"Retry-After": str(retry)},
             extra={"status": "rejected", "reason": admitted.reason, "round_id": admitted.round_id},
         )
-    if admitted.status != rounds.ACCEPTED or admitted.round_id is None or admitted.submission_id is None:
+    if admitted.status != records.ACCEPTED or admitted.round_id is None or admitted.submission_id is None:
         raise ApiError(
             409,
             "ROUND_NOT_ACCEPTING",
-            rounds.NOT_ACCEPTING,
-            extra={"status": "rejected", "reason": rounds.NOT_ACCEPTING},
+            records.NOT_ACCEPTING,
+            extra={"status": "rejected", "reason": records.NOT_ACCEPTING},
         )
     accepted = ActionAccepted.model_validate(
         {
@@ -167,7 +168,7 @@ async def _member_of(services: Services, agent_id: str) -> int:
             return int(member_id)
         rules = (await manifests.current(tx, services.settings)).manifest.rounds
         limit = services.settings.rounds.max_members
-        member_id = await rounds.assign_member(tx, agent_id, limit, rules.member_idle_sec)
+        member_id = await records.assign_member(tx, agent_id, limit, rules.member_idle_sec)
     if member_id is None:
         raise ApiError(
             409,
@@ -181,7 +182,7 @@ async def _member_of(services: Services, agent_id: str) -> int:
 async def _seconds_to_next_round(services: Services) -> int:
     try:
         async with services.database.connect() as conn:
-            row = await rounds.current(conn)
+            row = await records.current(conn)
     except (SQLAlchemyError, OSError):
         return 1
     if row is None:
@@ -199,7 +200,7 @@ async def get_round(round_id: RoundIdPath, services: ServicesDep) -> RoundRespon
     rejected (with its reason); a settled round names its signed receipt."""
     try:
         async with services.database.connect() as conn:
-            row, subs = await rounds.round_with_submissions(conn, round_id)
+            row, subs = await records.round_with_submissions(conn, round_id)
     except (SQLAlchemyError, OSError) as exc:
         raise unavailable("DATABASE_UNAVAILABLE", "Postgres", exc) from exc
     if row is None:

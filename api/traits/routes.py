@@ -39,7 +39,8 @@ from evolution import world_metrics
 from genesis import redis_keys as keys, rules
 from genesis.db.models import Mutation, TraitQuarantine, TraitVersion
 from genesis.dto import MutationStatus, terminal_statuses
-from pipeline import lineage, live, manifests
+from governance.records import manifests
+from pipeline import lineage, live
 from pipeline.quarantines import quarantines_of
 
 log = logging.getLogger("genesis.api")

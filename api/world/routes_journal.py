@@ -13,7 +13,7 @@ from api.deps import ServicesDep
 from api.errors import ApiError, ErrorResponse, unavailable
 from api.world.schemas import JournalStatus
 from genesis import redis_keys as keys
-from pipeline.operators import Operator
+from identity.operators import Operator
 
 router = APIRouter(prefix="/v1/journal", tags=["world journal"])
 

@@ -28,8 +28,8 @@ from api.world.schemas import (
     WorldRollbackStatus,
 )
 from genesis import redis_keys as keys
-from pipeline import world_rollbacks
-from pipeline.operators import Operator
+from identity.operators import Operator
+from world import rollbacks
 
 router = APIRouter(prefix="/v1/world", tags=["world journal"])
 ERRORS: Responses = {
@@ -82,7 +82,7 @@ async def request_rollback(
     target = body.target()
     by = operator.label if operator is not None else "open"
     try:
-        await world_rollbacks.request(redis, request_id, target, body.reason, by)
+        await rollbacks.request(redis, request_id, target, body.reason, by)
     except RedisError as exc:
         raise unavailable("REDIS_UNAVAILABLE", "Redis", exc, "queueing the rollback") from exc
     url = f"/v1/world/rollbacks/{request_id}"

@@ -20,6 +20,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import select
 from temporalio.client import Client
 
+from audit import journal_outbox, projection, receipts
 from engine.core.model import world_params
 from engine.core.replay import ReplayError
 from engine.core.world import World
@@ -32,7 +33,8 @@ from genesis.effects import WorldSample
 from genesis.logs import configure_logging
 from genesis.metrics import serve_metrics
 from genesis.temporal import connect
-from pipeline import audit, journal_outbox, manifests, receipts, registry
+from governance.records import manifests
+from pipeline import registry
 
 from .journaling import WorldJournal
 from .live_traits import HostTraitRunner
@@ -140,10 +142,10 @@ async def still_open(sessions, pinned: set[str]) -> set[str]:
 async def keep_the_record(
     settings, engine: Engine, keyring: signing.Keyring, redis: aioredis.Redis, stop: asyncio.Event
 ) -> None:
-    """About once a second: carry the pipeline's new receipts and policy decisions into the journal
-    (where the audit finds them); re-sign the receipt chain's head once a minute, so its time says
-    how current it is; and apply the manifest's retention to the journal behind the audit
-    projection, which the worker keeps up (pipeline/audit.py, engine/process/retention.py)."""
+    """About once a second: carry the new receipts and policy decisions into the journal (where the
+    audit finds them: audit/journal_outbox.py); re-sign the receipt chain's head once a minute, so
+    its time says how current it is; and apply the manifest's retention to the journal behind the
+    audit projection, which the worker keeps up (audit/projection.py, engine/process/retention.py)."""
     sessions = get_sessionmaker(settings.database_url)
     signer = receipts.Signer(sessions, keyring)
     assert engine.journal is not None
@@ -168,7 +170,7 @@ async def keep_the_record(
                 engine.journal.unpin(await still_open(sessions, set(engine.journal.pins)))
             # Records up to the last projected one: the segment holding it stays, since the
             # projection goes on from there.
-            projected_seq, _ = await audit.position(sessions)
+            projected_seq, _ = await projection.position(sessions)
             await keeper.maybe_run(projected_seq)
         except Exception as exc:  # Postgres away: retried
             log.warning("receipts and journal retention: %s", exc)

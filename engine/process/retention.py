@@ -21,12 +21,13 @@ import redis.asyncio as aioredis
 from prometheus_client import Counter, Gauge
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
+from audit import receipts
 from genesis import signing
 from genesis.config import Settings
 from genesis.redis_keys import JOURNAL_STATUS
 from governance.manifest import Retention
+from governance.records import manifests
 from journal import retention
-from pipeline import manifests, receipts
 
 from .journaling import WorldJournal
 from .loop import Engine

@@ -1,7 +1,7 @@
 """The engine's rounds of agents' actions: ``accepting -> executing -> settled``.
 
 A round accepts submissions for the manifest's ``rounds.ticks`` ticks (the API admits them into
-Postgres, pipeline/rounds.py). When the world reaches its closing tick the keeper closes it (no
+Postgres, rounds/records.py). When the world reaches its closing tick the keeper closes it (no
 submission can be accepted after that) and opens the next, then settles the closed one while the
 next accepts:
 
@@ -29,10 +29,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
+from audit import receipts
 from engine.core.round_rules import RoundInputs, Settled, Submission, member_state
 from genesis import signing
 from genesis.config import Settings
-from pipeline import manifests, receipts, rounds as records
+from governance.records import manifests
+from rounds import records
 from sandbox.container import HostCrashed, HostDeadlineExceeded, IsolationLimits, TraitHostContainer, hello_message
 
 from .loop import Engine

@@ -30,7 +30,7 @@ from genesis.config import Settings
 from genesis.db.models import Mutation
 from genesis.dto import FateRequest, MutationStatus
 from genesis.workflow_api import EXTINCTION_WORKFLOW, extinction_workflow_id, search_attributes
-from pipeline import manifests
+from governance.records import manifests
 from pipeline.rollbacks import WorkflowNotRunning, request_rollback
 
 if TYPE_CHECKING:

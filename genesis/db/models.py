@@ -132,7 +132,7 @@ class Agent(Base):
     """An external agent registered with POST /v1/agents/register (external-agents-phase2.md).
 
     Its API key is never stored: only ``key_prefix`` (the public lookup part of the key) and
-    ``key_hash`` = HMAC-SHA256(server pepper, key), see pipeline/apikeys.py."""
+    ``key_hash`` = HMAC-SHA256(server pepper, key), see identity/apikeys.py."""
 
     __tablename__ = "agents"
 
@@ -279,7 +279,7 @@ class Program(Base):
 
 class AuditEventRow(Base):
     """One audit event of the world's journal (journal/audit.py): a projection the engine keeps up
-    to date and ``python -m pipeline.audit --rebuild`` rebuilds from the journal."""
+    to date and ``python -m audit.projection --rebuild`` rebuilds from the journal."""
 
     __tablename__ = "audit_events"
 
@@ -332,7 +332,7 @@ class ReceiptRow(Base):
 
 class ReceiptChainHead(Base):
     """The chain's signed head (one row): a ``chain.head`` statement naming the newest receipt and
-    the chain's length, re-signed with every receipt and once a minute (pipeline/receipts.py)."""
+    the chain's length, re-signed with every receipt and once a minute (audit/receipts.py)."""
 
     __tablename__ = "receipt_chain_head"
 

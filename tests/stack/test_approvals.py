@@ -20,8 +20,8 @@ from api.workflow_starter import start_mutation_workflow
 from cli.client import EXIT_AWAITING_APPROVAL
 from genesis.db.models import Mutation
 from genesis.temporal_setup import ensure_search_attributes
-from pipeline import manifests
-from pipeline.proposals import mutation_input
+from governance.records import manifests
+from pipeline.mutation_proposals import mutation_input
 from tests import agents, traits
 from tests.cli_runs import invoke, record_history, run_cli
 from tests.pipeline_steps import wait_for_status

@@ -1,4 +1,4 @@
-"""Audit of the journal through the API: the projection in Postgres (pipeline/audit.py) of a real
+"""Audit of the journal through the API: the projection in Postgres (audit/projection.py) of a real
 journal, queried by filters with paging that hands out each event once while the engine appends,
 exported as NDJSON equal to the query, per-agent timelines, and a projection rebuilt from the
 journal equal to the one kept up as it went."""
@@ -10,9 +10,9 @@ import random
 
 import pytest
 
+from audit import projection
 from engine.process.loop import Engine
 from journal.audit import EVENT_KINDS
-from pipeline import audit
 from tests import agents
 from tests.cli_runs import invoke
 from tests.journal_worlds import journal_settings, journaled_engine
@@ -70,7 +70,7 @@ async def test_the_journal_is_audited_by_kind_tick_agent_mutation_trait_epoch_an
     operator_http, http, sessions, tmp_path
 ):
     await run_with_rollback(tmp_path, 500)
-    assert await audit.rebuild(sessions, tmp_path) > 560
+    assert await projection.rebuild(sessions, tmp_path) > 560
     events = await all_events(operator_http)
     kinds = [e["kind"] for e in events]
     assert kinds[0] == "world.created" and "engine.started" in kinds and "world.rollback" in kinds
@@ -126,7 +126,7 @@ async def test_paging_hands_out_each_event_once_while_the_engine_appends(operato
     cursor = None
     try:
         await engine.run_ticks(300)
-        await audit.rebuild(sessions, tmp_path)
+        await projection.rebuild(sessions, tmp_path)
         for turn in range(40):
             params = {"limit": 2, **({"cursor": cursor} if cursor else {})}
             answer = (await operator_http.get("/v1/audit/events", params=params)).json()
@@ -138,7 +138,7 @@ async def test_paging_hands_out_each_event_once_while_the_engine_appends(operato
                 engine.request_rollback({"request_id": f"rbk_{turn:016x}", "tick": 100, "reason": f"turn {turn}"})
                 await engine.run_ticks(100)
                 engine._flush_telemetry()
-                await audit.project(sessions, tmp_path)
+                await projection.project(sessions, tmp_path)
     finally:
         await engine.close()
         engine.journal.close()
@@ -154,7 +154,7 @@ async def test_an_agent_reads_its_own_timeline_only(http, operator_http, session
     mine = await agents.register(http, "timeline-mine")
     other = await agents.register(http, "timeline-other")
     await run_with_rollback(tmp_path, 300, {"forager": mine.agent_id, "labeller": "x", "wanderer": "y"})
-    await audit.rebuild(sessions, tmp_path)
+    await projection.rebuild(sessions, tmp_path)
     answer = await http.get(f"/v1/agents/{mine.agent_id}/timeline", headers=mine.headers)
     assert answer.status_code == 200, answer.text
     assert all(e["agent_id"] == mine.agent_id for e in answer.json()["events"])
@@ -176,13 +176,13 @@ async def test_trait_set_changes_and_rollbacks_get_receipts_bound_to_their_journ
     operator_http, sessions, tmp_path, settings
 ):
     # (receipts of the world are read by the agent they concern and operators: an operator lists them)
+    from audit import receipts
     from genesis import signing
     from journal.reader import JournalReader
-    from pipeline import receipts
 
     await run_with_rollback(tmp_path, 450)
     keyring = signing.ensure_keyring(settings.receipt_keys_path)
-    await audit.rebuild(sessions, tmp_path)
+    await projection.rebuild(sessions, tmp_path)
     headers = {r.header.seq: r.header for r in JournalReader(tmp_path / "records").records()}
     ours = {h.hash().hex() for h in headers.values()}
     before = await every_receipt(operator_http, kind="trait_set.changed")
@@ -196,7 +196,7 @@ async def test_trait_set_changes_and_rollbacks_get_receipts_bound_to_their_journ
 
         await session.execute(delete(AuditEventRow))
         await session.execute(delete(AuditProjection))
-    while await audit.project(sessions, tmp_path, keyring=keyring):
+    while await projection.project(sessions, tmp_path, keyring=keyring):
         pass
     await receipts.publish_public_keys(sessions, keyring)
     keys = {k: v for k, v in keyring.public_keys().items()}
@@ -215,6 +215,6 @@ async def test_trait_set_changes_and_rollbacks_get_receipts_bound_to_their_journ
     async with sessions() as session, session.begin():
         await session.execute(delete(AuditEventRow))
         await session.execute(delete(AuditProjection))
-    while await audit.project(sessions, tmp_path, keyring=keyring):
+    while await projection.project(sessions, tmp_path, keyring=keyring):
         pass
     assert len(await every_receipt(operator_http)) == count

@@ -21,7 +21,7 @@ from genesis import signing
 from genesis.dto import GovernanceOutcome, GovernanceRequest
 from genesis.workflow_api import GOVERNANCE_WORKFLOW, journal_task_queue
 from governance import manifest as rules
-from pipeline import governance as proposals, manifests
+from governance.records import manifests, proposals
 from tests import agents
 from tests.cli_runs import record_history
 from tests.journal_worlds import journal_settings, run_journaled

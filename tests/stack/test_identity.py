@@ -16,7 +16,7 @@ from sqlalchemy import text
 from genesis import redis_keys as keys
 from genesis.db.models import Agent
 from genesis.db.session import get_sessionmaker
-from pipeline import apikeys
+from identity import apikeys
 from tests import agents, traits
 from tests.agents import forbidden
 from tests.own_stack import redis_db_below

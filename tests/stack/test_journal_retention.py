@@ -20,6 +20,7 @@ import httpx
 import redis.asyncio as aioredis
 from sqlalchemy import select
 
+from audit import projection
 from engine.core.verify import verify_range
 from engine.process.main import keep_the_record
 from genesis import signing
@@ -28,7 +29,6 @@ from genesis.db.session import get_sessionmaker
 from journal.rederive import rederive
 from journal.retention import Archive
 from journal.segments import segments
-from pipeline import audit
 from tests.journal_worlds import journaled_engine
 from tests.own_stack import own_settings
 from tests.services import set_rules
@@ -90,7 +90,7 @@ async def test_retention_archives_then_deletes_with_receipts_and_the_archive_rep
         await wait_for(governed, 10, "the manifest's retention in force")
         await asyncio.sleep(1)  # that round's retirement
         assert await receipt_of("journal.archived") is None
-        projecting = asyncio.create_task(audit.follow(sessions, own.journal_dir, keyring, stop))
+        projecting = asyncio.create_task(projection.follow(sessions, own.journal_dir, keyring, stop))
         archived = await wait_for(lambda: receipt_of("journal.archived"), 30, "a journal.archived receipt")
         archive = Archive(own.journal_archive_dir)
         entries = archive.entries()
@@ -107,7 +107,7 @@ async def test_retention_archives_then_deletes_with_receipts_and_the_archive_rep
         with_journal_alone = await asyncio.to_thread(lambda: _refusal(own))
         assert "no kept snapshot" in with_journal_alone
         # The audit events of the archived records are derived again from the archive (what
-        # `genesis audit verify --journal` and `python -m pipeline.audit --rebuild` read).
+        # `genesis audit verify --journal` and `python -m audit.projection --rebuild` read).
         derived = await asyncio.to_thread(rederive, own.journal_dir, live_first - 1, own.journal_archive_dir)
         assert derived.last_seq == live_first - 1
         async with sessions() as session:

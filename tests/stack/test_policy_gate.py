@@ -13,11 +13,12 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 from sqlalchemy.pool import NullPool
 
+from audit import projection
 from engine.process.main import keep_the_record
 from genesis import canonical, signing
 from genesis.db.models import Mutation, PolicyDecisionRow
 from governance import manifest as rules
-from pipeline import audit, manifests
+from governance.records import manifests
 from tests import agents, traits
 from tests.journal_worlds import journal_settings, journaled_engine
 
@@ -208,7 +209,7 @@ async def test_decisions_reach_the_journal_and_its_audit(http, operator_http, se
         engine.journal.close()
     assert row.journal_seq is not None, "the decision never reached the journal"
     assert canonical.decode(row.body)["decision"]["rule"] == "capability"
-    await audit.rebuild(sessions, tmp_path)
+    await projection.rebuild(sessions, tmp_path)
     events = (
         await operator_http.get("/v1/audit/events", params={"kind": "policy.decision", "agent_id": me.agent_id})
     ).json()

@@ -20,11 +20,11 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy.exc import IntegrityError
 
+from audit import receipts
 from genesis import canonical, signing
 from genesis.config import PROJECT_ROOT
 from genesis.db.models import ReceiptRow
 from genesis.db.session import get_sessionmaker
-from pipeline import receipts
 from tests import agents, traits
 from tests.cli_runs import invoke
 from tests.pipeline_steps import propose, sample, signal_window, wait_for_status, wait_for_verdict
@@ -195,7 +195,7 @@ import asyncio, sys
 from pathlib import Path
 from genesis import canonical, signing
 from genesis.db.session import get_sessionmaker
-from pipeline import receipts
+from audit import receipts
 
 async def main(url, keys, name, n):
     sessions, keyring = get_sessionmaker(url), signing.load_keyring(Path(keys))

@@ -18,13 +18,15 @@ from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import create_async_engine
 from sqlalchemy.pool import NullPool
 
+from audit import receipts
 from cli.processes import engine_process
 from engine.core.verify import verify_range
 from genesis import signing
 from genesis.config import Settings
 from genesis.db.models import Agent, RoundSubmission
+from governance.records import manifests
 from journal.reader import JournalReader
-from pipeline import manifests, receipts, rounds as records
+from rounds import records
 from tests import agents
 from tests.services import fresh_journal
 

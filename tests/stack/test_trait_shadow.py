@@ -22,7 +22,7 @@ from activities.trait_shadow import TraitShadowActivities, host_factory, run_tra
 from engine.core.shadow import report_hash
 from genesis.dto import MutationApproval, TraitShadowRequest
 from genesis.workflow_api import MUTATION_APPROVAL_SIGNAL
-from pipeline import manifests
+from governance.records import manifests
 from pipeline.registry import RegistryEntry
 from sandbox import image
 from sandbox.container import IsolationLimits, TraitHostContainer, hello_message

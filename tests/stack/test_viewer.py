@@ -740,7 +740,7 @@ async def test_the_rules_panel_shows_proposals_and_their_shadow_reports(page, se
     its status; opening it shows its ops and baseline and candidate side by side."""
     from engine.core.shadow import report_hash, shadow
     from governance import lifecycle, manifest as rules
-    from pipeline import governance as proposals, manifests
+    from governance.records import manifests, proposals
     from tests.journal_worlds import journal_settings, run_journaled
 
     await run_journaled(journal_settings(tmp_path, 12, journal_snapshot_interval=100), 300)
@@ -801,7 +801,7 @@ async def test_a_held_mutation_shows_its_shadow_and_an_operator_approves_it_in_t
     from engine.core.shadow import report_hash
     from genesis.db.models import Mutation
     from genesis.dto import TraitShadowRequest
-    from pipeline import manifests
+    from governance.records import manifests
     from tests.journal_worlds import journal_settings, run_journaled
 
     database = get_engine(settings.database_url)

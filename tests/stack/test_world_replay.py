@@ -13,9 +13,9 @@ import time
 
 import pytest
 
+from audit import projection
 from engine.core.world import World
 from genesis import redis_keys as keys
-from pipeline import audit
 from tests import agents
 from tests.cli_runs import invoke, record_history
 from tests.journal_worlds import journal_settings, run_journaled
@@ -122,7 +122,7 @@ async def test_an_audit_export_verifies_offline_and_a_tampered_one_does_not(
     await run_journaled(journal_settings(journal, 33, journal_snapshot_interval=100), 500)
     engine = create_async_engine(settings.database_url, poolclass=NullPool)
     try:
-        await audit.rebuild(async_sessionmaker(engine, expire_on_commit=False), journal)
+        await projection.rebuild(async_sessionmaker(engine, expire_on_commit=False), journal)
     finally:
         await engine.dispose()
     out_file, keys_file = tmp_path / "audit.ndjson", tmp_path / "keys.json"

@@ -14,10 +14,10 @@ from typer.testing import CliRunner
 
 from activities.mutations import stage_receipts
 from api.audit.schemas import EXAMPLE_KEYS, EXAMPLE_RECEIPT
+from audit import receipts
 from cli import app
 from genesis import canonical, signing
 from genesis.dto import MutationStatus, StatusUpdate
-from pipeline import receipts
 from tests.cli_runs import OddServer
 
 
@@ -27,7 +27,7 @@ def keyring(tmp_path):
 
 
 def served(receipt: dict, seq: int = 1) -> dict:
-    """A receipt in the API's form (pipeline/receipts.py as_json, without a database row)."""
+    """A receipt in the API's form (audit/receipts.py as_json, without a database row)."""
     out = {k: v for k, v in receipt.items() if k != "sig"}
     out.update(
         sig=base64.b64encode(receipt["sig"]).decode(),

@@ -1,5 +1,7 @@
-"""A recorded proposal (a ``mutations`` row) as the input of its MutationWorkflow: shared by the
-API's workflow starter and the evolution cycle, whose Coder proposes like any agent."""
+"""A recorded mutation proposal (a ``mutations`` row: a trait's code) as the input of its
+MutationWorkflow: shared by the API's workflow starter and the evolution cycle, whose Coder proposes
+like any agent. A proposal to change the world's rules is a governance proposal
+(governance/records/proposals.py)."""
 
 from __future__ import annotations
 

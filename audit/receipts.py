@@ -5,7 +5,7 @@ in the caller's transaction, under a transaction-scoped advisory lock: issuers i
 take turns, so the chain never forks. Each receipt has a ``topic`` (what it is about, once: a
 mutation's stage, a journal record's event), so a retried activity or a replayed projection issues
 nothing twice. The engine carries every receipt into the world's journal
-(pipeline/journal_outbox.py), where the audit projection and the agents' timelines find them.
+(audit/journal_outbox.py), where the audit projection and the agents' timelines find them.
 
 The chain's head (``receipt_chain_head``) is a signed ``chain.head`` statement of its newest receipt
 and its length, re-signed in the transaction of every receipt and, by the engine, once a minute

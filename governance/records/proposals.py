@@ -1,6 +1,8 @@
-"""Proposals to change the world's rules in Postgres: recorded by the API, moved along their life
-(governance/lifecycle.py) by the GovernanceWorkflow's activities. Every move is checked against
-the lifecycle under a row lock, so two deciders cannot both win and no step is skipped."""
+"""Governance proposals, to change the world's rules, in Postgres (``governance_proposals``):
+recorded by the API, moved along their life (governance/lifecycle.py) by the GovernanceWorkflow's
+activities. Every move is checked against the lifecycle under a row lock, so two deciders cannot
+both win and no step is skipped. A proposal of a trait's code is a mutation proposal
+(pipeline/mutation_proposals.py)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ each into its audit events (``journal.audit.events_of``) and writes them (``audi
 same transaction as the new position, so a crash never leaves the projection half a batch ahead.
 ``follow`` runs it about once a second in the worker process (which holds the receipt keys and
 reads the journal beside the engine, so the world's process does none of it); ``python -m
-pipeline.audit --rebuild`` throws the projection away and builds it again from the journal — it is
+audit.projection --rebuild`` throws the projection away and builds it again from the journal — it is
 derived data, the journal is the record.
 
 An event concerning a mutation but naming no agent (a trait that left, a rollback the pipeline
@@ -25,12 +25,12 @@ from typing import Any
 from sqlalchemy import and_, delete, or_, select
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
+from audit import receipts
 from genesis import signing
 from genesis.db.models import AuditEventRow, AuditProjection
 from journal.audit import AuditEvent, events_of
 from journal.reader import JournalTail, archived_records
 from journal.record import ZERO_HASH
-from pipeline import receipts
 
 BATCH = 2000  # records per transaction
 FOLLOW_EVERY_S = 1.0
@@ -91,7 +91,7 @@ async def project(
             if last is None and record.header.parent_hash != state.chain_head:
                 raise RuntimeError(
                     f"the journal in {journal_dir} does not continue the projected one at record "
-                    f"{record.header.seq}: rebuild the projection (python -m pipeline.audit --rebuild)"
+                    f"{record.header.seq}: rebuild the projection (python -m audit.projection --rebuild)"
                 )
             produced = events_of(record, params)
             if any(e.kind in RECEIPTED for e in produced):
@@ -266,7 +266,7 @@ def main() -> None:
     from genesis.config import get_settings
     from genesis.db.session import get_sessionmaker
 
-    parser = argparse.ArgumentParser(prog="python -m pipeline.audit", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m audit.projection", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rebuild", action="store_true", help="throw the projection away and build it again")
     args = parser.parse_args()
     settings = get_settings()

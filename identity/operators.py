@@ -3,7 +3,7 @@ schedules, forced triggers, roll back any mutation, replace another agent's trai
 
 Keys are created on the API's host with ``genesis operator create-key`` (written straight to
 Postgres: there is no endpoint that makes one), shown once and stored like agents' keys
-(pipeline/apikeys.py). A revoked key stays in the table for the record and opens nothing."""
+(identity/apikeys.py). A revoked key stays in the table for the record and opens nothing."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from genesis.db.models import OperatorKey
-from pipeline import apikeys
+from identity import apikeys
 
 MAX_NAME = 64
 

@@ -1,0 +1,1 @@
+"""Rounds of agents' actions: their records in Postgres (docs/rounds.md)."""
