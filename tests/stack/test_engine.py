@@ -16,9 +16,9 @@ import redis.asyncio as aioredis
 from sqlalchemy import select
 
 from cli.processes import free_port
+from engine.core.world import World, WorldParams
 from engine.process.loop import Engine
 from engine.process.telemetry import SEED_FIELDS, SNAPSHOT_FIELDS, build_frame
-from engine.core.world import World, WorldParams
 from genesis import redis_keys as keys
 from genesis.db.models import WorldSnapshot
 from genesis.db.session import get_engine
