@@ -327,3 +327,60 @@ def answer(handler: "Handler | None", msg: "Message", attachment: bytes | None) 
         return encode_line(reply, blob)  # type: ignore[arg-type]  # not a tuple now (mypy cannot tell)
     except Exception as exc:
         return encode_line({"ok": False, "error": "the reply could not be encoded: %s" % describe(exc)})
+
+
+def checked_result(result: object) -> "Result":
+    """A worker's result for one trait, rebuilt from plain values of the expected types (a worker
+    runs untrusted code: nothing it sends is passed on as is)."""
+    if type(result) is not dict:
+        return failed_result("its process sent no result for it")
+
+    def number(key: "str", kind: "type[float]") -> "float":  # kind: int or float
+        value = result.get(key)
+        return value if type(value) is kind and (kind is int or math.isfinite(value)) else kind(0)
+
+    errors = []
+    for error in result.get("errors", [])[:MAX_REPORTED_ERRORS] if type(result.get("errors")) is list else ():
+        if type(error) is dict:
+            entity_id = error.get("entity_id")
+            errors.append(
+                {
+                    "entity_id": entity_id if type(entity_id) is int and abs(entity_id) < MAX_INT else None,
+                    "error": str(error.get("error"))[:500],
+                }
+            )
+    timeouts = result.get("timeouts")
+    timeouts = [t for t in timeouts[:10000] if type(t) is int and abs(t) < MAX_INT] if type(timeouts) is list else []
+    return {
+        "calls": number("calls", int),
+        "total_us": number("total_us", float),
+        "max_us": number("max_us", float),
+        "error_count": max(number("error_count", int), len(errors)),
+        "errors": errors,
+        "timeouts": timeouts,
+        "blocks": number("blocks", int),
+        "intents": number("intents", int),
+    }
+
+
+def checked_group(columns: object, base: int, size: int) -> "Message | None":
+    """A worker's intent columns with their attachment spans moved by ``base`` (where its bytes
+    go in the merged reply), or None if the spans are not well formed. The trusted side checks
+    every value again."""
+    if type(columns) is not dict:
+        return None
+    group = dict(columns)
+    for key in ("entity", "attr", "a", "b"):
+        col = columns.get(key)
+        if type(col) is not dict or len(col) != 1:
+            return None
+        ((kind, span),) = col.items()
+        if type(span) is list:
+            if len(span) != 2 or any(type(v) is not int for v in span) or not 0 <= span[0] <= span[0] + span[1] <= size:
+                return None
+            group[key] = {kind: [span[0] + base, span[1]]}
+    try:
+        json.dumps(group, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return group

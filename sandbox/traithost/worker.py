@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from types import CoroutineType, ModuleType
     from typing import Any, NoReturn, TypeAlias
 
-    from .supervisor import Config
+    from .handles import Config
     from .wire import Handler, Message, Reply, Result
 
     EntityClass: TypeAlias = "Callable[[int, IntentColumns], IntentMethods]"  # a proxy of one row: (row, intents)
