@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY
 from sqlalchemy import select
 from temporalio.client import Client
 
-from audit import journal_outbox, projection, receipts
+from audit import journal_outbox, receipts
 from engine.core.model import world_params
 from engine.core.replay import ReplayError
 from engine.core.world import World
@@ -168,10 +168,7 @@ async def keep_the_record(
                     await journal_outbox.mark_journaled(sessions, outbox, done)
             if engine.journal.pins:
                 engine.journal.unpin(await still_open(sessions, set(engine.journal.pins)))
-            # Records up to the last projected one: the segment holding it stays, since the
-            # projection goes on from there.
-            projected_seq, _ = await projection.position(sessions)
-            await keeper.maybe_run(projected_seq)
+            await keeper.maybe_run()
         except Exception as exc:  # Postgres away: retried
             log.warning("receipts and journal retention: %s", exc)
         try:

@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 from prometheus_client import Counter, Gauge
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
-from audit import receipts
+from audit import projection, receipts
 from genesis import signing
 from genesis.config import Settings
 from genesis.redis_keys import JOURNAL_STATUS
@@ -76,12 +76,15 @@ class RetentionKeeper:
         self.retired_segments = 0
         self.disk_free_bytes: int | None = None
 
-    async def maybe_run(self, projected_seq: int) -> None:
-        """A round when the last is ``RETENTION_EVERY_S`` old (called about once a second)."""
+    async def maybe_run(self) -> None:
+        """A round when the last is ``RETENTION_EVERY_S`` old (called about once a second), up to
+        the last record the audit projection has read: the segment holding it stays, since the
+        projection goes on from there."""
         now = time.monotonic()
         if now - self._last < RETENTION_EVERY_S:
             return
         self._last = now
+        projected_seq, _ = await projection.position(self.sessions)
         await self.run(projected_seq)
 
     async def run(self, projected_seq: int) -> None:
