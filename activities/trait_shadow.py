@@ -240,9 +240,8 @@ def host_factory(settings: Settings, client: docker.DockerClient, owner: str) ->
 
 def idle_thread() -> None:
     """This thread in the idle scheduling class: whatever the live world's engine or trait host
-    wakes takes its CPU at once. (A low priority alone is not enough: the scheduler lets a
-    running task finish its slice, a few milliseconds, before the one that woke, and a live tick
-    waits for several wake-ups.)"""
+    wakes takes its CPU at once (a low priority alone did not keep the forks off the live world:
+    docs/evolution.md)."""
     os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
 
 

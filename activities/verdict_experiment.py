@@ -222,9 +222,9 @@ def run_replicate(
                 progress(f"replicate {index}: tick {done + 1}/{horizon}")
 
     try:
-        # The copies share nothing: each starts its host and runs in a thread of its own, so one
-        # copy's world steps while the other's trait host computes.
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="verdict-copy") as pool:
+        # The copies share nothing: each starts its host and runs in an idle-class thread of its own,
+        # so one copy's world steps while the other's trait host computes.
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="verdict-copy", initializer=idle_thread) as pool:
             started = time.monotonic()
             for starting in [pool.submit(side.start_host) for side in sides]:
                 starting.result()
@@ -232,7 +232,7 @@ def run_replicate(
             for side in sides:
                 if side.unloadable:
                     raise PlanChanged(f"the {side.name} copy could not load {sorted(side.unloadable)}")
-            for running in [pool.submit(idle_and_run, run, c) for c in copies]:
+            for running in [pool.submit(run, c) for c in copies]:
                 running.result()
         log.info(
             "replicate %d: hosts ready in %.2f s, %d ticks in %.2f s",
@@ -272,11 +272,6 @@ async def recompute(
         for i in range(int(recorded["replicates"]))
     ]
     return report(plan_, outcomes)
-
-
-def idle_and_run(run: Callable[[Copy], None], copy: Copy) -> None:
-    idle_thread()  # the live world comes first
-    run(copy)
 
 
 class VerdictActivities:
