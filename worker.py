@@ -75,7 +75,7 @@ def build_workers(client, settings: Settings, executor: ThreadPoolExecutor, sand
             webhooks.deliver_webhook,
             task_activities.publish_task,
             task_activities.close_task,
-            # Evolution cycles (issue 5)
+            # Evolution cycles
             evolution.load_cycle_context,
             evolution.submit_proposal,
             evolution.record_cycle,

@@ -220,7 +220,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(mutation_approval.router)
     app.include_router(telemetry.router)
     app.include_router(traits.router)
-    # Evolution cycles (issue 5): the feed and the periodic improvement schedules
+    # Evolution cycles: the feed and the periodic improvement schedules
     app.include_router(feed.router)
     app.include_router(schedules.router)
     # The mutation list and the world viewer at / (api/viewer/static/, no build step).

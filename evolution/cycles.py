@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, tuple_
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.ext.asyncio import async_sessionmaker
 from temporalio.client import Client
 from temporalio.common import WorkflowIDConflictPolicy
@@ -81,6 +81,14 @@ async def list_cycles(
         query = query.where(tuple_(EvolutionCycle.created_at, EvolutionCycle.trigger_id) < after)
     async with sessions() as session:
         return list((await session.scalars(query)).all())
+
+
+async def count_running(sessions: async_sessionmaker, since: datetime) -> int:
+    """Cycles still running that were created after ``since``: an older record still marked
+    running is taken for a cycle whose workflow was lost (its record would never end)."""
+    query = select(func.count()).where(EvolutionCycle.status == "running", EvolutionCycle.created_at > since)
+    async with sessions() as session:
+        return int(await session.scalar(query) or 0)
 
 
 async def get_cycle(sessions: async_sessionmaker, trigger_id: str) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ import redis.asyncio as aioredis
 
 from genesis.redis_keys import FEED_STREAM, FEED_STREAM_MAXLEN, Channels
 
-# The actions of the evolution cycle (issue 5); other agents add their own (trait_quarantined, ...).
+# The actions of the evolution cycle; other agents add their own (trait_quarantined, ...).
 ACTIONS = (
     "anomaly_detected",
     "plan_created",

@@ -1,4 +1,4 @@
-"""The Watcher (logic-flow.md 2.2-2.3; issue 5 item 1): it follows
+"""The Watcher (logic-flow.md 2.2-2.3): it follows
 ``ch:telemetry``, reads the last 5 WorldSnapshots of the running world, applies the five anomaly
 rules (:func:`evolution.world_metrics.detect_anomalies`), picks the worst by severity and, unless
 the cooldown or the circuit breaker holds it back,
@@ -7,7 +7,9 @@ the cooldown or the circuit breaker holds it back,
 2. starts a TaskWorkflow for external agents (:func:`evolution.tasks.start_workflow`, the same as
    ``POST /api/agents/tasks``), retried in the background while Temporal is unreachable,
 3. starts the trigger's EvolutionCycleWorkflow (workflows/evolution.py: Architect → Coder →
-   mutation; unless GENESIS_EVOLUTION_CYCLES_ENABLED=false), retried the same way,
+   mutation; unless GENESIS_EVOLUTION_CYCLES_ENABLED=false), retried the same way — unless
+   ``GENESIS_WATCHER_MAX_RUNNING_CYCLES`` cycles are running already (a cycle runs until its
+   trait's verdict, so the built-in operator proposes no faster than traits are judged),
 4. publishes ``anomaly_detected`` on the Evolution Feed (evolution/feed.py).
 
 Cooldown and circuit breaker are one Lua script, so two Watchers never both pass the gate:
@@ -38,6 +40,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -120,6 +123,9 @@ return {'go', 0}
 GO, COOLDOWN, PAUSED, TRIPPED, LIMITED = "go", "cooldown", "paused", "tripped", "limited"
 NO_ANOMALY, NO_SNAPSHOT, UNCHANGED = "no_anomaly", "no_snapshot", "unchanged"
 TEMPORAL_RETRY_MAX_S = 10.0
+# A cycle record still marked running after this long is taken for one whose workflow was lost,
+# and no longer holds new cycles back (a cycle ends with its trait's verdict, minutes at most).
+RUNNING_CYCLE_HORIZON_S = 3600.0
 RECONNECT_MAX_S = 10.0
 
 
@@ -140,6 +146,7 @@ class Outcome:
     task_id: str | None = None
     tick: int | None = None
     retry_after_s: int | None = None
+    cycles_running: int | None = None  # a trigger that started no cycle: the cycles already running
 
 
 def worst(anomalies: Sequence[Anomaly]) -> Anomaly | None:
@@ -380,14 +387,23 @@ class Watcher:
             pipe.expire(key, self.settings.watcher.report_ttl_s)
             await pipe.execute()
         self._start_task(task)
-        if self.settings.evolution_cycles_enabled:
+        cycle = self.settings.evolution_cycles_enabled
+        running = await self.cycles_running() if cycle and not forced else 0
+        limit = self.settings.watcher.max_running_cycles
+        held_back = running >= limit
+        if cycle and not held_back:
             self._start_cycle(trigger_id, task.expires_at, anomaly.type)
+        if not cycle:
+            cycle_note = "."
+        elif held_back:
+            cycle_note = f"; no evolution cycle started: {running} still running (at most {limit} at once)."
+        else:
+            cycle_note = "; evolution cycle started."
         await self._feed(
             "anomaly_detected",
             f"Anomaly: {anomaly.type} (severity: {anomaly.severity}) | population: {int(curr.get('entity_count', 0))}"
             f" | avg energy: {float(curr.get('avg_energy', 0.0)):.1f}"
-            f" | Task {task.task_id} published for external agents"
-            + ("; evolution cycle started." if self.settings.evolution_cycles_enabled else "."),
+            f" | Task {task.task_id} published for external agents" + cycle_note,
             trigger_id=trigger_id,
             task_id=task.task_id,
             problem_type=anomaly.type,
@@ -395,12 +411,31 @@ class Watcher:
             task_severity=task.severity.value,
             tick=tick,
             forced=forced,
-            workflow_id=evolution_workflow_id(trigger_id) if self.settings.evolution_cycles_enabled else None,
+            workflow_id=evolution_workflow_id(trigger_id) if cycle and not held_back else None,
         )
         log.info(
-            "tick %s: %s (%s) -> trigger %s, task %s", tick, anomaly.type, anomaly.severity, trigger_id, task.task_id
+            "tick %s: %s (%s) -> trigger %s, task %s%s",
+            tick,
+            anomaly.type,
+            anomaly.severity,
+            trigger_id,
+            task.task_id,
+            f", no cycle ({running} running)" if cycle and held_back else "",
         )
-        return self._record(Outcome(GO, anomaly, trigger_id, task.task_id, tick))
+        outcome = Outcome(GO, anomaly, trigger_id, task.task_id, tick, cycles_running=running if held_back else None)
+        return self._record(outcome)
+
+    async def cycles_running(self) -> int:
+        """Evolution cycles running now (0 when Postgres cannot tell: a cycle is then started,
+        and its own records fail loudly if Postgres is really gone)."""
+        if self._sessions is None:
+            return 0
+        since = datetime.fromtimestamp(time.time() - RUNNING_CYCLE_HORIZON_S, UTC)
+        try:
+            return await cycles.count_running(self._sessions, since)
+        except Exception as exc:  # Postgres down
+            log.warning("could not count the running cycles (%s: %s)", type(exc).__name__, exc)
+            return 0
 
     def task_for(self, trigger_id: str, anomaly: Anomaly, curr: Mapping[str, Any]) -> AgentTask:
         severity = TASK_SEVERITY[anomaly.severity]

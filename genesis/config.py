@@ -271,6 +271,13 @@ class WatcherSettings(BaseModel):
     trigger_window_s: int = Field(default=60, ge=1, description="Circuit breaker: the window, in seconds.")
     pause_s: int = Field(default=300, ge=1, description="Circuit breaker: how long the Watcher pauses.")
     report_ttl_s: int = Field(default=600, ge=1, description="Lifetime of a WorldReport `evo:trigger:{id}`.")
+    max_running_cycles: int = Field(
+        default=2,
+        ge=1,
+        description="Evolution cycles that may run at once (a cycle runs until its trait's verdict): while this "
+        "many run, a trigger publishes its task for external agents but starts no cycle, so the built-in "
+        "operator proposes no faster than verdicts are given. Forced triggers are not held back.",
+    )
 
 
 class LlmSettings(BaseModel):

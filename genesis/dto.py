@@ -423,7 +423,7 @@ class TaskResult(BaseModel):
     detail: str | None = None
 
 
-# -- Evolution cycles (issue 5): EvolutionCycleWorkflow and its activities ---------------------
+# -- Evolution cycles: EvolutionCycleWorkflow and its activities ---------------------
 
 
 class CycleKind(str, Enum):

@@ -95,7 +95,7 @@ class Channels:
     WORLD_FRAMES = "ch:world:frames"  # compact frames for viewers, every 2nd tick
 
 
-# Evolution Feed (issue 5 item 5): every message is also kept in a capped stream, so a viewer or a
+# Evolution Feed: every message is also kept in a capped stream, so a viewer or a
 # CLI can read what it missed (GET /api/feed?after=<id>) before following ch:feed live.
 FEED_STREAM = "feed:stream"
 FEED_STREAM_MAXLEN = 1000  # approximate (XADD MAXLEN ~)

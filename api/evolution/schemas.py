@@ -52,7 +52,7 @@ class EvolutionTriggerResponse(BaseModel):
     tick: int
     report_key: str
     message: str
-    cycle_workflow_id: str | None = None  # the EvolutionCycleWorkflow started for it (issue 5)
+    cycle_workflow_id: str | None = None  # the EvolutionCycleWorkflow started for it
 
 
 class CycleResponse(BaseModel):

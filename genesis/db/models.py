@@ -201,7 +201,7 @@ class WorldSnapshot(Base):
 
 
 class EvolutionCycle(Base):
-    """One EvolutionCycleWorkflow (issue 5): anomaly or schedule → Architect → Coder → mutation.
+    """One EvolutionCycleWorkflow: anomaly or schedule → Architect → Coder → mutation.
 
     ``stage`` is where it is (or where it stopped), ``status`` running / succeeded / failed.
     Token usage is summed over every LLM call of the cycle, retries included (they were spent)."""

@@ -1,4 +1,4 @@
-"""Modifying a live trait (issue 4, item 8) over HTTP on real services: ``replaces`` at propose time
+"""Modifying a live trait over HTTP on real services: ``replaces`` at propose time
 (TRAIT_EXISTS, TRAIT_NOT_LIVE, VERSION_CONFLICT), the optimistic check again inside the activation
 (a replacement that lost the race ends rejected VERSION_CONFLICT), version swap and rollback
 restoring the replaced version in the registry and in a real engine, and the traits endpoints.

@@ -9,13 +9,28 @@ import asyncio
 import json
 import time
 import uuid
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import redis.asyncio as aioredis
+from sqlalchemy import delete
 
 from engine.process.telemetry import to_redis_hash
-from evolution.watcher import COOLDOWN, GO, NO_ANOMALY, PAUSED, TRIPPED, UNCHANGED, Watcher, cooldown_key
+from evolution import cycles
+from evolution.watcher import (
+    COOLDOWN,
+    GO,
+    NO_ANOMALY,
+    PAUSED,
+    RUNNING_CYCLE_HORIZON_S,
+    TRIPPED,
+    UNCHANGED,
+    Watcher,
+    cooldown_key,
+)
 from genesis import redis_keys as keys
+from genesis.db.models import EvolutionCycle
+from genesis.db.session import get_sessionmaker
 from genesis.dto import AgentTask, TaskResult
 from genesis.redis_keys import Channels
 from genesis.workflow_api import TASK_SIGNAL_RESOLVE, task_workflow_id
@@ -59,8 +74,8 @@ async def make_watcher(settings, redis_client, worker, temporal_client):
     async def temporal():
         return temporal_client
 
-    def make(**changes) -> Watcher:
-        watcher = Watcher(settings.override(watcher_cooldown_s=60.0, **changes), redis_client, temporal)
+    def make(sessions=None, **changes) -> Watcher:
+        watcher = Watcher(settings.override(watcher_cooldown_s=60.0, **changes), redis_client, temporal, sessions)
         made.append(watcher)
         return watcher
 
@@ -190,6 +205,58 @@ async def test_cooldown_holds_a_repeat_back_and_critical_ignores_it(settings, re
     messages = await feed_messages(feed, "anomaly_detected")
     assert [m["trigger_id"] for m in messages] == [crit.trigger_id, again.trigger_id]
     assert (await wait_task(redis_client, again.task_id)).severity.value == "critical"
+
+
+async def test_running_cycles_hold_new_cycles_back_but_not_the_task(settings, redis_client, feed, make_watcher):
+    """While the limit of cycles runs, a trigger publishes its task but starts no cycle; a finished
+    cycle and one still marked running past the horizon (its workflow lost) do not count."""
+    sessions = get_sessionmaker(settings.database_url)
+    now = datetime.now(UTC)
+    since = now - timedelta(seconds=RUNNING_CYCLE_HORIZON_S)
+    before = await cycles.count_running(sessions, since)  # other tests' cycles may run meanwhile
+    rows = {
+        f"trg_busy{n}{uuid.uuid4().hex[:8]}": (status, created)
+        for n, (status, created) in enumerate(
+            [
+                ("running", now),
+                ("running", now),
+                ("succeeded", now),
+                ("running", now - timedelta(seconds=RUNNING_CYCLE_HORIZON_S + 60)),
+            ]
+        )
+    }
+    async with sessions() as session:
+        for trigger_id, (status, created) in rows.items():
+            session.add(
+                EvolutionCycle(
+                    trigger_id=trigger_id,
+                    workflow_id=f"evolution-{trigger_id}",
+                    kind="anomaly",
+                    stage="mutation_running",
+                    status=status,
+                    created_at=created,
+                    updated_at=created,
+                )
+            )
+        await session.commit()
+    try:
+        limit = before + 2
+        watcher = make_watcher(sessions, watcher_max_running_cycles=limit, evolution_cycles_enabled=True)
+        world = World(redis_client, settings.engine.snapshot_interval)
+        await world.snapshot()
+        await world.snapshot(**ENERGY_CRISIS)
+        outcome = await watcher.analyze()
+        assert outcome.status == GO and outcome.cycles_running == limit
+        task = await wait_task(redis_client, outcome.task_id)
+        assert task.problem_type == "energy_crisis"  # the task for external agents is published
+        [message] = await feed_messages(feed, "anomaly_detected")
+        assert message["workflow_id"] is None
+        assert f"no evolution cycle started: {limit} still running (at most {limit} at once)" in message["message"]
+        assert await cycles.get_cycle(sessions, outcome.trigger_id) is None
+    finally:
+        async with sessions() as session:
+            await session.execute(delete(EvolutionCycle).where(EvolutionCycle.trigger_id.in_(list(rows))))
+            await session.commit()
 
 
 async def test_trigger_storm_opens_the_circuit_breaker(settings, redis_client, feed, make_watcher):
