@@ -42,7 +42,7 @@ from temporalio.worker import Worker
 
 from cli.processes import DEV_SERVER_ARGS, TEMPORAL_CLI, free_port, worker_and_api
 from genesis.config import Settings
-from genesis.workflow_api import SA_AGENT_ID, SA_FAILURE_CODE, SA_STATUS, SA_TRAIT_NAME
+from genesis.workflow_api import SEARCH_ATTRIBUTE_KEYS
 from sandbox.image import PYTHON_IN_IMAGE, ensure
 
 BENCH_DATABASE_URL = "postgresql+asyncpg://genesis:genesis@127.0.0.1:5432/genesis_test"
@@ -147,7 +147,7 @@ async def start_temporal() -> WorkflowEnvironment:
     try:
         return await WorkflowEnvironment.start_local(
             dev_server_existing_path=str(TEMPORAL_CLI),
-            search_attributes=[SA_AGENT_ID, SA_TRAIT_NAME, SA_STATUS, SA_FAILURE_CODE],
+            search_attributes=list(SEARCH_ATTRIBUTE_KEYS),  # every key the workflows set
             dev_server_log_level="error",
             dev_server_extra_args=DEV_SERVER_ARGS,
         )

@@ -4,9 +4,10 @@
 
 For each seed, three worlds run one after the other under a hard setting (``HARD``: little energy
 per food, food that appears slowly, a harsh metabolism), each on a whole Genesis of its own — the
-engine in fast-forward with its live trait host, a worker, the Watcher — against a Temporal dev
-server the bench starts, a database of its own (``genesis_bench``, made and migrated on first use)
-and Redis db ``--redis-db``:
+engine with its live trait host, a worker, the Watcher — against a Temporal dev server the bench
+starts, a database of its own (``genesis_bench``, made and migrated on first use) and Redis db
+``--redis-db``. The evolving arms' worlds run paced at ``--pace`` ticks a second, so that their
+verdicts keep up with them; the control's runs in fast-forward:
 
 - ``control``: evolution off (``GENESIS_EVOLUTION_CYCLES_ENABLED=false``): the Watcher watches,
   no cycle runs, no trait is ever proposed;
@@ -144,7 +145,12 @@ def arm_settings(base: Settings, arm: str, seed: int, args: argparse.Namespace, 
         mutations_dir=mutations_dir,
         journal_dir=mutations_dir / "journal",  # each arm's world starts new
         engine_seed=seed,
-        engine_fast_forward=True,
+        # A fast-forwarded world outruns the verdicts (hundreds of ticks a second against an
+        # experiment of tens of seconds), so selection would judge few of its mutations; the
+        # evolving arms run paced. The control has nothing to wait for: its world is the same
+        # tick for tick at any pace.
+        engine_fast_forward=not evolving or args.pace == 0,
+        engine_tick_rate=args.pace if evolving and args.pace else base.engine.tick_rate,
         engine_snapshot_interval=SNAPSHOT_INTERVAL,
         engine_postgres_every=1,
         engine_metrics_port=free_port(),
@@ -394,6 +400,7 @@ def overall(pairs: list[dict[str, Any]], args: argparse.Namespace, wall_s: float
         "ticks": args.ticks,
         "setting": HARD,
         "max_live_traits": args.max_live_traits,
+        "evolving_ticks_per_s": args.pace or "fast-forward",
         "arms": arms,
     }
     for arm, over, name in COMPARISONS:
@@ -493,6 +500,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seeds", type=int, default=3, help="seeds to run (first-seed, first-seed+1, ...)")
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--ticks", type=int, default=50000, help="ticks each world runs")
+    parser.add_argument(
+        "--pace",
+        type=float,
+        default=100.0,
+        help="ticks per second of the evolving arms' worlds, so verdicts keep up (0: fast-forward)",
+    )
     parser.add_argument("--schedule-s", type=float, default=2.0, help="periodic improvement every this many seconds")
     parser.add_argument("--cooldown-s", type=float, default=2.0, help="the Watcher's cooldown per anomaly type")
     parser.add_argument("--sample-ticks", type=int, default=500, help="ticks between two points of a printed series")
