@@ -12,7 +12,6 @@ import redis.asyncio as aioredis
 from fastapi import Depends, FastAPI
 from sqlalchemy.orm import configure_mappers
 
-from api.agents import routes as agents, routes_webhooks as agent_webhooks
 from api.audit import routes as audit, routes_receipts as receipts
 from api.deps import Services
 from api.errors import BodySizeLimit, document_error_responses, install_error_handlers
@@ -24,6 +23,7 @@ from api.evolution import (
     routes_tasks as tasks,
 )
 from api.governance import routes as governance, routes_proposals as governance_proposals
+from api.identity import routes as agents, routes_webhooks as agent_webhooks
 from api.metrics import RequestMetrics, router as metrics_router
 from api.mutations import (
     admission,

@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from cli import (
-    agents,
     check,
     governance,
+    identity,
     journal,
     mutations,
     operate,
@@ -76,7 +76,7 @@ def main(
 check.register(app)
 mutations.register(app)
 world.register(app)
-agents.register(app)
+identity.register(app)
 operate.register(app)
 operator_keys.register(app)
 receipts.register(app)

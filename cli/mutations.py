@@ -12,7 +12,6 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from cli.agents import me
 from cli.client import (
     EXIT_AWAITING_APPROVAL,
     EXIT_FAILED,
@@ -25,6 +24,7 @@ from cli.client import (
     segment,
 )
 from cli.governance import shadow_table
+from cli.identity import me
 from cli.output import Cli, cli_of, examples, group, handled, styled, table, versioned, when, when_short
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON document (for scripts)")]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Depends
 
-from api.agents.schemas import WebhookSecretResponse
 from api.auth import API_KEY, authenticate
 from api.deps import ServicesDep
 from api.errors import ErrorResponse
+from api.identity.schemas import WebhookSecretResponse
 from pipeline import webhooks
 
 router = APIRouter(prefix="/v1/agents", tags=["agents"])

@@ -16,7 +16,10 @@ from redis.exceptions import RedisError
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from api.agents.schemas import (
+from api.auth import API_KEY, OPERATOR_ERRORS, authenticate, require_operator
+from api.deps import Services, ServicesDep
+from api.errors import ApiError, ErrorResponse, unavailable
+from api.identity.schemas import (
     AgentResponse,
     InvitationRequest,
     InvitationResponse,
@@ -26,9 +29,6 @@ from api.agents.schemas import (
     RegisterResponse,
     Reputation,
 )
-from api.auth import API_KEY, OPERATOR_ERRORS, authenticate, require_operator
-from api.deps import Services, ServicesDep
-from api.errors import ApiError, ErrorResponse, unavailable
 from api.moments import iso_utc
 from genesis import redis_keys as keys
 from genesis.db.models import Agent, Mutation
