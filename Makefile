@@ -48,10 +48,11 @@ run: services
 	$(PY) -m cli.run
 
 # The checks of `make lint` first, then both layers: tests/unit (no service, seconds), then
-# tests/stack on the real services.
+# tests/stack on the real services. Each layer ends with its slowest tests, to see where the
+# suite's time goes.
 test: lint services
-	$(PY) -m pytest tests/unit
-	$(PY) -m pytest tests/stack
+	$(PY) -m pytest tests/unit --durations=15
+	$(PY) -m pytest tests/stack --durations=40
 
 test-unit: venv
 	$(PY) -m pytest tests/unit
