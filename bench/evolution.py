@@ -93,8 +93,12 @@ HEALTH_COUNTERS = (
     "genesis_engine_trait_host_restarts",
     "genesis_engine_trait_host_skipped_ticks",
     "genesis_engine_trait_host_deadline_misses",
-    "genesis_engine_trait_results_lost",
 )
+LOST = "genesis_engine_trait_results_lost"
+# A paced world's trait sits a tick out while the worker that runs it starts (after a load or an
+# unload: an evolving world has many); a fast-forwarded one waits for it. More lost trait-ticks
+# than this share of all of them is a world that was not whole.
+LOST_SHARE_LIMIT = 0.001
 # Each arm's world starts with a journal of its own: its audit projection and receipts go with the last one.
 TABLES = (
     "mutations, trait_versions, trait_quarantines, evolution_cycles, world_snapshots, manifests, "
@@ -297,11 +301,17 @@ def summarise(
         raise Unhealthy(f"seed {seed} {arm}: {len(rows)} snapshots up to tick {args.ticks}, expected {expected}")
     health = {name.removeprefix("genesis_engine_"): int(counters.get(name, 0)) for name in HEALTH_COUNTERS}
     broken = {name: value for name, value in health.items() if value}
+    live = [row["live_traits"] or 0 for row in rows]
+    lost = int(counters.get(LOST, 0))
+    trait_ticks = sum(live) * SNAPSHOT_INTERVAL
+    health["trait_results_lost"] = lost
+    health["trait_results_lost_share"] = round(lost / trait_ticks, 6) if trait_ticks else 0.0
+    if lost > LOST_SHARE_LIMIT * trait_ticks:
+        broken["trait_results_lost"] = f"{lost} of {trait_ticks} trait-ticks"
     if broken:
         raise Unhealthy(f"seed {seed} {arm}: the world was not whole: {broken}")
     if arm in EVOLVING and mutations["proposed"] == 0:
         raise Unhealthy(f"seed {seed}: the {arm} arm proposed no mutation: it did not measure evolution")
-    live = [row["live_traits"] or 0 for row in rows]
     if max(live) > args.max_live_traits:
         raise Unhealthy(f"seed {seed} {arm}: {max(live)} live traits, past max_live_traits {args.max_live_traits}")
     population = [row["entity_count"] for row in rows]
