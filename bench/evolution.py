@@ -38,7 +38,8 @@ zero in its favour). Per arm also the live-trait count (mean, largest, against
 the mutations proposed / kept / rolled back / extinct, the verdicts, the wall time and the plot.
 
 A world that was not whole fails the run (exit 1, saying why): the trait host restarted, ticks
-ran without their traits (skipped, or a deadline missed), a trait's results were lost, a process
+ran without their traits (skipped, or a deadline missed), over ``LOST_SHARE_LIMIT`` of its
+trait-ticks were lost, a process
 died, snapshots are missing, an evolving arm proposed nothing (it did not measure evolution), or
 the live set grew past ``max_live_traits``.
 """
