@@ -146,6 +146,10 @@ def arm_settings(base: Settings, arm: str, seed: int, args: argparse.Namespace, 
     evolving = arm in EVOLVING
     return base.override(
         verdict_mode=VERDICT_MODE[arm],
+        # The hard world holds few Molbots (tens, not hundreds): a replicate's interval is wide, and
+        # a replicate is cheap (a few seconds). The default budget of 9 left most verdicts
+        # undecided here; the same budget in both evolving arms.
+        verdict_max_replicates=args.verdict_max_replicates,
         task_queue=f"bench-evolution-{seed}-{arm}-{uuid.uuid4().hex[:6]}",
         mutations_dir=mutations_dir,
         journal_dir=mutations_dir / "journal",  # each arm's world starts new
@@ -412,6 +416,7 @@ def overall(pairs: list[dict[str, Any]], args: argparse.Namespace, wall_s: float
         "setting": HARD,
         "max_live_traits": args.max_live_traits,
         "evolving_ticks_per_s": args.pace or "fast-forward",
+        "verdict_max_replicates": args.verdict_max_replicates,
         "arms": arms,
     }
     for arm, over, name in COMPARISONS:
@@ -516,6 +521,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=100.0,
         help="ticks per second of the evolving arms' worlds, so verdicts keep up (0: fast-forward)",
+    )
+    parser.add_argument(
+        "--verdict-max-replicates",
+        type=int,
+        default=21,
+        help="the verdicts' replicate budget (GENESIS_VERDICT_MAX_REPLICATES) in the evolving arms",
     )
     parser.add_argument("--schedule-s", type=float, default=2.0, help="periodic improvement every this many seconds")
     parser.add_argument("--cooldown-s", type=float, default=2.0, help="the Watcher's cooldown per anomaly type")
