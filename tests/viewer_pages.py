@@ -1,4 +1,4 @@
-"""The world viewer in headless Chromium: a browser per test module (the ``browser`` fixture),
+"""The world viewer in headless Chromium: one browser for the session (the ``browser`` fixture),
 the viewer page of an API in a fresh context, waiting for a script's condition."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from playwright.async_api import Page, async_playwright
 CHROMIUM = os.environ.get("GENESIS_CHROMIUM", shutil.which("chromium") or "/usr/bin/chromium")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 async def browser():
     assert os.path.exists(CHROMIUM), f"{CHROMIUM} missing: `apt-get install chromium` (scripts/services.sh does)"
     async with async_playwright() as playwright:

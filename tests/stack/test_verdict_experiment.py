@@ -27,6 +27,7 @@ from tests.pipeline_steps import propose, replay_and_maybe_record, wait_for_stat
 from tests.trait_hosts import registry_entry
 
 LIVE_TRAITS = 12
+HORIZON = 250  # ticks a copy runs: enough for the planted traits' effects to show, in fewer seconds
 # Benign traits of the world the planted ones join: each steers a little and labels itself.
 FILLER = """class BaseTrait:
     pass
@@ -51,6 +52,7 @@ async def world(settings):
         journal_keep_last=10_000,  # the recomputation below forks the verdicts' snapshot again
         journal_snapshot_interval=60,  # a snapshot of a populated world to fork soon after the start
         verdict_mode="experiment",
+        verdict_horizon_ticks=HORIZON,
         engine_initial_population=0,
         engine_min_population=100,
         engine_trait_gain_chance=1.0,
@@ -118,7 +120,7 @@ async def test_a_harmful_trait_is_judged_negative_and_a_helpful_one_positive(wor
     for status in ended:
         report = status["verdict_report"]
         assert report["verdict"] == status["fitness_verdict"] and report["reason"] == status["verdict_reason"]
-        assert report["replicates"] >= 3 and report["ticks"] == report["replicates"] * 2 * 400
+        assert report["replicates"] >= 3 and report["ticks"] == report["replicates"] * 2 * HORIZON
         plan = report["plan"]
         assert len(plan["treated"]) == len(plan["control"]) + 1 and len(plan["control"]) >= LIVE_TRAITS
         for outcome in report["outcomes"]:

@@ -1,4 +1,4 @@
-"""The journal with the real parts: three live traits in a real trait-host container write 10,000
+"""The journal with the real parts: three live traits in a real trait-host container write 4,000
 ticks of journal; then replay from every kept snapshot reproduces every later state hash with no
 trait host and no container started (several seeds). And a rollback through the engine's intake
 (Redis), as an operator's REST call puts it there, is a new epoch the journal only grows by."""
@@ -29,7 +29,8 @@ from pipeline import registry
 from tests import agents
 
 ENGINE_REDIS_URL = os.environ.get("GENESIS_TEST_ENGINE_REDIS_URL", "redis://127.0.0.1:6379/13")
-TICKS = 10_000
+TICKS = 4_000
+SNAPSHOT_EVERY = 1_000
 
 
 @pytest.fixture
@@ -62,7 +63,7 @@ async def journaled_run(settings, journal_dir, seed: int, redis, ticks: int) -> 
         engine_fast_forward=True,
         engine_snapshot_interval=10**6,  # no telemetry snapshots: nothing observes this world
         journal_dir=journal_dir,
-        journal_snapshot_interval=2500,
+        journal_snapshot_interval=SNAPSHOT_EVERY,
     )
     journal, world = WorldJournal.open(own, lambda: World(world_params(own.engine), seed=seed))
     runner = HostTraitRunner(own, redis)
@@ -89,7 +90,7 @@ async def test_replay_from_every_snapshot_of_a_live_run_needs_no_trait_host(sett
     assert sum("intents" in r.inputs for r in ticks) > TICKS // 2
     store = SnapshotStore(tmp_path / "snapshots")
     metas = store.kept()
-    assert [m.tick for m in metas] == [0, 2500, 5000, 7500, 10_000]
+    assert [m.tick for m in metas] == list(range(0, TICKS + 1, SNAPSHOT_EVERY))
     containers = trait_host_containers()
     head = reader.head()
     assert head is not None
